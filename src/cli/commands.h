@@ -1,0 +1,15 @@
+/* commands.h - the refusion subcommands; each lives in its own cmd_*.c and
+ * returns the process exit status. */
+#ifndef RF_COMMANDS_H
+#define RF_COMMANDS_H
+
+int cmd_init(int argc, char **argv);           /* write a random checkpoint */
+int cmd_info(int argc, char **argv);           /* load + describe a checkpoint */
+int cmd_tokenize(int argc, char **argv);       /* text <-> ids, chat template */
+int cmd_tokenizer_train(int argc, char **argv);/* train a small byte-level BPE */
+int cmd_generate(int argc, char **argv);       /* ReFusion / AR decoding */
+int cmd_train(int argc, char **argv);          /* ReFusion / AR / MDM training */
+int cmd_tasks(int argc, char **argv);          /* generate the task suite */
+int cmd_eval(int argc, char **argv);           /* evaluate a model on a task set */
+
+#endif

@@ -1,0 +1,48 @@
+/* safetensors.h - read (mmap, validate) and write .safetensors files. */
+#ifndef RF_SAFETENSORS_H
+#define RF_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { RF_F32 = 0, RF_F16 = 1, RF_BF16 = 2 } rf_dtype;
+size_t rf_dtype_size(rf_dtype t);
+const char *rf_dtype_name(rf_dtype t); /* "F32", "F16", "BF16" */
+int rf_dtype_parse(const char *s, rf_dtype *out); /* safetensors or torch names */
+
+#define RF_MAX_DIMS 4
+typedef struct {
+    char *name;
+    rf_dtype dtype;
+    int ndim;
+    int64_t shape[RF_MAX_DIMS];
+    const void *data; /* points into the mmap */
+    size_t nbytes;
+} rf_tensor;
+
+typedef struct {
+    char *path;
+    int fd;
+    void *map;
+    size_t map_size;
+    int n_tensors;
+    rf_tensor *tensors;
+} rf_st_file;
+
+/* mmap a .safetensors file and validate its header: JSON well-formed, every
+ * dtype known, shape * dtype size == byte range, ranges inside the data
+ * section and not overlapping. Error: -1 with one line naming file + tensor. */
+int rf_st_open(rf_st_file *f, const char *path);
+void rf_st_close(rf_st_file *f);
+const rf_tensor *rf_st_find(const rf_st_file *f, const char *name);
+
+/* Writer: collect tensors (data is copied or borrowed, see add), then write
+ * the file atomically (temp file + rename). */
+typedef struct rf_st_writer rf_st_writer;
+rf_st_writer *rf_st_writer_new(void);
+/* data must stay valid until finish; nbytes = prod(shape) * dtype size. */
+void rf_st_writer_add(rf_st_writer *w, const char *name, rf_dtype dtype, int ndim,
+                      const int64_t *shape, const void *data);
+int rf_st_writer_finish(rf_st_writer *w, const char *path); /* frees w */
+
+#endif

@@ -1,0 +1,47 @@
+/* forward.h - the transformer forward pass over the KV cache.
+ *
+ * One call runs R rows x n new tokens. Every token carries an explicit
+ * position id (used only by RoPE). Attention is causal over physical order:
+ * token j of row r attends to the cache visible to row r (main, plus row r's
+ * extension when the cache is forked) and to tokens 0..j of its own row
+ * (all n tokens of the row when bidirectional). The new K/V are appended to
+ * main (unforked cache, R must be 1) or to each row's extension (forked cache,
+ * R must equal c->n_rows). Callers crop what they do not want to keep.
+ *
+ * Logits are computed only for the tokens listed in logit_idx (indices into
+ * the R*n tokens, row-major), because the vocab projection dominates small
+ * calls: logits[i, :] is [vocab] for token logit_idx[i]. */
+#ifndef RF_FORWARD_H
+#define RF_FORWARD_H
+
+#include "model/kvcache.h"
+#include "model/model.h"
+
+typedef struct {
+    int n_rows;            /* R */
+    int n_tok;             /* n tokens per row */
+    const int *tokens;     /* [R * n] */
+    const int *pos;        /* [R * n] position ids */
+    int bidirectional;     /* 1: full attention inside the chunk (MDM) */
+    int n_logits;
+    const int *logit_idx;  /* [n_logits] */
+    float *logits;         /* out: [n_logits, vocab] */
+} rf_batch;
+
+/* Scratch buffers for forward calls of up to max_tokens (R*n) tokens. */
+typedef struct rf_runstate rf_runstate;
+rf_runstate *rf_runstate_new(const rf_config *cfg, int max_tokens, int max_ctx);
+void rf_runstate_free(rf_runstate *s);
+
+/* Returns 0, or -1 with rf_last_error() set (bad token id, cache full,
+ * rows mismatch). */
+int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch *b);
+
+/* The slow, obviously-correct reference: no cache, the whole physical
+ * sequence (tokens[0..n) with position ids pos[0..n)) in one pass, causal
+ * over physical order (or bidirectional), naive matmuls, per-position RoPE.
+ * logits: [n, vocab] for every token. Tests compare rf_forward against it. */
+int rf_forward_reference(const rf_model *m, int n, const int *tokens, const int *pos,
+                         int bidirectional, float *logits);
+
+#endif

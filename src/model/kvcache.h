@@ -1,0 +1,50 @@
+/* kvcache.h - the KV cache ReFusion decoding needs.
+ *
+ * The cache holds the committed sequence ("main"): for every entry and layer
+ * its K (after q/k-norm and RoPE) and V, plus the entry's position id. The
+ * physical order of entries (the order attention is causal over) is the order
+ * they were appended and is independent of their position ids.
+ *
+ * For parallel infilling the cache can be forked into R rows. Rows share the
+ * main prefix (it is not copied) and each row has its own extension of up to
+ * row_cap entries. Row r attends to main[0, len) + ext_r[0, row_len[r]).
+ *
+ * Layout: k, v are [n_layers][cap][kv_dim] f32; row_k, row_v are
+ * [n_rows][n_layers][row_cap][kv_dim] f32.  kv_dim = n_kv_heads * head_dim. */
+#ifndef RF_KVCACHE_H
+#define RF_KVCACHE_H
+
+#include "io/config.h"
+
+typedef struct {
+    int n_layers, kv_dim;
+    int cap, len;        /* main sequence capacity / committed length */
+    float *k, *v;
+    int *pos;            /* [cap] position id of each main entry */
+    int n_rows;          /* 0 = not forked */
+    int fork_len;        /* main length when forked: the prefix rows see */
+    int rows_alloc, row_cap;
+    int *row_len;        /* [n_rows] */
+    float *row_k, *row_v;
+    int *row_pos;        /* [n_rows][row_cap] */
+} rf_kvcache;
+
+void rf_kv_init(rf_kvcache *c, const rf_config *cfg, int cap);
+void rf_kv_free(rf_kvcache *c);
+/* Drop main entries from len on (len <= c->len). */
+void rf_kv_crop(rf_kvcache *c, int len);
+/* Fork into n_rows empty row extensions of row_cap entries each. */
+void rf_kv_fork(rf_kvcache *c, int n_rows, int row_cap);
+/* Drop row r's extension entries from len on. */
+void rf_kv_row_crop(rf_kvcache *c, int r, int len);
+/* Keep only rows keep[0..n_keep) (in that order); others are dropped. */
+void rf_kv_select_rows(rf_kvcache *c, const int *keep, int n_keep);
+/* Append entries [start, start+count) of row r's extension (K, V and
+ * position ids, as computed in the row) to the end of main. */
+int rf_kv_commit_row(rf_kvcache *c, int r, int start, int count);
+/* Drop all rows. */
+void rf_kv_unfork(rf_kvcache *c);
+/* Bytes held by the cache buffers. */
+size_t rf_kv_bytes(const rf_kvcache *c);
+
+#endif

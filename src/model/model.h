@@ -1,0 +1,45 @@
+/* model.h - a Qwen3 / ReFusion checkpoint in memory: config + weights. The
+ * large matrices stay in the mmap'd safetensors files (bf16/f16/f32); only the
+ * small norm vectors are converted to f32 copies at load time. */
+#ifndef RF_MODEL_H
+#define RF_MODEL_H
+
+#include "io/config.h"
+#include "io/safetensors.h"
+#include "kernels/kernels.h"
+
+typedef struct {
+    rf_mat q, k, v, o;        /* q:[n_heads*hd, d] k,v:[n_kv*hd, d] o:[d, n_heads*hd] */
+    rf_mat gate, up, down;    /* gate,up:[ffn, d] down:[d, ffn] */
+    float *attn_norm;         /* input_layernorm [d] */
+    float *ffn_norm;          /* post_attention_layernorm [d] */
+    float *q_norm, *k_norm;   /* [head_dim] */
+} rf_layer;
+
+typedef struct {
+    rf_config cfg;
+    rf_mat embed;             /* [vocab, d] */
+    rf_mat lm_head;           /* [vocab, d]; same memory as embed when tied */
+    float *final_norm;        /* [d] */
+    rf_layer *layers;         /* [n_layers] */
+    rf_st_file *files;        /* the mmap'd shards */
+    int n_files;
+    char *dir;
+} rf_model;
+
+/* Load <dir>/config.json and model.safetensors or the shards listed in
+ * model.safetensors.index.json. Every expected tensor must exist with the
+ * dtype/shape the config implies; unknown extra tensors are an error too.
+ * Error: -1 and rf_last_error(). */
+int rf_model_load(rf_model *m, const char *dir);
+void rf_model_free(rf_model *m);
+
+/* Write a randomly initialised checkpoint of the config's shape into dir:
+ * config.json + model.safetensors, or shards of at most shard_bytes each with
+ * model.safetensors.index.json when shard_bytes > 0. dtype: RF_BF16 or RF_F32.
+ * Weights ~ N(0, init_std), norms = 1. Streams tensor by tensor so an 8B
+ * checkpoint does not need 16 GiB of RAM. */
+int rf_model_write_random(const rf_config *cfg, const char *dir, rf_dtype dtype,
+                          size_t shard_bytes, float init_std, uint64_t seed);
+
+#endif

@@ -1,0 +1,206 @@
+/* util.c - see util.h */
+#include "util/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static _Thread_local char g_err[1024];
+
+void rf_set_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+}
+
+const char *rf_last_error(void) { return g_err[0] ? g_err : "unknown error"; }
+
+void rf_print_error(void) { fprintf(stderr, "refusion: %s\n", rf_last_error()); }
+
+void rf_die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "refusion: fatal: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(2);
+}
+
+void *rf_malloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) rf_die("out of memory allocating %zu bytes", n);
+    return p;
+}
+
+void *rf_calloc(size_t n, size_t sz) {
+    void *p = calloc(n ? n : 1, sz ? sz : 1);
+    if (!p) rf_die("out of memory allocating %zu x %zu bytes", n, sz);
+    return p;
+}
+
+void *rf_aligned_alloc(size_t n) {
+    size_t sz = (n + 63) & ~(size_t)63;
+    if (sz == 0) sz = 64;
+    void *p = aligned_alloc(64, sz);
+    if (!p) rf_die("out of memory allocating %zu bytes", n);
+    memset(p, 0, sz);
+    return p;
+}
+
+char *rf_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = rf_malloc(n);
+    memcpy(d, s, n);
+    return d;
+}
+
+double rf_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+size_t rf_peak_rss(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %zu kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void rf_rng_seed(rf_rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t rf_rng_next(rf_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double rf_rng_uniform(rf_rng *r) { return (double)(rf_rng_next(r) >> 11) * 0x1.0p-53; }
+
+float rf_rng_normal(rf_rng *r) {
+    double u1 = rf_rng_uniform(r), u2 = rf_rng_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+uint64_t rf_rng_below(rf_rng *r, uint64_t n) { return n ? rf_rng_next(r) % n : 0; }
+
+int rf_write_file_atomic(const char *path, const void *data, size_t n) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        rf_set_error("%s: cannot create: %s", tmp, strerror(errno));
+        return -1;
+    }
+    const char *p = data;
+    size_t left = n;
+    while (left) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            rf_set_error("%s: write failed: %s", tmp, strerror(errno));
+            close(fd);
+            unlink(tmp);
+            return -1;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        rf_set_error("%s: flush failed: %s", tmp, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    if (rename(tmp, path) != 0) {
+        rf_set_error("%s: rename failed: %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+char *rf_read_file(const char *path, size_t *len_out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        rf_set_error("%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = rf_malloc(cap);
+    size_t r;
+    while ((r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += r;
+        if (cap - len - 1 == 0) {
+            cap *= 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) rf_die("out of memory reading %s", path);
+            buf = nb;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        rf_set_error("%s: read error", path);
+        return NULL;
+    }
+    buf[len] = 0;
+    if (len_out) *len_out = len;
+    return buf;
+}
+
+char *rf_path_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *s = rf_malloc(a + b + 2);
+    memcpy(s, dir, a);
+    s[a] = '/';
+    memcpy(s + a + 1, name, b + 1);
+    return s;
+}
+
+int rf_mkdir_p(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) goto fail;
+            *p = '/';
+        }
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) goto fail;
+    return 0;
+fail:
+    rf_set_error("%s: cannot create directory: %s", buf, strerror(errno));
+    return -1;
+}

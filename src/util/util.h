@@ -1,0 +1,69 @@
+/* util.h - small shared helpers: error reporting, timing, RNG, bf16/f16
+ * conversion, atomic file writes, aligned allocation. */
+#ifndef RF_UTIL_H
+#define RF_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <immintrin.h>
+
+/* ---- errors ------------------------------------------------------------
+ * Library functions return 0 on success and -1 on failure; on failure they
+ * leave one line saying what is wrong and where in a thread-local buffer,
+ * which callers (the CLI) print as "refusion: <message>". */
+void rf_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *rf_last_error(void);
+/* Print "refusion: <last error>" to stderr. */
+void rf_print_error(void);
+/* Abort with a message for "cannot happen" states and failed allocations. */
+void rf_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* ---- memory -------------------------------------------------------------- */
+void *rf_malloc(size_t n);            /* dies on failure */
+void *rf_calloc(size_t n, size_t sz); /* dies on failure */
+void *rf_aligned_alloc(size_t n);     /* 64-byte aligned, zeroed; free with free() */
+char *rf_strdup(const char *s);
+
+/* ---- time ---------------------------------------------------------------- */
+double rf_now(void); /* seconds, monotonic */
+/* Peak resident set size of this process in bytes (from /proc/self/status VmHWM). */
+size_t rf_peak_rss(void);
+
+/* ---- RNG: xoshiro256** seeded through splitmix64 --------------------------- */
+typedef struct { uint64_t s[4]; } rf_rng;
+void rf_rng_seed(rf_rng *r, uint64_t seed);
+uint64_t rf_rng_next(rf_rng *r);
+double rf_rng_uniform(rf_rng *r);    /* [0, 1) with 53 bits */
+float rf_rng_normal(rf_rng *r);      /* standard normal (Box-Muller) */
+uint64_t rf_rng_below(rf_rng *r, uint64_t n); /* uniform in [0, n) */
+
+/* ---- number formats ------------------------------------------------------- */
+static inline float rf_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* Round-to-nearest-even, as torch does; NaN stays NaN. */
+static inline uint16_t rf_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float rf_f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+static inline uint16_t rf_f32_to_f16(float f) { return _cvtss_sh(f, 0); }
+
+/* ---- files ---------------------------------------------------------------- */
+/* Write a whole file atomically: data goes to "<path>.tmp.<pid>", is fsync'd,
+ * then renamed over path. Nothing half-written is ever left at path. */
+int rf_write_file_atomic(const char *path, const void *data, size_t n);
+/* Read a whole file into a NUL-terminated malloc'd buffer. */
+char *rf_read_file(const char *path, size_t *len_out);
+/* path join into a malloc'd string: dir + "/" + name */
+char *rf_path_join(const char *dir, const char *name);
+int rf_mkdir_p(const char *path);
+
+#endif
