@@ -25,6 +25,7 @@ typedef struct {
     rf_st_file *files;        /* the mmap'd shards */
     int n_files;
     char *dir;
+    void *owned;              /* heap block holding in-memory weights, or NULL */
 } rf_model;
 
 /* Load <dir>/config.json and model.safetensors or the shards listed in
@@ -41,5 +42,10 @@ void rf_model_free(rf_model *m);
  * checkpoint does not need 16 GiB of RAM. */
 int rf_model_write_random(const rf_config *cfg, const char *dir, rf_dtype dtype,
                           size_t shard_bytes, float init_std, uint64_t seed);
+
+/* A random model held in memory (no files): for tests and benchmarks that
+ * do not need the loader. Same init as rf_model_write_random. */
+void rf_model_init_random(rf_model *m, const rf_config *cfg, rf_dtype dtype,
+                          float init_std, uint64_t seed);
 
 #endif

@@ -1,0 +1,52 @@
+/* tokenizer.h - byte-level BPE tokenizer read from a Hugging Face
+ * tokenizer.json (Qwen3's, or a small one trained by this project), the Qwen3
+ * chat template, and a streaming decoder. */
+#ifndef RF_TOKENIZER_H
+#define RF_TOKENIZER_H
+
+#include <stddef.h>
+
+typedef struct rf_tokenizer rf_tokenizer;
+
+/* path: a tokenizer.json file or a model directory holding tokenizer.json
+ * (and optionally tokenizer_config.json, which supplies eos / chat template
+ * settings). <|beginoftext|> and <|mask|> are added when the file lacks them
+ * (ids 151669 / 151670 for the Qwen3 vocabulary, else the next free ids).
+ * NULL on error with rf_last_error() set. */
+rf_tokenizer *rf_tok_load(const char *path);
+void rf_tok_free(rf_tokenizer *t);
+
+/* Encode UTF-8 text (special/added tokens in the text are matched as such).
+ * *ids is malloc'd. -1 on invalid UTF-8 (error names the byte offset). */
+int rf_tok_encode(const rf_tokenizer *t, const char *text, size_t len, int **ids, int *n_ids);
+/* Decode ids to a malloc'd UTF-8 string; skip_special drops special tokens.
+ * NULL if an id is out of range. */
+char *rf_tok_decode(const rf_tokenizer *t, const int *ids, int n, int skip_special);
+
+int rf_tok_vocab_size(const rf_tokenizer *t);      /* largest id + 1 */
+int rf_tok_id(const rf_tokenizer *t, const char *token); /* -1 if unknown */
+const char *rf_tok_piece(const rf_tokenizer *t, int id); /* raw vocab string */
+int rf_tok_is_special(const rf_tokenizer *t, int id);
+int rf_tok_eos_id(const rf_tokenizer *t);   /* tokenizer_config eos, e.g. <|im_end|> */
+int rf_tok_mask_id(const rf_tokenizer *t);  /* <|mask|> */
+
+/* ---- chat template (Qwen3's, for plain conversations) ---- */
+typedef struct {
+    const char *role;    /* "system" | "user" | "assistant" */
+    const char *content;
+} rf_chat_msg;
+/* malloc'd prompt text, identical to what tokenizer_config.json's Jinja
+ * template renders for these messages. */
+char *rf_chat_apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n,
+                    int add_generation_prompt, int enable_thinking);
+
+/* ---- streaming decode: feed ids one by one, get back the text that is now
+ * final; bytes of an incomplete UTF-8 sequence are held back. ---- */
+typedef struct rf_tok_stream rf_tok_stream;
+rf_tok_stream *rf_tok_stream_new(const rf_tokenizer *t, int skip_special);
+/* Returns a pointer to a NUL-terminated chunk valid until the next call. */
+const char *rf_tok_stream_put(rf_tok_stream *s, int id);
+const char *rf_tok_stream_flush(rf_tok_stream *s);
+void rf_tok_stream_free(rf_tok_stream *s);
+
+#endif
