@@ -45,4 +45,16 @@ void rf_st_writer_add(rf_st_writer *w, const char *name, rf_dtype dtype, int ndi
                       const int64_t *shape, const void *data);
 int rf_st_writer_finish(rf_st_writer *w, const char *path); /* frees w */
 
+/* Streaming variant: the tensor's bytes are produced on demand while the file
+ * is written, so a checkpoint larger than RAM can be written. fill(ctx, e0, n,
+ * dst) writes elements [e0, e0 + n) of the tensor (in its dtype) to dst; it is
+ * called in increasing order with e0 a multiple of RF_ST_FILL_CHUNK and
+ * n <= RF_ST_FILL_CHUNK. ctx must stay valid until finish. */
+#define RF_ST_FILL_CHUNK ((size_t)1 << 22)
+typedef void (*rf_st_fill_fn)(void *ctx, size_t e0, size_t n, void *dst);
+void rf_st_writer_add_gen(rf_st_writer *w, const char *name, rf_dtype dtype, int ndim,
+                          const int64_t *shape, rf_st_fill_fn fill, void *ctx);
+/* Total bytes of the data section added so far (without the header). */
+size_t rf_st_writer_data_bytes(const rf_st_writer *w);
+
 #endif

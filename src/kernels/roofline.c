@@ -1,0 +1,82 @@
+/* roofline.c - measured read bandwidth and FMA peak (see roofline.h). */
+#include <immintrin.h>
+#include <omp.h>
+#include <stdlib.h>
+#include "kernels/roofline.h"
+#include "util/util.h"
+
+double rf_measure_read_gbs(void) {
+    size_t n = (size_t)1 << 28; /* 2^28 floats = 1 GiB: far beyond any cache */
+    float *a = rf_aligned_alloc(n * sizeof(float));
+    /* first touch from the threads that will read (NUMA placement), and
+     * non-zero so the pages are really mapped */
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) a[i] = 1.0f;
+    double best = 0, sink = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = rf_now(), tot = 0;
+        /* four independent vector sums per thread: the loop is bound by the
+         * loads alone, not by an add chain */
+#pragma omp parallel reduction(+ : tot)
+        {
+            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+#pragma omp for schedule(static)
+            for (size_t b = 0; b < n / 32; b++) { /* 32 floats = 2 cache lines */
+                const float *p = a + b * 32;
+                s0 = _mm256_add_ps(s0, _mm256_load_ps(p));
+                s1 = _mm256_add_ps(s1, _mm256_load_ps(p + 8));
+                s2 = _mm256_add_ps(s2, _mm256_load_ps(p + 16));
+                s3 = _mm256_add_ps(s3, _mm256_load_ps(p + 24));
+            }
+            __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+            tot += _mm256_cvtss_f32(s);
+        }
+        double dt = rf_now() - t0;
+        sink += tot;
+        double gbs = n * sizeof(float) / dt / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    if (sink < 0) best = -best; /* keep the sums alive; never true */
+    free(a);
+    return best;
+}
+
+double rf_measure_fma_gflops(void) {
+    /* 12 independent accumulator chains per thread cover FMA latency (4
+     * cycles) x 2 FMA ports with room to spare; acc = acc * m + c converges
+     * to c / (1 - m), so there are no overflows or denormals. */
+    const long iters = 20 * 1000 * 1000;
+    double best = 0, sink = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        int nt = 1;
+        double t0 = rf_now();
+#pragma omp parallel reduction(+ : sink)
+        {
+#pragma omp single
+            nt = omp_get_num_threads();
+            __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-6f);
+            __m256 a0 = _mm256_set1_ps(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+            __m256 a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+            for (long i = 0; i < iters; i++) {
+                a0 = _mm256_fmadd_ps(a0, m, c); a1 = _mm256_fmadd_ps(a1, m, c);
+                a2 = _mm256_fmadd_ps(a2, m, c); a3 = _mm256_fmadd_ps(a3, m, c);
+                a4 = _mm256_fmadd_ps(a4, m, c); a5 = _mm256_fmadd_ps(a5, m, c);
+                a6 = _mm256_fmadd_ps(a6, m, c); a7 = _mm256_fmadd_ps(a7, m, c);
+                a8 = _mm256_fmadd_ps(a8, m, c); a9 = _mm256_fmadd_ps(a9, m, c);
+                a10 = _mm256_fmadd_ps(a10, m, c); a11 = _mm256_fmadd_ps(a11, m, c);
+                /* an empty asm that claims to change m stops the compiler from
+                 * folding the loop */
+                __asm__ volatile("" : "+x"(m));
+            }
+            __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                                     _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+            s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+            sink += _mm256_cvtss_f32(s);
+        }
+        double dt = rf_now() - t0;
+        double gf = (double)nt * iters * 12 * 8 * 2 / dt / 1e9;
+        if (gf > best) best = gf;
+    }
+    if (sink < 0) best = -best;
+    return best;
+}

@@ -1,0 +1,244 @@
+/* forward.c - the Qwen3 forward pass on the reorderable KV cache.
+ *
+ * Per layer, for the T = R*n tokens of a call:
+ *   xb = rmsnorm(x) ; q,k,v = xb Wq^T, xb Wk^T, xb Wv^T
+ *   q,k = rmsnorm per head (q_norm/k_norm) then RoPE at each token's position id
+ *   k,v are appended to the cache; attention over the keys each token sees
+ *   x += attn Wo^T ; xb = rmsnorm(x) ; x += (silu(xb Wg^T) * xb Wu^T) Wd^T
+ * All T tokens go through each matmul together, so the weights are streamed
+ * once per call whatever n is: that is what makes ReFusion's 8-64 token calls
+ * cost little more than a 1-token AR step on a CPU. */
+#include "model/forward.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h"
+
+struct rf_runstate {
+    int max_tokens, max_ctx, n_threads;
+    float *x;      /* [T, d] residual stream */
+    float *xb;     /* [T, d] normed input of a sub-block */
+    float *q;      /* [T, n_heads * hd] */
+    float *k, *v;  /* [T, kv_dim] */
+    float *att;    /* [T, n_heads * hd] attention output */
+    float *hb;     /* [T, ffn] gate, then silu(gate) * up */
+    float *hb2;    /* [T, ffn] up */
+    float *scores; /* [n_threads, max_ctx + max_tokens] attention weights */
+};
+
+rf_runstate *rf_runstate_new(const rf_config *cfg, int max_tokens, int max_ctx) {
+    rf_runstate *s = rf_calloc(1, sizeof *s);
+    size_t T = (size_t)max_tokens, d = cfg->hidden_size, qd = (size_t)cfg->n_heads * cfg->head_dim,
+           kvd = (size_t)cfg->n_kv_heads * cfg->head_dim, ffn = cfg->intermediate_size;
+    s->max_tokens = max_tokens;
+    s->max_ctx = max_ctx;
+    s->n_threads = omp_get_max_threads();
+    s->x = rf_aligned_alloc(T * d * sizeof(float));
+    s->xb = rf_aligned_alloc(T * d * sizeof(float));
+    s->q = rf_aligned_alloc(T * qd * sizeof(float));
+    s->k = rf_aligned_alloc(T * kvd * sizeof(float));
+    s->v = rf_aligned_alloc(T * kvd * sizeof(float));
+    s->att = rf_aligned_alloc(T * qd * sizeof(float));
+    s->hb = rf_aligned_alloc(T * ffn * sizeof(float));
+    s->hb2 = rf_aligned_alloc(T * ffn * sizeof(float));
+    s->scores = rf_aligned_alloc((size_t)s->n_threads * (max_ctx + T) * sizeof(float));
+    return s;
+}
+
+void rf_runstate_free(rf_runstate *s) {
+    if (!s) return;
+    free(s->x);
+    free(s->xb);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->att);
+    free(s->hb);
+    free(s->hb2);
+    free(s->scores);
+    free(s);
+}
+
+/* The keys/values token (r, j) attends to, as up to two contiguous runs in
+ * the cache: main[0, n0) and, for a forked cache, row r's extension [0, n1). */
+typedef struct {
+    const float *k0, *v0;
+    int n0;
+    const float *k1, *v1;
+    int n1;
+} kv_view;
+
+/* out[hd] = softmax(q . K^T * scale) V over the view, for kv head g. */
+static void attend(float *out, const float *q, const kv_view *w, int g, int hd, int kv_dim,
+                   float scale, float *sc) {
+    int n = w->n0 + w->n1;
+    float mx = -INFINITY;
+    for (int t = 0; t < n; t++) {
+        const float *kt = t < w->n0 ? w->k0 + (size_t)t * kv_dim : w->k1 + (size_t)(t - w->n0) * kv_dim;
+        sc[t] = rf_dot(q, kt + g * hd, hd) * scale;
+        if (sc[t] > mx) mx = sc[t];
+    }
+    float sum = 0;
+    for (int t = 0; t < n; t++) {
+        sc[t] = expf(sc[t] - mx);
+        sum += sc[t];
+    }
+    float inv = 1.0f / sum;
+    memset(out, 0, hd * sizeof(float));
+    for (int t = 0; t < n; t++) {
+        const float *vt = t < w->n0 ? w->v0 + (size_t)t * kv_dim : w->v1 + (size_t)(t - w->n0) * kv_dim;
+        float p = sc[t] * inv;
+        vt += g * hd;
+        for (int i = 0; i < hd; i++) out[i] += p * vt[i];
+    }
+}
+
+static int check_batch(const rf_model *m, const rf_kvcache *c, const rf_runstate *s, const rf_batch *b) {
+    const rf_config *cfg = &m->cfg;
+    int R = b->n_rows, n = b->n_tok, T = R * n;
+    if (R <= 0 || n <= 0) {
+        rf_set_error("forward: empty batch (%d rows x %d tokens)", R, n);
+        return -1;
+    }
+    if (T > s->max_tokens) {
+        rf_set_error("forward: %d tokens exceed the run state's %d", T, s->max_tokens);
+        return -1;
+    }
+    if (c->n_rows ? R != c->n_rows : R != 1) {
+        rf_set_error("forward: %d rows but the cache has %d forked rows", R, c->n_rows);
+        return -1;
+    }
+    if (c->n_rows) {
+        for (int r = 0; r < R; r++)
+            if (c->row_len[r] + n > c->row_cap) {
+                rf_set_error("forward: row %d extension full (%d + %d > %d)", r, c->row_len[r], n, c->row_cap);
+                return -1;
+            }
+        if (c->fork_len + c->row_cap + n > s->max_ctx) {
+            rf_set_error("forward: context %d exceeds the run state's %d", c->fork_len + c->row_cap + n, s->max_ctx);
+            return -1;
+        }
+    } else if (c->len + n > c->cap || c->len + n > s->max_ctx) {
+        rf_set_error("forward: context of %d + %d tokens exceeds the KV cache (%d)", c->len, n,
+                     c->cap < s->max_ctx ? c->cap : s->max_ctx);
+        return -1;
+    }
+    for (int i = 0; i < T; i++) {
+        if (b->tokens[i] < 0 || b->tokens[i] >= cfg->vocab_size) {
+            rf_set_error("forward: token id %d outside the vocabulary [0, %d)", b->tokens[i], cfg->vocab_size);
+            return -1;
+        }
+        if (b->pos[i] < 0) {
+            rf_set_error("forward: negative position id %d", b->pos[i]);
+            return -1;
+        }
+    }
+    if (b->n_logits > T) {
+        rf_set_error("forward: %d logits asked for %d tokens", b->n_logits, T);
+        return -1;
+    }
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logit_idx[i] < 0 || b->logit_idx[i] >= T) {
+            rf_set_error("forward: logit index %d outside [0, %d)", b->logit_idx[i], T);
+            return -1;
+        }
+    return 0;
+}
+
+int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch *b) {
+    if (check_batch(m, c, s, b) != 0) return -1;
+    const rf_config *cfg = &m->cfg;
+    const int R = b->n_rows, n = b->n_tok, T = R * n;
+    const int d = cfg->hidden_size, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads;
+    const int qd = nh * hd, kvd = nkv * hd, ffn = cfg->intermediate_size, group = nh / nkv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int forked = c->n_rows > 0;
+
+    for (int i = 0; i < T; i++) rf_mat_row_f32(s->x + (size_t)i * d, &m->embed, b->tokens[i]);
+
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const rf_layer *L = &m->layers[l];
+        /* ---- attention ---- */
+        rf_rmsnorm(s->xb, s->x, L->attn_norm, T, d, cfg->rms_eps);
+        rf_matmul(s->q, s->xb, &L->q, T);
+        rf_matmul(s->k, s->xb, &L->k, T);
+        rf_matmul(s->v, s->xb, &L->v, T);
+        rf_rmsnorm(s->q, s->q, L->q_norm, T * nh, hd, cfg->rms_eps);
+        rf_rmsnorm(s->k, s->k, L->k_norm, T * nkv, hd, cfg->rms_eps);
+        rf_rope(s->q, b->pos, T, nh, hd, cfg->rope_theta);
+        rf_rope(s->k, b->pos, T, nkv, hd, cfg->rope_theta);
+
+        /* append the new K/V: after main (unforked) or after each row's extension */
+        float *lk = c->k + (size_t)l * c->cap * kvd, *lv = c->v + (size_t)l * c->cap * kvd;
+        for (int r = 0; r < R; r++) {
+            float *dk, *dv;
+            if (forked) {
+                size_t off = (((size_t)r * c->n_layers + l) * c->row_cap + c->row_len[r]) * kvd;
+                dk = c->row_k + off;
+                dv = c->row_v + off;
+            } else {
+                dk = lk + (size_t)c->len * kvd;
+                dv = lv + (size_t)c->len * kvd;
+            }
+            memcpy(dk, s->k + (size_t)r * n * kvd, (size_t)n * kvd * sizeof(float));
+            memcpy(dv, s->v + (size_t)r * n * kvd, (size_t)n * kvd * sizeof(float));
+        }
+
+        /* every (row, token, head) attends independently */
+#pragma omp parallel for schedule(dynamic, 4)
+        for (int task = 0; task < T * nh; task++) {
+            int i = task / nh, h = task % nh, r = i / n, j = i % n;
+            int lim = b->bidirectional ? n : j + 1; /* chunk tokens this one sees */
+            kv_view w;
+            w.k0 = lk;
+            w.v0 = lv;
+            if (forked) {
+                size_t off = (((size_t)r * c->n_layers + l) * c->row_cap) * kvd;
+                w.n0 = c->fork_len;
+                w.k1 = c->row_k + off;
+                w.v1 = c->row_v + off;
+                w.n1 = c->row_len[r] + lim;
+            } else {
+                w.n0 = c->len + lim;
+                w.k1 = w.v1 = NULL;
+                w.n1 = 0;
+            }
+            float *sc = s->scores + (size_t)omp_get_thread_num() * (s->max_ctx + s->max_tokens);
+            attend(s->att + (size_t)i * qd + h * hd, s->q + (size_t)i * qd + h * hd, &w, h / group, hd, kvd,
+                   scale, sc);
+        }
+        rf_matmul(s->xb, s->att, &L->o, T);
+        rf_add(s->x, s->xb, (size_t)T * d);
+
+        /* ---- SwiGLU MLP ---- */
+        rf_rmsnorm(s->xb, s->x, L->ffn_norm, T, d, cfg->rms_eps);
+        rf_matmul(s->hb, s->xb, &L->gate, T);
+        rf_matmul(s->hb2, s->xb, &L->up, T);
+        rf_silu_mul(s->hb, s->hb2, (size_t)T * ffn);
+        rf_matmul(s->xb, s->hb, &L->down, T);
+        rf_add(s->x, s->xb, (size_t)T * d);
+    }
+
+    /* the new entries are now part of the cache, with their position ids */
+    for (int r = 0; r < R; r++) {
+        int *dst = forked ? c->row_pos + (size_t)r * c->row_cap + c->row_len[r] : c->pos + c->len;
+        memcpy(dst, b->pos + (size_t)r * n, n * sizeof(int));
+        if (forked)
+            c->row_len[r] += n;
+        else
+            c->len += n;
+    }
+
+    /* logits only where asked: gather, final norm, lm head */
+    if (b->n_logits > 0) {
+        float *xf = s->xb; /* T >= n_logits rows of d are free here */
+        for (int i = 0; i < b->n_logits; i++)
+            memcpy(xf + (size_t)i * d, s->x + (size_t)b->logit_idx[i] * d, d * sizeof(float));
+        rf_rmsnorm(xf, xf, m->final_norm, b->n_logits, d, cfg->rms_eps);
+        rf_matmul(b->logits, xf, &m->lm_head, b->n_logits);
+    }
+    return 0;
+}

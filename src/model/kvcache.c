@@ -1,0 +1,128 @@
+/* kvcache.c - the reorderable, forkable KV cache (see kvcache.h). */
+#include "model/kvcache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h"
+
+/* address of main entry i of layer l */
+static inline size_t main_off(const rf_kvcache *c, int l, int i) {
+    return ((size_t)l * c->cap + i) * c->kv_dim;
+}
+/* address of row r's extension entry i of layer l */
+static inline size_t row_off(const rf_kvcache *c, int r, int l, int i) {
+    return (((size_t)r * c->n_layers + l) * c->row_cap + i) * c->kv_dim;
+}
+
+void rf_kv_init(rf_kvcache *c, const rf_config *cfg, int cap) {
+    memset(c, 0, sizeof *c);
+    c->n_layers = cfg->n_layers;
+    c->kv_dim = cfg->n_kv_heads * cfg->head_dim;
+    c->cap = cap;
+    size_t n = (size_t)c->n_layers * cap * c->kv_dim * sizeof(float);
+    c->k = rf_aligned_alloc(n);
+    c->v = rf_aligned_alloc(n);
+    c->pos = rf_calloc((size_t)cap, sizeof(int));
+}
+
+void rf_kv_free(rf_kvcache *c) {
+    free(c->k);
+    free(c->v);
+    free(c->pos);
+    free(c->row_k);
+    free(c->row_v);
+    free(c->row_pos);
+    free(c->row_len);
+    memset(c, 0, sizeof *c);
+}
+
+void rf_kv_crop(rf_kvcache *c, int len) {
+    if (len < 0 || len > c->len) rf_die("kv crop to %d outside [0, %d]", len, c->len);
+    c->len = len;
+}
+
+void rf_kv_fork(rf_kvcache *c, int n_rows, int row_cap) {
+    if (n_rows <= 0 || row_cap <= 0) rf_die("kv fork into %d rows of %d", n_rows, row_cap);
+    size_t need = (size_t)n_rows * c->n_layers * row_cap * c->kv_dim;
+    size_t have = (size_t)c->rows_alloc * c->n_layers * c->row_cap * c->kv_dim;
+    if (need > have || n_rows > c->rows_alloc) {
+        free(c->row_k);
+        free(c->row_v);
+        free(c->row_pos);
+        free(c->row_len);
+        c->row_k = rf_aligned_alloc(need * sizeof(float));
+        c->row_v = rf_aligned_alloc(need * sizeof(float));
+        c->row_pos = rf_calloc((size_t)n_rows * row_cap, sizeof(int));
+        c->row_len = rf_calloc((size_t)n_rows, sizeof(int));
+        c->rows_alloc = n_rows;
+    }
+    c->n_rows = n_rows;
+    c->row_cap = row_cap;
+    c->fork_len = c->len;
+    memset(c->row_len, 0, (size_t)n_rows * sizeof(int));
+}
+
+void rf_kv_row_crop(rf_kvcache *c, int r, int len) {
+    if (r < 0 || r >= c->n_rows || len < 0 || len > c->row_len[r])
+        rf_die("kv row crop: row %d to %d invalid", r, len);
+    c->row_len[r] = len;
+}
+
+void rf_kv_select_rows(rf_kvcache *c, const int *keep, int n_keep) {
+    if (n_keep < 0 || n_keep > c->n_rows) rf_die("kv select %d of %d rows", n_keep, c->n_rows);
+    /* Rows are moved through a scratch copy so any order (and repeats) works. */
+    size_t row_floats = (size_t)c->n_layers * c->row_cap * c->kv_dim;
+    float *tk = rf_malloc((size_t)n_keep * row_floats * sizeof(float));
+    float *tv = rf_malloc((size_t)n_keep * row_floats * sizeof(float));
+    int *tp = rf_malloc((size_t)n_keep * c->row_cap * sizeof(int) + 1);
+    int *tl = rf_malloc((size_t)n_keep * sizeof(int) + 1);
+    for (int i = 0; i < n_keep; i++) {
+        int r = keep[i];
+        if (r < 0 || r >= c->n_rows) rf_die("kv select: row %d of %d", r, c->n_rows);
+        memcpy(tk + i * row_floats, c->row_k + r * row_floats, row_floats * sizeof(float));
+        memcpy(tv + i * row_floats, c->row_v + r * row_floats, row_floats * sizeof(float));
+        memcpy(tp + i * c->row_cap, c->row_pos + (size_t)r * c->row_cap, c->row_cap * sizeof(int));
+        tl[i] = c->row_len[r];
+    }
+    memcpy(c->row_k, tk, (size_t)n_keep * row_floats * sizeof(float));
+    memcpy(c->row_v, tv, (size_t)n_keep * row_floats * sizeof(float));
+    memcpy(c->row_pos, tp, (size_t)n_keep * c->row_cap * sizeof(int));
+    memcpy(c->row_len, tl, (size_t)n_keep * sizeof(int));
+    c->n_rows = n_keep;
+    free(tk);
+    free(tv);
+    free(tp);
+    free(tl);
+}
+
+int rf_kv_commit_row(rf_kvcache *c, int r, int start, int count) {
+    if (r < 0 || r >= c->n_rows || start < 0 || count < 0 || start + count > c->row_len[r]) {
+        rf_set_error("kv commit: row %d entries [%d, %d) invalid", r, start, start + count);
+        return -1;
+    }
+    if (c->len + count > c->cap) {
+        rf_set_error("KV cache full: %d + %d entries exceed capacity %d", c->len, count, c->cap);
+        return -1;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        memcpy(c->k + main_off(c, l, c->len), c->row_k + row_off(c, r, l, start),
+               (size_t)count * c->kv_dim * sizeof(float));
+        memcpy(c->v + main_off(c, l, c->len), c->row_v + row_off(c, r, l, start),
+               (size_t)count * c->kv_dim * sizeof(float));
+    }
+    memcpy(c->pos + c->len, c->row_pos + (size_t)r * c->row_cap + start, count * sizeof(int));
+    c->len += count;
+    return 0;
+}
+
+void rf_kv_unfork(rf_kvcache *c) {
+    c->n_rows = 0;
+    c->fork_len = 0;
+}
+
+size_t rf_kv_bytes(const rf_kvcache *c) {
+    return 2 * ((size_t)c->n_layers * c->cap * c->kv_dim +
+                (size_t)c->rows_alloc * c->n_layers * c->row_cap * c->kv_dim) * sizeof(float) +
+           (size_t)c->cap * sizeof(int);
+}

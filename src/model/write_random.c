@@ -1,0 +1,202 @@
+/* write_random.c - randomly initialised Qwen3 models: in memory
+ * (rf_model_init_random) or written as a Hugging Face checkpoint
+ * (rf_model_write_random). Both draw the same numbers for the same seed.
+ *
+ * Determinism without a single sequential stream: every tensor has its own
+ * seed (hash of the model seed and the tensor name) and is cut into blocks of
+ * RF_GEN_BLOCK elements, each with its own RNG seeded from (tensor seed,
+ * block index). So blocks can be generated in parallel and in any chunking
+ * (the streaming writer asks for 4M elements at a time, the in-memory init
+ * for whole tensors) and still give identical weights. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/model.h"
+#include "model/tensors.h"
+#include "util/util.h"
+
+#define RF_GEN_BLOCK ((size_t)1 << 16)
+
+typedef struct {
+    uint64_t seed; /* per-tensor */
+    float std;
+    rf_dtype dtype;
+} gen_ctx;
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t tensor_seed(uint64_t seed, const char *name) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
+    return mix64(seed ^ mix64(h));
+}
+
+static inline void store(void *dst, rf_dtype t, size_t i, float x) {
+    switch (t) {
+    case RF_F32: ((float *)dst)[i] = x; break;
+    case RF_BF16: ((uint16_t *)dst)[i] = rf_f32_to_bf16(x); break;
+    case RF_F16: ((uint16_t *)dst)[i] = rf_f32_to_f16(x); break;
+    }
+}
+
+/* Elements [e0, e0 + n) of a N(0, std^2) tensor; e0 % RF_GEN_BLOCK == 0.
+ * Box-Muller, both outputs of each pair used. */
+static void fill_normal(void *vctx, size_t e0, size_t n, void *dst) {
+    const gen_ctx *g = vctx;
+    size_t nb = (n + RF_GEN_BLOCK - 1) / RF_GEN_BLOCK, b0 = e0 / RF_GEN_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < nb; b++) {
+        rf_rng r;
+        rf_rng_seed(&r, g->seed + (b0 + b) * 0x9e3779b97f4a7c15ull);
+        size_t i0 = b * RF_GEN_BLOCK, cnt = n - i0 < RF_GEN_BLOCK ? n - i0 : RF_GEN_BLOCK;
+        for (size_t i = 0; i < cnt; i += 2) {
+            /* u1 in (0, 1] so the log is finite */
+            double u1 = (double)((rf_rng_next(&r) >> 11) + 1) * 0x1.0p-53;
+            double u2 = (double)(rf_rng_next(&r) >> 11) * 0x1.0p-53;
+            double rad = sqrt(-2.0 * log(u1)) * g->std, s, c;
+            sincos(2.0 * M_PI * u2, &s, &c);
+            store(dst, g->dtype, i0 + i, (float)(rad * c));
+            if (i + 1 < cnt) store(dst, g->dtype, i0 + i + 1, (float)(rad * s));
+        }
+    }
+}
+
+/* ---- in memory ----------------------------------------------------------------- */
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+void rf_model_init_random(rf_model *m, const rf_config *cfg, rf_dtype dtype, float init_std,
+                          uint64_t seed) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->cfg.dtype = dtype;
+    rf_tspec *ts;
+    int n = rf_model_tensor_list(m, &ts);
+    size_t es = rf_dtype_size(dtype), total = 0;
+    for (int i = 0; i < n; i++)
+        total += align64(ts[i].mat ? (size_t)ts[i].rows * ts[i].cols * es : (size_t)ts[i].rows * 4);
+    /* one block for everything; not zeroed: every byte that is used gets written */
+    m->owned = aligned_alloc(64, total ? total : 64);
+    if (!m->owned) rf_die("out of memory: %zu bytes for a random model", total);
+    char *p = m->owned;
+    for (int i = 0; i < n; i++) {
+        if (ts[i].mat) {
+            size_t cnt = (size_t)ts[i].rows * ts[i].cols;
+            gen_ctx g = {tensor_seed(seed, ts[i].name), init_std, dtype};
+            fill_normal(&g, 0, cnt, p);
+            *ts[i].mat = (rf_mat){dtype, p, ts[i].rows, ts[i].cols};
+            p += align64(cnt * es);
+        } else {
+            float *v = (float *)p;
+            for (int j = 0; j < ts[i].rows; j++) v[j] = 1.0f; /* RMSNorm weights start at 1 */
+            *ts[i].vec = v;
+            p += align64((size_t)ts[i].rows * 4);
+        }
+    }
+    if (m->cfg.tie_embeddings) m->lm_head = m->embed;
+    free(ts);
+}
+
+/* ---- on disk -------------------------------------------------------------------- */
+
+static int write_index(const char *dir, const rf_tspec *ts, int n, const int *shard, int n_shards,
+                       size_t total) {
+    /* hand-written JSON: the names are plain ASCII we chose ourselves */
+    size_t cap = 256 + (size_t)n * 200;
+    char *s = rf_malloc(cap);
+    size_t len = (size_t)snprintf(s, cap, "{\n  \"metadata\": {\n    \"total_size\": %zu\n  },\n"
+                                          "  \"weight_map\": {\n", total);
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(s + len, cap - len,
+                                "    \"%s\": \"model-%05d-of-%05d.safetensors\"%s\n", ts[i].name,
+                                shard[i] + 1, n_shards, i + 1 < n ? "," : "");
+    len += (size_t)snprintf(s + len, cap - len, "  }\n}\n");
+    char *path = rf_path_join(dir, "model.safetensors.index.json");
+    int rc = rf_write_file_atomic(path, s, len);
+    free(path);
+    free(s);
+    return rc;
+}
+
+int rf_model_write_random(const rf_config *cfg, const char *dir, rf_dtype dtype,
+                          size_t shard_bytes, float init_std, uint64_t seed) {
+    if (rf_mkdir_p(dir)) return -1;
+    rf_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *cfg;
+    m.cfg.dtype = dtype;
+    char *cpath = rf_path_join(dir, "config.json");
+    int rc = rf_config_save(&m.cfg, cpath);
+    free(cpath);
+    if (rc) return -1;
+
+    rf_tspec *ts;
+    int n = rf_model_tensor_list(&m, &ts);
+    size_t es = rf_dtype_size(dtype), total = 0;
+    int max_vec = 0;
+    /* assign tensors to shards in order: a new shard starts when the next
+     * tensor would push the current one past shard_bytes */
+    int *shard = rf_calloc((size_t)n, sizeof(int)), n_shards = 1;
+    size_t cur = 0;
+    for (int i = 0; i < n; i++) {
+        size_t nb = (size_t)ts[i].rows * (ts[i].cols ? (size_t)ts[i].cols : 1) * es;
+        if (shard_bytes > 0 && cur > 0 && cur + nb > shard_bytes) {
+            n_shards++;
+            cur = 0;
+        }
+        shard[i] = n_shards - 1;
+        cur += nb;
+        total += nb;
+        if (!ts[i].cols && ts[i].rows > max_vec) max_vec = ts[i].rows;
+    }
+    /* norm weights = 1 in the checkpoint's dtype, shared by every norm tensor */
+    void *ones = rf_malloc((size_t)max_vec * es + 1);
+    for (int j = 0; j < max_vec; j++) store(ones, dtype, (size_t)j, 1.0f);
+    gen_ctx *g = rf_calloc((size_t)n, sizeof(gen_ctx));
+
+    rc = 0;
+    for (int s = 0; s < n_shards && rc == 0; s++) {
+        rf_st_writer *w = rf_st_writer_new();
+        for (int i = 0; i < n; i++) {
+            if (shard[i] != s) continue;
+            if (ts[i].cols) {
+                int64_t shape[2] = {ts[i].rows, ts[i].cols};
+                g[i] = (gen_ctx){tensor_seed(seed, ts[i].name), init_std, dtype};
+                rf_st_writer_add_gen(w, ts[i].name, dtype, 2, shape, fill_normal, &g[i]);
+            } else {
+                int64_t shape[1] = {ts[i].rows};
+                rf_st_writer_add(w, ts[i].name, dtype, 1, shape, ones);
+            }
+        }
+        char name[64];
+        if (n_shards == 1)
+            snprintf(name, sizeof name, "model.safetensors");
+        else
+            snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
+        char *path = rf_path_join(dir, name);
+        rc = rf_st_writer_finish(w, path);
+        free(path);
+    }
+    if (rc == 0 && n_shards > 1) rc = write_index(dir, ts, n, shard, n_shards, total);
+    /* a stale file of the other layout would shadow or confuse this one */
+    if (rc == 0) {
+        char *stale = rf_path_join(dir, n_shards > 1 ? "model.safetensors"
+                                                     : "model.safetensors.index.json");
+        unlink(stale);
+        free(stale);
+    }
+    free(g);
+    free(ones);
+    free(shard);
+    free(ts);
+    free(m.layers);
+    return rc;
+}

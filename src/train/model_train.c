@@ -1,0 +1,404 @@
+/* model_train.c - the Qwen3 stack in f32 for training: the parameter block
+ * and its tensor table, the saved activations, forward, loss and backward.
+ *
+ * Shapes: N tokens (packed micro-batch), d hidden, hd head_dim, nh / nkv
+ * query / K-V heads, qd = nh*hd, kvd = nkv*hd, f ffn width, V vocab. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/ops.h"
+#include "train/train.h"
+
+/* ---- parameter block --------------------------------------------------------- */
+
+static void add_tensor(rf_tmodel *m, size_t *off, const char *name, int ndim, int64_t r,
+                       int64_t c) {
+    rf_ptensor *t = &m->tensors[m->n_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    t->shape[0] = r;
+    t->shape[1] = ndim == 2 ? c : 1;
+    t->numel = (size_t)r * (size_t)t->shape[1];
+    t->offset = *off;
+    t->decay = ndim == 2;
+    *off += t->numel;
+}
+
+/* Point a view (w) at a block, walking the tensor table in its order. */
+static void point_view(const rf_tmodel *m, float *block, rf_tweights *w) {
+    int L = m->cfg.n_layers, ti = 0;
+#define NEXT (block + m->tensors[ti++].offset)
+    w->embed = NEXT;
+    for (int l = 0; l < L; l++) {
+        rf_tlayer *y = &w->layers[l];
+        y->attn_norm = NEXT;
+        y->q = NEXT;
+        y->k = NEXT;
+        y->v = NEXT;
+        y->o = NEXT;
+        y->q_norm = NEXT;
+        y->k_norm = NEXT;
+        y->ffn_norm = NEXT;
+        y->gate = NEXT;
+        y->up = NEXT;
+        y->down = NEXT;
+    }
+    w->final_norm = NEXT;
+    w->lm_head = m->cfg.tie_embeddings ? w->embed : NEXT;
+#undef NEXT
+}
+
+void rf_tmodel_init(rf_tmodel *m, const rf_config *cfg) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    int L = cfg->n_layers, d = cfg->hidden_size, hd = cfg->head_dim, f = cfg->intermediate_size;
+    int qd = cfg->n_heads * hd, kvd = cfg->n_kv_heads * hd, V = cfg->vocab_size;
+    m->tensors = rf_calloc((size_t)(11 * L + 3), sizeof(rf_ptensor));
+    size_t off = 0;
+    char nm[80];
+    add_tensor(m, &off, "model.embed_tokens.weight", 2, V, d);
+    for (int l = 0; l < L; l++) {
+#define T(suffix, nd, r, c)                                                  \
+    snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, suffix);         \
+    add_tensor(m, &off, nm, nd, r, c)
+        T("input_layernorm", 1, d, 0);
+        T("self_attn.q_proj", 2, qd, d);
+        T("self_attn.k_proj", 2, kvd, d);
+        T("self_attn.v_proj", 2, kvd, d);
+        T("self_attn.o_proj", 2, d, qd);
+        T("self_attn.q_norm", 1, hd, 0);
+        T("self_attn.k_norm", 1, hd, 0);
+        T("post_attention_layernorm", 1, d, 0);
+        T("mlp.gate_proj", 2, f, d);
+        T("mlp.up_proj", 2, f, d);
+        T("mlp.down_proj", 2, d, f);
+#undef T
+    }
+    add_tensor(m, &off, "model.norm.weight", 1, d, 0);
+    if (!cfg->tie_embeddings) add_tensor(m, &off, "lm_head.weight", 2, V, d);
+    m->n_params = off;
+    m->params = rf_aligned_alloc(off * sizeof(float));
+    m->grads = rf_aligned_alloc(off * sizeof(float));
+    m->w.layers = rf_calloc((size_t)L, sizeof(rf_tlayer));
+    m->g.layers = rf_calloc((size_t)L, sizeof(rf_tlayer));
+    point_view(m, m->params, &m->w);
+    point_view(m, m->grads, &m->g);
+}
+
+void rf_tmodel_free(rf_tmodel *m) {
+    free(m->tensors);
+    free(m->params);
+    free(m->grads);
+    free(m->w.layers);
+    free(m->g.layers);
+    memset(m, 0, sizeof *m);
+}
+
+void rf_tmodel_randomize(rf_tmodel *m, float std, uint64_t seed) {
+    rf_rng r;
+    rf_rng_seed(&r, seed);
+    for (int t = 0; t < m->n_tensors; t++) {
+        const rf_ptensor *p = &m->tensors[t];
+        float *x = m->params + p->offset;
+        for (size_t i = 0; i < p->numel; i++) x[i] = p->ndim == 2 ? std * rf_rng_normal(&r) : 1.0f;
+    }
+}
+
+const rf_ptensor *rf_tmodel_find(const rf_tmodel *m, const char *name) {
+    for (int t = 0; t < m->n_tensors; t++)
+        if (!strcmp(m->tensors[t].name, name)) return &m->tensors[t];
+    return NULL;
+}
+
+/* ---- activations ------------------------------------------------------------ */
+
+#define HEAD_CHUNK 128 /* rows of logits materialised at once: [HEAD_CHUNK, V] */
+
+struct rf_tacts {
+    int max_tok;
+    size_t bytes;
+    /* saved by the forward, per layer l: [L][N, ...] */
+    float *res;    /* [L+1][N, d] residual stream; res[l] is layer l's input */
+    float *ln1;    /* [L][N, d] input_layernorm output */
+    float *rstd1;  /* [L][N] */
+    float *qlin;   /* [L][N, qd] q_proj output (before q_norm) */
+    float *qrstd;  /* [L][N, nh] */
+    float *klin;   /* [L][N, kvd] */
+    float *krstd;  /* [L][N, nkv] */
+    float *q, *k;  /* [L][N, qd] / [L][N, kvd] after norm + RoPE */
+    float *v;      /* [L][N, kvd] */
+    float *att;    /* [L][N, qd] attention output (o_proj input) */
+    float *lse;    /* [L][N, nh] */
+    float *mid;    /* [L][N, d] residual after attention */
+    float *ln2;    /* [L][N, d] */
+    float *rstd2;  /* [L][N] */
+    float *gate, *up, *act; /* [L][N, f] */
+    float *lnf;    /* [N, d] final norm output */
+    float *rstdf;  /* [N] */
+    float *cs, *sn;/* [N, hd/2] RoPE tables */
+    /* backward scratch */
+    float *dres, *dln, *dlnf;  /* [N, d] */
+    float *dq, *dqlin;         /* [N, qd] */
+    float *dk, *dklin, *dv;    /* [N, kvd] */
+    float *dgate, *dup, *dact; /* [N, f] */
+    /* the loss head, in chunks */
+    float *xc, *lc;            /* [C, d], [C, V] */
+    double *ce;                /* [C] */
+    int *rows, *tgt;           /* [C] */
+    float *wgt;                /* [C] */
+};
+
+static float *take(rf_tacts *a, size_t n) {
+    a->bytes += n * sizeof(float);
+    return rf_aligned_alloc(n * sizeof(float));
+}
+
+rf_tacts *rf_tacts_new(const rf_config *c, int max_tok) {
+    rf_tacts *a = rf_calloc(1, sizeof *a);
+    size_t N = (size_t)max_tok, L = (size_t)c->n_layers, d = (size_t)c->hidden_size;
+    size_t hd = (size_t)c->head_dim, nh = (size_t)c->n_heads, nkv = (size_t)c->n_kv_heads;
+    size_t qd = nh * hd, kvd = nkv * hd, f = (size_t)c->intermediate_size;
+    a->max_tok = max_tok;
+    a->res = take(a, (L + 1) * N * d);
+    a->ln1 = take(a, L * N * d);
+    a->rstd1 = take(a, L * N);
+    a->qlin = take(a, L * N * qd);
+    a->qrstd = take(a, L * N * nh);
+    a->klin = take(a, L * N * kvd);
+    a->krstd = take(a, L * N * nkv);
+    a->q = take(a, L * N * qd);
+    a->k = take(a, L * N * kvd);
+    a->v = take(a, L * N * kvd);
+    a->att = take(a, L * N * qd);
+    a->lse = take(a, L * N * nh);
+    a->mid = take(a, L * N * d);
+    a->ln2 = take(a, L * N * d);
+    a->rstd2 = take(a, L * N);
+    a->gate = take(a, L * N * f);
+    a->up = take(a, L * N * f);
+    a->act = take(a, L * N * f);
+    a->lnf = take(a, N * d);
+    a->rstdf = take(a, N);
+    a->cs = take(a, N * hd / 2 + 1);
+    a->sn = take(a, N * hd / 2 + 1);
+    a->dres = take(a, N * d);
+    a->dln = take(a, N * d);
+    a->dlnf = take(a, N * d);
+    a->dq = take(a, N * qd);
+    a->dqlin = take(a, N * qd);
+    a->dk = take(a, N * kvd);
+    a->dklin = take(a, N * kvd);
+    a->dv = take(a, N * kvd);
+    a->dgate = take(a, N * f);
+    a->dup = take(a, N * f);
+    a->dact = take(a, N * f);
+    a->xc = take(a, HEAD_CHUNK * d);
+    a->lc = take(a, HEAD_CHUNK * (size_t)c->vocab_size);
+    a->wgt = take(a, HEAD_CHUNK);
+    a->ce = rf_calloc(HEAD_CHUNK, sizeof(double));
+    a->rows = rf_calloc(HEAD_CHUNK, sizeof(int));
+    a->tgt = rf_calloc(HEAD_CHUNK, sizeof(int));
+    return a;
+}
+
+void rf_tacts_free(rf_tacts *a) {
+    if (!a) return;
+    float **all[] = {&a->res, &a->ln1, &a->rstd1, &a->qlin, &a->qrstd, &a->klin, &a->krstd,
+                     &a->q, &a->k, &a->v, &a->att, &a->lse, &a->mid, &a->ln2, &a->rstd2,
+                     &a->gate, &a->up, &a->act, &a->lnf, &a->rstdf, &a->cs, &a->sn, &a->dres,
+                     &a->dln, &a->dlnf, &a->dq, &a->dqlin, &a->dk, &a->dklin, &a->dv,
+                     &a->dgate, &a->dup, &a->dact, &a->xc, &a->lc, &a->wgt};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(*all[i]);
+    free(a->ce);
+    free(a->rows);
+    free(a->tgt);
+    free(a);
+}
+
+size_t rf_tacts_bytes(const rf_tacts *a) { return a->bytes; }
+
+/* ---- forward ------------------------------------------------------------------- */
+
+static int check_batch(const rf_tmodel *m, const rf_tacts *a, const rf_tbatch *b) {
+    if (b->n_tok > a->max_tok) {
+        rf_set_error("train: micro-batch of %d tokens exceeds the %d allocated", b->n_tok,
+                     a->max_tok);
+        return -1;
+    }
+    int V = m->cfg.vocab_size;
+    for (int i = 0; i < b->n_tok; i++)
+        if (b->tokens[i] < 0 || b->tokens[i] >= V || b->target[i] >= V) {
+            rf_set_error("train: token id %d at %d outside the vocabulary (%d)",
+                         b->tokens[i] < 0 || b->tokens[i] >= V ? b->tokens[i] : b->target[i], i, V);
+            return -1;
+        }
+    return 0;
+}
+
+static void forward(const rf_tmodel *m, rf_tacts *a, const rf_tbatch *b) {
+    const rf_config *c = &m->cfg;
+    int N = b->n_tok, d = c->hidden_size, hd = c->head_dim, nh = c->n_heads;
+    int nkv = c->n_kv_heads, qd = nh * hd, kvd = nkv * hd, f = c->intermediate_size;
+    size_t Nd = (size_t)N * d;
+    for (int i = 0; i < N; i++) /* embedding lookup */
+        memcpy(a->res + (size_t)i * d, m->w.embed + (size_t)b->tokens[i] * d, d * sizeof(float));
+    op_rope_tables(a->cs, a->sn, b->pos, N, hd, c->rope_theta);
+    for (int l = 0; l < c->n_layers; l++) {
+        const rf_tlayer *w = &m->w.layers[l];
+        size_t L = (size_t)l;
+        /* stride of each saved array is max_tok rows so layer l's slice is fixed */
+        size_t M = (size_t)a->max_tok;
+        float *res = a->res + L * M * d, *ln1 = a->ln1 + L * M * d, *rstd1 = a->rstd1 + L * M;
+        float *qlin = a->qlin + L * M * qd, *qrstd = a->qrstd + L * M * nh;
+        float *klin = a->klin + L * M * kvd, *krstd = a->krstd + L * M * nkv;
+        float *q = a->q + L * M * qd, *k = a->k + L * M * kvd, *v = a->v + L * M * kvd;
+        float *att = a->att + L * M * qd, *lse = a->lse + L * M * nh;
+        float *mid = a->mid + L * M * d, *ln2 = a->ln2 + L * M * d, *rstd2 = a->rstd2 + L * M;
+        float *gate = a->gate + L * M * f, *up = a->up + L * M * f, *act = a->act + L * M * f;
+        float *next = a->res + (L + 1) * M * d;
+
+        op_rmsnorm_fwd(ln1, rstd1, res, w->attn_norm, N, d, c->rms_eps);
+        op_matmul_fwd(qlin, ln1, w->q, N, d, qd);
+        op_matmul_fwd(klin, ln1, w->k, N, d, kvd);
+        op_matmul_fwd(v, ln1, w->v, N, d, kvd);
+        op_rmsnorm_fwd(q, qrstd, qlin, w->q_norm, N * nh, hd, c->rms_eps); /* per head */
+        op_rmsnorm_fwd(k, krstd, klin, w->k_norm, N * nkv, hd, c->rms_eps);
+        op_rope_fwd(q, a->cs, a->sn, N, nh, hd);
+        op_rope_fwd(k, a->cs, a->sn, N, nkv, hd);
+        op_attention_fwd(att, lse, q, k, v, b->off, b->n_seq, nh, nkv, hd, b->bidirectional);
+        memcpy(mid, res, Nd * sizeof(float)); /* mid = res + att . Wo^T */
+        op_matmul_fwd_acc(mid, att, w->o, N, qd, d);
+        op_rmsnorm_fwd(ln2, rstd2, mid, w->ffn_norm, N, d, c->rms_eps);
+        op_matmul_fwd(gate, ln2, w->gate, N, d, f);
+        op_matmul_fwd(up, ln2, w->up, N, d, f);
+        op_swiglu_fwd(act, gate, up, (size_t)N * f);
+        memcpy(next, mid, Nd * sizeof(float)); /* next = mid + act . Wdown^T */
+        op_matmul_fwd_acc(next, act, w->down, N, f, d);
+    }
+    float *last = a->res + (size_t)c->n_layers * a->max_tok * d;
+    op_rmsnorm_fwd(a->lnf, a->rstdf, last, m->w.final_norm, N, d, c->rms_eps);
+}
+
+/* The loss head over the tokens that carry a target, HEAD_CHUNK rows at a
+ * time so [N, V] logits are never held: logits, CE and (backward) dlogits,
+ * dW_lm_head and dlnf. */
+static void head(rf_tmodel *m, rf_tacts *a, const rf_tbatch *b, int backward, rf_tloss *out) {
+    int d = m->cfg.hidden_size, V = m->cfg.vocab_size, N = b->n_tok;
+    memset(out, 0, sizeof *out);
+    if (backward) memset(a->dlnf, 0, (size_t)N * d * sizeof(float));
+    int i = 0;
+    while (i < N) {
+        int n = 0;
+        for (; i < N && n < HEAD_CHUNK; i++) {
+            if (b->target[i] < 0) continue;
+            a->rows[n] = i;
+            a->tgt[n] = b->target[i];
+            a->wgt[n] = b->weight[i];
+            memcpy(a->xc + (size_t)n * d, a->lnf + (size_t)i * d, d * sizeof(float));
+            n++;
+        }
+        if (!n) break;
+        op_matmul_fwd(a->lc, a->xc, m->w.lm_head, n, d, V);
+        op_xent_fwd_bwd(a->lc, a->ce, a->tgt, a->wgt, n, V, backward);
+        for (int r = 0; r < n; r++) { /* serial: a fixed summation order */
+            double l = (double)a->wgt[r] * a->ce[r];
+            out->loss += l;
+            if (b->kind[a->rows[r]] == RF_LOSS_MDM) {
+                out->mdm += l;
+                out->n_mdm++;
+            } else {
+                out->ar += l;
+                out->n_ar++;
+            }
+        }
+        if (backward) {
+            /* reuse xc's rows: dX = dlogits . W_lm computed into a scratch then scattered */
+            float *dx = a->dln; /* free until the layer backward starts */
+            op_matmul_bwd(dx, m->g.lm_head, a->lc, a->xc, m->w.lm_head, n, d, V, 0);
+            for (int r = 0; r < n; r++)
+                memcpy(a->dlnf + (size_t)a->rows[r] * d, dx + (size_t)r * d, d * sizeof(float));
+        }
+    }
+}
+
+static void backward(rf_tmodel *m, rf_tacts *a, const rf_tbatch *b) {
+    const rf_config *c = &m->cfg;
+    int N = b->n_tok, d = c->hidden_size, hd = c->head_dim, nh = c->n_heads;
+    int nkv = c->n_kv_heads, qd = nh * hd, kvd = nkv * hd, f = c->intermediate_size;
+    size_t M = (size_t)a->max_tok;
+    float *dres = a->dres;
+    memset(dres, 0, (size_t)N * d * sizeof(float));
+    float *last = a->res + (size_t)c->n_layers * M * d;
+    op_rmsnorm_bwd(dres, m->g.final_norm, a->dlnf, last, m->w.final_norm, a->rstdf, N, d);
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        const rf_tlayer *w = &m->w.layers[l];
+        rf_tlayer *g = &m->g.layers[l];
+        size_t L = (size_t)l;
+        float *res = a->res + L * M * d, *ln1 = a->ln1 + L * M * d, *rstd1 = a->rstd1 + L * M;
+        float *qlin = a->qlin + L * M * qd, *qrstd = a->qrstd + L * M * nh;
+        float *klin = a->klin + L * M * kvd, *krstd = a->krstd + L * M * nkv;
+        float *q = a->q + L * M * qd, *k = a->k + L * M * kvd, *v = a->v + L * M * kvd;
+        float *att = a->att + L * M * qd, *lse = a->lse + L * M * nh;
+        float *mid = a->mid + L * M * d, *ln2 = a->ln2 + L * M * d, *rstd2 = a->rstd2 + L * M;
+        float *gate = a->gate + L * M * f, *up = a->up + L * M * f, *act = a->act + L * M * f;
+
+        /* next = mid + act . Wdown^T: dres flows on to mid unchanged */
+        op_matmul_bwd(a->dact, g->down, dres, act, w->down, N, f, d, 0);
+        op_swiglu_bwd(a->dgate, a->dup, a->dact, gate, up, (size_t)N * f);
+        op_matmul_bwd(a->dln, g->gate, a->dgate, ln2, w->gate, N, d, f, 0);
+        op_matmul_bwd(a->dln, g->up, a->dup, ln2, w->up, N, d, f, 1);
+        op_rmsnorm_bwd(dres, g->ffn_norm, a->dln, mid, w->ffn_norm, rstd2, N, d);
+        /* mid = res + att . Wo^T: dres flows on to res unchanged */
+        float *datt = a->dqlin; /* scratch; dqlin is filled only after attention */
+        op_matmul_bwd(datt, g->o, dres, att, w->o, N, qd, d, 0);
+        op_attention_bwd(a->dq, a->dk, a->dv, datt, att, lse, q, k, v, b->off, b->n_seq, nh, nkv,
+                         hd, b->bidirectional);
+        op_rope_bwd(a->dq, a->cs, a->sn, N, nh, hd);
+        op_rope_bwd(a->dk, a->cs, a->sn, N, nkv, hd);
+        memset(a->dqlin, 0, (size_t)N * qd * sizeof(float));
+        memset(a->dklin, 0, (size_t)N * kvd * sizeof(float));
+        op_rmsnorm_bwd(a->dqlin, g->q_norm, a->dq, qlin, w->q_norm, qrstd, N * nh, hd);
+        op_rmsnorm_bwd(a->dklin, g->k_norm, a->dk, klin, w->k_norm, krstd, N * nkv, hd);
+        op_matmul_bwd(a->dln, g->q, a->dqlin, ln1, w->q, N, d, qd, 0);
+        op_matmul_bwd(a->dln, g->k, a->dklin, ln1, w->k, N, d, kvd, 1);
+        op_matmul_bwd(a->dln, g->v, a->dv, ln1, w->v, N, d, kvd, 1);
+        op_rmsnorm_bwd(dres, g->attn_norm, a->dln, res, w->attn_norm, rstd1, N, d);
+    }
+    for (int i = 0; i < N; i++) { /* embedding: serial, rows may repeat */
+        float *ge = m->g.embed + (size_t)b->tokens[i] * d;
+        const float *gi = dres + (size_t)i * d;
+        for (int j = 0; j < d; j++) ge[j] += gi[j];
+    }
+}
+
+int rf_train_step_fb(rf_tmodel *m, rf_tacts *a, const rf_tbatch *b, int bwd, rf_tloss *out) {
+    if (check_batch(m, a, b)) return -1;
+    forward(m, a, b);
+    head(m, a, b, bwd, out);
+    if (bwd) backward(m, a, b);
+    return 0;
+}
+
+int rf_train_logits(rf_tmodel *m, rf_tacts *a, const rf_tbatch *b, float *logits) {
+    if (check_batch(m, a, b)) return -1;
+    forward(m, a, b);
+    op_matmul_fwd(logits, a->lnf, m->w.lm_head, b->n_tok, m->cfg.hidden_size, m->cfg.vocab_size);
+    return 0;
+}
+
+double rf_train_flops(const rf_config *c, const rf_tbatch *b) {
+    double d = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    double f = c->intermediate_size, V = c->vocab_size;
+    double per_tok = c->n_layers * 2.0 * (d * nh * hd * 2 + d * nkv * hd * 2 + 3 * d * f);
+    double fwd = per_tok * b->n_tok, keys = 0;
+    for (int s = 0; s < b->n_seq; s++) {
+        double n = b->off[s + 1] - b->off[s];
+        keys += b->bidirectional ? n * n : n * (n + 1) / 2;
+    }
+    fwd += c->n_layers * nh * keys * 4.0 * hd; /* QK^T and PV */
+    for (int i = 0; i < b->n_tok; i++)
+        if (b->target[i] >= 0) fwd += 2.0 * d * V;
+    return 3.0 * fwd; /* backward ~ 2x forward */
+}

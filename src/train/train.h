@@ -1,0 +1,206 @@
+/* train.h - training Qwen3 / ReFusion models on the CPU, in f32.
+ *
+ * Layout follows karpathy/llm.c: every parameter lives in one contiguous f32
+ * block described by a table of tensors (HF name, shape, offset); gradients
+ * and the AdamW moments are blocks of the same layout. A micro-batch is a set
+ * of examples packed back to back (no padding: a padded token would carry no
+ * loss and be masked out of every attention row, so leaving it out computes
+ * exactly the same thing). Every token carries an explicit position id (RoPE
+ * only); attention is causal over the physical order inside its example, or
+ * bidirectional (MDM baseline).
+ *
+ * The objective is encoded per token as (target, weight): the micro-batch
+ * loss is sum_i weight_i * CE(logits_i, target_i). The batch builder chooses
+ * the weights so that this sum is exactly the reference's normalisation (see
+ * objective.c). */
+#ifndef RF_TRAIN_H
+#define RF_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io/config.h"
+#include "util/util.h"
+
+/* ---- parameters ------------------------------------------------------------ */
+
+typedef struct {
+    char name[80];     /* Hugging Face tensor name, e.g. model.layers.0.mlp.up_proj.weight */
+    int ndim;          /* 1 (norm vectors) or 2 (matrices) */
+    int64_t shape[2];
+    size_t offset;     /* in floats, into the parameter block */
+    size_t numel;
+    int decay;         /* AdamW weight decay applies: matrices yes, norm vectors no */
+} rf_ptensor;
+
+/* Pointers into a block (parameters or gradients), shapes as in torch. */
+typedef struct {
+    float *attn_norm;  /* input_layernorm [d] */
+    float *q, *k, *v;  /* q:[nh*hd, d]  k,v:[nkv*hd, d] */
+    float *q_norm, *k_norm; /* [hd] */
+    float *o;          /* [d, nh*hd] */
+    float *ffn_norm;   /* post_attention_layernorm [d] */
+    float *gate, *up;  /* [f, d] */
+    float *down;       /* [d, f] */
+} rf_tlayer;
+
+typedef struct {
+    float *embed;      /* [V, d] */
+    rf_tlayer *layers; /* [n_layers] */
+    float *final_norm; /* [d] */
+    float *lm_head;    /* [V, d]; == embed when tied */
+} rf_tweights;
+
+typedef struct {
+    rf_config cfg;
+    int n_tensors;
+    rf_ptensor *tensors;  /* HF order */
+    size_t n_params;      /* floats in the block */
+    float *params, *grads;
+    rf_tweights w, g;     /* views of params / grads */
+} rf_tmodel;
+
+/* Allocate the blocks for cfg (params zero, grads zero). */
+void rf_tmodel_init(rf_tmodel *m, const rf_config *cfg);
+void rf_tmodel_free(rf_tmodel *m);
+/* Matrices ~ N(0, std) (seeded), norm vectors = 1. */
+void rf_tmodel_randomize(rf_tmodel *m, float std, uint64_t seed);
+const rf_ptensor *rf_tmodel_find(const rf_tmodel *m, const char *name);
+
+/* ---- one micro-batch, as built by an objective ------------------------------- */
+
+typedef enum { RF_OBJ_REFUSION = 0, RF_OBJ_AR = 1, RF_OBJ_MDM = 2 } rf_objective;
+const char *rf_objective_name(rf_objective o);
+int rf_objective_parse(const char *s, rf_objective *o); /* 0 or -1 */
+
+/* Loss kinds of a token: which part of the loss it feeds (reporting only). */
+enum { RF_LOSS_NONE = 0, RF_LOSS_AR = 1, RF_LOSS_MDM = 2 };
+
+typedef struct {
+    int n_seq;          /* examples in the micro-batch */
+    int n_tok;          /* N: tokens, all examples packed */
+    int bidirectional;  /* 1: every token attends to its whole example (MDM) */
+    int *off;           /* [n_seq + 1]: example b is tokens [off[b], off[b+1]) */
+    int *tokens;        /* [N] input ids, physical order */
+    int *pos;           /* [N] position ids */
+    int *target;        /* [N] token the logits at i must predict, or -1 */
+    float *weight;      /* [N] d(loss)/d(CE_i); 0 where target < 0 */
+    uint8_t *kind;      /* [N] RF_LOSS_* */
+    /* per example, for tests and logs */
+    int *slot_size;     /* [n_seq] refusion slot size (0 otherwise) */
+    float *p_mask;      /* [n_seq] masking probability p (0 for ar) */
+    int cap_seq, cap_tok;
+} rf_tbatch;
+
+void rf_tbatch_free(rf_tbatch *b);
+
+/* A tokenised example: ids = prompt (chat template, generation prompt)
+ * followed by the response and EOS. */
+typedef struct {
+    int *ids;
+    int n_prompt, n_resp;
+} rf_example;
+
+typedef struct {
+    rf_objective obj;
+    int mask_id;
+    float eps;            /* p = (1 - eps) t + eps; 1e-3 as the reference */
+    int slot_sizes[8];    /* refusion: drawn uniformly from these ({4,8,16,32}) */
+    int n_slot_sizes;
+} rf_objcfg;
+
+void rf_objcfg_default(rf_objcfg *oc, rf_objective obj, int mask_id);
+
+/* Build the micro-batch for n examples, drawing the masking from rng.
+ * scale multiplies every weight (1 / gradient-accumulation steps). */
+void rf_tbatch_build(rf_tbatch *b, const rf_objcfg *oc, const rf_example *const *ex, int n,
+                     float scale, rf_rng *rng);
+
+/* ---- forward / backward ---------------------------------------------------- */
+
+typedef struct {
+    double loss;       /* sum_i weight_i * CE_i */
+    double ar, mdm;    /* the same sum split by token kind */
+    int n_ar, n_mdm;   /* tokens carrying each kind of loss */
+} rf_tloss;
+
+typedef struct rf_tacts rf_tacts;
+/* Activations and scratch for micro-batches of up to max_tok tokens. */
+rf_tacts *rf_tacts_new(const rf_config *cfg, int max_tok);
+void rf_tacts_free(rf_tacts *a);
+size_t rf_tacts_bytes(const rf_tacts *a);
+
+/* Forward, loss, and (when backward) gradients ADDED to m->grads. */
+int rf_train_step_fb(rf_tmodel *m, rf_tacts *a, const rf_tbatch *b, int backward, rf_tloss *out);
+/* Logits of every token [N, V] (forward only): for tests against the engine. */
+int rf_train_logits(rf_tmodel *m, rf_tacts *a, const rf_tbatch *b, float *logits);
+/* FLOPs of forward+backward on a batch (matmuls + attention): 3x forward. */
+double rf_train_flops(const rf_config *cfg, const rf_tbatch *b);
+
+/* ---- optimizer ------------------------------------------------------------- */
+
+typedef struct {
+    float lr, min_lr;     /* peak and floor of the cosine */
+    int warmup, total;    /* steps */
+    float beta1, beta2, eps, weight_decay, clip;
+} rf_optcfg;
+
+typedef struct {
+    rf_optcfg c;
+    size_t n;
+    float *m, *v;         /* [n] AdamW moments */
+    long step;            /* optimizer steps taken */
+} rf_adamw;
+
+void rf_optcfg_default(rf_optcfg *c);
+void rf_adamw_init(rf_adamw *o, const rf_optcfg *c, size_t n);
+void rf_adamw_free(rf_adamw *o);
+/* Learning rate at (0-based) step s: linear warm-up then cosine to min_lr. */
+float rf_lr_at(const rf_optcfg *c, long s);
+/* Clip gradients by global norm (returns the norm before clipping) and take
+ * one AdamW step at lr; decay only the tensors marked decay. */
+double rf_adamw_step(rf_adamw *o, rf_tmodel *m, float lr);
+
+/* ---- data ------------------------------------------------------------------ */
+
+typedef struct rf_tokenizer rf_tokenizer;
+
+typedef struct {
+    int n;
+    rf_example *ex;
+    long n_tokens;
+} rf_dataset;
+
+/* Read a JSON list of {"query", "response"} objects or JSON Lines, from one
+ * or more comma-separated files, tokenise with the chat template (user turn +
+ * generation prompt; response + EOS). Examples longer than max_len tokens are
+ * an error naming file and record, or skipped (counted in *n_skipped) when
+ * skip_long. -1 with rf_last_error() = "<file>: record N: what". */
+int rf_dataset_load(rf_dataset *d, const char *paths, const rf_tokenizer *tok, int max_len,
+                    int skip_long, int *n_skipped);
+/* The same from (query, response) pairs already split into ids. */
+void rf_dataset_free(rf_dataset *d);
+
+/* ---- checkpoints ----------------------------------------------------------- */
+
+/* Load weights (any dtype, single file or shards) of dir into m, which must
+ * have been initialised with dir's config. */
+int rf_tmodel_load_weights(rf_tmodel *m, const char *dir);
+/* Write config.json + model.safetensors (f32) + tokenizer files copied from
+ * tok_dir (if non-NULL) into dir. */
+int rf_tmodel_save(const rf_tmodel *m, const char *dir, const char *tok_src);
+
+/* Trainer state saved beside the checkpoint (optimizer.bin). */
+typedef struct {
+    long step;            /* optimizer steps done */
+    long epoch, cursor;   /* data order: epoch and index within its permutation */
+    rf_rng rng;           /* the masking RNG */
+    double tokens_seen, elapsed;
+    uint64_t params_hash; /* of the f32 weights in model.safetensors */
+} rf_tstate;
+
+uint64_t rf_hash_floats(const float *x, size_t n);
+int rf_tstate_save(const char *dir, const rf_tstate *s, const rf_adamw *o);
+int rf_tstate_load(const char *dir, rf_tstate *s, rf_adamw *o);
+
+#endif

@@ -1,0 +1,107 @@
+/* kernels_matmul.c - rf_matmul / rf_matmul_rows / rf_mat_row_f32 against the
+ * double-precision triple loop, on odd shapes and all three weight dtypes.
+ *
+ * Tolerance: the fast kernel accumulates in f32 (in a different order), so
+ * its error grows like sqrt(cols) * eps_f32 * |x||w|; we require
+ * max|y - ref| <= 1e-5 * max|ref| (+ a cols-scaled term for long rows),
+ * which is ~100x above what a correct kernel reaches and far below what any
+ * indexing bug (a wrong or missing term) produces. */
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/kernels.h"
+#include "util/util.h"
+#include "check.h"
+
+static const rf_dtype dtypes[3] = {RF_F32, RF_F16, RF_BF16};
+static const char *dtname(rf_dtype t) { return t == RF_F32 ? "F32" : t == RF_F16 ? "F16" : "BF16"; }
+
+/* random weights in the given dtype, rows x cols */
+static void *rand_weights(rf_rng *g, rf_dtype dt, int rows, int cols) {
+    size_t m = (size_t)rows * cols;
+    if (dt == RF_F32) {
+        float *w = malloc(m * 4 + 4);
+        for (size_t i = 0; i < m; i++) w[i] = rf_rng_normal(g);
+        return w;
+    }
+    uint16_t *w = malloc(m * 2 + 2);
+    for (size_t i = 0; i < m; i++)
+        w[i] = dt == RF_F16 ? rf_f32_to_f16(rf_rng_normal(g)) : rf_f32_to_bf16(rf_rng_normal(g));
+    return w;
+}
+
+static double tol_for(int cols) { return 1e-5 * (1.0 + cols / 1000.0); }
+
+int main(void) {
+    rf_rng g;
+    rf_rng_seed(&g, 1234);
+    const int rows_l[] = {1, 3, 7, 33, 257};
+    const int cols_l[] = {1, 5, 8, 17, 130, 1000};
+    const int n_l[] = {1, 2, 3, 5, 16, 17, 64, 65, 130};
+    double worst = 0;
+    for (int d = 0; d < 3; d++)
+        for (size_t ri = 0; ri < sizeof rows_l / sizeof *rows_l; ri++)
+            for (size_t ci = 0; ci < sizeof cols_l / sizeof *cols_l; ci++) {
+                int rows = rows_l[ri], cols = cols_l[ci];
+                void *wd = rand_weights(&g, dtypes[d], rows, cols);
+                rf_mat W = {dtypes[d], wd, rows, cols};
+                for (size_t ni = 0; ni < sizeof n_l / sizeof *n_l; ni++) {
+                    int n = n_l[ni];
+                    /* skip the slowest combinations of the naive reference */
+                    if ((double)rows * cols * n > 4e6) continue;
+                    float *X = malloc(sizeof(float) * n * cols);
+                    float *Y = malloc(sizeof(float) * n * rows);
+                    float *R = malloc(sizeof(float) * n * rows);
+                    for (int i = 0; i < n * cols; i++) X[i] = rf_rng_normal(&g);
+                    rf_matmul(Y, X, &W, n);
+                    rf_matmul_naive(R, X, &W, n);
+                    double e = check_rel_err(Y, R, (size_t)n * rows);
+                    if (e > worst) worst = e;
+                    CHECK(e <= tol_for(cols), "rf_matmul %s rows=%d cols=%d n=%d: rel err %.3g",
+                          dtname(dtypes[d]), rows, cols, n, e);
+                    /* a row sub-range: rows [r0, r1) must equal those columns of R */
+                    int r0 = rows / 3, r1 = rows - rows / 4;
+                    if (r1 > r0) {
+                        int nr = r1 - r0;
+                        float *Ys = malloc(sizeof(float) * n * nr);
+                        float *Rs = malloc(sizeof(float) * n * nr);
+                        rf_matmul_rows(Ys, X, &W, n, r0, r1);
+                        for (int t = 0; t < n; t++)
+                            memcpy(Rs + (size_t)t * nr, R + (size_t)t * rows + r0, sizeof(float) * nr);
+                        e = check_rel_err(Ys, Rs, (size_t)n * nr);
+                        CHECK(e <= tol_for(cols), "rf_matmul_rows %s rows=%d cols=%d n=%d [%d,%d): rel err %.3g",
+                              dtname(dtypes[d]), rows, cols, n, r0, r1, e);
+                        free(Ys);
+                        free(Rs);
+                    }
+                    free(X);
+                    free(Y);
+                    free(R);
+                }
+                /* the embedding lookup must reproduce the stored values exactly */
+                float *row = malloc(sizeof(float) * cols);
+                int r = rows - 1, exact = 1;
+                rf_mat_row_f32(row, &W, r);
+                for (int c = 0; c < cols; c++) {
+                    size_t k = (size_t)r * cols + c;
+                    float want = dtypes[d] == RF_F32   ? ((float *)wd)[k]
+                                 : dtypes[d] == RF_F16 ? rf_f16_to_f32(((uint16_t *)wd)[k])
+                                                       : rf_bf16_to_f32(((uint16_t *)wd)[k]);
+                    if (row[c] != want) exact = 0;
+                }
+                CHECK(exact, "rf_mat_row_f32 %s cols=%d", dtname(dtypes[d]), cols);
+                free(row);
+                free(wd);
+            }
+    /* a sanity check that the comparison can fail: corrupt one output */
+    {
+        float X[8] = {1, 2, 3, 4, 5, 6, 7, 8}, Wd[8] = {1, 1, 1, 1, 1, 1, 1, 1}, Y[1], R[1];
+        rf_mat W = {RF_F32, Wd, 1, 8};
+        rf_matmul(Y, X, &W, 1);
+        rf_matmul_naive(R, X, &W, 1);
+        CHECK(Y[0] == 36.0f && R[0] == 36.0f, "1x8 ones: got %g / %g", Y[0], R[0]);
+        Y[0] += 1e-3f;
+        CHECK(check_rel_err(Y, R, 1) > tol_for(8), "the tolerance detects a 3e-5 error");
+    }
+    printf("worst relative error %.3g\n", worst);
+    return check_summary("kernels_matmul");
+}

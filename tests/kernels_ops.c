@@ -1,0 +1,134 @@
+/* kernels_ops.c - the per-token kernels against direct double-precision
+ * formulas: rmsnorm, rope (random and large positions, out of order),
+ * silu*mul, softmax, add, dot. Tolerances are relative to the largest
+ * reference magnitude and stated at each CHECK. */
+#include <math.h>
+#include <stdlib.h>
+#include "kernels/kernels.h"
+#include "util/util.h"
+#include "check.h"
+
+static float *randv(rf_rng *g, size_t n, float scale) {
+    float *v = malloc(sizeof(float) * (n + 1));
+    for (size_t i = 0; i < n; i++) v[i] = scale * rf_rng_normal(g);
+    return v;
+}
+
+static void test_rmsnorm(rf_rng *g) {
+    const int dims[] = {1, 7, 8, 33, 128, 1024, 1027};
+    for (size_t k = 0; k < sizeof dims / sizeof *dims; k++) {
+        int n = 3, dim = dims[k];
+        float *x = randv(g, (size_t)n * dim, 3.0f), *w = randv(g, dim, 1.0f);
+        float *y = malloc(sizeof(float) * n * dim), *r = malloc(sizeof(float) * n * dim);
+        float eps = 1e-6f;
+        for (int i = 0; i < n; i++) {
+            double ss = 0;
+            for (int j = 0; j < dim; j++) ss += (double)x[i * dim + j] * x[i * dim + j];
+            double inv = 1.0 / sqrt(ss / dim + eps);
+            for (int j = 0; j < dim; j++) r[i * dim + j] = (float)(w[j] * x[i * dim + j] * inv);
+        }
+        rf_rmsnorm(y, x, w, n, dim, eps);
+        double e = check_rel_err(y, r, (size_t)n * dim);
+        CHECK(e < 1e-6, "rmsnorm dim=%d: rel err %.3g (tol 1e-6)", dim, e);
+        /* in place (out == x) is allowed: the forward pass normalises in place */
+        rf_rmsnorm(x, x, w, n, dim, eps);
+        e = check_rel_err(x, r, (size_t)n * dim);
+        CHECK(e < 1e-6, "rmsnorm in place dim=%d: rel err %.3g", dim, e);
+        free(x); free(w); free(y); free(r);
+    }
+}
+
+static void test_rope(rf_rng *g) {
+    const int hds[] = {2, 8, 64, 128};
+    const float thetas[] = {10000.0f, 1000000.0f};
+    for (size_t a = 0; a < sizeof hds / sizeof *hds; a++)
+        for (size_t b = 0; b < 2; b++) {
+            int hd = hds[a], nh = 3, n = 9, half = hd / 2;
+            float theta = thetas[b];
+            /* out of order and large positions; 0 must be the identity */
+            int pos[9] = {5, 0, 30000, 17, 4095, 1, 32767, 2, 12345};
+            float *x = randv(g, (size_t)n * nh * hd, 1.0f);
+            float *r = malloc(sizeof(float) * n * nh * hd);
+            for (int i = 0; i < n; i++)
+                for (int h = 0; h < nh; h++)
+                    for (int j = 0; j < half; j++) {
+                        const float *v = x + ((size_t)i * nh + h) * hd;
+                        double ang = pos[i] * pow((double)theta, -2.0 * j / hd);
+                        double x1 = v[j], x2 = v[j + half];
+                        r[((size_t)i * nh + h) * hd + j] = (float)(x1 * cos(ang) - x2 * sin(ang));
+                        r[((size_t)i * nh + h) * hd + j + half] = (float)(x2 * cos(ang) + x1 * sin(ang));
+                    }
+            float *x0 = malloc(sizeof(float) * nh * hd);
+            for (int k = 0; k < nh * hd; k++) x0[k] = x[nh * hd + k]; /* token 1, pos 0 */
+            rf_rope(x, pos, n, nh, hd, theta);
+            /* The angle is pos * inv_freq with inv_freq rounded to f32 (as torch
+             * does); at pos 32767 that rounding moves the angle by up to
+             * 32767 * 2^-24 ~ 2e-3 rad, so the tolerance scales with the
+             * position: 1e-5 + |pos| * 1.2e-7 relative. */
+            for (int i = 0; i < n; i++) {
+                size_t off = (size_t)i * nh * hd;
+                double e = check_rel_err(x + off, r + off, (size_t)nh * hd);
+                double tol = 1e-5 + pos[i] * 1.2e-7;
+                CHECK(e < tol, "rope hd=%d theta=%g pos=%d: rel err %.3g (tol %.3g)", hd, theta, pos[i], e, tol);
+            }
+            int same = 1;
+            for (int k = 0; k < nh * hd; k++) same &= x0[k] == x[nh * hd + k];
+            CHECK(same, "rope at position 0 is the identity (hd=%d)", hd);
+            free(x); free(r); free(x0);
+        }
+}
+
+static void test_silu_softmax_add_dot(rf_rng *g) {
+    const int ns[] = {1, 7, 8, 9, 100, 3000};
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        int n = ns[k];
+        float *gt = randv(g, n, 4.0f), *u = randv(g, n, 1.0f), *r = malloc(sizeof(float) * n);
+        if (n > 2) { gt[0] = -90.0f; gt[1] = 90.0f; } /* saturated ends */
+        for (int i = 0; i < n; i++) r[i] = (float)(gt[i] / (1.0 + exp(-(double)gt[i])) * u[i]);
+        rf_silu_mul(gt, u, n);
+        /* elementwise: each output within 2e-6 of its own magnitude (+ tiny) */
+        int ok = 1;
+        double worst = 0;
+        for (int i = 0; i < n; i++) {
+            double e = fabs(gt[i] - r[i]) / (fabs(r[i]) + 1e-30);
+            if (fabs(gt[i] - r[i]) > 2e-6 * fabs(r[i]) + 1e-37) ok = 0;
+            if (e > worst) worst = e;
+        }
+        CHECK(ok, "silu_mul n=%d: elementwise rel err %.3g (tol 2e-6)", n, worst);
+
+        float *x = randv(g, n, 5.0f), *sr = malloc(sizeof(float) * n);
+        if (n > 3) x[3] = 80.0f; /* would overflow exp without the max shift */
+        double m = -INFINITY, s = 0;
+        for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+        for (int i = 0; i < n; i++) s += exp(x[i] - m);
+        for (int i = 0; i < n; i++) sr[i] = (float)(exp(x[i] - m) / s);
+        rf_softmax(x, n);
+        double e = check_rel_err(x, sr, n);
+        CHECK(e < 2e-6, "softmax n=%d: rel err %.3g (tol 2e-6)", n, e);
+        double tot = 0;
+        for (int i = 0; i < n; i++) tot += x[i];
+        CHECK(fabs(tot - 1) < 1e-5, "softmax n=%d sums to %.8f", n, tot);
+
+        float *a = randv(g, n, 1.0f), *b = randv(g, n, 1.0f), *ar = malloc(sizeof(float) * n);
+        double dr = 0, mag = 0;
+        for (int i = 0; i < n; i++) {
+            dr += (double)a[i] * b[i];
+            mag += fabs((double)a[i] * b[i]);
+            ar[i] = a[i] + b[i];
+        }
+        float d = rf_dot(a, b, n);
+        CHECK(fabs(d - dr) <= 1e-6 * mag + 1e-30, "dot n=%d: %.9g vs %.9g", n, d, dr);
+        rf_add(a, b, n);
+        CHECK(check_rel_err(a, ar, n) == 0, "add n=%d is exact", n);
+        free(gt); free(u); free(r); free(x); free(sr); free(a); free(b); free(ar);
+    }
+}
+
+int main(void) {
+    rf_rng g;
+    rf_rng_seed(&g, 99);
+    test_rmsnorm(&g);
+    test_rope(&g);
+    test_silu_softmax_add_dot(&g);
+    return check_summary("kernels_ops");
+}
