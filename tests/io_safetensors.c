@@ -199,6 +199,11 @@ static void test_corruptions(void) {
             "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
             "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
             8, "not valid JSON", "duplicate");
+    /* messages stay one line whatever the header holds */
+    corrupt("ctrlname.safetensors",
+            "{\"a\\nb\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+            "control characters", NULL);
+    corrupt("rawnewline.safetensors", "{\"a\nb\": 1}", 4, "not valid JSON", NULL);
     char *missing = tmp_path("does-not-exist.safetensors");
     expect_fail("missing file", missing, "cannot open", NULL);
     free(missing);

@@ -58,6 +58,21 @@ static void test_rope(rf_rng *g) {
                         r[((size_t)i * nh + h) * hd + j] = (float)(x1 * cos(ang) - x2 * sin(ang));
                         r[((size_t)i * nh + h) * hd + j + half] = (float)(x2 * cos(ang) + x1 * sin(ang));
                     }
+            /* second reference with torch's f32 rounding of the angle:
+             * inv_freq = 1 / theta^(f32(2j) / f32(hd)) in f32, angle =
+             * f32(pos) * inv_freq in f32, then cos/sin in double: this
+             * must match to ~f32 rounding at every position. */
+            float *rt = malloc(sizeof(float) * n * nh * hd);
+            for (int i = 0; i < n; i++)
+                for (int h = 0; h < nh; h++)
+                    for (int j = 0; j < half; j++) {
+                        size_t o = ((size_t)i * nh + h) * hd;
+                        float inv = 1.0f / powf(theta, (float)(2 * j) / (float)hd);
+                        double ang = (float)pos[i] * inv;
+                        double x1 = x[o + j], x2 = x[o + j + half];
+                        rt[o + j] = (float)(x1 * cos(ang) - x2 * sin(ang));
+                        rt[o + j + half] = (float)(x2 * cos(ang) + x1 * sin(ang));
+                    }
             float *x0 = malloc(sizeof(float) * nh * hd);
             for (int k = 0; k < nh * hd; k++) x0[k] = x[nh * hd + k]; /* token 1, pos 0 */
             rf_rope(x, pos, n, nh, hd, theta);
@@ -70,11 +85,14 @@ static void test_rope(rf_rng *g) {
                 double e = check_rel_err(x + off, r + off, (size_t)nh * hd);
                 double tol = 1e-5 + pos[i] * 1.2e-7;
                 CHECK(e < tol, "rope hd=%d theta=%g pos=%d: rel err %.3g (tol %.3g)", hd, theta, pos[i], e, tol);
+                e = check_rel_err(x + off, rt + off, (size_t)nh * hd);
+                CHECK(e < 1e-6, "rope hd=%d theta=%g pos=%d vs f32-angle reference: rel err %.3g (tol 1e-6)", hd,
+                      theta, pos[i], e);
             }
             int same = 1;
             for (int k = 0; k < nh * hd; k++) same &= x0[k] == x[nh * hd + k];
             CHECK(same, "rope at position 0 is the identity (hd=%d)", hd);
-            free(x); free(r); free(x0);
+            free(x); free(r); free(rt); free(x0);
         }
 }
 
@@ -96,15 +114,23 @@ static void test_silu_softmax_add_dot(rf_rng *g) {
         }
         CHECK(ok, "silu_mul n=%d: elementwise rel err %.3g (tol 2e-6)", n, worst);
 
-        float *x = randv(g, n, 5.0f), *sr = malloc(sizeof(float) * n);
-        if (n > 3) x[3] = 80.0f; /* would overflow exp without the max shift */
+        /* logits of spread 3 (a flat-ish distribution, so every element
+         * matters), shifted by +100: exp would overflow without the max
+         * subtraction */
+        float *x = randv(g, n, 3.0f), *sr = malloc(sizeof(float) * n);
+        for (int i = 0; i < n; i++) x[i] += 100.0f;
         double m = -INFINITY, s = 0;
         for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
         for (int i = 0; i < n; i++) s += exp(x[i] - m);
         for (int i = 0; i < n; i++) sr[i] = (float)(exp(x[i] - m) / s);
         rf_softmax(x, n);
-        double e = check_rel_err(x, sr, n);
-        CHECK(e < 2e-6, "softmax n=%d: rel err %.3g (tol 2e-6)", n, e);
+        /* elementwise relative: exp and the sum are each good to ~1e-7 */
+        double e = 0;
+        for (int i = 0; i < n; i++) {
+            double d = fabs(x[i] - sr[i]) / sr[i];
+            e = d > e || d != d ? d : e;
+        }
+        CHECK(e < 2e-6, "softmax n=%d: elementwise rel err %.3g (tol 2e-6)", n, e);
         double tot = 0;
         for (int i = 0; i < n; i++) tot += x[i];
         CHECK(fabs(tot - 1) < 1e-5, "softmax n=%d sums to %.8f", n, tot);
@@ -124,11 +150,35 @@ static void test_silu_softmax_add_dot(rf_rng *g) {
     }
 }
 
+/* silu over a dense sweep of [-80, 80] (this exercises the vector exp over
+ * its whole useful range), and NaN in -> NaN out */
+static void test_silu_sweep(void) {
+    int n = 160001;
+    float *g = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n);
+    for (int i = 0; i < n; i++) { g[i] = -80.0f + 160.0f * i / (n - 1); u[i] = 1.0f; }
+    float *g0 = malloc(sizeof(float) * n);
+    for (int i = 0; i < n; i++) g0[i] = g[i];
+    rf_silu_mul(g, u, n);
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        double r = g0[i] / (1.0 + exp(-(double)g0[i]));
+        double e = fabs(g[i] - r) / (fabs(r) + 1e-300);
+        if (e > worst) worst = e;
+    }
+    CHECK(worst < 2e-6, "silu sweep [-80, 80]: worst elementwise rel err %.3g (tol 2e-6)", worst);
+    float nan8[9], one8[9];
+    for (int i = 0; i < 9; i++) { nan8[i] = i == 2 || i == 8 ? NAN : 1.0f; one8[i] = 1.0f; }
+    rf_silu_mul(nan8, one8, 9);
+    CHECK(isnan(nan8[2]) && isnan(nan8[8]) && !isnan(nan8[0]), "silu keeps NaN as NaN (vector and tail lanes)");
+    free(g); free(u); free(g0);
+}
+
 int main(void) {
     rf_rng g;
     rf_rng_seed(&g, 99);
     test_rmsnorm(&g);
     test_rope(&g);
     test_silu_softmax_add_dot(&g);
+    test_silu_sweep();
     return check_summary("kernels_ops");
 }

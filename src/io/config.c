@@ -2,6 +2,7 @@
  * the two ReFusion token ids), and the standard model shapes. */
 #include "io/config.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,12 +164,18 @@ static int validate(const rf_config *c, const char *path) {
 
 int rf_config_load(rf_config *c, const char *path) {
     memset(c, 0, sizeof *c);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        rf_set_error("%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
     json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
+    json_t *root = json_loadf(f, 0, &jerr);
+    fclose(f);
     if (!root) {
-        /* jansson says "unable to open ..." for missing files */
-        rf_set_error("%s: %s%s (line %d)", path,
-                     jerr.line < 0 ? "" : "invalid JSON: ", jerr.text, jerr.line);
+        for (char *c = jerr.text; *c; c++) /* one-line message */
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+        rf_set_error("%s: invalid JSON: %s (line %d)", path, jerr.text, jerr.line);
         return -1;
     }
     int rc = -1;
@@ -225,8 +232,11 @@ int rf_config_load(rf_config *c, const char *path) {
         goto done;
     }
     json_t *rs = json_object_get(root, "rope_scaling");
-    if (rs && !json_is_null(rs)) {
-        rf_set_error("%s: \"rope_scaling\" is not supported (must be null)", path);
+    json_t *rt = json_object_get(rs, "rope_type");
+    if (!rt) rt = json_object_get(rs, "type");
+    int rope_default = json_is_string(rt) && !strcmp(json_string_value(rt), "default");
+    if (rs && !json_is_null(rs) && !rope_default) {
+        rf_set_error("%s: \"rope_scaling\" is not supported (must be null or default)", path);
         goto done;
     }
     if (json_is_true(json_object_get(root, "use_sliding_window"))) {
@@ -244,6 +254,17 @@ done:
 }
 
 /* ---- saving -------------------------------------------------------------------- */
+
+/* The double nearest to the shortest decimal that reads back as x, so that
+ * 1e-6f is written "1e-06" rather than "9.99999997e-07". */
+static double float_decimal(float x) {
+    char buf[32];
+    for (int prec = 1; prec < 10; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)x);
+        if ((float)strtod(buf, NULL) == x) break;
+    }
+    return strtod(buf, NULL);
+}
 
 static json_t *id_or_null(int id) { return id >= 0 ? json_integer(id) : json_null(); }
 
@@ -269,9 +290,9 @@ int rf_config_save(const rf_config *c, const char *path) {
     json_object_set_new(r, "num_attention_heads", json_integer(c->n_heads));
     json_object_set_new(r, "num_hidden_layers", json_integer(c->n_layers));
     json_object_set_new(r, "num_key_value_heads", json_integer(c->n_kv_heads));
-    json_object_set_new(r, "rms_norm_eps", json_real(c->rms_eps));
+    json_object_set_new(r, "rms_norm_eps", json_real(float_decimal(c->rms_eps)));
     json_object_set_new(r, "rope_scaling", json_null());
-    json_object_set_new(r, "rope_theta", json_real(c->rope_theta));
+    json_object_set_new(r, "rope_theta", json_real(float_decimal(c->rope_theta)));
     json_object_set_new(r, "sliding_window", json_null());
     json_object_set_new(r, "tie_word_embeddings", json_boolean(c->tie_embeddings));
     const char *tn = c->dtype == RF_F32 ? "float32" : c->dtype == RF_F16 ? "float16" : "bfloat16";
@@ -282,8 +303,8 @@ int rf_config_save(const rf_config *c, const char *path) {
     /* ReFusion's additions */
     json_object_set_new(r, "mask_token_id", json_integer(c->mask_id));
     json_object_set_new(r, "bot_token_id", id_or_null(c->bot_id));
-    /* 9 significant digits round-trip every float exactly */
-    char *s = json_dumps(r, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+    /* 15 digits print float_decimal()'s values as their short decimals */
+    char *s = json_dumps(r, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
     json_decref(r);
     if (!s) rf_die("cannot serialise config");
     size_t n = strlen(s);

@@ -132,9 +132,14 @@ static int parse_tensor(rf_tensor *t, const char *path, const char *name, json_t
     }
     uint64_t want = n_el * rf_dtype_size(t->dtype);
     if ((uint64_t)(e - b) != want) {
+        char sh[128];
+        size_t len = (size_t)snprintf(sh, sizeof sh, "[");
+        for (int i = 0; i < t->ndim && len < sizeof sh - 24; i++)
+            len += (size_t)snprintf(sh + len, sizeof sh - len, "%s%" PRId64, i ? ", " : "", t->shape[i]);
+        snprintf(sh + len, sizeof sh - len, "]");
         rf_set_error("%s: tensor '%s': data_offsets [%" PRId64 ", %" PRId64 ") hold %" PRId64
-                     " bytes but shape x %s needs %" PRIu64,
-                     path, name, b, e, e - b, ds, want);
+                     " bytes but shape %s in %s needs %" PRIu64,
+                     path, name, b, e, e - b, sh, ds, want);
         return -1;
     }
     t->nbytes = (size_t)want;
@@ -199,6 +204,9 @@ int rf_st_open(rf_st_file *f, const char *path) {
     json_error_t jerr;
     json_t *root = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
+        /* jansson quotes the text near the error: keep the message one line */
+        for (char *c = jerr.text; *c; c++)
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
         rf_set_error("%s: header is not valid JSON: %s (at byte %d of the header)", path, jerr.text,
                      jerr.position);
         goto fail;
@@ -225,6 +233,15 @@ int rf_st_open(rf_st_file *f, const char *path) {
             }
             continue;
         }
+        /* names end up in one-line error messages, and no real weight name
+         * holds control characters */
+        for (const char *c = key; *c; c++)
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+                rf_set_error("%s: a tensor name contains control characters", path);
+                bad = 1;
+                break;
+            }
+        if (bad) break;
         rf_tensor *t = &f->tensors[f->n_tensors];
         uint64_t b, e;
         if (parse_tensor(t, path, key, val, data, data_size, size, &b, &e) != 0) {

@@ -1,56 +1,253 @@
-/* matmul.c - Y[n, rows] = X[n, cols] . W[rows, cols]^T with W in bf16/f16/f32.
- * (first version: correct and vectorised over cols; tiling comes next) */
+/* matmul.c - Y[n, rows] = X[n, cols] . W[rows, cols]^T, W in bf16/f16/f32,
+ * X and Y in f32, f32 accumulation (a Linear layer for n tokens at once).
+ *
+ * The work is a set of dot products between weight rows and token rows, both
+ * contiguous along cols. The inner kernel computes an R x T tile of them
+ * (R weight rows x T tokens) in R*T eight-wide accumulators: each weight
+ * vector is loaded (and converted from bf16/f16) once and used for all T
+ * tokens, each token vector once and used for all R rows. With 16 AVX2
+ * registers the tile is 3 x 4 (12 accumulators + 3 weights + 1 token).
+ *
+ *  - n = 1..3 is memory-bound: W is streamed once, converted in registers
+ *    (tile 4 x n).
+ *  - n >= 4: tiles of 3 rows x 4 tokens. For bf16/f16 weights the 3 rows
+ *    are first converted to an f32 buffer in L1 (once per row tile), so the
+ *    converting loads are not repeated for every group of 4 tokens.
+ *  - Long rows with many tokens are split along cols (k blocks) so the
+ *    token block being reused stays in L2; partial sums accumulate in Y.
+ *
+ * Threads split the output rows (static, whole tiles); inside an already
+ * parallel region the call runs on the calling thread alone. */
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <immintrin.h>
 #include "kernels/kernels.h"
 #include "util/util.h"
 
-/* 8 consecutive weights starting at element i of row r, as f32. */
-static inline __m256 load8(const rf_mat *W, size_t off) {
-    switch (W->dtype) {
-    case RF_BF16: {
-        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)W->data + off));
+/* ---- loads --------------------------------------------------------------- */
+
+/* 8 weights at element offset off of a matrix of the given dtype, as f32 */
+static inline __attribute__((always_inline)) __m256 load8(rf_dtype dt, const void *p, size_t off) {
+    if (dt == RF_BF16) {
+        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + off));
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     }
-    case RF_F16:
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)W->data + off)));
-    default:
-        return _mm256_loadu_ps((const float *)W->data + off);
+    if (dt == RF_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + off)));
+    return _mm256_loadu_ps((const float *)p + off);
+}
+
+static inline __attribute__((always_inline)) float load1(rf_dtype dt, const void *p, size_t off) {
+    if (dt == RF_BF16) return rf_bf16_to_f32(((const uint16_t *)p)[off]);
+    if (dt == RF_F16) return rf_f16_to_f32(((const uint16_t *)p)[off]);
+    return ((const float *)p)[off];
+}
+
+/* the first m (< 8) lanes set */
+static inline __m256i tail_mask(int m) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* m (< 8) weights at off, the other lanes zero */
+static inline __attribute__((always_inline)) __m256 load_tail(rf_dtype dt, const void *p, size_t off, int m) {
+    if (dt == RF_F32) return _mm256_maskload_ps((const float *)p + off, tail_mask(m));
+    float tmp[8] = {0};
+    for (int i = 0; i < m; i++) tmp[i] = load1(dt, p, off + i);
+    return _mm256_loadu_ps(tmp);
+}
+
+/* Horizontal sums of four vectors at once: {sum a, sum b, sum c, sum d}. */
+static inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 ab = _mm256_hadd_ps(a, b); /* a01 a23 b01 b23 | a45 a67 b45 b67 */
+    __m256 cd = _mm256_hadd_ps(c, d);
+    __m256 abcd = _mm256_hadd_ps(ab, cd); /* a0123 b0123 c0123 d0123 | 4567s */
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+/* ---- the register-tile kernel --------------------------------------------
+ * y[t * ldy + r] (+)= sum_{k < kc} w[r * ldw + k] * x[t * ldx + k]
+ * for r < R, t < T; R, T, dt are compile-time constants at every call site
+ * (always_inline + constant arguments), so acc[][] lives in registers. */
+static inline __attribute__((always_inline)) void
+kern(rf_dtype dt, const int R, const int T, const void *w, size_t ldw, const float *x, size_t ldx,
+     int kc, float *y, size_t ldy, int accumulate) {
+    __m256 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= kc; k += 8) {
+        __m256 wv[4];
+        for (int r = 0; r < R; r++) wv[r] = load8(dt, w, r * ldw + k);
+        for (int t = 0; t < T; t++) {
+            __m256 xv = _mm256_loadu_ps(x + t * ldx + k);
+            for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+    if (k < kc) { /* cols not a multiple of 8: one masked step, zeros beyond */
+        int m = kc - k;
+        __m256 wv[4];
+        for (int r = 0; r < R; r++) wv[r] = load_tail(dt, w, r * ldw + k, m);
+        for (int t = 0; t < T; t++) {
+            __m256 xv = _mm256_maskload_ps(x + t * ldx + k, tail_mask(m));
+            for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+    /* reduce 4 accumulators per hsum4; unused slots are zero vectors */
+    float s[16];
+    __m256 z = _mm256_setzero_ps(), v[16];
+    for (int i = 0; i < 16; i++) v[i] = z;
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) v[t * R + r] = acc[r][t];
+    for (int i = 0; i < R * T; i += 4) _mm_storeu_ps(s + i, hsum4(v[i], v[i + 1], v[i + 2], v[i + 3]));
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < R; r++) {
+            float *o = y + t * ldy + r;
+            *o = accumulate ? *o + s[t * R + r] : s[t * R + r];
+        }
+}
+
+/* Dispatch to a kernel with constant R, T (R*T <= 12 or R = 4, T <= 3). */
+#define KERN_T(DT, R)                                                                   \
+    switch (T) {                                                                        \
+    case 1: kern(DT, R, 1, w, ldw, x, ldx, kc, y, ldy, acc); break;                     \
+    case 2: kern(DT, R, 2, w, ldw, x, ldx, kc, y, ldy, acc); break;                     \
+    case 3: kern(DT, R, 3, w, ldw, x, ldx, kc, y, ldy, acc); break;                     \
+    default: kern(DT, R, (R == 4 ? 3 : 4), w, ldw, x, ldx, kc, y, ldy, acc); break;     \
+    }
+#define KERN_RT(DT)                          \
+    switch (R) {                             \
+    case 1: KERN_T(DT, 1); break;            \
+    case 2: KERN_T(DT, 2); break;            \
+    case 3: KERN_T(DT, 3); break;            \
+    default: KERN_T(DT, 4); break;           \
+    }
+static void tile(rf_dtype dt, int R, int T, const void *w, size_t ldw, const float *x, size_t ldx, int kc,
+                 float *y, size_t ldy, int acc) {
+    if (dt == RF_BF16) { KERN_RT(RF_BF16); }
+    else if (dt == RF_F16) { KERN_RT(RF_F16); }
+    else { KERN_RT(RF_F32); }
+}
+
+/* ---- blocking and threads ------------------------------------------------ */
+
+/* With few tokens the weights are converted in registers as they are
+ * loaded (each weight vector is converted tb/4 times); with more, once into
+ * an f32 buffer. Crossover measured at ~16-32 tokens on the dev machine. */
+#ifndef DIRECT_MAX_T
+#define DIRECT_MAX_T 16
+#endif
+/* n <= SMALL_N uses 4 x n tiles instead of 3 x 4 */
+#ifndef SMALL_N
+#define SMALL_N 2
+#endif
+#ifndef TB_MAX
+#define TB_MAX 128 /* tokens per block: X block reused from L2 */
+#endif
+#ifndef L2_X_BYTES
+#define L2_X_BYTES (512 << 10) /* budget for the X block in L2 */
+#endif
+
+/* o[0..m) = weights [off, off + m) as f32 */
+static inline __attribute__((always_inline)) void convert_row(rf_dtype dt, float *o, const void *p, size_t off, int m) {
+    int k = 0;
+    for (; k + 16 <= m; k += 16) {
+        __m256 a = load8(dt, p, off + k), b = load8(dt, p, off + k + 8);
+        _mm256_storeu_ps(o + k, a);
+        _mm256_storeu_ps(o + k + 8, b);
+    }
+    for (; k + 8 <= m; k += 8) _mm256_storeu_ps(o + k, load8(dt, p, off + k));
+    for (; k < m; k++) o[k] = load1(dt, p, off + k);
+}
+
+/* Rows [a, b) of W (relative to W), all n tokens; runs on one thread. */
+static void matmul_range(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b,
+                         float *buf) {
+    const int cols = W->cols;
+    const size_t esz = W->dtype == RF_F32 ? 4 : 2;
+    if (n <= SMALL_N) { /* memory-bound: stream W once, convert in registers, 4 rows at a time */
+        for (int r = a; r < b; r += 4) {
+            int R = b - r < 4 ? b - r : 4;
+            tile(W->dtype, R, n, (const char *)W->data + (size_t)r * cols * esz, cols, X, cols, cols,
+                 Y + (r - 0), ldy, 0);
+        }
+        return;
+    }
+    for (int t0 = 0; t0 < n; t0 += TB_MAX) {
+        int tb = n - t0 < TB_MAX ? n - t0 : TB_MAX;
+        /* k block: as long as the tb token rows of it fit the L2 budget */
+        int kc = cols;
+        if ((size_t)tb * cols * 4 > L2_X_BYTES) {
+            int nk = (int)(((size_t)tb * cols * 4 + L2_X_BYTES - 1) / L2_X_BYTES);
+            kc = ((cols + nk - 1) / nk + 7) / 8 * 8;
+        }
+        for (int k0 = 0; k0 < cols; k0 += kc) {
+            int kn = cols - k0 < kc ? cols - k0 : kc;
+            for (int r = a; r < b; r += 3) {
+                int R = b - r < 3 ? b - r : 3;
+                const void *w;
+                size_t ldw;
+                if (W->dtype == RF_F32 || tb <= DIRECT_MAX_T) {
+                    w = (const char *)W->data + ((size_t)r * cols + k0) * esz;
+                    ldw = cols;
+                } else { /* convert the R x kn weights once, use them tb times */
+                    for (int i = 0; i < R; i++) {
+                        size_t off = (size_t)(r + i) * cols + k0;
+                        if (W->dtype == RF_BF16) convert_row(RF_BF16, buf + (size_t)i * kc, W->data, off, kn);
+                        else convert_row(RF_F16, buf + (size_t)i * kc, W->data, off, kn);
+                    }
+                    w = buf;
+                    ldw = kc;
+                }
+                rf_dtype kdt = w == buf ? RF_F32 : W->dtype;
+                /* ceil(tb/4) token tiles of near-equal size (17 = 4+4+3+3+3,
+                 * never a lone 1-token tile that would waste the registers) */
+                int ntt = (tb + 3) / 4;
+                for (int i = 0, t = t0; i < ntt; i++) {
+                    int T = tb / ntt + (i < tb % ntt);
+                    tile(kdt, R, T, w, ldw, X + (size_t)t * cols + k0, cols, kn,
+                         Y + (size_t)t * ldy + r, ldy, k0 > 0);
+                    t += T;
+                }
+            }
+        }
     }
 }
 
-static inline float load1(const rf_mat *W, size_t off) {
-    switch (W->dtype) {
-    case RF_BF16: return rf_bf16_to_f32(((const uint16_t *)W->data)[off]);
-    case RF_F16: return rf_f16_to_f32(((const uint16_t *)W->data)[off]);
-    default: return ((const float *)W->data)[off];
+/* Per-thread f32 buffer for converted weight tiles, grown on demand. */
+static float *conv_buf(size_t nfloats) {
+    static _Thread_local float *buf;
+    static _Thread_local size_t cap;
+    if (nfloats > cap) {
+        free(buf);
+        buf = rf_aligned_alloc(nfloats * sizeof(float));
+        cap = nfloats;
     }
-}
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+    return buf;
 }
 
 void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, int r1) {
-    int cols = W->cols, nr = r1 - r0;
-    double work = (double)nr * cols * n;
-#pragma omp parallel for schedule(static) if (work > 65536 && !omp_in_parallel())
-    for (int r = r0; r < r1; r++) {
-        size_t roff = (size_t)r * cols;
-        for (int t = 0; t < n; t++) {
-            const float *x = X + (size_t)t * cols;
-            __m256 acc = _mm256_setzero_ps();
-            int c = 0;
-            for (; c + 8 <= cols; c += 8)
-                acc = _mm256_fmadd_ps(load8(W, roff + c), _mm256_loadu_ps(x + c), acc);
-            float s = hsum8(acc);
-            for (; c < cols; c++) s += load1(W, roff + c) * x[c];
-            Y[(size_t)t * nr + (r - r0)] = s;
-        }
+    int nr = r1 - r0;
+    if (nr <= 0 || n <= 0) return;
+    /* view of rows [r0, r1) as a matrix of its own */
+    rf_mat V = *W;
+    V.data = (const char *)W->data + (size_t)r0 * W->cols * (W->dtype == RF_F32 ? 4 : 2);
+    V.rows = nr;
+    /* Threads take chunks of rows (multiples of 12, so of both row tiles)
+     * from a shared counter rather than one fixed half each: on a machine
+     * shared with other processes a descheduled thread then delays the call
+     * by at most one chunk instead of half of it. ~8 chunks per thread;
+     * each chunk is still a long contiguous run of W. */
+    double work = (double)nr * W->cols * (n < 8 ? 8 : n);
+    int par = !omp_in_parallel() && work > (1 << 18);
+    int nt = par ? omp_get_max_threads() : 1;
+    int chunk = (nr + 8 * nt - 1) / (8 * nt);
+    chunk = (chunk < 24 ? 24 : chunk + 11) / 12 * 12;
+    int nchunks = (nr + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) if (par && nchunks > 1)
+    for (int c = 0; c < nchunks; c++) {
+        int a = c * chunk, b = a + chunk < nr ? a + chunk : nr;
+        float *buf = W->dtype == RF_F32 || n <= DIRECT_MAX_T ? NULL : conv_buf((size_t)3 * (W->cols + 8));
+        matmul_range(Y, nr, X, &V, n, a, b, buf);
     }
 }
 
@@ -63,7 +260,7 @@ void rf_matmul_naive(float *Y, const float *X, const rf_mat *W, int n) {
         for (int r = 0; r < W->rows; r++) {
             double s = 0;
             for (int c = 0; c < W->cols; c++)
-                s += (double)load1(W, (size_t)r * W->cols + c) * X[(size_t)t * W->cols + c];
+                s += (double)load1(W->dtype, W->data, (size_t)r * W->cols + c) * X[(size_t)t * W->cols + c];
             Y[(size_t)t * W->rows + r] = (float)s;
         }
 }
@@ -71,6 +268,11 @@ void rf_matmul_naive(float *Y, const float *X, const rf_mat *W, int n) {
 void rf_mat_row_f32(float *out, const rf_mat *W, int r) {
     size_t off = (size_t)r * W->cols;
     int c = 0;
-    for (; c + 8 <= W->cols; c += 8) _mm256_storeu_ps(out + c, load8(W, off + c));
-    for (; c < W->cols; c++) out[c] = load1(W, off + c);
+    for (; c + 8 <= W->cols; c += 8) {
+        __m256 v = W->dtype == RF_BF16  ? load8(RF_BF16, W->data, off + c)
+                   : W->dtype == RF_F16 ? load8(RF_F16, W->data, off + c)
+                                        : load8(RF_F32, W->data, off + c);
+        _mm256_storeu_ps(out + c, v);
+    }
+    for (; c < W->cols; c++) out[c] = load1(W->dtype, W->data, off + c);
 }

@@ -1,58 +1,172 @@
-/* ops.c - the small per-token kernels: rmsnorm, rope, silu*mul, softmax, add, dot.
- * (first version: plain loops) */
+/* ops.c - the small per-token kernels: rmsnorm, rope, silu*mul, softmax,
+ * add, dot. AVX2 with scalar tails; f32 unless a comment says otherwise. */
 #include <math.h>
+#include <stdlib.h>
+#include <immintrin.h>
 #include "kernels/kernels.h"
 
-/* Sum of squares in double: rows are at most a few thousand wide, and the
- * double accumulator makes the result independent of summation order to
- * well below f32 rounding. */
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* the first m (< 8) lanes set */
+static inline __m256i tail_mask(int m) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* e^x for 8 lanes, ~1 ulp (Cephes expf scheme): x = k ln2 + r with
+ * |r| <= ln2/2, e^r by a degree-6 polynomial, times 2^k built in the
+ * exponent bits. Below -87.3 it returns 0, above 88.7 +inf, NaN stays NaN. */
+static inline __m256 exp8(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.7228317f), lo = _mm256_set1_ps(-87.3365478f);
+    __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ), under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(hi, _mm256_max_ps(lo, x)); /* min/max return the 2nd operand for NaN: kept */
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    /* r = x - k ln2 in two steps (ln2 split in a short exact part + rest) */
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* 2^k: k in [-126, 128]; split as 2^(k/2) * 2^(k - k/2) so that k = 128
+     * (x just below the overflow bound) does not overflow the exponent field */
+    __m256i ki = _mm256_cvtps_epi32(k);
+    __m256i k1 = _mm256_srai_epi32(ki, 1), k2 = _mm256_sub_epi32(ki, k1);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, _mm256_set1_epi32(127)), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, _mm256_set1_epi32(127)), 23));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), over);
+    return _mm256_blendv_ps(y, _mm256_setzero_ps(), under);
+}
+
+/* Sum of squares in double: the result then does not depend on the
+ * summation order to well below f32 rounding (cost: 2 conversions and 2
+ * FMAs per 8 values, nothing next to the matmuls around it). */
 void rf_rmsnorm(float *out, const float *x, const float *w, int n, int dim, float eps) {
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * dim;
         float *oi = out + (size_t)i * dim;
-        double ss = 0;
-        for (int j = 0; j < dim; j++) ss += (double)xi[j] * xi[j];
+        __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+        int j = 0;
+        for (; j + 8 <= dim; j += 8) {
+            __m256 v = _mm256_loadu_ps(xi + j);
+            __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+            s0 = _mm256_fmadd_pd(lo, lo, s0);
+            s1 = _mm256_fmadd_pd(hi, hi, s1);
+        }
+        double d[4];
+        _mm256_storeu_pd(d, _mm256_add_pd(s0, s1));
+        double ss = (d[0] + d[1]) + (d[2] + d[3]);
+        for (; j < dim; j++) ss += (double)xi[j] * xi[j];
         float inv = (float)(1.0 / sqrt(ss / dim + eps));
-        for (int j = 0; j < dim; j++) oi[j] = w[j] * (xi[j] * inv);
+        __m256 vinv = _mm256_set1_ps(inv);
+        for (j = 0; j + 8 <= dim; j += 8) /* out may alias x: read before write */
+            _mm256_storeu_ps(oi + j, _mm256_mul_ps(_mm256_loadu_ps(w + j), _mm256_mul_ps(_mm256_loadu_ps(xi + j), vinv)));
+        for (; j < dim; j++) oi[j] = w[j] * (xi[j] * inv);
     }
 }
 
+/* inv_freq[j] = 1 / theta^(2j/hd) in f32 as torch computes it, and the angle
+ * f32(pos) * inv_freq[j] as an f32 product (torch's float matmul), so the
+ * rounding of the angle at large positions matches the reference model;
+ * cos and sin of that f32 angle are then computed accurately. */
 void rf_rope(float *x, const int *pos, int n, int n_heads, int head_dim, float theta) {
     int half = head_dim / 2;
-    for (int i = 0; i < n; i++)
+    float *inv_freq = malloc(sizeof(float) * 3 * (size_t)(half + 8));
+    float *cs = inv_freq + half + 8, *sn = cs + half + 8;
+    for (int j = 0; j < half; j++) inv_freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+    for (int i = 0; i < n; i++) {
         for (int j = 0; j < half; j++) {
-            /* as torch: inv_freq in f32, angle = f32(pos) * inv_freq in f32 */
-            float inv_freq = (float)(1.0 / pow((double)theta, 2.0 * j / head_dim));
-            float ang = (float)pos[i] * inv_freq;
-            float c = cosf(ang), s = sinf(ang);
-            for (int h = 0; h < n_heads; h++) {
-                float *v = x + ((size_t)i * n_heads + h) * head_dim;
-                float x1 = v[j], x2 = v[j + half];
-                v[j] = x1 * c - x2 * s;
-                v[j + half] = x2 * c + x1 * s;
+            float ang = (float)pos[i] * inv_freq[j];
+            cs[j] = cosf(ang);
+            sn[j] = sinf(ang);
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *a = x + ((size_t)i * n_heads + h) * head_dim, *b = a + half;
+            int j = 0;
+            for (; j + 8 <= half; j += 8) {
+                __m256 x1 = _mm256_loadu_ps(a + j), x2 = _mm256_loadu_ps(b + j);
+                __m256 c = _mm256_loadu_ps(cs + j), s = _mm256_loadu_ps(sn + j);
+                _mm256_storeu_ps(a + j, _mm256_fmsub_ps(x1, c, _mm256_mul_ps(x2, s)));
+                _mm256_storeu_ps(b + j, _mm256_fmadd_ps(x2, c, _mm256_mul_ps(x1, s)));
+            }
+            for (; j < half; j++) {
+                float x1 = a[j], x2 = b[j];
+                a[j] = x1 * cs[j] - x2 * sn[j];
+                b[j] = x2 * cs[j] + x1 * sn[j];
             }
         }
+    }
+    free(inv_freq);
 }
 
+/* silu(g) * u = g / (1 + e^-g) * u */
 void rf_silu_mul(float *g, const float *u, size_t n) {
-    for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(g + i);
+        __m256 e = exp8(_mm256_sub_ps(zero, v));
+        __m256 s = _mm256_div_ps(v, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 void rf_softmax(float *x, int n) {
-    float m = -INFINITY;
-    for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
-    float s = 0;
-    for (int i = 0; i < n; i++) { x[i] = expf(x[i] - m); s += x[i]; }
-    float inv = 1.0f / s;
-    for (int i = 0; i < n; i++) x[i] *= inv;
+    if (n <= 0) return;
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float m = _mm_cvtss_f32(m4);
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    __m256 vmax = _mm256_set1_ps(m), vs = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+        _mm256_storeu_ps(x + i, e);
+        vs = _mm256_add_ps(vs, e);
+    }
+    if (i < n) { /* tail: masked lanes are -inf - m -> e = 0 */
+        __m256i mk = tail_mask(n - i);
+        __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(x + i, mk), _mm256_castsi256_ps(mk));
+        __m256 e = exp8(_mm256_sub_ps(v, vmax));
+        _mm256_maskstore_ps(x + i, mk, e);
+        vs = _mm256_add_ps(vs, e);
+    }
+    __m256 inv = _mm256_set1_ps(1.0f / hsum8(vs));
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    for (; i < n; i++) x[i] *= _mm256_cvtss_f32(inv);
 }
 
 void rf_add(float *y, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] += x[i];
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] += x[i];
 }
 
+/* four independent 8-wide accumulators: the FMA latency is hidden */
 float rf_dot(const float *a, const float *b, int n) {
-    float s = 0;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) s += a[i] * b[i];
     return s;
 }

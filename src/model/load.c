@@ -99,6 +99,13 @@ static int bind_tensor(const rf_tspec *s, const rf_tensor *t, const char *file, 
     return 0;
 }
 
+/* error messages are one line: names with control characters are refused */
+static int has_control(const char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) return 1;
+    return 0;
+}
+
 /* Names of the shard files, in first-seen order, from the index's weight_map;
  * for each expected tensor, which shard holds it (-1: not listed). */
 static int read_index(const char *path, const rf_tspec *ts, int n, char ***files_out,
@@ -106,6 +113,8 @@ static int read_index(const char *path, const rf_tspec *ts, int n, char ***files
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
+        for (char *c = jerr.text; *c; c++) /* one-line message */
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
         rf_set_error("%s: invalid JSON: %s (line %d)", path, jerr.text, jerr.line);
         return -1;
     }
@@ -122,6 +131,11 @@ static int read_index(const char *path, const rf_tspec *ts, int n, char ***files
     json_t *val;
     json_object_foreach(wm, key, val) {
         const char *f = json_string_value(val);
+        if (has_control(key) || (f && has_control(f))) {
+            rf_set_error("%s: weight_map holds names with control characters", path);
+            rc = -1;
+            break;
+        }
         /* shard names are plain file names beside the index, nothing else */
         if (!f || !*f || strchr(f, '/') || !strcmp(f, "..") || !strcmp(f, ".")) {
             rf_set_error("%s: weight_map entry '%s' is not a plain file name", path, key);

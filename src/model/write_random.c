@@ -8,6 +8,7 @@
  * block index). So blocks can be generated in parallel and in any chunking
  * (the streaming writer asks for 4M elements at a time, the in-memory init
  * for whole tensors) and still give identical weights. */
+#include <dirent.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -58,13 +59,16 @@ static void fill_normal(void *vctx, size_t e0, size_t n, void *dst) {
         rf_rng_seed(&r, g->seed + (b0 + b) * 0x9e3779b97f4a7c15ull);
         size_t i0 = b * RF_GEN_BLOCK, cnt = n - i0 < RF_GEN_BLOCK ? n - i0 : RF_GEN_BLOCK;
         for (size_t i = 0; i < cnt; i += 2) {
-            /* u1 in (0, 1] so the log is finite */
-            double u1 = (double)((rf_rng_next(&r) >> 11) + 1) * 0x1.0p-53;
-            double u2 = (double)(rf_rng_next(&r) >> 11) * 0x1.0p-53;
-            double rad = sqrt(-2.0 * log(u1)) * g->std, s, c;
-            sincos(2.0 * M_PI * u2, &s, &c);
-            store(dst, g->dtype, i0 + i, (float)(rad * c));
-            if (i + 1 < cnt) store(dst, g->dtype, i0 + i + 1, (float)(rad * s));
+            /* one 64-bit draw gives both uniforms (24 bits each, plenty for
+             * weights: |z| <= 5.8); u1 in (0, 1] so the log is finite. Float
+             * math: an 8B checkpoint needs 8e9 of these. */
+            uint64_t x = rf_rng_next(&r);
+            float u1 = (float)((x >> 40) + 1) * 0x1.0p-24f;
+            float u2 = (float)((x >> 8) & 0xffffff) * 0x1.0p-24f;
+            float rad = sqrtf(-2.0f * logf(u1)) * g->std, s, c;
+            sincosf(6.28318530717958647f * u2, &s, &c);
+            store(dst, g->dtype, i0 + i, rad * c);
+            if (i + 1 < cnt) store(dst, g->dtype, i0 + i + 1, rad * s);
         }
     }
 }
@@ -124,6 +128,27 @@ static int write_index(const char *dir, const rf_tspec *ts, int n, const int *sh
     free(path);
     free(s);
     return rc;
+}
+
+/* Files of an earlier checkpoint in the same directory would shadow this one
+ * (model.safetensors wins over an index) or linger as orphan shards. */
+static void remove_stale(const char *dir, int n_shards) {
+    char *p = rf_path_join(dir, n_shards > 1 ? "model.safetensors" : "model.safetensors.index.json");
+    unlink(p);
+    free(p);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int k, of, len = 0;
+        if (sscanf(e->d_name, "model-%5d-of-%5d.safetensors%n", &k, &of, &len) == 2 &&
+            len == (int)strlen(e->d_name) && (n_shards == 1 || of != n_shards)) {
+            p = rf_path_join(dir, e->d_name);
+            unlink(p);
+            free(p);
+        }
+    }
+    closedir(d);
 }
 
 int rf_model_write_random(const rf_config *cfg, const char *dir, rf_dtype dtype,
@@ -186,13 +211,7 @@ int rf_model_write_random(const rf_config *cfg, const char *dir, rf_dtype dtype,
         free(path);
     }
     if (rc == 0 && n_shards > 1) rc = write_index(dir, ts, n, shard, n_shards, total);
-    /* a stale file of the other layout would shadow or confuse this one */
-    if (rc == 0) {
-        char *stale = rf_path_join(dir, n_shards > 1 ? "model.safetensors"
-                                                     : "model.safetensors.index.json");
-        unlink(stale);
-        free(stale);
-    }
+    if (rc == 0) remove_stale(dir, n_shards);
     free(g);
     free(ones);
     free(shard);

@@ -7,6 +7,12 @@
 #include "tasks/pyfunc.h"
 #include "tasks/tasks.h"
 
+/* "," followed by exactly three digits: a thousands separator. */
+static int thousands_comma(const char *s) {
+    return s[0] == ',' && isdigit((unsigned char)s[1]) && isdigit((unsigned char)s[2]) &&
+           isdigit((unsigned char)s[3]) && !isdigit((unsigned char)s[4]);
+}
+
 /* arith: the integer right after the first "####" (GSM8K's convention),
  * thousands commas allowed, ended by the end of text, whitespace or a final
  * period. Whatever follows is ignored, as lm-eval's GSM8K match does. */
@@ -24,7 +30,7 @@ static int check_arith(const json_t *ex, const char *ans) {
     if (*s == '-') { neg = 1; s++; }
     if (!isdigit((unsigned char)*s)) return 0;
     long long v = 0;
-    for (; isdigit((unsigned char)*s) || (*s == ',' && isdigit((unsigned char)s[1])); s++) {
+    for (; isdigit((unsigned char)*s) || thousands_comma(s); s++) {
         if (*s == ',') continue;
         if (v > 1000000000000LL) return 0; /* far beyond any answer; avoids overflow */
         v = v * 10 + (*s - '0');

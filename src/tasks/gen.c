@@ -87,9 +87,10 @@ static json_t *arith_inventory(rf_rng *r) {
     sbuf qs = {0}, rs = {0};
     int cur = irand(r, 3, 30);
     sb_printf(&qs, "%s has %d %s.", p->name, cur, things);
-    int n_ops = irand(r, 2, 3);
+    int n_ops = irand(r, 2, 3), friends_told = 0;
     for (int i = 0; i < n_ops; i++) {
         int nxt, op = irand(r, 0, 6);
+        if (op == 4 && friends_told++) op = 0; /* the friends are counted once */
         if (op == 0 || op == 1) { /* gain */
             int b = irand(r, 2, 20);
             nxt = cur + b;
@@ -203,12 +204,42 @@ static json_t *func_chain(rf_rng *r) {
         }
         src = "y";
     }
-    int end = irand(r, 0, 5), c = irand(r, 0, 30), d = irand(r, 0, 9);
+    /* hidden inputs: distinct, a few negative, most in [0, 60] */
+    int64_t xs[8], ys[8];
+    for (int i = 0; i < 8; i++) {
+        int dup;
+        do {
+            xs[i] = i < 2 ? irand(r, -20, -1) : irand(r, 0, 60);
+            dup = 0;
+            for (int j = 0; j < i; j++) dup |= xs[j] == xs[i];
+        } while (dup);
+    }
+    /* the constant of a comparing ending comes from the values the chain
+     * takes on those inputs, so both sides of it get tested */
+    char err[128];
+    sbuf chain = {0};
+    sb_printf(&chain, "%s    return y", rs.s);
+    rf_pyfunc *f = rf_pyfunc_parse(chain.s, err, sizeof err);
+    if (!f) rf_die("func generator wrote unparsable code (%s): %s", err, chain.s);
+    for (int i = 0; i < 8; i++)
+        if (rf_pyfunc_call(f, xs[i], &ys[i])) rf_die("func generator: chain fails: %s", chain.s);
+    rf_pyfunc_free(f);
+    free(chain.s);
+    int64_t sorted[8];
+    memcpy(sorted, ys, sizeof ys);
+    for (int i = 1; i < 8; i++) /* insertion sort */
+        for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+            int64_t t = sorted[j];
+            sorted[j] = sorted[j - 1];
+            sorted[j - 1] = t;
+        }
+    long long c = (long long)sorted[irand(r, 2, 5)];
+    int end = irand(r, 0, 5), d = irand(r, 0, 9);
     switch (end) {
     case 0: sb_printf(&qs, ", then return it."); sb_printf(&rs, "    return y"); break;
     case 1:
-        sb_printf(&qs, ", then return it if it is greater than %d, otherwise return %d.", c, d);
-        sb_printf(&rs, "    return y if y > %d else %d", c, d);
+        sb_printf(&qs, ", then return it if it is greater than %lld, otherwise return %d.", c, d);
+        sb_printf(&rs, "    return y if y > %lld else %d", c, d);
         break;
     case 2:
         sb_printf(&qs, ", then return 1 if it is even, otherwise return 0.");
@@ -216,32 +247,22 @@ static json_t *func_chain(rf_rng *r) {
         break;
     case 3: sb_printf(&qs, ", then return its absolute value."); sb_printf(&rs, "    return abs(y)"); break;
     case 4:
-        sb_printf(&qs, ", then return the larger of it and %d.", c);
-        sb_printf(&rs, "    return max(y, %d)", c);
+        sb_printf(&qs, ", then return the larger of it and %lld.", c);
+        sb_printf(&rs, "    return max(y, %lld)", c);
         break;
     default:
-        sb_printf(&qs, ", then return the smaller of it and %d.", c);
-        sb_printf(&rs, "    return min(y, %d)", c);
+        sb_printf(&qs, ", then return the smaller of it and %lld.", c);
+        sb_printf(&rs, "    return min(y, %lld)", c);
         break;
     }
-    /* hidden tests: distinct inputs spread over negatives and positives,
-     * expected outputs from running the reference answer itself */
-    char err[128];
-    rf_pyfunc *f = rf_pyfunc_parse(rs.s, err, sizeof err);
+    /* expected outputs: run the reference answer itself */
+    f = rf_pyfunc_parse(rs.s, err, sizeof err);
     if (!f) rf_die("func generator wrote unparsable code (%s): %s", err, rs.s);
     json_t *tests = json_array();
-    int64_t xs[8];
     for (int i = 0; i < 8; i++) {
-        int64_t x, y;
-        int dup;
-        do {
-            x = i < 2 ? irand(r, -20, -1) : irand(r, 0, 60);
-            dup = 0;
-            for (int j = 0; j < i; j++) dup |= xs[j] == x;
-        } while (dup);
-        xs[i] = x;
-        if (rf_pyfunc_call(f, x, &y)) rf_die("func generator: reference fails on %lld", (long long)x);
-        json_array_append_new(tests, json_pack("[I, I]", (json_int_t)x, (json_int_t)y));
+        int64_t y;
+        if (rf_pyfunc_call(f, xs[i], &y)) rf_die("func generator: reference fails on %lld", (long long)xs[i]);
+        json_array_append_new(tests, json_pack("[I, I]", (json_int_t)xs[i], (json_int_t)y));
     }
     rf_pyfunc_free(f);
     json_t *e = example("func", qs.s, rs.s);

@@ -360,9 +360,10 @@ static int parse_statement(parser *p) {
     }
     if (p->failed) return -1;
     p->f->n_stmts++;
-    if (is_op(p, ";")) p->at++;
+    int semi = is_op(p, ";");
+    if (semi) p->at++;
     if (peek(p)->kind == T_NEWLINE) p->at++;
-    else if (peek(p)->kind != T_END) return fail(p, "expected end of statement");
+    else if (!semi && peek(p)->kind != T_END) return fail(p, "expected end of statement");
     return 0;
 }
 

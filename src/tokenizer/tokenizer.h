@@ -44,9 +44,19 @@ char *rf_chat_apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n,
  * final; bytes of an incomplete UTF-8 sequence are held back. ---- */
 typedef struct rf_tok_stream rf_tok_stream;
 rf_tok_stream *rf_tok_stream_new(const rf_tokenizer *t, int skip_special);
-/* Returns a pointer to a NUL-terminated chunk valid until the next call. */
+/* Returns a pointer to a NUL-terminated chunk valid until the next call
+ * (NULL if id is out of range). */
 const char *rf_tok_stream_put(rf_tok_stream *s, int id);
 const char *rf_tok_stream_flush(rf_tok_stream *s);
 void rf_tok_stream_free(rf_tok_stream *s);
+
+/* ---- training a small byte-level BPE ----
+ * Learns merges on text (UTF-8) with Qwen's pre-tokenizer and writes
+ * out_dir/tokenizer.json + tokenizer_config.json (eos <|im_end|>, a chat
+ * template that renders like rf_chat_apply). vocab_size counts everything:
+ * 256 byte tokens + merges + <|endoftext|> <|im_start|> <|im_end|>
+ * <|beginoftext|> <|mask|> (special) + <think> </think>. Fewer merges are
+ * learned if no pair occurs twice any more. */
+int rf_tok_train(const char *text, size_t len, int vocab_size, const char *out_dir, int verbose);
 
 #endif

@@ -14,6 +14,11 @@
 
 #include "util/util.h"
 
+/* Loops with less work than this run on one thread: a parallel region costs
+ * a few microseconds even on an idle machine, and far more when the cores
+ * are shared, which would dominate the tiny models of the tests. */
+#define PAR_MIN ((size_t)1 << 15)
+
 /* ---- linear ------------------------------------------------------------------ */
 
 void op_matmul_fwd(float *Y, const float *X, const float *W, int N, int in, int out) {
@@ -44,7 +49,7 @@ void op_matmul_bwd(float *dX, float *dW, const float *dY, const float *X, const 
 
 void op_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int N, int dim,
                     float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * dim >= PAR_MIN)
     for (int i = 0; i < N; i++) {
         const float *xi = x + (size_t)i * dim;
         float *oi = out + (size_t)i * dim;
@@ -60,7 +65,7 @@ void op_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x, con
                     const float *rstd, int N, int dim) {
     /* y_j = w_j x_j r, r = (mean(x^2) + eps)^-1/2, dr/dx_j = -r^3 x_j / dim, so
      * dx_j = r w_j dy_j - (r^3 / dim) x_j sum_k w_k dy_k x_k */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * dim >= PAR_MIN)
     for (int i = 0; i < N; i++) {
         const float *xi = x + (size_t)i * dim, *gi = dout + (size_t)i * dim;
         float *dxi = dx + (size_t)i * dim;
@@ -92,7 +97,7 @@ void op_rope_tables(float *cs, float *sn, const int *pos, int N, int head_dim, f
 
 void op_rope_fwd(float *x, const float *cs, const float *sn, int N, int n_heads, int hd) {
     int half = hd / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * n_heads * hd >= PAR_MIN)
     for (int i = 0; i < N; i++)
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((size_t)i * n_heads + h) * hd;
@@ -107,7 +112,7 @@ void op_rope_fwd(float *x, const float *cs, const float *sn, int N, int n_heads,
 
 void op_rope_bwd(float *dx, const float *cs, const float *sn, int N, int n_heads, int hd) {
     int half = hd / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * n_heads * hd >= PAR_MIN)
     for (int i = 0; i < N; i++)
         for (int h = 0; h < n_heads; h++) {
             float *v = dx + ((size_t)i * n_heads + h) * hd;
@@ -123,14 +128,14 @@ void op_rope_bwd(float *dx, const float *cs, const float *sn, int N, int n_heads
 /* ---- SwiGLU ----------------------------------------------------------------------- */
 
 void op_swiglu_fwd(float *act, const float *g, const float *u, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) act[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 void op_swiglu_bwd(float *dg, float *du, const float *dact, const float *g, const float *u,
                    size_t n) {
     /* silu(g) = g s(g);  silu'(g) = s(g) (1 + g (1 - s(g))) */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float s = 1.0f / (1.0f + expf(-g[i]));
         du[i] = dact[i] * g[i] * s;
@@ -153,11 +158,17 @@ static int max_len(const int *off, int n_seq) {
     return m;
 }
 
+static size_t attn_work(const int *off, int n_seq, int nh, int hd) {
+    size_t w = 0;
+    for (int b = 0; b < n_seq; b++) w += (size_t)(off[b + 1] - off[b]) * (off[b + 1] - off[b]);
+    return w * nh * hd;
+}
+
 void op_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                       const int *off, int n_seq, int nh, int nkv, int hd, int bidir) {
     int qd = nh * hd, kvd = nkv * hd, group = nh / nkv, T = max_len(off, n_seq);
     float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel
+#pragma omp parallel if (attn_work(off, n_seq, nh, hd) >= PAR_MIN)
     {
         float *sc = rf_malloc((size_t)T * sizeof(float)); /* one score row */
 #pragma omp for schedule(dynamic, 1) collapse(2)
@@ -202,7 +213,7 @@ void op_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
      * atomics. */
     int qd = nh * hd, kvd = nkv * hd, group = nh / nkv;
     float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel for schedule(dynamic, 1) collapse(2)
+#pragma omp parallel for schedule(dynamic, 1) collapse(2) if (attn_work(off, n_seq, nh, hd) >= PAR_MIN)
     for (int b = 0; b < n_seq; b++)
         for (int kh = 0; kh < nkv; kh++) {
             int s0 = off[b], s1 = off[b + 1];
@@ -240,7 +251,7 @@ void op_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
 
 void op_xent_fwd_bwd(float *logits, double *ce, const int *target, const float *weight, int n,
                      int V, int grad) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)n * V >= PAR_MIN)
     for (int i = 0; i < n; i++) {
         float *l = logits + (size_t)i * V;
         float mx = -INFINITY;

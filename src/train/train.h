@@ -141,7 +141,7 @@ double rf_train_flops(const rf_config *cfg, const rf_tbatch *b);
 
 typedef struct {
     float lr, min_lr;     /* peak and floor of the cosine */
-    int warmup, total;    /* steps */
+    long warmup, total;   /* steps */
     float beta1, beta2, eps, weight_decay, clip;
 } rf_optcfg;
 
@@ -202,5 +202,36 @@ typedef struct {
 uint64_t rf_hash_floats(const float *x, size_t n);
 int rf_tstate_save(const char *dir, const rf_tstate *s, const rf_adamw *o);
 int rf_tstate_load(const char *dir, rf_tstate *s, rf_adamw *o);
+
+/* ---- the training loop (trainer.c) ------------------------------------------ */
+
+typedef struct {
+    const char *data;       /* comma-separated JSON / JSON Lines files */
+    const char *out;        /* checkpoint directory written (and resumed from) */
+    const char *init;       /* start from this checkpoint directory, or NULL */
+    const char *config;     /* new model: preset name or config.json path */
+    const char *tokenizer;  /* tokenizer.json or a directory; default: init / out */
+    int resume;             /* continue the run saved in out */
+    rf_objective obj;
+    int batch, seq_len, accum;
+    long steps;             /* optimizer steps; 0: from epochs */
+    double epochs;
+    rf_optcfg opt;          /* lr, min_lr, warmup, weight decay, clip (total is set here) */
+    uint64_t seed;
+    int threads;            /* 0: leave OpenMP / OpenBLAS defaults */
+    long save_every;        /* steps; 0: only at the end */
+    long stop_at;           /* stop (and save) after this step; 0: run to the end */
+    int skip_long;
+    float init_std;
+    int slot_sizes[8], n_slot_sizes; /* 0: the reference's {4,8,16,32} */
+    int log_every;          /* progress line period when stderr is not a TTY */
+    int plot;               /* gnuplot loss curve at the end */
+    int quiet;
+} rf_train_opts;
+
+void rf_train_opts_default(rf_train_opts *o);
+/* Run a training job. 0 on success (also after Ctrl-C: the state is saved),
+ * -1 with rf_last_error() set. */
+int rf_train_run(const rf_train_opts *o);
 
 #endif

@@ -1,0 +1,63 @@
+/* ar.c - plain autoregressive decoding with the KV cache: the baseline.
+ *
+ * Every real token's logits predict the next token. The prompt is prefilled
+ * (in chunks, counted as one model call whose last logits give the first
+ * answer token); then each call feeds the token just produced. Stops after
+ * gen_length tokens or after an EOS (which is part of the answer). Sampling:
+ * greedy at temperature 0, else softmax(l / T) cut to top_k / top_p. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode/decode_impl.h"
+#include "model/forward.h"
+
+int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+                   rf_gen_result *out) {
+    memset(out, 0, sizeof *out);
+    if (rf_gen_check(m, prompt, n_prompt, p, 1)) return -1;
+    const int V = m->cfg.vocab_size, G = p->gen_length, eos = gen_eos_id(m, p);
+    const int chunk = n_prompt < 256 ? n_prompt : 256;
+    rf_kvcache kv;
+    rf_kv_init(&kv, &m->cfg, n_prompt + G);
+    rf_runstate *rs = rf_runstate_new(&m->cfg, chunk, n_prompt + G);
+    float *logits = rf_malloc((size_t)V * sizeof(float));
+    int *pos = rf_malloc((size_t)chunk * sizeof(int));
+    rf_rng rng;
+    rf_rng_seed(&rng, p->seed);
+    rf_answer ans;
+    ans_init(&ans, p, G, eos);
+    int rc = 0;
+
+    /* prefill; logits of the last prompt token only */
+    rf_step_stat *st = ans_step(&ans, 0);
+    for (int s = 0; s < n_prompt && rc == 0; s += chunk) {
+        int c = n_prompt - s < chunk ? n_prompt - s : chunk, last = c - 1;
+        for (int i = 0; i < c; i++) pos[i] = s + i;
+        rf_batch b = {1, c, prompt + s, pos, 0, s + c == n_prompt, &last, logits};
+        rc = rf_forward(m, &kv, rs, &b);
+    }
+    ans.n_calls++;
+    st->calls++;
+    for (int i = 0; i < G && rc == 0; i++) {
+        int t = rf_sample_ar(logits, V, p->temperature, p->top_k, p->top_p, &rng);
+        ans_fill(&ans, i, t);
+        st->tpf_ref = 1.0;
+        ans_event(&ans, RF_EV_AR_TOKEN, i, 1, &i, &t, NULL);
+        ans_flush(&ans);
+        if (t == eos || i + 1 == G) break;
+        st = ans_step(&ans, 0);
+        int ps = n_prompt + i, zero = 0;
+        rf_batch b = {1, 1, &t, &ps, 0, 1, &zero, logits};
+        rc = rf_forward(m, &kv, rs, &b);
+        ans.n_calls++;
+        st->calls++;
+    }
+    free(logits), free(pos);
+    rf_runstate_free(rs);
+    rf_kv_free(&kv);
+    if (rc) {
+        ans_free(&ans);
+        return -1;
+    }
+    return ans_finish(&ans, n_prompt, out);
+}

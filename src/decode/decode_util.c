@@ -1,0 +1,334 @@
+/* decode_util.c - what the decoders share: parameter checks, the block
+ * layout, probabilities from logits (the per-token hot spot), Gumbel-max and
+ * AR sampling, and the answer bookkeeping (decode_impl.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode/decode_impl.h"
+
+void rf_gen_params_default(rf_gen_params *p) {
+    memset(p, 0, sizeof *p);
+    p->gen_length = 512;
+    p->slot_size = 4;
+    p->n_blocks = 32;
+    p->slot_threshold = 0.6f;
+    p->token_threshold = 0.3f;
+    p->temperature = 0.0f;
+    p->top_k = 0;
+    p->top_p = 1.0f;
+    p->seed = 0;
+    p->eos_id = RF_ID_FROM_MODEL;
+    p->mask_id = RF_ID_FROM_MODEL;
+}
+
+int gen_eos_id(const rf_model *m, const rf_gen_params *p) {
+    return p->eos_id == RF_ID_FROM_MODEL ? m->cfg.eos_id : p->eos_id;
+}
+int gen_mask_id(const rf_model *m, const rf_gen_params *p) {
+    return p->mask_id == RF_ID_FROM_MODEL ? m->cfg.mask_id : p->mask_id;
+}
+
+static int bad_unit(float x) { return !(x >= 0.0f && x <= 1.0f); } /* NaN too */
+
+int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p, int ar) {
+    const rf_config *c = &m->cfg;
+    if (n_prompt < 1) {
+        rf_set_error("the prompt is empty (at least one token is needed)");
+        return -1;
+    }
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= c->vocab_size) {
+            rf_set_error("prompt token %d (id %d) is outside the vocabulary [0, %d)", i, prompt[i],
+                         c->vocab_size);
+            return -1;
+        }
+    if (p->gen_length < 1) {
+        rf_set_error("gen_length must be at least 1 (got %d)", p->gen_length);
+        return -1;
+    }
+    if (!(p->temperature >= 0.0f) || isinf(p->temperature)) {
+        rf_set_error("temperature must be a finite number >= 0 (got %g)", p->temperature);
+        return -1;
+    }
+    int eos = gen_eos_id(m, p);
+    if (eos < -1 || eos >= c->vocab_size) {
+        rf_set_error("EOS id %d is outside the vocabulary [0, %d)", eos, c->vocab_size);
+        return -1;
+    }
+    int G = p->gen_length;
+    if (ar) {
+        if (p->top_k < 0) {
+            rf_set_error("top_k must be >= 0 (got %d)", p->top_k);
+            return -1;
+        }
+        if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) {
+            rf_set_error("top_p must be in (0, 1] (got %g)", p->top_p);
+            return -1;
+        }
+    } else {
+        if (p->slot_size < 1) {
+            rf_set_error("slot_size must be at least 1 (got %d)", p->slot_size);
+            return -1;
+        }
+        if (p->n_blocks < 1) {
+            rf_set_error("the number of blocks must be at least 1 (got %d)", p->n_blocks);
+            return -1;
+        }
+        if (bad_unit(p->slot_threshold)) {
+            rf_set_error("slot_threshold must be in [0, 1] (got %g)", p->slot_threshold);
+            return -1;
+        }
+        if (bad_unit(p->token_threshold)) {
+            rf_set_error("token_threshold must be in [0, 1] (got %g)", p->token_threshold);
+            return -1;
+        }
+        int mask = gen_mask_id(m, p);
+        if (mask < 0 || mask >= c->vocab_size) {
+            rf_set_error("mask id %d is outside the vocabulary [0, %d)", mask, c->vocab_size);
+            return -1;
+        }
+        if (mask == eos) {
+            rf_set_error("the mask id and the EOS id are the same (%d)", mask);
+            return -1;
+        }
+        G = gen_padded(p);
+    }
+    if (n_prompt > c->max_pos) {
+        rf_set_error("the prompt (%d tokens) is longer than the model's context (%d tokens)", n_prompt,
+                     c->max_pos);
+        return -1;
+    }
+    if ((long)n_prompt + G > c->max_pos) {
+        rf_set_error("prompt (%d tokens) + answer (%d tokens) exceed the model's context (%d tokens)",
+                     n_prompt, G, c->max_pos);
+        return -1;
+    }
+    return 0;
+}
+
+/* Blocks of whole slots. The reference cuts gen_length into n_blocks equal
+ * blocks and reshapes each into slots, which only works when the slot count
+ * is a multiple of n_blocks (otherwise it fails, or silently never generates
+ * the remainder). Here every block but the last gets n_slots / n_blocks slots
+ * and the last takes the rest, which is the reference's layout whenever the
+ * reference works. With more blocks than slots every block is one slot. */
+int rf_block_layout(int n_slots, int n_blocks, int *first) {
+    if (n_blocks > n_slots) n_blocks = n_slots;
+    if (n_blocks < 1) n_blocks = 1;
+    int per = n_slots / n_blocks;
+    for (int b = 0; b < n_blocks; b++) first[b] = b * per;
+    first[n_blocks] = n_slots;
+    return n_blocks;
+}
+
+/* ---- probabilities ----------------------------------------------------------
+ * exp for x <= 0 on 8 floats: 2^k * p(r) with |r| <= ln2/2 (Cephes-style
+ * polynomial, ~1 ulp), flushed to 0 below -87. */
+static inline __m256 exp8_neg(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(under, y);
+}
+
+/* argmax (first index of the max) and log-sum-exp of one logits row: two
+ * passes over the vocab, one vectorised exp per entry. */
+rf_logit_stats rf_logits_stats(const float *l, int V) {
+    rf_logit_stats s = {0, l[0], 0.0};
+    for (int i = 1; i < V; i++)
+        if (l[i] > s.max) s.max = l[i], s.argmax = i;
+    __m256 mx = _mm256_set1_ps(s.max), acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= V; i += 8) acc = _mm256_add_ps(acc, exp8_neg(_mm256_sub_ps(_mm256_loadu_ps(l + i), mx)));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    double sum = 0;
+    for (int k = 0; k < 8; k++) sum += lanes[k];
+    for (; i < V; i++) sum += exp((double)l[i] - s.max);
+    s.lse = s.max + log(sum);
+    return s;
+}
+
+/* Gumbel-max in float64. The reference computes exp(l) / (-log u)^T and
+ * takes the argmax; its log is l - T log(-log u) = l + T g with g a standard
+ * Gumbel draw. All V uniforms are drawn (in vocab order, so a seed fixes the
+ * result), but the two logs are only evaluated where the token can still win:
+ * u < 1 - 2^-53 bounds g below 37, so l + 37 T <= best score cannot win. */
+int rf_gumbel_argmax(const float *l, int V, double T, float max, rf_rng *rng) {
+    const double GMAX = 37.0;
+    double *u = rf_malloc((size_t)V * sizeof(double));
+    for (int i = 0; i < V; i++) u[i] = rf_rng_uniform(rng);
+    int best = -1;
+    double bs = -INFINITY;
+    /* start from a token with the max logit so that the bound prunes early */
+    for (int i = 0; i < V; i++)
+        if (l[i] == max) {
+            best = i;
+            bs = l[i] - T * log(-log(u[i]));
+            break;
+        }
+    for (int i = 0; i < V; i++) {
+        if (i == best || (double)l[i] + GMAX * T <= bs) continue;
+        double s = l[i] - T * log(-log(u[i]));
+        if (s > bs) bs = s, best = i;
+    }
+    free(u);
+    return best < 0 ? 0 : best;
+}
+
+typedef struct {
+    float p;
+    int id;
+} prob_id;
+static int by_prob_desc(const void *a, const void *b) {
+    const prob_id *x = a, *y = b;
+    if (x->p != y->p) return x->p < y->p ? 1 : -1;
+    return x->id - y->id;
+}
+
+/* temperature, then top-k, then top-p (the Hugging Face order) */
+int rf_sample_ar(const float *l, int V, float T, int top_k, float top_p, rf_rng *rng) {
+    rf_logit_stats st = rf_logits_stats(l, V);
+    if (T <= 0.0f) return st.argmax;
+    prob_id *c = rf_malloc((size_t)V * sizeof *c);
+    double sum = 0;
+    for (int i = 0; i < V; i++) {
+        c[i].p = (float)exp(((double)l[i] - st.max) / T);
+        c[i].id = i;
+        sum += c[i].p;
+    }
+    int n = V;
+    if ((top_k > 0 && top_k < V) || top_p < 1.0f) {
+        qsort(c, V, sizeof *c, by_prob_desc);
+        if (top_k > 0 && top_k < n) n = top_k;
+        sum = 0;
+        for (int i = 0; i < n; i++) sum += c[i].p;
+        if (top_p < 1.0f) { /* keep the smallest prefix whose mass reaches top_p */
+            double cum = 0;
+            int k = 0;
+            while (k < n && cum < top_p * sum) cum += c[k++].p;
+            n = k < 1 ? 1 : k;
+            sum = cum;
+        }
+    }
+    double r = rf_rng_uniform(rng) * sum, cum = 0;
+    int pick = c[n - 1].id;
+    for (int i = 0; i < n; i++) {
+        cum += c[i].p;
+        if (r < cum) {
+            pick = c[i].id;
+            break;
+        }
+    }
+    free(c);
+    return pick;
+}
+
+/* ---- answer bookkeeping ----------------------------------------------------- */
+void ans_init(rf_answer *a, const rf_gen_params *p, int G, int eos) {
+    memset(a, 0, sizeof *a);
+    a->p = p;
+    a->G = G;
+    a->eos = eos;
+    a->tok = rf_malloc((size_t)G * sizeof(int));
+    for (int i = 0; i < G; i++) a->tok[i] = -1;
+    a->t0 = rf_now();
+}
+
+void ans_free(rf_answer *a) {
+    free(a->tok);
+    free(a->steps);
+    memset(a, 0, sizeof *a);
+}
+
+void ans_fill(rf_answer *a, int apos, int tok) {
+    if (apos < 0 || apos >= a->G) rf_die("decode: answer position %d outside [0, %d)", apos, a->G);
+    if (a->tok[apos] >= 0) a->refills++;
+    a->tok[apos] = tok;
+    if (a->n_steps > 0) a->steps[a->n_steps - 1].tokens++;
+}
+
+void ans_flush(rf_answer *a) {
+    int start = a->frontier;
+    while (!a->stopped && a->frontier < a->G && a->tok[a->frontier] >= 0) {
+        if (a->tok[a->frontier] == a->eos) a->stopped = 1;
+        a->frontier++;
+    }
+    if (a->frontier > start && a->p->on_tokens)
+        a->p->on_tokens(a->tok + start, a->frontier - start, a->p->user);
+}
+
+rf_step_stat *ans_step(rf_answer *a, int block) {
+    if (a->n_steps == a->cap_steps) {
+        a->cap_steps = a->cap_steps ? 2 * a->cap_steps : 64;
+        rf_step_stat *s = rf_malloc((size_t)a->cap_steps * sizeof *s);
+        if (a->n_steps) memcpy(s, a->steps, (size_t)a->n_steps * sizeof *s);
+        free(a->steps);
+        a->steps = s;
+    }
+    rf_step_stat *s = &a->steps[a->n_steps++];
+    memset(s, 0, sizeof *s);
+    s->block = block;
+    return s;
+}
+
+void ans_event(const rf_answer *a, rf_event_kind kind, int step, int n, const int *apos,
+               const int *tok, const unsigned char *accepted) {
+    if (!a->p->on_event || n <= 0) return;
+    rf_decode_event ev = {kind, step, n, apos, tok, accepted};
+    a->p->on_event(&ev, a->p->user);
+}
+
+int ans_finish(rf_answer *a, int n_prompt, rf_gen_result *out) {
+    ans_flush(a);
+    memset(out, 0, sizeof *out);
+    if (a->refills) {
+        rf_set_error("decode: %d answer positions were filled more than once", a->refills);
+        ans_free(a);
+        return -1;
+    }
+    if (!a->stopped && a->frontier < a->G) {
+        rf_set_error("decode: answer position %d was never filled", a->frontier);
+        ans_free(a);
+        return -1;
+    }
+    out->n_prompt = n_prompt;
+    out->n_ids = a->frontier;
+    out->ids = rf_malloc((size_t)(a->frontier + 1) * sizeof(int));
+    memcpy(out->ids, a->tok, (size_t)a->frontier * sizeof(int));
+    out->hit_eos = a->stopped;
+    out->n_calls = a->n_calls;
+    out->n_tokens = a->frontier;
+    out->steps = a->steps;
+    out->n_steps = a->n_steps;
+    a->steps = NULL;
+    double tpf = 0;
+    for (int i = 0; i < out->n_steps; i++) tpf += out->steps[i].tpf_ref;
+    out->tpf = out->n_steps ? tpf / out->n_steps : 0.0;
+    out->tokens_per_call = out->n_calls ? (double)out->n_tokens / out->n_calls : 0.0;
+    out->wall_s = rf_now() - a->t0;
+    out->tokens_per_s = out->wall_s > 0 ? out->n_tokens / out->wall_s : 0.0;
+    ans_free(a);
+    return 0;
+}
+
+void rf_gen_result_free(rf_gen_result *r) {
+    free(r->ids);
+    free(r->steps);
+    memset(r, 0, sizeof *r);
+}

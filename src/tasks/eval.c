@@ -1,0 +1,181 @@
+/* eval.c - see eval.h. */
+#include "tasks/eval.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *rf_decoder_name(rf_decoder_kind d) {
+    switch (d) {
+    case RF_DEC_REFUSION: return "refusion";
+    case RF_DEC_AR: return "ar";
+    case RF_DEC_MDM: return "mdm";
+    case RF_DEC_ANSWERS: return "answers";
+    }
+    return "?";
+}
+
+int rf_eval_prompt_ids(const rf_tokenizer *tok, const char *query, int **ids, int *n) {
+    rf_chat_msg msg = {"user", query};
+    /* enable_thinking = 1 adds nothing after the generation prompt: what the
+     * reference trainer's apply_chat_template(add_generation_prompt=True)
+     * produces with the template's default */
+    char *text = rf_chat_apply(tok, &msg, 1, 1, 1);
+    if (!text) return -1;
+    int rc = rf_tok_encode(tok, text, strlen(text), ids, n);
+    free(text);
+    return rc;
+}
+
+static void agg_add(rf_eval_agg *a, int right, long tokens, long calls, double s, double tpf, int eos) {
+    a->n++;
+    a->n_right += right;
+    a->tokens += tokens;
+    a->calls += calls;
+    a->seconds += s;
+    a->tpf_sum += tpf;
+    a->n_eos += eos;
+}
+
+/* "[#######.......]  37/300  acc 45.9%  120 tok/s  eta 1m20s" */
+static void progress(int done, int total, const rf_eval_agg *all, double elapsed, int tty) {
+    if (!tty && done != total && done % (total / 10 > 0 ? total / 10 : 1) != 0) return;
+    char bar[31];
+    int fill = total ? (int)(30.0 * done / total) : 30;
+    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+    bar[30] = '\0';
+    double eta = done ? elapsed / done * (total - done) : 0;
+    fprintf(stderr, "%s[%s] %d/%d  acc %.1f%%  %.0f tok/s  eta %dm%02ds%s", tty ? "\r" : "", bar,
+            done, total, all->n ? 100.0 * all->n_right / all->n : 0.0,
+            all->seconds > 0 ? all->tokens / all->seconds : 0.0, (int)eta / 60, (int)eta % 60,
+            tty ? (done == total ? "\n" : "") : "\n");
+    fflush(stderr);
+}
+
+int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *examples,
+                const json_t *answers, const rf_eval_opts *o, rf_eval_report *rep) {
+    memset(rep, 0, sizeof *rep);
+    rep->examples = json_array();
+    int total = (int)json_array_size(examples);
+    if (o->limit > 0 && o->limit < total) total = o->limit;
+    if (o->decoder == RF_DEC_ANSWERS && (!json_is_array(answers) || (int)json_array_size(answers) < total)) {
+        rf_set_error("answers: need a list of at least %d strings (got %zu)", total,
+                     json_array_size(answers));
+        return -1;
+    }
+    int tty = isatty(2);
+    double t0 = rf_now();
+    for (int i = 0; i < total; i++) {
+        const json_t *ex = json_array_get(examples, i);
+        const char *query = json_string_value(json_object_get(ex, "query"));
+        int fam = rf_task_family_from_name(json_string_value(json_object_get(ex, "family")));
+        char *answer = NULL;
+        rf_gen_result r;
+        memset(&r, 0, sizeof r);
+        double secs = 0;
+        if (o->decoder == RF_DEC_ANSWERS) {
+            const char *s = json_string_value(json_array_get(answers, i));
+            if (!s) {
+                rf_set_error("answers: entry %d is not a string", i);
+                return -1;
+            }
+            answer = rf_strdup(s);
+        } else {
+            int *ids, n;
+            if (rf_eval_prompt_ids(tok, query, &ids, &n)) return -1;
+            double ts = rf_now();
+            int rc;
+            switch (o->decoder) {
+            case RF_DEC_REFUSION: rc = rf_generate_refusion(m, ids, n, &o->gen, &r); break;
+            case RF_DEC_AR: rc = rf_generate_ar(m, ids, n, &o->gen, &r); break;
+            default: rc = rf_generate_mdm(m, ids, n, &o->gen, &o->mdm, &r); break;
+            }
+            secs = rf_now() - ts;
+            free(ids);
+            if (rc) {
+                char why[512];
+                snprintf(why, sizeof why, "%s", rf_last_error());
+                rf_set_error("example %d: %s", i, why);
+                return -1;
+            }
+            answer = rf_tok_decode(tok, r.ids, r.n_ids, 1);
+            if (!answer) {
+                rf_set_error("example %d: the answer holds an id outside the tokenizer", i);
+                rf_gen_result_free(&r);
+                return -1;
+            }
+        }
+        int right = rf_task_check(ex, answer);
+        if (right < 0) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", rf_last_error());
+            rf_set_error("example %d: %s", i, why);
+            free(answer);
+            rf_gen_result_free(&r);
+            return -1;
+        }
+        agg_add(&rep->fam[fam], right, r.n_ids, r.n_calls, secs, r.tpf, r.hit_eos);
+        agg_add(&rep->all, right, r.n_ids, r.n_calls, secs, r.tpf, r.hit_eos);
+        json_array_append_new(rep->examples,
+                              json_pack("{s:i, s:s, s:s, s:s, s:b, s:i, s:i, s:f, s:f, s:b}", "index", i,
+                                        "family", rf_task_family_name(fam), "query", query, "answer",
+                                        answer, "right", right, "tokens", r.n_ids, "calls", r.n_calls,
+                                        "seconds", secs, "tpf", r.tpf, "eos", r.hit_eos));
+        free(answer);
+        rf_gen_result_free(&r);
+        if (o->progress) progress(i + 1, total, &rep->all, rf_now() - t0, tty);
+    }
+    return 0;
+}
+
+void rf_eval_report_free(rf_eval_report *rep) {
+    json_decref(rep->examples);
+    memset(rep, 0, sizeof *rep);
+}
+
+static json_t *agg_json(const rf_eval_agg *a) {
+    return json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f}", "n", a->n, "right",
+                     a->n_right, "accuracy", a->n ? (double)a->n_right / a->n : 0.0, "tokens_per_s",
+                     a->seconds > 0 ? a->tokens / a->seconds : 0.0, "tpf", a->n ? a->tpf_sum / a->n : 0.0,
+                     "tokens_per_call", a->calls ? (double)a->tokens / a->calls : 0.0, "latency_s",
+                     a->n ? a->seconds / a->n : 0.0, "tokens", (json_int_t)a->tokens, "calls",
+                     (json_int_t)a->calls, "seconds", a->seconds, "eos_rate",
+                     a->n ? (double)a->n_eos / a->n : 0.0);
+}
+
+json_t *rf_eval_metrics_json(const rf_eval_report *rep) {
+    json_t *fams = json_object();
+    for (int f = 0; f < RF_TASK_N; f++)
+        if (rep->fam[f].n) json_object_set_new(fams, rf_task_family_name(f), agg_json(&rep->fam[f]));
+    return json_pack("{s:o, s:o}", "overall", agg_json(&rep->all), "families", fams);
+}
+
+static void md_row(char **buf, size_t *len, size_t *cap, const char *name, const rf_eval_agg *a) {
+    char line[256];
+    int n = snprintf(line, sizeof line, "| %-8s | %4d | %7.1f%% | %9.1f | %5.2f | %11.2f | %11.4f |\n", name,
+                     a->n, a->n ? 100.0 * a->n_right / a->n : 0.0,
+                     a->seconds > 0 ? a->tokens / a->seconds : 0.0, a->n ? a->tpf_sum / a->n : 0.0,
+                     a->calls ? (double)a->tokens / a->calls : 0.0, a->n ? a->seconds / a->n : 0.0);
+    if (*len + (size_t)n + 1 > *cap) {
+        *cap = (*cap + (size_t)n + 1) * 2;
+        char *nb = realloc(*buf, *cap);
+        if (!nb) rf_die("out of memory");
+        *buf = nb;
+    }
+    memcpy(*buf + *len, line, (size_t)n + 1);
+    *len += (size_t)n;
+}
+
+char *rf_eval_markdown_table(const rf_eval_report *rep) {
+    size_t cap = 1024, len = 0;
+    char *buf = rf_malloc(cap);
+    const char *head = "| task     |    n | accuracy |  tokens/s |   TPF | tokens/call | latency (s) |\n"
+                       "|----------|-----:|---------:|----------:|------:|------------:|------------:|\n";
+    strcpy(buf, head);
+    len = strlen(head);
+    for (int f = 0; f < RF_TASK_N; f++)
+        if (rep->fam[f].n) md_row(&buf, &len, &cap, rf_task_family_name(f), &rep->fam[f]);
+    md_row(&buf, &len, &cap, "overall", &rep->all);
+    return buf;
+}

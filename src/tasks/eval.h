@@ -1,0 +1,65 @@
+/* eval.h - run a model with a decoder over a task file, check every answer
+ * and aggregate accuracy and speed per family and overall (refusion eval).
+ *
+ * Definitions, the same for every decoder:
+ *   tokens       answer tokens produced, up to and including the first EOS
+ *                (the reference's "gen len")
+ *   latency      wall time of the decoder call for one example (prompt
+ *                encoding and checking excluded)
+ *   tokens/s     total tokens / total latency (the reference's TPS)
+ *   TPF          mean over examples of the decoder's own TPF (ReFusion: the
+ *                reference's per-step mean; AR: 1; MDM: tokens unmasked per
+ *                model call)
+ *   tokens/call  total tokens / total model calls */
+#ifndef RF_EVAL_H
+#define RF_EVAL_H
+
+#include <jansson.h>
+
+#include "decode/decode.h"
+#include "decode/mdm.h"
+#include "model/model.h"
+#include "tasks/tasks.h"
+#include "tokenizer/tokenizer.h"
+
+typedef enum { RF_DEC_REFUSION, RF_DEC_AR, RF_DEC_MDM, RF_DEC_ANSWERS } rf_decoder_kind;
+const char *rf_decoder_name(rf_decoder_kind d);
+
+typedef struct {
+    rf_decoder_kind decoder;
+    rf_gen_params gen;     /* refusion / ar / mdm settings */
+    rf_mdm_params mdm;     /* mdm only */
+    int limit;             /* evaluate only the first limit examples; 0 = all */
+    int progress;          /* 1: progress bar on stderr */
+} rf_eval_opts;
+
+/* Sums over a set of examples. */
+typedef struct {
+    int n, n_right;
+    long tokens, calls;
+    double seconds, tpf_sum;
+    int n_eos;             /* answers that ended with an EOS */
+} rf_eval_agg;
+
+typedef struct {
+    rf_eval_agg fam[RF_TASK_N], all;
+    json_t *examples;      /* per example: family, query, answer, right, tokens, calls, seconds, tpf */
+} rf_eval_report;
+
+/* Evaluate examples (a loaded, checker-validated task list). With decoder
+ * RF_DEC_ANSWERS no model runs: answers[i] (strings, one per example) are
+ * checked instead (m and tok may be NULL). 0, or -1 with rf_last_error()
+ * naming the example. */
+int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *examples,
+                const json_t *answers, const rf_eval_opts *o, rf_eval_report *rep);
+void rf_eval_report_free(rf_eval_report *rep);
+
+/* The chat-template prompt the trainer uses: user turn + generation prompt. */
+int rf_eval_prompt_ids(const rf_tokenizer *tok, const char *query, int **ids, int *n);
+
+/* The per-family + overall metrics as JSON ({"overall": {...}, "families":
+ * {...}}) and as a Markdown table (malloc'd). */
+json_t *rf_eval_metrics_json(const rf_eval_report *rep);
+char *rf_eval_markdown_table(const rf_eval_report *rep);
+
+#endif

@@ -1,0 +1,236 @@
+/* encode.c - text -> ids.
+ *
+ * Pipeline, as in the Hugging Face tokenizers library:
+ *   1. added tokens (<|im_end|>, <think>, ...) are found in the raw text,
+ *      longest match first, leftmost first; they become their own ids;
+ *   2. each stretch of text between them is NFC-normalised,
+ *   3. split into words by the pre-tokenizer regex,
+ *   4. each word's bytes become byte-level symbols, and BPE merges the
+ *      adjacent pair with the lowest merge rank (leftmost on ties) until no
+ *      pair has a merge. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tok_internal.h"
+#include "util/util.h"
+
+typedef struct {
+    int rank, pos; /* heap order: lowest rank, then leftmost */
+    int a, b, id;  /* the pair when pushed, and its merged token */
+} bpe_cand;
+
+/* Per-call state: scratch for BPE and a small cache of word -> ids, so the
+ * tokenizer itself stays read-only (safe to share across threads). */
+#define CACHE_SLOTS 4096
+#define CACHE_MAX_WORD 32
+typedef struct {
+    uint32_t hash;
+    uint8_t wlen, nids; /* nids == 0: empty slot */
+    char word[CACHE_MAX_WORD];
+    int ids[CACHE_MAX_WORD];
+} cache_slot;
+
+typedef struct {
+    const rf_tokenizer *t;
+    rf_ivec *out;
+    int *sym, *nxt, *prv; /* [cap] symbol id (-1 = merged away), links */
+    size_t cap;
+    bpe_cand *heap;
+    size_t hn, hcap;
+    cache_slot *cache; /* [CACHE_SLOTS], allocated on first use */
+    int err;
+} enc_ctx;
+
+static int cand_less(const bpe_cand *x, const bpe_cand *y) {
+    return x->rank < y->rank || (x->rank == y->rank && x->pos < y->pos);
+}
+
+static void heap_push(enc_ctx *c, bpe_cand v) {
+    if (c->hn == c->hcap) {
+        c->hcap = c->hcap ? 2 * c->hcap : 64;
+        c->heap = realloc(c->heap, c->hcap * sizeof *c->heap);
+        if (!c->heap) rf_die("out of memory");
+    }
+    size_t i = c->hn++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!cand_less(&v, &c->heap[p])) break;
+        c->heap[i] = c->heap[p];
+        i = p;
+    }
+    c->heap[i] = v;
+}
+
+static bpe_cand heap_pop(enc_ctx *c) {
+    bpe_cand top = c->heap[0], last = c->heap[--c->hn];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        const bpe_cand *mv = &last;
+        if (l < c->hn && cand_less(&c->heap[l], mv)) m = l, mv = &c->heap[l];
+        if (r < c->hn && cand_less(&c->heap[r], mv)) m = r;
+        if (m == i) break;
+        c->heap[i] = c->heap[m];
+        i = m;
+    }
+    if (c->hn) c->heap[i] = last;
+    return top;
+}
+
+/* Queue the pair starting at symbol i, if it has a merge. */
+static void push_pair(enc_ctx *c, int i) {
+    if (i < 0 || c->nxt[i] < 0) return;
+    int a = c->sym[i], b = c->sym[c->nxt[i]];
+    const rf_pair_slot *m = rf_pairmap_get(&c->t->merges, a, b);
+    if (m) heap_push(c, (bpe_cand){m->rank, i, a, b, m->id});
+}
+
+/* BPE over one word; appends its ids to c->out. */
+static void bpe_word(enc_ctx *c, const unsigned char *w, size_t n) {
+    const rf_tokenizer *t = c->t;
+    for (size_t i = 0; i < n; i++)
+        if (t->byte_id[w[i]] < 0) {
+            rf_set_error("the vocabulary has no token for byte 0x%02x", w[i]);
+            c->err = 1;
+            return;
+        }
+    if (n == 1) {
+        rf_ivec_push(c->out, t->byte_id[w[0]]);
+        return;
+    }
+    if (n > c->cap) {
+        c->cap = n * 2;
+        free(c->sym), free(c->nxt), free(c->prv);
+        c->sym = rf_malloc(c->cap * sizeof(int));
+        c->nxt = rf_malloc(c->cap * sizeof(int));
+        c->prv = rf_malloc(c->cap * sizeof(int));
+    }
+    int *sym = c->sym, *nxt = c->nxt, *prv = c->prv;
+    for (size_t i = 0; i < n; i++) {
+        sym[i] = t->byte_id[w[i]];
+        prv[i] = (int)i - 1;
+        nxt[i] = i + 1 < n ? (int)i + 1 : -1;
+    }
+    c->hn = 0;
+    for (size_t i = 0; i + 1 < n; i++) push_pair(c, (int)i);
+    while (c->hn) {
+        bpe_cand m = heap_pop(c);
+        int i = m.pos, j = nxt[i];
+        /* stale: i was merged away, or one side changed since the push */
+        if (sym[i] != m.a || j < 0 || sym[j] != m.b) continue;
+        sym[i] = m.id;
+        sym[j] = -1;
+        nxt[i] = nxt[j];
+        if (nxt[j] >= 0) prv[nxt[j]] = i;
+        push_pair(c, prv[i]);
+        push_pair(c, i);
+    }
+    for (int i = 0; i >= 0; i = nxt[i]) rf_ivec_push(c->out, sym[i]);
+}
+
+/* Word -> ids through the per-call cache (short words only). */
+static void on_piece(const char *p, size_t n, void *ctx) {
+    enc_ctx *c = ctx;
+    if (c->err) return;
+    if (n > CACHE_MAX_WORD) {
+        bpe_word(c, (const unsigned char *)p, n);
+        return;
+    }
+    if (!c->cache) c->cache = rf_calloc(CACHE_SLOTS, sizeof *c->cache);
+    uint32_t h = rf_strhash(p, n);
+    cache_slot *s = &c->cache[h & (CACHE_SLOTS - 1)];
+    if (s->nids && s->hash == h && s->wlen == n && !memcmp(s->word, p, n)) {
+        for (int k = 0; k < s->nids; k++) rf_ivec_push(c->out, s->ids[k]);
+        return;
+    }
+    size_t before = c->out->n;
+    bpe_word(c, (const unsigned char *)p, n);
+    if (c->err) return;
+    s->hash = h;
+    s->wlen = (uint8_t)n;
+    s->nids = (uint8_t)(c->out->n - before); /* <= n <= CACHE_MAX_WORD */
+    memcpy(s->word, p, n);
+    memcpy(s->ids, c->out->v + before, s->nids * sizeof(int));
+}
+
+/* Normalise + pre-tokenize + BPE one stretch of text without added tokens. */
+static void encode_segment(enc_ctx *c, const char *s, size_t n) {
+    if (!n || c->err) return;
+    if (!c->t->nfc) {
+        if (rf_pretokenize(c->t->re, s, n, on_piece, c)) c->err = 1;
+        return;
+    }
+    char *norm;
+    size_t nn;
+    if (rf_nfc(s, n, &norm, &nn)) {
+        c->err = 1;
+        return;
+    }
+    if (rf_pretokenize(c->t->re, norm, nn, on_piece, c)) c->err = 1;
+    free(norm);
+}
+
+/* White_Space at s (what lstrip/rstrip of an added token remove); its length or 0. */
+static int ws_len(const char *s, size_t n) {
+    unsigned char b = (unsigned char)s[0];
+    if (b == ' ' || (b >= 9 && b <= 13)) return 1;
+    if (b < 0x80 || rf_utf8_seq((const unsigned char *)s, n) <= 0) return 0;
+    uint32_t cp;
+    int l = rf_utf8_decode((const unsigned char *)s, &cp);
+    int ws = cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+             cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return ws ? l : 0;
+}
+
+/* The longest added token at text[pos..], or NULL. */
+static const rf_added_token *match_added(const rf_tokenizer *t, const char *text, size_t len, size_t pos) {
+    for (int k = 0; k < t->n_added; k++) { /* sorted longest first */
+        const rf_added_token *a = &t->added[k];
+        if ((size_t)a->len <= len - pos && !memcmp(text + pos, a->content, (size_t)a->len)) return a;
+    }
+    return NULL;
+}
+
+int rf_tok_encode(const rf_tokenizer *t, const char *text, size_t len, int **ids, int *n_ids) {
+    *ids = NULL;
+    *n_ids = 0;
+    size_t bad;
+    if (rf_utf8_check(text, len, &bad)) {
+        rf_set_error("invalid UTF-8 at byte offset %zu (byte 0x%02x)", bad, (unsigned char)text[bad]);
+        return -1;
+    }
+    rf_ivec out = {0};
+    enc_ctx c = {.t = t, .out = &out};
+    size_t seg = 0, pos = 0;
+    while (pos < len && !c.err) {
+        const rf_added_token *a = t->added_first[(unsigned char)text[pos]] ? match_added(t, text, len, pos) : NULL;
+        if (!a) {
+            pos++;
+            continue;
+        }
+        size_t end = pos;
+        if (a->lstrip) /* the token swallows white space on its left */
+            while (end > seg) {
+                size_t k = end - 1;
+                while (k > seg && ((unsigned char)text[k] & 0xC0) == 0x80) k--;
+                if (!ws_len(text + k, end - k)) break;
+                end = k;
+            }
+        encode_segment(&c, text + seg, end - seg);
+        rf_ivec_push(&out, a->id);
+        pos += (size_t)a->len;
+        if (a->rstrip)
+            for (int w; pos < len && (w = ws_len(text + pos, len - pos));) pos += (size_t)w;
+        seg = pos;
+    }
+    encode_segment(&c, text + seg, len - seg);
+    free(c.sym), free(c.nxt), free(c.prv), free(c.heap), free(c.cache);
+    if (c.err) {
+        free(out.v);
+        return -1;
+    }
+    if (out.n > (size_t)0x7fffffff) rf_die("encode: too many tokens");
+    *ids = out.v ? out.v : rf_malloc(sizeof(int));
+    *n_ids = (int)out.n;
+    return 0;
+}

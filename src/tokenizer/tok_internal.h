@@ -1,0 +1,129 @@
+/* tok_internal.h - the tokenizer's data structures and the pieces shared by
+ * its source files (load, encode, decode, chat, train). Not part of the
+ * public API; tests include it to reach the pre-tokenizer and UTF-8 helpers. */
+#ifndef RF_TOK_INTERNAL_H
+#define RF_TOK_INTERNAL_H
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenizer/tokenizer.h"
+
+/* ---- string -> int hash map (open addressing, linear probing). Keys are
+ * not owned: they must outlive the map. ---- */
+typedef struct {
+    const char *key;
+    int len;
+    int val;
+    uint32_t hash;
+} rf_strmap_slot;
+typedef struct {
+    rf_strmap_slot *slots; /* [cap], key == NULL marks an empty slot */
+    size_t cap, n;         /* cap is a power of two */
+} rf_strmap;
+void rf_strmap_init(rf_strmap *m, size_t expected);
+void rf_strmap_free(rf_strmap *m);
+uint32_t rf_strhash(const char *s, size_t len);
+/* insert or overwrite; returns the slot */
+rf_strmap_slot *rf_strmap_put(rf_strmap *m, const char *key, int len, int val);
+/* pointer to the value, NULL if absent */
+int *rf_strmap_get(const rf_strmap *m, const char *key, int len);
+
+/* ---- merge table: (left id, right id) -> (rank, merged id) ---- */
+typedef struct {
+    uint64_t key; /* (left << 32) | right; UINT64_MAX = empty */
+    int rank, id;
+} rf_pair_slot;
+typedef struct {
+    rf_pair_slot *slots;
+    size_t cap, n;
+} rf_pairmap;
+void rf_pairmap_init(rf_pairmap *m, size_t expected);
+void rf_pairmap_free(rf_pairmap *m);
+void rf_pairmap_put(rf_pairmap *m, int a, int b, int rank, int id);
+const rf_pair_slot *rf_pairmap_get(const rf_pairmap *m, int a, int b);
+
+/* ---- growable int vector ---- */
+typedef struct {
+    int *v;
+    size_t n, cap;
+} rf_ivec;
+void rf_ivec_grow(rf_ivec *a, size_t need);
+static inline void rf_ivec_push(rf_ivec *a, int x) {
+    if (a->n == a->cap) rf_ivec_grow(a, a->n + 1);
+    a->v[a->n++] = x;
+}
+
+/* ---- growable byte buffer ---- */
+typedef struct {
+    char *p;
+    size_t n, cap;
+} rf_buf;
+void rf_buf_put(rf_buf *b, const void *data, size_t n);
+void rf_buf_puts(rf_buf *b, const char *s);
+char *rf_buf_cstr(rf_buf *b); /* NUL-terminates and hands the storage over */
+
+/* An added token: matched literally in raw text before normalisation. */
+typedef struct {
+    char *content;
+    int len, id;
+    int special, lstrip, rstrip;
+} rf_added_token;
+
+struct rf_tokenizer {
+    int n_vocab;             /* largest id + 1 */
+    char **piece;            /* [n_vocab] token as spelled in the file; NULL = hole */
+    char **bytes;            /* [n_vocab] raw bytes the token decodes to */
+    int *nbytes;             /* [n_vocab] */
+    unsigned char *special;  /* [n_vocab] 1 for special added tokens */
+    rf_strmap vocab;         /* file spelling -> id (model vocab + added tokens) */
+    rf_pairmap merges;       /* (a, b) -> rank, id of the merged token */
+    int n_merges;
+    int byte_id[256];        /* token of each single byte, -1 if the vocab lacks it */
+    rf_added_token *added;   /* [n_added] sorted longest content first */
+    int n_added;
+    unsigned char added_first[256]; /* 1 if some added token starts with this byte */
+    pcre2_code *re;          /* the Split pre-tokenizer regex; NULL = whole segment */
+    int nfc;                 /* NFC normaliser on */
+    int eos_id, mask_id, bot_id;
+    char *chat_template;     /* from tokenizer_config.json, NULL if none */
+};
+
+/* GPT-2 byte-level alphabet: byte b is spelled as code point rf_byte_cp[b]. */
+extern const uint16_t rf_byte_cp[256];
+/* Byte for a byte-level code point, -1 if cp is not in the alphabet. */
+int rf_cp_byte(uint32_t cp);
+
+/* ---- UTF-8 ---- */
+/* Length of the well-formed sequence at s (1..4); 0 if s[0..n) is a
+ * truncated but so far valid sequence; -k if the first k bytes are an
+ * ill-formed "maximal subpart" (Unicode 3.9, what U+FFFD replaces). */
+int rf_utf8_seq(const unsigned char *s, size_t n);
+/* 0 if s[0..n) is valid UTF-8, else -1 with *bad = offset of the first bad byte. */
+int rf_utf8_check(const char *s, size_t n, size_t *bad);
+/* Append s[0..n) to out, replacing ill-formed parts with U+FFFD. With
+ * final == 0 a truncated sequence at the end is left unconsumed; returns
+ * the number of bytes consumed. */
+size_t rf_utf8_repair(const unsigned char *s, size_t n, int final, rf_buf *out);
+/* Decode one code point of valid UTF-8; returns its length. */
+int rf_utf8_decode(const unsigned char *s, uint32_t *cp);
+int rf_utf8_encode(uint32_t cp, char *out);
+
+/* ---- pre-tokenisation (also used by the trainer) ---- */
+/* NFC of s[0..n) into a malloc'd buffer (*out, *out_n); -1 on error. */
+int rf_nfc(const char *s, size_t n, char **out, size_t *out_n);
+/* Compile a Split regex taken from tokenizer.json. \s and \S are rewritten
+ * to Unicode White_Space (what the Hugging Face tokenizers library's
+ * Oniguruma matches); see pretok.c. NULL + error on failure. */
+pcre2_code *rf_pretok_compile(const char *pattern);
+/* Split s[0..n) (valid UTF-8) into pre-tokens, "Isolated" behaviour: every
+ * match and every gap between matches is a piece. cb is called per piece. */
+typedef void (*rf_piece_fn)(const char *p, size_t len, void *ctx);
+int rf_pretokenize(const pcre2_code *re, const char *s, size_t n, rf_piece_fn cb, void *ctx);
+
+/* Qwen2/Qwen3 Split pattern, used by the trainer and in tests. */
+extern const char *const RF_QWEN_PRETOK_PATTERN;
+
+#endif

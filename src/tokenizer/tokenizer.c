@@ -1,0 +1,439 @@
+/* tokenizer.c - read a Hugging Face tokenizer.json (byte-level BPE) and
+ * tokenizer_config.json into an rf_tokenizer; accessors.
+ *
+ * What is supported is exactly what byte-level BPE files (Qwen2/3, GPT-2
+ * style, and the ones `refusion tokenizer-train` writes) use: normalizer
+ * null or NFC; pre_tokenizer Split(regex, Isolated) followed by
+ * ByteLevel(use_regex=false), or a lone ByteLevel(use_regex=true); model
+ * BPE with merges as "a b" strings or [a, b] pairs. Anything else is refused
+ * with a message naming the field, rather than tokenizing differently. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tokenizer/tok_internal.h"
+#include "util/util.h"
+
+#define MAX_VOCAB (1 << 24)
+
+/* GPT-2's pattern, used by ByteLevel when use_regex is true. */
+static const char *const GPT2_PATTERN =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+void rf_tok_free(rf_tokenizer *t) {
+    if (!t) return;
+    for (int i = 0; i < t->n_vocab; i++) {
+        free(t->piece ? t->piece[i] : NULL);
+        free(t->bytes ? t->bytes[i] : NULL);
+    }
+    free(t->piece);
+    free(t->bytes);
+    free(t->nbytes);
+    free(t->special);
+    for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
+    free(t->added);
+    rf_strmap_free(&t->vocab);
+    rf_pairmap_free(&t->merges);
+    if (t->re) pcre2_code_free(t->re);
+    free(t->chat_template);
+    free(t);
+}
+
+/* The raw bytes a vocab spelling stands for: undo the byte-level alphabet;
+ * a token with a character outside it (e.g. an added "<|x|>" with a space)
+ * stands for its own UTF-8, as in the reference ByteLevel decoder. */
+static void set_piece(rf_tokenizer *t, int id, const char *s) {
+    size_t n = strlen(s);
+    t->piece[id] = rf_strdup(s);
+    char *b = rf_malloc(n + 1);
+    size_t k = 0;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        i += (size_t)rf_utf8_decode(u + i, &cp);
+        int byte = rf_cp_byte(cp);
+        if (byte < 0) { /* not byte-level: keep the text as is */
+            memcpy(b, s, n);
+            k = n;
+            break;
+        }
+        b[k++] = (char)byte;
+    }
+    b[k] = 0;
+    t->bytes[id] = b;
+    t->nbytes[id] = (int)k;
+}
+
+static int json_id(json_t *v, const char *file, const char *what) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= MAX_VOCAB) {
+        rf_set_error("%s: %s: id must be an integer in [0, %d)", file, what, MAX_VOCAB);
+        return -1;
+    }
+    return (int)json_integer_value(v);
+}
+
+static int parse_normalizer(rf_tokenizer *t, json_t *norm, const char *file) {
+    if (!norm || json_is_null(norm)) return 0;
+    const char *type = json_string_value(json_object_get(norm, "type"));
+    if (type && !strcmp(type, "NFC")) {
+        t->nfc = 1;
+        return 0;
+    }
+    if (type && !strcmp(type, "Sequence")) {
+        json_t *list = json_object_get(norm, "normalizers"), *v;
+        size_t i;
+        json_array_foreach(list, i, v) if (parse_normalizer(t, v, file)) return -1;
+        return 0;
+    }
+    rf_set_error("%s: normalizer type '%s' is not supported (only NFC)", file, type ? type : "?");
+    return -1;
+}
+
+static int parse_pretokenizer(rf_tokenizer *t, json_t *pt, const char *file) {
+    const char *type = pt ? json_string_value(json_object_get(pt, "type")) : NULL;
+    if (!type) {
+        rf_set_error("%s: pre_tokenizer missing (a byte-level BPE needs ByteLevel)", file);
+        return -1;
+    }
+    json_t *list = NULL;
+    if (!strcmp(type, "Sequence")) list = json_object_get(pt, "pretokenizers");
+    size_t n = list ? json_array_size(list) : 1;
+    int seen_bytelevel = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *p = list ? json_array_get(list, i) : pt;
+        const char *ty = json_string_value(json_object_get(p, "type"));
+        if (ty && !strcmp(ty, "Split")) {
+            json_t *pat = json_object_get(p, "pattern");
+            const char *behavior = json_string_value(json_object_get(p, "behavior"));
+            const char *rx = json_string_value(json_object_get(pat, "Regex"));
+            const char *lit = json_string_value(json_object_get(pat, "String"));
+            if (t->re || seen_bytelevel || (!rx && !lit) || !behavior || strcmp(behavior, "Isolated") ||
+                json_is_true(json_object_get(p, "invert"))) {
+                rf_set_error("%s: pre_tokenizer: only one Split(Regex|String, behavior Isolated, "
+                             "invert false) before ByteLevel is supported",
+                             file);
+                return -1;
+            }
+            char *quoted = NULL;
+            if (!rx) { /* a literal string: quote it for PCRE2 */
+                quoted = rf_malloc(strlen(lit) + 5);
+                sprintf(quoted, "\\Q%s\\E", lit);
+            }
+            t->re = rf_pretok_compile(rx ? rx : quoted);
+            free(quoted);
+            if (!t->re) {
+                char msg[600];
+                snprintf(msg, sizeof msg, "%s", rf_last_error());
+                rf_set_error("%s: %s", file, msg);
+                return -1;
+            }
+        } else if (ty && !strcmp(ty, "ByteLevel")) {
+            if (json_is_true(json_object_get(p, "add_prefix_space"))) {
+                rf_set_error("%s: pre_tokenizer ByteLevel add_prefix_space=true is not supported", file);
+                return -1;
+            }
+            json_t *ur = json_object_get(p, "use_regex"); /* defaults to true */
+            if (!ur || json_is_true(ur)) {
+                if (t->re) {
+                    rf_set_error("%s: pre_tokenizer: Split followed by ByteLevel(use_regex=true) is not supported", file);
+                    return -1;
+                }
+                if (!(t->re = rf_pretok_compile(GPT2_PATTERN))) return -1;
+            }
+            seen_bytelevel = 1;
+        } else {
+            rf_set_error("%s: pre_tokenizer type '%s' is not supported", file, ty ? ty : "?");
+            return -1;
+        }
+    }
+    if (!seen_bytelevel) {
+        rf_set_error("%s: pre_tokenizer has no ByteLevel step (only byte-level BPE is supported)", file);
+        return -1;
+    }
+    return 0;
+}
+
+/* Largest id in model.vocab and added_tokens, validating both. */
+static int scan_ids(json_t *vocab, json_t *added, const char *file, int *max_id) {
+    const char *k;
+    json_t *v;
+    *max_id = -1;
+    json_object_foreach(vocab, k, v) {
+        int id = json_id(v, file, "model.vocab");
+        if (id < 0) return -1;
+        if (id > *max_id) *max_id = id;
+    }
+    size_t i;
+    json_array_foreach(added, i, v) {
+        if (!json_is_object(v) || !json_is_string(json_object_get(v, "content")) ||
+            json_string_length(json_object_get(v, "content")) == 0) {
+            rf_set_error("%s: added_tokens[%zu]: needs a non-empty string 'content' and an 'id'", file, i);
+            return -1;
+        }
+        int id = json_id(json_object_get(v, "id"), file, "added_tokens");
+        if (id < 0) return -1;
+        if (id > *max_id) *max_id = id;
+    }
+    return 0;
+}
+
+static void add_added(rf_tokenizer *t, const char *content, int id, int special, int lstrip, int rstrip) {
+    t->added = realloc(t->added, (size_t)(t->n_added + 1) * sizeof *t->added);
+    if (!t->added) rf_die("out of memory");
+    rf_added_token *a = &t->added[t->n_added++];
+    a->content = rf_strdup(content);
+    a->len = (int)strlen(content);
+    a->id = id;
+    a->special = special;
+    a->lstrip = lstrip;
+    a->rstrip = rstrip;
+    t->added_first[(unsigned char)content[0]] = 1;
+    t->special[id] = (unsigned char)special;
+}
+
+static int cmp_added_len(const void *a, const void *b) {
+    const rf_added_token *x = a, *y = b;
+    return y->len - x->len;
+}
+
+static int parse_model(rf_tokenizer *t, json_t *root, const char *file) {
+    json_t *model = json_object_get(root, "model");
+    json_t *vocab = json_object_get(model, "vocab");
+    json_t *merges = json_object_get(model, "merges");
+    json_t *added = json_object_get(root, "added_tokens");
+    const char *type = json_string_value(json_object_get(model, "type"));
+    if (!json_is_object(model)) return rf_set_error("%s: no 'model' object", file), -1;
+    if (type && strcmp(type, "BPE")) return rf_set_error("%s: model type '%s' is not supported (only BPE)", file, type), -1;
+    if (!json_is_object(vocab) || json_object_size(vocab) == 0)
+        return rf_set_error("%s: model.vocab missing or empty", file), -1;
+    if (merges && !json_is_array(merges)) return rf_set_error("%s: model.merges is not an array", file), -1;
+    if (added && !json_is_array(added)) return rf_set_error("%s: added_tokens is not an array", file), -1;
+    if (json_is_true(json_object_get(model, "byte_fallback")))
+        return rf_set_error("%s: model.byte_fallback=true is not supported", file), -1;
+    const char *pre = json_string_value(json_object_get(model, "continuing_subword_prefix"));
+    const char *suf = json_string_value(json_object_get(model, "end_of_word_suffix"));
+    if ((pre && *pre) || (suf && *suf))
+        return rf_set_error("%s: model subword prefix/suffix is not supported", file), -1;
+    if (json_is_true(json_object_get(model, "ignore_merges")))
+        return rf_set_error("%s: model.ignore_merges=true is not supported", file), -1;
+
+    int max_id;
+    if (scan_ids(vocab, added, file, &max_id)) return -1;
+    int cap = max_id + 3; /* room for <|beginoftext|> and <|mask|> */
+    t->n_vocab = cap;
+    t->piece = rf_calloc((size_t)cap, sizeof *t->piece);
+    t->bytes = rf_calloc((size_t)cap, sizeof *t->bytes);
+    t->nbytes = rf_calloc((size_t)cap, sizeof *t->nbytes);
+    t->special = rf_calloc((size_t)cap, 1);
+    rf_strmap_init(&t->vocab, json_object_size(vocab) + 64);
+
+    const char *k;
+    json_t *v;
+    json_object_foreach(vocab, k, v) {
+        int id = (int)json_integer_value(v);
+        if (t->piece[id]) return rf_set_error("%s: model.vocab: id %d used by both \"%s\" and \"%s\"", file, id, t->piece[id], k), -1;
+        set_piece(t, id, k);
+        rf_strmap_put(&t->vocab, t->piece[id], (int)strlen(k), id);
+    }
+    for (int b = 0; b < 256; b++) {
+        char sp[4];
+        int l = rf_utf8_encode(rf_byte_cp[b], sp);
+        int *id = rf_strmap_get(&t->vocab, sp, l);
+        t->byte_id[b] = id ? *id : -1;
+    }
+
+    /* merges: rank r joins a and b into the token spelled a+b */
+    size_t nm = merges ? json_array_size(merges) : 0;
+    rf_pairmap_init(&t->merges, nm + 16);
+    t->n_merges = (int)nm;
+    rf_buf cat = {0};
+    for (size_t r = 0; r < nm; r++) {
+        json_t *m = json_array_get(merges, r);
+        const char *a = NULL, *b = NULL;
+        size_t la = 0, lb = 0;
+        if (json_is_string(m)) { /* "a b" */
+            const char *s = json_string_value(m), *sp = strchr(s, ' ');
+            if (sp && !strchr(sp + 1, ' ')) a = s, la = (size_t)(sp - s), b = sp + 1, lb = strlen(b);
+        } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
+                   json_is_string(json_array_get(m, 1))) {
+            a = json_string_value(json_array_get(m, 0)), la = json_string_length(json_array_get(m, 0));
+            b = json_string_value(json_array_get(m, 1)), lb = json_string_length(json_array_get(m, 1));
+        }
+        if (!a) {
+            free(cat.p);
+            return rf_set_error("%s: model.merges[%zu]: expected \"a b\" or [\"a\", \"b\"]", file, r), -1;
+        }
+        cat.n = 0;
+        rf_buf_put(&cat, a, la);
+        rf_buf_put(&cat, b, lb);
+        int *ia = rf_strmap_get(&t->vocab, a, (int)la), *ib = rf_strmap_get(&t->vocab, b, (int)lb);
+        int *ic = rf_strmap_get(&t->vocab, cat.p, (int)cat.n);
+        if (!ia || !ib || !ic) {
+            char what[160];
+            snprintf(what, sizeof what, "%.*s", (int)cat.n < 120 ? (int)cat.n : 120, cat.p);
+            free(cat.p);
+            return rf_set_error("%s: model.merges[%zu] (\"%s\"): %s is not in model.vocab", file, r, what,
+                                !ia ? "its left part" : !ib ? "its right part" : "the merged token"),
+                   -1;
+        }
+        rf_pairmap_put(&t->merges, *ia, *ib, (int)r, *ic); /* a repeated pair keeps its last rank */
+    }
+    free(cat.p);
+
+    size_t i;
+    json_array_foreach(added, i, v) {
+        const char *content = json_string_value(json_object_get(v, "content"));
+        int id = (int)json_integer_value(json_object_get(v, "id"));
+        if (t->piece[id] && strcmp(t->piece[id], content))
+            return rf_set_error("%s: added_tokens[%zu] \"%s\": id %d already belongs to \"%s\"", file, i, content, id, t->piece[id]), -1;
+        int *other = rf_strmap_get(&t->vocab, content, (int)strlen(content));
+        if (other && *other != id)
+            return rf_set_error("%s: added_tokens[%zu] \"%s\" has id %d but the vocab says %d", file, i, content, id, *other), -1;
+        if (!t->piece[id]) {
+            set_piece(t, id, content);
+            rf_strmap_put(&t->vocab, t->piece[id], (int)strlen(content), id);
+        }
+        /* added tokens decode to their text, not through the byte alphabet */
+        free(t->bytes[id]);
+        t->bytes[id] = rf_strdup(content);
+        t->nbytes[id] = (int)strlen(content);
+        add_added(t, content, id, json_is_true(json_object_get(v, "special")),
+                  json_is_true(json_object_get(v, "lstrip")), json_is_true(json_object_get(v, "rstrip")));
+    }
+    return max_id;
+}
+
+/* ReFusion's two tokens, at the next free ids when the file lacks them. */
+static int ensure_token(rf_tokenizer *t, const char *content, int *max_id) {
+    int *id = rf_strmap_get(&t->vocab, content, (int)strlen(content));
+    if (id) return *id;
+    int nid = ++*max_id;
+    set_piece(t, nid, content);
+    free(t->bytes[nid]);
+    t->bytes[nid] = rf_strdup(content);
+    t->nbytes[nid] = (int)strlen(content);
+    rf_strmap_put(&t->vocab, t->piece[nid], (int)strlen(content), nid);
+    add_added(t, content, nid, 1, 0, 0);
+    return nid;
+}
+
+/* tokenizer_config.json: eos_token (string or {"content": ...}) and
+ * chat_template (string, or a list of {name, template}). */
+static int parse_config(rf_tokenizer *t, const char *cfg_path, char **eos_out) {
+    struct stat st;
+    if (stat(cfg_path, &st) != 0) return 0; /* optional */
+    json_error_t je;
+    json_t *cfg = json_load_file(cfg_path, 0, &je);
+    if (!cfg) return rf_set_error("%s: line %d: %s", cfg_path, je.line, je.text), -1;
+    if (!json_is_object(cfg)) {
+        json_decref(cfg);
+        return rf_set_error("%s: not a JSON object", cfg_path), -1;
+    }
+    json_t *eos = json_object_get(cfg, "eos_token");
+    if (json_is_object(eos)) eos = json_object_get(eos, "content");
+    if (json_is_string(eos)) *eos_out = rf_strdup(json_string_value(eos));
+    json_t *tpl = json_object_get(cfg, "chat_template");
+    if (json_is_array(tpl)) {
+        size_t i;
+        json_t *e, *pick = NULL;
+        json_array_foreach(tpl, i, e) {
+            const char *name = json_string_value(json_object_get(e, "name"));
+            if (!pick || (name && !strcmp(name, "default"))) pick = json_object_get(e, "template");
+        }
+        tpl = pick;
+    }
+    if (json_is_string(tpl)) t->chat_template = rf_strdup(json_string_value(tpl));
+    json_decref(cfg);
+    return 0;
+}
+
+rf_tokenizer *rf_tok_load(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return rf_set_error("%s: no such file or directory", path), NULL;
+    char *json_path, *cfg_path;
+    if (S_ISDIR(st.st_mode)) {
+        json_path = rf_path_join(path, "tokenizer.json");
+        cfg_path = rf_path_join(path, "tokenizer_config.json");
+    } else { /* a tokenizer.json: its config, if any, sits next to it */
+        json_path = rf_strdup(path);
+        const char *slash = strrchr(path, '/');
+        char *dir = slash ? strndup(path, (size_t)(slash - path)) : rf_strdup(".");
+        cfg_path = rf_path_join(dir, "tokenizer_config.json");
+        free(dir);
+    }
+    rf_tokenizer *t = rf_calloc(1, sizeof *t);
+    char *eos = NULL;
+    json_t *root = NULL;
+    size_t len;
+    char *text = rf_read_file(json_path, &len);
+    if (!text) goto fail;
+    json_error_t je;
+    root = json_loadb(text, len, 0, &je);
+    free(text);
+    if (!root) {
+        rf_set_error("%s: not valid JSON: line %d column %d: %s", json_path, je.line, je.column, je.text);
+        goto fail;
+    }
+    if (!json_is_object(root)) {
+        rf_set_error("%s: not a JSON object", json_path);
+        goto fail;
+    }
+    int max_id = parse_model(t, root, json_path);
+    if (max_id < 0) goto fail;
+    if (parse_normalizer(t, json_object_get(root, "normalizer"), json_path)) goto fail;
+    if (parse_pretokenizer(t, json_object_get(root, "pre_tokenizer"), json_path)) goto fail;
+    json_t *dec = json_object_get(root, "decoder");
+    const char *dty = json_string_value(json_object_get(dec, "type"));
+    if (dec && !json_is_null(dec) && (!dty || strcmp(dty, "ByteLevel"))) {
+        rf_set_error("%s: decoder type '%s' is not supported (only ByteLevel)", json_path, dty ? dty : "?");
+        goto fail;
+    }
+    t->bot_id = ensure_token(t, "<|beginoftext|>", &max_id);
+    t->mask_id = ensure_token(t, "<|mask|>", &max_id);
+    for (int i = max_id + 1; i < t->n_vocab; i++) { /* drop the unused spare ids */
+        free(t->piece[i]);
+        free(t->bytes[i]);
+    }
+    t->n_vocab = max_id + 1;
+    qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added_len);
+
+    if (parse_config(t, cfg_path, &eos)) goto fail;
+    const char *eos_name = eos ? eos : "<|endoftext|>";
+    t->eos_id = rf_tok_id(t, eos_name);
+    if (eos && t->eos_id < 0) {
+        rf_set_error("%s: eos_token \"%s\" is not in the vocabulary", cfg_path, eos);
+        goto fail;
+    }
+    free(eos);
+    json_decref(root);
+    free(json_path);
+    free(cfg_path);
+    return t;
+fail:
+    free(eos);
+    json_decref(root);
+    free(json_path);
+    free(cfg_path);
+    rf_tok_free(t);
+    return NULL;
+}
+
+int rf_tok_vocab_size(const rf_tokenizer *t) { return t->n_vocab; }
+
+int rf_tok_id(const rf_tokenizer *t, const char *token) {
+    int *id = rf_strmap_get(&t->vocab, token, (int)strlen(token));
+    return id ? *id : -1;
+}
+
+const char *rf_tok_piece(const rf_tokenizer *t, int id) {
+    return id >= 0 && id < t->n_vocab ? t->piece[id] : NULL;
+}
+
+int rf_tok_is_special(const rf_tokenizer *t, int id) {
+    return id >= 0 && id < t->n_vocab && t->special[id];
+}
+
+int rf_tok_eos_id(const rf_tokenizer *t) { return t->eos_id; }
+int rf_tok_mask_id(const rf_tokenizer *t) { return t->mask_id; }

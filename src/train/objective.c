@@ -1,0 +1,189 @@
+/* objective.c - turn tokenised examples into a micro-batch: the physical
+ * token sequence, position ids, attention mode, and per-token (target,
+ * weight) so that the micro-batch loss sum_i weight_i CE_i equals the
+ * reference's loss.
+ *
+ * ReFusion (the reference's forward_process + Qwen3ForCausalLM.forward):
+ *   per example draw a slot size from {4,8,16,32}, t ~ U(0,1),
+ *   p = (1-eps) t + eps, mask each slot of the response with probability p;
+ *   input = prompt, unmasked slots in random order (true tokens), masked
+ *   slots in original order (<|mask|>); every token keeps its true position.
+ *   Inside an unmasked slot token j predicts token j+1; a mask predicts its
+ *   own token. Causal attention over that physical order.
+ *   Normalisation, exactly as the reference:
+ *     AR  = mean over every AR target of the whole micro-batch
+ *           -> weight 1 / (number of AR targets in the micro-batch)
+ *           (the reference's torch mean of an empty set is NaN; here a
+ *           micro-batch without AR targets contributes 0);
+ *     MDM = sum over masks of CE / p_b / answer_len_b, divided by the number
+ *           of examples B -> weight 1 / (p_b * answer_len_b * B)
+ *   where answer_len is the response length including EOS.
+ * AR baseline: natural order, the last prompt token and every response
+ *   token but the last predict the next token: weight 1 / (targets in the
+ *   micro-batch), HF's causal-LM mean.
+ * MDM baseline (LLaDA SFT): natural order, bidirectional attention, each
+ *   response token masked independently with probability p = (1-eps) t + eps,
+ *   t ~ U(0,1) per example; weight 1 / (p_b * answer_len_b * B).
+ * With gradient accumulation every weight is further scaled by 1/accum: the
+ * step minimises the mean of the micro-batch losses, as HF Trainer does.
+ *
+ * The RNG draws follow the reference's order (slot size, t, one draw per
+ * slot, Fisher-Yates shuffle of the unmasked slots as Python's shuffle). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/train.h"
+
+const char *rf_objective_name(rf_objective o) {
+    return o == RF_OBJ_AR ? "ar" : o == RF_OBJ_MDM ? "mdm" : "refusion";
+}
+
+int rf_objective_parse(const char *s, rf_objective *o) {
+    if (!strcmp(s, "refusion")) *o = RF_OBJ_REFUSION;
+    else if (!strcmp(s, "ar")) *o = RF_OBJ_AR;
+    else if (!strcmp(s, "mdm")) *o = RF_OBJ_MDM;
+    else return -1;
+    return 0;
+}
+
+void rf_objcfg_default(rf_objcfg *oc, rf_objective obj, int mask_id) {
+    memset(oc, 0, sizeof *oc);
+    oc->obj = obj;
+    oc->mask_id = mask_id;
+    oc->eps = 1e-3f;
+    static const int sizes[] = {4, 8, 16, 32};
+    for (int i = 0; i < 4; i++) oc->slot_sizes[i] = sizes[i];
+    oc->n_slot_sizes = 4;
+}
+
+void rf_tbatch_free(rf_tbatch *b) {
+    free(b->off);
+    free(b->tokens);
+    free(b->pos);
+    free(b->target);
+    free(b->weight);
+    free(b->kind);
+    free(b->slot_size);
+    free(b->p_mask);
+    memset(b, 0, sizeof *b);
+}
+
+static void reserve(rf_tbatch *b, int n_seq, int n_tok) {
+    if (n_seq > b->cap_seq) {
+        b->cap_seq = n_seq;
+        b->off = realloc(b->off, (size_t)(n_seq + 1) * sizeof(int));
+        b->slot_size = realloc(b->slot_size, (size_t)n_seq * sizeof(int));
+        b->p_mask = realloc(b->p_mask, (size_t)n_seq * sizeof(float));
+        if (!b->off || !b->slot_size || !b->p_mask) rf_die("out of memory");
+    }
+    if (n_tok > b->cap_tok) {
+        b->cap_tok = n_tok;
+        b->tokens = realloc(b->tokens, (size_t)n_tok * sizeof(int));
+        b->pos = realloc(b->pos, (size_t)n_tok * sizeof(int));
+        b->target = realloc(b->target, (size_t)n_tok * sizeof(int));
+        b->weight = realloc(b->weight, (size_t)n_tok * sizeof(float));
+        b->kind = realloc(b->kind, (size_t)n_tok);
+        if (!b->tokens || !b->pos || !b->target || !b->weight || !b->kind) rf_die("out of memory");
+    }
+}
+
+/* Append token (id, pos) predicting target (-1: none) of kind; weight later. */
+static void put(rf_tbatch *b, int *n, int id, int pos, int target, int kind) {
+    b->tokens[*n] = id;
+    b->pos[*n] = pos;
+    b->target[*n] = target;
+    b->kind[*n] = (uint8_t)(target < 0 ? RF_LOSS_NONE : kind);
+    b->weight[*n] = 0.0f;
+    (*n)++;
+}
+
+static void build_refusion(rf_tbatch *b, int *n, const rf_objcfg *oc, const rf_example *e,
+                           int s, rf_rng *rng, int *order) {
+    int P = e->n_prompt, R = e->n_resp;
+    const int *resp = e->ids + P;
+    int slot = oc->slot_sizes[rf_rng_below(rng, (uint64_t)oc->n_slot_sizes)];
+    int n_slots = (R + slot - 1) / slot;
+    double t = rf_rng_uniform(rng);
+    float p = (float)((1.0 - oc->eps) * t + oc->eps);
+    b->slot_size[s] = slot;
+    b->p_mask[s] = p;
+    /* order[0..nu) unmasked slots, order[nu..n_slots) masked, both ascending */
+    int nu = 0, nm = 0;
+    int *masked = order + n_slots; /* second half of the scratch */
+    for (int k = 0; k < n_slots; k++) {
+        if (rf_rng_uniform(rng) < p) masked[nm++] = k;
+        else order[nu++] = k;
+    }
+    for (int i = nu - 1; i > 0; i--) { /* Fisher-Yates, as random.shuffle */
+        int j = (int)rf_rng_below(rng, (uint64_t)i + 1);
+        int tmp = order[i];
+        order[i] = order[j];
+        order[j] = tmp;
+    }
+    for (int i = 0; i < P; i++) put(b, n, e->ids[i], i, -1, RF_LOSS_NONE);
+    for (int u = 0; u < nu; u++) {
+        int k0 = order[u] * slot, k1 = k0 + slot < R ? k0 + slot : R;
+        for (int k = k0; k < k1; k++) put(b, n, resp[k], P + k, k + 1 < k1 ? resp[k + 1] : -1, RF_LOSS_AR);
+    }
+    for (int u = 0; u < nm; u++) {
+        int k0 = masked[u] * slot, k1 = k0 + slot < R ? k0 + slot : R;
+        for (int k = k0; k < k1; k++) put(b, n, oc->mask_id, P + k, resp[k], RF_LOSS_MDM);
+    }
+}
+
+static void build_ar(rf_tbatch *b, int *n, const rf_example *e) {
+    int L = e->n_prompt + e->n_resp;
+    for (int i = 0; i < L; i++) {
+        int tgt = i >= e->n_prompt - 1 && i + 1 < L ? e->ids[i + 1] : -1;
+        put(b, n, e->ids[i], i, tgt, RF_LOSS_AR);
+    }
+}
+
+static void build_mdm(rf_tbatch *b, int *n, const rf_objcfg *oc, const rf_example *e, int s,
+                      rf_rng *rng) {
+    int P = e->n_prompt, L = P + e->n_resp;
+    double t = rf_rng_uniform(rng);
+    float p = (float)((1.0 - oc->eps) * t + oc->eps);
+    b->slot_size[s] = 0;
+    b->p_mask[s] = p;
+    for (int i = 0; i < P; i++) put(b, n, e->ids[i], i, -1, RF_LOSS_NONE);
+    for (int i = P; i < L; i++) {
+        if (rf_rng_uniform(rng) < p) put(b, n, oc->mask_id, i, e->ids[i], RF_LOSS_MDM);
+        else put(b, n, e->ids[i], i, -1, RF_LOSS_NONE);
+    }
+}
+
+void rf_tbatch_build(rf_tbatch *b, const rf_objcfg *oc, const rf_example *const *ex, int n_ex,
+                     float scale, rf_rng *rng) {
+    int total = 0, max_resp = 1;
+    for (int s = 0; s < n_ex; s++) {
+        total += ex[s]->n_prompt + ex[s]->n_resp;
+        if (ex[s]->n_resp > max_resp) max_resp = ex[s]->n_resp;
+    }
+    reserve(b, n_ex, total > 0 ? total : 1);
+    int *order = rf_malloc((size_t)(2 * max_resp) * sizeof(int));
+    b->n_seq = n_ex;
+    b->bidirectional = oc->obj == RF_OBJ_MDM;
+    int n = 0;
+    for (int s = 0; s < n_ex; s++) {
+        b->off[s] = n;
+        b->slot_size[s] = 0;
+        b->p_mask[s] = 0.0f;
+        if (oc->obj == RF_OBJ_REFUSION) build_refusion(b, &n, oc, ex[s], s, rng, order);
+        else if (oc->obj == RF_OBJ_AR) build_ar(b, &n, ex[s]);
+        else build_mdm(b, &n, oc, ex[s], s, rng);
+    }
+    b->off[n_ex] = n;
+    b->n_tok = n;
+    free(order);
+
+    /* weights: the reference's normalisation (see the top of this file) */
+    int n_ar = 0;
+    for (int i = 0; i < n; i++) n_ar += b->kind[i] == RF_LOSS_AR;
+    for (int s = 0; s < n_ex; s++)
+        for (int i = b->off[s]; i < b->off[s + 1]; i++) {
+            if (b->kind[i] == RF_LOSS_AR) b->weight[i] = scale / (float)n_ar;
+            else if (b->kind[i] == RF_LOSS_MDM)
+                b->weight[i] = scale / (b->p_mask[s] * (float)ex[s]->n_resp * (float)n_ex);
+        }
+}
