@@ -1,17 +1,25 @@
 /* kernels_matmul.c - benchmark rf_matmul on the Qwen3-0.6B and Qwen3-8B layer
  * shapes against this machine's measured rooflines.
  *
- *   bench_kernels_matmul [--quick] [--dtype bf16|f16|f32] [--n 1,4,16] [--shape RxC]
+ *   bench_kernels_matmul [--quick] [--blas] [--dtype bf16|f16|f32] [--n 1,4,16] [--shape RxC]
+ *
+ * --blas also times OpenBLAS cblas_sgemm on the f32 rows with n >= 16 (the
+ * "blas ms" column) for comparison. Note: OpenBLAS 0.3.21 does not know
+ * this CPU model and falls back to its SSE3 "Prescott" kernels unless run
+ * with OPENBLAS_CORETYPE=Haswell (AVX2) in the environment.
  *
  * For every (shape, dtype, n): ms per call, GB/s of weight streaming (and %
  * of the measured read bandwidth), GFLOP/s (and % of the measured FMA peak).
- * Each figure is the fastest of the calls that fill ~0.15 s (at least 3,
+ * Each figure is the fastest of the calls that fill ~0.15 s (at least 2,
  * after one warm-up call): on a shared machine the minimum is the least
  * disturbed measurement. Default: everything in well under a minute. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
+#ifndef RF_NO_BLAS
+#include <cblas.h>
+#endif
 #include "kernels/kernels.h"
 #include "kernels/roofline.h"
 #include "util/util.h"
@@ -30,10 +38,11 @@ static const char *dtname(rf_dtype t) { return t == RF_F32 ? "f32" : t == RF_F16
 int main(int argc, char **argv) {
     int ns[16] = {1, 4, 8, 16, 32, 64, 128}, n_ns = 7;
     rf_dtype dts[3] = {RF_BF16, RF_F32}; int n_dts = 2;
-    int only_r = 0, only_c = 0;
+    int only_r = 0, only_c = 0, blas = 0;
     double target = 0.15;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) target = 0.05;
+        else if (!strcmp(argv[i], "--blas")) blas = 1;
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
             const char *d = argv[++i];
             n_dts = 1;
@@ -47,7 +56,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
             if (sscanf(argv[++i], "%dx%d", &only_r, &only_c) != 2) only_r = only_c = 0;
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--dtype bf16|f16|f32] [--n 1,4,16] [--shape RxC]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--blas] [--dtype bf16|f16|f32] [--n 1,4,16] [--shape RxC]\n", argv[0]);
             return 2;
         }
     }
@@ -55,8 +64,8 @@ int main(int argc, char **argv) {
     double bw = rf_measure_read_gbs();
     double peak = rf_measure_fma_gflops();
     printf("measured roofline: read %.1f GB/s, f32 FMA peak %.1f GFLOP/s\n\n", bw, peak);
-    printf("%-13s %-12s %-5s %4s %10s %8s %6s %9s %6s\n", "layer", "shape", "dtype", "n", "ms/call",
-           "W GB/s", "%bw", "GFLOP/s", "%peak");
+    printf("%-13s %-12s %-5s %4s %10s %8s %6s %9s %6s%s\n", "layer", "shape", "dtype", "n", "ms/call",
+           "W GB/s", "%bw", "GFLOP/s", "%peak", blas ? "   blas ms" : "");
 
     int maxn = 1;
     for (int i = 0; i < n_ns; i++) maxn = ns[i] > maxn ? ns[i] : maxn;
@@ -91,12 +100,29 @@ int main(int argc, char **argv) {
                     double d = rf_now() - t1;
                     s = d < s ? d : s;
                     reps++;
-                } while (rf_now() - t0 < target || reps < 3);
+                } while (rf_now() - t0 < target || reps < 2);
                 double gbs = nw * esz / s / 1e9, gf = 2.0 * nw * n / s / 1e9;
                 char shs[32];
                 snprintf(shs, sizeof shs, "%dx%d", sh->rows, sh->cols);
-                printf("%-13s %-12s %-5s %4d %10.3f %8.1f %5.0f%% %9.1f %5.0f%%\n", sh->what, shs,
+                printf("%-13s %-12s %-5s %4d %10.3f %8.1f %5.0f%% %9.1f %5.0f%%", sh->what, shs,
                        dtname(dts[di]), n, s * 1e3, gbs, 100 * gbs / bw, gf, 100 * gf / peak);
+#ifndef RF_NO_BLAS
+                if (blas && dts[di] == RF_F32 && n >= 16) {
+                    double sb = 1e30;
+                    reps = 0;
+                    t0 = rf_now();
+                    do {
+                        double t1 = rf_now();
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, sh->rows, sh->cols, 1.0f, X,
+                                    sh->cols, wd, sh->cols, 0.0f, Y, sh->rows);
+                        double d = rf_now() - t1;
+                        sb = d < sb ? d : sb;
+                        reps++;
+                    } while (rf_now() - t0 < target || reps < 2);
+                    printf(" %9.3f", sb * 1e3);
+                }
+#endif
+                printf("\n");
                 fflush(stdout);
             }
             free(wd);

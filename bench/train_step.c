@@ -10,6 +10,7 @@
  * head + the vocabulary projection of the tokens that carry a loss. The batch
  * is synthetic (random ids; prompt 1/8 of each example), built by the real
  * objective. The figure is the fastest step after one warm-up step. */
+#include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,8 @@
 
 #include "kernels/roofline.h"
 #include "train/train.h"
+
+char *openblas_get_corename(void);
 
 static void shape(rf_config *c, const char *name) {
     memset(c, 0, sizeof *c);
@@ -113,9 +116,11 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (threads > 0) omp_set_num_threads(threads);
+    rf_train_env_setup();
+    if (threads > 0) omp_set_num_threads(threads), openblas_set_num_threads(threads);
     double peak = rf_measure_fma_gflops();
-    printf("threads %d, measured f32 FMA peak %.1f GFLOP/s\n", omp_get_max_threads(), peak);
+    printf("threads %d, OpenBLAS kernels %s, measured f32 FMA peak %.1f GFLOP/s\n",
+           omp_get_max_threads(), openblas_get_corename(), peak);
     if (strcmp(model, "50m")) run("small", obj, B, T, steps, peak);
     if (strcmp(model, "small")) run("50m", obj, B, T, steps, peak);
     return 0;

@@ -8,6 +8,7 @@
  *  3. the helpers against float64 formulas: log-sum-exp / probabilities,
  *     and the frequencies of Gumbel-max draws and of rf_sample_ar (with
  *     top-k / top-p) against the distributions they should sample. */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,6 +187,7 @@ static void test_helpers(void) {
 }
 
 int main(void) {
+    omp_set_num_threads(1); /* tiny models: threads only add spin-wait time on a busy machine */
     rf_config c = cfg_small();
     rf_model m;
     rf_model_init_random(&m, &c, RF_F32, 0.5f, 21);

@@ -16,6 +16,7 @@
  *     answer, events consistent with the statistics;
  *  4. bad input is rejected with one message: prompt longer than the
  *     context, slot_size 0, thresholds outside [0, 1], unknown token id. */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,6 +105,7 @@ typedef struct {
     int ids[1024], n;
     int n_plan, n_fast, n_infill_commit, n_iter, n_drop;
     int fast_tokens, infill_tokens;
+    int fills[1024]; /* commits per answer position, from the events */
 } trace;
 
 static void on_tokens(const int *ids, int n, void *user) {
@@ -120,6 +122,8 @@ static void on_event(const rf_decode_event *ev, void *user) {
     case RF_EV_DROP: t->n_drop++; break;
     default: break;
     }
+    if (ev->kind == RF_EV_FAST_COMMIT || ev->kind == RF_EV_INFILL_COMMIT)
+        for (int i = 0; i < ev->n; i++) t->fills[ev->apos[i]]++;
 }
 
 typedef struct {
@@ -154,6 +158,18 @@ static void check_answer(const rf_gen_result *r, const rf_gen_params *p, int eos
         CHECK(t->n_plan == r->n_steps, "%s: %d plan events, %d steps", what, t->n_plan, r->n_steps);
         CHECK(t->fast_tokens + t->infill_tokens == tok, "%s: events committed %d, stats %d", what,
               t->fast_tokens + t->infill_tokens, tok);
+        int twice = 0, unfilled = 0;
+        for (int i = 0; i < G; i++) twice += t->fills[i] > 1;
+        for (int i = 0; i < r->n_ids; i++) unfilled += t->fills[i] != 1;
+        CHECK(!twice && !unfilled, "%s: %d positions committed twice, %d answer positions not exactly once", what,
+              twice, unfilled);
+    }
+    if (r->hit_eos && r->n_steps > 0) { /* generation stopped after the EOS's block */
+        int first[1024], nb = rf_block_layout(G / p->slot_size, p->n_blocks, first), b = 0;
+        int eos_slot = (r->n_ids - 1) / p->slot_size;
+        while (b + 1 < nb && first[b + 1] <= eos_slot) b++;
+        CHECK(r->steps[r->n_steps - 1].block <= b, "%s: steps in block %d after an EOS in block %d", what,
+              r->steps[r->n_steps - 1].block, b);
     }
 }
 
@@ -319,6 +335,7 @@ static void test_block_layout(void) {
 }
 
 int main(void) {
+    omp_set_num_threads(1); /* tiny models: threads only add spin-wait time on a busy machine */
     test_block_layout();
     test_errors();
     test_fast_vs_naive();

@@ -92,6 +92,41 @@ int main(void) {
                 free(row);
                 free(wd);
             }
+    /* Shapes that reach the blocking paths: more tokens than one token block
+     * (130 > 128), rows long enough to be split into k blocks (130 x 1500
+     * floats > the L2 budget) with a ragged last block (1500 % 8 = 4),
+     * several thread chunks (rows = 100). */
+    {
+        const int shp[][3] = {{7, 1500, 130}, {100, 1500, 131}, {100, 2056, 20}};
+        for (int d = 0; d < 3; d++)
+            for (int k = 0; k < 3; k++) {
+                int rows = shp[k][0], cols = shp[k][1], n = shp[k][2];
+                void *wd = rand_weights(&g, dtypes[d], rows, cols);
+                rf_mat W = {dtypes[d], wd, rows, cols};
+                float *X = malloc(sizeof(float) * n * cols), *Y = malloc(sizeof(float) * n * rows),
+                      *R = malloc(sizeof(float) * n * rows);
+                for (int i = 0; i < n * cols; i++) X[i] = rf_rng_normal(&g);
+                rf_matmul(Y, X, &W, n);
+                rf_matmul_naive(R, X, &W, n);
+                double e = check_rel_err(Y, R, (size_t)n * rows);
+                CHECK(e <= tol_for(cols), "blocked rf_matmul %s rows=%d cols=%d n=%d: rel err %.3g",
+                      dtname(dtypes[d]), rows, cols, n, e);
+                /* called from inside a parallel region (the caller already
+                 * owns the threads): must run on the calling thread and give
+                 * the same numbers */
+                int bad = 0;
+#pragma omp parallel num_threads(2) reduction(+ : bad)
+                {
+                    float *Yt = malloc(sizeof(float) * n * rows);
+                    rf_matmul(Yt, X, &W, n);
+                    bad += check_rel_err(Yt, R, (size_t)n * rows) > tol_for(cols);
+                    free(Yt);
+                }
+                CHECK(bad == 0, "rf_matmul inside a parallel region %s rows=%d: %d threads wrong",
+                      dtname(dtypes[d]), rows, bad);
+                free(X); free(Y); free(R); free(wd);
+            }
+    }
     /* a sanity check that the comparison can fail: corrupt one output */
     {
         float X[8] = {1, 2, 3, 4, 5, 6, 7, 8}, Wd[8] = {1, 1, 1, 1, 1, 1, 1, 1}, Y[1], R[1];

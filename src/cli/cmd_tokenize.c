@@ -81,6 +81,7 @@ static int parse_ids(const char *s, int **ids, int *n, const char *src) {
         if (end == s || v < 0 || v > 0x7fffffff) {
             rf_set_error("%s: expected token ids, found \"%.20s\"", src, s);
             free(*ids);
+            *ids = NULL;
             return -1;
         }
         if ((size_t)*n == cap) *ids = realloc(*ids, (cap *= 2) * sizeof(int));

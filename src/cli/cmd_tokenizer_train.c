@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "tokenizer/tok_internal.h" /* rf_utf8_check */
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
@@ -63,6 +64,12 @@ static int add_input(const char *path, FILE *out) {
             for (size_t e = pos + je.position; pos < e; pos++) line += data[pos] == '\n';
         }
     } else {
+        size_t bad;
+        if (rf_utf8_check(data, len, &bad)) {
+            rf_set_error("%s: invalid UTF-8 at byte offset %zu", path, bad);
+            free(data);
+            return -1;
+        }
         fwrite(data, 1, len, out);
         fputc('\n', out);
     }

@@ -143,6 +143,7 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "refusion: train: --init and --resume exclude each other\n");
         return 2;
     }
+    rf_train_env_setup(); /* may re-exec this very command line */
     if (rf_train_run(&o)) {
         rf_print_error();
         return 1;

@@ -11,5 +11,6 @@ int cmd_generate(int argc, char **argv);       /* ReFusion / AR decoding */
 int cmd_train(int argc, char **argv);          /* ReFusion / AR / MDM training */
 int cmd_tasks(int argc, char **argv);          /* generate the task suite */
 int cmd_eval(int argc, char **argv);           /* evaluate a model on a task set */
+int cmd_serve(int argc, char **argv);          /* HTTP server, OpenAI-style API */
 
 #endif

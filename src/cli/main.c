@@ -19,6 +19,7 @@ static const command commands[] = {
     {"train", cmd_train, "train a model (refusion | ar | mdm objective)"},
     {"tasks", cmd_tasks, "write the task suite (train/test JSON)"},
     {"eval", cmd_eval, "evaluate a model with a decoder on a task set"},
+    {"serve", cmd_serve, "serve the model over HTTP (OpenAI-style completions API)"},
 };
 
 static void usage(FILE *f) {

@@ -70,7 +70,10 @@
  *      accepted so that the shifted logits of the first token after it are
  *      produced in the next verify (the window's first token is never judged
  *      by its own logits). Cache entries below a stay valid: attention is
- *      causal and those tokens never change again.
+ *      causal and those tokens never change again. (The re-feed does not
+ *      change any result - the token after the common prefix is forced in
+ *      the next iteration either way - it only feeds one more token per
+ *      row; it is kept because it is what the reference computes.)
  *    Since every row starts with >= 1 accepted token and gains >= 1 per
  *    iteration, at most S-1 iterations run and a ends at S.
  *    Reference TPF term: S * chosen slots / (2 * iterations + 2), counting

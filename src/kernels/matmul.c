@@ -8,16 +8,23 @@
  * tokens, each token vector once and used for all R rows. With 16 AVX2
  * registers the tile is 3 x 4 (12 accumulators + 3 weights + 1 token).
  *
- *  - n = 1..3 is memory-bound: W is streamed once, converted in registers
- *    (tile 4 x n).
- *  - n >= 4: tiles of 3 rows x 4 tokens. For bf16/f16 weights the 3 rows
- *    are first converted to an f32 buffer in L1 (once per row tile), so the
- *    converting loads are not repeated for every group of 4 tokens.
- *  - Long rows with many tokens are split along cols (k blocks) so the
- *    token block being reused stays in L2; partial sums accumulate in Y.
+ *  - n = 1, 2 is memory-bound: W is streamed once, converted in registers,
+ *    in 4 x n tiles (4 independent FMA chains per token).
+ *  - n >= 3: 3 x 4 tiles (ragged token counts are split into near-equal
+ *    tiles of 3-4, e.g. 17 = 4+4+3+3+3). For bf16/f16 with up to
+ *    DIRECT_MAX_T tokens the conversion is still done in registers (each
+ *    weight vector converted once per 4 tokens); with more tokens the 3
+ *    rows are converted once into an f32 buffer in L1 and reused by all.
+ *  - Many tokens x long rows: tokens go in blocks of TB_MAX and rows are
+ *    split along cols (k blocks) so that the token block being reused stays
+ *    in L2 (L2_X_BYTES); partial sums accumulate in Y.
+ *  - Horizontal sums: 4 accumulators are reduced at once with 3 hadds.
  *
- * Threads split the output rows (static, whole tiles); inside an already
- * parallel region the call runs on the calling thread alone. */
+ * Threads (OpenMP) take chunks of output rows dynamically; inside an
+ * already active parallel region the call runs on the calling thread alone
+ * (no nested teams, no oversubscription). OpenBLAS sgemm was measured for
+ * f32 with n >= 16 and lost (see bench/kernels_matmul.c --blas), so it is
+ * not used. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -64,6 +71,12 @@ static inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
+/* software prefetch distance in bytes for the memory-bound small-n tiles
+ * (0: rely on the hardware prefetcher) */
+#ifndef PREFETCH
+#define PREFETCH 0
+#endif
+
 /* ---- the register-tile kernel --------------------------------------------
  * y[t * ldy + r] (+)= sum_{k < kc} w[r * ldw + k] * x[t * ldx + k]
  * for r < R, t < T; R, T, dt are compile-time constants at every call site
@@ -77,6 +90,9 @@ kern(rf_dtype dt, const int R, const int T, const void *w, size_t ldw, const flo
     int k = 0;
     for (; k + 8 <= kc; k += 8) {
         __m256 wv[4];
+        if (PREFETCH && T <= 2 && (k & (dt == RF_F32 ? 15 : 31)) == 0) /* memory-bound: a line per row */
+            for (int r = 0; r < R; r++)
+                _mm_prefetch((const char *)w + (r * ldw + k) * (dt == RF_F32 ? 4 : 2) + PREFETCH, _MM_HINT_T0);
         for (int r = 0; r < R; r++) wv[r] = load8(dt, w, r * ldw + k);
         for (int t = 0; t < T; t++) {
             __m256 xv = _mm256_loadu_ps(x + t * ldx + k);
@@ -106,7 +122,8 @@ kern(rf_dtype dt, const int R, const int T, const void *w, size_t ldw, const flo
         }
 }
 
-/* Dispatch to a kernel with constant R, T (R*T <= 12 or R = 4, T <= 3). */
+/* Dispatch to a kernel with constant R, T. The callers use R <= 3 with
+ * T <= 4, and R = 4 with T <= 2 (so R = 4, T = 4 is never compiled). */
 #define KERN_T(DT, R)                                                                   \
     switch (T) {                                                                        \
     case 1: kern(DT, R, 1, w, ldw, x, ldx, kc, y, ldy, acc); break;                     \
@@ -132,9 +149,9 @@ static void tile(rf_dtype dt, int R, int T, const void *w, size_t ldw, const flo
 
 /* With few tokens the weights are converted in registers as they are
  * loaded (each weight vector is converted tb/4 times); with more, once into
- * an f32 buffer. Crossover measured at ~16-32 tokens on the dev machine. */
+ * an f32 buffer. Crossover measured at 8-16 tokens on the dev machine. */
 #ifndef DIRECT_MAX_T
-#define DIRECT_MAX_T 16
+#define DIRECT_MAX_T 12
 #endif
 /* n <= SMALL_N uses 4 x n tiles instead of 3 x 4 */
 #ifndef SMALL_N
@@ -168,7 +185,7 @@ static void matmul_range(float *Y, size_t ldy, const float *X, const rf_mat *W, 
         for (int r = a; r < b; r += 4) {
             int R = b - r < 4 ? b - r : 4;
             tile(W->dtype, R, n, (const char *)W->data + (size_t)r * cols * esz, cols, X, cols, cols,
-                 Y + (r - 0), ldy, 0);
+                 Y + r, ldy, 0);
         }
         return;
     }

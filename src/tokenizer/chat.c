@@ -72,7 +72,12 @@ static void render_assistant(rf_buf *o, const char *content, int keep_reasoning,
 
 char *rf_chat_apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n, int add_generation_prompt,
                     int enable_thinking) {
-    (void)t; /* the template is Qwen3's whatever the tokenizer; see the header */
+    /* The rendering is Qwen3's (ChatML); refuse a checkpoint whose own
+     * template is something else rather than render the wrong prompt. */
+    if (t && t->chat_template && !strstr(t->chat_template, "<|im_start|>")) {
+        rf_set_error("tokenizer_config.json has a chat template that is not Qwen/ChatML style (no <|im_start|>); not supported");
+        return NULL;
+    }
     for (int i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content) {
             rf_set_error("chat message %d has no %s", i, msgs[i].role ? "content" : "role");

@@ -21,7 +21,7 @@ typedef struct {
 
 /* Per-call state: scratch for BPE and a small cache of word -> ids, so the
  * tokenizer itself stays read-only (safe to share across threads). */
-#define CACHE_SLOTS 4096
+#define CACHE_MAX_SLOTS 4096
 #define CACHE_MAX_WORD 32
 typedef struct {
     uint32_t hash;
@@ -37,7 +37,8 @@ typedef struct {
     size_t cap;
     bpe_cand *heap;
     size_t hn, hcap;
-    cache_slot *cache; /* [CACHE_SLOTS], allocated on first use */
+    cache_slot *cache; /* [cache_slots], allocated on first use */
+    size_t cache_slots; /* a power of two, scaled to the text so short calls stay cheap */
     int err;
 } enc_ctx;
 
@@ -136,9 +137,9 @@ static void on_piece(const char *p, size_t n, void *ctx) {
         bpe_word(c, (const unsigned char *)p, n);
         return;
     }
-    if (!c->cache) c->cache = rf_calloc(CACHE_SLOTS, sizeof *c->cache);
+    if (!c->cache) c->cache = rf_calloc(c->cache_slots, sizeof *c->cache);
     uint32_t h = rf_strhash(p, n);
-    cache_slot *s = &c->cache[h & (CACHE_SLOTS - 1)];
+    cache_slot *s = &c->cache[h & (c->cache_slots - 1)];
     if (s->nids && s->hash == h && s->wlen == n && !memcmp(s->word, p, n)) {
         for (int k = 0; k < s->nids; k++) rf_ivec_push(c->out, s->ids[k]);
         return;
@@ -166,7 +167,7 @@ static void encode_segment(enc_ctx *c, const char *s, size_t n) {
         c->err = 1;
         return;
     }
-    if (rf_pretokenize(c->t->re, norm, nn, on_piece, c)) c->err = 1;
+    if (rf_pretokenize(c->t->re, norm ? norm : s, nn, on_piece, c)) c->err = 1;
     free(norm);
 }
 
@@ -200,7 +201,8 @@ int rf_tok_encode(const rf_tokenizer *t, const char *text, size_t len, int **ids
         return -1;
     }
     rf_ivec out = {0};
-    enc_ctx c = {.t = t, .out = &out};
+    enc_ctx c = {.t = t, .out = &out, .cache_slots = 16};
+    while (c.cache_slots < CACHE_MAX_SLOTS && c.cache_slots * 8 < len) c.cache_slots *= 2;
     size_t seg = 0, pos = 0;
     while (pos < len && !c.err) {
         const rf_added_token *a = t->added_first[(unsigned char)text[pos]] ? match_added(t, text, len, pos) : NULL;

@@ -39,34 +39,54 @@ static int nfc_inert(uint32_t cp) {
     return 1;
 }
 
+/* NFC without running the normaliser over the whole text: a boundary
+ * exists before every inert character (nothing before it can reorder past it
+ * or compose with it), so only the stretches from the inert character before
+ * a non-inert one up to the next inert one go through utf8proc. */
 int rf_nfc(const char *s, size_t n, char **out, size_t *out_n) {
     const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
+    rf_buf b = {0};
+    size_t i = 0, copied = 0, last_inert = 0; /* s[copied..) not yet in b; last_inert >= copied */
     while (i < n) {
         if (u[i] < 0x80) {
-            i++;
+            last_inert = i++;
             continue;
         }
         uint32_t cp;
         int l = rf_utf8_decode(u + i, &cp);
-        if (!nfc_inert(cp)) break;
-        i += (size_t)l;
+        if (nfc_inert(cp)) {
+            last_inert = i;
+            i += (size_t)l;
+            continue;
+        }
+        size_t from = last_inert; /* a boundary: an inert character's start, or where copying stopped */
+        size_t j = i + (size_t)l; /* extend to the next inert character */
+        while (j < n) {
+            uint32_t c2;
+            int l2 = u[j] < 0x80 ? 1 : rf_utf8_decode(u + j, &c2);
+            if (u[j] < 0x80 || nfc_inert(c2)) break;
+            j += (size_t)l2;
+        }
+        rf_buf_put(&b, s + copied, from - copied);
+        utf8proc_uint8_t *dst = NULL;
+        utf8proc_ssize_t r = utf8proc_map(u + from, (utf8proc_ssize_t)(j - from), &dst, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        if (r < 0) {
+            free(b.p);
+            rf_set_error("NFC normalisation failed: %s", utf8proc_errmsg(r));
+            return -1;
+        }
+        rf_buf_put(&b, dst, (size_t)r);
+        free(dst);
+        copied = last_inert = i = j;
     }
-    if (i == n) { /* already NFC: copy */
-        *out = rf_malloc(n + 1);
-        memcpy(*out, s, n);
-        (*out)[n] = 0;
+    if (!b.p) { /* already NFC */
+        *out = NULL;
         *out_n = n;
         return 0;
     }
-    utf8proc_uint8_t *dst = NULL;
-    utf8proc_ssize_t r = utf8proc_map(u, (utf8proc_ssize_t)n, &dst, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    if (r < 0) {
-        rf_set_error("NFC normalisation failed: %s", utf8proc_errmsg(r));
-        return -1;
-    }
-    *out = (char *)dst;
-    *out_n = (size_t)r;
+    rf_buf_put(&b, s + copied, n - copied);
+    *out_n = b.n;
+    *out = rf_buf_cstr(&b);
     return 0;
 }
 

@@ -112,7 +112,8 @@ int rf_utf8_decode(const unsigned char *s, uint32_t *cp);
 int rf_utf8_encode(uint32_t cp, char *out);
 
 /* ---- pre-tokenisation (also used by the trainer) ---- */
-/* NFC of s[0..n) into a malloc'd buffer (*out, *out_n); -1 on error. */
+/* NFC of s[0..n): *out = a malloc'd buffer of *out_n bytes, or NULL when
+ * s is already NFC (use s as is); -1 on error. */
 int rf_nfc(const char *s, size_t n, char **out, size_t *out_n);
 /* Compile a Split regex taken from tokenizer.json. \s and \S are rewritten
  * to Unicode White_Space (what the Hugging Face tokenizers library's

@@ -36,7 +36,11 @@ typedef struct {
     const char *content;
 } rf_chat_msg;
 /* malloc'd prompt text, identical to what tokenizer_config.json's Jinja
- * template renders for these messages. */
+ * template renders for these messages (Qwen3's template, or the one
+ * tokenizer-train writes). enable_thinking: 1 = the template default, 0 =
+ * enable_thinking=false (empty <think> block after the generation prompt).
+ * t may be NULL; NULL (error set) if the tokenizer's config has a template
+ * that is not ChatML-style. */
 char *rf_chat_apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n,
                     int add_generation_prompt, int enable_thinking);
 

@@ -267,7 +267,7 @@ static int count_words(trainer *T, const char *text, size_t len, pcre2_code *re)
                 char *norm;
                 size_t nn;
                 if (rf_nfc(text + seg, pos - seg, &norm, &nn)) return -1;
-                int rc = rf_pretokenize(re, norm, nn, add_word, T);
+                int rc = rf_pretokenize(re, norm ? norm : text + seg, nn, add_word, T);
                 free(norm);
                 if (rc) return -1;
             }

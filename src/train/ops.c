@@ -1,7 +1,7 @@
 /* ops.c - forward/backward pairs of the training ops (see ops.h).
  *
- * Big matmuls go to OpenBLAS sgemm (it threads itself); the per-token ops and
- * attention thread with OpenMP. Every parallel loop writes disjoint outputs
+ * Big matmuls go to OpenBLAS sgemm (it threads itself); the per-token ops
+ * thread with OpenMP. Every parallel loop writes disjoint outputs
  * and every reduction into a shared gradient (dw of the norms) runs in a fixed
  * serial order, so a step is bit-for-bit reproducible for a given thread
  * count - which --resume relies on. */
@@ -145,11 +145,12 @@ void op_swiglu_bwd(float *dg, float *du, const float *dact, const float *g, cons
 
 /* ---- attention ----------------------------------------------------------------------- */
 
-static inline float dotf(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
+/* Per (example, query head) the scores are one [n, n] block, computed with
+ * sgemm straight from the strided head slices of q / k / v (a head's rows
+ * sit qd or kvd floats apart). The causal half is computed and then zeroed:
+ * wasting half a small gemm is far cheaper than scalar dot products. The
+ * (example, head) loop runs on the calling thread in a fixed order, letting
+ * OpenBLAS thread each gemm; the row-wise softmax parts use OpenMP. */
 
 static int max_len(const int *off, int n_seq) {
     int m = 1;
@@ -158,93 +159,91 @@ static int max_len(const int *off, int n_seq) {
     return m;
 }
 
-static size_t attn_work(const int *off, int n_seq, int nh, int hd) {
-    size_t w = 0;
-    for (int b = 0; b < n_seq; b++) w += (size_t)(off[b + 1] - off[b]) * (off[b + 1] - off[b]);
-    return w * nh * hd;
-}
-
 void op_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                       const int *off, int n_seq, int nh, int nkv, int hd, int bidir) {
     int qd = nh * hd, kvd = nkv * hd, group = nh / nkv, T = max_len(off, n_seq);
     float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel if (attn_work(off, n_seq, nh, hd) >= PAR_MIN)
-    {
-        float *sc = rf_malloc((size_t)T * sizeof(float)); /* one score row */
-#pragma omp for schedule(dynamic, 1) collapse(2)
-        for (int b = 0; b < n_seq; b++)
-            for (int h = 0; h < nh; h++) {
-                int s0 = off[b], s1 = off[b + 1], kh = h / group;
-                for (int i = s0; i < s1; i++) {
-                    const float *qi = q + (size_t)i * qd + h * hd;
-                    int jend = bidir ? s1 : i + 1;
-                    float mx = -INFINITY;
-                    for (int j = s0; j < jend; j++) {
-                        float s = dotf(qi, k + (size_t)j * kvd + kh * hd, hd) * scale;
-                        sc[j - s0] = s;
-                        if (s > mx) mx = s;
-                    }
-                    float sum = 0.0f;
-                    for (int j = s0; j < jend; j++) {
-                        sc[j - s0] = expf(sc[j - s0] - mx);
-                        sum += sc[j - s0];
-                    }
-                    float inv = 1.0f / sum, *oi = out + (size_t)i * qd + h * hd;
-                    memset(oi, 0, (size_t)hd * sizeof(float));
-                    for (int j = s0; j < jend; j++) {
-                        const float *vj = v + (size_t)j * kvd + kh * hd;
-                        float p = sc[j - s0] * inv;
-                        for (int c = 0; c < hd; c++) oi[c] += p * vj[c];
-                    }
-                    lse[(size_t)i * nh + h] = mx + logf(sum);
-                }
+    float *P = rf_malloc((size_t)T * T * sizeof(float)); /* [n, n] scores -> probabilities */
+    for (int b = 0; b < n_seq; b++) {
+        int s0 = off[b], n = off[b + 1] - s0;
+        if (n == 0) continue;
+        for (int h = 0; h < nh; h++) {
+            int kh = h / group;
+            const float *Q = q + (size_t)s0 * qd + h * hd, *K = k + (size_t)s0 * kvd + kh * hd;
+            const float *Vv = v + (size_t)s0 * kvd + kh * hd;
+            /* S[n, n] = scale Q[n, hd] K[n, hd]^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, hd, scale, Q, qd, K, kvd,
+                        0.0f, P, n);
+#pragma omp parallel for schedule(static) if ((size_t)n * n >= PAR_MIN)
+            for (int i = 0; i < n; i++) {
+                float *row = P + (size_t)i * n, mx = -INFINITY, sum = 0.0f;
+                int jend = bidir ? n : i + 1;
+                for (int j = 0; j < jend; j++) mx = row[j] > mx ? row[j] : mx;
+                for (int j = 0; j < jend; j++) sum += row[j] = expf(row[j] - mx);
+                float inv = 1.0f / sum;
+                for (int j = 0; j < jend; j++) row[j] *= inv;
+                for (int j = jend; j < n; j++) row[j] = 0.0f;
+                lse[(size_t)(s0 + i) * nh + h] = mx + logf(sum);
             }
-        free(sc);
+            /* O[n, hd] = P[n, n] V[n, hd] */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, n, 1.0f, P, n, Vv, kvd,
+                        0.0f, out + (size_t)s0 * qd + h * hd, qd);
+        }
     }
+    free(P);
 }
 
 void op_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
                       const float *lse, const float *q, const float *k, const float *v,
                       const int *off, int n_seq, int nh, int nkv, int hd, int bidir) {
-    /* With P = softmax(S) recomputed from lse:  dP_ij = dout_i . v_j,
-     * dS_ij = P_ij (dP_ij - D_i) where D_i = sum_j P_ij dP_ij = dout_i . out_i,
-     * dq_i = scale sum_j dS_ij k_j, dk_j += scale dS_ij q_i, dv_j += P_ij dout_i.
-     * One task per (example, K/V head) owns its dk/dv rows, so GQA needs no
-     * atomics. */
-    int qd = nh * hd, kvd = nkv * hd, group = nh / nkv;
+    /* With P = softmax(S) recomputed from lse:  dP = dO V^T,
+     * dS_ij = P_ij (dP_ij - D_i) where D_i = sum_j P_ij dP_ij = dO_i . O_i,
+     * dQ = scale dS K, dK += scale dS^T Q, dV += P^T dO
+     * (+= : the query heads of a GQA group share one K/V head). */
+    int qd = nh * hd, kvd = nkv * hd, group = nh / nkv, T = max_len(off, n_seq);
     float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel for schedule(dynamic, 1) collapse(2) if (attn_work(off, n_seq, nh, hd) >= PAR_MIN)
-    for (int b = 0; b < n_seq; b++)
-        for (int kh = 0; kh < nkv; kh++) {
-            int s0 = off[b], s1 = off[b + 1];
-            for (int j = s0; j < s1; j++) {
-                memset(dk + (size_t)j * kvd + kh * hd, 0, (size_t)hd * sizeof(float));
-                memset(dv + (size_t)j * kvd + kh * hd, 0, (size_t)hd * sizeof(float));
-            }
-            for (int h = kh * group; h < (kh + 1) * group; h++)
-                for (int i = s0; i < s1; i++) {
-                    const float *qi = q + (size_t)i * qd + h * hd;
-                    const float *gi = dout + (size_t)i * qd + h * hd;
-                    float *dqi = dq + (size_t)i * qd + h * hd;
-                    float Di = dotf(gi, out + (size_t)i * qd + h * hd, hd);
-                    float L = lse[(size_t)i * nh + h];
-                    memset(dqi, 0, (size_t)hd * sizeof(float));
-                    int jend = bidir ? s1 : i + 1;
-                    for (int j = s0; j < jend; j++) {
-                        const float *kj = k + (size_t)j * kvd + kh * hd;
-                        const float *vj = v + (size_t)j * kvd + kh * hd;
-                        float *dkj = dk + (size_t)j * kvd + kh * hd;
-                        float *dvj = dv + (size_t)j * kvd + kh * hd;
-                        float p = expf(dotf(qi, kj, hd) * scale - L);
-                        float ds = p * (dotf(gi, vj, hd) - Di) * scale;
-                        for (int c = 0; c < hd; c++) {
-                            dvj[c] += p * gi[c];
-                            dqi[c] += ds * kj[c];
-                            dkj[c] += ds * qi[c];
-                        }
-                    }
+    float *P = rf_malloc((size_t)T * T * sizeof(float));
+    float *dP = rf_malloc((size_t)T * T * sizeof(float));
+    int N = off[n_seq];
+    memset(dk, 0, (size_t)N * kvd * sizeof(float));
+    memset(dv, 0, (size_t)N * kvd * sizeof(float));
+    for (int b = 0; b < n_seq; b++) {
+        int s0 = off[b], n = off[b + 1] - s0;
+        if (n == 0) continue;
+        for (int h = 0; h < nh; h++) {
+            int kh = h / group;
+            const float *Q = q + (size_t)s0 * qd + h * hd, *K = k + (size_t)s0 * kvd + kh * hd;
+            const float *Vv = v + (size_t)s0 * kvd + kh * hd;
+            const float *dO = dout + (size_t)s0 * qd + h * hd, *O = out + (size_t)s0 * qd + h * hd;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, hd, scale, Q, qd, K, kvd,
+                        0.0f, P, n);
+            /* dP[n, n] = dO[n, hd] V[n, hd]^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, hd, 1.0f, dO, qd, Vv, kvd,
+                        0.0f, dP, n);
+#pragma omp parallel for schedule(static) if ((size_t)n * n >= PAR_MIN)
+            for (int i = 0; i < n; i++) {
+                float *p = P + (size_t)i * n, *g = dP + (size_t)i * n;
+                float L = lse[(size_t)(s0 + i) * nh + h], D = 0.0f;
+                const float *oi = O + (size_t)i * qd, *gi = dO + (size_t)i * qd;
+                for (int c = 0; c < hd; c++) D += gi[c] * oi[c];
+                int jend = bidir ? n : i + 1;
+                for (int j = 0; j < jend; j++) {
+                    p[j] = expf(p[j] - L);
+                    g[j] = p[j] * (g[j] - D) * scale;
                 }
+                for (int j = jend; j < n; j++) p[j] = g[j] = 0.0f;
+            }
+            /* dQ[n, hd] = dS[n, n] K[n, hd];  dK += dS^T Q;  dV += P^T dO */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, n, 1.0f, dP, n, K, kvd,
+                        0.0f, dq + (size_t)s0 * qd + h * hd, qd);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hd, n, 1.0f, dP, n, Q, qd,
+                        1.0f, dk + (size_t)s0 * kvd + kh * hd, kvd);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hd, n, 1.0f, P, n, dO, qd,
+                        1.0f, dv + (size_t)s0 * kvd + kh * hd, kvd);
         }
+    }
+    free(P);
+    free(dP);
 }
 
 /* ---- cross-entropy --------------------------------------------------------------------- */

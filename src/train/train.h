@@ -230,6 +230,11 @@ typedef struct {
 } rf_train_opts;
 
 void rf_train_opts_default(rf_train_opts *o);
+/* Re-execute this process once with OPENBLAS_CORETYPE=Haswell (when OpenBLAS
+ * fell back to its SSE3 kernels on an AVX2 CPU it does not know) and
+ * OMP_WAIT_POLICY=PASSIVE (when unset); see blas_env.c. Returns only when
+ * nothing needed doing or the re-exec failed. Call first thing in main. */
+void rf_train_env_setup(void);
 /* Run a training job. 0 on success (also after Ctrl-C: the state is saved),
  * -1 with rf_last_error() set. */
 int rf_train_run(const rf_train_opts *o);

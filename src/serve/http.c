@@ -1,0 +1,355 @@
+/* http.c - libmicrohttpd glue: the listening socket, routing, request
+ * bodies, JSON / SSE responses, start and stop.
+ *
+ * MHD runs one thread per connection, so a handler may block: a plain
+ * generation request waits for its job to finish, a streamed one blocks in
+ * the content reader until the worker has produced more events. */
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "serve/serve_impl.h"
+#include "util/util.h"
+
+#ifndef MHD_HTTP_CONTENT_TOO_LARGE
+#define MHD_HTTP_CONTENT_TOO_LARGE 413
+#endif
+
+void rf_serve_config_default(rf_serve_config *c) {
+    memset(c, 0, sizeof *c);
+    c->host = "127.0.0.1";
+    c->port = 8080;
+    c->max_body = 4u << 20;
+    c->max_queue = 64;
+    c->verbose = 1;
+    rf_gen_params_default(&c->defaults);
+}
+
+/* ---- routes --------------------------------------------------------------------- */
+typedef enum { R_HEALTH, R_MODELS, R_COMPLETIONS, R_CHAT, R_NONE } route_id;
+static const struct {
+    const char *path, *method;
+} routes[] = {
+    [R_HEALTH] = {"/health", "GET"},
+    [R_MODELS] = {"/v1/models", "GET"},
+    [R_COMPLETIONS] = {"/v1/completions", "POST"},
+    [R_CHAT] = {"/v1/chat/completions", "POST"},
+};
+
+/* Per-connection request state (MHD's con_cls). */
+typedef struct {
+    route_id route;
+    char *body;
+    size_t len;
+    int too_large;
+    int status;            /* what we answered, for the log */
+    double t0;
+    char method[8], url[72];
+} request;
+
+/* ---- responses ------------------------------------------------------------------ */
+static enum MHD_Result send_json(struct MHD_Connection *c, request *q, int status, char *txt) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(txt);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, routes[q->route].method);
+    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    q->status = status;
+    return rc;
+}
+
+static enum MHD_Result send_obj(struct MHD_Connection *c, request *q, int status, json_t *o) {
+    char *txt = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return send_json(c, q, status, txt);
+}
+
+/* {"error": {"message": "...", "type": "...", "code": status}} */
+static enum MHD_Result send_error(struct MHD_Connection *c, request *q, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static enum MHD_Result send_error(struct MHD_Connection *c, request *q, int status, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    /* one line, whatever the client sent (URLs are unescaped by MHD) */
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
+    const char *type = status >= 500 ? "server_error" : "invalid_request_error";
+    json_t *v = json_string(msg);
+    if (!v) { /* not UTF-8: keep the ASCII */
+        for (char *p = msg; *p; p++)
+            if ((unsigned char)*p >= 0x80) *p = '?';
+        v = json_string(msg);
+    }
+    return send_obj(c, q, status, json_pack("{s:{s:o, s:s, s:i}}", "error", "message", v, "type", type, "code", status));
+}
+
+static enum MHD_Result send_health(struct MHD_Connection *c, request *q, rf_server *s) {
+    pthread_mutex_lock(&s->mu);
+    json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I}", "status", "ok", "model", s->model_name, "active",
+                          s->n_active, "requests_done", (json_int_t)s->n_done, "tokens_generated",
+                          (json_int_t)s->tokens_done, "uptime_s", (json_int_t)(time(NULL) - s->started));
+    pthread_mutex_unlock(&s->mu);
+    return send_obj(c, q, 200, o);
+}
+
+static enum MHD_Result send_models(struct MHD_Connection *c, request *q, rf_server *s) {
+    const rf_config *k = &s->m->cfg;
+    json_t *info = json_pack("{s:i, s:i, s:i, s:i, s:i, s:b}", "vocab_size", k->vocab_size, "context_length",
+                             k->max_pos, "hidden_size", k->hidden_size, "layers", k->n_layers, "heads", k->n_heads,
+                             "tokenizer", s->tok != NULL);
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", s->model_name, "object", "model", "created",
+                          (json_int_t)s->started, "owned_by", "refusion", "refusion", info);
+    return send_obj(c, q, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+}
+
+/* ---- streaming: MHD pulls SSE bytes from the job ---------------------------- */
+typedef struct {
+    rf_server *s;
+    job *j;
+} stream_ref;
+
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    stream_ref *r = cls;
+    job *j = r->j;
+    pthread_mutex_lock(&r->s->mu);
+    while (j->out_sent == j->out_len && j->state != JOB_DONE) pthread_cond_wait(&j->cv, &r->s->mu);
+    size_t n = j->out_len - j->out_sent;
+    if (n > max) n = max;
+    if (n) memcpy(buf, j->out + j->out_sent, n);
+    j->out_sent += n;
+    pthread_mutex_unlock(&r->s->mu);
+    return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+/* The response is gone (sent, or the client went away). */
+static void sse_free(void *cls) {
+    stream_ref *r = cls;
+    pthread_mutex_lock(&r->s->mu);
+    r->j->abandoned = 1;
+    rf_serve_job_unref_locked(r->j);
+    pthread_mutex_unlock(&r->s->mu);
+    free(r);
+}
+
+/* ---- generation requests ---------------------------------------------------- */
+static enum MHD_Result generate(struct MHD_Connection *c, request *q, rf_server *s) {
+    rf_serve_req req;
+    rf_req_kind kind = q->route == R_CHAT ? RF_REQ_CHAT : RF_REQ_COMPLETION;
+    if (rf_serve_parse(q->body ? q->body : "", q->len, kind, s->m, s->tok, &s->cfg.defaults, s->cfg.default_ar,
+                       &req))
+        return send_error(c, q, 400, "%s", rf_last_error());
+    job *j = rf_serve_submit(s, &req);
+    if (!j) {
+        rf_serve_req_free(&req);
+        return send_error(c, q, 503, "%s", rf_last_error());
+    }
+    if (j->req.stream) {
+        stream_ref *r = rf_malloc(sizeof *r);
+        r->s = s, r->j = j;
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, r, sse_free);
+        if (!resp) {
+            sse_free(r);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        enum MHD_Result rc = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp); /* sse_free runs when MHD is done with it */
+        q->status = 200;
+        return rc;
+    }
+    pthread_mutex_lock(&s->mu);
+    while (j->state != JOB_DONE) pthread_cond_wait(&j->cv, &s->mu);
+    char *body = j->out;
+    int status = j->status;
+    j->out = NULL;
+    j->abandoned = 1;
+    rf_serve_job_unref_locked(j);
+    pthread_mutex_unlock(&s->mu);
+    return send_json(c, q, status, body);
+}
+
+/* MHD calls this first with the headers, then once per piece of body, then
+ * once more with *up_size == 0 when the body is complete. */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *up, size_t *up_size, void **con_cls) {
+    rf_server *s = cls;
+    request *q = *con_cls;
+    if (!q) {
+        q = rf_calloc(1, sizeof *q);
+        *con_cls = q;
+        q->t0 = rf_now();
+        snprintf(q->method, sizeof q->method, "%s", method);
+        snprintf(q->url, sizeof q->url, "%s", url);
+        q->route = R_NONE;
+        for (int i = 0; i < R_NONE; i++)
+            if (!strcmp(url, routes[i].path)) q->route = (route_id)i;
+        if (q->route == R_NONE) return send_error(c, q, 404, "no such endpoint: %s %.100s", method, url);
+        const char *want = routes[q->route].method;
+        int is_get = !strcmp(want, "GET");
+        if (strcmp(method, want) && !(is_get && !strcmp(method, "HEAD")))
+            return send_error(c, q, MHD_HTTP_METHOD_NOT_ALLOWED, "%s takes %s, not %.16s", routes[q->route].path,
+                              want, method);
+        if (q->route == R_HEALTH) return send_health(c, q, s);
+        if (q->route == R_MODELS) return send_models(c, q, s);
+        /* refuse an announced oversized body before reading it */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body)
+            return send_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "the request body is larger than %zu bytes",
+                              s->cfg.max_body);
+        return MHD_YES;
+    }
+    if (q->status) { /* answered early: discard the rest */
+        *up_size = 0;
+        return MHD_YES;
+    }
+    if (*up_size) {
+        if (q->too_large || q->len + *up_size > s->cfg.max_body) {
+            q->too_large = 1;
+        } else {
+            char *g = realloc(q->body, q->len + *up_size + 1);
+            if (!g) rf_die("out of memory");
+            q->body = g;
+            memcpy(q->body + q->len, up, *up_size);
+            q->len += *up_size;
+            q->body[q->len] = 0;
+        }
+        *up_size = 0;
+        return MHD_YES;
+    }
+    if (q->too_large)
+        return send_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "the request body is larger than %zu bytes",
+                          s->cfg.max_body);
+    return generate(c, q, s);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
+    rf_server *s = cls;
+    request *q = *con_cls;
+    if (!q) return;
+    if (s->cfg.verbose)
+        fprintf(stderr, "refusion serve: %s %s -> %d%s (%.3f s)\n", q->method, q->url, q->status,
+                why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : ", connection closed early", rf_now() - q->t0);
+    free(q->body);
+    free(q);
+    *con_cls = NULL;
+}
+
+/* ---- start / stop ------------------------------------------------------------- */
+/* A listening socket on host:port, so that failures get a clear message
+ * (MHD would only print its own) and port 0 tells us what it picked. */
+static int listen_on(const char *host, int port, int *fd_out, int *port_out, int *v6) {
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
+    int e = getaddrinfo(host, ps, &hints, &ai);
+    if (e) {
+        rf_set_error("cannot resolve host '%s': %s", host, gai_strerror(e));
+        return -1;
+    }
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol), one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 64)) {
+        rf_set_error("cannot listen on %s:%d: %s", host, port, strerror(errno));
+        if (fd >= 0) close(fd);
+        freeaddrinfo(ai);
+        return -1;
+    }
+    *v6 = ai->ai_family == AF_INET6;
+    freeaddrinfo(ai);
+    struct sockaddr_storage sa;
+    socklen_t n = sizeof sa;
+    getsockname(fd, (struct sockaddr *)&sa, &n);
+    *port_out = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                               : ((struct sockaddr_in *)&sa)->sin_port);
+    *fd_out = fd;
+    return 0;
+}
+
+static char *basename_of(const char *dir) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    char *s = rf_malloc(n - b + 1);
+    memcpy(s, dir + b, n - b);
+    s[n - b] = 0;
+    return s;
+}
+
+rf_server *rf_serve_start(const rf_model *m, const rf_tokenizer *tok, const rf_serve_config *c) {
+    rf_server *s = rf_calloc(1, sizeof *s);
+    s->m = m, s->tok = tok, s->cfg = *c;
+    if (s->cfg.max_queue < 1) s->cfg.max_queue = 1;
+    s->model_name = c->model_name ? rf_strdup(c->model_name) : basename_of(m->dir ? m->dir : "refusion");
+    s->started = time(NULL);
+    int v6 = 0;
+    if (listen_on(c->host ? c->host : "127.0.0.1", c->port, &s->listen_fd, &s->port, &v6)) {
+        free(s->model_name);
+        free(s);
+        return NULL;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->queue_cv, NULL);
+    if (pthread_create(&s->worker, NULL, rf_serve_worker_main, s)) {
+        rf_set_error("cannot start the worker thread");
+        goto fail;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | (v6 ? MHD_USE_IPv6 : 0);
+    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+                                 (unsigned)256, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+    if (!s->daemon) {
+        rf_set_error("cannot start the HTTP server (libmicrohttpd) on %s:%d", c->host, s->port);
+        pthread_mutex_lock(&s->mu);
+        s->stopping = 1;
+        pthread_cond_signal(&s->queue_cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->worker, NULL);
+        goto fail;
+    }
+    return s;
+fail:
+    close(s->listen_fd);
+    pthread_cond_destroy(&s->queue_cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s->model_name);
+    free(s);
+    return NULL;
+}
+
+int rf_serve_port(const rf_server *s) { return s->port; }
+
+void rf_serve_stop(rf_server *s) {
+    if (!s) return;
+    /* 1. no new jobs; the worker finishes the running one and fails the
+     *    queued ones, so no connection thread is left waiting on a job */
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_signal(&s->queue_cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->worker, NULL);
+    /* 2. close the connections and join their threads (MHD closes the
+     *    listening socket it was given too) */
+    MHD_stop_daemon(s->daemon);
+    pthread_cond_destroy(&s->queue_cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s->model_name);
+    free(s);
+}

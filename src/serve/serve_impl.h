@@ -1,0 +1,62 @@
+/* serve_impl.h - what http.c and worker.c share: the server and its jobs.
+ *
+ * Locking: one mutex (rf_server.mu) guards the queue, every job's output
+ * fields and reference counts. The model and tokenizer are only read; the
+ * worker is the only thread that runs the model, and connection threads only
+ * encode prompts (rf_tok_encode keeps its scratch per call, so it may run
+ * beside the worker). */
+#ifndef RF_SERVE_IMPL_H
+#define RF_SERVE_IMPL_H
+
+#include <pthread.h>
+#include <time.h>
+
+#include "serve/serve.h"
+
+typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
+
+typedef struct job {
+    rf_serve_req req;
+    char id[40];            /* "cmpl-N" / "chatcmpl-N" */
+    time_t created;
+    /* guarded by rf_server.mu */
+    job_state state;
+    int refs;               /* the connection + the queue/worker */
+    int abandoned;          /* the connection is gone: skip it if still queued */
+    char *out;              /* stream: SSE bytes so far; else: the whole JSON body at DONE */
+    size_t out_len, out_cap, out_sent;
+    int status;             /* HTTP status of a non-stream answer */
+    pthread_cond_t cv;      /* signalled when out grows or state changes */
+    struct job *next;       /* queue link */
+} job;
+
+struct rf_server {
+    const rf_model *m;
+    const rf_tokenizer *tok;
+    rf_serve_config cfg;
+    char *model_name;
+    struct MHD_Daemon *daemon;
+    int listen_fd, port;
+    pthread_t worker;
+    time_t started;
+    /* guarded by mu */
+    pthread_mutex_t mu;
+    pthread_cond_t queue_cv;  /* a job was queued, or stopping */
+    job *head, *tail;         /* waiting jobs, FIFO */
+    int n_active;             /* queued + running */
+    int stopping;
+    unsigned long n_jobs;     /* jobs ever accepted (ids) */
+    unsigned long n_done;
+    long long tokens_done;
+};
+
+/* worker.c */
+void *rf_serve_worker_main(void *server);
+/* Queue a parsed request (taken over: r is cleared). NULL, with the reason
+ * in rf_last_error(), when stopping or the queue is full (HTTP 503). The job
+ * comes back with one reference for the caller. */
+job *rf_serve_submit(rf_server *s, rf_serve_req *r);
+/* Drop a reference; frees the job at zero. Call with s->mu held. */
+void rf_serve_job_unref_locked(job *j);
+
+#endif

@@ -1,0 +1,306 @@
+/* serve_request.c - request parsing of `refusion serve` (rf_serve_parse),
+ * without HTTP: every field lands in the right rf_gen_params slot, prompts
+ * equal what the tokenizer / chat template give on their own, each kind of
+ * bad request is refused with one line naming the problem, the context limit
+ * is enforced at the exact boundary, and mangled bodies never crash. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "serve/serve.h"
+#include "util/util.h"
+
+static const rf_model *M;
+static const rf_tokenizer *TOK;
+static rf_gen_params DEF;
+
+static int parse(const char *body, rf_req_kind kind, rf_serve_req *r) {
+    return rf_serve_parse(body, strlen(body), kind, M, TOK, &DEF, 0, r);
+}
+
+static int same_ids(const int *a, int na, const int *b, int nb) {
+    return na == nb && (na == 0 || !memcmp(a, b, (size_t)na * sizeof(int)));
+}
+
+/* ---- 1. fields -> settings --------------------------------------------------------- */
+static void test_fields(void) {
+    rf_serve_req r;
+    int rc = parse("{\"prompt\": \"The model number 7\", \"mode\": \"ar\", \"max_tokens\": 7, \"slot_size\": 2,"
+                   " \"serial_num_blocks\": 3, \"slot_threshold\": 0.25, \"token_threshold\": 1,"
+                   " \"temperature\": 0.5, \"seed\": 12345678901, \"top_k\": 5, \"top_p\": 0.75,"
+                   " \"stream\": true, \"model\": \"whatever\", \"user\": \"ignored\", \"n\": 1, \"stop\": []}",
+                   RF_REQ_COMPLETION, &r);
+    CHECK(rc == 0, "full request: %s", rf_last_error());
+    if (rc) return;
+    CHECK(r.ar == 1 && r.stream == 1 && r.kind == RF_REQ_COMPLETION, "mode/stream/kind %d %d %d", r.ar, r.stream, r.kind);
+    CHECK(r.p.gen_length == 7 && r.p.slot_size == 2 && r.p.n_blocks == 3, "lengths %d %d %d", r.p.gen_length,
+          r.p.slot_size, r.p.n_blocks);
+    CHECK(r.p.slot_threshold == 0.25f && r.p.token_threshold == 1.0f && r.p.temperature == 0.5f, "floats");
+    CHECK(r.p.seed == 12345678901ull && r.p.top_k == 5 && r.p.top_p == 0.75f, "seed/top_k/top_p");
+    CHECK(r.p.eos_id == DEF.eos_id && r.p.on_tokens == NULL, "eos kept from the defaults, no callback");
+    int *ids, n;
+    rf_tok_encode(TOK, "The model number 7", 18, &ids, &n);
+    CHECK(same_ids(r.prompt, r.n_prompt, ids, n), "prompt ids differ from rf_tok_encode (%d vs %d)", r.n_prompt, n);
+    rf_serve_req_free(&r);
+
+    /* ["text"] is the same prompt; nulls and absent fields take the defaults */
+    rc = parse("{\"prompt\": [\"The model number 7\"], \"max_tokens\": null, \"temperature\": null}",
+               RF_REQ_COMPLETION, &r);
+    CHECK(rc == 0, "[text] prompt: %s", rf_last_error());
+    if (!rc) {
+        CHECK(same_ids(r.prompt, r.n_prompt, ids, n), "[text] prompt ids");
+        CHECK(r.ar == 0 && r.stream == 0 && r.p.gen_length == DEF.gen_length && r.p.slot_size == DEF.slot_size &&
+                  r.p.temperature == DEF.temperature && r.p.seed == DEF.seed,
+              "defaults not applied");
+        rf_serve_req_free(&r);
+    }
+    free(ids);
+
+    rc = parse("{\"prompt\": [5, 0, 17], \"max_completion_tokens\": 9}", RF_REQ_COMPLETION, &r);
+    int want[3] = {5, 0, 17};
+    CHECK(rc == 0 && same_ids(r.prompt, r.n_prompt, want, 3) && r.p.gen_length == 9, "id prompt: %s",
+          rc ? rf_last_error() : "wrong ids/length");
+    if (!rc) rf_serve_req_free(&r);
+}
+
+/* ---- 2. chat: ids == encode(chat template) --------------------------------------- */
+static void test_chat(void) {
+    rf_chat_msg msgs[3] = {{"system", "Be brief."}, {"user", "Hello there"}, {"assistant", "Hi"}};
+    for (int think = 0; think < 2; think++) {
+        char *text = rf_chat_apply(TOK, msgs, 3, 1, think);
+        int *ids, n;
+        rf_tok_encode(TOK, text, strlen(text), &ids, &n);
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\","
+                 " \"content\": \"Hello there\"}, {\"role\": \"assistant\", \"content\": \"Hi\"}]%s}",
+                 think ? "" : ", \"chat_template_kwargs\": {\"enable_thinking\": false}");
+        rf_serve_req r;
+        int rc = parse(body, RF_REQ_CHAT, &r);
+        CHECK(rc == 0, "chat (think %d): %s", think, rf_last_error());
+        if (!rc) {
+            CHECK(r.kind == RF_REQ_CHAT && same_ids(r.prompt, r.n_prompt, ids, n),
+                  "chat ids (think %d) differ from encode(rf_chat_apply): %d vs %d", think, r.n_prompt, n);
+            rf_serve_req_free(&r);
+        }
+        if (!think) { /* the top-level spelling means the same */
+            rc = parse("{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\","
+                       " \"content\": \"Hello there\"}, {\"role\": \"assistant\", \"content\": \"Hi\"}],"
+                       " \"enable_thinking\": false}",
+                       RF_REQ_CHAT, &r);
+            CHECK(rc == 0 && same_ids(r.prompt, r.n_prompt, ids, n), "enable_thinking: false");
+            if (!rc) rf_serve_req_free(&r);
+        }
+        free(ids);
+        free(text);
+    }
+}
+
+/* ---- 3. bad requests: -1, one line, naming the problem -------------------------- */
+typedef struct {
+    rf_req_kind kind;
+    const char *body, *needle;
+} bad_case;
+
+static void test_bad(void) {
+    static bad_case cases[] = {
+        {RF_REQ_COMPLETION, "", "empty request body"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\",", "malformed JSON"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\"} trailing", "malformed JSON"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"prompt\": \"y\"}", "malformed JSON"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"\xff\"}", "malformed JSON"},
+        {RF_REQ_COMPLETION, "[1, 2]", "must be a JSON object"},
+        {RF_REQ_COMPLETION, "\"hi\"", "must be a JSON object"},
+        {RF_REQ_COMPLETION, "{}", "missing \"prompt\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": null}", "missing \"prompt\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": 5}", "\"prompt\" must be"},
+        {RF_REQ_COMPLETION, "{\"prompt\": {\"a\": 1}}", "\"prompt\" must be"},
+        {RF_REQ_COMPLETION, "{\"prompt\": [\"a\", \"b\"]}", "\"prompt\"[0]"},
+        {RF_REQ_COMPLETION, "{\"prompt\": [1, -3]}", "\"prompt\"[1]"},
+        {RF_REQ_COMPLETION, "{\"prompt\": [1, 2.5]}", "\"prompt\"[1]"},
+        {RF_REQ_COMPLETION, "{\"prompt\": [1, 99999]}", "outside the vocabulary"},
+        {RF_REQ_COMPLETION, "{\"prompt\": []}", "prompt is empty"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"\"}", "prompt is empty"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"mode\": \"diffusion\"}", "\"mode\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"mode\": 1}", "\"mode\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"slot_size\": 0}", "\"slot_size\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"slot_size\": 0, \"mode\": \"ar\"}", "\"slot_size\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"slot_size\": 2.0}", "\"slot_size\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"serial_num_blocks\": 0}", "\"serial_num_blocks\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"slot_threshold\": 1.5}", "\"slot_threshold\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"slot_threshold\": \"0.5\"}", "\"slot_threshold\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"token_threshold\": -0.1}", "\"token_threshold\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"max_tokens\": 0}", "\"max_tokens\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"max_tokens\": \"8\"}", "\"max_tokens\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"max_tokens\": 99999999999}", "\"max_tokens\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"max_tokens\": 100000}", "context"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"temperature\": -1}", "\"temperature\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"temperature\": true}", "\"temperature\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"top_p\": 0}", "\"top_p\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"top_k\": -1}", "\"top_k\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"seed\": -1}", "\"seed\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stream\": \"yes\"}", "\"stream\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"n\": 2}", "\"n\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stop\": [\"\\n\"]}", "\"stop\""},
+        {RF_REQ_CHAT, "{\"prompt\": \"x\"}", "missing \"messages\""},
+        {RF_REQ_CHAT, "{\"messages\": []}", "non-empty array"},
+        {RF_REQ_CHAT, "{\"messages\": {\"role\": \"user\"}}", "non-empty array"},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\"}]}", "\"messages\"[0]"},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, 3]}", "\"messages\"[1]"},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"a\"}]}", "role must be"},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]}", "\"messages\"[0]"},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"enable_thinking\": 1}",
+         "\"enable_thinking\""},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"chat_template_kwargs\": 1}",
+         "\"chat_template_kwargs\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rf_serve_req r;
+        int rc = rf_serve_parse(cases[i].body, strlen(cases[i].body), cases[i].kind, M, TOK, &DEF, 0, &r);
+        const char *e = rf_last_error();
+        CHECK(rc == -1, "accepted bad request %s", cases[i].body);
+        if (rc == 0) {
+            rf_serve_req_free(&r);
+            continue;
+        }
+        CHECK(strstr(e, cases[i].needle) && !strchr(e, '\n') && r.prompt == NULL,
+              "bad request %s: message '%s' lacks '%s' (or is not one line)", cases[i].body, e, cases[i].needle);
+    }
+}
+
+/* ---- 4. the context limit at its exact boundary ------------------------------------ */
+static void test_context(void) {
+    /* max_pos 256, prompt 8 ids: AR fits 248 answer tokens; ReFusion with
+     * slots of 4 pads 249 up to 252, so 248 fits and 249 does not either */
+    const char *ids = "[1, 2, 3, 4, 5, 6, 7, 8]";
+    struct {
+        const char *mode;
+        int len, ok;
+    } t[] = {{"ar", 248, 1}, {"ar", 249, 0}, {"refusion", 248, 1}, {"refusion", 249, 0}, {"refusion", 245, 1}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char body[200];
+        snprintf(body, sizeof body, "{\"prompt\": %s, \"mode\": \"%s\", \"max_tokens\": %d, \"slot_size\": 4}", ids,
+                 t[i].mode, t[i].len);
+        rf_serve_req r;
+        int rc = parse(body, RF_REQ_COMPLETION, &r);
+        CHECK((rc == 0) == t[i].ok, "%s max_tokens %d: rc %d (%s)", t[i].mode, t[i].len, rc, rc ? rf_last_error() : "ok");
+        if (!rc) rf_serve_req_free(&r);
+        else CHECK(strstr(rf_last_error(), "context") != NULL, "context message: %s", rf_last_error());
+    }
+}
+
+/* ---- 5. no tokenizer: ids only ------------------------------------------------------ */
+static void test_no_tokenizer(void) {
+    rf_serve_req r;
+    const char *b1 = "{\"prompt\": \"hello\"}", *b2 = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}",
+               *b3 = "{\"prompt\": [3, 4]}";
+    CHECK(rf_serve_parse(b1, strlen(b1), RF_REQ_COMPLETION, M, NULL, &DEF, 0, &r) == -1 &&
+              strstr(rf_last_error(), "no tokenizer"),
+          "text prompt without a tokenizer: %s", rf_last_error());
+    CHECK(rf_serve_parse(b2, strlen(b2), RF_REQ_CHAT, M, NULL, &DEF, 0, &r) == -1 &&
+              strstr(rf_last_error(), "chat template"),
+          "chat without a tokenizer: %s", rf_last_error());
+    int rc = rf_serve_parse(b3, strlen(b3), RF_REQ_COMPLETION, M, NULL, &DEF, 1, &r);
+    CHECK(rc == 0 && r.ar == 1 && r.n_prompt == 2, "ids without a tokenizer, default_ar: %s", rf_last_error());
+    if (!rc) rf_serve_req_free(&r);
+}
+
+/* ---- 6. mangled bodies: never a crash, a result or one clear line --------------- */
+static void test_fuzz(void) {
+    const char *seeds[] = {
+        "{\"prompt\": \"The model number 3\", \"max_tokens\": 8, \"slot_size\": 2, \"temperature\": 0.5, \"stream\": true}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Hello \\u00e9\"}], \"mode\": \"ar\", \"top_p\": 0.9}",
+        "{\"prompt\": [1, 2, 3], \"serial_num_blocks\": 2, \"slot_threshold\": 0.5, \"seed\": 3}",
+    };
+    rf_rng g;
+    rf_rng_seed(&g, 7);
+    int n_ok = 0, n_bad = 0, n_bad_msg = 0;
+    for (int s = 0; s < 3; s++) {
+        size_t len = strlen(seeds[s]);
+        char *buf = rf_malloc(len + 1);
+        for (int it = 0; it < 1500; it++) {
+            size_t n = len;
+            memcpy(buf, seeds[s], len + 1);
+            if (it < (int)len) {
+                n = (size_t)it; /* every prefix */
+            } else {
+                int k = 1 + (int)rf_rng_below(&g, 4);
+                for (int e = 0; e < k; e++) /* random bytes, including NUL and non-UTF-8 */
+                    buf[rf_rng_below(&g, len)] = (char)rf_rng_below(&g, 256);
+            }
+            rf_req_kind kind = s == 1 ? RF_REQ_CHAT : RF_REQ_COMPLETION;
+            rf_serve_req r;
+            if (rf_serve_parse(buf, n, kind, M, TOK, &DEF, 0, &r) == 0) {
+                n_ok++;
+                if (rf_gen_check(M, r.prompt, r.n_prompt, &r.p, r.ar)) { /* accepted but invalid */
+                    n_bad_msg++;
+                    fprintf(stderr, "accepted invalid: %.*s\n", (int)n, buf);
+                }
+                rf_serve_req_free(&r);
+            } else {
+                n_bad++;
+                const char *e = rf_last_error();
+                if (!e[0] || strchr(e, '\n') || r.prompt) {
+                    n_bad_msg++;
+                    fprintf(stderr, "bad message '%s' for %.*s\n", e, (int)n, buf);
+                }
+            }
+        }
+        free(buf);
+    }
+    CHECK(n_bad_msg == 0, "fuzz: %d results were invalid or had a bad message", n_bad_msg);
+    CHECK(n_ok > 0 && n_bad > 0, "fuzz: %d accepted, %d refused (want both)", n_ok, n_bad);
+    printf("fuzz: %d accepted, %d refused\n", n_ok, n_bad);
+}
+
+int main(void) {
+    /* a small tokenizer trained here, and a random model over its vocabulary */
+    char dir[] = "/tmp/rf_serve_req.XXXXXX";
+    if (!mkdtemp(dir)) return 1;
+    size_t cap = 1 << 16, len = 0;
+    char *text = rf_malloc(cap);
+    for (int i = 0; i < 200; i++)
+        len += (size_t)snprintf(text + len, cap - len, "The model number %d answers the question; fine. Hello %d\n", i,
+                                i * 7);
+    if (rf_tok_train(text, len, 400, dir, 0)) {
+        fprintf(stderr, "tokenizer train: %s\n", rf_last_error());
+        return 1;
+    }
+    free(text);
+    rf_tokenizer *tok = rf_tok_load(dir);
+    if (!tok) {
+        fprintf(stderr, "tokenizer load: %s\n", rf_last_error());
+        return 1;
+    }
+    TOK = tok;
+    rf_config c;
+    rf_config_preset(&c, "tiny");
+    c.vocab_size = rf_tok_vocab_size(tok);
+    c.max_pos = 256;
+    c.eos_id = rf_tok_eos_id(tok);
+    c.mask_id = rf_tok_mask_id(tok);
+    c.bot_id = rf_tok_id(tok, "<|beginoftext|>");
+    c.dtype = RF_F32;
+    rf_model m;
+    rf_model_init_random(&m, &c, RF_F32, 0.02f, 1);
+    M = &m;
+    rf_gen_params_default(&DEF);
+    DEF.gen_length = 16;
+    DEF.eos_id = rf_tok_eos_id(tok);
+
+    test_fields();
+    test_chat();
+    test_bad();
+    test_context();
+    test_no_tokenizer();
+    test_fuzz();
+
+    rf_model_free(&m);
+    rf_tok_free(tok);
+    char *p1 = rf_path_join(dir, "tokenizer.json"), *p2 = rf_path_join(dir, "tokenizer_config.json");
+    unlink(p1), unlink(p2), rmdir(dir);
+    free(p1), free(p2);
+    return check_summary("serve_request");
+}
