@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "decode/decode.h"
+#include "decode/mdm.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"
@@ -27,10 +28,12 @@ static void usage(FILE *f) {
             "  --chat / --no-chat      apply the chat template to -p TEXT (default: on when\n"
             "                          the tokenizer has <|im_start|>)\n"
             "  --no-think              chat template with enable_thinking=false\n"
-            "  --mode refusion|ar      decoder (default refusion)\n"
+            "  --mode refusion|ar|mdm  decoder (default refusion; mdm: LLaDA-style baseline for\n"
+            "                          models trained with the mdm objective)\n"
+            "  --steps N               mdm: diffusion steps over the answer (default gen length)\n"
             "  -n, --gen-length N      answer length (default 512; ReFusion pads it to whole slots)\n"
             "  --slot-size N           ReFusion slot size (default 4)\n"
-            "  --blocks N              ReFusion serial blocks (default 32)\n"
+            "  --blocks N              serial blocks, ReFusion and mdm (default 32)\n"
             "  --slot-threshold X      plan slots whose first token's prob > X (default 0.6)\n"
             "  --token-threshold X     accept tokens whose AR prob > X (default 0.3)\n"
             "  -t, --temperature X     0 = greedy (default); ReFusion: Gumbel-max planning\n"
@@ -224,7 +227,7 @@ static void print_json(const rf_gen_result *r, const int *prompt, int P, const c
 int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *text = NULL, *ids_arg = NULL, *mode = "refusion";
     int chat = -1, think = 1, as_json = 0, visualize = 0, naive = 0;
-    long threads = 0, lv;
+    long threads = 0, steps = 0, lv;
     rf_gen_params p;
     rf_gen_params_default(&p);
     for (int i = 1; i < argc; i++) {
@@ -246,7 +249,7 @@ int cmd_generate(int argc, char **argv) {
             static const char *valued[] = {"-m", "--model", "-p", "--prompt", "--ids", "--mode", "-n",
                                            "--gen-length", "--slot-size", "--blocks", "--slot-threshold",
                                            "--token-threshold", "-t", "--temperature", "--top-k", "--top-p",
-                                           "--seed", "--threads"};
+                                           "--seed", "--threads", "--steps"};
             int known = 0;
             for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) known |= !strcmp(a, valued[k]);
             if (known) fprintf(stderr, "refusion: generate: %s needs a value\n", a);
@@ -269,15 +272,16 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--top-p")) bad = parse_float(a, v, &p.top_p);
         else if (!strcmp(a, "--seed")) bad = parse_long(a, v, 0, 0x7fffffffffffffffL, &lv), p.seed = (uint64_t)lv;
         else if (!strcmp(a, "--threads")) bad = parse_long(a, v, 1, 1024, &threads);
+        else if (!strcmp(a, "--steps")) bad = parse_long(a, v, 1, 1000000, &steps);
         else {
             fprintf(stderr, "refusion: generate: unknown option '%s' (see --help)\n", a);
             return 2;
         }
         if (bad) return 2;
     }
-    int ar = !strcmp(mode, "ar");
-    if (!ar && strcmp(mode, "refusion")) {
-        fprintf(stderr, "refusion: generate: --mode must be refusion or ar, got '%s'\n", mode);
+    int ar = !strcmp(mode, "ar"), mdm = !strcmp(mode, "mdm");
+    if (!ar && !mdm && strcmp(mode, "refusion")) {
+        fprintf(stderr, "refusion: generate: --mode must be refusion, ar or mdm, got '%s'\n", mode);
         return 2;
     }
     if (!model_dir || (!text == !ids_arg)) {
@@ -339,7 +343,7 @@ int cmd_generate(int argc, char **argv) {
         int e = rf_tok_eos_id(tok);
         if (e >= 0) p.eos_id = e;
     }
-    if (rf_gen_check(&m, prompt, P, &p, ar)) {
+    if (rf_gen_check(&m, prompt, P, &p, ar || mdm)) {
         fprintf(stderr, "refusion: generate: %s\n", rf_last_error());
         goto out;
     }
@@ -350,12 +354,16 @@ int cmd_generate(int argc, char **argv) {
     if (visualize) {
         u.vis = as_json ? stderr : stdout;
         u.tty = isatty(fileno(u.vis));
-        u.G = ar ? p.gen_length : (p.gen_length + p.slot_size - 1) / p.slot_size * p.slot_size;
+        u.G = (ar || mdm) ? p.gen_length : (p.gen_length + p.slot_size - 1) / p.slot_size * p.slot_size;
         u.cell_tok = rf_calloc(u.G, sizeof(int));
         u.cell = rf_calloc(u.G, 1);
     }
     p.on_tokens = on_tokens, p.on_event = on_event, p.user = &u;
+    rf_mdm_params mp;
+    rf_mdm_params_default(&mp, &p);
+    if (steps > 0) mp.steps = (int)steps;
     int grc = ar ? rf_generate_ar(&m, prompt, P, &p, &r)
+              : mdm ? rf_generate_mdm(&m, prompt, P, &p, &mp, &r)
                  : naive ? rf_generate_refusion_naive(&m, prompt, P, &p, &r)
                          : rf_generate_refusion(&m, prompt, P, &p, &r);
     if (grc) {
@@ -370,11 +378,11 @@ int cmd_generate(int argc, char **argv) {
     }
     if (tok) answer_text = rf_tok_decode(tok, r.ids, r.n_ids, 1);
     if (as_json) {
-        print_json(&r, prompt, P, answer_text, ar ? "ar" : "refusion", &p);
+        print_json(&r, prompt, P, answer_text, mode, &p);
     } else {
         if (visualize) printf("%s\n", answer_text ? answer_text : "");
         fprintf(stderr, "[%s: %d tokens, %d model calls, TPF %.2f, %.2f tokens/call, %.1f tokens/s, %.2f s]\n",
-                ar ? "ar" : "refusion", r.n_tokens, r.n_calls, r.tpf, r.tokens_per_call, r.tokens_per_s, r.wall_s);
+                mode, r.n_tokens, r.n_calls, r.tpf, r.tokens_per_call, r.tokens_per_s, r.wall_s);
     }
     rc = 0;
 out:

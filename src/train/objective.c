@@ -160,7 +160,7 @@ void rf_tbatch_build(rf_tbatch *b, const rf_objcfg *oc, const rf_example *const 
         total += ex[s]->n_prompt + ex[s]->n_resp;
         if (ex[s]->n_resp > max_resp) max_resp = ex[s]->n_resp;
     }
-    reserve(b, n_ex, total > 0 ? total : 1);
+    reserve(b, n_ex > 0 ? n_ex : 1, total > 0 ? total : 1);
     int *order = rf_malloc((size_t)(2 * max_resp) * sizeof(int));
     b->n_seq = n_ex;
     b->bidirectional = oc->obj == RF_OBJ_MDM;

@@ -215,6 +215,11 @@ int rf_train_run(const rf_train_opts *o) {
         goto done;
     }
     if (bind_tokenizer(&cfg, tok, !src)) goto done;
+    if (o->seq_len > cfg.max_pos) {
+        rf_set_error("--seq-len %d exceeds the model's context (max_position_embeddings %d)",
+                     o->seq_len, cfg.max_pos);
+        goto done;
+    }
 
     /* 2. data */
     int n_skipped = 0;
@@ -281,7 +286,7 @@ int rf_train_run(const rf_train_opts *o) {
     sigaction(SIGINT, &sa, &old_sa);
 
     int tty = isatty(2) && !o->quiet;
-    double t_run = rf_now(), tokens_run = 0;
+    double t_run = rf_now(), tokens_run = 0, t_drawn = 0;
     long step0 = st.step, last_saved = o->resume ? st.step : -1;
     while (st.step < oc.total) {
         double t0 = rf_now();
@@ -320,7 +325,10 @@ int rf_train_run(const rf_train_opts *o) {
         fflush(log);
         double eta = run_time / (double)(st.step - step0) * (double)(oc.total - st.step);
         int last = st.step == oc.total || st.step == o->stop_at || g_stop;
-        if (tty) progress(1, st.step, oc.total, &sum, lr, tps, eta, last);
+        if (tty && (last || rf_now() - t_drawn >= 0.1)) { /* redraw at most 10x a second */
+            progress(1, st.step, oc.total, &sum, lr, tps, eta, last);
+            t_drawn = rf_now();
+        }
         else if (!o->quiet && (st.step % (o->log_every > 0 ? o->log_every : 10) == 0 ||
                                st.step == 1 || last))
             progress(0, st.step, oc.total, &sum, lr, tps, eta, last);
