@@ -54,9 +54,13 @@ if want train; then
   for obj in refusion ar mdm; do
     if fresh "$OUT/$obj/model.safetensors"; then
       say "train $obj: $CONFIG, $TRAIN_ARGS"
+      # LLaDA's SFT pads every answer with EOS to the decoding length, so the
+      # MDM learns to fill a fixed-length answer region
+      extra=""
+      [ "$obj" = mdm ] && extra="--mdm-pad $GEN"
       # shellcheck disable=SC2086
       "$BIN" train --data "$DATA/train.json" --tokenizer "$OUT/tokenizer" --config "$CONFIG" \
-        --objective "$obj" --seed "$SEED" $TRAIN_ARGS -o "$OUT/$obj"
+        --objective "$obj" --seed "$SEED" $TRAIN_ARGS $extra -o "$OUT/$obj"
     fi
   done
 fi

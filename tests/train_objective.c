@@ -213,6 +213,32 @@ static void baselines(void) {
     CHECK(fabs((double)n_masked - sum_p) < 4 * sqrt(sum_p), "mdm masked %ld, expected %.0f",
           n_masked, sum_p);
     printf("mdm: %ld of %ld answer tokens masked (expected %.0f)\n", n_masked, n_resp, sum_p);
+
+    /* MDM with mdm_pad: each response is EOS-padded to 60 tokens (LLaDA SFT);
+     * pads are ordinary answer tokens whose target is the EOS, and the
+     * normalisation uses the padded length */
+    oc.mdm_pad = 60;
+    int pad_bad = 0, pad_masked = 0;
+    for (int it = 0; it < 200; it++) {
+        rf_tbatch_build(&b, &oc, ep, 2, 1.0f, &rng);
+        for (int s = 0; s < 2; s++) {
+            int o = b.off[s], P = ex[s].n_prompt, R = ex[s].n_resp, eos = ex[s].ids[P + R - 1];
+            float p = b.p_mask[s];
+            if (b.off[s + 1] - o != P + 60) pad_bad++;
+            for (int i = P; i < P + 60; i++) {
+                int want = i < P + R ? ex[s].ids[i] : eos;
+                if (b.pos[o + i] != i) pad_bad++;
+                if (b.tokens[o + i] == MASK) {
+                    pad_masked += i >= P + R;
+                    if (b.target[o + i] != want || fabsf(b.weight[o + i] - 1.0f / (p * 60 * 2.0f)) > 1e-6f / p)
+                        pad_bad++;
+                } else if (b.tokens[o + i] != want || b.target[o + i] != -1)
+                    pad_bad++;
+            }
+        }
+    }
+    CHECK(pad_bad == 0, "mdm_pad: %d violations", pad_bad);
+    CHECK(pad_masked > 0, "mdm_pad: no padding position was ever masked");
     rf_tbatch_free(&b);
     for (int i = 0; i < 2; i++) free(ex[i].ids);
 }

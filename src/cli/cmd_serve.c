@@ -162,8 +162,15 @@ int cmd_serve(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-
+    /* the server's threads inherit a mask without them, so the handler runs
+     * here in the main thread, which waits in read() */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
     rf_server *s = rf_serve_start(&m, tok, &c);
+    pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
     if (!s) {
         fprintf(stderr, "refusion: serve: %s\n", rf_last_error());
         if (tok) rf_tok_free(tok);

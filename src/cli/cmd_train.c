@@ -27,6 +27,7 @@ static void usage(FILE *f) {
 "objective:\n"
 "  --objective O        refusion (default) | ar | mdm\n"
 "  --slot-sizes LIST    refusion slot sizes (default 4,8,16,32)\n"
+"  --mdm-pad N          mdm: EOS-pad responses to N tokens as LLaDA's SFT does\n"
 "optimisation:\n"
 "  --batch N            examples per micro-batch (default 8)\n"
 "  --seq-len N          longest example in tokens (default 512)\n"
@@ -115,6 +116,7 @@ int cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--batch")) { NUM(1, 1 << 20); o.batch = (int)x; }
         else if (!strcmp(a, "--seq-len")) { NUM(2, 1 << 20); o.seq_len = (int)x; }
         else if (!strcmp(a, "--accum")) { NUM(1, 1 << 20); o.accum = (int)x; }
+        else if (!strcmp(a, "--mdm-pad")) { NUM(0, 1 << 20); o.mdm_pad = (int)x; }
         else if (!strcmp(a, "--steps")) { NUM(1, 1e12); o.steps = (long)x; }
         else if (!strcmp(a, "--epochs")) { NUM(1e-9, 1e9); o.epochs = x; }
         else if (!strcmp(a, "--lr")) { NUM(0, 10); o.opt.lr = (float)x; }

@@ -76,6 +76,9 @@ static inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
 #ifndef PREFETCH
 #define PREFETCH 0
 #endif
+#ifndef MATVEC_ROW
+#define MATVEC_ROW 1
+#endif
 
 /* ---- the register-tile kernel --------------------------------------------
  * y[t * ldy + r] (+)= sum_{k < kc} w[r * ldw + k] * x[t * ldx + k]
@@ -120,6 +123,27 @@ kern(rf_dtype dt, const int R, const int T, const void *w, size_t ldw, const flo
             float *o = y + t * ldy + r;
             *o = accumulate ? *o + s[t * R + r] : s[t * R + r];
         }
+}
+
+/* One row, one token: y = w . x with 4 accumulators along k, reading the
+ * row front to back. For n = 1 this keeps W one sequential stream, which the
+ * hardware prefetcher follows best (4 rows in parallel are 4 short streams). */
+static inline __attribute__((always_inline)) float dot_row(rf_dtype dt, const void *w, const float *x, int kc) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int k = 0;
+    for (; k + 32 <= kc; k += 32) {
+        a0 = _mm256_fmadd_ps(load8(dt, w, k), _mm256_loadu_ps(x + k), a0);
+        a1 = _mm256_fmadd_ps(load8(dt, w, k + 8), _mm256_loadu_ps(x + k + 8), a1);
+        a2 = _mm256_fmadd_ps(load8(dt, w, k + 16), _mm256_loadu_ps(x + k + 16), a2);
+        a3 = _mm256_fmadd_ps(load8(dt, w, k + 24), _mm256_loadu_ps(x + k + 24), a3);
+    }
+    for (; k + 8 <= kc; k += 8) a0 = _mm256_fmadd_ps(load8(dt, w, k), _mm256_loadu_ps(x + k), a0);
+    if (k < kc) a1 = _mm256_fmadd_ps(load_tail(dt, w, k, kc - k), _mm256_maskload_ps(x + k, tail_mask(kc - k)), a1);
+    __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
 }
 
 /* Dispatch to a kernel with constant R, T. The callers use R <= 3 with
@@ -181,6 +205,15 @@ static void matmul_range(float *Y, size_t ldy, const float *X, const rf_mat *W, 
                          float *buf) {
     const int cols = W->cols;
     const size_t esz = W->dtype == RF_F32 ? 4 : 2;
+    if (n == 1 && MATVEC_ROW) {
+        for (int r = a; r < b; r++) {
+            const void *w = (const char *)W->data + (size_t)r * cols * esz;
+            Y[r] = W->dtype == RF_BF16  ? dot_row(RF_BF16, w, X, cols)
+                   : W->dtype == RF_F16 ? dot_row(RF_F16, w, X, cols)
+                                        : dot_row(RF_F32, w, X, cols);
+        }
+        return;
+    }
     if (n <= SMALL_N) { /* memory-bound: stream W once, convert in registers, 4 rows at a time */
         for (int r = a; r < b; r += 4) {
             int R = b - r < 4 ? b - r : 4;

@@ -23,7 +23,9 @@
  *   micro-batch), HF's causal-LM mean.
  * MDM baseline (LLaDA SFT): natural order, bidirectional attention, each
  *   response token masked independently with probability p = (1-eps) t + eps,
- *   t ~ U(0,1) per example; weight 1 / (p_b * answer_len_b * B).
+ *   t ~ U(0,1) per example; weight 1 / (p_b * answer_len_b * B). With
+ *   mdm_pad the response is first padded with EOS to that length (LLaDA's
+ *   SFT recipe) and answer_len_b is the padded length.
  * With gradient accumulation every weight is further scaled by 1/accum: the
  * step minimises the mean of the micro-batch losses, as HF Trainer does.
  *
@@ -139,17 +141,22 @@ static void build_ar(rf_tbatch *b, int *n, const rf_example *e) {
     }
 }
 
+int rf_objcfg_resp_len(const rf_objcfg *oc, const rf_example *e) {
+    return oc->obj == RF_OBJ_MDM && oc->mdm_pad > e->n_resp ? oc->mdm_pad : e->n_resp;
+}
+
 static void build_mdm(rf_tbatch *b, int *n, const rf_objcfg *oc, const rf_example *e, int s,
                       rf_rng *rng) {
-    int P = e->n_prompt, L = P + e->n_resp;
+    int P = e->n_prompt, L = P + rf_objcfg_resp_len(oc, e), eos = e->ids[P + e->n_resp - 1];
     double t = rf_rng_uniform(rng);
     float p = (float)((1.0 - oc->eps) * t + oc->eps);
     b->slot_size[s] = 0;
     b->p_mask[s] = p;
     for (int i = 0; i < P; i++) put(b, n, e->ids[i], i, -1, RF_LOSS_NONE);
     for (int i = P; i < L; i++) {
-        if (rf_rng_uniform(rng) < p) put(b, n, oc->mask_id, i, e->ids[i], RF_LOSS_MDM);
-        else put(b, n, e->ids[i], i, -1, RF_LOSS_NONE);
+        int t = i < P + e->n_resp ? e->ids[i] : eos; /* EOS padding (mdm_pad) */
+        if (rf_rng_uniform(rng) < p) put(b, n, oc->mask_id, i, t, RF_LOSS_MDM);
+        else put(b, n, t, i, -1, RF_LOSS_NONE);
     }
 }
 
@@ -157,8 +164,9 @@ void rf_tbatch_build(rf_tbatch *b, const rf_objcfg *oc, const rf_example *const 
                      float scale, rf_rng *rng) {
     int total = 0, max_resp = 1;
     for (int s = 0; s < n_ex; s++) {
-        total += ex[s]->n_prompt + ex[s]->n_resp;
-        if (ex[s]->n_resp > max_resp) max_resp = ex[s]->n_resp;
+        int r = rf_objcfg_resp_len(oc, ex[s]);
+        total += ex[s]->n_prompt + r;
+        if (r > max_resp) max_resp = r;
     }
     reserve(b, n_ex > 0 ? n_ex : 1, total > 0 ? total : 1);
     int *order = rf_malloc((size_t)(2 * max_resp) * sizeof(int));
@@ -184,6 +192,6 @@ void rf_tbatch_build(rf_tbatch *b, const rf_objcfg *oc, const rf_example *const 
         for (int i = b->off[s]; i < b->off[s + 1]; i++) {
             if (b->kind[i] == RF_LOSS_AR) b->weight[i] = scale / (float)n_ar;
             else if (b->kind[i] == RF_LOSS_MDM)
-                b->weight[i] = scale / (b->p_mask[s] * (float)ex[s]->n_resp * (float)n_ex);
+                b->weight[i] = scale / (b->p_mask[s] * (float)rf_objcfg_resp_len(oc, ex[s]) * (float)n_ex);
         }
 }

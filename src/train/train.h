@@ -107,7 +107,14 @@ typedef struct {
     float eps;            /* p = (1 - eps) t + eps; 1e-3 as the reference */
     int slot_sizes[8];    /* refusion: drawn uniformly from these ({4,8,16,32}) */
     int n_slot_sizes;
+    int mdm_pad;          /* mdm: pad each response with EOS up to this many
+                           * tokens, as LLaDA's SFT does, so the model learns
+                           * to fill a fixed-length answer region (0 = off) */
 } rf_objcfg;
+
+/* Response length an example has in the batch: n_resp, or mdm_pad for the
+ * MDM objective when that is longer. */
+int rf_objcfg_resp_len(const rf_objcfg *oc, const rf_example *e);
 
 void rf_objcfg_default(rf_objcfg *oc, rf_objective obj, int mask_id);
 
@@ -224,6 +231,7 @@ typedef struct {
     int skip_long;
     float init_std;
     int slot_sizes[8], n_slot_sizes; /* 0: the reference's {4,8,16,32} */
+    int mdm_pad;            /* mdm objective: EOS-pad responses to this length */
     int log_every;          /* progress line period when stderr is not a TTY */
     int plot;               /* gnuplot loss curve at the end */
     int quiet;

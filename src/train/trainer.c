@@ -263,6 +263,13 @@ int rf_train_run(const rf_train_opts *o) {
         memcpy(obj.slot_sizes, o->slot_sizes, sizeof obj.slot_sizes);
         obj.n_slot_sizes = o->n_slot_sizes;
     }
+    obj.mdm_pad = o->mdm_pad;
+    for (int i = 0; i < data.n; i++)
+        if (data.ex[i].n_prompt + rf_objcfg_resp_len(&obj, &data.ex[i]) > o->seq_len) {
+            rf_set_error("%s: record %d: prompt + response padded to --mdm-pad %d is longer than "
+                         "--seq-len %d", o->data, i, o->mdm_pad, o->seq_len);
+            goto done;
+        }
 
     if (rf_mkdir_p(o->out)) goto done;
     free(tmp);
