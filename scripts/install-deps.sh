@@ -4,7 +4,7 @@ set -euo pipefail
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 need=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev
-      libmicrohttpd-dev libopenblas-dev gnuplot-nox nodejs npm)
+      libmicrohttpd-dev libopenblas-dev gnuplot-nox nodejs npm curl)
 missing=()
 for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

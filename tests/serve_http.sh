@@ -60,6 +60,23 @@ alive() { [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "$URL/health")" = 200
 for _ in $(seq 1 50); do alive && break; sleep 0.1; done
 alive && ok || bad "/health not 200"
 
+# command-line mistakes: one line on stderr, exit 1 or 2
+cli_err() { # want_rc needle args...
+  local want=$1 needle=$2
+  shift 2
+  "$BIN" serve "$@" >/dev/null 2>"$T/cli.err"
+  local rc=$? lines
+  lines=$(wc -l <"$T/cli.err")
+  [ $rc -eq "$want" ] && [ "$lines" -eq 1 ] && grep -q "^refusion: .*$needle" "$T/cli.err" && ok ||
+    bad "serve $*: exit $rc, stderr: $(cat "$T/cli.err")"
+}
+cli_err 1 "cannot listen on 127.0.0.1:$PORT" -m "$M" --port "$PORT" -n 24
+cli_err 2 "exceed the model.s context" -m "$M" --port 0
+cli_err 2 "need -m" --port 0
+cli_err 2 "mode" -m "$M" --mode bert
+cli_err 2 "slot-size" -m "$M" --slot-size 0
+cli_err 1 "config.json" -m "$T/nothing"
+
 # req NAME METHOD PATH BODY [curl args...]: response in NAME.body, status in
 # NAME.code, headers in NAME.hdr
 req() {
@@ -103,8 +120,12 @@ req i1 POST /v1/completions '{"prompt": [5, 17, 33, 2], "max_tokens": 12}'
 ref r_i1 --ids "5 17 33 2" -n 12
 
 # three at once: queued, each answered as if alone
-for k in 1 2 3; do req par$k POST /v1/completions "{\"prompt\": \"$P\"}" & done
-wait $(jobs -p | grep -v "^$SPID$") 2>/dev/null
+pids=()
+for k in 1 2 3; do
+  req par$k POST /v1/completions "{\"prompt\": \"$P\"}" &
+  pids+=($!)
+done
+wait "${pids[@]}"
 # a client that leaves after the first bytes of a long stream
 curl -s -N -m 10 --data-binary '{"prompt": "Hello", "max_tokens": 200, "mode": "ar", "stream": true}' \
   "$URL/v1/completions" 2>/dev/null | head -c 20 >/dev/null

@@ -140,7 +140,7 @@ int cmd_serve(int argc, char **argv) {
     /* the server-wide defaults must be usable on their own (a one-token prompt) */
     int probe = 0;
     if (rf_gen_check(&m, &probe, 1, p, c.default_ar)) {
-        fprintf(stderr, "refusion: serve: default settings: %s\n", rf_last_error());
+        fprintf(stderr, "refusion: serve: default settings (see --help): %s\n", rf_last_error());
         if (tok) rf_tok_free(tok);
         rf_model_free(&m);
         return 2;

@@ -55,6 +55,13 @@ typedef struct {
     char method[8], url[72];
 } request;
 
+/* for the log: what the client sent, cut to size, control characters as '?' */
+static void copy_printable(char *dst, size_t n, const char *src) {
+    size_t i = 0;
+    for (; src[i] && i + 1 < n; i++) dst[i] = (unsigned char)src[i] < 0x20 || src[i] == 0x7f ? '?' : src[i];
+    dst[i] = 0;
+}
+
 /* ---- responses ------------------------------------------------------------------ */
 static enum MHD_Result send_json(struct MHD_Connection *c, request *q, int status, char *txt) {
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
@@ -101,11 +108,12 @@ static enum MHD_Result send_error(struct MHD_Connection *c, request *q, int stat
 
 static enum MHD_Result send_health(struct MHD_Connection *c, request *q, rf_server *s) {
     pthread_mutex_lock(&s->mu);
-    json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I}", "status", "ok", "model", s->model_name, "active",
+    int stopping = s->stopping;
+    json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I}", "status", stopping ? "stopping" : "ok", "model", s->model_name, "active",
                           s->n_active, "requests_done", (json_int_t)s->n_done, "tokens_generated",
                           (json_int_t)s->tokens_done, "uptime_s", (json_int_t)(time(NULL) - s->started));
     pthread_mutex_unlock(&s->mu);
-    return send_obj(c, q, 200, o);
+    return send_obj(c, q, stopping ? 503 : 200, o);
 }
 
 static enum MHD_Result send_models(struct MHD_Connection *c, request *q, rf_server *s) {
@@ -195,8 +203,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         q = rf_calloc(1, sizeof *q);
         *con_cls = q;
         q->t0 = rf_now();
-        snprintf(q->method, sizeof q->method, "%s", method);
-        snprintf(q->url, sizeof q->url, "%s", url);
+        copy_printable(q->method, sizeof q->method, method);
+        copy_printable(q->url, sizeof q->url, url);
         q->route = R_NONE;
         for (int i = 0; i < R_NONE; i++)
             if (!strcmp(url, routes[i].path)) q->route = (route_id)i;

@@ -105,8 +105,8 @@ static json_t *stats_json(const job *j, const rf_gen_result *r) {
     return o;
 }
 
-static json_t *error_json(const char *msg, const char *type) {
-    return json_pack("{s:{s:s, s:s}}", "error", "message", msg, "type", type);
+static json_t *error_json(const char *msg, int code) {
+    return json_pack("{s:{s:s, s:s, s:i}}", "error", "message", msg, "type", "server_error", "code", code);
 }
 
 /* ---- running one job ------------------------------------------------------------------ */
@@ -169,7 +169,7 @@ static void run_job(rf_server *s, job *j) {
         char msg[300];
         snprintf(msg, sizeof msg, "generation failed: %s", rf_last_error());
         fprintf(stderr, "refusion serve: %s: %s\n", j->id, msg);
-        json_t *e = error_json(msg, "server_error");
+        json_t *e = error_json(msg, 500);
         if (j->req.stream) sse_event(s, j, e);
         else status = 500, body = json_dumps(e, JSON_COMPACT), json_decref(e);
     } else {
@@ -208,7 +208,7 @@ static void run_job(rf_server *s, job *j) {
 
 /* A queued job that will never run (shutdown): answer 503. s->mu held. */
 static void fail_job_locked(job *j, const char *msg) {
-    json_t *e = error_json(msg, "server_error");
+    json_t *e = error_json(msg, 503);
     char *txt = json_dumps(e, JSON_COMPACT);
     json_decref(e);
     if (j->req.stream) {
