@@ -8,8 +8,9 @@
  * tokens, each token vector once and used for all R rows. With 16 AVX2
  * registers the tile is 3 x 4 (12 accumulators + 3 weights + 1 token).
  *
- *  - n = 1, 2 is memory-bound: W is streamed once, converted in registers,
- *    in 4 x n tiles (4 independent FMA chains per token).
+ *  - n = 1, 2 is memory-bound: W is streamed once, converted in registers.
+ *    n = 1 reads one row at a time front to back (one sequential stream,
+ *    4 accumulators); n = 2 uses 4 x 2 tiles.
  *  - n >= 3: 3 x 4 tiles (ragged token counts are split into near-equal
  *    tiles of 3-4, e.g. 17 = 4+4+3+3+3). For bf16/f16 with up to
  *    DIRECT_MAX_T tokens the conversion is still done in registers (each
@@ -71,11 +72,7 @@ static inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-/* software prefetch distance in bytes for the memory-bound small-n tiles
- * (0: rely on the hardware prefetcher) */
-#ifndef PREFETCH
-#define PREFETCH 0
-#endif
+/* n = 1 as one row at a time (dot_row) rather than 4 x 1 tiles */
 #ifndef MATVEC_ROW
 #define MATVEC_ROW 1
 #endif
@@ -86,17 +83,16 @@ static inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
  * (always_inline + constant arguments), so acc[][] lives in registers. */
 static inline __attribute__((always_inline)) void
 kern(rf_dtype dt, const int R, const int T, const void *w, size_t ldw, const float *x, size_t ldx,
-     int kc, float *y, size_t ldy, int accumulate) {
+     int kc, float *y, size_t ldy, int accumulate, float *wst) {
     __m256 acc[4][4];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
     int k = 0;
     for (; k + 8 <= kc; k += 8) {
         __m256 wv[4];
-        if (PREFETCH && T <= 2 && (k & (dt == RF_F32 ? 15 : 31)) == 0) /* memory-bound: a line per row */
-            for (int r = 0; r < R; r++)
-                _mm_prefetch((const char *)w + (r * ldw + k) * (dt == RF_F32 ? 4 : 2) + PREFETCH, _MM_HINT_T0);
         for (int r = 0; r < R; r++) wv[r] = load8(dt, w, r * ldw + k);
+        if (wst) /* keep the converted weights for the next token tiles */
+            for (int r = 0; r < R; r++) _mm256_storeu_ps(wst + r * (size_t)((kc + 7) & ~7) + k, wv[r]);
         for (int t = 0; t < T; t++) {
             __m256 xv = _mm256_loadu_ps(x + t * ldx + k);
             for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
@@ -106,6 +102,8 @@ kern(rf_dtype dt, const int R, const int T, const void *w, size_t ldw, const flo
         int m = kc - k;
         __m256 wv[4];
         for (int r = 0; r < R; r++) wv[r] = load_tail(dt, w, r * ldw + k, m);
+        if (wst)
+            for (int r = 0; r < R; r++) _mm256_storeu_ps(wst + r * (size_t)((kc + 7) & ~7) + k, wv[r]);
         for (int t = 0; t < T; t++) {
             __m256 xv = _mm256_maskload_ps(x + t * ldx + k, tail_mask(m));
             for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
@@ -148,25 +146,32 @@ static inline __attribute__((always_inline)) float dot_row(rf_dtype dt, const vo
 
 /* Dispatch to a kernel with constant R, T. The callers use R <= 3 with
  * T <= 4, and R = 4 with T <= 2 (so R = 4, T = 4 is never compiled). */
-#define KERN_T(DT, R)                                                                   \
-    switch (T) {                                                                        \
-    case 1: kern(DT, R, 1, w, ldw, x, ldx, kc, y, ldy, acc); break;                     \
-    case 2: kern(DT, R, 2, w, ldw, x, ldx, kc, y, ldy, acc); break;                     \
-    case 3: kern(DT, R, 3, w, ldw, x, ldx, kc, y, ldy, acc); break;                     \
-    default: kern(DT, R, (R == 4 ? 3 : 4), w, ldw, x, ldx, kc, y, ldy, acc); break;     \
+#define KERN_T(DT, R, WST)                                                                    \
+    switch (T) {                                                                              \
+    case 1: kern(DT, R, 1, w, ldw, x, ldx, kc, y, ldy, acc, WST); break;                      \
+    case 2: kern(DT, R, 2, w, ldw, x, ldx, kc, y, ldy, acc, WST); break;                      \
+    case 3: kern(DT, R, 3, w, ldw, x, ldx, kc, y, ldy, acc, WST); break;                      \
+    default: kern(DT, R, (R == 4 ? 3 : 4), w, ldw, x, ldx, kc, y, ldy, acc, WST); break;      \
     }
-#define KERN_RT(DT)                          \
-    switch (R) {                             \
-    case 1: KERN_T(DT, 1); break;            \
-    case 2: KERN_T(DT, 2); break;            \
-    case 3: KERN_T(DT, 3); break;            \
-    default: KERN_T(DT, 4); break;           \
+#define KERN_RT(DT, WST)                          \
+    switch (R) {                                  \
+    case 1: KERN_T(DT, 1, WST); break;            \
+    case 2: KERN_T(DT, 2, WST); break;            \
+    case 3: KERN_T(DT, 3, WST); break;            \
+    default: KERN_T(DT, 4, WST); break;           \
     }
+/* wst != NULL (bf16/f16, R <= 3): also store the converted R x kc weights
+ * there (row stride kc rounded up to 8, zero-padded) for the following
+ * token tiles. */
 static void tile(rf_dtype dt, int R, int T, const void *w, size_t ldw, const float *x, size_t ldx, int kc,
-                 float *y, size_t ldy, int acc) {
-    if (dt == RF_BF16) { KERN_RT(RF_BF16); }
-    else if (dt == RF_F16) { KERN_RT(RF_F16); }
-    else { KERN_RT(RF_F32); }
+                 float *y, size_t ldy, int acc, float *wst) {
+    if (dt == RF_BF16) {
+        if (wst) { KERN_RT(RF_BF16, wst); } else { KERN_RT(RF_BF16, NULL); }
+    } else if (dt == RF_F16) {
+        if (wst) { KERN_RT(RF_F16, wst); } else { KERN_RT(RF_F16, NULL); }
+    } else {
+        KERN_RT(RF_F32, NULL);
+    }
 }
 
 /* ---- blocking and threads ------------------------------------------------ */
@@ -184,21 +189,12 @@ static void tile(rf_dtype dt, int R, int T, const void *w, size_t ldw, const flo
 #ifndef TB_MAX
 #define TB_MAX 128 /* tokens per block: X block reused from L2 */
 #endif
+#ifndef KC_BUF
+#define KC_BUF 1024 /* columns per converted sub-block (multiple of 8) */
+#endif
 #ifndef L2_X_BYTES
 #define L2_X_BYTES (512 << 10) /* budget for the X block in L2 */
 #endif
-
-/* o[0..m) = weights [off, off + m) as f32 */
-static inline __attribute__((always_inline)) void convert_row(rf_dtype dt, float *o, const void *p, size_t off, int m) {
-    int k = 0;
-    for (; k + 16 <= m; k += 16) {
-        __m256 a = load8(dt, p, off + k), b = load8(dt, p, off + k + 8);
-        _mm256_storeu_ps(o + k, a);
-        _mm256_storeu_ps(o + k + 8, b);
-    }
-    for (; k + 8 <= m; k += 8) _mm256_storeu_ps(o + k, load8(dt, p, off + k));
-    for (; k < m; k++) o[k] = load1(dt, p, off + k);
-}
 
 /* Rows [a, b) of W (relative to W), all n tokens; runs on one thread. */
 static void matmul_range(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b,
@@ -218,7 +214,7 @@ static void matmul_range(float *Y, size_t ldy, const float *X, const rf_mat *W, 
         for (int r = a; r < b; r += 4) {
             int R = b - r < 4 ? b - r : 4;
             tile(W->dtype, R, n, (const char *)W->data + (size_t)r * cols * esz, cols, X, cols, cols,
-                 Y + r, ldy, 0);
+                 Y + r, ldy, 0, NULL);
         }
         return;
     }
@@ -234,29 +230,30 @@ static void matmul_range(float *Y, size_t ldy, const float *X, const rf_mat *W, 
             int kn = cols - k0 < kc ? cols - k0 : kc;
             for (int r = a; r < b; r += 3) {
                 int R = b - r < 3 ? b - r : 3;
-                const void *w;
-                size_t ldw;
-                if (W->dtype == RF_F32 || tb <= DIRECT_MAX_T) {
-                    w = (const char *)W->data + ((size_t)r * cols + k0) * esz;
-                    ldw = cols;
-                } else { /* convert the R x kn weights once, use them tb times */
-                    for (int i = 0; i < R; i++) {
-                        size_t off = (size_t)(r + i) * cols + k0;
-                        if (W->dtype == RF_BF16) convert_row(RF_BF16, buf + (size_t)i * kc, W->data, off, kn);
-                        else convert_row(RF_F16, buf + (size_t)i * kc, W->data, off, kn);
-                    }
-                    w = buf;
-                    ldw = kc;
-                }
-                rf_dtype kdt = w == buf ? RF_F32 : W->dtype;
+                const void *w = (const char *)W->data + ((size_t)r * cols + k0) * esz;
+                /* bf16/f16 with many tokens: the first token tile converts
+                 * the R x kn weights and also stores them to buf (f32, row
+                 * stride kn rounded up to 8); the other token tiles read buf. W is thus
+                 * converted once, and streamed while the first tile computes. */
+                int buffered = W->dtype != RF_F32 && tb > DIRECT_MAX_T;
                 /* ceil(tb/4) token tiles of near-equal size (17 = 4+4+3+3+3,
                  * never a lone 1-token tile that would waste the registers) */
                 int ntt = (tb + 3) / 4;
-                for (int i = 0, t = t0; i < ntt; i++) {
-                    int T = tb / ntt + (i < tb % ntt);
-                    tile(kdt, R, T, w, ldw, X + (size_t)t * cols + k0, cols, kn,
-                         Y + (size_t)t * ldy + r, ldy, k0 > 0);
-                    t += T;
+                /* buffered: in sub-blocks of KC_BUF columns, so the f32
+                 * buffer (3 x KC_BUF x 4 bytes) stays in L1 */
+                int ks = buffered ? KC_BUF : kn;
+                for (int k1 = 0; k1 < kn; k1 += ks) {
+                    int km = kn - k1 < ks ? kn - k1 : ks, acc = k0 + k1 > 0;
+                    const void *wk = (const char *)w + (size_t)k1 * esz;
+                    for (int i = 0, t = t0; i < ntt; i++) {
+                        int T = tb / ntt + (i < tb % ntt);
+                        const float *x = X + (size_t)t * cols + k0 + k1;
+                        float *y = Y + (size_t)t * ldy + r;
+                        if (!buffered) tile(W->dtype, R, T, wk, cols, x, cols, km, y, ldy, acc, NULL);
+                        else if (i == 0) tile(W->dtype, R, T, wk, cols, x, cols, km, y, ldy, acc, buf);
+                        else tile(RF_F32, R, T, buf, (km + 7) & ~7, x, cols, km, y, ldy, acc, NULL);
+                        t += T;
+                    }
                 }
             }
         }

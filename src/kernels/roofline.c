@@ -44,7 +44,9 @@ double rf_measure_read_gbs(void) {
 double rf_measure_fma_gflops(void) {
     /* 12 independent accumulator chains per thread cover FMA latency (4
      * cycles) x 2 FMA ports with room to spare; acc = acc * m + c converges
-     * to c / (1 - m), so there are no overflows or denormals. */
+     * to c / (1 - m), so there are no overflows or denormals. The chains
+     * start from different values: identical chains would be merged into
+     * one by the compiler (which then measures FMA latency, not throughput). */
     const long iters = 20 * 1000 * 1000;
     double best = 0, sink = 0;
     for (int rep = 0; rep < 3; rep++) {
@@ -55,8 +57,10 @@ double rf_measure_fma_gflops(void) {
 #pragma omp single
             nt = omp_get_num_threads();
             __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-6f);
-            __m256 a0 = _mm256_set1_ps(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
-            __m256 a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+            __m256 a0 = _mm256_set1_ps(0.01f), a1 = _mm256_set1_ps(0.02f), a2 = _mm256_set1_ps(0.03f);
+            __m256 a3 = _mm256_set1_ps(0.04f), a4 = _mm256_set1_ps(0.05f), a5 = _mm256_set1_ps(0.06f);
+            __m256 a6 = _mm256_set1_ps(0.07f), a7 = _mm256_set1_ps(0.08f), a8 = _mm256_set1_ps(0.09f);
+            __m256 a9 = _mm256_set1_ps(0.10f), a10 = _mm256_set1_ps(0.11f), a11 = _mm256_set1_ps(0.12f);
             for (long i = 0; i < iters; i++) {
                 a0 = _mm256_fmadd_ps(a0, m, c); a1 = _mm256_fmadd_ps(a1, m, c);
                 a2 = _mm256_fmadd_ps(a2, m, c); a3 = _mm256_fmadd_ps(a3, m, c);
