@@ -2,8 +2,11 @@
 # paper_table.sh - the paper's table in miniature, in one command:
 #   1. the task suite (seeded train/test split)        -> data/
 #   2. a small BPE tokenizer trained on the train split -> $OUT/tokenizer
-#   3. three models of the same shape and budget, trained with the
-#      refusion, ar and mdm objectives                  -> $OUT/{refusion,ar,mdm}
+#   3. three models of the same shape and budget. As in the paper (ReFusion
+#      is fine-tuned from Qwen3, Dream from Qwen2.5), one AR base model is
+#      trained first, then fine-tuned three ways for the same number of steps:
+#      more AR, the ReFusion objective, the MDM objective
+#                                                       -> $OUT/{base,refusion,ar,mdm}
 #   4. each evaluated with its decoder on the test set  -> $OUT/results/*.{md,json}
 #   5. the table (Markdown + JSON) and a speed-vs-accuracy plot
 #                                                       -> $OUT/table.md, table.json, speed_accuracy.svg
@@ -23,7 +26,11 @@ N_TEST=${N_TEST:-300}
 VOCAB=${VOCAB:-1024}
 # model shape and training budget: the same for all three models
 CONFIG=${CONFIG:-small}
-TRAIN_ARGS=${TRAIN_ARGS:-"--epochs 1 --batch 8 --seq-len 256 --lr 1e-3 --warmup 50 --min-lr 1e-4"}
+BASE_ARGS=${BASE_ARGS:-"--epochs 2 --batch 16 --seq-len 256 --lr 2e-3 --warmup 30 --min-lr 1e-4"}
+FT_ARGS=${FT_ARGS:-"--epochs 2 --batch 16 --seq-len 256 --lr 1e-3 --warmup 30 --min-lr 5e-5"}
+THREADS=${THREADS:-0}        # per training job; 0 = the machine's default
+PARALLEL=${PARALLEL:-0}      # 1: run the three fine-tunes at once (many-core machines)
+FT_TIMEOUT=${FT_TIMEOUT:-0}  # >0: stop a fine-tune (saving it) after this many seconds
 # decoding (the paper's benchmark-style settings scaled to 128-token answers)
 GEN=${GEN_LENGTH:-128}
 REFUSION_ARGS=${REFUSION_ARGS:-"--slot-size 8 --blocks 2 --slot-threshold 0.9 --token-threshold 0.4"}
@@ -51,18 +58,38 @@ if want tokenizer && fresh "$OUT/tokenizer/tokenizer.json"; then
 fi
 
 if want train; then
+  thr=""
+  [ "$THREADS" -gt 0 ] && thr="--threads $THREADS"
+  if fresh "$OUT/base/model.safetensors"; then
+    say "train the AR base: $CONFIG, $BASE_ARGS"
+    # shellcheck disable=SC2086
+    "$BIN" train --data "$DATA/train.json" --tokenizer "$OUT/tokenizer" --config "$CONFIG" \
+      --objective ar --seed "$SEED" $BASE_ARGS $thr --log-every 50 -o "$OUT/base"
+  fi
+  finetune() {
+    local obj=$1 extra=""
+    # LLaDA's SFT pads every answer with EOS to the decoding length, so the
+    # MDM learns to fill a fixed-length answer region
+    [ "$obj" = mdm ] && extra="--mdm-pad $GEN"
+    local stop=()
+    [ "$FT_TIMEOUT" -gt 0 ] && stop=(timeout -s INT "$FT_TIMEOUT")
+    say "fine-tune $obj from the base: $FT_ARGS"
+    # shellcheck disable=SC2086
+    "${stop[@]}" "$BIN" train --data "$DATA/train.json" --init "$OUT/base" --objective "$obj" \
+      --seed "$SEED" $FT_ARGS $extra $thr --log-every 50 -o "$OUT/$obj"
+  }
+  pids=()
   for obj in refusion ar mdm; do
     if fresh "$OUT/$obj/model.safetensors"; then
-      say "train $obj: $CONFIG, $TRAIN_ARGS"
-      # LLaDA's SFT pads every answer with EOS to the decoding length, so the
-      # MDM learns to fill a fixed-length answer region
-      extra=""
-      [ "$obj" = mdm ] && extra="--mdm-pad $GEN"
-      # shellcheck disable=SC2086
-      "$BIN" train --data "$DATA/train.json" --tokenizer "$OUT/tokenizer" --config "$CONFIG" \
-        --objective "$obj" --seed "$SEED" $TRAIN_ARGS $extra -o "$OUT/$obj"
+      if [ "$PARALLEL" = 1 ]; then
+        finetune "$obj" >"$OUT/$obj.train.log" 2>&1 &
+        pids+=($!)
+      else
+        finetune "$obj"
+      fi
     fi
   done
+  for p in "${pids[@]}"; do wait "$p"; done
 fi
 
 if want eval; then

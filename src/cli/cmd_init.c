@@ -112,17 +112,6 @@ static int read_tokenizer(const char *path, const char *cfg_path, tok_ids *t) {
     return 0;
 }
 
-static int copy_file(const char *from, const char *dir, const char *name) {
-    size_t n;
-    char *data = rf_read_file(from, &n);
-    if (!data) return -1;
-    char *to = rf_path_join(dir, name);
-    int rc = rf_write_file_atomic(to, data, n);
-    free(to);
-    free(data);
-    return rc;
-}
-
 int cmd_init(int argc, char **argv) {
     const char *out = NULL, *preset = "tiny", *tokenizer = NULL;
     rf_dtype dtype = RF_BF16;
@@ -248,8 +237,8 @@ int cmd_init(int argc, char **argv) {
     size_t shard_bytes = (size_t)shard_mb * 1000 * 1000;
     int rc = rf_model_write_random(&c, out, dtype, shard_bytes, (float)std, (uint64_t)seed);
     if (rc == 0 && tokenizer) {
-        rc = copy_file(tokenizer, out, "tokenizer.json");
-        if (rc == 0 && tok_cfg) rc = copy_file(tok_cfg, out, "tokenizer_config.json");
+        rc = rf_copy_file_into(tokenizer, out, "tokenizer.json");
+        if (rc == 0 && tok_cfg) rc = rf_copy_file_into(tok_cfg, out, "tokenizer_config.json");
     }
     free(tok_cfg);
     if (rc) {

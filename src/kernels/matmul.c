@@ -13,9 +13,11 @@
  *    4 accumulators); n = 2 uses 4 x 2 tiles.
  *  - n >= 3: 3 x 4 tiles (ragged token counts are split into near-equal
  *    tiles of 3-4, e.g. 17 = 4+4+3+3+3). For bf16/f16 with up to
- *    DIRECT_MAX_T tokens the conversion is still done in registers (each
- *    weight vector converted once per 4 tokens); with more tokens the 3
- *    rows are converted once into an f32 buffer in L1 and reused by all.
+ *    DIRECT_MAX_T tokens every token tile converts the weights in
+ *    registers; with more, the first token tile of each 3-row tile also
+ *    stores the converted f32 weights (in sub-blocks of KC_BUF columns,
+ *    so they stay in L1) and the other token tiles read those: each weight
+ *    is converted once, and W streams in while the first tile computes.
  *  - Many tokens x long rows: tokens go in blocks of TB_MAX and rows are
  *    split along cols (k blocks) so that the token block being reused stays
  *    in L2 (L2_X_BYTES); partial sums accumulate in Y.
@@ -176,11 +178,12 @@ static void tile(rf_dtype dt, int R, int T, const void *w, size_t ldw, const flo
 
 /* ---- blocking and threads ------------------------------------------------ */
 
-/* With few tokens the weights are converted in registers as they are
- * loaded (each weight vector is converted tb/4 times); with more, once into
- * an f32 buffer. Crossover measured at 8-16 tokens on the dev machine. */
+/* bf16/f16 with up to DIRECT_MAX_T tokens (at most 2 token tiles): each
+ * token tile converts the weights in registers itself; with more, the first
+ * tile of a row tile converts and stores them for the others (measured on
+ * the dev machine: even at 5-6 tokens, a clear win from 8 on). */
 #ifndef DIRECT_MAX_T
-#define DIRECT_MAX_T 12
+#define DIRECT_MAX_T 6
 #endif
 /* n <= SMALL_N uses 4 x n tiles instead of 3 x 4 */
 #ifndef SMALL_N

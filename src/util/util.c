@@ -179,6 +179,17 @@ char *rf_read_file(const char *path, size_t *len_out) {
     return buf;
 }
 
+int rf_copy_file_into(const char *from, const char *dir, const char *name) {
+    size_t n;
+    char *data = rf_read_file(from, &n);
+    if (!data) return -1;
+    char *to = rf_path_join(dir, name);
+    int rc = rf_write_file_atomic(to, data, n);
+    free(to);
+    free(data);
+    return rc;
+}
+
 char *rf_path_join(const char *dir, const char *name) {
     size_t a = strlen(dir), b = strlen(name);
     char *s = rf_malloc(a + b + 2);

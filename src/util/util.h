@@ -62,6 +62,8 @@ static inline uint16_t rf_f32_to_f16(float f) { return _cvtss_sh(f, 0); }
 int rf_write_file_atomic(const char *path, const void *data, size_t n);
 /* Read a whole file into a NUL-terminated malloc'd buffer. */
 char *rf_read_file(const char *path, size_t *len_out);
+/* Copy file `from` to dir/name atomically. */
+int rf_copy_file_into(const char *from, const char *dir, const char *name);
 /* path join into a malloc'd string: dir + "/" + name */
 char *rf_path_join(const char *dir, const char *name);
 int rf_mkdir_p(const char *path);
