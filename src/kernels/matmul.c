@@ -8,9 +8,10 @@
  * tokens, each token vector once and used for all R rows. With 16 AVX2
  * registers the tile is 3 x 4 (12 accumulators + 3 weights + 1 token).
  *
- *  - n = 1, 2 is memory-bound: W is streamed once, converted in registers.
- *    n = 1 reads one row at a time front to back (one sequential stream,
- *    4 accumulators); n = 2 uses 4 x 2 tiles.
+ *  - n = 1, 2 is memory-bound: W is streamed once, converted in registers,
+ *    in 4 x n tiles (4 rows in flight: 4 independent FMA chains at n = 1;
+ *    measured as fast as or faster than one row at a time with 4
+ *    accumulators).
  *  - n >= 3: 3 x 4 tiles (ragged token counts are split into near-equal
  *    tiles of 3-4, e.g. 17 = 4+4+3+3+3). For bf16/f16 with up to
  *    DIRECT_MAX_T tokens every token tile converts the weights in
@@ -74,10 +75,6 @@ static inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-/* n = 1 as one row at a time (dot_row) rather than 4 x 1 tiles */
-#ifndef MATVEC_ROW
-#define MATVEC_ROW 1
-#endif
 
 /* ---- the register-tile kernel --------------------------------------------
  * y[t * ldy + r] (+)= sum_{k < kc} w[r * ldw + k] * x[t * ldx + k]
@@ -123,27 +120,6 @@ kern(rf_dtype dt, const int R, const int T, const void *w, size_t ldw, const flo
             float *o = y + t * ldy + r;
             *o = accumulate ? *o + s[t * R + r] : s[t * R + r];
         }
-}
-
-/* One row, one token: y = w . x with 4 accumulators along k, reading the
- * row front to back. For n = 1 this keeps W one sequential stream, which the
- * hardware prefetcher follows best (4 rows in parallel are 4 short streams). */
-static inline __attribute__((always_inline)) float dot_row(rf_dtype dt, const void *w, const float *x, int kc) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int k = 0;
-    for (; k + 32 <= kc; k += 32) {
-        a0 = _mm256_fmadd_ps(load8(dt, w, k), _mm256_loadu_ps(x + k), a0);
-        a1 = _mm256_fmadd_ps(load8(dt, w, k + 8), _mm256_loadu_ps(x + k + 8), a1);
-        a2 = _mm256_fmadd_ps(load8(dt, w, k + 16), _mm256_loadu_ps(x + k + 16), a2);
-        a3 = _mm256_fmadd_ps(load8(dt, w, k + 24), _mm256_loadu_ps(x + k + 24), a3);
-    }
-    for (; k + 8 <= kc; k += 8) a0 = _mm256_fmadd_ps(load8(dt, w, k), _mm256_loadu_ps(x + k), a0);
-    if (k < kc) a1 = _mm256_fmadd_ps(load_tail(dt, w, k, kc - k), _mm256_maskload_ps(x + k, tail_mask(kc - k)), a1);
-    __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
 }
 
 /* Dispatch to a kernel with constant R, T. The callers use R <= 3 with
@@ -204,15 +180,6 @@ static void matmul_range(float *Y, size_t ldy, const float *X, const rf_mat *W, 
                          float *buf) {
     const int cols = W->cols;
     const size_t esz = W->dtype == RF_F32 ? 4 : 2;
-    if (n == 1 && MATVEC_ROW) {
-        for (int r = a; r < b; r++) {
-            const void *w = (const char *)W->data + (size_t)r * cols * esz;
-            Y[r] = W->dtype == RF_BF16  ? dot_row(RF_BF16, w, X, cols)
-                   : W->dtype == RF_F16 ? dot_row(RF_F16, w, X, cols)
-                                        : dot_row(RF_F32, w, X, cols);
-        }
-        return;
-    }
     if (n <= SMALL_N) { /* memory-bound: stream W once, convert in registers, 4 rows at a time */
         for (int r = a; r < b; r += 4) {
             int R = b - r < 4 ? b - r : 4;
@@ -235,9 +202,10 @@ static void matmul_range(float *Y, size_t ldy, const float *X, const rf_mat *W, 
                 int R = b - r < 3 ? b - r : 3;
                 const void *w = (const char *)W->data + ((size_t)r * cols + k0) * esz;
                 /* bf16/f16 with many tokens: the first token tile converts
-                 * the R x kn weights and also stores them to buf (f32, row
-                 * stride kn rounded up to 8); the other token tiles read buf. W is thus
-                 * converted once, and streamed while the first tile computes. */
+                 * the weights and also stores them to buf (f32, row stride
+                 * rounded up to 8); the other token tiles read buf. W is
+                 * thus converted once, and streamed while the first tile
+                 * computes. */
                 int buffered = W->dtype != RF_F32 && tb > DIRECT_MAX_T;
                 /* ceil(tb/4) token tiles of near-equal size (17 = 4+4+3+3+3,
                  * never a lone 1-token tile that would waste the registers) */
