@@ -1,9 +1,8 @@
 /* kernels.h - the numeric kernels: batched matmul over bf16/f16/f32 weights
  * with f32 activations, and the small per-token ops. All f32 accumulation.
  *
- * Rooflines (2 threads here: ~22 GB/s read, ~180 GFLOP/s f32 FMA measured
- * with independent accumulator chains; the often-quoted 230 was an artefact
- * of a loop whose chains the compiler merged):
+ * Rooflines (2 threads here, as rf_measure_read_gbs / rf_measure_fma_gflops
+ * measure them: ~22 GB/s read, ~180 GFLOP/s f32 AVX2 FMA):
  *  - rf_matmul with n = 1 is memory-bound: it must stream W once at full speed.
  *  - with n tokens it streams W once and reuses every loaded weight n times,
  *    so n = 8..64 costs little more than n = 1 until it turns compute-bound. */
