@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Install everything refusion needs on Debian 12 (run as root or with sudo).
+# Node.js + npm are only needed by the tests that compare the tokenizer with
+# the JavaScript reference; an existing node/npm (e.g. from NodeSource, which
+# bundles npm and conflicts with Debian's npm package) is kept.
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 need=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev
-      libmicrohttpd-dev libopenblas-dev gnuplot-nox nodejs npm curl)
+      libmicrohttpd-dev libopenblas-dev gnuplot-nox curl)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 missing=()
 for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

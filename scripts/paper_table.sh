@@ -31,11 +31,15 @@ FT_ARGS=${FT_ARGS:-"--epochs 2 --batch 16 --seq-len 256 --lr 1e-3 --warmup 30 --
 THREADS=${THREADS:-0}        # per training job; 0 = the machine's default
 PARALLEL=${PARALLEL:-0}      # 1: run the three fine-tunes at once (many-core machines)
 FT_TIMEOUT=${FT_TIMEOUT:-0}  # >0: stop a fine-tune (saving it) after this many seconds
-# decoding (the paper's benchmark-style settings scaled to 128-token answers)
+# decoding: every evaluation run as "name|model|decoder|options". ReFusion at
+# two threshold settings (the paper's benchmark style, scaled to 128-token
+# answers), AR greedy, the MDM at two step budgets (LLaDA: blocks of 32).
 GEN=${GEN_LENGTH:-128}
-REFUSION_ARGS=${REFUSION_ARGS:-"--slot-size 8 --blocks 2 --slot-threshold 0.9 --token-threshold 0.4"}
-MDM_ARGS=${MDM_ARGS:-"--blocks 4 --steps $GEN"}   # LLaDA: blocks of 32, one token per step
-AR_ARGS=${AR_ARGS:-""}
+EVALS=${EVALS:-"refusion-0.9-0.4|refusion|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.9 --token-threshold 0.4
+refusion-0.7-0.2|refusion|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.7 --token-threshold 0.2
+ar|ar|ar|
+mdm-128-steps|mdm|mdm|--blocks 4 --steps $GEN
+mdm-32-steps|mdm|mdm|--blocks 4 --steps 32"}
 LIMIT=${LIMIT:-0}
 STAGES=${STAGES:-"tasks tokenizer train eval table"}
 FORCE=${FORCE:-0}
@@ -93,65 +97,65 @@ if want train; then
 fi
 
 if want eval; then
-  for obj in refusion ar mdm; do
-    case $obj in
-      refusion) args=$REFUSION_ARGS ;;
-      ar) args=$AR_ARGS ;;
-      mdm) args=$MDM_ARGS ;;
-    esac
-    if fresh "$OUT/results/$obj.json"; then
-      say "eval $obj model with the $obj decoder"
+  while IFS='|' read -r name model dec args; do
+    [ -n "$name" ] || continue
+    if fresh "$OUT/results/$name.json"; then
+      say "eval $name: $model model, $dec decoder $args"
       # shellcheck disable=SC2086
-      "$BIN" eval -m "$OUT/$obj" --data "$DATA/test.json" --decoder "$obj" --gen-length "$GEN" \
-        --limit "$LIMIT" $args -o "$OUT/results/$obj"
+      "$BIN" eval -m "$OUT/$model" --data "$DATA/test.json" --decoder "$dec" --gen-length "$GEN" \
+        --limit "$LIMIT" $args --quiet -o "$OUT/results/$name"
     fi
-  done
+  done <<< "$EVALS"
 fi
 
 if want table; then
   say "table and plot -> $OUT"
-  node - "$OUT" <<'EOF'
+  node - "$OUT" "$EVALS" <<'EOF'
 const fs = require('fs');
 const out = process.argv[2];
-const names = {refusion: 'ReFusion', ar: 'AR', mdm: 'MDM (LLaDA-style)'};
+const names = process.argv[3].split('\n').filter(l => l.trim()).map(l => l.split('|'));
 const rows = [];
-for (const k of ['refusion', 'ar', 'mdm']) {
-  const f = `${out}/results/${k}.json`;
+for (const [key, model, decoder] of names) {
+  const f = `${out}/results/${key}.json`;
   if (!fs.existsSync(f)) { console.error(`refusion: ${f}: missing (run the eval stage)`); process.exit(1); }
   const d = JSON.parse(fs.readFileSync(f, 'utf8'));
-  rows.push({key: k, name: names[k], decoder: d.decoder, settings: d.settings, ...d.metrics});
+  rows.push({key, name: key, model, decoder, settings: d.settings, ...d.metrics});
 }
 const pct = x => (100 * x).toFixed(1);
 const fams = Object.keys(rows[0].families);
-let md = '# ReFusion vs AR vs MDM, in miniature\n\n';
-md += '| model | ' + fams.join(' | ') + ' | overall | tokens/s | TPF | tokens/call | latency (s) |\n';
-md += '|---|' + fams.map(() => '---:|').join('') + '---:|---:|---:|---:|---:|\n';
+const ar = rows.find(r => r.decoder === 'ar').overall;
+let md = '| run | model | ' + fams.join(' | ') + ' | overall | tokens/s | vs AR | TPF | tokens/call | latency (s) |\n';
+md += '|---|---|' + fams.map(() => '---:|').join('') + '---:|---:|---:|---:|---:|---:|\n';
 for (const r of rows) {
   const o = r.overall;
-  md += `| ${r.name} | ` + fams.map(f => pct(r.families[f].accuracy)).join(' | ') +
-        ` | **${pct(o.accuracy)}** | ${o.tokens_per_s.toFixed(1)} | ${o.tpf.toFixed(2)} |` +
-        ` ${o.tokens_per_call.toFixed(2)} | ${o.latency_s.toFixed(3)} |\n`;
+  md += `| ${r.name} | ${r.model} | ` + fams.map(f => pct(r.families[f].accuracy)).join(' | ') +
+        ` | **${pct(o.accuracy)}** | ${o.tokens_per_s.toFixed(1)} | ${(o.tokens_per_s / ar.tokens_per_s).toFixed(2)}x |` +
+        ` ${o.tpf.toFixed(2)} | ${o.tokens_per_call.toFixed(2)} | ${o.latency_s.toFixed(3)} |\n`;
 }
-const [rf, ar, mdm] = rows.map(r => r.overall);
+// the paper's comparisons: ReFusion's first setting vs AR and vs each MDM run
+const rf = rows.find(r => r.decoder === 'refusion').overall;
 const cmp = (a, b) => ({points: 100 * (a.accuracy - b.accuracy), speedup: a.tokens_per_s / b.tokens_per_s});
-const vsM = cmp(rf, mdm), vsA = cmp(rf, ar);
-md += `\nReFusion vs MDM: ${vsM.points >= 0 ? '+' : ''}${vsM.points.toFixed(1)} accuracy points, ` +
-      `${vsM.speedup.toFixed(2)}x throughput (paper: +34%, >18x).\n`;
-md += `ReFusion vs AR: ${vsA.points >= 0 ? '+' : ''}${vsA.points.toFixed(1)} accuracy points, ` +
-      `${vsA.speedup.toFixed(2)}x throughput (paper: close in score, 2.33x).\n\n`;
-md += 'Settings:\n' + rows.map(r => `- ${r.name}: \`${JSON.stringify(r.settings)}\``).join('\n') + '\n';
+const vsA = cmp(rf, ar);
+const vsM = rows.filter(r => r.decoder === 'mdm').map(r => ({run: r.name, ...cmp(rf, r.overall)}));
+const sign = x => (x >= 0 ? '+' : '') + x.toFixed(1);
+md += `\n${rows.find(r => r.decoder === 'refusion').name} vs AR: ${sign(vsA.points)} accuracy points, ` +
+      `${vsA.speedup.toFixed(2)}x throughput (paper: close in score, 2.33x).\n`;
+for (const m of vsM)
+  md += `${rows.find(r => r.decoder === 'refusion').name} vs ${m.run}: ${sign(m.points)} accuracy points, ` +
+        `${m.speedup.toFixed(2)}x throughput (paper: +34%, >18x).\n`;
+md += '\nSettings:\n' + rows.map(r => `- ${r.name}: \`${JSON.stringify(r.settings)}\``).join('\n') + '\n';
 const tmp = (p, s) => { fs.writeFileSync(p + '.tmp', s); fs.renameSync(p + '.tmp', p); };
 tmp(`${out}/table.md`, md);
 tmp(`${out}/table.json`, JSON.stringify({rows, refusion_vs_mdm: vsM, refusion_vs_ar: vsA}, null, 1));
 tmp(`${out}/speed_accuracy.dat`, rows.map(r =>
-  `"${r.name}" ${r.overall.tokens_per_s} ${100 * r.overall.accuracy}`).join('\n') + '\n');
+  `"${r.name}" ${r.overall.tokens_per_s / ar.tokens_per_s} ${100 * r.overall.accuracy}`).join('\n') + '\n');
 process.stdout.write(md);
 EOF
   gnuplot <<EOF
 set terminal svg size 640,440 font "sans,12"
 set output "$OUT/speed_accuracy.svg.tmp"
 set title "Accuracy vs throughput (test set, $(nproc) CPU threads)"
-set xlabel "tokens / s"
+set xlabel "throughput relative to AR (tokens/s / AR tokens/s)"
 set ylabel "accuracy (%)"
 set logscale x
 set grid

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Run every benchmark and print the figures the README quotes. Takes several
+# minutes and wants a quiet machine (2 threads). Writes nothing in the repo;
+# checkpoints for the forward benchmark go to /tmp/rfbench (reused).
+#   scripts/bench.sh            # kernels, 0.6B forward, tokenizer, training, decoding
+#   RF8B=/tmp/rf8b scripts/bench.sh   # also the 8B shape (make it first with
+#                                     # refusion init --preset 8b -o /tmp/rf8b --shard-mb 4000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh >/dev/null
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+B=build
+echo "### matmul kernels"
+$B/bench_kernels_matmul
+echo "### forward pass"
+if [ -n "${RF8B:-}" ]; then $B/bench_model_forward --8b "$RF8B"; else $B/bench_model_forward; fi
+echo "### tokenizer"
+bash scripts/tokenizer/bench.sh "$B"
+echo "### training"
+$B/bench_train_step
+echo "### decoding: ReFusion vs AR on the demo model"
+$B/bench_decode_speed -m models/refusion-demo
