@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "tasks/eval.h"
 
@@ -34,28 +35,6 @@ static void usage(FILE *f) {
             "  --top-k N  --top-p X   ar sampling (default off)\n"
             "  --steps N              mdm diffusion steps (default gen-length)\n"
             "  --no-early-stop        mdm: run every step even after the EOS is final\n");
-}
-
-static int get_long(const char *opt, const char *s, long lo, long hi, long *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) {
-        fprintf(stderr, "refusion: eval: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int get_float(const char *opt, const char *s, float *out) {
-    char *end;
-    float v = strtof(s, &end);
-    if (!*s || *end) {
-        fprintf(stderr, "refusion: eval: %s expects a number, got '%s'\n", opt, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 static const char *base_name(const char *path) {
@@ -123,17 +102,17 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--decoder")) dec_name = v;
         else if (!strcmp(a, "--answers")) answers_path = v;
         else if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;
-        else if (!strcmp(a, "--limit")) rc = get_long(a, v, 0, 100000000, &limit);
-        else if (!strcmp(a, "--gen-length")) rc = get_long(a, v, 1, 1000000, &gen_length);
-        else if (!strcmp(a, "--slot-size")) rc = get_long(a, v, 1, 1000000, &slot_size);
-        else if (!strcmp(a, "--blocks")) rc = get_long(a, v, 1, 1000000, &blocks);
-        else if (!strcmp(a, "--steps")) rc = get_long(a, v, 1, 1000000, &steps);
-        else if (!strcmp(a, "--seed")) rc = get_long(a, v, 0, 0x7fffffffL, &seed);
-        else if (!strcmp(a, "--top-k")) rc = get_long(a, v, 0, 100000000, &top_k);
-        else if (!strcmp(a, "--temperature")) rc = get_float(a, v, &temperature);
-        else if (!strcmp(a, "--slot-threshold")) rc = get_float(a, v, &slot_thr);
-        else if (!strcmp(a, "--token-threshold")) rc = get_float(a, v, &tok_thr);
-        else if (!strcmp(a, "--top-p")) rc = get_float(a, v, &top_p);
+        else if (!strcmp(a, "--limit")) rc = rf_arg_long("eval", a, v, 0, 100000000, &limit);
+        else if (!strcmp(a, "--gen-length")) rc = rf_arg_long("eval", a, v, 1, 1000000, &gen_length);
+        else if (!strcmp(a, "--slot-size")) rc = rf_arg_long("eval", a, v, 1, 1000000, &slot_size);
+        else if (!strcmp(a, "--blocks")) rc = rf_arg_long("eval", a, v, 1, 1000000, &blocks);
+        else if (!strcmp(a, "--steps")) rc = rf_arg_long("eval", a, v, 1, 1000000, &steps);
+        else if (!strcmp(a, "--seed")) rc = rf_arg_long("eval", a, v, 0, 0x7fffffffL, &seed);
+        else if (!strcmp(a, "--top-k")) rc = rf_arg_long("eval", a, v, 0, 100000000, &top_k);
+        else if (!strcmp(a, "--temperature")) rc = rf_arg_float("eval", a, v, &temperature);
+        else if (!strcmp(a, "--slot-threshold")) rc = rf_arg_float("eval", a, v, &slot_thr);
+        else if (!strcmp(a, "--token-threshold")) rc = rf_arg_float("eval", a, v, &tok_thr);
+        else if (!strcmp(a, "--top-p")) rc = rf_arg_float("eval", a, v, &top_p);
         else {
             fprintf(stderr, "refusion: eval: unknown option '%s'\n", a);
             return 2;

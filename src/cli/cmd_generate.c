@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "decode/decode.h"
 #include "decode/mdm.h"
@@ -43,27 +44,6 @@ static void usage(FILE *f) {
             "  --json                  print prompt/answer ids, text and statistics as JSON\n"
             "  --visualize             show how the slots fill in, step by step\n"
             "  --naive                 ReFusion without a KV cache (slow; for checking)\n");
-}
-
-static int parse_long(const char *opt, const char *s, long lo, long hi, long *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) {
-        fprintf(stderr, "refusion: generate: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-static int parse_float(const char *opt, const char *s, float *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (!*s || *end) {
-        fprintf(stderr, "refusion: generate: %s expects a number, got '%s'\n", opt, s);
-        return -1;
-    }
-    *out = (float)v;
-    return 0;
 }
 
 /* "1, 2 3" -> ids; -1 on anything that is not an integer */
@@ -262,17 +242,17 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) text = v;
         else if (!strcmp(a, "--ids")) ids_arg = v;
         else if (!strcmp(a, "--mode")) mode = v;
-        else if (!strcmp(a, "-n") || !strcmp(a, "--gen-length")) bad = parse_long(a, v, -1000000, 1000000, &lv), p.gen_length = (int)lv;
-        else if (!strcmp(a, "--slot-size")) bad = parse_long(a, v, -1000000, 1000000, &lv), p.slot_size = (int)lv;
-        else if (!strcmp(a, "--blocks")) bad = parse_long(a, v, -1000000, 1000000, &lv), p.n_blocks = (int)lv;
-        else if (!strcmp(a, "--slot-threshold")) bad = parse_float(a, v, &p.slot_threshold);
-        else if (!strcmp(a, "--token-threshold")) bad = parse_float(a, v, &p.token_threshold);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--temperature")) bad = parse_float(a, v, &p.temperature);
-        else if (!strcmp(a, "--top-k")) bad = parse_long(a, v, -1000000, 100000000, &lv), p.top_k = (int)lv;
-        else if (!strcmp(a, "--top-p")) bad = parse_float(a, v, &p.top_p);
-        else if (!strcmp(a, "--seed")) bad = parse_long(a, v, 0, 0x7fffffffffffffffL, &lv), p.seed = (uint64_t)lv;
-        else if (!strcmp(a, "--threads")) bad = parse_long(a, v, 1, 1024, &threads);
-        else if (!strcmp(a, "--steps")) bad = parse_long(a, v, 1, 1000000, &steps);
+        else if (!strcmp(a, "-n") || !strcmp(a, "--gen-length")) bad = rf_arg_long("generate", a, v, -1000000, 1000000, &lv), p.gen_length = (int)lv;
+        else if (!strcmp(a, "--slot-size")) bad = rf_arg_long("generate", a, v, -1000000, 1000000, &lv), p.slot_size = (int)lv;
+        else if (!strcmp(a, "--blocks")) bad = rf_arg_long("generate", a, v, -1000000, 1000000, &lv), p.n_blocks = (int)lv;
+        else if (!strcmp(a, "--slot-threshold")) bad = rf_arg_float("generate", a, v, &p.slot_threshold);
+        else if (!strcmp(a, "--token-threshold")) bad = rf_arg_float("generate", a, v, &p.token_threshold);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--temperature")) bad = rf_arg_float("generate", a, v, &p.temperature);
+        else if (!strcmp(a, "--top-k")) bad = rf_arg_long("generate", a, v, -1000000, 100000000, &lv), p.top_k = (int)lv;
+        else if (!strcmp(a, "--top-p")) bad = rf_arg_float("generate", a, v, &p.top_p);
+        else if (!strcmp(a, "--seed")) bad = rf_arg_long("generate", a, v, 0, 0x7fffffffffffffffL, &lv), p.seed = (uint64_t)lv;
+        else if (!strcmp(a, "--threads")) bad = rf_arg_long("generate", a, v, 1, 1024, &threads);
+        else if (!strcmp(a, "--steps")) bad = rf_arg_long("generate", a, v, 1, 1000000, &steps);
         else {
             fprintf(stderr, "refusion: generate: unknown option '%s' (see --help)\n", a);
             return 2;

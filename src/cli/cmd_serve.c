@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "serve/serve.h"
 #include "util/util.h"
@@ -35,27 +36,6 @@ static void usage(FILE *f) {
             "  --token-threshold X     (\"token_threshold\"; default 0.3)\n"
             "  -t, --temperature X     (\"temperature\"; default 0 = greedy)\n"
             "  --seed N                (\"seed\"; default 0)\n");
-}
-
-static int parse_long(const char *opt, const char *s, long lo, long hi, long *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) {
-        fprintf(stderr, "refusion: serve: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-static int parse_float(const char *opt, const char *s, float *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (!*s || *end) {
-        fprintf(stderr, "refusion: serve: %s expects a number, got '%s'\n", opt, s);
-        return -1;
-    }
-    *out = (float)v;
-    return 0;
 }
 
 static int stop_pipe[2];
@@ -92,19 +72,19 @@ int cmd_serve(int argc, char **argv) {
         int bad = 0;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_dir = v;
         else if (!strcmp(a, "--host")) c.host = v;
-        else if (!strcmp(a, "--port")) bad = parse_long(a, v, 0, 65535, &lv), c.port = (int)lv;
+        else if (!strcmp(a, "--port")) bad = rf_arg_long("serve", a, v, 0, 65535, &lv), c.port = (int)lv;
         else if (!strcmp(a, "--name")) c.model_name = v;
-        else if (!strcmp(a, "--threads")) bad = parse_long(a, v, 1, 1024, &lv), c.threads = (int)lv;
-        else if (!strcmp(a, "--max-body")) bad = parse_long(a, v, 1, 1L << 34, &lv), c.max_body = (size_t)lv;
-        else if (!strcmp(a, "--max-queue")) bad = parse_long(a, v, 1, 100000, &lv), c.max_queue = (int)lv;
+        else if (!strcmp(a, "--threads")) bad = rf_arg_long("serve", a, v, 1, 1024, &lv), c.threads = (int)lv;
+        else if (!strcmp(a, "--max-body")) bad = rf_arg_long("serve", a, v, 1, 1L << 34, &lv), c.max_body = (size_t)lv;
+        else if (!strcmp(a, "--max-queue")) bad = rf_arg_long("serve", a, v, 1, 100000, &lv), c.max_queue = (int)lv;
         else if (!strcmp(a, "--mode")) mode = v;
-        else if (!strcmp(a, "-n") || !strcmp(a, "--gen-length")) bad = parse_long(a, v, 1, 1000000, &lv), p->gen_length = (int)lv;
-        else if (!strcmp(a, "--slot-size")) bad = parse_long(a, v, 1, 1000000, &lv), p->slot_size = (int)lv;
-        else if (!strcmp(a, "--blocks")) bad = parse_long(a, v, 1, 1000000, &lv), p->n_blocks = (int)lv;
-        else if (!strcmp(a, "--slot-threshold")) bad = parse_float(a, v, &p->slot_threshold);
-        else if (!strcmp(a, "--token-threshold")) bad = parse_float(a, v, &p->token_threshold);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--temperature")) bad = parse_float(a, v, &p->temperature);
-        else if (!strcmp(a, "--seed")) bad = parse_long(a, v, 0, 0x7fffffffffffffffL, &lv), p->seed = (uint64_t)lv;
+        else if (!strcmp(a, "-n") || !strcmp(a, "--gen-length")) bad = rf_arg_long("serve", a, v, 1, 1000000, &lv), p->gen_length = (int)lv;
+        else if (!strcmp(a, "--slot-size")) bad = rf_arg_long("serve", a, v, 1, 1000000, &lv), p->slot_size = (int)lv;
+        else if (!strcmp(a, "--blocks")) bad = rf_arg_long("serve", a, v, 1, 1000000, &lv), p->n_blocks = (int)lv;
+        else if (!strcmp(a, "--slot-threshold")) bad = rf_arg_float("serve", a, v, &p->slot_threshold);
+        else if (!strcmp(a, "--token-threshold")) bad = rf_arg_float("serve", a, v, &p->token_threshold);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--temperature")) bad = rf_arg_float("serve", a, v, &p->temperature);
+        else if (!strcmp(a, "--seed")) bad = rf_arg_long("serve", a, v, 0, 0x7fffffffffffffffL, &lv), p->seed = (uint64_t)lv;
         else {
             fprintf(stderr, "refusion: serve: unknown option '%s' (see --help)\n", a);
             return 2;
