@@ -114,13 +114,6 @@ int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_
                    rf_gen_result *out);
 void rf_gen_result_free(rf_gen_result *r);
 
-/* The naive twin's model: a reference forward (no cache, float64
- * accumulation) over n tokens where token i attends to token j <= i iff
- * j < vis_end[i] or j >= grp[i] (vis_end = grp = 0: plain causal). Logits
- * [n_out, vocab] of the last n_out tokens. */
-int rf_forward_masked_reference(const rf_model *m, int n, const int *tokens, const int *pos,
-                                const int *vis_end, const int *grp, int n_out, float *logits);
-
 /* ---- helpers shared by the decoders (decode_util.c) ---- */
 
 /* Serial blocks as ranges of whole slots: block b covers slots

@@ -12,127 +12,15 @@
  * prefix at fork time and their own row only, not the rows committed just
  * before them. So entry i attends to entry j <= i iff j < vis_end[i] or
  * j >= grp[i]; an ordinary entry has vis_end = grp = 0 (all of j <= i). A
- * forward over exactly these rules reproduces the cached K/V, and so the
- * fast decoder's logits, to rounding. */
+ * forward over exactly these rules (rf_forward_masked_reference, in
+ * src/model/forward_ref.c) reproduces the cached K/V, and so the fast
+ * decoder's logits, to rounding. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "decode/decode_impl.h"
 #include "model/forward.h"
-
-/* ---- the masked reference forward ------------------------------------------ */
-static void nv_rmsnorm(float *x, const float *w, int n, int dim, float eps) {
-    for (int i = 0; i < n; i++) {
-        float *r = x + (size_t)i * dim;
-        double ss = 0;
-        for (int j = 0; j < dim; j++) ss += (double)r[j] * r[j];
-        double inv = 1.0 / sqrt(ss / dim + eps);
-        for (int j = 0; j < dim; j++) r[j] = (float)(w[j] * (r[j] * inv));
-    }
-}
-
-static void nv_rope(float *v, int hd, int p, double theta) {
-    for (int j = 0; j < hd / 2; j++) {
-        double ang = p * pow(theta, -2.0 * j / hd), a = v[j], b = v[j + hd / 2];
-        v[j] = (float)(a * cos(ang) - b * sin(ang));
-        v[j + hd / 2] = (float)(b * cos(ang) + a * sin(ang));
-    }
-}
-
-/* Y[n, rows] = X W^T with double accumulation: for f32 weights (the tests'
- * models) two 4-wide double accumulators, else the kernels' naive loop. */
-static void nv_matmul(float *Y, const float *X, const rf_mat *W, int n) {
-    if (W->dtype != RF_F32) {
-        rf_matmul_naive(Y, X, W, n);
-        return;
-    }
-    const float *w = W->data;
-    for (int t = 0; t < n; t++)
-        for (int r = 0; r < W->rows; r++) {
-            const float *wr = w + (size_t)r * W->cols, *x = X + (size_t)t * W->cols;
-            __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
-            int c = 0;
-            for (; c + 8 <= W->cols; c += 8) {
-                __m256 w8 = _mm256_loadu_ps(wr + c), x8 = _mm256_loadu_ps(x + c);
-                a0 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(w8)),
-                                     _mm256_cvtps_pd(_mm256_castps256_ps128(x8)), a0);
-                a1 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(w8, 1)),
-                                     _mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), a1);
-            }
-            double l[4], s = 0;
-            _mm256_storeu_pd(l, _mm256_add_pd(a0, a1));
-            s = (l[0] + l[1]) + (l[2] + l[3]);
-            for (; c < W->cols; c++) s += (double)wr[c] * x[c];
-            Y[(size_t)t * W->rows + r] = (float)s;
-        }
-}
-
-int rf_forward_masked_reference(const rf_model *m, int n, const int *tokens, const int *pos,
-                                const int *vis_end, const int *grp, int n_out, float *logits) {
-    const rf_config *cfg = &m->cfg;
-    const int d = cfg->hidden_size, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads;
-    const int qd = nh * hd, kvd = nkv * hd, ffn = cfg->intermediate_size;
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= cfg->vocab_size) {
-            rf_set_error("masked reference forward: token id %d outside the vocabulary", tokens[i]);
-            return -1;
-        }
-    float *x = rf_calloc((size_t)n * d, 4), *xb = rf_calloc((size_t)n * d, 4);
-    float *q = rf_calloc((size_t)n * qd, 4), *att = rf_calloc((size_t)n * qd, 4);
-    float *k = rf_calloc((size_t)n * kvd, 4), *v = rf_calloc((size_t)n * kvd, 4);
-    float *g = rf_calloc((size_t)n * ffn, 4), *u = rf_calloc((size_t)n * ffn, 4);
-    double *sc = rf_calloc((size_t)n, sizeof(double));
-    for (int i = 0; i < n; i++) rf_mat_row_f32(x + (size_t)i * d, &m->embed, tokens[i]);
-    for (int l = 0; l < cfg->n_layers; l++) {
-        const rf_layer *L = &m->layers[l];
-        memcpy(xb, x, (size_t)n * d * 4);
-        nv_rmsnorm(xb, L->attn_norm, n, d, cfg->rms_eps);
-        nv_matmul(q, xb, &L->q, n);
-        nv_matmul(k, xb, &L->k, n);
-        nv_matmul(v, xb, &L->v, n);
-        nv_rmsnorm(q, L->q_norm, n * nh, hd, cfg->rms_eps);
-        nv_rmsnorm(k, L->k_norm, n * nkv, hd, cfg->rms_eps);
-        for (int i = 0; i < n; i++) {
-            for (int h = 0; h < nh; h++) nv_rope(q + (size_t)i * qd + h * hd, hd, pos[i], cfg->rope_theta);
-            for (int h = 0; h < nkv; h++) nv_rope(k + (size_t)i * kvd + h * hd, hd, pos[i], cfg->rope_theta);
-        }
-        for (int i = 0; i < n; i++)
-            for (int h = 0; h < nh; h++) {
-                int gk = h / (nh / nkv);
-                const float *qi = q + (size_t)i * qd + h * hd;
-                double mx = -INFINITY, sum = 0;
-                for (int t = 0; t <= i; t++) {
-                    sc[t] = -INFINITY;
-                    if (!(t < vis_end[i] || t >= grp[i])) continue; /* not seen by entry i */
-                    double s = 0;
-                    for (int e = 0; e < hd; e++) s += (double)qi[e] * k[(size_t)t * kvd + gk * hd + e];
-                    sc[t] = s / sqrt((double)hd);
-                    if (sc[t] > mx) mx = sc[t];
-                }
-                for (int t = 0; t <= i; t++) sum += (sc[t] = exp(sc[t] - mx));
-                for (int e = 0; e < hd; e++) {
-                    double o = 0;
-                    for (int t = 0; t <= i; t++) o += sc[t] * v[(size_t)t * kvd + gk * hd + e];
-                    att[(size_t)i * qd + h * hd + e] = (float)(o / sum);
-                }
-            }
-        nv_matmul(xb, att, &L->o, n);
-        for (size_t i = 0; i < (size_t)n * d; i++) x[i] += xb[i];
-        memcpy(xb, x, (size_t)n * d * 4);
-        nv_rmsnorm(xb, L->ffn_norm, n, d, cfg->rms_eps);
-        nv_matmul(g, xb, &L->gate, n);
-        nv_matmul(u, xb, &L->up, n);
-        for (size_t i = 0; i < (size_t)n * ffn; i++) g[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
-        nv_matmul(xb, g, &L->down, n);
-        for (size_t i = 0; i < (size_t)n * d; i++) x[i] += xb[i];
-    }
-    float *xo = x + (size_t)(n - n_out) * d; /* only the last n_out tokens */
-    nv_rmsnorm(xo, m->final_norm, n_out, d, cfg->rms_eps);
-    nv_matmul(logits, xo, &m->lm_head, n_out);
-    free(x), free(xb), free(q), free(att), free(k), free(v), free(g), free(u), free(sc);
-    return 0;
-}
 
 /* ---- the physical sequence ---------------------------------------------------- */
 typedef struct {

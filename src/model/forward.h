@@ -44,4 +44,11 @@ int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch 
 int rf_forward_reference(const rf_model *m, int n, const int *tokens, const int *pos,
                          int bidirectional, float *logits);
 
+/* The same reference with a visibility rule, for sequences whose cached K/V
+ * were computed in forked rows (the naive ReFusion decoder's model): token i
+ * attends to token j <= i iff j < vis_end[i] or j >= grp[i] (vis_end = grp =
+ * 0: plain causal). Logits [n_out, vocab] of the last n_out tokens. */
+int rf_forward_masked_reference(const rf_model *m, int n, const int *tokens, const int *pos,
+                                const int *vis_end, const int *grp, int n_out, float *logits);
+
 #endif
