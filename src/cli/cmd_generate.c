@@ -159,6 +159,15 @@ static void on_event(const rf_decode_event *ev, void *user) {
         case RF_EV_AR_TOKEN: u->cell[a] = C_FAST, u->cell_tok[a] = ev->tok[i], what = "ar"; break;
         }
     }
+    if (ev->kind == RF_EV_DROP && ev->n > 0) {
+        /* the cells between the committed EOS and the first dropped slot belong
+         * to the EOS's own slot: truncated after the EOS, so dropped too */
+        int a0 = u->G;
+        for (int i = 0; i < ev->n; i++) a0 = ev->apos[i] < a0 ? ev->apos[i] : a0;
+        for (int a = a0 - 1; a >= 0 && (u->cell[a] == C_PLAN || u->cell[a] == C_DRAFT || u->cell[a] == C_VERIFIED);
+             a--)
+            u->cell[a] = C_DROP;
+    }
     draw(u, ev->step, what);
 }
 
