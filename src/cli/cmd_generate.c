@@ -370,6 +370,7 @@ int cmd_generate(int argc, char **argv) {
         print_json(&r, prompt, P, answer_text, mode, &p);
     } else {
         if (visualize) printf("%s\n", answer_text ? answer_text : "");
+        fflush(stdout); /* the answer before the statistics line on stderr */
         fprintf(stderr, "[%s: %d tokens, %d model calls, TPF %.2f, %.2f tokens/call, %.1f tokens/s, %.2f s]\n",
                 mode, r.n_tokens, r.n_calls, r.tpf, r.tokens_per_call, r.tokens_per_s, r.wall_s);
     }
