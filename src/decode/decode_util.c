@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "decode/decode_impl.h"
+#include "kernels/simd.h"
 
 void rf_gen_params_default(rf_gen_params *p) {
     memset(p, 0, sizeof *p);
@@ -123,28 +124,7 @@ int rf_block_layout(int n_slots, int n_blocks, int *first) {
     return n_blocks;
 }
 
-/* ---- probabilities ----------------------------------------------------------
- * exp for x <= 0 on 8 floats: 2^k * p(r) with |r| <= ln2/2 (Cephes-style
- * polynomial, ~1 ulp), flushed to 0 below -87. */
-static inline __m256 exp8_neg(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.0f);
-    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
-    __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-    y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-    return _mm256_andnot_ps(under, y);
-}
+/* ---- probabilities ---------------------------------------------------------- */
 
 /* argmax (first index of the max) and log-sum-exp of one logits row: two
  * passes over the vocab, one vectorised exp per entry. */
@@ -154,7 +134,7 @@ rf_logit_stats rf_logits_stats(const float *l, int V) {
         if (l[i] > s.max) s.max = l[i], s.argmax = i;
     __m256 mx = _mm256_set1_ps(s.max), acc = _mm256_setzero_ps();
     int i = 0;
-    for (; i + 8 <= V; i += 8) acc = _mm256_add_ps(acc, exp8_neg(_mm256_sub_ps(_mm256_loadu_ps(l + i), mx)));
+    for (; i + 8 <= V; i += 8) acc = _mm256_add_ps(acc, rf_exp8(_mm256_sub_ps(_mm256_loadu_ps(l + i), mx)));
     float lanes[8];
     _mm256_storeu_ps(lanes, acc);
     double sum = 0;

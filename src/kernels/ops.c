@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <immintrin.h>
 #include "kernels/kernels.h"
+#include "kernels/simd.h"
 
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -15,36 +16,6 @@ static inline float hsum8(__m256 v) {
 /* the first m (< 8) lanes set */
 static inline __m256i tail_mask(int m) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-/* e^x for 8 lanes, ~1 ulp (Cephes expf scheme): x = k ln2 + r with
- * |r| <= ln2/2, e^r by a degree-6 polynomial, times 2^k built in the
- * exponent bits. Below -87.3 it returns 0, above 88.7 +inf, NaN stays NaN. */
-static inline __m256 exp8(__m256 x) {
-    const __m256 hi = _mm256_set1_ps(88.7228317f), lo = _mm256_set1_ps(-87.3365478f);
-    __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ), under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_min_ps(hi, _mm256_max_ps(lo, x)); /* min/max return the 2nd operand for NaN: kept */
-    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    /* r = x - k ln2 in two steps (ln2 split in a short exact part + rest) */
-    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    /* 2^k: k in [-126, 128]; split as 2^(k/2) * 2^(k - k/2) so that k = 128
-     * (x just below the overflow bound) does not overflow the exponent field */
-    __m256i ki = _mm256_cvtps_epi32(k);
-    __m256i k1 = _mm256_srai_epi32(ki, 1), k2 = _mm256_sub_epi32(ki, k1);
-    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, _mm256_set1_epi32(127)), 23));
-    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, _mm256_set1_epi32(127)), 23));
-    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), over);
-    return _mm256_blendv_ps(y, _mm256_setzero_ps(), under);
 }
 
 /* Sum of squares in double: the result then does not depend on the
@@ -114,7 +85,7 @@ void rf_silu_mul(float *g, const float *u, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_loadu_ps(g + i);
-        __m256 e = exp8(_mm256_sub_ps(zero, v));
+        __m256 e = rf_exp8(_mm256_sub_ps(zero, v));
         __m256 s = _mm256_div_ps(v, _mm256_add_ps(one, e));
         _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
     }
@@ -133,14 +104,14 @@ void rf_softmax(float *x, int n) {
     for (; i < n; i++) m = x[i] > m ? x[i] : m;
     __m256 vmax = _mm256_set1_ps(m), vs = _mm256_setzero_ps();
     for (i = 0; i + 8 <= n; i += 8) {
-        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+        __m256 e = rf_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
         _mm256_storeu_ps(x + i, e);
         vs = _mm256_add_ps(vs, e);
     }
     if (i < n) { /* tail: masked lanes are -inf - m -> e = 0 */
         __m256i mk = tail_mask(n - i);
         __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(x + i, mk), _mm256_castsi256_ps(mk));
-        __m256 e = exp8(_mm256_sub_ps(v, vmax));
+        __m256 e = rf_exp8(_mm256_sub_ps(v, vmax));
         _mm256_maskstore_ps(x + i, mk, e);
         vs = _mm256_add_ps(vs, e);
     }

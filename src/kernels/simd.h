@@ -1,0 +1,38 @@
+/* simd.h - small AVX2 helpers shared by the kernels and the decoders. */
+#ifndef RF_SIMD_H
+#define RF_SIMD_H
+
+#include <immintrin.h>
+#include <math.h>
+
+/* e^x for 8 lanes, ~1 ulp (Cephes expf scheme): x = k ln2 + r with
+ * |r| <= ln2/2, e^r by a degree-6 polynomial, times 2^k built in the
+ * exponent bits. Below -87.3 it returns 0, above 88.7 +inf, NaN stays NaN. */
+static inline __m256 rf_exp8(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.7228317f), lo = _mm256_set1_ps(-87.3365478f);
+    __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ), under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(hi, _mm256_max_ps(lo, x)); /* min/max return the 2nd operand for NaN: kept */
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    /* r = x - k ln2 in two steps (ln2 split in a short exact part + rest) */
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* 2^k: k in [-126, 128]; split as 2^(k/2) * 2^(k - k/2) so that k = 128
+     * (x just below the overflow bound) does not overflow the exponent field */
+    __m256i ki = _mm256_cvtps_epi32(k);
+    __m256i k1 = _mm256_srai_epi32(ki, 1), k2 = _mm256_sub_epi32(ki, k1);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, _mm256_set1_epi32(127)), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, _mm256_set1_epi32(127)), 23));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), over);
+    return _mm256_blendv_ps(y, _mm256_setzero_ps(), under);
+}
+
+#endif
