@@ -237,6 +237,30 @@ static int check_batch(const rf_tmodel *m, const rf_tacts *a, const rf_tbatch *b
     return 0;
 }
 
+/* Layer l's slice of every saved activation array. Each array has a stride
+ * of max_tok rows per layer, so a slice does not depend on the batch size. */
+typedef struct {
+    float *res, *ln1, *rstd1, *qlin, *qrstd, *klin, *krstd, *q, *k, *v, *att, *lse;
+    float *mid, *ln2, *rstd2, *gate, *up, *act;
+    float *next; /* the residual stream after the layer: res of layer l + 1 */
+} layer_acts;
+
+static layer_acts layer_acts_at(const rf_tacts *a, const rf_config *c, int l) {
+    size_t L = (size_t)l, M = (size_t)a->max_tok, d = c->hidden_size, f = c->intermediate_size;
+    size_t nh = c->n_heads, nkv = c->n_kv_heads, qd = nh * c->head_dim, kvd = nkv * c->head_dim;
+    layer_acts s = {
+        .res = a->res + L * M * d, .ln1 = a->ln1 + L * M * d, .rstd1 = a->rstd1 + L * M,
+        .qlin = a->qlin + L * M * qd, .qrstd = a->qrstd + L * M * nh,
+        .klin = a->klin + L * M * kvd, .krstd = a->krstd + L * M * nkv,
+        .q = a->q + L * M * qd, .k = a->k + L * M * kvd, .v = a->v + L * M * kvd,
+        .att = a->att + L * M * qd, .lse = a->lse + L * M * nh,
+        .mid = a->mid + L * M * d, .ln2 = a->ln2 + L * M * d, .rstd2 = a->rstd2 + L * M,
+        .gate = a->gate + L * M * f, .up = a->up + L * M * f, .act = a->act + L * M * f,
+        .next = a->res + (L + 1) * M * d,
+    };
+    return s;
+}
+
 static void forward(const rf_tmodel *m, rf_tacts *a, const rf_tbatch *b) {
     const rf_config *c = &m->cfg;
     int N = b->n_tok, d = c->hidden_size, hd = c->head_dim, nh = c->n_heads;
@@ -247,35 +271,26 @@ static void forward(const rf_tmodel *m, rf_tacts *a, const rf_tbatch *b) {
     op_rope_tables(a->cs, a->sn, b->pos, N, hd, c->rope_theta);
     for (int l = 0; l < c->n_layers; l++) {
         const rf_tlayer *w = &m->w.layers[l];
-        size_t L = (size_t)l;
-        /* stride of each saved array is max_tok rows so layer l's slice is fixed */
-        size_t M = (size_t)a->max_tok;
-        float *res = a->res + L * M * d, *ln1 = a->ln1 + L * M * d, *rstd1 = a->rstd1 + L * M;
-        float *qlin = a->qlin + L * M * qd, *qrstd = a->qrstd + L * M * nh;
-        float *klin = a->klin + L * M * kvd, *krstd = a->krstd + L * M * nkv;
-        float *q = a->q + L * M * qd, *k = a->k + L * M * kvd, *v = a->v + L * M * kvd;
-        float *att = a->att + L * M * qd, *lse = a->lse + L * M * nh;
-        float *mid = a->mid + L * M * d, *ln2 = a->ln2 + L * M * d, *rstd2 = a->rstd2 + L * M;
-        float *gate = a->gate + L * M * f, *up = a->up + L * M * f, *act = a->act + L * M * f;
-        float *next = a->res + (L + 1) * M * d;
+        layer_acts s = layer_acts_at(a, c, l);
 
-        op_rmsnorm_fwd(ln1, rstd1, res, w->attn_norm, N, d, c->rms_eps);
-        op_matmul_fwd(qlin, ln1, w->q, N, d, qd);
-        op_matmul_fwd(klin, ln1, w->k, N, d, kvd);
-        op_matmul_fwd(v, ln1, w->v, N, d, kvd);
-        op_rmsnorm_fwd(q, qrstd, qlin, w->q_norm, N * nh, hd, c->rms_eps); /* per head */
-        op_rmsnorm_fwd(k, krstd, klin, w->k_norm, N * nkv, hd, c->rms_eps);
-        op_rope_fwd(q, a->cs, a->sn, N, nh, hd);
-        op_rope_fwd(k, a->cs, a->sn, N, nkv, hd);
-        op_attention_fwd(att, lse, q, k, v, b->off, b->n_seq, nh, nkv, hd, b->bidirectional);
-        memcpy(mid, res, Nd * sizeof(float)); /* mid = res + att . Wo^T */
-        op_matmul_fwd_acc(mid, att, w->o, N, qd, d);
-        op_rmsnorm_fwd(ln2, rstd2, mid, w->ffn_norm, N, d, c->rms_eps);
-        op_matmul_fwd(gate, ln2, w->gate, N, d, f);
-        op_matmul_fwd(up, ln2, w->up, N, d, f);
-        op_swiglu_fwd(act, gate, up, (size_t)N * f);
-        memcpy(next, mid, Nd * sizeof(float)); /* next = mid + act . Wdown^T */
-        op_matmul_fwd_acc(next, act, w->down, N, f, d);
+        op_rmsnorm_fwd(s.ln1, s.rstd1, s.res, w->attn_norm, N, d, c->rms_eps);
+        op_matmul_fwd(s.qlin, s.ln1, w->q, N, d, qd);
+        op_matmul_fwd(s.klin, s.ln1, w->k, N, d, kvd);
+        op_matmul_fwd(s.v, s.ln1, w->v, N, d, kvd);
+        op_rmsnorm_fwd(s.q, s.qrstd, s.qlin, w->q_norm, N * nh, hd, c->rms_eps); /* per head */
+        op_rmsnorm_fwd(s.k, s.krstd, s.klin, w->k_norm, N * nkv, hd, c->rms_eps);
+        op_rope_fwd(s.q, a->cs, a->sn, N, nh, hd);
+        op_rope_fwd(s.k, a->cs, a->sn, N, nkv, hd);
+        op_attention_fwd(s.att, s.lse, s.q, s.k, s.v, b->off, b->n_seq, nh, nkv, hd,
+                         b->bidirectional);
+        memcpy(s.mid, s.res, Nd * sizeof(float)); /* mid = res + att . Wo^T */
+        op_matmul_fwd_acc(s.mid, s.att, w->o, N, qd, d);
+        op_rmsnorm_fwd(s.ln2, s.rstd2, s.mid, w->ffn_norm, N, d, c->rms_eps);
+        op_matmul_fwd(s.gate, s.ln2, w->gate, N, d, f);
+        op_matmul_fwd(s.up, s.ln2, w->up, N, d, f);
+        op_swiglu_fwd(s.act, s.gate, s.up, (size_t)N * f);
+        memcpy(s.next, s.mid, Nd * sizeof(float)); /* next = mid + act . Wdown^T */
+        op_matmul_fwd_acc(s.next, s.act, w->down, N, f, d);
     }
     float *last = a->res + (size_t)c->n_layers * a->max_tok * d;
     op_rmsnorm_fwd(a->lnf, a->rstdf, last, m->w.final_norm, N, d, c->rms_eps);
@@ -335,36 +350,29 @@ static void backward(rf_tmodel *m, rf_tacts *a, const rf_tbatch *b) {
     for (int l = c->n_layers - 1; l >= 0; l--) {
         const rf_tlayer *w = &m->w.layers[l];
         rf_tlayer *g = &m->g.layers[l];
-        size_t L = (size_t)l;
-        float *res = a->res + L * M * d, *ln1 = a->ln1 + L * M * d, *rstd1 = a->rstd1 + L * M;
-        float *qlin = a->qlin + L * M * qd, *qrstd = a->qrstd + L * M * nh;
-        float *klin = a->klin + L * M * kvd, *krstd = a->krstd + L * M * nkv;
-        float *q = a->q + L * M * qd, *k = a->k + L * M * kvd, *v = a->v + L * M * kvd;
-        float *att = a->att + L * M * qd, *lse = a->lse + L * M * nh;
-        float *mid = a->mid + L * M * d, *ln2 = a->ln2 + L * M * d, *rstd2 = a->rstd2 + L * M;
-        float *gate = a->gate + L * M * f, *up = a->up + L * M * f, *act = a->act + L * M * f;
+        layer_acts s = layer_acts_at(a, c, l);
 
         /* next = mid + act . Wdown^T: dres flows on to mid unchanged */
-        op_matmul_bwd(a->dact, g->down, dres, act, w->down, N, f, d, 0);
-        op_swiglu_bwd(a->dgate, a->dup, a->dact, gate, up, (size_t)N * f);
-        op_matmul_bwd(a->dln, g->gate, a->dgate, ln2, w->gate, N, d, f, 0);
-        op_matmul_bwd(a->dln, g->up, a->dup, ln2, w->up, N, d, f, 1);
-        op_rmsnorm_bwd(dres, g->ffn_norm, a->dln, mid, w->ffn_norm, rstd2, N, d);
+        op_matmul_bwd(a->dact, g->down, dres, s.act, w->down, N, f, d, 0);
+        op_swiglu_bwd(a->dgate, a->dup, a->dact, s.gate, s.up, (size_t)N * f);
+        op_matmul_bwd(a->dln, g->gate, a->dgate, s.ln2, w->gate, N, d, f, 0);
+        op_matmul_bwd(a->dln, g->up, a->dup, s.ln2, w->up, N, d, f, 1);
+        op_rmsnorm_bwd(dres, g->ffn_norm, a->dln, s.mid, w->ffn_norm, s.rstd2, N, d);
         /* mid = res + att . Wo^T: dres flows on to res unchanged */
         float *datt = a->dqlin; /* scratch; dqlin is filled only after attention */
-        op_matmul_bwd(datt, g->o, dres, att, w->o, N, qd, d, 0);
-        op_attention_bwd(a->dq, a->dk, a->dv, datt, att, lse, q, k, v, b->off, b->n_seq, nh, nkv,
-                         hd, b->bidirectional);
+        op_matmul_bwd(datt, g->o, dres, s.att, w->o, N, qd, d, 0);
+        op_attention_bwd(a->dq, a->dk, a->dv, datt, s.att, s.lse, s.q, s.k, s.v, b->off, b->n_seq,
+                         nh, nkv, hd, b->bidirectional);
         op_rope_bwd(a->dq, a->cs, a->sn, N, nh, hd);
         op_rope_bwd(a->dk, a->cs, a->sn, N, nkv, hd);
         memset(a->dqlin, 0, (size_t)N * qd * sizeof(float));
         memset(a->dklin, 0, (size_t)N * kvd * sizeof(float));
-        op_rmsnorm_bwd(a->dqlin, g->q_norm, a->dq, qlin, w->q_norm, qrstd, N * nh, hd);
-        op_rmsnorm_bwd(a->dklin, g->k_norm, a->dk, klin, w->k_norm, krstd, N * nkv, hd);
-        op_matmul_bwd(a->dln, g->q, a->dqlin, ln1, w->q, N, d, qd, 0);
-        op_matmul_bwd(a->dln, g->k, a->dklin, ln1, w->k, N, d, kvd, 1);
-        op_matmul_bwd(a->dln, g->v, a->dv, ln1, w->v, N, d, kvd, 1);
-        op_rmsnorm_bwd(dres, g->attn_norm, a->dln, res, w->attn_norm, rstd1, N, d);
+        op_rmsnorm_bwd(a->dqlin, g->q_norm, a->dq, s.qlin, w->q_norm, s.qrstd, N * nh, hd);
+        op_rmsnorm_bwd(a->dklin, g->k_norm, a->dk, s.klin, w->k_norm, s.krstd, N * nkv, hd);
+        op_matmul_bwd(a->dln, g->q, a->dqlin, s.ln1, w->q, N, d, qd, 0);
+        op_matmul_bwd(a->dln, g->k, a->dklin, s.ln1, w->k, N, d, kvd, 1);
+        op_matmul_bwd(a->dln, g->v, a->dv, s.ln1, w->v, N, d, kvd, 1);
+        op_rmsnorm_bwd(dres, g->attn_norm, a->dln, s.res, w->attn_norm, s.rstd1, N, d);
     }
     for (int i = 0; i < N; i++) { /* embedding: serial, rows may repeat */
         float *ge = m->g.embed + (size_t)b->tokens[i] * d;
