@@ -35,6 +35,8 @@ const char *rf_dtype_name(rf_dtype t) {
     case RF_F32: return "F32";
     case RF_F16: return "F16";
     case RF_BF16: return "BF16";
+    case RF_Q8_0: return "Q8_0";
+    case RF_Q4_0: return "Q4_0";
     }
     return "?";
 }
