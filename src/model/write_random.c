@@ -45,6 +45,7 @@ static inline void store(void *dst, rf_dtype t, size_t i, float x) {
     case RF_F32: ((float *)dst)[i] = x; break;
     case RF_BF16: ((uint16_t *)dst)[i] = rf_f32_to_bf16(x); break;
     case RF_F16: ((uint16_t *)dst)[i] = rf_f32_to_f16(x); break;
+    default: break; /* block-quantised dtypes are written by convert, never element-wise */
     }
 }
 
