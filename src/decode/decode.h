@@ -65,6 +65,10 @@ typedef struct {
     uint64_t seed;
     int eos_id;              /* RF_ID_FROM_MODEL, or -1 for "no EOS" */
     int mask_id;             /* RF_ID_FROM_MODEL or an id */
+    /* AR-verified ReFusion (REFUSION.md 3b; both off = the reference) */
+    int ar_correct;          /* (a) a forced token is the AR head's choice, not the mask re-draft */
+    int ar_check_first;      /* (b) a slot's first token is checked by the AR head when its
+                                left neighbour is committed */
     rf_tokens_cb on_tokens;  /* optional */
     rf_event_cb on_event;    /* optional */
     void *user;
@@ -82,6 +86,17 @@ typedef struct {
     double tpf_ref;          /* the reference's per-step TPF term (see refusion.c) */
 } rf_step_stat;
 
+/* How each committed answer token got in (every committed token is counted
+ * in exactly one field; the sum is n_tokens). */
+typedef struct {
+    int first_free;          /* a slot's first token, committed unchecked (the reference's rule) */
+    int first_checked;       /* (b): a slot's first token whose AR probability passed */
+    int first_replaced;      /* (b): a slot's first token replaced by the AR head's choice */
+    int verified;            /* a later token whose AR probability > token_threshold */
+    int forced_draft;        /* a later token forced through as the mask head's re-draft */
+    int forced_ar;           /* (a): a later token forced through as the AR head's choice */
+} rf_accept_stats;
+
 typedef struct {
     int n_prompt;
     int *ids;                /* [n_ids] answer in position order, up to and including the first EOS */
@@ -94,6 +109,7 @@ typedef struct {
     double tpf;              /* TPF as the reference defines it: mean over steps of tpf_ref */
     double tokens_per_call;  /* n_tokens / n_calls */
     double wall_s, tokens_per_s;
+    rf_accept_stats accept;  /* ReFusion only (AR: all zero) */
 } rf_gen_result;
 
 /* The reference example's settings: gen 512, slot 4, 32 blocks, 0.6 / 0.3,
