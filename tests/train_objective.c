@@ -243,8 +243,65 @@ static void baselines(void) {
     for (int i = 0; i < 2; i++) free(ex[i].ids);
 }
 
+/* aux_ar: the ReFusion part is exactly what it is without aux (same draws,
+ * same tokens, same weights), and every example follows once more in
+ * natural order with the AR baseline's targets, each weighted
+ * aux_ar / (aux targets in the micro-batch). mask_floor: p >= floor. */
+static void variants(void) {
+    rf_example ex[2] = {make(2, 9, 50), make(3, 20, 70)};
+    const rf_example *ep[2] = {&ex[0], &ex[1]};
+    rf_objcfg plain, aux;
+    rf_objcfg_default(&plain, RF_OBJ_REFUSION, MASK);
+    aux = plain;
+    aux.aux_ar = 0.5f;
+    rf_tbatch a = {0}, b = {0};
+    int bad = 0;
+    for (int it = 0; it < 300; it++) {
+        rf_rng r1, r2;
+        rf_rng_seed(&r1, 100 + it);
+        rf_rng_seed(&r2, 100 + it);
+        rf_tbatch_build(&a, &plain, ep, 2, 0.5f, &r1);
+        rf_tbatch_build(&b, &aux, ep, 2, 0.5f, &r2);
+        int n0 = a.n_tok, n_aux = 9 + 20; /* the last prompt token and every answer token but the last */
+        if (b.n_seq != 4 || b.off[2] != n0 || b.n_tok != n0 + 2 + 9 + 3 + 20) bad++;
+        for (int i = 0; i < n0; i++)
+            if (a.tokens[i] != b.tokens[i] || a.pos[i] != b.pos[i] || a.target[i] != b.target[i] ||
+                a.weight[i] != b.weight[i])
+                bad++;
+        int n_t = 0;
+        for (int s = 0; s < 2; s++) {
+            int o = b.off[2 + s], L = ex[s].n_prompt + ex[s].n_resp;
+            if (b.off[3 + s] - o != L) bad++;
+            for (int i = 0; i < L; i++) {
+                int tgt = i >= ex[s].n_prompt - 1 && i + 1 < L ? ex[s].ids[i + 1] : -1;
+                n_t += tgt >= 0;
+                if (b.tokens[o + i] != ex[s].ids[i] || b.pos[o + i] != i || b.target[o + i] != tgt ||
+                    b.weight[o + i] != (tgt < 0 ? 0.0f : 0.5f * 0.5f / (float)n_aux))
+                    bad++;
+            }
+        }
+        if (n_t != n_aux) bad++;
+    }
+    CHECK(bad == 0, "aux_ar: %d violations", bad);
+
+    rf_objcfg fl = plain;
+    fl.mask_floor = 0.6f;
+    rf_rng r;
+    rf_rng_seed(&r, 5);
+    float lo = 1;
+    for (int it = 0; it < 500; it++) {
+        rf_tbatch_build(&a, &fl, ep, 2, 1.0f, &r);
+        for (int s = 0; s < 2; s++) lo = a.p_mask[s] < lo ? a.p_mask[s] : lo;
+    }
+    CHECK(lo >= 0.6f && lo < 0.62f, "mask_floor 0.6: smallest p %.4f", lo);
+    rf_tbatch_free(&a);
+    rf_tbatch_free(&b);
+    for (int i = 0; i < 2; i++) free(ex[i].ids);
+}
+
 int main(void) {
     hand_worked();
+    variants();
     random_draws();
     baselines();
     rf_objective o;

@@ -28,6 +28,9 @@ static void usage(FILE *f) {
 "  --objective O        refusion (default) | ar | mdm\n"
 "  --slot-sizes LIST    refusion slot sizes (default 4,8,16,32)\n"
 "  --mdm-pad N          mdm: EOS-pad responses to N tokens as LLaDA's SFT does\n"
+"  --aux-ar W           refusion, beyond the paper: also train each example in natural\n"
+"                       order with the AR loss, weight W (default 0 = off)\n"
+"  --mask-floor F       refusion: draw t ~ U(F, 1) instead of U(0, 1) (default 0)\n"
 "optimisation:\n"
 "  --batch N            examples per micro-batch (default 8)\n"
 "  --seq-len N          longest example in tokens (default 512)\n"
@@ -117,6 +120,8 @@ int cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--seq-len")) { NUM(2, 1 << 20); o.seq_len = (int)x; }
         else if (!strcmp(a, "--accum")) { NUM(1, 1 << 20); o.accum = (int)x; }
         else if (!strcmp(a, "--mdm-pad")) { NUM(0, 1 << 20); o.mdm_pad = (int)x; }
+        else if (!strcmp(a, "--aux-ar")) { NUM(0, 100); o.aux_ar = (float)x; }
+        else if (!strcmp(a, "--mask-floor")) { NUM(0, 0.999); o.mask_floor = (float)x; }
         else if (!strcmp(a, "--steps")) { NUM(1, 1e12); o.steps = (long)x; }
         else if (!strcmp(a, "--epochs")) { NUM(1e-9, 1e9); o.epochs = x; }
         else if (!strcmp(a, "--lr")) { NUM(0, 10); o.opt.lr = (float)x; }

@@ -29,6 +29,11 @@
  * With gradient accumulation every weight is further scaled by 1/accum: the
  * step minimises the mean of the micro-batch losses, as HF Trainer does.
  *
+ * Beyond the reference (both off by default, see rf_objcfg): aux_ar appends
+ * every example once more in natural order with the AR baseline's targets,
+ * weighted aux_ar / (aux targets in the micro-batch); mask_floor draws
+ * t ~ U(mask_floor, 1).
+ *
  * The RNG draws follow the reference's order (slot size, t, one draw per
  * slot, Fisher-Yates shuffle of the unmasked slots as Python's shuffle). */
 #include <stdlib.h>
@@ -105,7 +110,7 @@ static void build_refusion(rf_tbatch *b, int *n, const rf_objcfg *oc, const rf_e
     const int *resp = e->ids + P;
     int slot = oc->slot_sizes[rf_rng_below(rng, (uint64_t)oc->n_slot_sizes)];
     int n_slots = (R + slot - 1) / slot;
-    double t = rf_rng_uniform(rng);
+    double t = oc->mask_floor + (1.0 - oc->mask_floor) * rf_rng_uniform(rng);
     float p = (float)((1.0 - oc->eps) * t + oc->eps);
     b->slot_size[s] = slot;
     b->p_mask[s] = p;
@@ -141,6 +146,10 @@ static void build_ar(rf_tbatch *b, int *n, const rf_example *e) {
     }
 }
 
+int rf_objcfg_seqs_per_example(const rf_objcfg *oc) {
+    return oc->obj == RF_OBJ_REFUSION && oc->aux_ar > 0 ? 2 : 1;
+}
+
 int rf_objcfg_resp_len(const rf_objcfg *oc, const rf_example *e) {
     return oc->obj == RF_OBJ_MDM && oc->mdm_pad > e->n_resp ? oc->mdm_pad : e->n_resp;
 }
@@ -162,15 +171,16 @@ static void build_mdm(rf_tbatch *b, int *n, const rf_objcfg *oc, const rf_exampl
 
 void rf_tbatch_build(rf_tbatch *b, const rf_objcfg *oc, const rf_example *const *ex, int n_ex,
                      float scale, rf_rng *rng) {
-    int total = 0, max_resp = 1;
+    int total = 0, max_resp = 1, per = rf_objcfg_seqs_per_example(oc), n_seq = per * n_ex;
     for (int s = 0; s < n_ex; s++) {
         int r = rf_objcfg_resp_len(oc, ex[s]);
         total += ex[s]->n_prompt + r;
         if (r > max_resp) max_resp = r;
     }
-    reserve(b, n_ex > 0 ? n_ex : 1, total > 0 ? total : 1);
+    total *= per;
+    reserve(b, n_seq > 0 ? n_seq : 1, total > 0 ? total : 1);
     int *order = rf_malloc((size_t)(2 * max_resp) * sizeof(int));
-    b->n_seq = n_ex;
+    b->n_seq = n_seq;
     b->bidirectional = oc->obj == RF_OBJ_MDM;
     int n = 0;
     for (int s = 0; s < n_ex; s++) {
@@ -181,13 +191,24 @@ void rf_tbatch_build(rf_tbatch *b, const rf_objcfg *oc, const rf_example *const 
         else if (oc->obj == RF_OBJ_AR) build_ar(b, &n, ex[s]);
         else build_mdm(b, &n, oc, ex[s], s, rng);
     }
-    b->off[n_ex] = n;
+    for (int s = n_ex; s < n_seq; s++) { /* aux_ar: the natural-order copies */
+        b->off[s] = n;
+        b->slot_size[s] = 0;
+        b->p_mask[s] = 0.0f;
+        build_ar(b, &n, ex[s - n_ex]);
+    }
+    b->off[n_seq] = n;
     b->n_tok = n;
     free(order);
 
     /* weights: the reference's normalisation (see the top of this file) */
-    int n_ar = 0;
-    for (int i = 0; i < n; i++) n_ar += b->kind[i] == RF_LOSS_AR;
+    int n_ar = 0, n_aux = 0, aux0 = n_seq > n_ex ? b->off[n_ex] : n;
+    for (int i = 0; i < n; i++) {
+        n_ar += b->kind[i] == RF_LOSS_AR && i < aux0;
+        n_aux += b->kind[i] == RF_LOSS_AR && i >= aux0;
+    }
+    for (int i = aux0; i < n; i++)
+        if (b->kind[i] == RF_LOSS_AR) b->weight[i] = scale * oc->aux_ar / (float)n_aux;
     for (int s = 0; s < n_ex; s++)
         for (int i = b->off[s]; i < b->off[s + 1]; i++) {
             if (b->kind[i] == RF_LOSS_AR) b->weight[i] = scale / (float)n_ar;

@@ -107,10 +107,19 @@ typedef struct {
     float eps;            /* p = (1 - eps) t + eps; 1e-3 as the reference */
     int slot_sizes[8];    /* refusion: drawn uniformly from these ({4,8,16,32}) */
     int n_slot_sizes;
+    float aux_ar;         /* refusion, beyond the reference (0 = off): also feed each
+                           * example in natural order with the plain AR loss, weighted
+                           * aux_ar / (its targets in the micro-batch), so the AR head that
+                           * verifies (and, AR-verified, writes) tokens keeps learning the
+                           * left-to-right task, slot boundaries included */
+    float mask_floor;     /* refusion: t ~ U(mask_floor, 1) instead of U(0, 1) (0 = reference) */
     int mdm_pad;          /* mdm: pad each response with EOS up to this many
                            * tokens, as LLaDA's SFT does, so the model learns
                            * to fill a fixed-length answer region (0 = off) */
 } rf_objcfg;
+
+/* Sequences one example becomes in a micro-batch (2 with aux_ar). */
+int rf_objcfg_seqs_per_example(const rf_objcfg *oc);
 
 /* Response length an example has in the batch: n_resp, or mdm_pad for the
  * MDM objective when that is longer. */
@@ -232,6 +241,7 @@ typedef struct {
     float init_std;
     int slot_sizes[8], n_slot_sizes; /* 0: the reference's {4,8,16,32} */
     int mdm_pad;            /* mdm objective: EOS-pad responses to this length */
+    float aux_ar, mask_floor; /* refusion variants, see rf_objcfg */
     int log_every;          /* progress line period when stderr is not a TTY */
     int plot;               /* gnuplot loss curve at the end */
     int quiet;

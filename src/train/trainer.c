@@ -252,11 +252,8 @@ int rf_train_run(const rf_train_opts *o) {
         }
     }
 
-    /* 4. buffers: a micro-batch holds at most batch x seq_len tokens */
-    acts = rf_tacts_new(&cfg, o->batch * o->seq_len);
-    perm = rf_malloc(sizeof(int) * (size_t)data.n);
-    mb = rf_malloc(sizeof(*mb) * (size_t)o->batch);
-    epoch_perm(perm, data.n, o->seed, st.epoch);
+    /* 4. buffers: a micro-batch holds at most batch x seq_len tokens per
+     * sequence an example becomes */
     rf_objcfg obj;
     rf_objcfg_default(&obj, o->obj, cfg.mask_id);
     if (o->n_slot_sizes > 0) {
@@ -264,6 +261,12 @@ int rf_train_run(const rf_train_opts *o) {
         obj.n_slot_sizes = o->n_slot_sizes;
     }
     obj.mdm_pad = o->mdm_pad;
+    obj.aux_ar = o->aux_ar;
+    obj.mask_floor = o->mask_floor;
+    acts = rf_tacts_new(&cfg, o->batch * o->seq_len * rf_objcfg_seqs_per_example(&obj));
+    perm = rf_malloc(sizeof(int) * (size_t)data.n);
+    mb = rf_malloc(sizeof(*mb) * (size_t)o->batch);
+    epoch_perm(perm, data.n, o->seed, st.epoch);
     for (int i = 0; i < data.n; i++)
         if (data.ex[i].n_prompt + rf_objcfg_resp_len(&obj, &data.ex[i]) > o->seq_len) {
             rf_set_error("%s: record %d: prompt + response padded to --mdm-pad %d is longer than "
@@ -294,7 +297,7 @@ int rf_train_run(const rf_train_opts *o) {
 
     int tty = isatty(2) && !o->quiet;
     double t_run = rf_now(), tokens_run = 0, t_drawn = 0;
-    long step0 = st.step, last_saved = o->resume ? st.step : -1;
+    long step0 = st.step, last_saved = o->resume ? st.step : -1, n_clipped = 0;
     while (st.step < oc.total) {
         double t0 = rf_now();
         memset(m.grads, 0, m.n_params * sizeof(float));
@@ -317,6 +320,7 @@ int rf_train_run(const rf_train_opts *o) {
         }
         float lr = rf_lr_at(&oc, st.step);
         double gnorm = rf_adamw_step(&opt, &m, lr);
+        n_clipped += oc.clip > 0 && gnorm > oc.clip;
         st.step++;
         double dt = rf_now() - t0;
         st.elapsed += dt;
@@ -352,7 +356,9 @@ int rf_train_run(const rf_train_opts *o) {
     }
     if (last_saved != st.step && save_all(&m, o, tok_src, &st, &opt)) goto restore;
     if (!o->quiet)
-        fprintf(stderr, "saved %s (step %ld, %.0f tokens seen)\n", o->out, st.step, st.tokens_seen);
+        fprintf(stderr, "saved %s (step %ld, %.0f tokens seen; %ld of %ld steps of this run had "
+                "their gradient clipped)\n", o->out, st.step, st.tokens_seen, n_clipped,
+                st.step - step0);
     fclose(log);
     log = NULL;
     if (o->plot) plot_loss(o->out, o->quiet);
