@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "kernels/cpu.h"
 #include "model/model.h"
 #include "util/util.h"
 
@@ -113,6 +114,10 @@ int cmd_info(int argc, char **argv) {
     printf("tokenizer  %s\n", stat(tp, &st) == 0 ? "tokenizer.json" : "(none)");
     free(tp);
     printf("load       %.1f ms, peak RSS %.1f MB\n", t_load * 1e3, rf_peak_rss() / 1e6);
+    /* the kernels' instruction-set tier (kernels/cpu.h), and why when it
+     * is not what REFUSION_CPU asked for */
+    printf("cpu tier   %s (this CPU: %s)%s%s\n", rf_cpu_tier_name(), rf_cpu_tier_str(rf_cpu_tier_detected()),
+           rf_cpu_note()[0] ? "; " : "", rf_cpu_note());
     if (do_verify) {
         double t1 = rf_now();
         if (verify(&m)) {

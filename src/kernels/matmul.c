@@ -33,7 +33,10 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <immintrin.h>
+#include "io/quant.h"
+#include "kernels/cpu.h"
 #include "kernels/kernels.h"
+#include "kernels/matmul_impl.h"
 #include "util/util.h"
 
 /* ---- loads --------------------------------------------------------------- */
@@ -243,13 +246,52 @@ static float *conv_buf(size_t nfloats) {
     return buf;
 }
 
+/* Per-thread byte buffer for the prepared activations, grown on demand
+ * (the calling thread's: a call made inside a parallel region has its own). */
+static void *prep_buf(size_t bytes) {
+    static _Thread_local void *buf;
+    static _Thread_local size_t cap;
+    if (bytes > cap) {
+        free(buf);
+        buf = rf_aligned_alloc(bytes);
+        cap = bytes;
+    }
+    return buf;
+}
+
+/* Which kernel a call runs: per weight dtype and the active CPU tier. */
+typedef enum { PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX512_BF16, PATH_AVX512_Q } mm_path;
+
+static mm_path choose_path(rf_dtype dt) {
+    int avx512 = rf_cpu_tier_active() >= RF_CPU_AVX512;
+    if (dt == RF_Q8_0 || dt == RF_Q4_0) return avx512 ? PATH_AVX512_Q : PATH_AVX2_Q;
+    if (dt == RF_BF16 && avx512) return PATH_AVX512_BF16;
+    return PATH_AVX2_FLOAT; /* f32, f16, and bf16 below avx512 */
+}
+
 void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, int r1) {
     int nr = r1 - r0;
     if (nr <= 0 || n <= 0) return;
     /* view of rows [r0, r1) as a matrix of its own */
     rf_mat V = *W;
-    V.data = (const char *)W->data + (size_t)r0 * W->cols * (W->dtype == RF_F32 ? 4 : 2);
+    V.data = (const char *)W->data + (size_t)r0 * rf_dtype_row_bytes(W->dtype, W->cols);
     V.rows = nr;
+    /* the activations in the layout the chosen kernel reads, once per call */
+    mm_path path = choose_path(W->dtype);
+    const void *xp = X;
+    if (path == PATH_AVX2_Q) {
+        void *b = prep_buf(rf_q_prep_avx2_bytes(n, W->cols));
+        rf_q_prep_avx2(b, X, n, W->cols);
+        xp = b;
+    } else if (path == PATH_AVX512_Q) {
+        void *b = prep_buf(rf_q_prep_avx512_bytes(n, W->cols));
+        rf_q_prep_avx512(b, X, n, W->cols, W->dtype);
+        xp = b;
+    } else if (path == PATH_AVX512_BF16) {
+        void *b = prep_buf(rf_bf16_prep_avx512_bytes(n, W->cols));
+        rf_bf16_prep_avx512(b, X, n, W->cols);
+        xp = b;
+    }
     /* Threads take chunks of rows (multiples of 12, so of both row tiles)
      * from a shared counter rather than one fixed half each: on a machine
      * shared with other processes a descheduled thread then delays the call
@@ -264,8 +306,15 @@ void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, in
 #pragma omp parallel for schedule(dynamic, 1) if (par && nchunks > 1)
     for (int c = 0; c < nchunks; c++) {
         int a = c * chunk, b = a + chunk < nr ? a + chunk : nr;
-        float *buf = W->dtype == RF_F32 || n <= DIRECT_MAX_T ? NULL : conv_buf((size_t)3 * (W->cols + 8));
-        matmul_range(Y, nr, X, &V, n, a, b, buf);
+        switch (path) {
+        case PATH_AVX2_Q: rf_q_range_avx2(Y, nr, xp, &V, n, a, b); break;
+        case PATH_AVX512_Q: rf_q_range_avx512(Y, nr, xp, &V, n, a, b); break;
+        case PATH_AVX512_BF16: rf_bf16_range_avx512(Y, nr, xp, &V, n, a, b); break;
+        default: {
+            float *buf = W->dtype == RF_F32 || n <= DIRECT_MAX_T ? NULL : conv_buf((size_t)3 * (W->cols + 8));
+            matmul_range(Y, nr, X, &V, n, a, b, buf);
+        }
+        }
     }
 }
 
@@ -273,17 +322,34 @@ void rf_matmul(float *Y, const float *X, const rf_mat *W, int n) {
     rf_matmul_rows(Y, X, W, n, 0, W->rows);
 }
 
+/* Row r of a quantised matrix, dequantised (ggml's formulas, io/quant.c). */
+static void dequant_row(float *out, const rf_mat *W, int r) {
+    const char *row = (const char *)W->data + (size_t)r * rf_dtype_row_bytes(W->dtype, W->cols);
+    if (W->dtype == RF_Q8_0) rf_dequantize_row_q8_0(row, out, W->cols);
+    else rf_dequantize_row_q4_0(row, out, W->cols);
+}
+
 void rf_matmul_naive(float *Y, const float *X, const rf_mat *W, int n) {
-    for (int t = 0; t < n; t++)
-        for (int r = 0; r < W->rows; r++) {
+    int q = rf_dtype_is_quant(W->dtype);
+    float *wr = q ? rf_malloc(sizeof(float) * (W->cols ? W->cols : 1)) : NULL;
+    for (int r = 0; r < W->rows; r++) {
+        if (q) dequant_row(wr, W, r);
+        for (int t = 0; t < n; t++) {
             double s = 0;
             for (int c = 0; c < W->cols; c++)
-                s += (double)load1(W->dtype, W->data, (size_t)r * W->cols + c) * X[(size_t)t * W->cols + c];
+                s += (double)(q ? wr[c] : load1(W->dtype, W->data, (size_t)r * W->cols + c)) *
+                     X[(size_t)t * W->cols + c];
             Y[(size_t)t * W->rows + r] = (float)s;
         }
+    }
+    free(wr);
 }
 
 void rf_mat_row_f32(float *out, const rf_mat *W, int r) {
+    if (rf_dtype_is_quant(W->dtype)) {
+        dequant_row(out, W, r);
+        return;
+    }
     size_t off = (size_t)r * W->cols;
     int c = 0;
     for (; c + 8 <= W->cols; c += 8) {

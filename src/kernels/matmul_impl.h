@@ -1,0 +1,46 @@
+/* matmul_impl.h - (internal to src/kernels) the per-tier matmul kernels that
+ * rf_matmul_rows (matmul.c) dispatches to. Each path has two halves:
+ *  - prep: converts the n activation rows once per call into the layout its
+ *    kernel reads (bf16 hi/lo pairs, or int8 blocks with scales), on the
+ *    calling thread;
+ *  - range: output rows [a, b) of W for all n tokens, on one thread; the
+ *    OpenMP threading over row chunks stays in matmul.c.
+ * Y is [n, ldy]; W is the (row-offset) view of the rows being computed. */
+#ifndef RF_MATMUL_IMPL_H
+#define RF_MATMUL_IMPL_H
+
+#include <stddef.h>
+#include "kernels/kernels.h"
+
+/* Activations quantised per 32-block to int8 as ggml's q8_0 does (d =
+ * max|x| / 127, q = round-to-nearest-even(x / d)), but d is kept in f32. */
+
+/* ---- avx2 (matmul_q.c): Q8_0 / Q4_0 with maddubs ---- */
+typedef struct {
+    int8_t q[32];
+    float d;       /* activation scale */
+    int32_t nsum8; /* -8 * sum(q): Q4_0's nibble offset, folded into the integer dot */
+} rf_xq_avx2;      /* one 32-block of one token, 40 bytes */
+size_t rf_q_prep_avx2_bytes(int n, int cols);
+void rf_q_prep_avx2(void *xp, const float *X, int n, int cols);
+void rf_q_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
+
+/* ---- avx512 (matmul_avx512.c, compiled with AVX-512 flags) ---- */
+/* bf16 weights x activations split as x = hi + lo (both bf16, |x - hi - lo|
+ * <= 2^-18 |x|), two vdpbf16ps per weight vector: f32-grade results. */
+size_t rf_bf16_prep_avx512_bytes(int n, int cols);
+void rf_bf16_prep_avx512(void *xp, const float *X, int n, int cols);
+void rf_bf16_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
+/* Q8_0 / Q4_0 with vpdpbusd; prep depends on the weight dtype */
+size_t rf_q_prep_avx512_bytes(int n, int cols);
+void rf_q_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt);
+void rf_q_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
+
+/* tokens per block so that `bytes_per_token` x block stays in L2 (multiple of 4, >= 4) */
+static inline int rf_token_block(size_t bytes_per_token) {
+    size_t tb = ((size_t)512 << 10) / (bytes_per_token ? bytes_per_token : 1);
+    tb = tb / 4 * 4;
+    return tb < 4 ? 4 : tb > 128 ? 128 : (int)tb;
+}
+
+#endif
