@@ -48,4 +48,12 @@ int rf_model_write_random(const rf_config *cfg, const char *dir, rf_dtype dtype,
 void rf_model_init_random(rf_model *m, const rf_config *cfg, rf_dtype dtype,
                           float init_std, uint64_t seed);
 
+/* Quantise a loaded model in memory (model/quantize.c): the layer matrices
+ * (q, k, v, o, gate, up, down) and the lm head become dtype (RF_Q8_0 or
+ * RF_Q4_0, ggml's blocks, heap memory in m->owned); the embeddings keep
+ * their dtype, norms stay f32. Tied embeddings: the lm head becomes a
+ * quantised copy. Every matrix needs cols % 32 == 0. -1 and rf_last_error()
+ * on a bad dtype or shape (the model is then unchanged). */
+int rf_model_quantize(rf_model *m, rf_dtype dtype);
+
 #endif
