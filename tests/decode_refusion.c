@@ -128,12 +128,16 @@ static void on_event(const rf_decode_event *ev, void *user) {
 
 typedef struct {
     int runs, fast_steps, infill_steps, multi_plan, multi_iter, eos, drop;
+    int checked, replaced, forced_ar, refeeds; /* AR-verified paths */
 } coverage;
 
 static void check_answer(const rf_gen_result *r, const rf_gen_params *p, int eos, const trace *t,
                          const char *what) {
     int G = (p->gen_length + p->slot_size - 1) / p->slot_size * p->slot_size;
-    for (int i = 0; i < r->n_ids; i++) CHECK(r->ids[i] != MASK, "%s: mask token in the answer at %d", what, i);
+    /* the mask head never drafts <|mask|> here; the AR head of a random model
+     * may choose any id, as greedy AR decoding may */
+    for (int i = 0; i < r->n_ids && !p->ar_correct && !p->ar_check_first; i++)
+        CHECK(r->ids[i] != MASK, "%s: mask token in the answer at %d", what, i);
     for (int i = 0; i + 1 < r->n_ids; i++) CHECK(r->ids[i] != eos, "%s: EOS at %d before the end", what, i);
     if (r->hit_eos)
         CHECK(r->n_ids >= 1 && r->ids[r->n_ids - 1] == eos, "%s: hit_eos but no EOS last", what);
@@ -146,11 +150,19 @@ static void check_answer(const rf_gen_result *r, const rf_gen_params *p, int eos
         CHECK(st->slots_planned >= 1, "%s: step %d planned no slot", what, s);
         CHECK((st->slots_fast > 0) != (st->slots_infilled > 0), "%s: step %d fast %d infilled %d", what, s,
               st->slots_fast, st->slots_infilled);
-        CHECK(st->calls == 2 + 2 * st->infill_iters, "%s: step %d: %d calls, %d iterations", what, s, st->calls,
-              st->infill_iters);
+        CHECK(st->calls == 2 + 2 * st->infill_iters + st->refeeds, "%s: step %d: %d calls, %d iterations", what, s,
+              st->calls, st->infill_iters);
+        CHECK(st->refeeds == 0 || (p->ar_correct && st->refeeds == 1 && st->infill_iters > 0),
+              "%s: step %d: %d re-feeds", what, s, st->refeeds);
         CHECK(st->infill_iters <= p->slot_size - 1, "%s: step %d: %d iterations", what, s, st->infill_iters);
     }
     CHECK(calls == r->n_calls, "%s: steps count %d calls, result %d", what, calls, r->n_calls);
+    const rf_accept_stats *a = &r->accept;
+    int n_acc = a->first_free + a->first_checked + a->first_replaced + a->verified + a->forced_draft + a->forced_ar;
+    CHECK(n_acc == tok, "%s: acceptance statistics count %d tokens, steps %d", what, n_acc, tok);
+    CHECK(p->ar_check_first || (a->first_checked == 0 && a->first_replaced == 0), "%s: (b) off but first tokens checked",
+          what);
+    CHECK(p->ar_correct ? a->forced_draft == 0 : a->forced_ar == 0, "%s: forced tokens of the wrong kind", what);
     CHECK(tok >= r->n_ids, "%s: steps committed %d tokens, answer has %d", what, tok, r->n_ids);
     if (t) {
         CHECK(t->n == r->n_ids && !memcmp(t->ids, r->ids, t->n * sizeof(int)), "%s: streamed %d tokens != answer",
@@ -198,7 +210,11 @@ static void compare(const rf_model *m, const int *prompt, int P, rf_gen_params *
         CHECK(!memcmp(&a, &b, sizeof a), "%s: step %d stats differ", what, s);
     }
     CHECK(f.tpf == z.tpf, "%s: TPF fast %g naive %g", what, f.tpf, z.tpf);
+    CHECK(!memcmp(&f.accept, &z.accept, sizeof f.accept), "%s: acceptance statistics differ", what);
     cov->runs++;
+    cov->replaced += f.accept.first_replaced, cov->checked += f.accept.first_checked;
+    cov->forced_ar += f.accept.forced_ar;
+    for (int s = 0; s < f.n_steps; s++) cov->refeeds += f.steps[s].refeeds;
     for (int s = 0; s < f.n_steps; s++) {
         cov->fast_steps += f.steps[s].slots_fast > 0;
         cov->infill_steps += f.steps[s].infill_iters > 0;
@@ -263,10 +279,21 @@ static void test_fast_vs_naive(void) {
             p.eos_id = favourite_token(&m, prompts[pi], plen[pi]);
             snprintf(what, sizeof what, "m%d cfg%d eos=%d", mi, ci, p.eos_id);
             compare(&m, prompts[pi], plen[pi], &p, &cov, what);
+            /* AR-verified: each switch and both (REFUSION.md 3b) */
+            for (int mode = 1; mode < 4; mode++) {
+                p.ar_correct = mode & 1, p.ar_check_first = mode >> 1;
+                snprintf(what, sizeof what, "m%d cfg%d eos=%d a=%d b=%d", mi, ci, p.eos_id, mode & 1, mode >> 1);
+                compare(&m, prompts[pi], plen[pi], &p, &cov, what);
+            }
+            p.ar_correct = p.ar_check_first = 0;
             if (ci % 3 == 0) { /* Gumbel sampling: same seed, same answer */
                 p.temperature = 0.8f, p.seed = 100 + ci, p.eos_id = RF_ID_FROM_MODEL;
                 snprintf(what, sizeof what, "m%d cfg%d T=0.8", mi, ci);
                 compare(&m, prompts[pi], plen[pi], &p, &cov, what);
+                p.ar_correct = p.ar_check_first = 1;
+                snprintf(what, sizeof what, "m%d cfg%d T=0.8 a=1 b=1", mi, ci);
+                compare(&m, prompts[pi], plen[pi], &p, &cov, what);
+                p.ar_correct = p.ar_check_first = 0;
             }
         }
         rf_model_free(&m);
@@ -277,6 +304,47 @@ static void test_fast_vs_naive(void) {
     CHECK(cov.fast_steps > 0 && cov.infill_steps > 0 && cov.multi_plan > 0 && cov.multi_iter > 0 && cov.eos > 0 &&
               cov.drop > 0,
           "the runs did not exercise every path");
+    printf("AR-verified coverage: %d first tokens checked, %d replaced, %d forced AR tokens, %d re-feeds\n",
+           cov.checked, cov.replaced, cov.forced_ar, cov.refeeds);
+    CHECK(cov.checked > 0 && cov.replaced > 0 && cov.forced_ar > 0 && cov.refeeds > 0,
+          "the AR-verified runs did not exercise every path");
+}
+
+/* ---- 3. AR-verified, strictly left to right == greedy AR ------------------------- */
+/* With both switches, one slot per block and token_threshold >= 0.5 every
+ * committed token is the AR argmax (a probability > 0.5 is the argmax's), so
+ * the answer must equal greedy AR decoding token for token. */
+static void test_verified_is_ar(void) {
+    int runs = 0, differ_plain = 0;
+    for (int mi = 0; mi < 3; mi++) {
+        rf_config c = cfg_small(16, mi != 1, 256);
+        rf_model m;
+        rf_model_init_random(&m, &c, RF_F32, 0.5f + 0.25f * mi, 40 + mi);
+        int prompt[6] = {5 + mi, 11, 23, 42, 7, 90};
+        for (int slot = 1; slot <= 8; slot *= 2)
+            for (int ti = 0; ti < 2; ti++) {
+                rf_gen_params p;
+                rf_gen_params_default(&p);
+                p.gen_length = 32, p.slot_size = slot, p.n_blocks = 32 / slot;
+                p.token_threshold = ti ? 0.9f : 0.5f, p.slot_threshold = 0.6f;
+                p.eos_id = mi == 2 ? favourite_token(&m, prompt, 6) : -1;
+                rf_gen_result ar, rv, plain;
+                CHECK(rf_generate_ar(&m, prompt, 6, &p, &ar) == 0, "ar: %s", rf_last_error());
+                rf_generate_refusion(&m, prompt, 6, &p, &plain);
+                p.ar_correct = p.ar_check_first = 1;
+                CHECK(rf_generate_refusion(&m, prompt, 6, &p, &rv) == 0, "verified: %s", rf_last_error());
+                int same = ar.n_ids == rv.n_ids && !memcmp(ar.ids, rv.ids, (size_t)ar.n_ids * sizeof(int));
+                CHECK(same, "model %d slot %d thr %.1f: AR-verified (%d tokens) != greedy AR (%d tokens)", mi, slot,
+                      p.token_threshold, rv.n_ids, ar.n_ids);
+                differ_plain += plain.n_ids != ar.n_ids || memcmp(plain.ids, ar.ids, (size_t)ar.n_ids * sizeof(int));
+                runs++;
+                rf_gen_result_free(&ar), rf_gen_result_free(&rv), rf_gen_result_free(&plain);
+            }
+        rf_model_free(&m);
+    }
+    printf("AR-verified == greedy AR on %d runs; the faithful decoder differs from AR on %d of them\n", runs,
+           differ_plain);
+    CHECK(differ_plain > 0, "the faithful decoder equals AR everywhere: the test cannot tell the modes apart");
 }
 
 /* ---- 4. bad input -------------------------------------------------------------- */
@@ -339,5 +407,6 @@ int main(void) {
     test_block_layout();
     test_errors();
     test_fast_vs_naive();
+    test_verified_is_ar();
     return check_summary("decode_refusion");
 }

@@ -81,6 +81,8 @@ typedef struct {
     int slots_fast;          /* slots committed by the fast path (0 when infilled) */
     int slots_infilled;      /* slots committed by parallel infilling */
     int infill_iters;        /* draft+verify iterations (0 on the fast path) */
+    int refeeds;             /* AR-verified (a): calls that only re-feed a row's tail whose
+                                K/V predate a replaced token (0 or 1) */
     int tokens;              /* answer tokens committed in this step */
     int calls;               /* model calls in this step */
     double tpf_ref;          /* the reference's per-step TPF term (see refusion.c) */

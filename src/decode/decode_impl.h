@@ -17,8 +17,14 @@ typedef struct {
     rf_step_stat *steps;
     int n_steps, cap_steps;
     int n_calls;
+    rf_accept_stats acc; /* how committed tokens got in (ReFusion) */
     double t0;
 } rf_answer;
+
+/* How a token got in, for rf_accept_stats (one code per committed token). */
+enum { HOW_FIRST_FREE, HOW_FIRST_CHECKED, HOW_FIRST_REPLACED, HOW_VERIFIED, HOW_FORCED_DRAFT,
+       HOW_FORCED_AR };
+void ans_count_how(rf_answer *a, int how);
 
 void ans_init(rf_answer *a, const rf_gen_params *p, int G, int eos);
 void ans_free(rf_answer *a);
@@ -38,9 +44,23 @@ void ans_event(const rf_answer *a, rf_event_kind kind, int step, int n, const in
 /* eos / mask ids after resolving RF_ID_FROM_MODEL */
 int gen_eos_id(const rf_model *m, const rf_gen_params *p);
 int gen_mask_id(const rf_model *m, const rf_gen_params *p);
-/* gen_length padded up to whole slots */
-static inline int gen_padded(const rf_gen_params *p) {
-    return (p->gen_length + p->slot_size - 1) / p->slot_size * p->slot_size;
+/* gen_length padded up to whole slots, in 64 bits: gen_length and slot_size
+ * come from requests and may be anything up to INT_MAX, so the sum must not
+ * wrap (rf_gen_check bounds the result by the context before any decoder
+ * narrows it with gen_padded). */
+static inline int64_t gen_padded64(const rf_gen_params *p) {
+    int64_t S = p->slot_size > 0 ? p->slot_size : 1;
+    return ((int64_t)p->gen_length + S - 1) / S * S;
 }
+static inline int gen_padded(const rf_gen_params *p) {
+    int64_t G = gen_padded64(p);
+    return G > INT32_MAX ? INT32_MAX : (int)G;
+}
+
+/* Bytes a generation allocates (KV cache, forked rows, activations, logits,
+ * answer), computed in 64 bits from the same sizes the decoders use; for
+ * params that passed the shape checks of rf_gen_check. What the server's
+ * per-request memory limit and rf_gen_check's machine-memory ceiling use. */
+int64_t rf_gen_mem_bytes(const rf_model *m, int n_prompt, const rf_gen_params *p, int ar);
 
 #endif

@@ -58,7 +58,7 @@ int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_ge
         rf_set_error("EOS id %d is outside the vocabulary [0, %d)", eos, c->vocab_size);
         return -1;
     }
-    int G = p->gen_length;
+    int64_t G = p->gen_length;
     if (ar) {
         if (p->top_k < 0) {
             rf_set_error("top_k must be >= 0 (got %d)", p->top_k);
@@ -94,19 +94,61 @@ int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_ge
             rf_set_error("the mask id and the EOS id are the same (%d)", mask);
             return -1;
         }
-        G = gen_padded(p);
+        G = gen_padded64(p);
     }
     if (n_prompt > c->max_pos) {
         rf_set_error("the prompt (%d tokens) is longer than the model's context (%d tokens)", n_prompt,
                      c->max_pos);
         return -1;
     }
-    if ((long)n_prompt + G > c->max_pos) {
-        rf_set_error("prompt (%d tokens) + answer (%d tokens) exceed the model's context (%d tokens)",
-                     n_prompt, G, c->max_pos);
+    if ((int64_t)n_prompt + G > c->max_pos) {
+        rf_set_error("prompt (%d tokens) + answer (%lld tokens) exceed the model's context (%d tokens)",
+                     n_prompt, (long long)G, c->max_pos);
+        return -1;
+    }
+    /* everything the decoder allocates, against the machine: an impossible
+     * request is refused here instead of failing an allocation later */
+    uint64_t need = (uint64_t)rf_gen_mem_bytes(m, n_prompt, p, ar), have = rf_phys_mem();
+    if (have && need > have) {
+        rf_set_error("this generation needs about %.0f MB of memory (prompt %d + answer %lld tokens), "
+                     "more than this machine's %.0f MB",
+                     need / 1e6, n_prompt, (long long)G, have / 1e6);
         return -1;
     }
     return 0;
+}
+
+/* Mirrors the allocations of rf_generate_refusion / rf_generate_ar (refusion.c,
+ * ar.c, kvcache.c, forward.c's runstate); an overestimate is fine, an
+ * underestimate is not. All sizes are bounded by the config's limits
+ * (dimensions <= 2^24, context <= 2^20, io/config.c), so 64 bits cannot wrap. */
+int64_t rf_gen_mem_bytes(const rf_model *m, int n_prompt, const rf_gen_params *p, int ar) {
+    const rf_config *c = &m->cfg;
+    int64_t L = c->n_layers, d = c->hidden_size, V = c->vocab_size, f = c->intermediate_size;
+    int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    int64_t P = n_prompt > 0 ? n_prompt : 1, G, T, rows = 0, S = 1;
+    if (ar) {
+        G = p->gen_length > 0 ? p->gen_length : 1;
+        T = P < 256 ? P : 256; /* prefill chunk */
+    } else {
+        S = p->slot_size > 0 ? p->slot_size : 1;
+        G = gen_padded64(p);
+        /* the largest serial block, as rf_block_layout cuts it */
+        int64_t n_slots = G / S, nb = p->n_blocks < 1 ? 1 : p->n_blocks;
+        if (nb > n_slots) nb = n_slots;
+        if (nb < 1) nb = 1;
+        int64_t maxb = n_slots - (nb - 1) * (n_slots / nb);
+        T = maxb * S;
+        if (T < 256 && T < P) T = P < 256 ? P : 256;
+        rows = maxb; /* forked rows: at most one per slot of a block, S entries each */
+    }
+    int64_t ctx = P + G + S;
+    int64_t kv = 2 * L * (P + G) * kvd * 4 + (P + G) * 4;
+    int64_t fork = rows ? 2 * (2 * rows * L * S * kvd * 4) + rows * (S + 1) * 4 : 0; /* + a select copy */
+    int64_t runstate = T * (2 * d + 2 * qd + 2 * kvd + 2 * f) * 4 + 64 * (ctx + T) * 4;
+    int64_t logits = T * V * 4 + V * (8 + 8); /* + one row of sampling scratch */
+    int64_t answer = G * (4 + 4 + 16) + 4096;
+    return kv + fork + runstate + logits + answer;
 }
 
 /* Blocks of whole slots. The reference cuts gen_length into n_blocks equal
@@ -293,6 +335,7 @@ int ans_finish(rf_answer *a, int n_prompt, rf_gen_result *out) {
     memcpy(out->ids, a->tok, (size_t)a->frontier * sizeof(int));
     out->hit_eos = a->stopped;
     out->n_calls = a->n_calls;
+    out->accept = a->acc;
     out->n_tokens = a->frontier;
     out->steps = a->steps;
     out->n_steps = a->n_steps;
@@ -311,4 +354,11 @@ void rf_gen_result_free(rf_gen_result *r) {
     free(r->ids);
     free(r->steps);
     memset(r, 0, sizeof *r);
+}
+
+void ans_count_how(rf_answer *a, int how) {
+    rf_accept_stats *s = &a->acc;
+    int *field[] = {&s->first_free, &s->first_checked, &s->first_replaced,
+                    &s->verified,   &s->forced_draft,  &s->forced_ar};
+    (*field[how])++;
 }

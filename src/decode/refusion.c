@@ -90,6 +90,29 @@
  * 5. After a block in which an EOS was committed, stop. The answer is the
  *    committed tokens sorted by position.
  *
+ * AR-verified mode (REFUSION.md 3b; both switches off by default, and then
+ * every call and every number above is exactly the reference's):
+ *  (a) ar_correct: in an infill verify, the token a row forces through (its
+ *      first unaccepted one) becomes the AR head's argmax at that position -
+ *      the logits of the accepted token before it, from this very verify -
+ *      instead of the mask re-draft. When it differs from the re-draft, what
+ *      follows it in the row was judged against the re-draft, so nothing
+ *      after it is accepted in this iteration, and the row's cache is valid
+ *      only before it: the common prefix a stops at it (re-fed next time).
+ *      When every row is then accepted but a < S, one more call feeds the
+ *      rest of the rows (no logits) so that the committed K/V are current.
+ *  (b) ar_check_first: a slot's first token is checked when the slot just
+ *      left of it is already committed (or it is the answer's first slot):
+ *      the AR distribution for it is the logits of that committed token,
+ *      kept from the call that fed it (the prompt prefill, a fast-path
+ *      verify, or the last verify of an infill row). It is accepted if its
+ *      probability > token_threshold, else replaced by that argmax, before
+ *      global verification; the mask drafts after it are then verified
+ *      against the replacement as usual (and re-drafted by infilling when
+ *      they fail). Other slots keep the reference's rule.
+ *  With both, one slot per block and token_threshold >= 0.5, every committed
+ *  token is the AR argmax: the answer is greedy AR decoding's.
+ *
  * Two deliberate deviations, both where the reference is wrong:
  *  - After an EOS during infilling the reference drops the block's slots
  *    from the EOS *row index* on, not from the EOS *slot*, which leaves
@@ -114,7 +137,14 @@ typedef struct {
     int max_tok;        /* tokens one call may hold (runstate size) */
     float *logits;      /* [max_tok, V] */
     int *tok, *pos, *lidx; /* [max_tok] batch scratch */
+    int *lq;            /* [max_tok] fed index -> logits row (-1: none), verify calls */
     int prompt_pending; /* the prompt is not in the cache yet */
+    /* (b): arl row r holds the AR logits of the last token of slot
+     * blk0 - 1 + r (row 0: the slot before the block, or the prompt's last
+     * token), valid where arl_ok[r] */
+    float *arl;
+    unsigned char *arl_ok;
+    int blk0;
     const int *prompt;
     rf_rng rng;
     rf_answer ans;
@@ -128,10 +158,12 @@ static int call(fast *f, int R, int n, int n_logits) {
             int c = f->P - s < f->max_tok ? f->P - s : f->max_tok;
             int *pp = rf_malloc((size_t)c * sizeof(int));
             for (int i = 0; i < c; i++) pp[i] = s + i;
-            rf_batch pb = {1, c, f->prompt + s, pp, 0, 0, NULL, NULL};
+            int last = c - 1, keep = f->arl && s + c == f->P; /* (b): the prompt's last logits */
+            rf_batch pb = {1, c, f->prompt + s, pp, 0, keep, &last, f->arl};
             int rc = rf_forward(f->m, &f->kv, f->rs, &pb);
             free(pp);
             if (rc) return -1;
+            if (keep) f->arl_ok[0] = 1;
         }
         f->prompt_pending = 0;
     }
@@ -142,6 +174,13 @@ static int call(fast *f, int R, int n, int n_logits) {
 }
 
 static const float *lrow(const fast *f, int i) { return f->logits + (size_t)i * f->V; }
+
+/* (b): keep logits row q as the AR logits after slot `slot`'s last token */
+static void keep_arl(fast *f, int slot, int q) {
+    int r = slot - f->blk0 + 1;
+    memcpy(f->arl + (size_t)r * f->V, lrow(f, q), (size_t)f->V * sizeof(float));
+    f->arl_ok[r] = 1;
+}
 
 /* Probability of token t under logits row i. */
 static double prob_of(const fast *f, int i, int t) {
@@ -158,11 +197,13 @@ static int compact(int *rem, int n_rem, const unsigned char *gone) {
 }
 
 /* Commit chosen rows' tokens to the answer and emit the event. */
-static void commit_tokens(fast *f, rf_event_kind kind, int step, int n, const int *slot_of, const int *toks) {
+static void commit_tokens(fast *f, rf_event_kind kind, int step, int n, const int *slot_of, const int *toks,
+                          const unsigned char *how) {
     int *ap = rf_malloc((size_t)n * sizeof(int) + 1);
     for (int i = 0; i < n; i++) {
         ap[i] = slot_of[i / f->S] * f->S + i % f->S;
         ans_fill(&f->ans, ap[i], toks[i]);
+        ans_count_how(&f->ans, how[i]);
     }
     ans_event(&f->ans, kind, step, n, ap, toks, NULL);
     ans_flush(&f->ans);
@@ -179,19 +220,37 @@ static void emit_drop(fast *f, int step, const int *rem, int n_rem, const unsign
     free(ap);
 }
 
-/* Parallel AR infilling of the K chosen slots (step 3 and 4). spec/tag are
- * [K][S], filled by the plan and the verification. ch[k] indexes rem.
+/* Parallel AR infilling of the K chosen slots (step 3 and 4). spec/tag/how
+ * are [K][S], filled by the plan and the verification. ch[k] indexes rem.
  * Sets *eos_slot to the slot holding a committed EOS, or leaves it. */
 static int infill(fast *f, int step, rf_step_stat *st, const int *rem, const int *ch, int K, int *spec,
-                  unsigned char *tag, int *eos_slot) {
-    const int S = f->S;
+                  unsigned char *tag, unsigned char *how, int *eos_slot) {
+    const int S = f->S, ar_fix = f->p->ar_correct, keep_last = f->arl != NULL;
     int R = K, a = 0, it = 0, eos_row = -1;
-    unsigned char *pm = rf_malloc((size_t)K * S);
+    unsigned char *pm = rf_malloc((size_t)K * S), *old = rf_malloc((size_t)K * S);
+    int *stale = rf_malloc((size_t)K * sizeof(int));
     rf_kv_fork(&f->kv, K, S);
-    for (; it < S; it++) {
+    for (;; it++) {
         int done = 1;
         for (int i = 0; i < R * S; i++) done &= tag[i];
-        if (done) break;
+        if (done && a == S) break;
+        if (done) {
+            /* (a) replaced a token whose K/V the rows hold from before: feed
+             * the rest again so that every committed entry is current */
+            int n = S - a, nl = 0;
+            for (int r = 0; r < R; r++)
+                for (int j = 0; j < n; j++) {
+                    f->tok[r * n + j] = spec[r * S + a + j];
+                    f->pos[r * n + j] = f->P + rem[ch[r]] * S + a + j;
+                    if (keep_last && j == n - 1) f->lidx[nl++] = r * n + j;
+                }
+            if (call(f, R, n, nl)) goto fail;
+            for (int r = 0; r < nl; r++) keep_arl(f, rem[ch[r]], r);
+            st->refeeds++;
+            a = S;
+            break;
+        }
+        if (it > S) rf_die("refusion: infilling made no progress");
         int n = S - a;
         /* draft: masks where not accepted; keep nothing */
         int nl = 0;
@@ -208,23 +267,44 @@ static int infill(fast *f, int step, rf_step_stat *st, const int *rem, const int
             int i = f->lidx[q], r = i / n, j = i % n;
             spec[r * S + a + j] = rf_logits_stats(lrow(f, q), f->V).argmax;
         }
-        /* verify: shifted probabilities, forced where the previous token was accepted */
+        /* verify: shifted probabilities, forced where the previous token was
+         * accepted; logits of the token before every unforced one, before the
+         * forced one too with (a), and of each row's last token with (b) */
+        memcpy(old, tag, (size_t)R * S);
         nl = 0;
         for (int r = 0; r < R; r++)
             for (int j = 0; j < n; j++) {
                 int t = r * S + a + j, i = r * n + j;
                 f->tok[i] = spec[t];
+                f->lq[i] = -1;
                 pm[t] = (j == 0 || tag[t - 1]);
-                if (!pm[t]) f->lidx[nl++] = i - 1;
+                if (!pm[t] || (ar_fix && j > 0 && !tag[t])) f->lq[i - 1] = nl, f->lidx[nl++] = i - 1;
+                if (keep_last && j == n - 1) f->lq[i] = nl, f->lidx[nl++] = i;
             }
         if (call(f, R, n, nl)) goto fail;
-        for (int q = 0; q < nl; q++) {
-            int i = f->lidx[q] + 1, r = i / n, j = i % n, t = r * S + a + j;
-            pm[t] = prob_of(f, q, spec[t]) > f->p->token_threshold;
+        for (int r = 0; r < R; r++) {
+            stale[r] = -1;
+            for (int j = 1; j < n; j++) {
+                int t = r * S + a + j, i = r * n + j;
+                if (!pm[t]) {
+                    pm[t] = prob_of(f, f->lq[i - 1], spec[t]) > f->p->token_threshold;
+                } else if (ar_fix && !tag[t] && stale[r] < 0) {
+                    /* (a): the row's one forced token is the AR head's choice */
+                    int am = rf_logits_stats(lrow(f, f->lq[i - 1]), f->V).argmax;
+                    if (am != spec[t]) spec[t] = am, stale[r] = a + j;
+                }
+            }
+            if (stale[r] >= 0) memset(pm + r * S + stale[r] + 1, 0, (size_t)(S - stale[r] - 1));
+            if (keep_last) keep_arl(f, rem[ch[r]], f->lq[r * n + n - 1]);
         }
         for (int r = 0; r < R; r++) {
             unsigned char run = 1;
-            for (int j = a; j < S; j++) run = tag[r * S + j] = run & pm[r * S + j];
+            for (int j = a; j < S; j++) {
+                int t = r * S + j;
+                run = tag[t] = run & pm[t];
+                if (tag[t] && !old[t])
+                    how[t] = old[t - 1] ? (ar_fix ? HOW_FORCED_AR : HOW_FORCED_DRAFT) : HOW_VERIFIED;
+            }
         }
         /* an accepted EOS ends its row and drops the rows after it */
         for (int r = 0; r < R; r++) {
@@ -249,6 +329,8 @@ static int infill(fast *f, int step, rf_step_stat *st, const int *rem, const int
             if (c < mn) mn = c;
         }
         a += any0 ? mn - 1 : mn;
+        for (int r = 0; r < R; r++)
+            if (stale[r] >= 0 && stale[r] < a) a = stale[r];
         for (int r = 0; r < R; r++) rf_kv_row_crop(&f->kv, r, a);
         st->infill_iters++;
         if (f->p->on_event) {
@@ -258,7 +340,6 @@ static int infill(fast *f, int step, rf_step_stat *st, const int *rem, const int
             free(ap);
         }
     }
-    if (a != S) rf_die("refusion: infilling ended with %d of %d tokens cached", a, S);
     /* commit the rows in position order with their own K/V, cut after the
      * first EOS (which can only be in the EOS row: every accepted token was
      * scanned above, and rows before it hold none) */
@@ -279,12 +360,12 @@ static int infill(fast *f, int step, rf_step_stat *st, const int *rem, const int
     if (eos_row >= 0) *eos_slot = rem[ch[eos_row]];
     st->slots_infilled = R;
     st->tpf_ref = (double)S * K / (2.0 * st->infill_iters + 2.0);
-    commit_tokens(f, RF_EV_INFILL_COMMIT, step, n_commit, slot_of, spec);
+    commit_tokens(f, RF_EV_INFILL_COMMIT, step, n_commit, slot_of, spec, how);
     free(slot_of);
-    free(pm);
+    free(pm), free(old), free(stale);
     return 0;
 fail:
-    free(pm);
+    free(pm), free(old), free(stale);
     return -1;
 }
 
@@ -297,8 +378,8 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
     int *draft = rf_malloc((size_t)n * sizeof(int)), *ch = rf_malloc((size_t)n_rem * sizeof(int));
     float *conf = rf_malloc((size_t)n * sizeof(float));
     int *spec = rf_malloc((size_t)n * sizeof(int));
-    unsigned char *tag = rf_malloc(n), *pm = rf_malloc(n), *gone = rf_calloc(n_rem, 1),
-                  *done = rf_calloc(n_rem, 1);
+    unsigned char *tag = rf_malloc(n), *pm = rf_malloc(n), *how = rf_malloc(n),
+                  *gone = rf_calloc(n_rem, 1), *done = rf_calloc(n_rem, 1);
     int rc = -1;
 
     /* 1. plan: every masked slot of the block, masks predict themselves */
@@ -330,17 +411,39 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
         f->tok[i] = spec[i];
         f->pos[i] = f->P + rem[ch[i / S]] * S + i % S;
         f->lidx[i] = f->pos[i] - f->P; /* answer positions, for the event */
+        how[i] = i % S ? HOW_VERIFIED : HOW_FIRST_FREE;
     }
     ans_event(&f->ans, RF_EV_PLAN, stepi, K * S, f->lidx, spec, NULL);
 
-    /* 2. global verification: shifted AR probabilities of the concatenation */
+    /* (b): a slot whose left neighbour is committed gets its first token
+     * checked against the AR logits kept for that neighbour */
+    for (int k = 0; f->arl && k < K; k++) {
+        int left_masked = 0;
+        for (int i = 0; i < n_rem; i++) left_masked |= rem[i] == rem[ch[k]] - 1;
+        if (left_masked) continue;
+        int r = rem[ch[k]] - f->blk0;
+        if (!f->arl_ok[r]) rf_die("refusion: no AR logits kept for slot %d's left neighbour", rem[ch[k]]);
+        const float *l = f->arl + (size_t)r * f->V;
+        rf_logit_stats ls = rf_logits_stats(l, f->V);
+        if (rf_logit_prob(l, &ls, spec[k * S]) > f->p->token_threshold) {
+            how[k * S] = HOW_FIRST_CHECKED;
+        } else {
+            how[k * S] = HOW_FIRST_REPLACED;
+            spec[k * S] = f->tok[k * S] = ls.argmax;
+        }
+    }
+
+    /* 2. global verification: shifted AR probabilities of the concatenation
+     * (with (b) also the logits after each slot's last token, to keep) */
     int nl = 0;
-    for (int i = 0; i < K * S; i++)
-        if (i % S) f->lidx[nl++] = i - 1;
+    for (int i = 0; i < K * S; i++) {
+        f->lq[i] = -1;
+        if ((i + 1) % S ? i + 1 < K * S : f->arl != NULL) f->lq[i] = nl, f->lidx[nl++] = i;
+    }
     if (call(f, 1, K * S, nl)) goto out;
     int base = f->kv.len - K * S;
-    for (int i = 0, q = 0; i < K * S; i++)
-        pm[i] = i % S == 0 || prob_of(f, q++, spec[i]) > f->p->token_threshold;
+    for (int i = 0; i < K * S; i++)
+        pm[i] = i % S == 0 || prob_of(f, f->lq[i - 1], spec[i]) > f->p->token_threshold;
     for (int i = 0; i < K * S; i++) tag[i] = pm[i] && (i % S == 0 || tag[i - 1]);
     int prefix = 0, eos_at = -1;
     while (prefix < K * S && pm[prefix]) prefix++;
@@ -354,7 +457,8 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
         int ncommit = eos_at >= 0 ? eos_at + 1 : prefix / S * S;
         int nslots = (ncommit + S - 1) / S;
         rf_kv_crop(&f->kv, base + ncommit);
-        commit_tokens(f, RF_EV_FAST_COMMIT, stepi, ncommit, slot_of, spec);
+        commit_tokens(f, RF_EV_FAST_COMMIT, stepi, ncommit, slot_of, spec, how);
+        for (int k = 0; f->arl && k < ncommit / S; k++) keep_arl(f, slot_of[k], f->lq[k * S + S - 1]);
         for (int k = 0; k < nslots; k++) done[ch[k]] = 1;
         st->slots_fast = nslots;
         st->tpf_ref = S * nslots / 2.0;
@@ -362,7 +466,7 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
     } else {
         /* 3. + 4. parallel infilling of every chosen slot */
         rf_kv_crop(&f->kv, base);
-        if (infill(f, stepi, st, rem, ch, K, spec, tag, &eos_slot)) {
+        if (infill(f, stepi, st, rem, ch, K, spec, tag, how, &eos_slot)) {
             free(slot_of);
             goto out;
         }
@@ -380,7 +484,7 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
     }
     rc = compact(rem, n_rem, gone);
 out:
-    free(draft), free(ch), free(conf), free(spec), free(tag), free(pm), free(gone), free(done);
+    free(draft), free(ch), free(conf), free(spec), free(tag), free(pm), free(how), free(gone), free(done);
     return rc;
 }
 
@@ -415,12 +519,24 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
     f.tok = rf_malloc((size_t)f.max_tok * sizeof(int));
     f.pos = rf_malloc((size_t)f.max_tok * sizeof(int));
     f.lidx = rf_malloc((size_t)f.max_tok * sizeof(int));
+    f.lq = rf_malloc((size_t)f.max_tok * sizeof(int));
+    if (p->ar_check_first) {
+        f.arl = rf_malloc((size_t)(maxb + 1) * f.V * sizeof(float));
+        f.arl_ok = rf_calloc((size_t)maxb + 1, 1);
+    }
     ans_init(&f.ans, p, f.G, f.eos);
     int *rem = rf_malloc((size_t)n_slots * sizeof(int)), rc = 0, eos_flag = 0;
 
     for (int b = 0; b < nb && !eos_flag && rc == 0; b++) {
         int n_rem = 0;
         for (int s = first[b]; s < first[b + 1]; s++) rem[n_rem++] = s;
+        if (f.arl && b > 0) { /* the previous block's last slot becomes row 0 */
+            int last = first[b] - f.blk0;
+            memmove(f.arl, f.arl + (size_t)last * f.V, (size_t)f.V * sizeof(float));
+            f.arl_ok[0] = f.arl_ok[last];
+            memset(f.arl_ok + 1, 0, (size_t)maxb);
+        }
+        f.blk0 = first[b];
         while (n_rem > 0) {
             n_rem = refusion_step(&f, b, rem, n_rem, &eos_flag);
             if (n_rem < 0) {
@@ -429,7 +545,8 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
             }
         }
     }
-    free(rem), free(first), free(f.logits), free(f.tok), free(f.pos), free(f.lidx);
+    free(rem), free(first), free(f.logits), free(f.tok), free(f.pos), free(f.lidx), free(f.lq);
+    free(f.arl), free(f.arl_ok);
     rf_runstate_free(f.rs);
     rf_kv_free(&f.kv);
     if (rc) {

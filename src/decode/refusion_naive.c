@@ -14,7 +14,13 @@
  * j >= grp[i]; an ordinary entry has vis_end = grp = 0 (all of j <= i). A
  * forward over exactly these rules (rf_forward_masked_reference, in
  * src/model/forward_ref.c) reproduces the cached K/V, and so the fast
- * decoder's logits, to rounding. */
+ * decoder's logits, to rounding.
+ *
+ * AR-verified mode (refusion.c's header): (a) is applied where a row forces
+ * a token; (b) needs the AR logits of the committed left neighbour, which
+ * the fast decoder kept from the call that fed it and which here are simply
+ * recomputed over the committed sequence up to that entry (not a model call:
+ * the fast decoder makes none for them). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,17 +77,32 @@ static double prob(const naive *z, const float *l, int t) {
 }
 static int pos_of(const naive *z, int slot, int j) { return z->P + slot * z->S + j; }
 
+/* (b): the AR logits after the committed entry at position id `pos`:
+ * recomputed over the committed sequence up to that entry. */
+static float *left_logits(const naive *z, int pos) {
+    int e = 0;
+    while (e < z->main.n && z->main.pos[e] != pos) e++;
+    if (e == z->main.n) rf_die("naive: position %d is not committed", pos);
+    float *lg = rf_malloc((size_t)z->V * sizeof(float));
+    if (rf_forward_masked_reference(z->m, e + 1, z->main.tok, z->main.pos, z->main.vis_end, z->main.grp, 1, lg))
+        rf_die("%s", rf_last_error());
+    return lg;
+}
+
 /* Infill slots sl[0..K) whose drafts are spec[k][S] with accepted tags
  * tag[k][S]; commit them; return the EOS slot or -1. */
-static int naive_infill(naive *z, rf_step_stat *st, const int *sl, int K, int *spec, unsigned char *tag) {
-    const int S = z->S;
+static int naive_infill(naive *z, rf_step_stat *st, const int *sl, int K, int *spec, unsigned char *tag,
+                        unsigned char *how) {
+    const int S = z->S, ar_fix = z->p->ar_correct;
     int R = K, a = 0, eos_row = -1, iters = 0;
+    int *stale = rf_malloc((size_t)K * sizeof(int));
     int fork_len = z->main.n;
     int *tk = rf_malloc(S * sizeof(int)), *ps = rf_malloc(S * sizeof(int));
     unsigned char *old = rf_malloc((size_t)K * S);
     for (;;) {
         int all = 1;
         for (int i = 0; i < R * S; i++) all &= tag[i];
+        if (all && a < S) count_call(z), st->refeeds++; /* the fast decoder re-feeds what (a) made stale */
         if (all) break;
         if (iters == S) rf_die("naive infill: no progress");
         memcpy(old, tag, (size_t)R * S);
@@ -104,11 +125,17 @@ static int naive_infill(naive *z, rf_step_stat *st, const int *sl, int K, int *s
             for (int j = a; j < S; j++) tk[j - a] = spec[r * S + j];
             lg = run(z, &mine, S - a, tk, ps);
             int ok = 1;
+            stale[r] = -1;
             for (int j = a; j < S; j++) {
-                int forced = j == a || old[r * S + j - 1];
-                int pass = forced || prob(z, lg + (size_t)(j - a - 1) * z->V, spec[r * S + j]) > z->p->token_threshold;
-                ok = ok && pass;
-                tag[r * S + j] = ok;
+                int t = r * S + j, forced = j == a || old[t - 1];
+                int pass = forced || prob(z, lg + (size_t)(j - a - 1) * z->V, spec[t]) > z->p->token_threshold;
+                if (forced && ar_fix && !old[t] && stale[r] < 0) { /* (a) */
+                    int am = rf_logits_stats(lg + (size_t)(j - a - 1) * z->V, z->V).argmax;
+                    if (am != spec[t]) spec[t] = am, stale[r] = j;
+                }
+                ok = ok && pass && !(stale[r] >= 0 && j > stale[r]);
+                tag[t] = ok;
+                if (ok && !old[t]) how[t] = forced ? (ar_fix ? HOW_FORCED_AR : HOW_FORCED_DRAFT) : HOW_VERIFIED;
             }
             free(lg);
             seq_free(&mine);
@@ -133,6 +160,8 @@ static int naive_infill(naive *z, rf_step_stat *st, const int *sl, int K, int *s
             if (c < mn) mn = c;
         }
         a += unfinished ? mn - 1 : mn;
+        for (int r = 0; r < R; r++)
+            if (stale[r] >= 0 && stale[r] < a) a = stale[r];
     }
     /* commit: each row's entries saw main[0, fork_len) and their own row */
     int eos_slot = -1, stop = 0;
@@ -141,6 +170,7 @@ static int naive_infill(naive *z, rf_step_stat *st, const int *sl, int K, int *s
         for (int j = 0; j < S && !stop; j++) {
             seq_push(&z->main, spec[r * S + j], pos_of(z, sl[r], j), fork_len, start);
             ans_fill(&z->ans, sl[r] * S + j, spec[r * S + j]);
+            ans_count_how(&z->ans, how[r * S + j]);
             if (spec[r * S + j] == z->eos) stop = 1, eos_slot = sl[r];
         }
     }
@@ -148,7 +178,7 @@ static int naive_infill(naive *z, rf_step_stat *st, const int *sl, int K, int *s
     st->infill_iters = iters;
     st->slots_infilled = R;
     st->tpf_ref = (double)S * K / (2.0 * iters + 2.0);
-    free(tk), free(ps), free(old);
+    free(tk), free(ps), free(old), free(stale);
     return eos_slot;
 }
 
@@ -170,7 +200,7 @@ int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_promp
     unsigned char *masked = rf_malloc(n_slots); /* slot still masked? */
     int *sl = rf_malloc(n_slots * sizeof(int)), *tk = rf_malloc(G * sizeof(int)), *ps = rf_malloc(G * sizeof(int));
     int *spec = rf_malloc(G * sizeof(int));
-    unsigned char *tag = rf_malloc(G);
+    unsigned char *tag = rf_malloc(G), *how = rf_malloc(G);
     int eos_seen = 0;
     for (int b = 0; b < nb && !eos_seen; b++) {
         for (int s = first[b]; s < first[b + 1]; s++) masked[s] = 1;
@@ -209,6 +239,19 @@ int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_promp
                 for (int j = 0; j < S; j++) spec[k * S + j] = tk[chosen[k] * S + j], ps[k * S + j] = pos_of(&z, csl[k], j);
             }
             free(chosen);
+            for (int i = 0; i < K * S; i++) how[i] = i % S ? HOW_VERIFIED : HOW_FIRST_FREE;
+            for (int k = 0; p->ar_check_first && k < K; k++) { /* (b) */
+                if (csl[k] > 0 && masked[csl[k] - 1]) continue;
+                float *l = left_logits(&z, pos_of(&z, csl[k], 0) - 1);
+                rf_logit_stats ls = rf_logits_stats(l, z.V);
+                if (rf_logit_prob(l, &ls, spec[k * S]) > p->token_threshold) {
+                    how[k * S] = HOW_FIRST_CHECKED;
+                } else {
+                    how[k * S] = HOW_FIRST_REPLACED;
+                    spec[k * S] = ls.argmax;
+                }
+                free(l);
+            }
             /* verify the concatenation */
             lg = run(&z, &z.main, K * S, spec, ps);
             count_call(&z);
@@ -231,13 +274,14 @@ int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_promp
                 for (int i = 0; i < nc; i++) {
                     seq_push(&z.main, spec[i], ps[i], 0, 0);
                     ans_fill(&z.ans, csl[i / S] * S + i % S, spec[i]);
+                    ans_count_how(&z.ans, how[i]);
                     masked[csl[i / S]] = 0;
                 }
                 st->slots_fast = (nc + S - 1) / S;
                 st->tpf_ref = S * st->slots_fast / 2.0;
                 if (eos_at >= 0) eos_slot = csl[eos_at / S];
             } else {
-                eos_slot = naive_infill(&z, st, csl, K, spec, tag);
+                eos_slot = naive_infill(&z, st, csl, K, spec, tag, how);
                 for (int k = 0; k < K; k++) masked[csl[k]] = 0;
             }
             free(csl);
@@ -247,7 +291,7 @@ int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_promp
             }
         }
     }
-    free(first), free(masked), free(sl), free(tk), free(ps), free(spec), free(tag);
+    free(first), free(masked), free(sl), free(tk), free(ps), free(spec), free(tag), free(how);
     seq_free(&z.main);
     return ans_finish(&z.ans, n_prompt, out);
 }
