@@ -8,15 +8,25 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "io/gguf.h"
 #include "model/model.h"
 #include "model/tensors.h"
+#include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: refusion convert -m IN_DIR -o OUT_DIR [--dtype bf16|f16|f32]\n"
+            "usage: refusion convert -m IN -o OUT [--format safetensors|gguf] [--dtype TYPE] [--name NAME]\n"
             "Rewrite a checkpoint with its weights stored in another dtype (default bf16).\n"
-            "config.json, model.safetensors and the tokenizer files are written to OUT_DIR.\n");
+            "IN is a checkpoint directory or a .gguf file.\n"
+            "  --format safetensors  OUT is a directory: config.json, model.safetensors and the\n"
+            "                        tokenizer files (--dtype bf16|f16|f32; the default unless\n"
+            "                        OUT ends in .gguf)\n"
+            "  --format gguf         OUT is one GGUF file as llama.cpp writes it (architecture\n"
+            "                        qwen3, the tokenizer in its metadata, ReFusion's mask and\n"
+            "                        begin tokens kept): --dtype bf16|f16|f32|q8_0|q4_0. Norms stay\n"
+            "                        f32; with q4_0 the output matrix (token_embd when tied) is q8_0.\n"
+            "  --name NAME           general.name of the GGUF file (default: IN's base name)\n");
 }
 
 /* one source tensor: a matrix in the mmap, or an f32 norm vector */
@@ -45,8 +55,45 @@ static void fill_converted(void *vctx, size_t e0, size_t n, void *dst) {
     }
 }
 
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* IN -> one GGUF file, tokenizer included when IN has one */
+static int convert_gguf(const rf_model *m, const char *in, const char *out, rf_dtype dtype,
+                        const char *name) {
+    rf_tokenizer *tok = NULL;
+    if (rf_tok_model_has_tokenizer(in) && !(tok = rf_tok_load(in))) return -1;
+    char base[256];
+    if (!name) { /* IN's base name: "runs/x/" -> "x", "m.gguf" -> "m" */
+        snprintf(base, sizeof base, "%s", in);
+        size_t n = strlen(base);
+        while (n > 1 && base[n - 1] == '/') base[--n] = 0;
+        if (ends_with(base, ".gguf")) base[n - 5] = 0;
+        const char *slash = strrchr(base, '/');
+        name = slash ? slash + 1 : base;
+    }
+    rf_gguf_writer *w = rf_gguf_writer_new();
+    rf_model_gguf_add(m, w, dtype, name);
+    if (tok && rf_tok_gguf_add(tok, w, m->cfg.vocab_size)) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", rf_last_error());
+        rf_set_error("%s: %s", in, msg);
+        rf_tok_free(tok);
+        rf_gguf_writer_free(w);
+        return -1;
+    }
+    int rc = rf_gguf_writer_finish(w, out);
+    rf_tok_free(tok);
+    if (rc == 0)
+        printf("wrote %s (GGUF qwen3, %s, %d layers%s)\n", out, rf_dtype_name(dtype), m->cfg.n_layers,
+               tok ? ", tokenizer" : ", no tokenizer");
+    return rc;
+}
+
 int cmd_convert(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *dt = "bf16";
+    const char *in = NULL, *out = NULL, *dt = "bf16", *format = NULL, *name = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -55,6 +102,8 @@ int cmd_convert(int argc, char **argv) {
         } else if (v && (!strcmp(a, "-m") || !strcmp(a, "--model"))) in = argv[++i];
         else if (v && (!strcmp(a, "-o") || !strcmp(a, "--out"))) out = argv[++i];
         else if (v && !strcmp(a, "--dtype")) dt = argv[++i];
+        else if (v && !strcmp(a, "--format")) format = argv[++i];
+        else if (v && !strcmp(a, "--name")) name = argv[++i];
         else {
             fprintf(stderr, "refusion: convert: bad option '%s' (see --help)\n", a);
             return 2;
@@ -65,13 +114,39 @@ int cmd_convert(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (rf_dtype_parse(dt, &dtype)) {
-        fprintf(stderr, "refusion: convert: --dtype must be bf16, f16 or f32, got '%s'\n", dt);
+    if (!format) format = ends_with(out, ".gguf") ? "gguf" : "safetensors";
+    int gguf = !strcmp(format, "gguf");
+    if (!gguf && strcmp(format, "safetensors")) {
+        fprintf(stderr, "refusion: convert: --format must be safetensors or gguf, got '%s'\n", format);
+        return 2;
+    }
+    if (!strcmp(dt, "q8_0") || !strcmp(dt, "Q8_0")) dtype = RF_Q8_0;
+    else if (!strcmp(dt, "q4_0") || !strcmp(dt, "Q4_0")) dtype = RF_Q4_0;
+    else if (rf_dtype_parse(dt, &dtype)) {
+        fprintf(stderr, "refusion: convert: --dtype must be bf16, f16, f32%s, got '%s'\n",
+                gguf ? ", q8_0 or q4_0" : "", dt);
+        return 2;
+    }
+    if (!gguf && (dtype == RF_Q8_0 || dtype == RF_Q4_0)) {
+        fprintf(stderr, "refusion: convert: --dtype %s needs --format gguf (safetensors has no "
+                "ggml block types)\n", dt);
         return 2;
     }
     rf_model m;
     if (rf_model_load(&m, in)) {
         rf_print_error();
+        return 1;
+    }
+    if (gguf) {
+        int grc = convert_gguf(&m, in, out, dtype, name);
+        if (grc) rf_print_error();
+        rf_model_free(&m);
+        return grc ? 1 : 0;
+    }
+    if (m.gguf && m.cfg.dtype != RF_F32 && m.cfg.dtype != RF_F16 && m.cfg.dtype != RF_BF16) {
+        fprintf(stderr, "refusion: convert: %s: a %s GGUF cannot be written as safetensors "
+                "(only F32/F16/BF16 ones)\n", in, rf_dtype_name(m.cfg.dtype));
+        rf_model_free(&m);
         return 1;
     }
     int rc = 1;
@@ -113,6 +188,8 @@ int cmd_convert(int argc, char **argv) {
         free(src);
         if (crc) goto done;
     }
+    if (m.gguf && rf_tok_model_has_tokenizer(in))
+        fprintf(stderr, "refusion: convert: note: the tokenizer in %s is not written as tokenizer.json\n", in);
     printf("wrote %s (%s, %d tensors)\n", out, rf_dtype_name(dtype), n);
     rc = 0;
 done:

@@ -15,7 +15,7 @@ static void usage(FILE *f) {
             "usage: refusion eval -m MODEL [options]\n"
             "Decode every example of a task file, check the answers, report accuracy\n"
             "and speed per task family and overall.\n\n"
-            "  -m, --model DIR        checkpoint (its tokenizer.json is used)\n"
+            "  -m, --model DIR        checkpoint dir or .gguf file (its tokenizer is used)\n"
             "  --tokenizer PATH       tokenizer.json or folder (default: the model's)\n"
             "  --data FILE            task file (default data/test.json)\n"
             "  --decoder NAME         refusion | ar | mdm (default refusion)\n"

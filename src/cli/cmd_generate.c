@@ -23,7 +23,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: refusion generate -m MODEL_DIR (-p TEXT | --ids IDS) [options]\n"
             "Generate an answer with ReFusion plan-and-infill decoding (or AR decoding).\n\n"
-            "  -m, --model DIR         checkpoint directory (tokenizer.json read from it if present)\n"
+            "  -m, --model DIR|GGUF    checkpoint directory (tokenizer.json read from it if present)\n"
+            "                          or a .gguf file (its tokenizer metadata)\n"
             "  -p, --prompt TEXT       prompt text\n"
             "  --ids IDS               prompt as token ids, comma or space separated\n"
             "  --chat / --no-chat      apply the chat template to -p TEXT (default: on when\n"
@@ -293,21 +294,19 @@ int cmd_generate(int argc, char **argv) {
         rf_print_error();
         return 1;
     }
-    char *tok_path = rf_path_join(model_dir, "tokenizer.json");
-    if (access(tok_path, R_OK) == 0) {
+    /* the tokenizer beside the weights: DIR/tokenizer.json or the GGUF's metadata */
+    if (rf_tok_model_has_tokenizer(model_dir)) {
         tok = rf_tok_load(model_dir);
         if (!tok) {
             rf_print_error();
-            free(tok_path);
             goto out;
         }
     }
-    free(tok_path);
     if (ids_arg) {
         if (parse_ids(ids_arg, &prompt, &P)) goto out;
     } else {
         if (!tok) {
-            fprintf(stderr, "refusion: %s: no tokenizer.json, give the prompt as --ids\n", model_dir);
+            fprintf(stderr, "refusion: %s: no tokenizer (tokenizer.json or GGUF tokenizer metadata), give the prompt as --ids\n", model_dir);
             goto out;
         }
         if (chat < 0) chat = rf_tok_id(tok, "<|im_start|>") >= 0;

@@ -10,13 +10,14 @@
 #include "cli/commands.h"
 #include "kernels/cpu.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: refusion info -m DIR [--verify]\n"
             "Load a checkpoint, check it against its config.json and print its shape.\n\n"
-            "  -m, --model DIR   checkpoint directory (config.json + safetensors)\n"
+            "  -m, --model DIR   checkpoint directory (config.json + safetensors) or a .gguf file\n"
             "  --verify          also read every weight and check that all are finite\n");
 }
 
@@ -97,6 +98,14 @@ int cmd_info(int argc, char **argv) {
             printf("file       ... %d more shards ...\n", m.n_files - 2);
         bytes += m.files[k].map_size;
     }
+    if (m.gguf) {
+        const char *base = strrchr(m.gguf->path, '/');
+        printf("file       %s  (%.1f MB, GGUF v%u, %d tensors, %d metadata keys)\n",
+               base ? base + 1 : m.gguf->path, m.gguf->map_size / 1e6, m.gguf->version,
+               m.gguf->n_tensors, m.gguf->n_kv);
+        bytes += m.gguf->map_size;
+    }
+    int n_files = m.n_files + (m.gguf != NULL);
     printf("shape      hidden %d, layers %d, heads %d (kv %d), head_dim %d, ffn %d\n",
            c->hidden_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
            c->intermediate_size);
@@ -108,11 +117,10 @@ int cmd_info(int argc, char **argv) {
     long long np = rf_config_n_params(c);
     printf("params     %lld (%.3f %s)\n", np, np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? "B" : "M");
     printf("dtype      %s (%.3f GB in %d file%s)\n", rf_dtype_name(c->dtype), bytes / 1e9,
-           m.n_files, m.n_files == 1 ? "" : "s");
-    struct stat st;
-    char *tp = rf_path_join(dir, "tokenizer.json");
-    printf("tokenizer  %s\n", stat(tp, &st) == 0 ? "tokenizer.json" : "(none)");
-    free(tp);
+           n_files, n_files == 1 ? "" : "s");
+    printf("tokenizer  %s\n", !rf_tok_model_has_tokenizer(dir) ? "(none)"
+                              : m.gguf                          ? "GGUF metadata (tokenizer.ggml.*)"
+                                                                : "tokenizer.json");
     printf("load       %.1f ms, peak RSS %.1f MB\n", t_load * 1e3, rf_peak_rss() / 1e6);
     /* the kernels' instruction-set tier (kernels/cpu.h), and why when it
      * is not what REFUSION_CPU asked for */

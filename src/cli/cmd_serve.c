@@ -19,7 +19,8 @@ static void usage(FILE *f) {
             "Serve the model over HTTP (OpenAI-compatible subset):\n"
             "  GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions\n"
             "Requests run one at a time in arrival order; \"stream\": true sends Server-Sent Events.\n\n"
-            "  -m, --model DIR         checkpoint directory (tokenizer.json read from it if present)\n"
+            "  -m, --model DIR|GGUF    checkpoint directory (tokenizer.json read from it if present)\n"
+            "                          or a .gguf file (its tokenizer metadata)\n"
             "  --host ADDR             address to listen on (default 127.0.0.1)\n"
             "  --port N                port (default 8080; 0 = any free port, printed at start)\n"
             "  --name NAME             model id in responses (default: the directory's name)\n"
@@ -108,9 +109,7 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
     rf_tokenizer *tok = NULL;
-    char *tok_path = rf_path_join(model_dir, "tokenizer.json");
-    int have_tok = access(tok_path, R_OK) == 0;
-    free(tok_path);
+    int have_tok = rf_tok_model_has_tokenizer(model_dir); /* tokenizer.json or GGUF metadata */
     if (have_tok && !(tok = rf_tok_load(model_dir))) {
         rf_print_error();
         rf_model_free(&m);

@@ -15,7 +15,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: refusion tokenize -m PATH [options] [TEXT]\n"
             "Encode TEXT (or --file, or stdin) with the tokenizer of a model and print the ids.\n\n"
-            "  -m, --model PATH        model directory (tokenizer.json [+ tokenizer_config.json]) or a tokenizer.json\n"
+            "  -m, --model PATH        model directory (tokenizer.json [+ tokenizer_config.json]), a tokenizer.json\n"
+            "                          or a .gguf file (its tokenizer.ggml.* metadata)\n"
             "  -f, --file FILE         read the input from FILE\n"
             "  --decode                the input is token ids (separated by spaces or commas): print the text\n"
             "  --skip-special          with --decode: drop special tokens\n"

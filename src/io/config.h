@@ -25,6 +25,12 @@ typedef struct {
 /* Read and validate config.json (positive sizes, heads divide evenly, ...).
  * On error: -1 and rf_last_error() names the file and the key. */
 int rf_config_load(rf_config *c, const char *path);
+/* Check a config built elsewhere (e.g. from GGUF metadata) as strictly as
+ * rf_config_load does; where names the source in the error. */
+int rf_config_check(const rf_config *c, const char *where);
+/* The default ids of ReFusion's <|mask|> / <|beginoftext|> for a vocabulary
+ * of c->vocab_size (used when a checkpoint does not name them). */
+void rf_config_default_special_ids(rf_config *c);
 /* Write config.json (atomically) in the Hugging Face Qwen3 layout. */
 int rf_config_save(const rf_config *c, const char *path);
 /* Parameter count of the whole model (lm_head counted once if tied). */

@@ -159,6 +159,8 @@ static int read_index(const char *path, const rf_tspec *ts, int n, char ***files
 }
 
 int rf_model_load(rf_model *m, const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) == 0 && S_ISREG(st.st_mode)) return rf_model_load_gguf(m, dir);
     memset(m, 0, sizeof *m);
     m->dir = rf_strdup(dir);
     char *cpath = rf_path_join(dir, "config.json");
@@ -254,6 +256,8 @@ done:
 void rf_model_free(rf_model *m) {
     for (int k = 0; k < m->n_files; k++) rf_st_close(&m->files[k]);
     free(m->files);
+    if (m->gguf) rf_gguf_close(m->gguf);
+    free(m->gguf);
     free(m->layers);
     free(m->owned);
     free(m->dir);

@@ -5,6 +5,7 @@
 #define RF_MODEL_H
 
 #include "io/config.h"
+#include "io/gguf.h"
 #include "io/safetensors.h"
 #include "kernels/kernels.h"
 
@@ -24,6 +25,7 @@ typedef struct {
     rf_layer *layers;         /* [n_layers] */
     rf_st_file *files;        /* the mmap'd shards */
     int n_files;
+    rf_gguf_file *gguf;       /* or the mmap'd GGUF file (then n_files = 0) */
     char *dir;
     void *owned;              /* heap block holding in-memory weights, or NULL */
 } rf_model;
@@ -34,6 +36,22 @@ typedef struct {
  * Error: -1 and rf_last_error(). */
 int rf_model_load(rf_model *m, const char *dir);
 void rf_model_free(rf_model *m);
+
+/* GGUF (io/gguf.h), llama.cpp's `qwen3` layout: rf_model_load of a path that
+ * is a file reads it with rf_model_load_gguf. Hyper-parameters come from the
+ * qwen3.* keys, the vocabulary size from token_embd, the token ids from
+ * tokenizer.ggml.* and refusion.* keys; tied embeddings = no output tensor.
+ * Matrices may be F32/F16/BF16/Q8_0/Q4_0, norms F32/F16/BF16. */
+int rf_model_load_gguf(rf_model *m, const char *path);
+/* llama.cpp's name of a Hugging Face tensor name ("model.layers.3.mlp.up_proj.weight"
+ * -> "blk.3.ffn_up.weight"); -1 if it is not a Qwen3 tensor. */
+int rf_gguf_tensor_name(const char *hf_name, char *out, size_t cap);
+/* Add the model's metadata (general.*, qwen3.*, the token ids) and its
+ * tensors in dtype to w, as llama.cpp's converter lays them out: norms in
+ * F32; for Q4_0 the output matrix (token_embd when tied) in Q8_0, where
+ * llama.cpp uses Q6_K, which this project does not implement. The tensors
+ * are converted row by row while w is written: m must outlive the finish. */
+void rf_model_gguf_add(const rf_model *m, rf_gguf_writer *w, rf_dtype dtype, const char *name);
 
 /* Write a randomly initialised checkpoint of the config's shape into dir:
  * config.json + model.safetensors, or shards of at most shard_bytes each with

@@ -89,7 +89,16 @@ struct rf_tokenizer {
     int nfc;                 /* NFC normaliser on */
     int eos_id, mask_id, bot_id;
     char *chat_template;     /* from tokenizer_config.json, NULL if none */
+    char *pretok_pattern;    /* the Split regex as given (GGUF export names it), or NULL */
 };
+
+/* ---- building a tokenizer from another source (gguf_vocab.c) ---- */
+/* t->piece[id], bytes[id] from a vocab spelling (byte-level alphabet undone) */
+void rf_tok_set_piece(rf_tokenizer *t, int id, const char *s);
+/* register an added token (matched literally in raw text) */
+void rf_tok_add_added(rf_tokenizer *t, const char *content, int id, int special);
+void rf_tok_sort_added(rf_tokenizer *t); /* longest first, as the matcher needs */
+const char *rf_tok_gpt2_pattern(void);   /* ByteLevel(use_regex=true)'s regex */
 
 /* GPT-2 byte-level alphabet: byte b is spelled as code point rf_byte_cp[b]. */
 extern const uint16_t rf_byte_cp[256];

@@ -38,6 +38,7 @@ void rf_tok_free(rf_tokenizer *t) {
     rf_pairmap_free(&t->merges);
     if (t->re) pcre2_code_free(t->re);
     free(t->chat_template);
+    free(t->pretok_pattern);
     free(t);
 }
 
@@ -122,6 +123,7 @@ static int parse_pretokenizer(rf_tokenizer *t, json_t *pt, const char *file) {
                 sprintf(quoted, "\\Q%s\\E", lit);
             }
             t->re = rf_pretok_compile(rx ? rx : quoted);
+            t->pretok_pattern = rf_strdup(rx ? rx : quoted);
             free(quoted);
             if (!t->re) {
                 char msg[600];
@@ -141,6 +143,7 @@ static int parse_pretokenizer(rf_tokenizer *t, json_t *pt, const char *file) {
                     return -1;
                 }
                 if (!(t->re = rf_pretok_compile(GPT2_PATTERN))) return -1;
+                t->pretok_pattern = rf_strdup(GPT2_PATTERN);
             }
             seen_bytelevel = 1;
         } else {
@@ -352,6 +355,7 @@ static int parse_config(rf_tokenizer *t, const char *cfg_path, char **eos_out) {
 rf_tokenizer *rf_tok_load(const char *path) {
     struct stat st;
     if (stat(path, &st) != 0) return rf_set_error("%s: no such file or directory", path), NULL;
+    if (rf_tok_is_gguf(path)) return rf_tok_load_gguf(path);
     char *json_path, *cfg_path;
     if (S_ISDIR(st.st_mode)) {
         json_path = rf_path_join(path, "tokenizer.json");
@@ -437,3 +441,13 @@ int rf_tok_is_special(const rf_tokenizer *t, int id) {
 
 int rf_tok_eos_id(const rf_tokenizer *t) { return t->eos_id; }
 int rf_tok_mask_id(const rf_tokenizer *t) { return t->mask_id; }
+
+/* for the GGUF vocabulary reader (gguf_vocab.c) */
+void rf_tok_set_piece(rf_tokenizer *t, int id, const char *s) { set_piece(t, id, s); }
+void rf_tok_add_added(rf_tokenizer *t, const char *content, int id, int special) {
+    add_added(t, content, id, special, 0, 0);
+}
+void rf_tok_sort_added(rf_tokenizer *t) {
+    qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added_len);
+}
+const char *rf_tok_gpt2_pattern(void) { return GPT2_PATTERN; }
