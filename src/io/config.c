@@ -162,16 +162,16 @@ static int validate(const rf_config *c, const char *path) {
     return 0;
 }
 
+int rf_config_check(const rf_config *c, const char *where) { return validate(c, where); }
+
+void rf_config_default_special_ids(rf_config *c) { default_special_ids(c); }
+
 int rf_config_load(rf_config *c, const char *path) {
     memset(c, 0, sizeof *c);
     FILE *f = fopen(path, "rb");
     if (!f) {
         rf_set_error("%s: cannot open: %s", path, strerror(errno));
         return -1;
-int rf_config_check(const rf_config *c, const char *where) { return validate(c, where); }
-
-void rf_config_default_special_ids(rf_config *c) { default_special_ids(c); }
-
     }
     json_error_t jerr;
     json_t *root = json_loadf(f, 0, &jerr);

@@ -15,8 +15,6 @@ typedef struct rf_tokenizer rf_tokenizer;
  * NULL on error with rf_last_error() set. */
 rf_tokenizer *rf_tok_load(const char *path);
 void rf_tok_free(rf_tokenizer *t);
-
-/* Encode UTF-8 text (special/added tokens in the text are matched as such).
 /* A GGUF file (llama.cpp's tokenizer.ggml.* metadata: gpt2 model, qwen2 or
  * gpt2 pre-tokenizer) also works as path: rf_tok_load reads it with
  * rf_tok_load_gguf. rf_tok_is_gguf: 1 if path is a file starting "GGUF". */
@@ -31,6 +29,8 @@ int rf_tok_model_has_tokenizer(const char *model_path);
  * tokenizer (a pre-tokenizer other than Qwen2's or GPT-2's). */
 struct rf_gguf_writer;
 int rf_tok_gguf_add(const rf_tokenizer *t, struct rf_gguf_writer *w, int n_vocab);
+
+/* Encode UTF-8 text (special/added tokens in the text are matched as such).
  * *ids is malloc'd. -1 on invalid UTF-8 (error names the byte offset). */
 int rf_tok_encode(const rf_tokenizer *t, const char *text, size_t len, int **ids, int *n_ids);
 /* Decode ids to a malloc'd UTF-8 string; skip_special drops special tokens.
