@@ -5,7 +5,8 @@
  *     f32 <-> f16 conversion by bit manipulation, not F16C), bit-exact on
  *     the block bytes and on the dequantised floats, over random rows and
  *     edge cases (zero blocks, ties, f16-subnormal and f16-overflowing
- *     scales, a negative extreme). rf_mat_row_f32 (the embedding lookup)
+ *     scales, a negative extreme, and values on which an FMA-contracted
+ *     x * id + 8.5 truncates differently: ggml's formula is unfused). rf_mat_row_f32 (the embedding lookup)
  *     must give the independent dequantisation exactly.
  *  2. rf_matmul / rf_matmul_rows at every CPU tier this machine has (tiers it
  *     lacks are printed as SKIPPED by name), on odd shapes (rows 1..257,
@@ -115,6 +116,23 @@ static void fill_row(rf_rng *g, float *x, int k, int kind) {
     case 4: for (int j = 0; j < 32; j++) blk[j] = (float)(j - 16); break; /* exact ties: x / d = k + .5 */
     case 5: blk[7] = -50; break;                                          /* negative extreme (Q4_0 max) */
     case 6: for (int j = 0; j < 32; j++) blk[j] = (float)(j % 3) * 0.25f; break;
+    case 7: { /* Q4_0 values whose product x * id rounds (in f32) onto t = k - 8.5
+               * from below: unfused, x * id + 8.5 is exactly k; an FMA keeps the
+               * deficit and truncates to k - 1 (ggml's formula is unfused) */
+        blk[0] = -8.8f - 0.37f * (kind / 8); /* the extreme: d = -extreme / 8, id inexact */
+        const float d = blk[0] / -8, id = 1.0f / d;
+        int j = 1;
+        for (int k = 1; k <= 8 && j < 32; k++) {
+            const float t = (float)k - 8.5f;
+            float x = t / id;
+            for (int u = 0; u < 40; u++) x = nextafterf(x, -INFINITY);
+            for (int u = 0; u < 80 && j < 32; u++, x = nextafterf(x, INFINITY)) {
+                volatile float p = x * id;
+                if (p == t && (double)x * id < t) blk[j++] = x;
+            }
+        }
+        break;
+    }
     default: break;
     }
 }
