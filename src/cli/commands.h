@@ -12,6 +12,8 @@ int cmd_generate(int argc, char **argv);       /* ReFusion / AR decoding */
 int cmd_train(int argc, char **argv);          /* ReFusion / AR / MDM training */
 int cmd_tasks(int argc, char **argv);          /* generate the task suite */
 int cmd_eval(int argc, char **argv);           /* evaluate a model on a task set */
+int cmd_probe(int argc, char **argv);          /* teacher-forced view of the two heads */
+int cmd_logits(int argc, char **argv);         /* raw logits + greedy continuation (JSON) */
 int cmd_serve(int argc, char **argv);          /* HTTP server, OpenAI-style API */
 
 #endif

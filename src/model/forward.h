@@ -37,6 +37,39 @@ void rf_runstate_free(rf_runstate *s);
  * rows mismatch). */
 int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch *b);
 
+/* Call log: the shape of every rf_forward call made on this thread while a
+ * log is attached, for benchmarks that replay a decoder's calls on a model of
+ * another size (bench/decode_replay.c). It is a thread-local hook so that the
+ * decoders, which own their caches and run states, need no changes. */
+typedef struct {
+    int n_rows, n_tok;  /* R rows x n new tokens */
+    int forked;         /* the cache was forked into rows (R may still be 1) */
+    int ctx_main;       /* main cache entries the rows see (main length, or the fork length) */
+    int ctx_rows;       /* forked: sum over rows of each row's extension length before the call */
+    int n_logits;       /* logits rows computed */
+    int bidirectional;
+    int pos_min, pos_max; /* position ids fed */
+} rf_call_rec;
+
+typedef struct {
+    rf_call_rec *rec;
+    int n, cap;
+} rf_call_log;
+
+/* Record this thread's successful-validation rf_forward calls into log
+ * (appending), or stop recording (NULL). Returns the log attached before. */
+rf_call_log *rf_call_log_attach(rf_call_log *log);
+void rf_call_log_free(rf_call_log *log);
+
+/* Model calls as the decoders count them, in entries [from, to) of the log.
+ * A run of calls that feed only prompt positions (unforked, every position
+ * id < n_prompt) is the prompt prefill, done in chunks. The decoders differ
+ * in how they count it: AR counts it as one call of its own (its last
+ * logits give the first answer token: prefill_own_call = 1); ReFusion counts
+ * it as part of the call that follows (the reference feeds prompt + masks
+ * together: prefill_own_call = 0). Every other logged call is one call. */
+int rf_call_log_model_calls(const rf_call_log *log, int from, int to, int n_prompt, int prefill_own_call);
+
 /* The slow, obviously-correct reference: no cache, the whole physical
  * sequence (tokens[0..n) with position ids pos[0..n)) in one pass, causal
  * over physical order (or bidirectional), naive matmuls, per-position RoPE.

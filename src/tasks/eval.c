@@ -28,7 +28,14 @@ int rf_eval_prompt_ids(const rf_tokenizer *tok, const char *query, int **ids, in
     return rc;
 }
 
-static void agg_add(rf_eval_agg *a, int right, long tokens, long calls, double s, double tpf, int eos) {
+static void agg_add(rf_eval_agg *a, int right, long tokens, long calls, double s, double tpf, int eos,
+                    const rf_accept_stats *acc) {
+    a->acc_first_free += acc->first_free;
+    a->acc_first_checked += acc->first_checked;
+    a->acc_first_replaced += acc->first_replaced;
+    a->acc_verified += acc->verified;
+    a->acc_forced_draft += acc->forced_draft;
+    a->acc_forced_ar += acc->forced_ar;
     a->n++;
     a->n_right += right;
     a->tokens += tokens;
@@ -36,6 +43,28 @@ static void agg_add(rf_eval_agg *a, int right, long tokens, long calls, double s
     a->seconds += s;
     a->tpf_sum += tpf;
     a->n_eos += eos;
+}
+
+/* The acceptance counts in a fixed order, with their names. */
+#define N_ACCEPT 6
+static const char *const accept_names[N_ACCEPT] = {"first_free",   "first_checked", "first_replaced",
+                                                   "verified",     "forced_draft",  "forced_ar"};
+static void accept_counts(const rf_eval_agg *a, long *c) {
+    c[0] = a->acc_first_free, c[1] = a->acc_first_checked, c[2] = a->acc_first_replaced;
+    c[3] = a->acc_verified, c[4] = a->acc_forced_draft, c[5] = a->acc_forced_ar;
+}
+
+/* {"accept": {name: count}, "accept_frac": {name: count / tokens}} */
+static void accept_json(json_t *o, const rf_eval_agg *a) {
+    long c[N_ACCEPT];
+    accept_counts(a, c);
+    json_t *cnt = json_object(), *frac = json_object();
+    for (int i = 0; i < N_ACCEPT; i++) {
+        json_object_set_new(cnt, accept_names[i], json_integer(c[i]));
+        json_object_set_new(frac, accept_names[i], json_real(a->tokens ? (double)c[i] / a->tokens : 0.0));
+    }
+    json_object_set_new(o, "accept", cnt);
+    json_object_set_new(o, "accept_frac", frac);
 }
 
 /* "[#######.......]  37/300  acc 45.9%  120 tok/s  eta 1m20s" */
@@ -56,6 +85,7 @@ static void progress(int done, int total, const rf_eval_agg *all, double elapsed
 int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *examples,
                 const json_t *answers, const rf_eval_opts *o, rf_eval_report *rep) {
     memset(rep, 0, sizeof *rep);
+    rep->decoder = o->decoder;
     rep->examples = json_array();
     int total = (int)json_array_size(examples);
     if (o->limit > 0 && o->limit < total) total = o->limit;
@@ -115,13 +145,19 @@ int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *exampl
             rf_gen_result_free(&r);
             return -1;
         }
-        agg_add(&rep->fam[fam], right, r.n_ids, r.n_calls, secs, r.tpf, r.hit_eos);
-        agg_add(&rep->all, right, r.n_ids, r.n_calls, secs, r.tpf, r.hit_eos);
+        agg_add(&rep->fam[fam], right, r.n_ids, r.n_calls, secs, r.tpf, r.hit_eos, &r.accept);
+        agg_add(&rep->all, right, r.n_ids, r.n_calls, secs, r.tpf, r.hit_eos, &r.accept);
         json_array_append_new(rep->examples,
                               json_pack("{s:i, s:s, s:s, s:s, s:b, s:i, s:i, s:f, s:f, s:b}", "index", i,
                                         "family", rf_task_family_name(fam), "query", query, "answer",
                                         answer, "right", right, "tokens", r.n_ids, "calls", r.n_calls,
                                         "seconds", secs, "tpf", r.tpf, "eos", r.hit_eos));
+        if (o->decoder == RF_DEC_REFUSION) {
+            rf_eval_agg one;
+            memset(&one, 0, sizeof one);
+            agg_add(&one, right, r.n_ids, r.n_calls, secs, r.tpf, r.hit_eos, &r.accept);
+            accept_json(json_array_get(rep->examples, json_array_size(rep->examples) - 1), &one);
+        }
         free(answer);
         rf_gen_result_free(&r);
         if (o->progress) progress(i + 1, total, &rep->all, rf_now() - t0, tty);
@@ -145,26 +181,49 @@ static json_t *agg_json(const rf_eval_agg *a) {
 }
 
 json_t *rf_eval_metrics_json(const rf_eval_report *rep) {
-    json_t *fams = json_object();
+    json_t *fams = json_object(), *all = agg_json(&rep->all);
+    if (rep->decoder == RF_DEC_REFUSION) accept_json(all, &rep->all);
     for (int f = 0; f < RF_TASK_N; f++)
-        if (rep->fam[f].n) json_object_set_new(fams, rf_task_family_name(f), agg_json(&rep->fam[f]));
-    return json_pack("{s:o, s:o}", "overall", agg_json(&rep->all), "families", fams);
+        if (rep->fam[f].n) {
+            json_t *fj = agg_json(&rep->fam[f]);
+            if (rep->decoder == RF_DEC_REFUSION) accept_json(fj, &rep->fam[f]);
+            json_object_set_new(fams, rf_task_family_name(f), fj);
+        }
+    return json_pack("{s:o, s:o}", "overall", all, "families", fams);
 }
 
-static void md_row(char **buf, size_t *len, size_t *cap, const char *name, const rf_eval_agg *a) {
-    char line[256];
-    int n = snprintf(line, sizeof line, "| %-8s | %4d | %7.1f%% | %9.1f | %5.2f | %11.2f | %11.4f |\n", name,
-                     a->n, a->n ? 100.0 * a->n_right / a->n : 0.0,
-                     a->seconds > 0 ? a->tokens / a->seconds : 0.0, a->n ? a->tpf_sum / a->n : 0.0,
-                     a->calls ? (double)a->tokens / a->calls : 0.0, a->n ? a->seconds / a->n : 0.0);
-    if (*len + (size_t)n + 1 > *cap) {
-        *cap = (*cap + (size_t)n + 1) * 2;
+static void md_append(char **buf, size_t *len, size_t *cap, const char *line) {
+    size_t n = strlen(line);
+    if (*len + n + 1 > *cap) {
+        *cap = (*cap + n + 1) * 2;
         char *nb = realloc(*buf, *cap);
         if (!nb) rf_die("out of memory");
         *buf = nb;
     }
-    memcpy(*buf + *len, line, (size_t)n + 1);
-    *len += (size_t)n;
+    memcpy(*buf + *len, line, n + 1);
+    *len += n;
+}
+
+/* "| arith | 1234 | 12.3% (152) | ..." : each acceptance count as a share of the tokens */
+static void md_accept_row(char **buf, size_t *len, size_t *cap, const char *name, const rf_eval_agg *a) {
+    long c[N_ACCEPT];
+    accept_counts(a, c);
+    char line[512];
+    int k = snprintf(line, sizeof line, "| %-8s | %6ld |", name, a->tokens);
+    for (int i = 0; i < N_ACCEPT; i++)
+        k += snprintf(line + k, sizeof line - (size_t)k, " %5.1f%% (%ld) |",
+                      a->tokens ? 100.0 * c[i] / a->tokens : 0.0, c[i]);
+    snprintf(line + k, sizeof line - (size_t)k, "\n");
+    md_append(buf, len, cap, line);
+}
+
+static void md_row(char **buf, size_t *len, size_t *cap, const char *name, const rf_eval_agg *a) {
+    char line[256];
+    snprintf(line, sizeof line, "| %-8s | %4d | %7.1f%% | %9.1f | %5.2f | %11.2f | %11.4f |\n", name,
+                     a->n, a->n ? 100.0 * a->n_right / a->n : 0.0,
+                     a->seconds > 0 ? a->tokens / a->seconds : 0.0, a->n ? a->tpf_sum / a->n : 0.0,
+                     a->calls ? (double)a->tokens / a->calls : 0.0, a->n ? a->seconds / a->n : 0.0);
+    md_append(buf, len, cap, line);
 }
 
 char *rf_eval_markdown_table(const rf_eval_report *rep) {
@@ -177,5 +236,18 @@ char *rf_eval_markdown_table(const rf_eval_report *rep) {
     for (int f = 0; f < RF_TASK_N; f++)
         if (rep->fam[f].n) md_row(&buf, &len, &cap, rf_task_family_name(f), &rep->fam[f]);
     md_row(&buf, &len, &cap, "overall", &rep->all);
+    if (rep->decoder == RF_DEC_REFUSION) {
+        md_append(&buf, &len, &cap,
+                  "\nHow the committed tokens got in (share of tokens, count): a slot's first token "
+                  "unchecked / checked by the AR head / replaced by it; a later token verified / forced "
+                  "as the mask re-draft / forced as the AR head's choice.\n\n"
+                  "| task     | tokens | first free | first checked | first replaced | verified | "
+                  "forced draft | forced AR |\n"
+                  "|----------|-------:|-----------:|--------------:|---------------:|---------:|"
+                  "-------------:|----------:|\n");
+        for (int f = 0; f < RF_TASK_N; f++)
+            if (rep->fam[f].n) md_accept_row(&buf, &len, &cap, rf_task_family_name(f), &rep->fam[f]);
+        md_accept_row(&buf, &len, &cap, "overall", &rep->all);
+    }
     return buf;
 }

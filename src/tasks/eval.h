@@ -39,9 +39,13 @@ typedef struct {
     long tokens, calls;
     double seconds, tpf_sum;
     int n_eos;             /* answers that ended with an EOS */
+    /* how the committed tokens got in (ReFusion; rf_accept_stats summed) */
+    long acc_first_free, acc_first_checked, acc_first_replaced, acc_verified, acc_forced_draft,
+        acc_forced_ar;
 } rf_eval_agg;
 
 typedef struct {
+    rf_decoder_kind decoder;
     rf_eval_agg fam[RF_TASK_N], all;
     json_t *examples;      /* per example: family, query, answer, right, tokens, calls, seconds, tpf */
 } rf_eval_report;
@@ -58,7 +62,10 @@ void rf_eval_report_free(rf_eval_report *rep);
 int rf_eval_prompt_ids(const rf_tokenizer *tok, const char *query, int **ids, int *n);
 
 /* The per-family + overall metrics as JSON ({"overall": {...}, "families":
- * {...}}) and as a Markdown table (malloc'd). */
+ * {...}}) and as a Markdown table (malloc'd). For the ReFusion decoder both
+ * also give the per-token acceptance statistics: counts ("accept") and
+ * fractions of the committed tokens, in the JSON of every aggregate and as a
+ * second Markdown table. */
 json_t *rf_eval_metrics_json(const rf_eval_report *rep);
 char *rf_eval_markdown_table(const rf_eval_report *rep);
 
