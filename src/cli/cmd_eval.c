@@ -32,6 +32,10 @@ static void usage(FILE *f) {
             "  --blocks N             serial blocks (default: refusion 2, mdm gen-length/32)\n"
             "  --slot-threshold X     refusion (default 0.9)\n"
             "  --token-threshold X    refusion (default 0.4)\n"
+            "  --ar-verify MODE       refusion, beyond the paper (REFUSION.md 3b): off (default,\n"
+            "                         the reference), correct (a rejected token becomes the AR\n"
+            "                         head's choice), first (a slot's first token is checked by\n"
+            "                         the AR head), both\n"
             "  --top-k N  --top-p X   ar sampling (default off)\n"
             "  --steps N              mdm diffusion steps (default gen-length)\n"
             "  --no-early-stop        mdm: run every step even after the EOS is final\n");
@@ -63,6 +67,7 @@ static json_t *settings_json(const rf_eval_opts *o) {
         json_object_set_new(s, "blocks", json_integer(g->n_blocks));
         json_object_set_new(s, "slot_threshold", json_real(short_real(g->slot_threshold)));
         json_object_set_new(s, "token_threshold", json_real(short_real(g->token_threshold)));
+        json_object_set_new(s, "ar_verify", json_string(rf_ar_verify_name(g->ar_correct, g->ar_check_first)));
     } else if (o->decoder == RF_DEC_AR) {
         json_object_set_new(s, "top_k", json_integer(g->top_k));
         json_object_set_new(s, "top_p", json_real(short_real(g->top_p)));
@@ -84,6 +89,7 @@ int cmd_eval(int argc, char **argv) {
     const char *dec_name = "refusion", *out = NULL;
     long gen_length = 128, slot_size = 8, blocks = -1, steps = -1, seed = 0, top_k = 0, limit = 0;
     float temperature = 0.0f, slot_thr = 0.9f, tok_thr = 0.4f, top_p = 1.0f;
+    int ar_correct = 0, ar_check_first = 0;
     int quiet = 0, early_stop = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -112,6 +118,7 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--temperature")) rc = rf_arg_float("eval", a, v, &temperature);
         else if (!strcmp(a, "--slot-threshold")) rc = rf_arg_float("eval", a, v, &slot_thr);
         else if (!strcmp(a, "--token-threshold")) rc = rf_arg_float("eval", a, v, &tok_thr);
+        else if (!strcmp(a, "--ar-verify")) rc = rf_arg_ar_verify("eval", a, v, &ar_correct, &ar_check_first);
         else if (!strcmp(a, "--top-p")) rc = rf_arg_float("eval", a, v, &top_p);
         else {
             fprintf(stderr, "refusion: eval: unknown option '%s'\n", a);
@@ -141,6 +148,8 @@ int cmd_eval(int argc, char **argv) {
                            : o.decoder == RF_DEC_MDM ? (gen_length + 31) / 32 : 2);
     o.gen.slot_threshold = slot_thr;
     o.gen.token_threshold = tok_thr;
+    o.gen.ar_correct = ar_correct;
+    o.gen.ar_check_first = ar_check_first;
     o.gen.temperature = temperature;
     o.gen.top_k = (int)top_k;
     o.gen.top_p = top_p;

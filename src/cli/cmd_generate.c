@@ -38,6 +38,8 @@ static void usage(FILE *f) {
             "  --blocks N              serial blocks, ReFusion and mdm (default 32)\n"
             "  --slot-threshold X      plan slots whose first token's prob > X (default 0.6)\n"
             "  --token-threshold X     accept tokens whose AR prob > X (default 0.3)\n"
+            "  --ar-verify MODE        beyond the paper (REFUSION.md 3b): off (default), correct,\n"
+            "                          first or both (see refusion eval --help)\n"
             "  -t, --temperature X     0 = greedy (default); ReFusion: Gumbel-max planning\n"
             "  --top-k N  --top-p X    AR sampling filters (default off)\n"
             "  --seed N                sampling seed (default 0)\n"
@@ -207,6 +209,13 @@ static void print_json(const rf_gen_result *r, const int *prompt, int P, const c
                                   (double)p->slot_threshold, "token_threshold", (double)p->token_threshold,
                                   "temperature", (double)p->temperature, "top_k", p->top_k, "top_p",
                                   (double)p->top_p, "seed", (json_int_t)p->seed));
+    json_object_set_new(json_object_get(o, "settings"), "ar_verify",
+                        json_string(rf_ar_verify_name(p->ar_correct, p->ar_check_first)));
+    const rf_accept_stats *ac = &r->accept;
+    json_object_set_new(o, "accept",
+                        json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "first_free", ac->first_free, "first_checked",
+                                  ac->first_checked, "first_replaced", ac->first_replaced, "verified",
+                                  ac->verified, "forced_draft", ac->forced_draft, "forced_ar", ac->forced_ar));
     json_object_set_new(o, "steps", steps);
     char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
     puts(s);
@@ -238,7 +247,7 @@ int cmd_generate(int argc, char **argv) {
         if (!v) {
             static const char *valued[] = {"-m", "--model", "-p", "--prompt", "--ids", "--mode", "-n",
                                            "--gen-length", "--slot-size", "--blocks", "--slot-threshold",
-                                           "--token-threshold", "-t", "--temperature", "--top-k", "--top-p",
+                                           "--token-threshold", "--ar-verify", "-t", "--temperature", "--top-k", "--top-p",
                                            "--seed", "--threads", "--steps"};
             int known = 0;
             for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) known |= !strcmp(a, valued[k]);
@@ -257,6 +266,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--blocks")) bad = rf_arg_long("generate", a, v, -1000000, 1000000, &lv), p.n_blocks = (int)lv;
         else if (!strcmp(a, "--slot-threshold")) bad = rf_arg_float("generate", a, v, &p.slot_threshold);
         else if (!strcmp(a, "--token-threshold")) bad = rf_arg_float("generate", a, v, &p.token_threshold);
+        else if (!strcmp(a, "--ar-verify")) bad = rf_arg_ar_verify("generate", a, v, &p.ar_correct, &p.ar_check_first);
         else if (!strcmp(a, "-t") || !strcmp(a, "--temperature")) bad = rf_arg_float("generate", a, v, &p.temperature);
         else if (!strcmp(a, "--top-k")) bad = rf_arg_long("generate", a, v, -1000000, 100000000, &lv), p.top_k = (int)lv;
         else if (!strcmp(a, "--top-p")) bad = rf_arg_float("generate", a, v, &p.top_p);
