@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # paper_table.sh - the paper's table in miniature, in one command:
-#   1. the task suite (seeded train/test split)        -> data/
+#   1. the task suite (seeded train/test split)        -> $OUT/data/
 #   2. a small BPE tokenizer trained on the train split -> $OUT/tokenizer
-#   3. three models of the same shape and budget. As in the paper (ReFusion
-#      is fine-tuned from Qwen3, Dream from Qwen2.5), one AR base model is
-#      trained first, then fine-tuned three ways for the same number of steps:
-#      more AR, the ReFusion objective, the MDM objective
-#                                                       -> $OUT/{base,refusion,ar,mdm}
+#   3. models of the same shape and budget. As in the paper (ReFusion is
+#      fine-tuned from Qwen3, Dream from Qwen2.5), one AR base model is
+#      trained first, then fine-tuned for the same number of steps in each of
+#      the FINETUNES ways: more AR, the ReFusion objective as the reference
+#      builds it, the ReFusion objective with this project's variants
+#      (refusion-aux: an auxiliary natural-order AR loss, slot sizes matched
+#      to the answers), the MDM objective   -> $OUT/{base,ar,refusion,refusion-aux,mdm}
+#      Every training run saves every SAVE_EVERY steps and is resumed when the
+#      script is run again; a finished run is marked by DIR/DONE.
 #   4. each evaluated with its decoder on the test set  -> $OUT/results/*.{md,json}
 #   5. the table (Markdown + JSON) and a speed-vs-accuracy plot
 #                                                       -> $OUT/table.md, table.json, speed_accuracy.svg
@@ -19,15 +23,21 @@ cd "$(dirname "$0")/.."
 
 BIN=${REFUSION_BIN:-build/refusion}
 OUT=${OUT:-runs/paper}
-DATA=${DATA:-data}
+DATA=${DATA:-$OUT/data}
 SEED=${SEED:-1}
-N_TRAIN=${N_TRAIN:-6000}
+N_TRAIN=${N_TRAIN:-40000}
 N_TEST=${N_TEST:-300}
 VOCAB=${VOCAB:-1024}
 # model shape and training budget: the same for all three models
 CONFIG=${CONFIG:-small}
-BASE_ARGS=${BASE_ARGS:-"--epochs 2 --batch 16 --seq-len 256 --lr 2e-3 --warmup 30 --min-lr 1e-4"}
-FT_ARGS=${FT_ARGS:-"--epochs 2 --batch 16 --seq-len 256 --lr 1e-3 --warmup 30 --min-lr 5e-5"}
+BASE_ARGS=${BASE_ARGS:-"--epochs 2 --batch 16 --seq-len 256 --lr 2e-3 --warmup 100 --min-lr 1e-4"}
+FT_ARGS=${FT_ARGS:-"--steps 1000 --batch 16 --seq-len 256 --lr 1e-3 --warmup 30 --min-lr 5e-5"}
+SAVE_EVERY=${SAVE_EVERY:-250}
+# the fine-tunes: "name|objective|extra train options"
+FINETUNES=${FINETUNES:-"ar|ar|
+refusion|refusion|
+refusion-aux|refusion|--aux-ar 1 --slot-sizes 4,8,16
+mdm|mdm|--mdm-pad GEN"}
 THREADS=${THREADS:-0}        # per training job; 0 = the machine's default
 PARALLEL=${PARALLEL:-0}      # 1: run the three fine-tunes at once (many-core machines)
 FT_TIMEOUT=${FT_TIMEOUT:-0}  # >0: stop a fine-tune (saving it) after this many seconds
@@ -35,11 +45,17 @@ FT_TIMEOUT=${FT_TIMEOUT:-0}  # >0: stop a fine-tune (saving it) after this many 
 # two threshold settings (the paper's benchmark style, scaled to 128-token
 # answers), AR greedy, the MDM at two step budgets (LLaDA: blocks of 32).
 GEN=${GEN_LENGTH:-128}
-EVALS=${EVALS:-"refusion-0.9-0.4|refusion|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.9 --token-threshold 0.4
+EVALS=${EVALS:-"ar|ar|ar|
+refusion-0.9-0.4|refusion|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.9 --token-threshold 0.4
 refusion-0.7-0.2|refusion|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.7 --token-threshold 0.2
-ar|ar|ar|
+refusion-aux-0.9-0.4|refusion-aux|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.9 --token-threshold 0.4
+refusion-aux-0.7-0.2|refusion-aux|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.7 --token-threshold 0.2
+refusion-aux-verified|refusion-aux|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.7 --token-threshold 0.2 --ar-verify both
+refusion-aux-correct|refusion-aux|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.7 --token-threshold 0.2 --ar-verify correct
 mdm-128-steps|mdm|mdm|--blocks 4 --steps $GEN
 mdm-32-steps|mdm|mdm|--blocks 4 --steps 32"}
+# the ReFusion run the paper's comparisons (vs AR, vs MDM) are made with
+HEADLINE=${HEADLINE:-refusion-aux-verified}
 LIMIT=${LIMIT:-0}
 STAGES=${STAGES:-"tasks tokenizer train eval table"}
 FORCE=${FORCE:-0}
@@ -64,35 +80,36 @@ fi
 if want train; then
   thr=""
   [ "$THREADS" -gt 0 ] && thr="--threads $THREADS"
-  if fresh "$OUT/base/model.safetensors"; then
-    say "train the AR base: $CONFIG, $BASE_ARGS"
-    # shellcheck disable=SC2086
-    "$BIN" train --data "$DATA/train.json" --tokenizer "$OUT/tokenizer" --config "$CONFIG" \
-      --objective ar --seed "$SEED" $BASE_ARGS $thr --log-every 50 -o "$OUT/base"
-  fi
-  finetune() {
-    local obj=$1 extra=""
-    # LLaDA's SFT pads every answer with EOS to the decoding length, so the
-    # MDM learns to fill a fixed-length answer region
-    [ "$obj" = mdm ] && extra="--mdm-pad $GEN"
+  # run_train DIR ARGS...: train into DIR, resuming an unfinished run
+  run_train() {
+    local dir=$1; shift
+    if [ -e "$dir/DONE" ] && [ "$FORCE" != 1 ]; then return 0; fi
+    local resume=()
+    [ -e "$dir/optimizer.bin" ] && [ "$FORCE" != 1 ] && resume=(--resume)
     local stop=()
-    [ "$FT_TIMEOUT" -gt 0 ] && stop=(timeout -s INT "$FT_TIMEOUT")
-    say "fine-tune $obj from the base: $FT_ARGS"
+    [ "$FT_TIMEOUT" -gt 0 ] && [ "$dir" != "$OUT/base" ] && stop=(timeout -s INT "$FT_TIMEOUT")
     # shellcheck disable=SC2086
-    "${stop[@]}" "$BIN" train --data "$DATA/train.json" --init "$OUT/base" --objective "$obj" \
-      --seed "$SEED" $FT_ARGS $extra $thr --log-every 50 -o "$OUT/$obj"
+    "${stop[@]}" "$BIN" train "$@" --seed "$SEED" $thr --log-every 50 --save-every "$SAVE_EVERY" \
+      "${resume[@]}" -o "$dir" && touch "$dir/DONE"
   }
+  say "train the AR base: $CONFIG, $BASE_ARGS"
+  # shellcheck disable=SC2086
+  run_train "$OUT/base" --data "$DATA/train.json" --tokenizer "$OUT/tokenizer" --config "$CONFIG" \
+    --objective ar $BASE_ARGS
   pids=()
-  for obj in refusion ar mdm; do
-    if fresh "$OUT/$obj/model.safetensors"; then
-      if [ "$PARALLEL" = 1 ]; then
-        finetune "$obj" >"$OUT/$obj.train.log" 2>&1 &
-        pids+=($!)
-      else
-        finetune "$obj"
-      fi
+  while IFS='|' read -r name obj extra; do
+    [ -n "$name" ] || continue
+    extra=${extra//GEN/$GEN}
+    say "fine-tune $name ($obj $extra) from the base: $FT_ARGS"
+    # shellcheck disable=SC2086
+    if [ "$PARALLEL" = 1 ]; then
+      run_train "$OUT/$name" --data "$DATA/train.json" --init "$OUT/base" --objective "$obj" \
+        $FT_ARGS $extra >"$OUT/$name.train.log" 2>&1 &
+      pids+=($!)
+    else
+      run_train "$OUT/$name" --data "$DATA/train.json" --init "$OUT/base" --objective "$obj" $FT_ARGS $extra
     fi
-  done
+  done <<< "$FINETUNES"
   for p in "${pids[@]}"; do wait "$p"; done
 fi
 
@@ -110,59 +127,83 @@ fi
 
 if want table; then
   say "table and plot -> $OUT"
-  node - "$OUT" "$EVALS" <<'EOF'
+  node - "$OUT" "$EVALS" "$HEADLINE" <<'EOF'
 const fs = require('fs');
-const out = process.argv[2];
-const names = process.argv[3].split('\n').filter(l => l.trim()).map(l => l.split('|'));
+const [out, evals, headline] = process.argv.slice(2);
+const names = evals.split('\n').filter(l => l.trim()).map(l => l.split('|'));
 const rows = [];
-for (const [key, model, decoder] of names) {
+for (const [key, model, decoder, args] of names) {
   const f = `${out}/results/${key}.json`;
   if (!fs.existsSync(f)) { console.error(`refusion: ${f}: missing (run the eval stage)`); process.exit(1); }
   const d = JSON.parse(fs.readFileSync(f, 'utf8'));
-  rows.push({key, name: key, model, decoder, settings: d.settings, ...d.metrics});
+  const verified = /--ar-verify (correct|first|both)/.test(args || '');
+  rows.push({key, name: key, model, decoder, kind: verified ? 'refusion-verified' : decoder,
+             settings: d.settings, ...d.metrics});
 }
 const pct = x => (100 * x).toFixed(1);
 const fams = Object.keys(rows[0].families);
 const ar = rows.find(r => r.decoder === 'ar').overall;
-let md = '| run | model | ' + fams.join(' | ') + ' | overall | tokens/s | vs AR | TPF | tokens/call | latency (s) |\n';
-md += '|---|---|' + fams.map(() => '---:|').join('') + '---:|---:|---:|---:|---:|---:|\n';
+// how ReFusion's committed tokens got in: accepted by the AR head / forced
+// through / a slot's first token unchecked or replaced (eval's accept_frac)
+const acc = o => {
+  const f = o.accept_frac;
+  if (!f) return '';
+  return `${pct(f.verified + f.first_checked)} / ${pct(f.forced_draft + f.forced_ar)} / ` +
+         `${pct(f.first_free + f.first_replaced)}`;
+};
+let md = '| run | model | ' + fams.join(' | ') + ' | overall | tokens/s | vs AR | TPF | tokens/call | ' +
+         'latency (s) | accepted / forced / first unchecked or replaced (%) |\n';
+md += '|---|---|' + fams.map(() => '---:|').join('') + '---:|---:|---:|---:|---:|---:|---:|\n';
 for (const r of rows) {
   const o = r.overall;
   md += `| ${r.name} | ${r.model} | ` + fams.map(f => pct(r.families[f].accuracy)).join(' | ') +
         ` | **${pct(o.accuracy)}** | ${o.tokens_per_s.toFixed(1)} | ${(o.tokens_per_s / ar.tokens_per_s).toFixed(2)}x |` +
-        ` ${o.tpf.toFixed(2)} | ${o.tokens_per_call.toFixed(2)} | ${o.latency_s.toFixed(3)} |\n`;
+        ` ${o.tpf.toFixed(2)} | ${o.tokens_per_call.toFixed(2)} | ${o.latency_s.toFixed(3)} |` +
+        ` ${r.decoder === 'refusion' ? acc(o) : ''} |\n`;
 }
-// the paper's comparisons: ReFusion's first setting vs AR and vs each MDM run
-const rf = rows.find(r => r.decoder === 'refusion').overall;
+// the paper's comparisons, made with the headline ReFusion run
+const head = rows.find(r => r.name === headline) || rows.find(r => r.decoder === 'refusion');
 const cmp = (a, b) => ({points: 100 * (a.accuracy - b.accuracy), speedup: a.tokens_per_s / b.tokens_per_s});
-const vsA = cmp(rf, ar);
-const vsM = rows.filter(r => r.decoder === 'mdm').map(r => ({run: r.name, ...cmp(rf, r.overall)}));
+const vsA = cmp(head.overall, ar);
+const vsM = rows.filter(r => r.decoder === 'mdm').map(r => ({run: r.name, ...cmp(head.overall, r.overall)}));
 const sign = x => (x >= 0 ? '+' : '') + x.toFixed(1);
-md += `\n${rows.find(r => r.decoder === 'refusion').name} vs AR: ${sign(vsA.points)} accuracy points, ` +
-      `${vsA.speedup.toFixed(2)}x throughput (paper: close in score, 2.33x).\n`;
+md += `\n${head.name} vs AR: ${sign(vsA.points)} accuracy points, ${vsA.speedup.toFixed(2)}x throughput ` +
+      `(paper: close in score, 2.33x; this project's target: within 3 points and faster).\n`;
 for (const m of vsM)
-  md += `${rows.find(r => r.decoder === 'refusion').name} vs ${m.run}: ${sign(m.points)} accuracy points, ` +
-        `${m.speedup.toFixed(2)}x throughput (paper: +34%, >18x).\n`;
+  md += `${head.name} vs ${m.run}: ${sign(m.points)} accuracy points, ${m.speedup.toFixed(2)}x throughput ` +
+        `(paper: +34%, >18x).\n`;
 md += '\nSettings:\n' + rows.map(r => `- ${r.name}: \`${JSON.stringify(r.settings)}\``).join('\n') + '\n';
 const tmp = (p, s) => { fs.writeFileSync(p + '.tmp', s); fs.renameSync(p + '.tmp', p); };
 tmp(`${out}/table.md`, md);
-tmp(`${out}/table.json`, JSON.stringify({rows, refusion_vs_mdm: vsM, refusion_vs_ar: vsA}, null, 1));
-tmp(`${out}/speed_accuracy.dat`, rows.map(r =>
-  `"${r.name}" ${r.overall.tokens_per_s / ar.tokens_per_s} ${100 * r.overall.accuracy}`).join('\n') + '\n');
+tmp(`${out}/table.json`, JSON.stringify({rows, headline: head.name, refusion_vs_mdm: vsM, refusion_vs_ar: vsA}, null, 1));
+// one data block per decoder kind (gnuplot "index N"): a colour and a legend entry each
+const kinds = ['ar', 'refusion', 'refusion-verified', 'mdm'];
+tmp(`${out}/speed_accuracy.dat`, kinds.map(k => rows.filter(r => r.kind === k).map(r =>
+  `"${r.name}" ${r.overall.tokens_per_s / ar.tokens_per_s} ${100 * r.overall.accuracy}`).join('\n') ||
+  '"" 1 -100').join('\n\n\n') + '\n');
+const ys = rows.map(r => 100 * r.overall.accuracy), xs = rows.map(r => r.overall.tokens_per_s / ar.tokens_per_s);
+tmp(`${out}/speed_accuracy.range`,
+    `${Math.min(...xs) / 1.6} ${Math.max(...xs) * 1.6} ${Math.ceil(Math.max(...ys) / 5) * 5 + 5}\n`);
 process.stdout.write(md);
 EOF
+  read -r xlo xhi ytop < "$OUT/speed_accuracy.range"
+  # labels alternate above and below their points so that neighbours do not collide
   gnuplot <<EOF
-set terminal svg size 640,440 font "sans,12"
+set terminal svg size 800,500 font "sans,12"
 set output "$OUT/speed_accuracy.svg.tmp"
-set title "Accuracy vs throughput (test set, $(nproc) CPU threads)"
-set xlabel "throughput relative to AR (tokens/s / AR tokens/s)"
+set title "Accuracy vs throughput on the test set ($(nproc) CPU threads)"
+set xlabel "throughput relative to AR (tokens/s / AR tokens/s, log scale)"
 set ylabel "accuracy (%)"
 set logscale x
+set xrange [$xlo:$xhi]
+set yrange [0:$ytop]
 set grid
-set key off
-set yrange [0:100]
-plot "$OUT/speed_accuracy.dat" using 2:3 with points pt 7 ps 1.5, \
-     "" using 2:3:1 with labels offset 0,1.2
+set key outside right top
+plot "$OUT/speed_accuracy.dat" index 0 using 2:3 with points pt 7 ps 1.4 lc rgb "#1f77b4" title "AR", \
+     "" index 1 using 2:3 with points pt 5 ps 1.4 lc rgb "#ff7f0e" title "ReFusion (reference decoder)", \
+     "" index 2 using 2:3 with points pt 9 ps 1.6 lc rgb "#2ca02c" title "ReFusion, AR-verified", \
+     "" index 3 using 2:3 with points pt 13 ps 1.4 lc rgb "#d62728" title "MDM", \
+     "" using 2:(\$3 + (int(\$0) % 2 ? -0.04 : 0.04) * $ytop):1 with labels font ",9" notitle
 EOF
   mv "$OUT/speed_accuracy.svg.tmp" "$OUT/speed_accuracy.svg"
   say "wrote $OUT/table.md, $OUT/table.json, $OUT/speed_accuracy.svg"
