@@ -1,15 +1,22 @@
 /* kernels_matmul.c - benchmark rf_matmul on the Qwen3-0.6B and Qwen3-8B layer
  * shapes against this machine's measured rooflines.
  *
- *   bench_kernels_matmul [--quick] [--blas] [--dtype bf16|f16|f32] [--n 1,4,16] [--shape RxC]
+ *   bench_kernels_matmul [--quick] [--blas] [--dtype bf16,q8_0,q4_0,f32,f16] [--n 1,4,16]
+ *                        [--shape RxC] [--tier avx2,avx512]
  *
+ * Every CPU tier this machine has (kernels/cpu.h; or those given) and every
+ * dtype (default bf16, q8_0, q4_0) is timed; the tier is printed per row.
  * --blas also times OpenBLAS cblas_sgemm on the f32 rows with n >= 16 (the
  * "blas ms" column) for comparison. Note: OpenBLAS 0.3.21 does not know
  * this CPU model and falls back to its SSE3 "Prescott" kernels unless run
  * with OPENBLAS_CORETYPE=Haswell (AVX2) in the environment.
  *
- * For every (shape, dtype, n): ms per call, GB/s of weight streaming (and %
- * of the measured read bandwidth), GFLOP/s (and % of the measured FMA peak).
+ * For every (shape, tier, dtype, n): ms per call, GB/s of weight streaming
+ * (and % of the measured read bandwidth), G ops/s (a multiply-add = 2) and %
+ * of the measured peak of the instruction the kernel is built on at that
+ * tier (roofline.h): f32 FMA (f32/f16, and bf16 at avx2), bf16 vdpbf16ps
+ * (avx512 bf16: its kernel issues two per weight, hi and lo activations, so
+ * it tops out at 50%), int8 maddubs (avx2 Q8_0/Q4_0) or vpdpbusd (avx512).
  * Each figure is the fastest of the calls that fill ~0.15 s (at least 2,
  * after one warm-up call): on a shared machine the minimum is the least
  * disturbed measurement. Default: everything in well under a minute. */
@@ -20,6 +27,8 @@
 #ifndef RF_NO_BLAS
 #include <cblas.h>
 #endif
+#include "io/quant.h"
+#include "kernels/cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/roofline.h"
 #include "util/util.h"
@@ -33,20 +42,80 @@ static const shape shapes[] = {
     {4096, 4096, "8B q/o_proj"},
 };
 
-static const char *dtname(rf_dtype t) { return t == RF_F32 ? "f32" : t == RF_F16 ? "f16" : "bf16"; }
+static const char *dtname(rf_dtype t) {
+    return t == RF_F32 ? "f32" : t == RF_F16 ? "f16" : t == RF_BF16 ? "bf16" : t == RF_Q8_0 ? "q8_0" : "q4_0";
+}
+
+static double g_peak[2][5]; /* [tier][dtype]: the peak the kernel is measured against */
+
+static void measure_peaks(int have512) {
+    double f32 = rf_measure_fma_gflops(), i8 = rf_peak_i8_maddubs_avx2();
+    printf("peaks (G ops/s): avx2 f32 FMA %.0f, avx2 int8 maddubs %.0f", f32, i8);
+    g_peak[0][RF_F32] = g_peak[0][RF_F16] = g_peak[0][RF_BF16] = f32;
+    g_peak[0][RF_Q8_0] = g_peak[0][RF_Q4_0] = i8;
+    g_peak[1][RF_F32] = g_peak[1][RF_F16] = f32;
+    if (have512) {
+        double f512 = rf_peak_f32_fma_avx512(), b = rf_peak_bf16_dot_avx512(), v = rf_peak_i8_vnni_avx512();
+        printf(", avx512 f32 FMA %.0f, avx512 bf16 dot %.0f, avx512 int8 VNNI %.0f", f512, b, v);
+        g_peak[1][RF_BF16] = b;
+        g_peak[1][RF_Q8_0] = g_peak[1][RF_Q4_0] = v;
+    }
+    printf("\n");
+}
+
+static int parse_list(const char *s, const char *const *names, int nnames, int *out, int max) {
+    int n = 0;
+    while (*s && n < max) {
+        size_t len = strcspn(s, ",");
+        int k = -1;
+        for (int i = 0; i < nnames; i++)
+            if (strlen(names[i]) == len && !strncmp(s, names[i], len)) k = i;
+        if (k < 0) return -1;
+        out[n++] = k;
+        s += len + (s[len] == ',');
+    }
+    return n;
+}
+
+/* random weights of the dtype: a fixed pattern, quantised for Q types */
+static void *make_weights(rf_dtype dt, int rows, int cols) {
+    size_t rb = rf_dtype_row_bytes(dt, cols);
+    char *wd = rf_aligned_alloc(rb * rows);
+#pragma omp parallel
+    {
+        float *row = rf_malloc(sizeof(float) * cols);
+#pragma omp for schedule(static)
+        for (int r = 0; r < rows; r++) {
+            for (int c = 0; c < cols; c++) {
+                size_t i = (size_t)r * cols + c;
+                row[c] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+            }
+            char *o = wd + (size_t)r * rb;
+            for (int c = 0; c < cols; c++)
+                if (dt == RF_F32) ((float *)o)[c] = row[c];
+                else if (dt == RF_F16) ((uint16_t *)o)[c] = rf_f32_to_f16(row[c]);
+                else if (dt == RF_BF16) ((uint16_t *)o)[c] = rf_f32_to_bf16(row[c]);
+            if (dt == RF_Q8_0) rf_quantize_row_q8_0(row, o, cols);
+            if (dt == RF_Q4_0) rf_quantize_row_q4_0(row, o, cols);
+        }
+        free(row);
+    }
+    return wd;
+}
 
 int main(int argc, char **argv) {
     int ns[16] = {1, 4, 8, 16, 32, 64, 128}, n_ns = 7;
-    rf_dtype dts[3] = {RF_BF16, RF_F32}; int n_dts = 2;
+    static const char *const dnames[] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+    static const char *const tnames[] = {"avx2", "avx512"};
+    int dts[5] = {RF_BF16, RF_Q8_0, RF_Q4_0}, n_dts = 3, tiers[2] = {0, 1}, n_tiers = 2;
     int only_r = 0, only_c = 0, blas = 0;
     double target = 0.15;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) target = 0.05;
         else if (!strcmp(argv[i], "--blas")) blas = 1;
-        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
-            const char *d = argv[++i];
-            n_dts = 1;
-            dts[0] = !strcmp(d, "f32") ? RF_F32 : !strcmp(d, "f16") ? RF_F16 : RF_BF16;
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && (n_dts = parse_list(argv[++i], dnames, 5, dts, 5)) > 0) {
+        } else if (!strcmp(argv[i], "--tier") && i + 1 < argc &&
+                   (n_tiers = parse_list(argv[++i], tnames, 2, tiers, 2)) > 0) {
         } else if (!strcmp(argv[i], "--n") && i + 1 < argc) {
             n_ns = 0;
             for (char *s = argv[++i]; *s && n_ns < 16;) {
@@ -56,16 +125,19 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
             if (sscanf(argv[++i], "%dx%d", &only_r, &only_c) != 2) only_r = only_c = 0;
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--blas] [--dtype bf16|f16|f32] [--n 1,4,16] [--shape RxC]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--blas] [--dtype bf16,q8_0,q4_0,f32,f16] [--n 1,4,16] "
+                            "[--shape RxC] [--tier avx2,avx512]\n", argv[0]);
             return 2;
         }
     }
-    printf("threads: %d\n", omp_get_max_threads());
+    int have512 = rf_cpu_tier_detected() >= RF_CPU_AVX512;
+    printf("threads: %d, cpu: %s%s%s\n", omp_get_max_threads(), rf_cpu_tier_str(rf_cpu_tier_detected()),
+           rf_cpu_note()[0] ? "; " : "", rf_cpu_note());
     double bw = rf_measure_read_gbs();
-    double peak = rf_measure_fma_gflops();
-    printf("measured roofline: read %.1f GB/s, f32 FMA peak %.1f GFLOP/s\n\n", bw, peak);
-    printf("%-13s %-12s %-5s %4s %10s %8s %6s %9s %6s%s\n", "layer", "shape", "dtype", "n", "ms/call",
-           "W GB/s", "%bw", "GFLOP/s", "%peak", blas ? "   blas ms" : "");
+    printf("measured read bandwidth %.1f GB/s\n", bw);
+    measure_peaks(have512);
+    printf("\n%-13s %-12s %-6s %-5s %4s %10s %8s %6s %9s %6s %7s%s\n", "layer", "shape", "tier", "dtype", "n",
+           "ms/call", "W GB/s", "%bw", "Gops/s", "%peak", "x n=1", blas ? "   blas ms" : "");
 
     int maxn = 1;
     for (int i = 0; i < n_ns; i++) maxn = ns[i] > maxn ? ns[i] : maxn;
@@ -78,52 +150,57 @@ int main(int argc, char **argv) {
         float *Y = rf_aligned_alloc(sizeof(float) * maxn * sh->rows);
         for (size_t i = 0; i < (size_t)maxn * sh->cols; i++) X[i] = rf_rng_normal(&g);
         for (int di = 0; di < n_dts; di++) {
-            size_t nw = (size_t)sh->rows * sh->cols, esz = dts[di] == RF_F32 ? 4 : 2;
-            void *wd = rf_aligned_alloc(nw * esz);
-#pragma omp parallel for schedule(static)
-            for (size_t i = 0; i < nw; i++) {
-                float v = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-                if (esz == 4) ((float *)wd)[i] = v;
-                else ((uint16_t *)wd)[i] = dts[di] == RF_F16 ? rf_f32_to_f16(v) : rf_f32_to_bf16(v);
-            }
-            rf_mat W = {dts[di], wd, sh->rows, sh->cols};
-            for (int ni = 0; ni < n_ns; ni++) {
-                int n = ns[ni];
-                rf_matmul(Y, X, &W, n); /* warm-up */
-                /* best single call: the machine is shared, the minimum is
-                 * the least disturbed measurement */
-                int reps = 0;
-                double t0 = rf_now(), s = 1e30;
-                do {
-                    double t1 = rf_now();
-                    rf_matmul(Y, X, &W, n);
-                    double d = rf_now() - t1;
-                    s = d < s ? d : s;
-                    reps++;
-                } while (rf_now() - t0 < target || reps < 2);
-                double gbs = nw * esz / s / 1e9, gf = 2.0 * nw * n / s / 1e9;
-                char shs[32];
-                snprintf(shs, sizeof shs, "%dx%d", sh->rows, sh->cols);
-                printf("%-13s %-12s %-5s %4d %10.3f %8.1f %5.0f%% %9.1f %5.0f%%", sh->what, shs,
-                       dtname(dts[di]), n, s * 1e3, gbs, 100 * gbs / bw, gf, 100 * gf / peak);
-#ifndef RF_NO_BLAS
-                if (blas && dts[di] == RF_F32 && n >= 16) {
-                    double sb = 1e30;
-                    reps = 0;
-                    t0 = rf_now();
+            rf_dtype dt = (rf_dtype)dts[di];
+            size_t wbytes = rf_dtype_row_bytes(dt, sh->cols) * sh->rows, nw = (size_t)sh->rows * sh->cols;
+            void *wd = make_weights(dt, sh->rows, sh->cols);
+            rf_mat W = {dt, wd, sh->rows, sh->cols};
+            for (int ti = 0; ti < n_tiers; ti++) {
+                int tier = tiers[ti];
+                if (rf_cpu_set_tier((rf_cpu_tier)tier) != 0) {
+                    if (si == 0 && di == 0) printf("SKIPPED: %s (cpu lacks it)\n", tnames[tier]);
+                    continue;
+                }
+                double s1 = 0;
+                for (int ni = 0; ni < n_ns; ni++) {
+                    int n = ns[ni];
+                    rf_matmul(Y, X, &W, n); /* warm-up */
+                    /* best single call: the machine is shared, the minimum is
+                     * the least disturbed measurement */
+                    int reps = 0;
+                    double t0 = rf_now(), s = 1e30;
                     do {
                         double t1 = rf_now();
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, sh->rows, sh->cols, 1.0f, X,
-                                    sh->cols, wd, sh->cols, 0.0f, Y, sh->rows);
+                        rf_matmul(Y, X, &W, n);
                         double d = rf_now() - t1;
-                        sb = d < sb ? d : sb;
+                        s = d < s ? d : s;
                         reps++;
                     } while (rf_now() - t0 < target || reps < 2);
-                    printf(" %9.3f", sb * 1e3);
-                }
+                    if (n == 1) s1 = s;
+                    double gbs = wbytes / s / 1e9, gf = 2.0 * nw * n / s / 1e9, pk = g_peak[tier][dt];
+                    char shs[32], ratio[16] = "";
+                    snprintf(shs, sizeof shs, "%dx%d", sh->rows, sh->cols);
+                    if (s1 > 0) snprintf(ratio, sizeof ratio, "%.2f", s / s1);
+                    printf("%-13s %-12s %-6s %-5s %4d %10.3f %8.1f %5.0f%% %9.1f %5.0f%% %7s", sh->what, shs,
+                           rf_cpu_tier_name(), dtname(dt), n, s * 1e3, gbs, 100 * gbs / bw, gf, 100 * gf / pk, ratio);
+#ifndef RF_NO_BLAS
+                    if (blas && dt == RF_F32 && n >= 16) {
+                        double sb = 1e30;
+                        reps = 0;
+                        t0 = rf_now();
+                        do {
+                            double t1 = rf_now();
+                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, sh->rows, sh->cols, 1.0f, X,
+                                        sh->cols, wd, sh->cols, 0.0f, Y, sh->rows);
+                            double d = rf_now() - t1;
+                            sb = d < sb ? d : sb;
+                            reps++;
+                        } while (rf_now() - t0 < target || reps < 2);
+                        printf(" %9.3f", sb * 1e3);
+                    }
 #endif
-                printf("\n");
-                fflush(stdout);
+                    printf("\n");
+                    fflush(stdout);
+                }
             }
             free(wd);
         }

@@ -1,11 +1,29 @@
-/* kernels.h - the numeric kernels: batched matmul over bf16/f16/f32 weights
- * with f32 activations, and the small per-token ops. All f32 accumulation.
+/* kernels.h - the numeric kernels: batched matmul over f32/f16/bf16 and
+ * ggml Q8_0/Q4_0 weights with f32 activations, and the small per-token ops.
  *
- * Rooflines (2 threads here, as rf_measure_read_gbs / rf_measure_fma_gflops
- * measure them: ~22 GB/s read, ~180 GFLOP/s f32 AVX2 FMA):
- *  - rf_matmul with n = 1 is memory-bound: it must stream W once at full speed.
- *  - with n tokens it streams W once and reuses every loaded weight n times,
- *    so n = 8..64 costs little more than n = 1 until it turns compute-bound. */
+ * rf_matmul picks its kernel per weight dtype and CPU tier (kernels/cpu.h,
+ * chosen at run time; REFUSION_CPU=avx2 forces the baseline):
+ *   f32, f16          AVX2 FMA register tiles (matmul.c), every tier
+ *   bf16              avx2: AVX2 FMA; avx512: vdpbf16ps with the activations
+ *                     split into bf16 hi + lo (f32-grade accuracy, see
+ *                     matmul_avx512.c), 4 rows x 4 tokens per tile
+ *   Q8_0, Q4_0        activations quantised per 32-block to int8 (scale
+ *                     max|x|/127 in f32, round to nearest even), exact
+ *                     integer block dots: avx2 maddubs (matmul_q.c), avx512
+ *                     vpdpbusd (matmul_avx512.c); f32 accumulation. cols must
+ *                     be a multiple of 32. Results differ from the f32 dot
+ *                     product of the dequantised weights by the activation
+ *                     rounding (<= |w| max|x_block| / 254 per term).
+ *   amx               detected, no kernels of its own yet (runs avx512).
+ * Everything accumulates in f32.
+ *
+ *  - rf_matmul with n = 1 is memory-bound: it must stream W once at full
+ *    speed (4 rows in flight).
+ *  - with n tokens it streams W once and reuses every loaded weight vector
+ *    for a tile of up to 4 tokens, tokens in blocks that stay in L2, so n =
+ *    4..64 costs little more than n = 1 until it turns compute-bound.
+ * Rooflines: kernels/roofline.h measures read bandwidth and the per-tier
+ * compute peaks; bench/kernels_matmul.c prints both per kernel. */
 #ifndef RF_KERNELS_H
 #define RF_KERNELS_H
 
@@ -23,13 +41,14 @@ typedef struct {
 /* Y[n, rows] = X[n, cols] . W[rows, cols]^T   (Y = X W^T, a Linear layer).
  * Threads over output rows with OpenMP; X rows are reused from cache. */
 void rf_matmul(float *Y, const float *X, const rf_mat *W, int n);
-/* Same, the obvious triple loop in double precision: the test reference. */
+/* Same, the obvious triple loop in double precision: the test reference
+ * (Q8_0/Q4_0: the dequantised weights times the unquantised activations). */
 void rf_matmul_naive(float *Y, const float *X, const rf_mat *W, int n);
 /* Same, only output rows [r0, r1) of W; Y is [n, r1 - r0]. Used for logits
  * restricted to a vocabulary range and for tests. */
 void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, int r1);
 
-/* Row r of W as f32 (the embedding lookup). */
+/* Row r of W as f32 (the embedding lookup; Q8_0/Q4_0 dequantised). */
 void rf_mat_row_f32(float *out, const rf_mat *W, int r);
 
 /* out[i, :] = w * x[i, :] / sqrt(mean(x[i, :]^2) + eps), i < n, rows of dim. */

@@ -84,3 +84,29 @@ double rf_measure_fma_gflops(void) {
     if (sink < 0) best = -best;
     return best;
 }
+
+double rf_peak_i8_maddubs_avx2(void) {
+    /* acc += madd(maddubs(u8, s8), 1): 32 u8 x s8 products summed to 8 s32 */
+    const long iters = 10 * 1000 * 1000;
+    double best = 0, sink = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        int nt = 1;
+        double t0 = rf_now();
+#pragma omp parallel reduction(+ : sink)
+        {
+#pragma omp single
+            nt = omp_get_num_threads();
+            __m256i u = _mm256_set1_epi8(3), s = _mm256_set1_epi8(-2), one = _mm256_set1_epi16(1), a[12];
+            for (int j = 0; j < 12; j++) a[j] = _mm256_set1_epi32(j);
+            for (long i = 0; i < iters; i++) {
+                for (int j = 0; j < 12; j++)
+                    a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), one));
+                __asm__ volatile("" : "+x"(u), "+x"(s));
+            }
+            for (int j = 0; j < 12; j++) sink += _mm256_extract_epi32(a[j], 0);
+        }
+        double g = (double)nt * iters * 12 * 64 / (rf_now() - t0) / 1e9;
+        if (g > best) best = g;
+    }
+    return sink < -1e300 ? -best : best;
+}

@@ -1,6 +1,6 @@
 /* roofline.h - measure this machine's two rooflines, so benchmarks can print
  * how close a kernel gets: streaming read bandwidth (memory-bound kernels,
- * e.g. a matmul with one token) and f32 FMA peak (compute-bound ones). Both
+ * e.g. a matmul with one token) and compute peaks (compute-bound ones). Both
  * use all OpenMP threads (omp_get_max_threads()). Each takes ~0.5-1 s. */
 #ifndef RF_ROOFLINE_H
 #define RF_ROOFLINE_H
@@ -9,5 +9,16 @@
 double rf_measure_read_gbs(void);
 /* GFLOP/s (FMA = 2 flops) of a register-only 8-wide FMA loop, best of 3. */
 double rf_measure_fma_gflops(void);
+
+/* Compute peaks per CPU tier and kind, in G ops/s (a multiply-add = 2 ops),
+ * from register-only loops of 12 independent chains per thread, best of 3:
+ *   avx2:   f32 FMA (rf_measure_fma_gflops); int8 maddubs + madd + add (the
+ *           AVX2 Q8_0/Q4_0 kernels' inner step: 32 MACs per 3 instructions)
+ *   avx512: f32 FMA (16-wide), bf16 vdpbf16ps (32 MACs), int8 vpdpbusd (64).
+ * The avx512 ones must only be called when the CPU has that tier. */
+double rf_peak_i8_maddubs_avx2(void);
+double rf_peak_f32_fma_avx512(void);
+double rf_peak_bf16_dot_avx512(void);
+double rf_peak_i8_vnni_avx512(void);
 
 #endif
