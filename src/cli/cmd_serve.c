@@ -27,6 +27,12 @@ static void usage(FILE *f) {
             "  --threads N             OpenMP threads for generation\n"
             "  --max-body BYTES        larger request bodies get 413 (default 4194304)\n"
             "  --max-queue N           requests queued or running before 503 (default 64)\n"
+            "  --max-connections N     open connections in all, one thread each (default 256)\n"
+            "  --max-per-client N      open connections from one IP address (default 16)\n"
+            "  --timeout S             seconds a client may stall while sending a request (default 10)\n"
+            "  --queue-wait S          a request not started after S seconds gets 503 (default 300)\n"
+            "  --max-request-mb N      working memory of one generation; larger requests get 400\n"
+            "                          (default: half the RAM)\n"
             "  -q, --quiet             no log line per request\n"
             "Defaults for requests that do not set them:\n"
             "  --mode refusion|ar      decoder (request field \"mode\"; default refusion)\n"
@@ -78,6 +84,11 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) bad = rf_arg_long("serve", a, v, 1, 1024, &lv), c.threads = (int)lv;
         else if (!strcmp(a, "--max-body")) bad = rf_arg_long("serve", a, v, 1, 1L << 34, &lv), c.max_body = (size_t)lv;
         else if (!strcmp(a, "--max-queue")) bad = rf_arg_long("serve", a, v, 1, 100000, &lv), c.max_queue = (int)lv;
+        else if (!strcmp(a, "--max-connections")) bad = rf_arg_long("serve", a, v, 1, 10000, &lv), c.max_connections = (int)lv;
+        else if (!strcmp(a, "--max-per-client")) bad = rf_arg_long("serve", a, v, 1, 10000, &lv), c.max_per_client = (int)lv;
+        else if (!strcmp(a, "--timeout")) bad = rf_arg_long("serve", a, v, 1, 3600, &lv), c.timeout_s = (int)lv;
+        else if (!strcmp(a, "--queue-wait")) bad = rf_arg_long("serve", a, v, 1, 86400, &lv), c.queue_wait_s = (int)lv;
+        else if (!strcmp(a, "--max-request-mb")) bad = rf_arg_long("serve", a, v, 1, 1L << 30, &lv), c.max_request_bytes = (size_t)lv << 20;
         else if (!strcmp(a, "--mode")) mode = v;
         else if (!strcmp(a, "-n") || !strcmp(a, "--gen-length")) bad = rf_arg_long("serve", a, v, 1, 1000000, &lv), p->gen_length = (int)lv;
         else if (!strcmp(a, "--slot-size")) bad = rf_arg_long("serve", a, v, 1, 1000000, &lv), p->slot_size = (int)lv;

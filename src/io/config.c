@@ -137,6 +137,12 @@ static int validate(const rf_config *c, const char *path) {
         rf_set_error("%s: model dimensions are implausibly large", path);
         return -1;
     }
+    /* the context too: every position-sized buffer (KV cache, answer, RoPE
+     * tables) is sized from it, and Qwen3's largest is 262144 */
+    if (c->max_pos > (1 << 20)) {
+        rf_set_error("%s: \"max_position_embeddings\" (%d) is larger than %d", path, c->max_pos, 1 << 20);
+        return -1;
+    }
     if (!(c->rms_eps > 0) || !(c->rms_eps < 1)) {
         rf_set_error("%s: \"rms_norm_eps\" must be in (0, 1)", path);
         return -1;

@@ -9,6 +9,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "decode/decode_impl.h" /* rf_gen_mem_bytes */
 #include "serve/serve_impl.h"
 #include "util/util.h"
 
@@ -29,6 +31,11 @@ void rf_serve_config_default(rf_serve_config *c) {
     c->port = 8080;
     c->max_body = 4u << 20;
     c->max_queue = 64;
+    c->max_connections = 256;
+    c->max_per_client = 16;
+    c->timeout_s = 10;
+    c->queue_wait_s = 300;
+    c->max_request_bytes = 0;
     c->verbose = 1;
     rf_gen_params_default(&c->defaults);
 }
@@ -50,6 +57,7 @@ typedef struct {
     char *body;
     size_t len;
     int too_large;
+    int no_memory;         /* the body could not be stored */
     int status;            /* what we answered, for the log */
     double t0;
     char method[8], url[72];
@@ -109,9 +117,11 @@ static enum MHD_Result send_error(struct MHD_Connection *c, request *q, int stat
 static enum MHD_Result send_health(struct MHD_Connection *c, request *q, rf_server *s) {
     pthread_mutex_lock(&s->mu);
     int stopping = s->stopping;
-    json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I}", "status", stopping ? "stopping" : "ok", "model", s->model_name, "active",
-                          s->n_active, "requests_done", (json_int_t)s->n_done, "tokens_generated",
-                          (json_int_t)s->tokens_done, "uptime_s", (json_int_t)(time(NULL) - s->started));
+    json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I}", "status", stopping ? "stopping" : "ok", "model",
+                          s->model_name, "active", s->n_active, "requests_done", (json_int_t)s->n_done,
+                          "tokens_generated", (json_int_t)s->tokens_done, "uptime_s",
+                          (json_int_t)(time(NULL) - s->started), "requests_cancelled", (json_int_t)s->n_cancelled,
+                          "calls_after_cancel", (json_int_t)s->calls_after_cancel);
     pthread_mutex_unlock(&s->mu);
     return send_obj(c, q, stopping ? 503 : 200, o);
 }
@@ -126,17 +136,63 @@ static enum MHD_Result send_models(struct MHD_Connection *c, request *q, rf_serv
     return send_obj(c, q, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
 }
 
+/* ---- a client that leaves -------------------------------------------------------- */
+/* Has the client closed its end of the connection? A zero-timeout poll and a
+ * peek: end of file or an error means gone (a pipelined next request is data,
+ * not a close). */
+static int client_gone(int fd) {
+    if (fd < 0) return 0;
+    struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&pf, 1, 0) <= 0) return 0;
+    if (pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return 1;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static int connection_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+typedef enum { WAIT_OK, WAIT_GONE, WAIT_LATE } wait_result;
+
+/* Wait (s->mu held) until the job has left the queue (until_done = 0) or is
+ * done (1), looking at the client's socket every 100 ms: a client that left
+ * cancels its job. deadline: rf_now() after which waiting gives up (0: none). */
+static wait_result wait_job(rf_server *s, job *j, int fd, int until_done, double deadline) {
+    while (until_done ? j->state != JOB_DONE : j->state == JOB_QUEUED) {
+        if (client_gone(fd)) {
+            rf_serve_cancel_locked(s, j);
+            return WAIT_GONE;
+        }
+        if (deadline > 0 && rf_now() > deadline) return WAIT_LATE;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&j->cv, &s->mu, &ts);
+    }
+    return WAIT_OK;
+}
+
 /* ---- streaming: MHD pulls SSE bytes from the job ---------------------------- */
 typedef struct {
     rf_server *s;
     job *j;
+    int fd; /* the client's socket, to notice it leaving between events */
 } stream_ref;
 
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ref *r = cls;
     job *j = r->j;
     pthread_mutex_lock(&r->s->mu);
-    while (j->out_sent == j->out_len && j->state != JOB_DONE) pthread_cond_wait(&j->cv, &r->s->mu);
+    while (j->out_sent == j->out_len && j->state != JOB_DONE) {
+        if (wait_job(r->s, j, r->fd, 1, 0) == WAIT_GONE) {
+            pthread_mutex_unlock(&r->s->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
     size_t n = j->out_len - j->out_sent;
     if (n > max) n = max;
     if (n) memcpy(buf, j->out + j->out_sent, n);
@@ -149,6 +205,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void sse_free(void *cls) {
     stream_ref *r = cls;
     pthread_mutex_lock(&r->s->mu);
+    rf_serve_cancel_locked(r->s, r->j); /* nothing when the job is done */
     r->j->abandoned = 1;
     rf_serve_job_unref_locked(r->j);
     pthread_mutex_unlock(&r->s->mu);
@@ -162,14 +219,36 @@ static enum MHD_Result generate(struct MHD_Connection *c, request *q, rf_server 
     if (rf_serve_parse(q->body ? q->body : "", q->len, kind, s->m, s->tok, &s->cfg.defaults, s->cfg.default_ar,
                        &req))
         return send_error(c, q, 400, "%s", rf_last_error());
+    /* what the decoder will allocate, against the per-request limit */
+    int64_t need = rf_gen_mem_bytes(s->m, req.n_prompt, &req.p, req.ar);
+    if ((uint64_t)need > s->cfg.max_request_bytes) {
+        rf_serve_req_free(&req);
+        return send_error(c, q, 400,
+                          "this request needs about %.0f MB of working memory; the server allows %.0f MB per "
+                          "request (fewer tokens, or --max-request-mb)",
+                          need / 1e6, s->cfg.max_request_bytes / 1e6);
+    }
     job *j = rf_serve_submit(s, &req);
     if (!j) {
         rf_serve_req_free(&req);
         return send_error(c, q, 503, "%s", rf_last_error());
     }
+    int fd = connection_fd(c);
+    /* bounded queue wait: a request is not kept waiting forever behind others */
+    pthread_mutex_lock(&s->mu);
+    wait_result w = wait_job(s, j, fd, 0, rf_now() + s->cfg.queue_wait_s);
+    if (w != WAIT_OK) {
+        if (w == WAIT_LATE) rf_serve_cancel_locked(s, j);
+        rf_serve_job_unref_locked(j);
+        pthread_mutex_unlock(&s->mu);
+        if (w == WAIT_GONE) return MHD_NO; /* nobody to answer: close */
+        return send_error(c, q, 503, "the request waited %d s in the queue without starting; try again later",
+                          s->cfg.queue_wait_s);
+    }
+    pthread_mutex_unlock(&s->mu);
     if (j->req.stream) {
         stream_ref *r = rf_malloc(sizeof *r);
-        r->s = s, r->j = j;
+        r->s = s, r->j = j, r->fd = fd;
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, r, sse_free);
         if (!resp) {
             sse_free(r);
@@ -183,7 +262,12 @@ static enum MHD_Result generate(struct MHD_Connection *c, request *q, rf_server 
         return rc;
     }
     pthread_mutex_lock(&s->mu);
-    while (j->state != JOB_DONE) pthread_cond_wait(&j->cv, &s->mu);
+    if (wait_job(s, j, fd, 1, 0) == WAIT_GONE) {
+        rf_serve_job_unref_locked(j);
+        pthread_mutex_unlock(&s->mu);
+        q->status = 499; /* for the log: the client closed the connection */
+        return MHD_NO;
+    }
     char *body = j->out;
     int status = j->status;
     j->out = NULL;
@@ -228,11 +312,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*up_size) {
-        if (q->too_large || q->len + *up_size > s->cfg.max_body) {
-            q->too_large = 1;
+        if (q->too_large || q->no_memory || q->len + *up_size > s->cfg.max_body) {
+            q->too_large |= !q->no_memory;
         } else {
-            char *g = realloc(q->body, q->len + *up_size + 1);
-            if (!g) rf_die("out of memory");
+            char *g = rf_try_realloc(q->body, q->len + *up_size + 1);
+            if (!g) {
+                q->no_memory = 1;
+                *up_size = 0;
+                return MHD_YES;
+            }
             q->body = g;
             memcpy(q->body + q->len, up, *up_size);
             q->len += *up_size;
@@ -241,6 +329,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *up_size = 0;
         return MHD_YES;
     }
+    if (q->no_memory) return send_error(c, q, 503, "out of memory storing the request body");
     if (q->too_large)
         return send_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "the request body is larger than %zu bytes",
                           s->cfg.max_body);
@@ -305,6 +394,10 @@ rf_server *rf_serve_start(const rf_model *m, const rf_tokenizer *tok, const rf_s
     rf_server *s = rf_calloc(1, sizeof *s);
     s->m = m, s->tok = tok, s->cfg = *c;
     if (s->cfg.max_queue < 1) s->cfg.max_queue = 1;
+    if (s->cfg.max_connections < 1) s->cfg.max_connections = 1;
+    if (s->cfg.timeout_s < 1) s->cfg.timeout_s = 1;
+    if (s->cfg.queue_wait_s < 1) s->cfg.queue_wait_s = 1;
+    if (!s->cfg.max_request_bytes) s->cfg.max_request_bytes = rf_phys_mem() ? rf_phys_mem() / 2 : (size_t)1 << 31;
     s->model_name = c->model_name ? rf_strdup(c->model_name) : basename_of(m->dir ? m->dir : "refusion");
     s->started = time(NULL);
     int v6 = 0;
@@ -320,9 +413,16 @@ rf_server *rf_serve_start(const rf_model *m, const rf_tokenizer *tok, const rf_s
         goto fail;
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | (v6 ? MHD_USE_IPv6 : 0);
+    /* Every connection is a thread: the total and the share of one client
+     * are capped, and a client that stops sending its request for timeout_s
+     * is dropped, so half-sent requests cannot hold every slot (slowloris)
+     * and /health keeps answering. A running generation is not affected: its
+     * connection thread waits in our handler, not in MHD's reads. */
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                                 (unsigned)256, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+                                 (unsigned)s->cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                                 (unsigned)(s->cfg.max_per_client > 0 ? s->cfg.max_per_client : 0),
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.timeout_s, MHD_OPTION_END);
     if (!s->daemon) {
         rf_set_error("cannot start the HTTP server (libmicrohttpd) on %s:%d", c->host, s->port);
         pthread_mutex_lock(&s->mu);

@@ -26,7 +26,7 @@ static int get_int(json_t *o, const char *key, long long lo, long long hi, long 
     if (!v) return 0;
     long long x = json_is_integer(v) ? (long long)json_integer_value(v) : 0;
     if (!json_is_integer(v) || x < lo || x > hi) {
-        if (hi == INT_MAX) rf_set_error("\"%s\" must be an integer >= %lld", key, lo);
+        if (hi >= INT_MAX) rf_set_error("\"%s\" must be an integer >= %lld", key, lo);
         else rf_set_error("\"%s\" must be an integer in [%lld, %lld]", key, lo, hi);
         return -1;
     }
@@ -60,8 +60,12 @@ static int get_bool(json_t *o, const char *key, int *out) {
     return 1;
 }
 
-/* The decoding settings every endpoint shares. */
-static int parse_settings(json_t *o, rf_serve_req *r) {
+/* The decoding settings every endpoint shares. Every integer is bounded by
+ * what the model can use (lengths by its context, top_k by its vocabulary)
+ * before anything is computed from it: rf_gen_check then works on sizes
+ * that cannot overflow. */
+static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
+    const long long ctx = m->cfg.max_pos, vocab = m->cfg.vocab_size;
     long long x;
     int k;
     json_t *v;
@@ -77,13 +81,13 @@ static int parse_settings(json_t *o, rf_serve_req *r) {
     if (get_bool(o, "stream", &r->stream) < 0) return -1;
     /* max_completion_tokens is the newer OpenAI name for chat */
     const char *len_key = field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if ((k = get_int(o, len_key, 1, INT_MAX, &x)) < 0) return -1;
+    if ((k = get_int(o, len_key, 1, ctx, &x)) < 0) return -1;
     if (k) r->p.gen_length = (int)x;
-    if ((k = get_int(o, "slot_size", 1, INT_MAX, &x)) < 0) return -1;
+    if ((k = get_int(o, "slot_size", 1, ctx, &x)) < 0) return -1;
     if (k) r->p.slot_size = (int)x;
-    if ((k = get_int(o, "serial_num_blocks", 1, INT_MAX, &x)) < 0) return -1;
+    if ((k = get_int(o, "serial_num_blocks", 1, ctx, &x)) < 0) return -1;
     if (k) r->p.n_blocks = (int)x;
-    if ((k = get_int(o, "top_k", 0, INT_MAX, &x)) < 0) return -1;
+    if ((k = get_int(o, "top_k", 0, vocab, &x)) < 0) return -1;
     if (k) r->p.top_k = (int)x;
     if ((k = get_int(o, "seed", 0, LLONG_MAX, &x)) < 0) return -1;
     if (k) r->p.seed = (uint64_t)x;
@@ -223,7 +227,7 @@ int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_mode
         rf_set_error("the request body must be a JSON object");
         goto out;
     }
-    if (parse_settings(o, out)) goto out;
+    if (parse_settings(o, m, out)) goto out;
     if (kind == RF_REQ_CHAT ? parse_messages(o, tok, out) : parse_prompt(o, tok, out)) goto out;
     if (rf_gen_check(m, out->prompt, out->n_prompt, &out->p, out->ar)) goto out;
     rc = 0;

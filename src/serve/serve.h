@@ -31,13 +31,21 @@ typedef struct {
     size_t max_body;         /* larger request bodies get 413 */
     int max_queue;           /* waiting + running generations; more get 503 */
     int threads;             /* OpenMP threads of the worker (0: OpenMP default) */
+    /* resource limits (see README "Reliability") */
+    int max_connections;     /* open connections in all (each is a thread) */
+    int max_per_client;      /* open connections from one IP address */
+    int timeout_s;           /* a connection idle this long while sending its request is closed */
+    int queue_wait_s;        /* a request still queued after this long gets 503 */
+    size_t max_request_bytes;/* a generation's working memory (rf_gen_mem_bytes); 0: half the RAM */
     int verbose;             /* 1: one log line per request on stderr */
     rf_gen_params defaults;  /* decoding settings when a request does not say */
     int default_ar;          /* default mode: 1 = ar, 0 = refusion */
 } rf_serve_config;
 
-/* Sensible defaults: 127.0.0.1:8080, 4 MiB bodies, queue of 64, the
- * decoder's defaults (rf_gen_params_default), refusion mode, verbose. */
+/* Sensible defaults: 127.0.0.1:8080, 4 MiB bodies, queue of 64, 256
+ * connections of which 16 per client, 10 s to send a request, 300 s in the
+ * queue, half the RAM per generation, the decoder's defaults
+ * (rf_gen_params_default), refusion mode, verbose. */
 void rf_serve_config_default(rf_serve_config *c);
 
 typedef struct rf_server rf_server;
@@ -50,6 +58,12 @@ rf_server *rf_serve_start(const rf_model *m, const rf_tokenizer *tok, const rf_s
 int rf_serve_port(const rf_server *s);
 /* Stop: refuse new requests (503), finish the running generation, fail the
  * queued ones, close every connection, join all threads, free. */
+/* Counters for tests and the load test (also in /health). */
+typedef struct {
+    unsigned long done, cancelled;   /* generations finished; of them, whose client had left */
+    long long calls_after_cancel;    /* model calls spent after the client left */
+} rf_serve_stats;
+void rf_serve_get_stats(rf_server *s, rf_serve_stats *out);
 void rf_serve_stop(rf_server *s);
 
 /* ---- request parsing (request.c), exposed for tests -------------------------- */

@@ -23,6 +23,10 @@ typedef struct job {
     job_state state;
     int refs;               /* the connection + the queue/worker */
     int abandoned;          /* the connection is gone: skip it if still queued */
+    int cancelled;          /* the client left before the answer was complete */
+    int calls_now;          /* model calls so far (counted from the decoder's events) */
+    int calls_at_cancel;    /* ... when it was cancelled */
+    double queued_at;       /* rf_now() when queued */
     char *out;              /* stream: SSE bytes so far; else: the whole JSON body at DONE */
     size_t out_len, out_cap, out_sent;
     int status;             /* HTTP status of a non-stream answer */
@@ -48,6 +52,8 @@ struct rf_server {
     unsigned long n_jobs;     /* jobs ever accepted (ids) */
     unsigned long n_done;
     long long tokens_done;
+    unsigned long n_cancelled;
+    long long calls_after_cancel;
 };
 
 /* worker.c */
@@ -56,6 +62,9 @@ void *rf_serve_worker_main(void *server);
  * in rf_last_error(), when stopping or the queue is full (HTTP 503). The job
  * comes back with one reference for the caller. */
 job *rf_serve_submit(rf_server *s, rf_serve_req *r);
+/* The client of j left: stop producing its output and, while it is still
+ * queued, never run it. s->mu held. */
+void rf_serve_cancel_locked(rf_server *s, job *j);
 /* Drop a reference; frees the job at zero. Call with s->mu held. */
 void rf_serve_job_unref_locked(job *j);
 

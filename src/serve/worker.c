@@ -116,14 +116,28 @@ typedef struct {
     rf_tok_stream *ts; /* NULL without a tokenizer */
 } run_ctx;
 
+static int is_cancelled(run_ctx *c) {
+    pthread_mutex_lock(&c->s->mu);
+    int gone = c->j->cancelled;
+    pthread_mutex_unlock(&c->s->mu);
+    return gone;
+}
+
+/* Decoder callback, once per planning step / infill iteration / AR token,
+ * i.e. once per model call after the prompt: counts the calls, so that the
+ * cost of a generation whose client left is known (/health, the log). */
+static void on_event(const rf_decode_event *ev, void *user) {
+    run_ctx *c = user;
+    if (ev->kind != RF_EV_PLAN && ev->kind != RF_EV_INFILL_ITER && ev->kind != RF_EV_AR_TOKEN) return;
+    pthread_mutex_lock(&c->s->mu);
+    c->j->calls_now++;
+    pthread_mutex_unlock(&c->s->mu);
+}
+
 /* Decoder callback: newly final tokens become one SSE chunk. */
 static void on_tokens(const int *ids, int n, void *user) {
     run_ctx *c = user;
-    if (!c->j->req.stream) return;
-    pthread_mutex_lock(&c->s->mu);
-    int gone = c->j->abandoned;
-    pthread_mutex_unlock(&c->s->mu);
-    if (gone) return;
+    if (!c->j->req.stream || is_cancelled(c)) return;
     size_t cap = 64, len = 0;
     char *text = rf_malloc(cap);
     text[0] = 0;
@@ -157,7 +171,7 @@ static void log_job(const rf_server *s, const job *j, const rf_gen_result *r) {
 static void run_job(rf_server *s, job *j) {
     run_ctx c = {s, j, s->tok ? rf_tok_stream_new(s->tok, 1) : NULL};
     rf_gen_params p = j->req.p;
-    p.on_tokens = on_tokens, p.on_event = NULL, p.user = &c;
+    p.on_tokens = on_tokens, p.on_event = on_event, p.user = &c;
     rf_gen_result r;
     memset(&r, 0, sizeof r);
     int rc = j->req.ar ? rf_generate_ar(s->m, j->req.prompt, j->req.n_prompt, &p, &r)
@@ -200,6 +214,14 @@ static void run_job(rf_server *s, job *j) {
     j->state = JOB_DONE;
     s->n_done++;
     s->tokens_done += r.n_tokens;
+    if (j->cancelled) {
+        /* the decoder has no cancel hook yet: what finishing it cost */
+        s->n_cancelled++;
+        s->calls_after_cancel += j->calls_now - j->calls_at_cancel;
+        if (s->cfg.verbose)
+            fprintf(stderr, "refusion serve: %s: the client left; %d model calls spent after that\n", j->id,
+                    j->calls_now - j->calls_at_cancel);
+    }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&s->mu);
     rf_gen_result_free(&r);
@@ -238,6 +260,7 @@ void *rf_serve_worker_main(void *arg) {
         if (!s->head) s->tail = NULL;
         if (!j->abandoned) {
             j->state = JOB_RUNNING;
+            pthread_cond_broadcast(&j->cv); /* its connection waits for it to leave the queue */
             pthread_mutex_unlock(&s->mu);
             run_job(s, j);
             pthread_mutex_lock(&s->mu);
@@ -290,6 +313,22 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
     pthread_cond_signal(&s->queue_cv);
     pthread_mutex_unlock(&s->mu);
     return j;
+}
+
+void rf_serve_cancel_locked(rf_server *s, job *j) {
+    (void)s;
+    if (j->state == JOB_DONE || j->cancelled) return;
+    j->cancelled = 1;
+    j->abandoned = 1; /* a queued job is dropped when the worker reaches it */
+    j->calls_at_cancel = j->calls_now;
+}
+
+void rf_serve_get_stats(rf_server *s, rf_serve_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    out->done = s->n_done;
+    out->cancelled = s->n_cancelled;
+    out->calls_after_cancel = s->calls_after_cancel;
+    pthread_mutex_unlock(&s->mu);
 }
 
 void rf_serve_job_unref_locked(job *j) {

@@ -371,7 +371,8 @@ rf_tokenizer *rf_tok_load(const char *path) {
     char *eos = NULL;
     json_t *root = NULL;
     size_t len;
-    char *text = rf_read_file(json_path, &len);
+    /* the real Qwen3 tokenizer.json is 11 MB: refuse a huge file before reading it */
+    char *text = rf_read_file_max(json_path, (size_t)RF_TOKENIZER_JSON_MAX, &len);
     if (!text) goto fail;
     json_error_t je;
     root = json_loadb(text, len, 0, &je);

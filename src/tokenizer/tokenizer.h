@@ -14,6 +14,8 @@ typedef struct rf_tokenizer rf_tokenizer;
  * (ids 151669 / 151670 for the Qwen3 vocabulary, else the next free ids).
  * NULL on error with rf_last_error() set. */
 rf_tokenizer *rf_tok_load(const char *path);
+/* tokenizer.json files larger than this are refused unread (Qwen3's is 11 MB) */
+#define RF_TOKENIZER_JSON_MAX (128u << 20)
 void rf_tok_free(rf_tokenizer *t);
 /* A GGUF file (llama.cpp's tokenizer.ggml.* metadata: gpt2 model, qwen2 or
  * gpt2 pre-tokenizer) also works as path: rf_tok_load reads it with

@@ -55,6 +55,23 @@ void *rf_aligned_alloc(size_t n) {
     return p;
 }
 
+void *rf_try_malloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) rf_set_error("out of memory allocating %zu bytes", n);
+    return p;
+}
+
+void *rf_try_realloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) rf_set_error("out of memory allocating %zu bytes", n);
+    return q;
+}
+
+uint64_t rf_phys_mem(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+}
+
 char *rf_strdup(const char *s) {
     size_t n = strlen(s) + 1;
     char *d = rf_malloc(n);
@@ -149,23 +166,41 @@ int rf_write_file_atomic(const char *path, const void *data, size_t n) {
     return 0;
 }
 
-char *rf_read_file(const char *path, size_t *len_out) {
+char *rf_read_file_max(const char *path, size_t max, size_t *len_out) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         rf_set_error("%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
+    /* a regular file's size is known: refuse before reading a byte */
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > max) {
+        fclose(f);
+        rf_set_error("%s: %.1f MB is larger than the %.1f MB this reads", path, st.st_size / 1e6, max / 1e6);
+        return NULL;
+    }
     size_t cap = 1 << 16, len = 0;
-    char *buf = rf_malloc(cap);
+    char *buf = rf_try_malloc(cap);
     size_t r;
-    while ((r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+    while (buf && (r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
         len += r;
-        if (cap - len - 1 == 0) {
-            cap *= 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) rf_die("out of memory reading %s", path);
-            buf = nb;
+        if (len > max) { /* a pipe or a file that grew */
+            free(buf);
+            fclose(f);
+            rf_set_error("%s: larger than the %.1f MB this reads", path, max / 1e6);
+            return NULL;
         }
+        if (cap - len - 1 == 0) {
+            char *nb = cap <= SIZE_MAX / 2 ? rf_try_realloc(buf, cap * 2) : NULL;
+            if (!nb) free(buf);
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (!buf) {
+        fclose(f);
+        rf_set_error("%s: out of memory reading it", path);
+        return NULL;
     }
     int bad = ferror(f);
     fclose(f);
@@ -178,6 +213,8 @@ char *rf_read_file(const char *path, size_t *len_out) {
     if (len_out) *len_out = len;
     return buf;
 }
+
+char *rf_read_file(const char *path, size_t *len_out) { return rf_read_file_max(path, SIZE_MAX - 1, len_out); }
 
 int rf_copy_file_into(const char *from, const char *dir, const char *name) {
     size_t n;

@@ -24,6 +24,21 @@ void *rf_malloc(size_t n);            /* dies on failure */
 void *rf_calloc(size_t n, size_t sz); /* dies on failure */
 void *rf_aligned_alloc(size_t n);     /* 64-byte aligned, zeroed; free with free() */
 char *rf_strdup(const char *s);
+/* For sizes a file or a request chose: NULL with rf_set_error() instead of
+ * dying, so that a server or a loader can refuse and go on. */
+void *rf_try_malloc(size_t n);
+void *rf_try_realloc(void *p, size_t n);
+/* Physical memory of this machine in bytes (0 if unknown): the ceiling
+ * against which sizes from requests and options are checked up front. */
+uint64_t rf_phys_mem(void);
+
+/* ---- overflow-checked sizes ------------------------------------------------
+ * Every size computed from outside input (headers, requests, options) goes
+ * through these: 0 with the result in *out, or -1 when it does not fit. */
+static inline int rf_mul_size(size_t a, size_t b, size_t *out) { return __builtin_mul_overflow(a, b, out) ? -1 : 0; }
+static inline int rf_add_size(size_t a, size_t b, size_t *out) { return __builtin_add_overflow(a, b, out) ? -1 : 0; }
+static inline int rf_mul_i64(int64_t a, int64_t b, int64_t *out) { return __builtin_mul_overflow(a, b, out) ? -1 : 0; }
+static inline int rf_add_i64(int64_t a, int64_t b, int64_t *out) { return __builtin_add_overflow(a, b, out) ? -1 : 0; }
 
 /* ---- time ---------------------------------------------------------------- */
 double rf_now(void); /* seconds, monotonic */
@@ -62,6 +77,9 @@ static inline uint16_t rf_f32_to_f16(float f) { return _cvtss_sh(f, 0); }
 int rf_write_file_atomic(const char *path, const void *data, size_t n);
 /* Read a whole file into a NUL-terminated malloc'd buffer. */
 char *rf_read_file(const char *path, size_t *len_out);
+/* The same, refusing (NULL, "<path>: larger than N MB") a file longer than
+ * max bytes before reading it, and a stream that grows past max. */
+char *rf_read_file_max(const char *path, size_t max, size_t *len_out);
 /* Copy file `from` to dir/name atomically. */
 int rf_copy_file_into(const char *from, const char *dir, const char *name);
 /* path join into a malloc'd string: dir + "/" + name */

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# serve_limits.sh - the server under hostile and unlucky clients (issue 11),
+# over loopback HTTP with curl and bash's /dev/tcp:
+#  1. the two requests that killed the server ("slot_size": INT_MAX and
+#     "max_tokens": INT_MAX) and their neighbours get 400 naming the field,
+#     and the server goes on answering;
+#  2. a request needing more working memory than --max-request-mb gets 400;
+#  3. a garbage request line gets 400; one that never ends is dropped after
+#     --timeout;
+#  4. slowloris: 300 half-sent requests from 127.0.0.1 (more than the 256
+#     connections in all) do not stop /health answering 127.0.0.2 (per-client
+#     limit), and they are closed after --timeout;
+#  5. a client that leaves: its queued job never runs, its running job is
+#     counted as cancelled (/health "requests_cancelled");
+#  6. bounded queue wait: a request that cannot start within --queue-wait
+#     gets 503 instead of waiting behind a long generation.
+# Only 127.0.0.x, port chosen by the kernel; every curl has a time limit.
+set -u
+BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
+SRC=${REFUSION_SRC:-$(dirname "$0")/..}
+command -v curl >/dev/null || { echo "FAIL: curl is needed (scripts/install-deps.sh)" >&2; exit 1; }
+T=$(mktemp -d /tmp/rf_serve_limits.XXXXXX)
+SPID=""
+cleanup() {
+  [ -n "$SPID" ] && kill -KILL "$SPID" 2>/dev/null
+  rm -rf "$T"
+}
+trap cleanup EXIT
+trap "" PIPE # writes to connections the server refused
+fails=0
+pass=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# A random model with the demo tokenizer and a 2048-token context: its AR
+# answers run to max_tokens (no early EOS), long enough to leave or queue behind.
+"$BIN" init -o "$T/m" --preset tiny --hidden 128 --layers 4 --heads 4 --kv-heads 2 --ffn 384 --max-pos 2048 \
+  --seed 5 --tokenizer "$SRC/models/refusion-demo/tokenizer.json" >/dev/null 2>&1 || bad "init"
+M=$T/m
+
+start() { # args: extra serve options
+  "$BIN" serve -m "$M" --host 127.0.0.1 --port 0 --threads 1 "$@" 2>"$T/server.log" &
+  SPID=$!
+  PORT=""
+  for _ in $(seq 1 100); do
+    PORT=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$T/server.log")
+    [ -n "$PORT" ] && break
+    kill -0 "$SPID" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$PORT" ] || { echo "FAIL: the server did not start: $(cat "$T/server.log")" >&2; exit 1; }
+  URL=http://127.0.0.1:$PORT
+}
+stop() { # SIGTERM lets the running generation finish: give it 30 s
+  kill -TERM "$SPID" 2>/dev/null
+  for _ in $(seq 1 300); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$SPID" 2>/dev/null && { bad "the server did not stop within 30 s of SIGTERM"; kill -KILL "$SPID"; }
+  wait "$SPID" 2>/dev/null
+  SPID=""
+}
+health() { curl -s -m 5 "$@" "$URL/health"; }
+alive() { [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "$@" "$URL/health")" = 200 ]; }
+# post NAME PATH BODY [curl args]: body in NAME.body, status in NAME.code
+post() {
+  local name=$1 path=$2 body=$3
+  shift 3
+  curl -s -m 60 --data-binary "$body" -o "$T/$name.body" -w '%{http_code}' "$@" "$URL$path" >"$T/$name.code" 2>/dev/null
+}
+expect() { # NAME CODE NEEDLE
+  local code
+  code=$(cat "$T/$1.code")
+  [ "$code" = "$2" ] && grep -q -- "$3" "$T/$1.body" && ok || bad "$1: want $2 with '$3', got $code: $(head -c 300 "$T/$1.body")"
+}
+json_int() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
+
+# ---- 1-3 ---------------------------------------------------------------------------------
+start --timeout 2 --max-request-mb 8
+alive && ok || bad "/health not 200 at start"
+post crash_slot /v1/completions '{"prompt":"x","slot_size":2147483647,"max_tokens":8}'
+expect crash_slot 400 'slot_size.. must be an integer in \[1, 2048\]'
+alive && ok || bad "server dead after slot_size INT_MAX"
+post crash_len /v1/completions '{"prompt":"x","max_tokens":2147483647}'
+expect crash_len 400 'max_tokens.. must be an integer in \[1, 2048\]'
+alive && ok || bad "server dead after max_tokens INT_MAX"
+post crash_len_ar /v1/completions '{"prompt":"x","max_tokens":2147483647,"mode":"ar"}'
+expect crash_len_ar 400 'max_tokens'
+post crash_blocks /v1/completions '{"prompt":"x","serial_num_blocks":2147483647,"max_tokens":8}'
+expect crash_blocks 400 'serial_num_blocks'
+post crash_topk /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"top_k":2147483647,"mode":"ar"}'
+expect crash_topk 400 'top_k'
+post crash_ctx /v1/completions '{"prompt":"x","max_tokens":2048,"slot_size":2048}'
+expect crash_ctx 400 "context"
+# within every bound but over the per-request memory: one 2000-token slot
+# needs 2000 rows of logits (2000 x 851 x 4 = 6.8 MB) and of activations
+# (2000 x 1408 x 4 = 11 MB)
+post mem /v1/completions '{"prompt":"x","max_tokens":2000,"slot_size":2000}'
+expect mem 400 "max-request-mb"
+post fine /v1/completions '{"prompt":"x","max_tokens":8}'
+expect fine 200 '"completion_tokens":8'
+
+# a garbage request line is answered 400; one without an end is dropped
+exec 3<>"/dev/tcp/127.0.0.1/$PORT"
+printf '\x01\x02\xff\xfe garbage \x7f\r\n\r\n' >&3
+timeout 10 cat <&3 >"$T/garbage.out"
+exec 3<&-
+head -n 1 "$T/garbage.out" | grep -q '^HTTP/1.1 400' && ok || bad "garbage request line: $(head -c 200 "$T/garbage.out")"
+exec 3<>"/dev/tcp/127.0.0.1/$PORT"
+printf '\x01\x02\xff no end' >&3
+t0=$(date +%s)
+timeout 20 cat <&3 >/dev/null
+rc=$?
+exec 3<&-
+[ $rc -ne 124 ] && ok || bad "an unterminated request line was not dropped after --timeout 2 (waited $(($(date +%s) - t0)) s)"
+alive && ok || bad "server dead after garbage"
+stop
+
+# ---- 4. slowloris ------------------------------------------------------------------------------
+start --timeout 3 --max-per-client 16
+fds=()
+for i in $(seq 1 300); do
+  { exec {fd}<>"/dev/tcp/127.0.0.1/$PORT"; } 2>/dev/null || break
+  printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n' >&$fd 2>/dev/null
+  fds+=($fd)
+done
+[ ${#fds[@]} -ge 256 ] && ok || bad "opened only ${#fds[@]} connections"
+code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' --interface 127.0.0.2 "$URL/health")
+[ "$code" = 200 ] && ok || bad "/health from 127.0.0.2 with 300 half-sent requests open: got '$code'"
+# the same client's next connection is refused while it holds its share
+code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' "$URL/health")
+[ "$code" != 200 ] && ok || bad "a 17th connection from 127.0.0.1 was served"
+sleep 5 # > --timeout: the half-sent ones are dropped
+alive && ok || bad "127.0.0.1 still locked out after --timeout"
+for fd in "${fds[@]}"; do exec {fd}<&-; done
+stop
+
+# ---- 5-6. clients that leave, bounded queue wait -------------------------------------------------
+start --queue-wait 1
+LONG='{"prompt":"x","max_tokens":2000,"mode":"ar"}'
+# a long job whose client leaves after 0.5 s, and a queued one whose client leaves too
+curl -s -m 0.5 -o /dev/null --data-binary "$LONG" "$URL/v1/completions" &
+c1=$!
+sleep 0.1
+curl -s -m 0.5 -o /dev/null --data-binary "$LONG" "$URL/v1/completions" &
+c2=$!
+wait $c1 $c2
+# while the first one still runs: a third request waits at most --queue-wait
+post late /v1/completions '{"prompt":"x","max_tokens":4}'
+expect late 503 "waited 1 s in the queue"
+for _ in $(seq 1 600); do
+  h=$(health)
+  [ "$(echo "$h" | json_int active)" = 0 ] && break
+  sleep 0.1
+done
+h=$(health)
+[ "$(echo "$h" | json_int requests_cancelled)" = 1 ] && ok || bad "requests_cancelled: $h"
+# the queued one never ran: only the first job is done
+[ "$(echo "$h" | json_int requests_done)" = 1 ] && ok || bad "requests_done (the left queued job must not run): $h"
+grep -q "the client left; [0-9]* model calls spent after that" "$T/server.log" && ok || bad "no cancel line in the log"
+# a streamed client that leaves is cancelled the same way
+curl -s -N -m 0.5 -o /dev/null --data-binary '{"prompt":"x","max_tokens":2000,"mode":"ar","stream":true}' "$URL/v1/completions"
+for _ in $(seq 1 600); do
+  [ "$(health | json_int active)" = 0 ] && break
+  sleep 0.1
+done
+[ "$(health | json_int requests_cancelled)" = 2 ] && ok || bad "streamed client leaving: $(health)"
+post after /v1/completions '{"prompt":"x","max_tokens":8}'
+expect after 200 '"completion_tokens":8'
+stop
+
+echo "serve_limits: $pass checks passed, $fails failed"
+[ $fails -eq 0 ]
