@@ -11,7 +11,8 @@
 #      to the answers), the MDM objective   -> $OUT/{base,ar,refusion,refusion-aux,mdm}
 #      Every training run saves every SAVE_EVERY steps and is resumed when the
 #      script is run again; a finished run is marked by DIR/DONE.
-#   4. each evaluated with its decoder on the test set  -> $OUT/results/*.{md,json}
+#   4. every model converted to bf16 (what ships)        -> $OUT/bf16/*
+#      each evaluated with its decoders on the test set  -> $OUT/results/*.{md,json}
 #   5. the table (Markdown + JSON) and a speed-vs-accuracy plot
 #                                                       -> $OUT/table.md, table.json, speed_accuracy.svg
 # Every knob is an environment variable (defaults below). Steps whose output
@@ -46,18 +47,21 @@ FT_TIMEOUT=${FT_TIMEOUT:-0}  # >0: stop a fine-tune (saving it) after this many 
 # answers), AR greedy, the MDM at two step budgets (LLaDA: blocks of 32).
 GEN=${GEN_LENGTH:-128}
 EVALS=${EVALS:-"ar|ar|ar|
+ar-base|base|ar|
 refusion-0.9-0.4|refusion|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.9 --token-threshold 0.4
 refusion-0.7-0.2|refusion|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.7 --token-threshold 0.2
 refusion-aux-0.9-0.4|refusion-aux|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.9 --token-threshold 0.4
-refusion-aux-0.7-0.2|refusion-aux|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.7 --token-threshold 0.2
-refusion-aux-verified|refusion-aux|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.7 --token-threshold 0.2 --ar-verify both
-refusion-aux-correct|refusion-aux|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.7 --token-threshold 0.2 --ar-verify correct
+refusion-aux-l2r|refusion-aux|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.3
+refusion-aux-correct|refusion-aux|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.3 --ar-verify correct
+refusion-aux-first|refusion-aux|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.3 --ar-verify first
+refusion-aux-verified|refusion-aux|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.3 --ar-verify both
+refusion-aux-verified-s16|refusion-aux|refusion|--slot-size 16 --blocks 8 --slot-threshold 0.5 --token-threshold 0.3 --ar-verify both
 mdm-128-steps|mdm|mdm|--blocks 4 --steps $GEN
 mdm-32-steps|mdm|mdm|--blocks 4 --steps 32"}
 # the ReFusion run the paper's comparisons (vs AR, vs MDM) are made with
 HEADLINE=${HEADLINE:-refusion-aux-verified}
 LIMIT=${LIMIT:-0}
-STAGES=${STAGES:-"tasks tokenizer train eval table"}
+STAGES=${STAGES:-"tasks tokenizer train convert eval table"}
 FORCE=${FORCE:-0}
 
 want() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -113,13 +117,25 @@ if want train; then
   for p in "${pids[@]}"; do wait "$p"; done
 fi
 
+if want convert; then
+  for dir in "$OUT"/base "$OUT"/*/; do
+    name=$(basename "$dir")
+    [ -e "$OUT/$name/DONE" ] || continue
+    if fresh "$OUT/bf16/$name/model.safetensors"; then
+      say "convert $name to bf16"
+      "$BIN" convert -m "$OUT/$name" -o "$OUT/bf16/$name" --dtype bf16 >/dev/null
+      cp "$OUT/$name/loss.png" "$OUT/bf16/$name/" 2>/dev/null || true
+    fi
+  done
+fi
+
 if want eval; then
   while IFS='|' read -r name model dec args; do
     [ -n "$name" ] || continue
     if fresh "$OUT/results/$name.json"; then
       say "eval $name: $model model, $dec decoder $args"
       # shellcheck disable=SC2086
-      "$BIN" eval -m "$OUT/$model" --data "$DATA/test.json" --decoder "$dec" --gen-length "$GEN" \
+      "$BIN" eval -m "$OUT/bf16/$model" --data "$DATA/test.json" --decoder "$dec" --gen-length "$GEN" \
         --limit "$LIMIT" $args --quiet -o "$OUT/results/$name"
     fi
   done <<< "$EVALS"
