@@ -2,11 +2,20 @@
  * loads (config.json, model.safetensors in f32, tokenizer.json and
  * tokenizer_config.json), plus the trainer state beside them (optimizer.bin).
  *
- * Every file is written atomically (temp + fsync + rename). model.safetensors
- * is written before optimizer.bin, and optimizer.bin records a hash of the
- * weights it belongs to: a save interrupted between the two leaves a pair that
- * --resume detects and refuses instead of silently mixing states. */
+ * A checkpoint is saved as a set, so that a kill or a full disk at any moment
+ * leaves either the previous checkpoint or the new one, never a mix:
+ *   1. every new file is written complete as NAME.next (temp + fsync + rename);
+ *   2. the journal checkpoint.commit, listing them, is written atomically:
+ *      the commit point;
+ *   3. each NAME.next is renamed over NAME, then the journal is removed.
+ * rf_ckpt_recover, run before a training job reads or writes its directory,
+ * finishes step 3 when a journal is there (roll forward) and otherwise
+ * deletes the leftovers of a save that never reached its commit point
+ * (NAME.next, NAME.tmp.PID). optimizer.bin also records a hash of the weights
+ * it belongs to, which --resume checks. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +24,7 @@
 
 #include "model/model.h"
 #include "train/train.h"
+#include "util/util.h"
 
 /* ---- weights in ---------------------------------------------------------------- */
 
@@ -56,12 +66,52 @@ int rf_tmodel_load_weights(rf_tmodel *m, const char *dir) {
     return 0;
 }
 
-/* ---- weights out --------------------------------------------------------------- */
+/* ---- saving as a set ------------------------------------------------------------ */
+
+/* The files of a checkpoint set; only these are staged, renamed and cleaned. */
+static const char *const SET_FILES[] = {"config.json", "model.safetensors", "tokenizer.json",
+                                        "tokenizer_config.json", "optimizer.bin"};
+#define N_SET_FILES (int)(sizeof SET_FILES / sizeof SET_FILES[0])
+#define JOURNAL "checkpoint.commit"
+#define JOURNAL_MAGIC "refusion checkpoint set 1\n"
+
+/* Test hook: REFUSION_TEST_KILL_AT=N ends the process with _exit(86) right
+ * after the N-th step of checkpoint saving in this process (a file staged,
+ * half of optimizer.bin written, the journal, a rename, ...), as a kill -9 at
+ * that moment would. tests/train_ckpt_kill.sh walks N over every step. */
+static void kill_point(void) {
+    static long at = -1, n = 0;
+    if (at < 0) {
+        const char *e = getenv("REFUSION_TEST_KILL_AT");
+        at = e ? atol(e) : 0;
+    }
+    if (at > 0 && ++n == at) _exit(86);
+}
 
 static int is_dir(const char *p) {
     struct stat st;
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
+
+/* dir/name + suffix, malloc'd */
+static char *set_path(const char *dir, const char *name, const char *suffix) {
+    size_t n = strlen(dir) + strlen(name) + strlen(suffix) + 2;
+    char *p = rf_malloc(n);
+    snprintf(p, n, "%s/%s%s", dir, name, suffix);
+    return p;
+}
+
+/* Make renames and unlinks in dir durable. */
+static int sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return rf_set_error("%s: cannot open: %s", dir, strerror(errno)), -1;
+    int rc = fsync(fd);
+    close(fd);
+    if (rc) return rf_set_error("%s: fsync failed: %s", dir, strerror(errno)), -1;
+    return 0;
+}
+
+static int exists(const char *p) { return access(p, F_OK) == 0; }
 
 /* Copy src to dst atomically if src exists; 0 if absent. */
 static int copy_if_exists(const char *src, const char *dst) {
@@ -74,24 +124,30 @@ static int copy_if_exists(const char *src, const char *dst) {
     return rc;
 }
 
-int rf_tmodel_save(const rf_tmodel *m, const char *dir, const char *tok_src) {
-    if (rf_mkdir_p(dir)) return -1;
-    int rc = 0;
-    char *p = rf_path_join(dir, "model.safetensors");
+/* config.json, model.safetensors and the tokenizer files as NAME<suffix>;
+ * staged[i] = 1 for each SET_FILES[i] written. */
+static int write_model_files(const rf_tmodel *m, const char *dir, const char *tok_src, const char *suffix,
+                             int *staged) {
+    char *p = set_path(dir, "model.safetensors", suffix);
     rf_st_writer *w = rf_st_writer_new();
     for (int t = 0; t < m->n_tensors; t++) {
         const rf_ptensor *pt = &m->tensors[t];
         rf_st_writer_add(w, pt->name, RF_F32, pt->ndim, pt->shape, m->params + pt->offset);
     }
-    rc = rf_st_writer_finish(w, p);
+    int rc = rf_st_writer_finish(w, p);
     free(p);
     if (rc) return -1;
+    staged[1] = 1;
+    kill_point();
     rf_config c = m->cfg;
     c.dtype = RF_F32; /* the weights as trained: resume continues bit for bit */
-    p = rf_path_join(dir, "config.json");
+    p = set_path(dir, "config.json", suffix);
     rc = rf_config_save(&c, p);
     free(p);
-    if (rc || !tok_src) return rc;
+    if (rc) return -1;
+    staged[0] = 1;
+    kill_point();
+    if (!tok_src) return 0;
     /* tokenizer files: from a directory, or a tokenizer.json plus its
      * directory's tokenizer_config.json */
     char *sdir = is_dir(tok_src) ? rf_strdup(tok_src) : NULL;
@@ -105,19 +161,18 @@ int rf_tmodel_save(const rf_tmodel *m, const char *dir, const char *tok_src) {
     int same = same_a && same_b && !strcmp(same_a, same_b);
     free(same_a), free(same_b);
     if (!same) {
-        const char *names[] = {"tokenizer.json", "tokenizer_config.json"};
-        for (int i = 0; i < 2 && !rc; i++) {
-            char *src = i == 0 && !is_dir(tok_src) ? rf_strdup(tok_src) : rf_path_join(sdir, names[i]);
-            char *dst = rf_path_join(dir, names[i]);
+        for (int i = 2; i < 4 && !rc; i++) {
+            char *src = i == 2 && !is_dir(tok_src) ? rf_strdup(tok_src) : rf_path_join(sdir, SET_FILES[i]);
+            char *dst = set_path(dir, SET_FILES[i], suffix);
+            int had = exists(src);
             rc = copy_if_exists(src, dst);
+            if (!rc && had) staged[i] = 1, kill_point();
             free(src), free(dst);
         }
     }
     free(sdir);
     return rc;
 }
-
-/* ---- trainer state ------------------------------------------------------------- */
 
 #define OPT_MAGIC "RFOPT001"
 
@@ -143,16 +198,12 @@ uint64_t rf_hash_floats(const float *x, size_t n) {
 
 static int write_all(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n ? 0 : -1; }
 
-int rf_tstate_save(const char *dir, const rf_tstate *s, const rf_adamw *o) {
-    char *path = rf_path_join(dir, "optimizer.bin");
+/* optimizer.bin as path (temp + fsync + rename) */
+static int write_tstate(const char *path, const rf_tstate *s, const rf_adamw *o) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        rf_set_error("%s: cannot create: %s", tmp, strerror(errno));
-        free(path);
-        return -1;
-    }
+    if (!f) return rf_set_error("%s: cannot create: %s", tmp, strerror(errno)), -1;
     opt_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, OPT_MAGIC, 8);
@@ -164,17 +215,148 @@ int rf_tstate_save(const char *dir, const rf_tstate *s, const rf_adamw *o) {
     h.tokens_seen = s->tokens_seen;
     h.elapsed = s->elapsed;
     h.params_hash = s->params_hash;
-    int rc = write_all(f, &h, sizeof h) || write_all(f, o->m, o->n * sizeof(float)) ||
-             write_all(f, o->v, o->n * sizeof(float)) || fflush(f) || fsync(fileno(f));
+    int rc = write_all(f, &h, sizeof h) || write_all(f, o->m, o->n * sizeof(float)) || fflush(f);
+    if (!rc) kill_point(); /* a half-written temp file */
+    rc = rc || write_all(f, o->v, o->n * sizeof(float)) || fflush(f) || fsync(fileno(f));
     if (fclose(f)) rc = -1;
     if (rc || rename(tmp, path)) {
         rf_set_error("%s: write failed: %s", path, strerror(errno));
         unlink(tmp);
-        free(path);
         return -1;
     }
-    free(path);
     return 0;
+}
+
+/* Step 3 of a save (and of a recovery): every staged NAME.next over NAME,
+ * then the journal away. Renaming is idempotent: a NAME.next that is gone
+ * was renamed before an interruption. */
+static int commit_staged(const char *dir, const int *staged) {
+    for (int i = 0; i < N_SET_FILES; i++) {
+        if (!staged[i]) continue;
+        char *from = set_path(dir, SET_FILES[i], ".next"), *to = set_path(dir, SET_FILES[i], "");
+        int rc = exists(from) && rename(from, to) ? -1 : 0;
+        if (rc) rf_set_error("%s: rename failed: %s", to, strerror(errno));
+        free(from), free(to);
+        if (rc) return -1;
+        kill_point();
+    }
+    if (sync_dir(dir)) return -1;
+    char *j = set_path(dir, JOURNAL, "");
+    int rc = unlink(j) && errno != ENOENT ? -1 : 0;
+    if (rc) rf_set_error("%s: cannot remove: %s", j, strerror(errno));
+    free(j);
+    if (rc || sync_dir(dir)) return -1;
+    kill_point();
+    return 0;
+}
+
+/* Stage the files (tstate may be NULL: no optimizer.bin), commit, apply. */
+static int save_set(const rf_tmodel *m, const char *dir, const char *tok_src, const rf_tstate *st,
+                    const rf_adamw *o) {
+    if (rf_mkdir_p(dir) || rf_ckpt_recover(dir)) return -1;
+    int staged[N_SET_FILES] = {0};
+    if (write_model_files(m, dir, tok_src, ".next", staged)) goto fail;
+    if (st) {
+        char *p = set_path(dir, "optimizer.bin", ".next");
+        int rc = write_tstate(p, st, o);
+        free(p);
+        if (rc) goto fail;
+        staged[4] = 1;
+        kill_point();
+    }
+    if (sync_dir(dir)) goto fail;
+    /* the commit point: from here on the new set wins */
+    char journal[512] = JOURNAL_MAGIC;
+    for (int i = 0; i < N_SET_FILES; i++)
+        if (staged[i]) strcat(journal, SET_FILES[i]), strcat(journal, "\n");
+    char *jp = set_path(dir, JOURNAL, "");
+    int rc = rf_write_file_atomic(jp, journal, strlen(journal));
+    free(jp);
+    if (rc || sync_dir(dir)) goto fail;
+    kill_point();
+    return commit_staged(dir, staged);
+fail:; /* the previous checkpoint is untouched: drop what was staged */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", rf_last_error());
+    for (int i = 0; i < N_SET_FILES; i++) {
+        char *p = set_path(dir, SET_FILES[i], ".next");
+        unlink(p);
+        free(p);
+    }
+    rf_set_error("%s", why);
+    return -1;
+}
+
+/* NAME.next, NAME.next.tmp.PID or NAME.tmp.PID of a set file; NAME.tmp.PID
+ * of the journal and of log.csv. (No known name is a prefix of another.) */
+static int is_leftover(const char *f) {
+    const char *known[N_SET_FILES + 2];
+    for (int i = 0; i < N_SET_FILES; i++) known[i] = SET_FILES[i];
+    known[N_SET_FILES] = JOURNAL, known[N_SET_FILES + 1] = "log.csv";
+    for (int i = 0; i < N_SET_FILES + 2; i++) {
+        size_t k = strlen(known[i]);
+        if (strncmp(f, known[i], k)) continue;
+        const char *r = f + k;
+        if (i < N_SET_FILES && !strncmp(r, ".next", 5)) {
+            r += 5;
+            if (!*r) return 1;
+        }
+        return !strncmp(r, ".tmp.", 5) && r[5] && strspn(r + 5, "0123456789") == strlen(r + 5);
+    }
+    return 0;
+}
+
+int rf_ckpt_recover(const char *dir) {
+    if (!is_dir(dir)) return 0;
+    char *jp = set_path(dir, JOURNAL, "");
+    size_t n = 0;
+    char *journal = exists(jp) ? rf_read_file_max(jp, 4096, &n) : NULL;
+    free(jp);
+    if (journal) {
+        /* committed: finish moving the new set in */
+        if (strncmp(journal, JOURNAL_MAGIC, strlen(JOURNAL_MAGIC))) {
+            free(journal);
+            return rf_set_error("%s/%s: not a refusion checkpoint journal", dir, JOURNAL), -1;
+        }
+        int staged[N_SET_FILES] = {0};
+        for (char *save = NULL, *line = strtok_r(journal + strlen(JOURNAL_MAGIC), "\n", &save); line;
+             line = strtok_r(NULL, "\n", &save))
+            for (int i = 0; i < N_SET_FILES; i++)
+                if (!strcmp(line, SET_FILES[i])) staged[i] = 1;
+        free(journal);
+        if (commit_staged(dir, staged)) return -1;
+    }
+    /* leftovers of a save that never committed, and temp files of any writer */
+    DIR *d = opendir(dir);
+    if (!d) return rf_set_error("%s: cannot list: %s", dir, strerror(errno)), -1;
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d)))
+        if (is_leftover(e->d_name)) {
+            char *p = set_path(dir, e->d_name, "");
+            if (unlink(p) && errno != ENOENT) rc = -1, rf_set_error("%s: cannot remove: %s", p, strerror(errno));
+            free(p);
+        }
+    closedir(d);
+    return rc;
+}
+
+int rf_tmodel_save(const rf_tmodel *m, const char *dir, const char *tok_src) {
+    return save_set(m, dir, tok_src, NULL, NULL);
+}
+
+int rf_ckpt_save(const rf_tmodel *m, const char *dir, const char *tok_src, rf_tstate *st, const rf_adamw *o) {
+    st->params_hash = rf_hash_floats(m->params, m->n_params);
+    return save_set(m, dir, tok_src, st, o);
+}
+
+/* ---- trainer state ------------------------------------------------------------- */
+
+int rf_tstate_save(const char *dir, const rf_tstate *s, const rf_adamw *o) {
+    char *path = rf_path_join(dir, "optimizer.bin");
+    int rc = write_tstate(path, s, o);
+    free(path);
+    return rc;
 }
 
 int rf_tstate_load(const char *dir, rf_tstate *s, rf_adamw *o) {

@@ -217,6 +217,13 @@ typedef struct {
 
 uint64_t rf_hash_floats(const float *x, size_t n);
 int rf_tstate_save(const char *dir, const rf_tstate *s, const rf_adamw *o);
+/* The whole checkpoint as one set (model files + optimizer.bin, with
+ * st->params_hash set): a kill or an error at any point leaves the previous
+ * checkpoint or the new one (see checkpoint.c). */
+int rf_ckpt_save(const rf_tmodel *m, const char *dir, const char *tok_src, rf_tstate *st, const rf_adamw *o);
+/* Finish or undo an interrupted rf_ckpt_save in dir and remove stale temp
+ * files; 0 when dir does not exist. Run before reading a checkpoint. */
+int rf_ckpt_recover(const char *dir);
 int rf_tstate_load(const char *dir, rf_tstate *s, rf_adamw *o);
 
 /* ---- the training loop (trainer.c) ------------------------------------------ */

@@ -173,11 +173,26 @@ static int bind_tokenizer(rf_config *c, const rf_tokenizer *tok, int new_model) 
     return 0;
 }
 
+/* A micro-batch's activations against the machine, before rf_tacts_new
+ * allocates them: per token it keeps at least 4 d + 3 q + 3 ffn floats per
+ * layer, so `--batch 1000000` is one clear line instead of a 393 GB malloc. */
+static int check_batch_memory(const rf_config *c, int64_t n_tok, const rf_train_opts *o) {
+    int64_t per_tok = 4 * (int64_t)c->n_layers *
+                      (4LL * c->hidden_size + 3LL * c->n_heads * c->head_dim + 3LL * c->intermediate_size);
+    int64_t need;
+    uint64_t have = rf_phys_mem();
+    if (n_tok > INT32_MAX || rf_mul_i64(n_tok, per_tok, &need) || (have && (uint64_t)need > have)) {
+        rf_set_error("--batch %d x --seq-len %d (%lld tokens per micro-batch) needs at least %.1f GB of "
+                     "activations; this machine has %.1f GB (lower --batch, raise --accum)",
+                     o->batch, o->seq_len, (long long)n_tok, (double)n_tok * per_tok / 1e9, have / 1e9);
+        return -1;
+    }
+    return 0;
+}
+
 static int save_all(const rf_tmodel *m, const rf_train_opts *o, const char *tok_src,
                     rf_tstate *st, const rf_adamw *opt) {
-    if (rf_tmodel_save(m, o->out, tok_src)) return -1;
-    st->params_hash = rf_hash_floats(m->params, m->n_params);
-    return rf_tstate_save(o->out, st, opt);
+    return rf_ckpt_save(m, o->out, tok_src, st, opt); /* all files as one set */
 }
 
 int rf_train_run(const rf_train_opts *o) {
@@ -199,6 +214,9 @@ int rf_train_run(const rf_train_opts *o) {
         omp_set_num_threads(o->threads);
         openblas_set_num_threads(o->threads);
     }
+
+    /* an interrupted save in out is finished or undone before anything reads it */
+    if (o->out && rf_ckpt_recover(o->out)) return -1;
 
     /* 1. tokenizer and config; nothing is written before the data is read */
     const char *src = o->resume ? o->out : o->init;
@@ -263,6 +281,8 @@ int rf_train_run(const rf_train_opts *o) {
     obj.mdm_pad = o->mdm_pad;
     obj.aux_ar = o->aux_ar;
     obj.mask_floor = o->mask_floor;
+    if (check_batch_memory(&cfg, (int64_t)o->batch * o->seq_len * rf_objcfg_seqs_per_example(&obj), o))
+        goto done;
     acts = rf_tacts_new(&cfg, o->batch * o->seq_len * rf_objcfg_seqs_per_example(&obj));
     perm = rf_malloc(sizeof(int) * (size_t)data.n);
     mb = rf_malloc(sizeof(*mb) * (size_t)o->batch);
