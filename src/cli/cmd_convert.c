@@ -132,6 +132,14 @@ int cmd_convert(int argc, char **argv) {
                 "ggml block types)\n", dt);
         return 2;
     }
+    /* writing into the checkpoint being read would rewrite it in place */
+    char *real_in = realpath(in, NULL), *real_out = realpath(out, NULL);
+    int same = real_in && real_out && !strcmp(real_in, real_out);
+    free(real_in), free(real_out);
+    if (same) {
+        fprintf(stderr, "refusion: convert: -o %s is the input checkpoint itself; write to a new directory\n", out);
+        return 2;
+    }
     rf_model m;
     if (rf_model_load(&m, in)) {
         rf_print_error();

@@ -322,6 +322,15 @@ int cmd_generate(int argc, char **argv) {
         if (chat < 0) chat = rf_tok_id(tok, "<|im_start|>") >= 0;
         char *prompt_text = NULL;
         if (chat) {
+            /* bad UTF-8 is reported at its offset in what the user typed, not
+             * in the templated text: check the text on its own first */
+            int *probe_ids = NULL, n_probe = 0;
+            int prc = rf_tok_encode(tok, text, strlen(text), &probe_ids, &n_probe);
+            free(probe_ids);
+            if (prc) {
+                fprintf(stderr, "refusion: generate: prompt: %s\n", rf_last_error());
+                goto out;
+            }
             rf_chat_msg msg = {"user", text};
             prompt_text = rf_chat_apply(tok, &msg, 1, 1, think);
             if (!prompt_text) {

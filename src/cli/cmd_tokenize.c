@@ -171,7 +171,8 @@ static int run_batch(const rf_tokenizer *t, int roundtrip) {
         lineno++;
         if (len == 1 && line[0] == '\n') continue;
         json_error_t je;
-        json_t *in = json_loadb(line, (size_t)len, JSON_DISABLE_EOF_CHECK, &je), *out = NULL;
+        /* JSON_ALLOW_NUL: "\u0000" is a valid string; its length is carried to the encoder */
+        json_t *in = json_loadb(line, (size_t)len, JSON_DISABLE_EOF_CHECK | JSON_ALLOW_NUL, &je), *out = NULL;
         if (!in) rf_set_error("not valid JSON: %s", je.text);
         else out = batch_line(t, in, roundtrip);
         if (!out) {

@@ -120,6 +120,14 @@ int cmd_tokenizer_train(int argc, char **argv) {
     }
     fclose(cs);
     cs = NULL;
+    /* every input adds a newline: nothing but white space means no text to learn from */
+    size_t text_bytes = 0;
+    for (size_t k = 0; k < corpus_len; k++) text_bytes += !strchr(" \t\r\n", corpus[k]);
+    if (!text_bytes) {
+        fprintf(stderr, "refusion: tokenizer-train: the input has no text to learn from\n");
+        rc = 1;
+        goto done;
+    }
     double t0 = rf_now();
     if (rf_tok_train(corpus, corpus_len, vocab, out_dir, verbose)) goto fail;
     /* read it back: what we wrote must load */

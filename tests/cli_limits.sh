@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# cli_limits.sh - the bounds of issue 11 on the command line: each case gets
+# one line "refusion: ..." naming the problem and a non-zero exit, before any
+# huge allocation or any write:
+#  - config.json with "max_position_embeddings": 2147483647;
+#  - a 200 MB tokenizer.json (sparse file) is refused unread;
+#  - generate -n 1000000 past the context;
+#  - train --batch 1000000 (hundreds of GB of activations);
+#  - convert -m X -o X (would rewrite the source in place; X stays intact);
+#  - tokenizer-train --input /dev/null (no text);
+# and two that must work: tokenize --jsonl with "\u0000" in the text (valid
+# JSON, the NUL is encoded), and a non-UTF-8 prompt reported at its offset
+# in the user's text, not in the chat-templated text.
+set -u
+BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
+SRC=${REFUSION_SRC:-$(dirname "$0")/..}
+DEMO=$SRC/models/refusion-demo
+T=$(mktemp -d /tmp/rf_cli_limits.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fails=0
+pass=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# refused NEEDLE CMD...: non-zero exit, exactly one stderr line with NEEDLE
+refused() {
+  local needle=$1
+  shift
+  "$BIN" "$@" >"$T/out" 2>"$T/err"
+  local rc=$?
+  [ $rc -ne 0 ] && [ "$(wc -l <"$T/err")" -eq 1 ] && grep -q "^refusion: .*$needle" "$T/err" && ok ||
+    bad "$*: exit $rc, stderr: $(head -c 300 "$T/err")"
+}
+
+# max_position_embeddings
+mkdir -p "$T/big"
+cp "$DEMO"/* "$T/big/"
+sed -i 's/"max_position_embeddings": [0-9]*/"max_position_embeddings": 2147483647/' "$T/big/config.json"
+grep -q 2147483647 "$T/big/config.json" || bad "could not edit the config"
+refused 'max_position_embeddings.*larger than 1048576' info -m "$T/big"
+
+# a huge tokenizer.json (sparse: no disk used)
+mkdir -p "$T/hugetok"
+cp "$DEMO/config.json" "$DEMO/model.safetensors" "$T/hugetok/"
+truncate -s 200M "$T/hugetok/tokenizer.json"
+refused 'tokenizer.json: 209.7 MB is larger than' tokenize -m "$T/hugetok" "hello"
+
+# lengths past the context and the machine
+refused 'context' generate -m "$DEMO" -p "hi" -n 1000000
+for i in $(seq 1 20); do echo "{\"query\": \"q$i\", \"response\": \"r$i\"}"; done >"$T/d.jsonl"
+refused 'needs at least .* GB of activations' train --data "$T/d.jsonl" --tokenizer "$DEMO" --config tiny \
+  --batch 1000000 --seq-len 512 --steps 1 --no-plot -o "$T/tr"
+[ ! -e "$T/tr" ] && ok || bad "train --batch 1000000 wrote $T/tr"
+
+# convert into itself
+mkdir -p "$T/self"
+cp "$DEMO"/* "$T/self/"
+sum0=$(cat "$T/self"/* | md5sum)
+refused 'is the input checkpoint itself' convert -m "$T/self" -o "$T/self/" --dtype f32
+[ "$(cat "$T/self"/* | md5sum)" = "$sum0" ] && ok || bad "convert -m X -o X changed X"
+
+refused 'no text to learn from' tokenizer-train --input /dev/null --vocab 300 -o "$T/tok"
+[ ! -e "$T/tok" ] && ok || bad "tokenizer-train /dev/null wrote $T/tok"
+
+# "\u0000" inside a JSON string is valid: it is encoded, not refused
+printf '{"text": "a\\u0000b"}\n' | "$BIN" tokenize -m "$DEMO" --jsonl >"$T/nul.out" 2>"$T/nul.err"
+rc=$?
+[ $rc -eq 0 ] && grep -q '"ids"' "$T/nul.out" && ok || bad "tokenize --jsonl NUL: exit $rc, $(cat "$T/nul.out" "$T/nul.err")"
+printf '{"text": "ab"}\n' | "$BIN" tokenize -m "$DEMO" --jsonl >"$T/nonul.out" 2>&1
+cmp -s "$T/nul.out" "$T/nonul.out" && bad "the NUL was dropped: same ids as without it" || ok
+
+# non-UTF-8 prompt: the offset in the user's text (2), with the chat template on
+refused 'prompt: invalid UTF-8 at byte offset 2 ' generate -m "$DEMO" --chat -p "$(printf 'ab\xffc')" -n 4
+
+echo "cli_limits: $pass checks passed, $fails failed"
+[ $fails -eq 0 ]
