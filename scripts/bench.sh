@@ -22,3 +22,7 @@ echo "### training"
 $B/bench_train_step
 echo "### decoding: ReFusion vs AR on the demo model"
 $B/bench_decode_speed -m models/refusion-demo
+echo "### decoding replay: the demo model's call shapes replayed at the 0.6B / 8B shapes (projections)"
+$B/refusion tasks --seed 1 --train 100 --test 300 -o /tmp/rfbench/replay-tasks >/dev/null
+echo "$B/bench_decode_replay -m models/refusion-demo --data /tmp/rfbench/replay-tasks/test.json -n 30${RF8B:+ -8b $RF8B}"
+$B/bench_decode_replay -m models/refusion-demo --data /tmp/rfbench/replay-tasks/test.json -n 30 ${RF8B:+-8b "$RF8B"}
