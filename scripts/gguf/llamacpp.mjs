@@ -8,7 +8,8 @@
 //     one line of space-separated ids per input line
 //   node llamacpp.mjs bench NPM_PREFIX MODEL.gguf "ID ID ..." N THREADS
 //     greedy AR decode of N tokens after the prompt; prints
-//     {"prompt_s", "decode_s", "tokens", "tokens_per_s"}.
+//     {"prompt_s", "decode_s", "tokens", "tokens_per_s", "total_tokens_per_s"}
+//     (tokens_per_s: decode only; total: prompt prefill included).
 // CPU only (gpu: false), never builds or downloads anything.
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -64,7 +65,8 @@ if (mode === "logits") {
     const t2 = performance.now();
     const decode_s = (t2 - t1) / 1000;
     process.stdout.write(JSON.stringify({ prompt_s: (t1 - t0) / 1000, decode_s, tokens: n,
-                                          tokens_per_s: n / decode_s }) + "\n");
+                                          tokens_per_s: n / decode_s,
+                                          total_tokens_per_s: n / ((t2 - t0) / 1000) }) + "\n");
 } else {
     console.error("usage: node llamacpp.mjs logits|bench NPM_PREFIX MODEL.gguf IDS N [THREADS]");
     process.exit(2);

@@ -254,6 +254,9 @@ int rf_model_load_gguf(rf_model *m, const char *path) {
     free(gname);
     if (bad) goto done;
     if (m->cfg.tie_embeddings) m->lm_head = m->embed;
+    /* the storage type of the bulk of the weights (a Q4_0 file keeps its
+     * embeddings in Q8_0) */
+    m->cfg.dtype = m->layers[0].up.dtype;
     rc = 0;
 done:
     free(ts);
