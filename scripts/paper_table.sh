@@ -54,8 +54,10 @@ refusion-aux-0.9-0.4|refusion-aux|refusion|--slot-size 8 --blocks 2 --slot-thres
 refusion-aux-l2r|refusion-aux|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.3
 refusion-aux-correct|refusion-aux|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.3 --ar-verify correct
 refusion-aux-first|refusion-aux|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.3 --ar-verify first
-refusion-aux-verified|refusion-aux|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.3 --ar-verify both
-refusion-aux-verified-s16|refusion-aux|refusion|--slot-size 16 --blocks 8 --slot-threshold 0.5 --token-threshold 0.3 --ar-verify both
+refusion-aux-verified|refusion-aux|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify both
+refusion-aux-verified-0.3|refusion-aux|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.3 --ar-verify both
+refusion-aux-ar|refusion-aux|ar|
+refusion-aux-verified-s16|refusion-aux|refusion|--slot-size 16 --blocks 8 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify both
 mdm-128-steps|mdm|mdm|--blocks 4 --steps $GEN
 mdm-32-steps|mdm|mdm|--blocks 4 --steps 32"}
 # the ReFusion run the paper's comparisons (vs AR, vs MDM) are made with
