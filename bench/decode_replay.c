@@ -3,7 +3,7 @@
  *   bench_decode_replay -m MODEL --data TASKS.json [-n 30] [--replay K] [--replay-8b K8]
  *                       [-8b DIR] [--no-06b] [--threads T]
  *                       [--gen-length 128] [--slot-size 8] [--blocks 2]
- *                       [--slot-threshold 0.9] [--token-threshold 0.4]
+ *                       [--slot-threshold 0.9] [--token-threshold 0.4] [--clock wall|cpu]
  *
  * The demo model (3.4M parameters) sits in the CPU cache: every call is
  * compute-bound and costs in proportion to its tokens. The 0.6B and 8B
@@ -30,6 +30,12 @@
  *     (accept the same tokens) as the trained small one; it measures only
  *     what the calls cost.
  *
+ * --clock cpu times every decode and every replayed call by the process's
+ * CPU time instead of the wall clock: on a machine loaded by other jobs the
+ * wall clock mostly measures the wait for a core. It is meaningful with
+ * --threads 1 only (idle or spinning threads would be charged otherwise);
+ * memory stalls are CPU time, so memory-bound calls are still costed.
+ *
  * The prompt of an example is the chat template of its query, as
  * rf_eval_prompt_ids builds it (rf_tasks is not linked into the decode
  * benchmarks, so the two lines are repeated here). */
@@ -37,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -61,6 +68,15 @@ typedef struct {
     double replay_s[2];   /* 0.6B, 8B: replayed time of the first K examples */
     long replay_tokens[2], replay_calls[2];
 } decoder_run;
+
+/* seconds on the chosen clock */
+static int use_cpu_clock;
+static double now(void) {
+    if (!use_cpu_clock) return rf_now();
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
 
 static int prompt_ids(const rf_tokenizer *tok, const char *query, int **ids, int *n) {
     rf_chat_msg msg = {"user", query};
@@ -113,9 +129,9 @@ static double replay(const rf_model *m, const rf_call_log *log, int from, int to
         for (int r = 0; r < c->n_rows; r++)
             for (int j = 0; j < c->n_tok; j++) pos[r * c->n_tok + j] = c->pos_min + j;
         rf_batch b = {c->n_rows, c->n_tok, tok, pos, c->bidirectional, c->n_logits, lidx, logits};
-        double t0 = rf_now();
+        double t0 = now();
         if (rf_forward(m, &kv, rs, &b)) total = -1;
-        else total += rf_now() - t0;
+        else total += now() - t0;
     }
     free(logits), free(tok), free(pos), free(lidx);
     rf_runstate_free(rs);
@@ -137,7 +153,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: bench_decode_replay -m MODEL --data TASKS.json [-n 30] [--replay K] [--replay-8b K8]\n"
             "       [-8b DIR] [--no-06b] [--threads T] [--gen-length N] [--slot-size S] [--blocks B]\n"
-            "       [--slot-threshold X] [--token-threshold X]\n");
+            "       [--slot-threshold X] [--token-threshold X] [--clock wall|cpu]\n");
 }
 
 int main(int argc, char **argv) {
@@ -170,6 +186,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--blocks")) base.n_blocks = atoi(v);
         else if (!strcmp(a, "--slot-threshold")) base.slot_threshold = (float)atof(v);
         else if (!strcmp(a, "--token-threshold")) base.token_threshold = (float)atof(v);
+        else if (!strcmp(a, "--clock") && (!strcmp(v, "wall") || !strcmp(v, "cpu"))) use_cpu_clock = !strcmp(v, "cpu");
         else {
             usage();
             return 2;
@@ -181,6 +198,9 @@ int main(int argc, char **argv) {
     }
     if (dir8b && !*dir8b) dir8b = NULL;
     if (threads > 0) omp_set_num_threads(threads);
+    if (use_cpu_clock && omp_get_max_threads() > 1)
+        fprintf(stderr, "bench_decode_replay: warning: --clock cpu with %d threads charges idle/spinning threads too\n",
+                omp_get_max_threads());
     if (k06 > n_ex) k06 = n_ex;
     if (k8 > n_ex) k8 = n_ex;
 
@@ -225,10 +245,10 @@ int main(int argc, char **argv) {
             example_run *e = &run[d].ex[i];
             e->log_from = run[d].log.n;
             rf_call_log_attach(&run[d].log);
-            double t0 = rf_now();
+            double t0 = now();
             int rc = d == D_AR ? rf_generate_ar(&m, prompts[i], plen[i], &p, &r)
                                : rf_generate_refusion(&m, prompts[i], plen[i], &p, &r);
-            e->wall = rf_now() - t0;
+            e->wall = now() - t0;
             rf_call_log_attach(NULL);
             if (rc) {
                 fprintf(stderr, "bench_decode_replay: %s, example %d: %s\n", dec_name[d], i, rf_last_error());
@@ -290,6 +310,8 @@ int main(int argc, char **argv) {
            model_dir, m.cfg.hidden_size, m.cfg.n_layers, m.cfg.vocab_size, data, n_ex, base.gen_length,
            base.slot_size, base.n_blocks, (double)base.slot_threshold, (double)base.token_threshold,
            omp_get_max_threads());
+    printf("clock: %s\n", use_cpu_clock ? "process CPU time (the machine is shared: wall time would measure the wait)"
+                                        : "wall");
     printf("PROJECTED = the trained model's call shapes (first K examples) replayed on random-weight models of the "
            "Qwen3 shape: tokens / replayed seconds. K = %d (0.6B), %d (8B).\n\n",
            k_of[0], k_of[1]);
