@@ -89,12 +89,12 @@ r=$(js "$T/dec.json" "const o = d.decode.metrics.overall, a = o.accept;
 check '[ "$r" = true ]' "--decode: acceptance counts do not add up to the tokens: $(cat "$T/dec.json")"
 
 # AR-verified (both switches): the other acceptance counts, same sum
-run "${P[@]}" --slot-size 4 --limit 3 --json --decode --gen-length 24 --blocks 2 --ar-correct --ar-check-first
+run "${P[@]}" --slot-size 4 --limit 3 --json --decode --gen-length 24 --blocks 2 --ar-verify both
 printf '%s' "$out" >"$T/ver.json"
 r=$(js "$T/ver.json" "const o = d.decode.metrics.overall, a = o.accept;
   const s = a.first_free + a.first_checked + a.first_replaced + a.verified + a.forced_draft + a.forced_ar;
-  console.log(o.tokens > 0 && s === o.tokens && a.forced_draft === 0 && d.decode.settings.ar_correct === true)")
-check '[ "$r" = true ]' "--decode --ar-correct: acceptance counts: $(cat "$T/ver.json")"
+  console.log(o.tokens > 0 && s === o.tokens && a.forced_draft === 0 && d.decode.settings.ar_verify === 'both')")
+check '[ "$r" = true ]' "--decode --ar-verify both: acceptance counts: $(cat "$T/ver.json")"
 
 # ---- bad input -------------------------------------------------------------------------
 expect_fail 2 "required" probe --data "$T/data/test.json"

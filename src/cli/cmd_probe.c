@@ -36,8 +36,8 @@ static void usage(FILE *f) {
             "  --decoder NAME         refusion | ar (default refusion)\n"
             "  --gen-length N  --blocks N  --slot-threshold X  --token-threshold X\n"
             "  --temperature X  --seed N\n"
-            "  --ar-correct           AR-verified: forced tokens are the AR head's choice\n"
-            "  --ar-check-first       AR-verified: check a slot's first token with the AR head\n");
+            "  --ar-verify MODE       off (default) | correct | first | both: AR-verified ReFusion\n"
+            "                         (see refusion eval --help)\n");
 }
 
 static void on_done(int done, int total, void *user) {
@@ -57,8 +57,6 @@ int cmd_probe(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!strcmp(a, "--quiet")) { quiet = 1; continue; }
         if (!strcmp(a, "--decode")) { decode = 1; continue; }
-        if (!strcmp(a, "--ar-correct")) { ar_correct = 1; continue; }
-        if (!strcmp(a, "--ar-check-first")) { ar_check_first = 1; continue; }
         if (!strcmp(a, "--json")) {
             if (i + 1 < argc && argv[i + 1][0] != '-') json_path = argv[++i];
             else json_stdout = 1;
@@ -83,6 +81,7 @@ int cmd_probe(int argc, char **argv) {
         else if (!strcmp(a, "--temperature")) rc = rf_arg_float("probe", a, v, &temperature);
         else if (!strcmp(a, "--slot-threshold")) rc = rf_arg_float("probe", a, v, &slot_thr);
         else if (!strcmp(a, "--token-threshold")) rc = rf_arg_float("probe", a, v, &tok_thr);
+        else if (!strcmp(a, "--ar-verify")) rc = rf_arg_ar_verify("probe", a, v, &ar_correct, &ar_check_first);
         else {
             fprintf(stderr, "refusion: probe: unknown option '%s'\n", a);
             return 2;
@@ -155,12 +154,12 @@ int cmd_probe(int argc, char **argv) {
         o.progress = show;
         if (rf_eval_run(&m, tok, examples, NULL, &o, &rep)) goto out;
         dec_table = rf_eval_markdown_table(&rep);
-        json_t *settings = json_pack("{s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:I, s:b, s:b}", "decoder", dec_name,
+        json_t *settings = json_pack("{s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:I, s:s}", "decoder", dec_name,
                                      "gen_length", (int)gen_length, "slot_size", (int)slot_size, "blocks",
                                      (int)blocks, "slot_threshold", (double)slot_thr, "token_threshold",
                                      (double)tok_thr, "temperature", (double)temperature, "seed",
-                                     (json_int_t)seed, "ar_correct", ar_correct, "ar_check_first",
-                                     ar_check_first);
+                                     (json_int_t)seed, "ar_verify",
+                                     rf_ar_verify_name(ar_correct, ar_check_first));
         json_object_set_new(doc, "decode",
                             json_pack("{s:o, s:o}", "settings", settings, "metrics", rf_eval_metrics_json(&rep)));
     }
@@ -172,9 +171,9 @@ int cmd_probe(int argc, char **argv) {
         printf("%s, %s (%d examples), slot size %ld; teacher-forced on the answers (response + EOS)\n\n%s",
                model_dir, data, st.n_examples, slot_size, table);
         if (decode)
-            printf("\ndecoded with %s (gen %ld, blocks %ld, thresholds %g / %g%s%s)\n\n%s", dec_name, gen_length,
-                   blocks, (double)slot_thr, (double)tok_thr, ar_correct ? ", ar-correct" : "",
-                   ar_check_first ? ", ar-check-first" : "", dec_table);
+            printf("\ndecoded with %s (gen %ld, blocks %ld, thresholds %g / %g, ar-verify %s)\n\n%s", dec_name,
+                   gen_length, blocks, (double)slot_thr, (double)tok_thr,
+                   rf_ar_verify_name(ar_correct, ar_check_first), dec_table);
     }
     if (json_path) {
         if (rf_write_file_atomic(json_path, js, strlen(js))) goto out;
