@@ -20,18 +20,22 @@ static json_t *field(json_t *o, const char *key) {
     return json_is_null(v) ? NULL : v;
 }
 
-/* Integer field in [lo, hi]: 0 absent (out untouched), 1 set, -1 error. */
-static int get_int(json_t *o, const char *key, long long lo, long long hi, long long *out) {
+/* Integer field in [lo, hi]: 0 absent (out untouched), 1 set, -1 error.
+ * why: what the upper bound is, for the message (or ""). */
+static int get_int_why(json_t *o, const char *key, long long lo, long long hi, const char *why, long long *out) {
     json_t *v = field(o, key);
     if (!v) return 0;
     long long x = json_is_integer(v) ? (long long)json_integer_value(v) : 0;
     if (!json_is_integer(v) || x < lo || x > hi) {
         if (hi >= INT_MAX) rf_set_error("\"%s\" must be an integer >= %lld", key, lo);
-        else rf_set_error("\"%s\" must be an integer in [%lld, %lld]", key, lo, hi);
+        else rf_set_error("\"%s\" must be an integer in [%lld, %lld]%s", key, lo, hi, why);
         return -1;
     }
     *out = x;
     return 1;
+}
+static int get_int(json_t *o, const char *key, long long lo, long long hi, long long *out) {
+    return get_int_why(o, key, lo, hi, "", out);
 }
 
 /* Number field in [lo, hi] (integers accepted): 0 absent, 1 set, -1 error.
@@ -81,13 +85,13 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
     if (get_bool(o, "stream", &r->stream) < 0) return -1;
     /* max_completion_tokens is the newer OpenAI name for chat */
     const char *len_key = field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if ((k = get_int(o, len_key, 1, ctx, &x)) < 0) return -1;
+    if ((k = get_int_why(o, len_key, 1, ctx, " (the model's context)", &x)) < 0) return -1;
     if (k) r->p.gen_length = (int)x;
-    if ((k = get_int(o, "slot_size", 1, ctx, &x)) < 0) return -1;
+    if ((k = get_int_why(o, "slot_size", 1, ctx, " (the model's context)", &x)) < 0) return -1;
     if (k) r->p.slot_size = (int)x;
-    if ((k = get_int(o, "serial_num_blocks", 1, ctx, &x)) < 0) return -1;
+    if ((k = get_int_why(o, "serial_num_blocks", 1, ctx, " (the model's context)", &x)) < 0) return -1;
     if (k) r->p.n_blocks = (int)x;
-    if ((k = get_int(o, "top_k", 0, vocab, &x)) < 0) return -1;
+    if ((k = get_int_why(o, "top_k", 0, vocab, " (the vocabulary)", &x)) < 0) return -1;
     if (k) r->p.top_k = (int)x;
     if ((k = get_int(o, "seed", 0, LLONG_MAX, &x)) < 0) return -1;
     if (k) r->p.seed = (uint64_t)x;

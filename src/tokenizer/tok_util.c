@@ -139,7 +139,7 @@ void rf_buf_put(rf_buf *b, const void *data, size_t n) {
         b->p = p;
         b->cap = cap;
     }
-    memcpy(b->p + b->n, data, n);
+    if (n) memcpy(b->p + b->n, data, n); /* data may be NULL when n == 0 (UBSan) */
     b->n += n;
 }
 
@@ -209,7 +209,7 @@ size_t rf_utf8_repair(const unsigned char *s, size_t n, int final, rf_buf *out) 
         i += r == 0 ? n - i : (size_t)-r;
         run = i;
     }
-    rf_buf_put(out, s + run, i - run);
+    if (i > run) rf_buf_put(out, s + run, i - run); /* s may be NULL when n == 0 (UBSan) */
     return i;
 }
 

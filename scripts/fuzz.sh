@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# fuzz.sh NAME [SECONDS] - build the libFuzzer harness fuzz/NAME.c (clang,
+# -fsanitize=fuzzer,address,undefined; the library sources are compiled into
+# build-fuzz/ with the same sanitizers) and run it for SECONDS (default 60)
+# from the seed corpus fuzz/corpus/NAME (new inputs go to build-fuzz/corpus/NAME,
+# crashes to build-fuzz/crash-NAME-*). NAME=all runs every harness in turn.
+# Needs clang, libclang-rt-14-dev (libFuzzer) and libomp-14-dev (scripts/install-deps.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+name=${1:?usage: scripts/fuzz.sh NAME|all [SECONDS]}
+secs=${2:-60}
+if [ "$name" = all ]; then
+  for f in fuzz/*.c; do bash "$0" "$(basename "$f" .c)" "$secs" || exit 1; done
+  exit 0
+fi
+[ -f "fuzz/$name.c" ] || { echo "fuzz.sh: no fuzz/$name.c" >&2; exit 2; }
+CC=${CC:-clang}
+B=build-fuzz
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+CFLAGS="-std=c11 -O1 -g -mavx2 -mfma -mf16c -D_GNU_SOURCE -fopenmp -Isrc $SAN $(pkg-config --cflags jansson libpcre2-8 libutf8proc libmicrohttpd openblas)"
+LIBS="$(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd openblas) -lm -lpthread"
+mkdir -p "$B/obj" "$B/corpus/$name"
+# the library (everything but the CLI), once; rebuilt when a source is newer
+objs=()
+for src in src/{util,io,kernels,model,tokenizer,decode,train,tasks,serve}/*.c; do
+  o="$B/obj/$(echo "${src#src/}" | tr / _).o"
+  extra="" # the per-file flags of CMakeLists.txt
+  case $src in
+    *_avx512.c) extra="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni" ;;
+    src/io/quant.c) extra="-ffp-contract=off" ;;
+  esac
+  if [ ! -f "$o" ] || [ "$src" -nt "$o" ]; then
+    $CC $CFLAGS $extra -fsanitize=fuzzer-no-link -c "$src" -o "$o"
+  fi
+  objs+=("$o")
+done
+$CC $CFLAGS -fsanitize=fuzzer "fuzz/$name.c" "${objs[@]}" $LIBS -o "$B/fuzz_$name"
+# leaks are reported by the ASan suite; here each input must not crash or hang
+REFUSION_SRC=$PWD ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  "$B/fuzz_$name" -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
+  -artifact_prefix="$B/crash-$name-" "$B/corpus/$name" "fuzz/corpus/$name" 2>"$B/fuzz_$name.log" || {
+  tail -n 40 "$B/fuzz_$name.log" >&2
+  echo "fuzz.sh: $name FAILED (log: $B/fuzz_$name.log)" >&2
+  exit 1
+}
+echo "fuzz $name: $(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$B/fuzz_$name.log" | tail -n 1)"
