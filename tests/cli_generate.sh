@@ -129,7 +129,7 @@ expect_err "needs a value" -m "$M" --ids "1" --slot-size
 expect_err "exactly one of" -m "$M"
 "$BIN" init -o "$T/short" --preset tiny --max-pos 16 >/dev/null 2>&1
 expect_err "longer than the model's context" -m "$T/short" --ids "$(seq -s, 1 20)" -n 4
-expect_err "no tokenizer.json" -m "$T/short" -p "hello"
+expect_err "no tokenizer (tokenizer.json or GGUF tokenizer metadata)" -m "$T/short" -p "hello"
 run generate -m "$T/nonexistent" --ids 1
 [ "$rc" -ne 0 ] && [ "$(wc -l <"$T/err")" -eq 1 ] && ok || bad "missing model dir: exit $rc, stderr $err"
 
