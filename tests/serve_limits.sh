@@ -32,9 +32,9 @@ pass=0
 ok() { pass=$((pass + 1)); }
 bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
-# A random model with the demo tokenizer and a 2048-token context: its AR
+# A random model with the demo tokenizer and a 4096-token context: its AR
 # answers run to max_tokens (no early EOS), long enough to leave or queue behind.
-"$BIN" init -o "$T/m" --preset tiny --hidden 128 --layers 4 --heads 4 --kv-heads 2 --ffn 384 --max-pos 2048 \
+"$BIN" init -o "$T/m" --preset tiny --hidden 128 --layers 4 --heads 4 --kv-heads 2 --ffn 384 --max-pos 4096 \
   --seed 5 --tokenizer "$SRC/models/refusion-demo/tokenizer.json" >/dev/null 2>&1 || bad "init"
 M=$T/m
 
@@ -77,10 +77,10 @@ json_int() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
 start --timeout 2 --max-request-mb 8
 alive && ok || bad "/health not 200 at start"
 post crash_slot /v1/completions '{"prompt":"x","slot_size":2147483647,"max_tokens":8}'
-expect crash_slot 400 'slot_size.. must be an integer in \[1, 2048\]'
+expect crash_slot 400 'slot_size.. must be an integer in \[1, 4096\]'
 alive && ok || bad "server dead after slot_size INT_MAX"
 post crash_len /v1/completions '{"prompt":"x","max_tokens":2147483647}'
-expect crash_len 400 'max_tokens.. must be an integer in \[1, 2048\]'
+expect crash_len 400 'max_tokens.. must be an integer in \[1, 4096\]'
 alive && ok || bad "server dead after max_tokens INT_MAX"
 post crash_len_ar /v1/completions '{"prompt":"x","max_tokens":2147483647,"mode":"ar"}'
 expect crash_len_ar 400 'max_tokens'
@@ -88,7 +88,7 @@ post crash_blocks /v1/completions '{"prompt":"x","serial_num_blocks":2147483647,
 expect crash_blocks 400 'serial_num_blocks'
 post crash_topk /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"top_k":2147483647,"mode":"ar"}'
 expect crash_topk 400 'top_k'
-post crash_ctx /v1/completions '{"prompt":"x","max_tokens":2048,"slot_size":2048}'
+post crash_ctx /v1/completions '{"prompt":"x","max_tokens":4096,"slot_size":4096}'
 expect crash_ctx 400 "context"
 # within every bound but over the per-request memory: one 2000-token slot
 # needs 2000 rows of logits (2000 x 851 x 4 = 6.8 MB) and of activations
@@ -135,7 +135,7 @@ stop
 
 # ---- 5-6. clients that leave, bounded queue wait -------------------------------------------------
 start --queue-wait 1
-LONG='{"prompt":"x","max_tokens":2000,"mode":"ar"}'
+LONG='{"prompt":"x","max_tokens":4000,"mode":"ar"}'
 # a long job whose client leaves after 0.5 s, and a queued one whose client leaves too
 curl -s -m 0.5 -o /dev/null --data-binary "$LONG" "$URL/v1/completions" &
 c1=$!
@@ -157,7 +157,7 @@ h=$(health)
 [ "$(echo "$h" | json_int requests_done)" = 1 ] && ok || bad "requests_done (the left queued job must not run): $h"
 grep -q "the client left; [0-9]* model calls spent after that" "$T/server.log" && ok || bad "no cancel line in the log"
 # a streamed client that leaves is cancelled the same way
-curl -s -N -m 0.5 -o /dev/null --data-binary '{"prompt":"x","max_tokens":2000,"mode":"ar","stream":true}' "$URL/v1/completions"
+curl -s -N -m 0.5 -o /dev/null --data-binary '{"prompt":"x","max_tokens":4000,"mode":"ar","stream":true}' "$URL/v1/completions"
 for _ in $(seq 1 600); do
   [ "$(health | json_int active)" = 0 ] && break
   sleep 0.1
