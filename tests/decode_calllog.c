@@ -15,7 +15,10 @@
  *     The runs must cover infilling, multi-row calls and EOS drops.
  *  3. AR-verified switches and MDM: model calls == n_calls; MDM feeds the
  *     whole sequence bidirectionally each call.
- *  4. Detached: nothing is recorded. */
+ *  4. Detached: nothing is recorded.
+ *  5. Cancel: a flag raised from a callback stops every decoder before its
+ *     next model call (the log gains no entry after the raise) with -1 and
+ *     "cancelled"; an unraised flag changes nothing. */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,6 +247,46 @@ static int favourite_token(const rf_model *m, const int *prompt, int P) {
     return best;
 }
 
+/* ---- 5. cancel -------------------------------------------------------------------- */
+typedef struct {
+    volatile int flag;
+    int after;      /* raise on this callback */
+    int seen;
+    int log_at;     /* log entries when raised */
+    rf_call_log *log;
+} canceller;
+static void cancel_on_tokens(const int *ids, int n, void *user) {
+    (void)ids, (void)n;
+    canceller *c = user;
+    if (++c->seen == c->after) c->flag = 1, c->log_at = c->log->n;
+}
+static void check_cancel(const rf_model *m, const int *prompt, int P, rf_gen_params *p, int dec, int after,
+                         const char *what) {
+    rf_call_log log = {0};
+    canceller c = {0, after, 0, -1, &log};
+    p->cancel = &c.flag;
+    p->on_tokens = cancel_on_tokens, p->user = &c;
+    rf_gen_result r;
+    rf_mdm_params mp;
+    rf_mdm_params_default(&mp, p);
+    rf_call_log_attach(&log);
+    int rc = dec == 2 ? rf_generate_mdm(m, prompt, P, p, &mp, &r)
+             : dec == 1 ? rf_generate_ar(m, prompt, P, p, &r)
+                        : rf_generate_refusion(m, prompt, P, p, &r);
+    rf_call_log_attach(NULL);
+    if (after > 0) {
+        CHECK(c.log_at >= 0, "%s: the callback never raised the flag (%d calls)", what, c.seen);
+        CHECK(rc == -1 && strstr(rf_last_error(), "cancelled"), "%s: rc %d, error '%s'", what, rc,
+              rc ? rf_last_error() : "");
+        CHECK(log.n == c.log_at, "%s: %d forward calls after the cancel", what, log.n - c.log_at);
+    } else {
+        CHECK(rc == 0 && r.n_ids > 0, "%s: an unraised flag stopped the decoder", what);
+    }
+    if (rc == 0) rf_gen_result_free(&r);
+    rf_call_log_free(&log);
+    p->cancel = NULL, p->on_tokens = NULL, p->user = NULL;
+}
+
 int main(void) {
     omp_set_num_threads(1); /* a tiny model: threads only add overhead on a busy machine */
     rf_config c = cfg_small();
@@ -301,6 +344,18 @@ int main(void) {
     p.gen_length = 8, p.slot_size = 4;
     if (rf_generate_refusion(&m, prompt, 5, &p, &r) == 0) rf_gen_result_free(&r);
     CHECK(log.n == 0, "a detached log recorded %d calls", log.n);
+
+    /* 5. cancel */
+    rf_gen_params_default(&p);
+    p.gen_length = 32, p.slot_size = 4, p.n_blocks = 4, p.eos_id = -1;
+    check_cancel(&m, prompt, 6, &p, 0, 1, "refusion cancel after the first tokens");
+    check_cancel(&m, prompt, 6, &p, 0, 0, "refusion, flag never raised");
+    p.ar_correct = p.ar_check_first = 1;
+    check_cancel(&m, prompt, 6, &p, 0, 2, "ar-verified cancel");
+    check_cancel(&m, prompt, 6, &p, 1, 3, "ar cancel after 3 tokens");
+    check_cancel(&m, prompt, 6, &p, 1, 0, "ar, flag never raised");
+    p.n_blocks = 2;
+    check_cancel(&m, prompt, 6, &p, 2, 1, "mdm cancel after the first block");
     rf_model_free(&m);
     return check_summary("decode_calllog");
 }

@@ -34,7 +34,7 @@ int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_
         int c = n_prompt - s < chunk ? n_prompt - s : chunk, last = c - 1;
         for (int i = 0; i < c; i++) pos[i] = s + i;
         rf_batch b = {1, c, prompt + s, pos, 0, s + c == n_prompt, &last, logits};
-        rc = rf_forward(m, &kv, rs, &b);
+        rc = gen_cancelled(p) ? -1 : rf_forward(m, &kv, rs, &b);
     }
     ans.n_calls++;
     st->calls++;
@@ -48,7 +48,7 @@ int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_
         st = ans_step(&ans, 0);
         int ps = n_prompt + i, zero = 0;
         rf_batch b = {1, 1, &t, &ps, 0, 1, &zero, logits};
-        rc = rf_forward(m, &kv, rs, &b);
+        rc = gen_cancelled(p) ? -1 : rf_forward(m, &kv, rs, &b);
         ans.n_calls++;
         st->calls++;
     }

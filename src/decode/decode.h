@@ -69,9 +69,15 @@ typedef struct {
     int ar_correct;          /* (a) a forced token is the AR head's choice, not the mask re-draft */
     int ar_check_first;      /* (b) a slot's first token is checked by the AR head when its
                                 left neighbour is committed */
+    int lookahead;           /* ReFusion, beyond the paper: a global verification also feeds the
+                                next plan's masks; used when every chosen slot is committed
+                                (same answer, fewer calls; REFUSION.md 3c) */
     rf_tokens_cb on_tokens;  /* optional */
     rf_event_cb on_event;    /* optional */
     void *user;
+    /* optional: when *cancel becomes non-zero the decoder stops before its
+     * next model call and returns -1 ("cancelled"); another thread may set it */
+    const volatile int *cancel;
 } rf_gen_params;
 
 /* Statistics of one planning step of ReFusion (one per AR token for AR). */

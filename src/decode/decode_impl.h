@@ -41,6 +41,10 @@ int ans_finish(rf_answer *a, int n_prompt, rf_gen_result *out);
 void ans_event(const rf_answer *a, rf_event_kind kind, int step, int n, const int *apos,
                const int *tok, const unsigned char *accepted);
 
+/* Before every model call: 0, or -1 with rf_last_error() "cancelled" when
+ * the caller raised p->cancel. */
+int gen_cancelled(const rf_gen_params *p);
+
 /* eos / mask ids after resolving RF_ID_FROM_MODEL */
 int gen_eos_id(const rf_model *m, const rf_gen_params *p);
 int gen_mask_id(const rf_model *m, const rf_gen_params *p);

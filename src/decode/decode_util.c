@@ -24,6 +24,12 @@ void rf_gen_params_default(rf_gen_params *p) {
     p->mask_id = RF_ID_FROM_MODEL;
 }
 
+int gen_cancelled(const rf_gen_params *p) {
+    if (!p->cancel || !*p->cancel) return 0;
+    rf_set_error("generation cancelled");
+    return -1;
+}
+
 int gen_eos_id(const rf_model *m, const rf_gen_params *p) {
     return p->eos_id == RF_ID_FROM_MODEL ? m->cfg.eos_id : p->eos_id;
 }

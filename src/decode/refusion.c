@@ -153,6 +153,7 @@ typedef struct {
 /* One model call of R rows x n tokens (R = 1: after main, else the forked
  * rows). The first call of a generation prefills the prompt first. */
 static int call(fast *f, int R, int n, int n_logits) {
+    if (gen_cancelled(f->p)) return -1;
     if (f->prompt_pending) {
         for (int s = 0; s < f->P; s += f->max_tok) {
             int c = f->P - s < f->max_tok ? f->P - s : f->max_tok;
