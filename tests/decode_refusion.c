@@ -131,6 +131,8 @@ typedef struct {
     int checked, replaced, forced_ar, refeeds; /* AR-verified paths */
 } coverage;
 
+static int cov_skipped; /* plan calls saved by lookahead, over all checked runs */
+
 static void check_answer(const rf_gen_result *r, const rf_gen_params *p, int eos, const trace *t,
                          const char *what) {
     int G = (p->gen_length + p->slot_size - 1) / p->slot_size * p->slot_size;
@@ -150,8 +152,12 @@ static void check_answer(const rf_gen_result *r, const rf_gen_params *p, int eos
         CHECK(st->slots_planned >= 1, "%s: step %d planned no slot", what, s);
         CHECK((st->slots_fast > 0) != (st->slots_infilled > 0), "%s: step %d fast %d infilled %d", what, s,
               st->slots_fast, st->slots_infilled);
-        CHECK(st->calls == 2 + 2 * st->infill_iters + st->refeeds, "%s: step %d: %d calls, %d iterations", what, s,
+        /* the plan call is skipped (lookahead) only after a step that committed every slot it chose */
+        int plan_calls = st->calls - 1 - 2 * st->infill_iters - st->refeeds;
+        int may_skip = p->lookahead && s > 0 && r->steps[s - 1].slots_fast == r->steps[s - 1].slots_planned;
+        CHECK(plan_calls == 1 || (plan_calls == 0 && may_skip), "%s: step %d: %d calls, %d iterations", what, s,
               st->calls, st->infill_iters);
+        if (p->lookahead) cov_skipped += plan_calls == 0;
         CHECK(st->refeeds == 0 || (p->ar_correct && st->refeeds == 1 && st->infill_iters > 0),
               "%s: step %d: %d re-feeds", what, s, st->refeeds);
         CHECK(st->infill_iters <= p->slot_size - 1, "%s: step %d: %d iterations", what, s, st->infill_iters);
@@ -230,6 +236,40 @@ static void compare(const rf_model *m, const int *prompt, int P, rf_gen_params *
     rf_gen_result_free(&z);
 }
 
+/* Lookahead only removes plan calls: the answer, the acceptance statistics
+ * and every step's slots must be those of the same run without it. */
+static int la_saved, la_cross_block, la_partial;
+static void same_as_without_lookahead(const rf_model *m, const int *prompt, int P, rf_gen_params *p,
+                                      const char *what) {
+    rf_gen_result with, without;
+    p->lookahead = 1;
+    int r1 = rf_generate_refusion(m, prompt, P, p, &with);
+    p->lookahead = 0;
+    int r0 = rf_generate_refusion(m, prompt, P, p, &without);
+    p->lookahead = 1;
+    CHECK(r0 == 0 && r1 == 0, "%s: %s", what, rf_last_error());
+    if (r0 || r1) return;
+    int same = with.n_ids == without.n_ids && !memcmp(with.ids, without.ids, (size_t)with.n_ids * sizeof(int));
+    CHECK(same, "%s: lookahead changed the answer (%d vs %d tokens)", what, with.n_ids, without.n_ids);
+    CHECK(!memcmp(&with.accept, &without.accept, sizeof with.accept), "%s: lookahead changed the acceptance", what);
+    CHECK(with.n_steps == without.n_steps, "%s: steps %d vs %d", what, with.n_steps, without.n_steps);
+    int skipped = 0;
+    for (int s = 0; s + 1 < with.n_steps; s++) /* a fast path that left chosen slots masked: no lookahead */
+        la_partial += with.steps[s].slots_fast > 0 && with.steps[s].slots_fast < with.steps[s].slots_planned;
+    for (int s = 0; s < with.n_steps && s < without.n_steps; s++) {
+        rf_step_stat a = with.steps[s], b = without.steps[s];
+        int d = b.calls - a.calls;
+        CHECK(d == 0 || d == 1, "%s: step %d: %d calls with lookahead, %d without", what, s, a.calls, b.calls);
+        skipped += d;
+        if (d && s > 0 && with.steps[s - 1].block != a.block) la_cross_block++;
+        a.calls = b.calls;
+        CHECK(!memcmp(&a, &b, sizeof a), "%s: step %d differs beyond its call count", what, s);
+    }
+    CHECK(with.n_calls == without.n_calls - skipped, "%s: calls %d vs %d", what, with.n_calls, without.n_calls);
+    la_saved += skipped;
+    rf_gen_result_free(&with), rf_gen_result_free(&without);
+}
+
 /* a token the model produces often: greedy answer's most frequent id */
 static int favourite_token(const rf_model *m, const int *prompt, int P) {
     rf_gen_params p;
@@ -285,7 +325,25 @@ static void test_fast_vs_naive(void) {
                 snprintf(what, sizeof what, "m%d cfg%d eos=%d a=%d b=%d", mi, ci, p.eos_id, mode & 1, mode >> 1);
                 compare(&m, prompts[pi], plen[pi], &p, &cov, what);
             }
+            /* lookahead (REFUSION.md 3c): faithful and AR-verified; the same
+             * answer as without it, with no more calls */
+            for (int mode = 0; mode < 4; mode += 3) {
+                p.ar_correct = p.ar_check_first = mode == 3;
+                p.lookahead = 1;
+                snprintf(what, sizeof what, "m%d cfg%d eos=%d lookahead mode %d", mi, ci, p.eos_id, mode);
+                compare(&m, prompts[pi], plen[pi], &p, &cov, what);
+                same_as_without_lookahead(&m, prompts[pi], plen[pi], &p, what);
+                p.lookahead = 0;
+            }
             p.ar_correct = p.ar_check_first = 0;
+            for (int ti = 0; ti < 4; ti++) { /* every slot chosen, low token thresholds: partial fast paths */
+                rf_gen_params q = p;
+                q.slot_size = 2 + ci % 2, q.n_blocks = 2 + ci % 3, q.gen_length = 24, q.slot_threshold = 0.0f;
+                q.token_threshold = 0.02f + 0.04f * ti, q.lookahead = 1;
+                snprintf(what, sizeof what, "m%d cfg%d all slots thr %.2f lookahead", mi, ci, q.token_threshold);
+                compare(&m, prompts[pi], plen[pi], &q, &cov, what);
+                same_as_without_lookahead(&m, prompts[pi], plen[pi], &q, what);
+            }
             if (ci % 3 == 0) { /* Gumbel sampling: same seed, same answer */
                 p.temperature = 0.8f, p.seed = 100 + ci, p.eos_id = RF_ID_FROM_MODEL;
                 snprintf(what, sizeof what, "m%d cfg%d T=0.8", mi, ci);
@@ -293,7 +351,11 @@ static void test_fast_vs_naive(void) {
                 p.ar_correct = p.ar_check_first = 1;
                 snprintf(what, sizeof what, "m%d cfg%d T=0.8 a=1 b=1", mi, ci);
                 compare(&m, prompts[pi], plen[pi], &p, &cov, what);
-                p.ar_correct = p.ar_check_first = 0;
+                p.lookahead = 1;
+                snprintf(what, sizeof what, "m%d cfg%d T=0.8 a=1 b=1 lookahead", mi, ci);
+                compare(&m, prompts[pi], plen[pi], &p, &cov, what);
+                same_as_without_lookahead(&m, prompts[pi], plen[pi], &p, what);
+                p.ar_correct = p.ar_check_first = p.lookahead = 0;
             }
         }
         rf_model_free(&m);
@@ -308,6 +370,10 @@ static void test_fast_vs_naive(void) {
            cov.checked, cov.replaced, cov.forced_ar, cov.refeeds);
     CHECK(cov.checked > 0 && cov.replaced > 0 && cov.forced_ar > 0 && cov.refeeds > 0,
           "the AR-verified runs did not exercise every path");
+    printf("lookahead: %d plan calls skipped, %d of them across a block boundary, %d calls saved in all, %d partial "
+           "fast paths\n", cov_skipped, la_cross_block, la_saved, la_partial);
+    CHECK(cov_skipped > 0 && la_cross_block > 0, "lookahead never skipped a plan call (within and across blocks)");
+    CHECK(la_partial > 0, "no lookahead run committed only some of its chosen slots");
 }
 
 /* ---- 3. AR-verified, strictly left to right == greedy AR ------------------------- */
@@ -336,6 +402,14 @@ static void test_verified_is_ar(void) {
                 int same = ar.n_ids == rv.n_ids && !memcmp(ar.ids, rv.ids, (size_t)ar.n_ids * sizeof(int));
                 CHECK(same, "model %d slot %d thr %.1f: AR-verified (%d tokens) != greedy AR (%d tokens)", mi, slot,
                       p.token_threshold, rv.n_ids, ar.n_ids);
+                rf_gen_result la;
+                p.lookahead = 1;
+                CHECK(rf_generate_refusion(&m, prompt, 6, &p, &la) == 0, "lookahead: %s", rf_last_error());
+                p.lookahead = 0;
+                same = ar.n_ids == la.n_ids && !memcmp(ar.ids, la.ids, (size_t)ar.n_ids * sizeof(int));
+                CHECK(same, "model %d slot %d thr %.1f: AR-verified with lookahead != greedy AR", mi, slot,
+                      p.token_threshold);
+                rf_gen_result_free(&la);
                 differ_plain += plain.n_ids != ar.n_ids || memcmp(plain.ids, ar.ids, (size_t)ar.n_ids * sizeof(int));
                 runs++;
                 rf_gen_result_free(&ar), rf_gen_result_free(&rv), rf_gen_result_free(&plain);

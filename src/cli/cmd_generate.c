@@ -40,6 +40,8 @@ static void usage(FILE *f) {
             "  --token-threshold X     accept tokens whose AR prob > X (default 0.3)\n"
             "  --ar-verify MODE        beyond the paper (REFUSION.md 3b): off (default), correct,\n"
             "                          first or both (see refusion eval --help)\n"
+            "  --lookahead             beyond the paper (REFUSION.md 3c): verification also feeds\n"
+            "                          the next plan's masks (same answer, fewer calls)\n"
             "  -t, --temperature X     0 = greedy (default); ReFusion: Gumbel-max planning\n"
             "  --top-k N  --top-p X    AR sampling filters (default off)\n"
             "  --seed N                sampling seed (default 0)\n"
@@ -209,6 +211,7 @@ static void print_json(const rf_gen_result *r, const int *prompt, int P, const c
                                   (double)p->slot_threshold, "token_threshold", (double)p->token_threshold,
                                   "temperature", (double)p->temperature, "top_k", p->top_k, "top_p",
                                   (double)p->top_p, "seed", (json_int_t)p->seed));
+    json_object_set_new(json_object_get(o, "settings"), "lookahead", json_boolean(p->lookahead));
     json_object_set_new(json_object_get(o, "settings"), "ar_verify",
                         json_string(rf_ar_verify_name(p->ar_correct, p->ar_check_first)));
     const rf_accept_stats *ac = &r->accept;
@@ -242,6 +245,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--json")) as_json = 1;
         else if (!strcmp(a, "--visualize")) visualize = 1;
         else if (!strcmp(a, "--naive")) naive = 1;
+        else if (!strcmp(a, "--lookahead")) p.lookahead = 1;
         else need = 1;
         if (!need) continue;
         if (!v) {

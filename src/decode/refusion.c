@@ -145,6 +145,13 @@ typedef struct {
     float *arl;
     unsigned char *arl_ok;
     int blk0;
+    /* lookahead: the next plan, drafted from masks fed behind a global
+     * verification whose chosen slots were then all committed */
+    const int *first;   /* block layout: block b = slots [first[b], first[b+1]) */
+    int nb, block;
+    int la_n;           /* > 0: la_draft / la_conf hold the next plan's n tokens */
+    int *la_draft;
+    float *la_conf;
     const int *prompt;
     rf_rng rng;
     rf_answer ans;
@@ -370,6 +377,37 @@ fail:
     return -1;
 }
 
+/* Plan drafts from logits rows q0.. : argmax, or the Gumbel draw with
+ * temperature (the only place the RNG is used, so drafting a lookahead plan
+ * early keeps the draw order), and the draft's probability. */
+static void plan_drafts(fast *f, int q0, int n, int *draft, float *conf) {
+    for (int i = 0; i < n; i++) {
+        const float *l = lrow(f, q0 + i);
+        rf_logit_stats s = rf_logits_stats(l, f->V);
+        draft[i] = f->p->temperature > 0 ? rf_gumbel_argmax(l, f->V, f->p->temperature, s.max, &f->rng)
+                                         : s.argmax;
+        conf[i] = (float)rf_logit_prob(l, &s, draft[i]);
+    }
+}
+
+/* Lookahead: the slots the next plan feeds if every chosen slot of this
+ * step is committed - the block's other masked slots, or, when the chosen
+ * ones are all it has left, the next block's. Writes them to out, returns
+ * their count (0: no next plan). */
+static int next_plan_slots(const fast *f, const int *rem, int n_rem, const int *ch, int K, int *out) {
+    int n = 0;
+    for (int i = 0, k = 0; i < n_rem; i++) {
+        if (k < K && ch[k] == i) {
+            k++;
+            continue;
+        }
+        out[n++] = rem[i];
+    }
+    if (n == 0 && f->block + 1 < f->nb)
+        for (int s = f->first[f->block + 1]; s < f->first[f->block + 2]; s++) out[n++] = s;
+    return n;
+}
+
 /* One step over the block's masked slots rem[0..n_rem) (position order):
  * plan, verify, then fast-path commit or infilling. Returns the number of
  * slots still masked (rem compacted), or -1. */
@@ -383,20 +421,22 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
                   *gone = rf_calloc(n_rem, 1), *done = rf_calloc(n_rem, 1);
     int rc = -1;
 
-    /* 1. plan: every masked slot of the block, masks predict themselves */
-    for (int i = 0; i < n; i++) {
-        f->tok[i] = f->mask;
-        f->pos[i] = f->P + rem[i / S] * S + i % S;
-        f->lidx[i] = i;
-    }
-    if (call(f, 1, n, n)) goto out;
-    rf_kv_crop(&f->kv, f->kv.len - n);
-    for (int i = 0; i < n; i++) {
-        const float *l = lrow(f, i);
-        rf_logit_stats s = rf_logits_stats(l, f->V);
-        draft[i] = f->p->temperature > 0 ? rf_gumbel_argmax(l, f->V, f->p->temperature, s.max, &f->rng)
-                                         : s.argmax;
-        conf[i] = (float)rf_logit_prob(l, &s, draft[i]);
+    /* 1. plan: every masked slot of the block, masks predict themselves
+     * (already done when the last verification carried them: lookahead) */
+    if (f->la_n) {
+        if (f->la_n != n) rf_die("refusion: lookahead planned %d tokens, the block has %d masked", f->la_n, n);
+        memcpy(draft, f->la_draft, (size_t)n * sizeof(int));
+        memcpy(conf, f->la_conf, (size_t)n * sizeof(float));
+        f->la_n = 0;
+    } else {
+        for (int i = 0; i < n; i++) {
+            f->tok[i] = f->mask;
+            f->pos[i] = f->P + rem[i / S] * S + i % S;
+            f->lidx[i] = i;
+        }
+        if (call(f, 1, n, n)) goto out;
+        rf_kv_crop(&f->kv, f->kv.len - n);
+        plan_drafts(f, 0, n, draft, conf);
     }
     int K = 0;
     for (int k = 0; k < n_rem; k++)
@@ -436,13 +476,25 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
 
     /* 2. global verification: shifted AR probabilities of the concatenation
      * (with (b) also the logits after each slot's last token, to keep) */
-    int nl = 0;
+    int nl = 0, nla = 0;
     for (int i = 0; i < K * S; i++) {
         f->lq[i] = -1;
         if ((i + 1) % S ? i + 1 < K * S : f->arl != NULL) f->lq[i] = nl, f->lidx[nl++] = i;
     }
-    if (call(f, 1, K * S, nl)) goto out;
-    int base = f->kv.len - K * S;
+    /* lookahead: the next plan's masks behind the drafts (causal: they see
+     * exactly the context a separate plan call would, if all K slots commit) */
+    int *la_slots = f->p->lookahead ? rf_malloc((size_t)(n_rem + f->max_tok / S) * sizeof(int)) : NULL;
+    if (la_slots) {
+        nla = next_plan_slots(f, rem, n_rem, ch, K, la_slots) * S;
+        for (int i = 0; i < nla; i++) {
+            f->tok[K * S + i] = f->mask;
+            f->pos[K * S + i] = f->P + la_slots[i / S] * S + i % S;
+            f->lidx[nl + i] = K * S + i;
+        }
+    }
+    free(la_slots);
+    if (call(f, 1, K * S + nla, nl + nla)) goto out;
+    int base = f->kv.len - K * S - nla;
     for (int i = 0; i < K * S; i++)
         pm[i] = i % S == 0 || prob_of(f, f->lq[i - 1], spec[i]) > f->p->token_threshold;
     for (int i = 0; i < K * S; i++) tag[i] = pm[i] && (i % S == 0 || tag[i - 1]);
@@ -458,6 +510,10 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
         int ncommit = eos_at >= 0 ? eos_at + 1 : prefix / S * S;
         int nslots = (ncommit + S - 1) / S;
         rf_kv_crop(&f->kv, base + ncommit);
+        if (nla > 0 && ncommit == K * S && eos_at < 0) { /* every chosen slot: the lookahead holds */
+            plan_drafts(f, nl, nla, f->la_draft, f->la_conf);
+            f->la_n = nla;
+        }
         commit_tokens(f, RF_EV_FAST_COMMIT, stepi, ncommit, slot_of, spec, how);
         for (int k = 0; f->arl && k < ncommit / S; k++) keep_arl(f, slot_of[k], f->lq[k * S + S - 1]);
         for (int k = 0; k < nslots; k++) done[ch[k]] = 1;
@@ -512,7 +568,8 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
     int nb = rf_block_layout(n_slots, p->n_blocks, first), maxb = 0;
     for (int b = 0; b < nb; b++)
         if (first[b + 1] - first[b] > maxb) maxb = first[b + 1] - first[b];
-    f.max_tok = maxb * f.S;
+    f.max_tok = maxb * f.S * (p->lookahead ? 2 : 1); /* lookahead: a verification + the next plan */
+    f.first = first, f.nb = nb;
     if (f.max_tok < 256 && f.max_tok < f.P) f.max_tok = f.P < 256 ? f.P : 256; /* prefill chunk */
     rf_kv_init(&f.kv, &m->cfg, f.P + f.G);
     f.rs = rf_runstate_new(&m->cfg, f.max_tok, f.P + f.G + f.S);
@@ -521,6 +578,10 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
     f.pos = rf_malloc((size_t)f.max_tok * sizeof(int));
     f.lidx = rf_malloc((size_t)f.max_tok * sizeof(int));
     f.lq = rf_malloc((size_t)f.max_tok * sizeof(int));
+    if (p->lookahead) {
+        f.la_draft = rf_malloc((size_t)f.max_tok * sizeof(int));
+        f.la_conf = rf_malloc((size_t)f.max_tok * sizeof(float));
+    }
     if (p->ar_check_first) {
         f.arl = rf_malloc((size_t)(maxb + 1) * f.V * sizeof(float));
         f.arl_ok = rf_calloc((size_t)maxb + 1, 1);
@@ -538,6 +599,7 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
             memset(f.arl_ok + 1, 0, (size_t)maxb);
         }
         f.blk0 = first[b];
+        f.block = b;
         while (n_rem > 0) {
             n_rem = refusion_step(&f, b, rem, n_rem, &eos_flag);
             if (n_rem < 0) {
@@ -547,7 +609,7 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
         }
     }
     free(rem), free(first), free(f.logits), free(f.tok), free(f.pos), free(f.lidx), free(f.lq);
-    free(f.arl), free(f.arl_ok);
+    free(f.arl), free(f.arl_ok), free(f.la_draft), free(f.la_conf);
     rf_runstate_free(f.rs);
     rf_kv_free(&f.kv);
     if (rc) {

@@ -201,7 +201,7 @@ int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_promp
     int *sl = rf_malloc(n_slots * sizeof(int)), *tk = rf_malloc(G * sizeof(int)), *ps = rf_malloc(G * sizeof(int));
     int *spec = rf_malloc(G * sizeof(int));
     unsigned char *tag = rf_malloc(G), *how = rf_malloc(G);
-    int eos_seen = 0;
+    int eos_seen = 0, la_done = 0;
     for (int b = 0; b < nb && !eos_seen; b++) {
         for (int s = first[b]; s < first[b + 1]; s++) masked[s] = 1;
         for (;;) {
@@ -213,7 +213,8 @@ int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_promp
             /* plan */
             for (int i = 0; i < nm * S; i++) tk[i] = z.mask, ps[i] = pos_of(&z, sl[i / S], i % S);
             float *lg = run(&z, &z.main, nm * S, tk, ps);
-            count_call(&z);
+            if (!la_done) count_call(&z); /* else the last verification carried these masks */
+            la_done = 0;
             int K = 0, best = 0;
             double best_c = -1;
             int *chosen = rf_malloc(nm * sizeof(int));
@@ -277,6 +278,10 @@ int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_promp
                     ans_count_how(&z.ans, how[i]);
                     masked[csl[i / S]] = 0;
                 }
+                /* lookahead: every chosen slot committed and a next plan exists */
+                int more = b + 1 < nb;
+                for (int s2 = first[b]; s2 < first[b + 1]; s2++) more |= masked[s2];
+                la_done = p->lookahead && nc == K * S && eos_at < 0 && more;
                 st->slots_fast = (nc + S - 1) / S;
                 st->tpf_ref = S * st->slots_fast / 2.0;
                 if (eos_at >= 0) eos_slot = csl[eos_at / S];
