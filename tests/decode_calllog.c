@@ -324,6 +324,13 @@ int main(void) {
             p.ar_check_first = 1;
             snprintf(what, sizeof what, "ar_correct+check_first cfg%d eos=%d", ci, p.eos_id);
             check_counts(&m, prompt, P, &p, 0, what);
+            p.lookahead = 1;
+            snprintf(what, sizeof what, "verified+lookahead cfg%d eos=%d", ci, p.eos_id);
+            check_counts(&m, prompt, P, &p, 0, what);
+            p.jacobi = 1;
+            snprintf(what, sizeof what, "verified+lookahead+jacobi cfg%d eos=%d", ci, p.eos_id);
+            check_counts(&m, prompt, P, &p, 0, what);
+            p.lookahead = p.jacobi = 0;
         }
     printf("refusion: %d runs, %d infill calls, %d runs with multi-row calls, %d with drops\n", cov.runs,
            cov.infill_calls, cov.multi_row, cov.drops);

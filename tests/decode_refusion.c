@@ -131,7 +131,9 @@ typedef struct {
     int checked, replaced, forced_ar, refeeds; /* AR-verified paths */
 } coverage;
 
-static int cov_skipped; /* plan calls saved by lookahead, over all checked runs */
+static int cov_skipped;       /* plan calls saved by lookahead, over all checked runs */
+static int last_infill_iters; /* infilling iterations of the last compare() */
+static int cov_jacobi_iters;  /* ... summed over the jacobi runs */
 
 static void check_answer(const rf_gen_result *r, const rf_gen_params *p, int eos, const trace *t,
                          const char *what) {
@@ -153,7 +155,7 @@ static void check_answer(const rf_gen_result *r, const rf_gen_params *p, int eos
         CHECK((st->slots_fast > 0) != (st->slots_infilled > 0), "%s: step %d fast %d infilled %d", what, s,
               st->slots_fast, st->slots_infilled);
         /* the plan call is skipped (lookahead) only after a step that committed every slot it chose */
-        int plan_calls = st->calls - 1 - 2 * st->infill_iters - st->refeeds;
+        int plan_calls = st->calls - 1 - (p->jacobi ? 1 : 2) * st->infill_iters - st->refeeds;
         int may_skip = p->lookahead && s > 0 && r->steps[s - 1].slots_fast == r->steps[s - 1].slots_planned;
         CHECK(plan_calls == 1 || (plan_calls == 0 && may_skip), "%s: step %d: %d calls, %d iterations", what, s,
               st->calls, st->infill_iters);
@@ -228,6 +230,8 @@ static void compare(const rf_model *m, const int *prompt, int P, rf_gen_params *
         cov->multi_iter += f.steps[s].infill_iters > 1;
     }
     cov->eos += f.hit_eos;
+    last_infill_iters = 0;
+    for (int s = 0; s < f.n_steps; s++) last_infill_iters += f.steps[s].infill_iters;
     cov->drop += t.n_drop > 0;
     if (getenv("DECODE_VERBOSE"))
         printf("%-28s n=%3d eos=%d calls=%3d steps=%3d tpf=%.2f tok/call=%.2f\n", what, f.n_ids, f.hit_eos,
@@ -333,7 +337,24 @@ static void test_fast_vs_naive(void) {
                 snprintf(what, sizeof what, "m%d cfg%d eos=%d lookahead mode %d", mi, ci, p.eos_id, mode);
                 compare(&m, prompts[pi], plen[pi], &p, &cov, what);
                 same_as_without_lookahead(&m, prompts[pi], plen[pi], &p, what);
+                /* jacobi (REFUSION.md 3d): infilling without re-drafts, with and without
+                 * lookahead; it needs (a), whose forced tokens are the AR head's */
+                p.jacobi = 1;
+                if (mode == 0) {
+                    rf_gen_result r;
+                    CHECK(rf_generate_refusion(&m, prompts[pi], plen[pi], &p, &r) == -1 &&
+                              strstr(rf_last_error(), "jacobi"), "%s: jacobi without (a) accepted", what);
+                    p.jacobi = p.lookahead = 0;
+                    continue;
+                }
+                snprintf(what, sizeof what, "m%d cfg%d eos=%d jacobi+lookahead mode %d", mi, ci, p.eos_id, mode);
+                compare(&m, prompts[pi], plen[pi], &p, &cov, what);
+                same_as_without_lookahead(&m, prompts[pi], plen[pi], &p, what);
                 p.lookahead = 0;
+                snprintf(what, sizeof what, "m%d cfg%d eos=%d jacobi mode %d", mi, ci, p.eos_id, mode);
+                compare(&m, prompts[pi], plen[pi], &p, &cov, what);
+                cov_jacobi_iters += last_infill_iters;
+                p.jacobi = 0;
             }
             p.ar_correct = p.ar_check_first = 0;
             for (int ti = 0; ti < 4; ti++) { /* every slot chosen, low token thresholds: partial fast paths */
@@ -374,6 +395,8 @@ static void test_fast_vs_naive(void) {
            "fast paths\n", cov_skipped, la_cross_block, la_saved, la_partial);
     CHECK(cov_skipped > 0 && la_cross_block > 0, "lookahead never skipped a plan call (within and across blocks)");
     CHECK(la_partial > 0, "no lookahead run committed only some of its chosen slots");
+    printf("jacobi: %d infilling iterations without re-drafts\n", cov_jacobi_iters);
+    CHECK(cov_jacobi_iters > 0, "no jacobi run infilled");
 }
 
 /* ---- 3. AR-verified, strictly left to right == greedy AR ------------------------- */
@@ -403,13 +426,15 @@ static void test_verified_is_ar(void) {
                 CHECK(same, "model %d slot %d thr %.1f: AR-verified (%d tokens) != greedy AR (%d tokens)", mi, slot,
                       p.token_threshold, rv.n_ids, ar.n_ids);
                 rf_gen_result la;
-                p.lookahead = 1;
-                CHECK(rf_generate_refusion(&m, prompt, 6, &p, &la) == 0, "lookahead: %s", rf_last_error());
-                p.lookahead = 0;
-                same = ar.n_ids == la.n_ids && !memcmp(ar.ids, la.ids, (size_t)ar.n_ids * sizeof(int));
-                CHECK(same, "model %d slot %d thr %.1f: AR-verified with lookahead != greedy AR", mi, slot,
-                      p.token_threshold);
-                rf_gen_result_free(&la);
+                for (int v = 0; v < 2; v++) { /* lookahead, lookahead + jacobi */
+                    p.lookahead = 1, p.jacobi = v;
+                    CHECK(rf_generate_refusion(&m, prompt, 6, &p, &la) == 0, "lookahead: %s", rf_last_error());
+                    p.lookahead = p.jacobi = 0;
+                    same = ar.n_ids == la.n_ids && !memcmp(ar.ids, la.ids, (size_t)ar.n_ids * sizeof(int));
+                    CHECK(same, "model %d slot %d thr %.1f: AR-verified with lookahead%s != greedy AR", mi, slot,
+                          p.token_threshold, v ? " + jacobi" : "");
+                    rf_gen_result_free(&la);
+                }
                 differ_plain += plain.n_ids != ar.n_ids || memcmp(plain.ids, ar.ids, (size_t)ar.n_ids * sizeof(int));
                 runs++;
                 rf_gen_result_free(&ar), rf_gen_result_free(&rv), rf_gen_result_free(&plain);

@@ -39,6 +39,9 @@ static void usage(FILE *f) {
             "  --lookahead            refusion, beyond the paper (REFUSION.md 3c): a global\n"
             "                         verification also feeds the next plan's masks (same\n"
             "                         answers, fewer model calls)\n"
+            "  --jacobi               refusion, beyond the paper (REFUSION.md 3d): infilling\n"
+            "                         re-verifies its drafts without re-drafting (one call per\n"
+            "                         iteration instead of two)\n"
             "  --top-k N  --top-p X   ar sampling (default off)\n"
             "  --steps N              mdm diffusion steps (default gen-length)\n"
             "  --no-early-stop        mdm: run every step even after the EOS is final\n");
@@ -72,6 +75,7 @@ static json_t *settings_json(const rf_eval_opts *o) {
         json_object_set_new(s, "token_threshold", json_real(short_real(g->token_threshold)));
         json_object_set_new(s, "ar_verify", json_string(rf_ar_verify_name(g->ar_correct, g->ar_check_first)));
         json_object_set_new(s, "lookahead", json_boolean(g->lookahead));
+        json_object_set_new(s, "jacobi", json_boolean(g->jacobi));
     } else if (o->decoder == RF_DEC_AR) {
         json_object_set_new(s, "top_k", json_integer(g->top_k));
         json_object_set_new(s, "top_p", json_real(short_real(g->top_p)));
@@ -93,7 +97,7 @@ int cmd_eval(int argc, char **argv) {
     const char *dec_name = "refusion", *out = NULL;
     long gen_length = 128, slot_size = 8, blocks = -1, steps = -1, seed = 0, top_k = 0, limit = 0;
     float temperature = 0.0f, slot_thr = 0.9f, tok_thr = 0.4f, top_p = 1.0f;
-    int ar_correct = 0, ar_check_first = 0, lookahead = 0;
+    int ar_correct = 0, ar_check_first = 0, lookahead = 0, jacobi = 0;
     int quiet = 0, early_stop = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -101,6 +105,7 @@ int cmd_eval(int argc, char **argv) {
         if (!strcmp(a, "--quiet")) { quiet = 1; continue; }
         if (!strcmp(a, "--no-early-stop")) { early_stop = 0; continue; }
         if (!strcmp(a, "--lookahead")) { lookahead = 1; continue; }
+        if (!strcmp(a, "--jacobi")) { jacobi = 1; continue; }
         if (i + 1 >= argc) {
             fprintf(stderr, "refusion: eval: unknown option or missing value: '%s'\n", a);
             return 2;
@@ -156,6 +161,7 @@ int cmd_eval(int argc, char **argv) {
     o.gen.ar_correct = ar_correct;
     o.gen.ar_check_first = ar_check_first;
     o.gen.lookahead = lookahead;
+    o.gen.jacobi = jacobi;
     o.gen.temperature = temperature;
     o.gen.top_k = (int)top_k;
     o.gen.top_p = top_p;

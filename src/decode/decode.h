@@ -72,6 +72,9 @@ typedef struct {
     int lookahead;           /* ReFusion, beyond the paper: a global verification also feeds the
                                 next plan's masks; used when every chosen slot is committed
                                 (same answer, fewer calls; REFUSION.md 3c) */
+    int jacobi;              /* ReFusion, beyond the paper: an infilling iteration verifies the
+                                current drafts again instead of re-drafting them first (one call
+                                per iteration, not two; REFUSION.md 3d) */
     rf_tokens_cb on_tokens;  /* optional */
     rf_event_cb on_event;    /* optional */
     void *user;

@@ -91,6 +91,10 @@ int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_ge
             rf_set_error("token_threshold must be in [0, 1] (got %g)", p->token_threshold);
             return -1;
         }
+        if (p->jacobi && !p->ar_correct) { /* it would force stale mask-head drafts through unchecked */
+            rf_set_error("jacobi infilling needs ar_correct (--ar-verify correct or both)");
+            return -1;
+        }
         int mask = gen_mask_id(m, p);
         if (mask < 0 || mask >= c->vocab_size) {
             rf_set_error("mask id %d is outside the vocabulary [0, %d)", mask, c->vocab_size);

@@ -260,7 +260,8 @@ static int infill(fast *f, int step, rf_step_stat *st, const int *rem, const int
         }
         if (it > S) rf_die("refusion: infilling made no progress");
         int n = S - a;
-        /* draft: masks where not accepted; keep nothing */
+        /* draft: masks where not accepted; keep nothing (jacobi: no draft
+         * call, the current drafts are verified again) */
         int nl = 0;
         for (int r = 0; r < R; r++)
             for (int j = 0; j < n; j++) {
@@ -269,11 +270,13 @@ static int infill(fast *f, int step, rf_step_stat *st, const int *rem, const int
                 f->pos[i] = f->P + rem[ch[r]] * S + a + j;
                 if (!tag[t]) f->lidx[nl++] = i;
             }
-        if (call(f, R, n, nl)) goto fail;
-        for (int r = 0; r < R; r++) rf_kv_row_crop(&f->kv, r, a);
-        for (int q = 0; q < nl; q++) {
-            int i = f->lidx[q], r = i / n, j = i % n;
-            spec[r * S + a + j] = rf_logits_stats(lrow(f, q), f->V).argmax;
+        if (!f->p->jacobi) {
+            if (call(f, R, n, nl)) goto fail;
+            for (int r = 0; r < R; r++) rf_kv_row_crop(&f->kv, r, a);
+            for (int q = 0; q < nl; q++) {
+                int i = f->lidx[q], r = i / n, j = i % n;
+                spec[r * S + a + j] = rf_logits_stats(lrow(f, q), f->V).argmax;
+            }
         }
         /* verify: shifted probabilities, forced where the previous token was
          * accepted; logits of the token before every unforced one, before the

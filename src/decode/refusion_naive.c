@@ -106,8 +106,9 @@ static int naive_infill(naive *z, rf_step_stat *st, const int *sl, int K, int *s
         if (all) break;
         if (iters == S) rf_die("naive infill: no progress");
         memcpy(old, tag, (size_t)R * S);
-        /* draft, row by row: row r's sequence = main + its accepted tokens [0, a) + window */
-        count_call(z);
+        /* draft, row by row: row r's sequence = main + its accepted tokens [0, a) + window
+         * (jacobi: no draft, the current drafts are verified again) */
+        if (!z->p->jacobi) count_call(z);
         for (int r = 0; r < R; r++) {
             seq row = z->main;
             seq mine = {0};
@@ -117,10 +118,13 @@ static int naive_infill(naive *z, rf_step_stat *st, const int *sl, int K, int *s
                 tk[j - a] = tag[r * S + j] ? spec[r * S + j] : z->mask;
                 ps[j - a] = pos_of(z, sl[r], j);
             }
-            float *lg = run(z, &mine, S - a, tk, ps);
-            for (int j = a; j < S; j++)
-                if (!tag[r * S + j]) spec[r * S + j] = rf_logits_stats(lg + (size_t)(j - a) * z->V, z->V).argmax;
-            free(lg);
+            float *lg;
+            if (!z->p->jacobi) {
+                lg = run(z, &mine, S - a, tk, ps);
+                for (int j = a; j < S; j++)
+                    if (!tag[r * S + j]) spec[r * S + j] = rf_logits_stats(lg + (size_t)(j - a) * z->V, z->V).argmax;
+                free(lg);
+            }
             /* verify the window with the new drafts */
             for (int j = a; j < S; j++) tk[j - a] = spec[r * S + j];
             lg = run(z, &mine, S - a, tk, ps);
