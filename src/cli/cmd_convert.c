@@ -29,32 +29,6 @@ static void usage(FILE *f) {
             "  --name NAME           general.name of the GGUF file (default: IN's base name)\n");
 }
 
-/* one source tensor: a matrix in the mmap, or an f32 norm vector */
-typedef struct {
-    rf_dtype src_dtype, dst_dtype;
-    const void *src;
-} conv_ctx;
-
-static float load_elem(rf_dtype t, const void *p, size_t i) {
-    switch (t) {
-        case RF_BF16: return rf_bf16_to_f32(((const uint16_t *)p)[i]);
-        case RF_F16: return rf_f16_to_f32(((const uint16_t *)p)[i]);
-        default: return ((const float *)p)[i];
-    }
-}
-
-static void fill_converted(void *vctx, size_t e0, size_t n, void *dst) {
-    const conv_ctx *c = vctx;
-    for (size_t i = 0; i < n; i++) {
-        float x = load_elem(c->src_dtype, c->src, e0 + i);
-        switch (c->dst_dtype) {
-            case RF_BF16: ((uint16_t *)dst)[i] = rf_f32_to_bf16(x); break;
-            case RF_F16: ((uint16_t *)dst)[i] = rf_f32_to_f16(x); break;
-            default: ((float *)dst)[i] = x;
-        }
-    }
-}
-
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
     return n >= k && !strcmp(s + n - k, suffix);
@@ -157,36 +131,8 @@ int cmd_convert(int argc, char **argv) {
         rf_model_free(&m);
         return 1;
     }
-    int rc = 1;
-    rf_tspec *ts = NULL;
-    conv_ctx *ctx = NULL;
-    if (rf_mkdir_p(out)) goto done;
-    rf_config cfg = m.cfg;
-    cfg.dtype = dtype;
-    char *p = rf_path_join(out, "config.json");
-    int crc = rf_config_save(&cfg, p);
-    free(p);
-    if (crc) goto done;
-
-    int n = rf_model_tensor_list(&m, &ts);
-    ctx = rf_calloc((size_t)n, sizeof *ctx);
-    rf_st_writer *w = rf_st_writer_new();
-    for (int i = 0; i < n; i++) {
-        int64_t shape[2] = {ts[i].rows, ts[i].cols};
-        ctx[i].dst_dtype = dtype;
-        if (ts[i].mat) {
-            ctx[i].src_dtype = ts[i].mat->dtype;
-            ctx[i].src = ts[i].mat->data;
-        } else {
-            ctx[i].src_dtype = RF_F32; /* the loader keeps norm vectors as f32 */
-            ctx[i].src = *ts[i].vec;
-        }
-        rf_st_writer_add_gen(w, ts[i].name, dtype, ts[i].mat ? 2 : 1, shape, fill_converted, &ctx[i]);
-    }
-    p = rf_path_join(out, "model.safetensors");
-    crc = rf_st_writer_finish(w, p);
-    free(p);
-    if (crc) goto done;
+    int rc = 1, crc;
+    if (rf_model_save(&m, out, dtype, 0)) goto done;
     /* tokenizer files travel with the weights */
     static const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json"};
     for (int i = 0; i < 2; i++) {
@@ -198,12 +144,10 @@ int cmd_convert(int argc, char **argv) {
     }
     if (m.gguf && rf_tok_model_has_tokenizer(in))
         fprintf(stderr, "refusion: convert: note: the tokenizer in %s is not written as tokenizer.json\n", in);
-    printf("wrote %s (%s, %d tensors)\n", out, rf_dtype_name(dtype), n);
+    printf("wrote %s (%s, %d tensors)\n", out, rf_dtype_name(dtype), rf_tensor_count(&m.cfg));
     rc = 0;
 done:
     if (rc) rf_print_error();
-    free(ts);
-    free(ctx);
     rf_model_free(&m);
     return rc;
 }

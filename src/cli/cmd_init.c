@@ -94,7 +94,8 @@ static int read_tokenizer(const char *path, const char *cfg_path, tok_ids *t) {
     t->mask = tok_lookup(tok, "<|mask|>");
     t->bot = tok_lookup(tok, "<|beginoftext|>");
     /* the loader adds missing ones as the next free ids, <|beginoftext|> first
-     * (151669 / 151670 for the Qwen3 vocabulary, whose ids end at 151668) */
+     * (RF_QWEN_BOT_ID / RF_QWEN_MASK_ID for the Qwen3 vocabulary, whose ids end
+     * just before them) */
     int next = t->max_id + 1;
     if (t->bot < 0) t->bot = next++;
     if (t->mask < 0) t->mask = next++;
@@ -216,7 +217,7 @@ int cmd_init(int argc, char **argv) {
             return 1;
         }
         /* a Qwen-sized preset keeps its (padded) vocabulary; toy ones fit the tokenizer */
-        if (vocab <= 0) vocab = (c.vocab_size >= need && c.vocab_size > 151670) ? c.vocab_size : need;
+        if (vocab <= 0) vocab = (c.vocab_size >= need && c.vocab_size > RF_QWEN_MASK_ID) ? c.vocab_size : need;
         c.vocab_size = (int)vocab;
         c.mask_id = t.mask;
         c.bot_id = t.bot;
@@ -225,10 +226,8 @@ int cmd_init(int argc, char **argv) {
         c.pad_id = t.pad;
     } else if (vocab > 0 && vocab != c.vocab_size) {
         /* re-derive the default ids for the new vocabulary */
-        int qwen = vocab > 151670;
         c.vocab_size = (int)vocab;
-        c.mask_id = qwen ? 151670 : (int)vocab - 1;
-        c.bot_id = qwen ? 151669 : (int)vocab - 2;
+        rf_config_default_special_ids(&c);
         if (c.bos_id >= vocab) c.bos_id = -1;
         if (c.eos_id >= vocab) c.eos_id = -1;
     }

@@ -10,11 +10,6 @@
 
 #include "util/util.h"
 
-/* Default ids of the two tokens ReFusion adds to the Qwen3 vocabulary. A
- * smaller vocabulary (the tiny test models) keeps them in its last two ids. */
-#define RF_QWEN_BOT_ID 151669
-#define RF_QWEN_MASK_ID 151670
-
 static void default_special_ids(rf_config *c) {
     if (c->vocab_size > RF_QWEN_MASK_ID) {
         c->mask_id = RF_QWEN_MASK_ID;

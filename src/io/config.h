@@ -4,6 +4,11 @@
 
 #include "io/safetensors.h"
 
+/* Default ids of the two tokens ReFusion adds to the Qwen3 vocabulary. A
+ * smaller vocabulary (the tiny test models) keeps them in its last two ids. */
+#define RF_QWEN_BOT_ID 151669
+#define RF_QWEN_MASK_ID 151670
+
 typedef struct {
     int hidden_size;        /* d_model */
     int intermediate_size;  /* SwiGLU hidden width */

@@ -26,31 +26,23 @@
 #include "util/util.h"
 
 int rf_gguf_tensor_name(const char *hf, char *out, size_t cap) {
-    static const struct { const char *hf, *gg; } top[] = {
-        {"model.embed_tokens.weight", "token_embd.weight"},
-        {"model.norm.weight", "output_norm.weight"},
-        {"lm_head.weight", "output.weight"},
+    static const char *const top[][2] = {
+#define TOP(role, hf_name, gg_name, r, cl) {hf_name, gg_name},
+        RF_TOP_TENSORS(TOP)
+#undef TOP
     };
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-        if (!strcmp(hf, top[i].hf)) return snprintf(out, cap, "%s", top[i].gg) < (int)cap ? 0 : -1;
-    static const struct { const char *hf, *gg; } layer[] = {
-        {"input_layernorm.weight", "attn_norm.weight"},
-        {"self_attn.q_proj.weight", "attn_q.weight"},
-        {"self_attn.k_proj.weight", "attn_k.weight"},
-        {"self_attn.v_proj.weight", "attn_v.weight"},
-        {"self_attn.o_proj.weight", "attn_output.weight"},
-        {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-        {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-        {"post_attention_layernorm.weight", "ffn_norm.weight"},
-        {"mlp.gate_proj.weight", "ffn_gate.weight"},
-        {"mlp.up_proj.weight", "ffn_up.weight"},
-        {"mlp.down_proj.weight", "ffn_down.weight"},
+        if (!strcmp(hf, top[i][0])) return snprintf(out, cap, "%s", top[i][1]) < (int)cap ? 0 : -1;
+    static const char *const layer[][2] = {
+#define LAYER(field, hf_suffix, gg_suffix, r, cl) {hf_suffix ".weight", gg_suffix ".weight"},
+        RF_LAYER_TENSORS(LAYER)
+#undef LAYER
     };
     int l, n = 0;
     if (sscanf(hf, "model.layers.%d.%n", &l, &n) != 1 || n == 0 || l < 0) return -1;
     for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
-        if (!strcmp(hf + n, layer[i].hf))
-            return snprintf(out, cap, "blk.%d.%s", l, layer[i].gg) < (int)cap ? 0 : -1;
+        if (!strcmp(hf + n, layer[i][0]))
+            return snprintf(out, cap, "blk.%d.%s", l, layer[i][1]) < (int)cap ? 0 : -1;
     return -1;
 }
 
@@ -186,17 +178,13 @@ int rf_model_load_gguf(rf_model *m, const char *path) {
     int n = rf_model_tensor_list(m, &ts);
     /* every tensor of the file must be one we expect (nothing is silently
      * ignored: an extra tensor means a model this engine would run wrong) */
-    char (*gname)[96] = rf_calloc((size_t)n, sizeof *gname);
-    for (int i = 0; i < n; i++)
-        if (rf_gguf_tensor_name(ts[i].name, gname[i], sizeof gname[i]))
-            rf_die("no GGUF name for %s", ts[i].name);
+#define gname(i) (ts[i].desc->gguf)
     for (int j = 0; j < f->n_tensors; j++) {
         int i = 0;
-        while (i < n && strcmp(gname[i], f->tensors[j].name)) i++;
+        while (i < n && strcmp(gname(i), f->tensors[j].name)) i++;
         if (i == n) {
             rf_set_error("%s: unexpected tensor '%s' (not part of a qwen3 model of this shape)", path,
                          f->tensors[j].name);
-            free(gname);
             goto done;
         }
     }
@@ -208,10 +196,10 @@ int rf_model_load_gguf(rf_model *m, const char *path) {
     int bad = 0;
     for (int i = 0; i < n && !bad; i++) {
         const rf_tspec *s = &ts[i];
-        const rf_gguf_tensor *t = rf_gguf_find_tensor(f, gname[i]);
+        const rf_gguf_tensor *t = rf_gguf_find_tensor(f, gname(i));
         bad = 1;
         if (!t) {
-            rf_set_error("%s: missing tensor '%s'", path, gname[i]);
+            rf_set_error("%s: missing tensor '%s'", path, gname(i));
             break;
         }
         /* ggml order: a [rows, cols] matrix is ne = [cols, rows] */
@@ -226,10 +214,10 @@ int rf_model_load_gguf(rf_model *m, const char *path) {
             snprintf(got + len, sizeof got - (size_t)len, "]");
             if (s->cols)
                 rf_set_error("%s: tensor '%s': ne %s does not match the hyper-parameters (expected "
-                             "[%d, %d])", path, gname[i], got, s->cols, s->rows);
+                             "[%d, %d])", path, gname(i), got, s->cols, s->rows);
             else
                 rf_set_error("%s: tensor '%s': ne %s does not match the hyper-parameters (expected "
-                             "[%d])", path, gname[i], got, s->rows);
+                             "[%d])", path, gname(i), got, s->rows);
             break;
         }
         if (s->mat) {
@@ -239,7 +227,7 @@ int rf_model_load_gguf(rf_model *m, const char *path) {
         }
         if (rf_dtype_is_quant(t->dtype)) {
             rf_set_error("%s: tensor '%s': a norm vector in %s is not supported (F32, F16 or BF16)",
-                         path, gname[i], rf_dtype_name(t->dtype));
+                         path, gname(i), rf_dtype_name(t->dtype));
             break;
         }
         const uint16_t *h = t->data;
@@ -251,7 +239,7 @@ int rf_model_load_gguf(rf_model *m, const char *path) {
         vdst += s->rows;
         bad = 0;
     }
-    free(gname);
+#undef gname
     if (bad) goto done;
     if (m->cfg.tie_embeddings) m->lm_head = m->embed;
     /* the storage type of the bulk of the weights (a Q4_0 file keeps its
@@ -356,8 +344,7 @@ void rf_model_gguf_add(const rf_model *m, rf_gguf_writer *w, rf_dtype dtype, con
     int n = rf_model_tensor_list(&tmp, &ts);
     gguf_fill *fills = rf_calloc((size_t)n, sizeof *fills);
     for (int i = 0; i < n; i++) {
-        char gname[96];
-        if (rf_gguf_tensor_name(ts[i].name, gname, sizeof gname)) rf_die("no GGUF name for %s", ts[i].name);
+        const char *gname = ts[i].desc->gguf;
         gguf_fill *g = &fills[i];
         if (ts[i].mat) {
             g->src = *ts[i].mat;

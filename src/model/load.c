@@ -17,43 +17,6 @@
 #include "model/tensors.h"
 #include "util/util.h"
 
-int rf_model_tensor_list(rf_model *m, rf_tspec **out) {
-    const rf_config *c = &m->cfg;
-    int d = c->hidden_size, hd = c->head_dim, q = c->n_heads * hd, kv = c->n_kv_heads * hd;
-    int ffn = c->intermediate_size;
-    if (!m->layers) m->layers = rf_calloc((size_t)c->n_layers, sizeof(rf_layer));
-    rf_tspec *ts = rf_calloc((size_t)c->n_layers * 11 + 3, sizeof(rf_tspec));
-    int n = 0;
-#define MAT(nm, r, cl, dst) (snprintf(ts[n].name, sizeof ts[n].name, "%s", nm), ts[n].rows = (r), \
-                             ts[n].cols = (cl), ts[n].mat = (dst), n++)
-#define VEC(nm, r, dst) (snprintf(ts[n].name, sizeof ts[n].name, "%s", nm), ts[n].rows = (r), \
-                         ts[n].vec = (dst), n++)
-    MAT("model.embed_tokens.weight", c->vocab_size, d, &m->embed);
-    for (int l = 0; l < c->n_layers; l++) {
-        rf_layer *L = &m->layers[l];
-        char b[96];
-#define NM(suffix) (snprintf(b, sizeof b, "model.layers.%d.%s.weight", l, suffix), b)
-        VEC(NM("input_layernorm"), d, &L->attn_norm);
-        MAT(NM("self_attn.q_proj"), q, d, &L->q);
-        MAT(NM("self_attn.k_proj"), kv, d, &L->k);
-        MAT(NM("self_attn.v_proj"), kv, d, &L->v);
-        MAT(NM("self_attn.o_proj"), d, q, &L->o);
-        VEC(NM("self_attn.q_norm"), hd, &L->q_norm);
-        VEC(NM("self_attn.k_norm"), hd, &L->k_norm);
-        VEC(NM("post_attention_layernorm"), d, &L->ffn_norm);
-        MAT(NM("mlp.gate_proj"), ffn, d, &L->gate);
-        MAT(NM("mlp.up_proj"), ffn, d, &L->up);
-        MAT(NM("mlp.down_proj"), d, ffn, &L->down);
-#undef NM
-    }
-    VEC("model.norm.weight", d, &m->final_norm);
-    if (!c->tie_embeddings) MAT("lm_head.weight", c->vocab_size, d, &m->lm_head);
-#undef MAT
-#undef VEC
-    *out = ts;
-    return n;
-}
-
 static int file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;

@@ -61,6 +61,13 @@ void rf_model_gguf_add(const rf_model *m, rf_gguf_writer *w, rf_dtype dtype, con
 int rf_model_write_random(const rf_config *cfg, const char *dir, rf_dtype dtype,
                           size_t shard_bytes, float init_std, uint64_t seed);
 
+/* Write m as a Hugging Face checkpoint into dir: config.json and
+ * model.safetensors (or shards of at most shard_bytes with an index when
+ * shard_bytes > 0) in dtype RF_F32/RF_F16/RF_BF16, converted tensor by
+ * tensor from wherever m's weights are (mmap, heap, a trainer's block).
+ * Quantised weights cannot be written. 0, or -1 with rf_last_error(). */
+int rf_model_save(const rf_model *m, const char *dir, rf_dtype dtype, size_t shard_bytes);
+
 /* A random model held in memory (no files): for tests and benchmarks that
  * do not need the loader. Same init as rf_model_write_random. */
 void rf_model_init_random(rf_model *m, const rf_config *cfg, rf_dtype dtype,

@@ -112,111 +112,29 @@ void rf_model_init_random(rf_model *m, const rf_config *cfg, rf_dtype dtype, flo
 
 /* ---- on disk -------------------------------------------------------------------- */
 
-static int write_index(const char *dir, const rf_tspec *ts, int n, const int *shard, int n_shards,
-                       size_t total) {
-    /* hand-written JSON: the names are plain ASCII we chose ourselves */
-    size_t cap = 256 + (size_t)n * 200;
-    char *s = rf_malloc(cap);
-    size_t len = (size_t)snprintf(s, cap, "{\n  \"metadata\": {\n    \"total_size\": %zu\n  },\n"
-                                          "  \"weight_map\": {\n", total);
-    for (int i = 0; i < n; i++)
-        len += (size_t)snprintf(s + len, cap - len,
-                                "    \"%s\": \"model-%05d-of-%05d.safetensors\"%s\n", ts[i].name,
-                                shard[i] + 1, n_shards, i + 1 < n ? "," : "");
-    len += (size_t)snprintf(s + len, cap - len, "  }\n}\n");
-    char *path = rf_path_join(dir, "model.safetensors.index.json");
-    int rc = rf_write_file_atomic(path, s, len);
-    free(path);
-    free(s);
-    return rc;
-}
-
-/* Files of an earlier checkpoint in the same directory would shadow this one
- * (model.safetensors wins over an index) or linger as orphan shards. */
-static void remove_stale(const char *dir, int n_shards) {
-    char *p = rf_path_join(dir, n_shards > 1 ? "model.safetensors" : "model.safetensors.index.json");
-    unlink(p);
-    free(p);
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int k, of, len = 0;
-        if (sscanf(e->d_name, "model-%5d-of-%5d.safetensors%n", &k, &of, &len) == 2 &&
-            len == (int)strlen(e->d_name) && (n_shards == 1 || of != n_shards)) {
-            p = rf_path_join(dir, e->d_name);
-            unlink(p);
-            free(p);
-        }
-    }
-    closedir(d);
+/* norm weights = 1 */
+static void fill_ones(void *vctx, size_t e0, size_t n, void *dst) {
+    const gen_ctx *g = vctx;
+    for (size_t i = 0; i < n; i++) store(dst, g->dtype, i, 1.0f);
 }
 
 int rf_model_write_random(const rf_config *cfg, const char *dir, rf_dtype dtype,
                           size_t shard_bytes, float init_std, uint64_t seed) {
-    if (rf_mkdir_p(dir)) return -1;
-    rf_model m;
-    memset(&m, 0, sizeof m);
-    m.cfg = *cfg;
-    m.cfg.dtype = dtype;
-    char *cpath = rf_path_join(dir, "config.json");
-    int rc = rf_config_save(&m.cfg, cpath);
-    free(cpath);
-    if (rc) return -1;
-
-    rf_tspec *ts;
-    int n = rf_model_tensor_list(&m, &ts);
-    size_t es = rf_dtype_size(dtype), total = 0;
-    int max_vec = 0;
-    /* assign tensors to shards in order: a new shard starts when the next
-     * tensor would push the current one past shard_bytes */
-    int *shard = rf_calloc((size_t)n, sizeof(int)), n_shards = 1;
-    size_t cur = 0;
+    int n = rf_tensor_count(cfg);
+    rf_tdesc *td = rf_calloc((size_t)n, sizeof *td);
+    rf_tensor_table(cfg, td);
+    gen_ctx *g = rf_calloc((size_t)n, sizeof *g);
+    rf_st_fill_fn *fill = rf_calloc((size_t)n, sizeof *fill);
+    void **ctx = rf_calloc((size_t)n, sizeof *ctx);
     for (int i = 0; i < n; i++) {
-        size_t nb = (size_t)ts[i].rows * (ts[i].cols ? (size_t)ts[i].cols : 1) * es;
-        if (shard_bytes > 0 && cur > 0 && cur + nb > shard_bytes) {
-            n_shards++;
-            cur = 0;
-        }
-        shard[i] = n_shards - 1;
-        cur += nb;
-        total += nb;
-        if (!ts[i].cols && ts[i].rows > max_vec) max_vec = ts[i].rows;
+        g[i] = (gen_ctx){tensor_seed(seed, td[i].name), init_std, dtype};
+        fill[i] = td[i].cols ? fill_normal : fill_ones;
+        ctx[i] = &g[i];
     }
-    /* norm weights = 1 in the checkpoint's dtype, shared by every norm tensor */
-    void *ones = rf_malloc((size_t)max_vec * es + 1);
-    for (int j = 0; j < max_vec; j++) store(ones, dtype, (size_t)j, 1.0f);
-    gen_ctx *g = rf_calloc((size_t)n, sizeof(gen_ctx));
-
-    rc = 0;
-    for (int s = 0; s < n_shards && rc == 0; s++) {
-        rf_st_writer *w = rf_st_writer_new();
-        for (int i = 0; i < n; i++) {
-            if (shard[i] != s) continue;
-            if (ts[i].cols) {
-                int64_t shape[2] = {ts[i].rows, ts[i].cols};
-                g[i] = (gen_ctx){tensor_seed(seed, ts[i].name), init_std, dtype};
-                rf_st_writer_add_gen(w, ts[i].name, dtype, 2, shape, fill_normal, &g[i]);
-            } else {
-                int64_t shape[1] = {ts[i].rows};
-                rf_st_writer_add(w, ts[i].name, dtype, 1, shape, ones);
-            }
-        }
-        char name[64];
-        if (n_shards == 1)
-            snprintf(name, sizeof name, "model.safetensors");
-        else
-            snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
-        char *path = rf_path_join(dir, name);
-        rc = rf_st_writer_finish(w, path);
-        free(path);
-    }
-    if (rc == 0 && n_shards > 1) rc = write_index(dir, ts, n, shard, n_shards, total);
-    if (rc == 0) remove_stale(dir, n_shards);
+    int rc = rf_model_write_tensors(cfg, dir, dtype, shard_bytes, fill, ctx);
+    free(ctx);
+    free(fill);
     free(g);
-    free(ones);
-    free(shard);
-    free(ts);
-    free(m.layers);
+    free(td);
     return rc;
 }

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "model/model.h"
+#include "model/tensors.h"
 #include "train/train.h"
 #include "util/util.h"
 
@@ -43,25 +44,15 @@ int rf_tmodel_load_weights(rf_tmodel *m, const char *dir) {
         rf_model_free(&em);
         return rf_set_error("%s: checkpoint shape differs from the training config", dir), -1;
     }
-    int d = b->hidden_size, hd = b->head_dim;
-    copy_mat(m->w.embed, &em.embed);
-    for (int l = 0; l < b->n_layers; l++) {
-        const rf_layer *s = &em.layers[l];
-        rf_tlayer *t = &m->w.layers[l];
-        memcpy(t->attn_norm, s->attn_norm, (size_t)d * sizeof(float));
-        copy_mat(t->q, &s->q);
-        copy_mat(t->k, &s->k);
-        copy_mat(t->v, &s->v);
-        copy_mat(t->o, &s->o);
-        memcpy(t->q_norm, s->q_norm, (size_t)hd * sizeof(float));
-        memcpy(t->k_norm, s->k_norm, (size_t)hd * sizeof(float));
-        memcpy(t->ffn_norm, s->ffn_norm, (size_t)d * sizeof(float));
-        copy_mat(t->gate, &s->gate);
-        copy_mat(t->up, &s->up);
-        copy_mat(t->down, &s->down);
+    /* both sides come from the same tensor table: entry i is the same tensor */
+    rf_tspec *ts;
+    int n = rf_model_tensor_list(&em, &ts);
+    for (int i = 0; i < n; i++) {
+        float *dst = m->params + m->tensors[i].offset;
+        if (ts[i].mat) copy_mat(dst, ts[i].mat);
+        else memcpy(dst, *ts[i].vec, (size_t)ts[i].rows * sizeof(float));
     }
-    memcpy(m->w.final_norm, em.final_norm, (size_t)d * sizeof(float));
-    if (!b->tie_embeddings) copy_mat(m->w.lm_head, &em.lm_head);
+    free(ts);
     rf_model_free(&em);
     return 0;
 }

@@ -4,87 +4,81 @@
  * Shapes: N tokens (packed micro-batch), d hidden, hd head_dim, nh / nkv
  * query / K-V heads, qd = nh*hd, kvd = nkv*hd, f ffn width, V vocab. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/tensors.h"
 #include "train/ops.h"
 #include "train/train.h"
 
 /* ---- parameter block --------------------------------------------------------- */
 
-static void add_tensor(rf_tmodel *m, size_t *off, const char *name, int ndim, int64_t r,
-                       int64_t c) {
-    rf_ptensor *t = &m->tensors[m->n_tensors++];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->ndim = ndim;
-    t->shape[0] = r;
-    t->shape[1] = ndim == 2 ? c : 1;
-    t->numel = (size_t)r * (size_t)t->shape[1];
-    t->offset = *off;
-    t->decay = ndim == 2;
-    *off += t->numel;
-}
-
 /* Point a view (w) at a block, walking the tensor table in its order. */
 static void point_view(const rf_tmodel *m, float *block, rf_tweights *w) {
-    int L = m->cfg.n_layers, ti = 0;
-#define NEXT (block + m->tensors[ti++].offset)
-    w->embed = NEXT;
-    for (int l = 0; l < L; l++) {
-        rf_tlayer *y = &w->layers[l];
-        y->attn_norm = NEXT;
-        y->q = NEXT;
-        y->k = NEXT;
-        y->v = NEXT;
-        y->o = NEXT;
-        y->q_norm = NEXT;
-        y->k_norm = NEXT;
-        y->ffn_norm = NEXT;
-        y->gate = NEXT;
-        y->up = NEXT;
-        y->down = NEXT;
+    static const size_t off[] = {
+#define OFF(field, hf, gg, r, cl) offsetof(rf_tlayer, field),
+        RF_LAYER_TENSORS(OFF)
+#undef OFF
+    };
+    for (int i = 0; i < m->n_tensors; i++) {
+        const rf_ptensor *t = &m->tensors[i];
+        float *p = block + t->offset;
+        if (t->role == RF_T_EMBED) w->embed = p;
+        else if (t->role == RF_T_FINAL_NORM) w->final_norm = p;
+        else if (t->role == RF_T_LM_HEAD) w->lm_head = p;
+        else *(float **)((char *)&w->layers[t->layer] + off[t->role]) = p;
     }
-    w->final_norm = NEXT;
-    w->lm_head = m->cfg.tie_embeddings ? w->embed : NEXT;
-#undef NEXT
+    if (m->cfg.tie_embeddings) w->lm_head = w->embed;
 }
 
 void rf_tmodel_init(rf_tmodel *m, const rf_config *cfg) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    int L = cfg->n_layers, d = cfg->hidden_size, hd = cfg->head_dim, f = cfg->intermediate_size;
-    int qd = cfg->n_heads * hd, kvd = cfg->n_kv_heads * hd, V = cfg->vocab_size;
-    m->tensors = rf_calloc((size_t)(11 * L + 3), sizeof(rf_ptensor));
+    int n = rf_tensor_count(cfg);
+    rf_tdesc *td = rf_calloc((size_t)n, sizeof *td);
+    rf_tensor_table(cfg, td);
+    m->tensors = rf_calloc((size_t)n, sizeof(rf_ptensor));
     size_t off = 0;
-    char nm[80];
-    add_tensor(m, &off, "model.embed_tokens.weight", 2, V, d);
-    for (int l = 0; l < L; l++) {
-#define T(suffix, nd, r, c)                                                  \
-    snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, suffix);         \
-    add_tensor(m, &off, nm, nd, r, c)
-        T("input_layernorm", 1, d, 0);
-        T("self_attn.q_proj", 2, qd, d);
-        T("self_attn.k_proj", 2, kvd, d);
-        T("self_attn.v_proj", 2, kvd, d);
-        T("self_attn.o_proj", 2, d, qd);
-        T("self_attn.q_norm", 1, hd, 0);
-        T("self_attn.k_norm", 1, hd, 0);
-        T("post_attention_layernorm", 1, d, 0);
-        T("mlp.gate_proj", 2, f, d);
-        T("mlp.up_proj", 2, f, d);
-        T("mlp.down_proj", 2, d, f);
-#undef T
+    for (int i = 0; i < n; i++) {
+        rf_ptensor *t = &m->tensors[i];
+        snprintf(t->name, sizeof t->name, "%s", td[i].name);
+        t->ndim = td[i].cols ? 2 : 1;
+        t->shape[0] = td[i].rows;
+        t->shape[1] = td[i].cols ? td[i].cols : 1;
+        t->numel = (size_t)t->shape[0] * (size_t)t->shape[1];
+        t->offset = off;
+        t->decay = t->ndim == 2;
+        t->layer = td[i].layer;
+        t->role = td[i].role;
+        off += t->numel;
     }
-    add_tensor(m, &off, "model.norm.weight", 1, d, 0);
-    if (!cfg->tie_embeddings) add_tensor(m, &off, "lm_head.weight", 2, V, d);
+    free(td);
+    m->n_tensors = n;
     m->n_params = off;
     m->params = rf_aligned_alloc(off * sizeof(float));
     m->grads = rf_aligned_alloc(off * sizeof(float));
-    m->w.layers = rf_calloc((size_t)L, sizeof(rf_tlayer));
-    m->g.layers = rf_calloc((size_t)L, sizeof(rf_tlayer));
+    m->w.layers = rf_calloc((size_t)cfg->n_layers, sizeof(rf_tlayer));
+    m->g.layers = rf_calloc((size_t)cfg->n_layers, sizeof(rf_tlayer));
     point_view(m, m->params, &m->w);
     point_view(m, m->grads, &m->g);
+}
+
+int rf_tmodel_as_model(const rf_tmodel *m, rf_model *out) {
+    memset(out, 0, sizeof *out);
+    out->cfg = m->cfg;
+    out->cfg.dtype = RF_F32;
+    rf_tspec *ts;
+    int n = rf_model_tensor_list(out, &ts);
+    for (int i = 0; i < n; i++) {
+        float *p = m->params + m->tensors[i].offset;
+        if (ts[i].mat) *ts[i].mat = (rf_mat){RF_F32, p, ts[i].rows, ts[i].cols};
+        else *ts[i].vec = p;
+    }
+    free(ts);
+    if (out->cfg.tie_embeddings) out->lm_head = out->embed;
+    return 0;
 }
 
 void rf_tmodel_free(rf_tmodel *m) {

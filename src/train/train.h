@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "io/config.h"
+#include "model/model.h"
 #include "util/util.h"
 
 /* ---- parameters ------------------------------------------------------------ */
@@ -31,6 +32,7 @@ typedef struct {
     size_t offset;     /* in floats, into the parameter block */
     size_t numel;
     int decay;         /* AdamW weight decay applies: matrices yes, norm vectors no */
+    int layer, role;   /* from the model's tensor table (model/tensors.h) */
 } rf_ptensor;
 
 /* Pointers into a block (parameters or gradients), shapes as in torch. */
@@ -66,6 +68,10 @@ void rf_tmodel_free(rf_tmodel *m);
 /* Matrices ~ N(0, std) (seeded), norm vectors = 1. */
 void rf_tmodel_randomize(rf_tmodel *m, float std, uint64_t seed);
 const rf_ptensor *rf_tmodel_find(const rf_tmodel *m, const char *name);
+/* The parameters as an inference model (f32 matrices pointing into
+ * m->params, no copy): decode, save or evaluate the weights being trained.
+ * Valid while m lives; free with rf_model_free (frees only the view). */
+int rf_tmodel_as_model(const rf_tmodel *m, rf_model *out);
 
 /* ---- one micro-batch, as built by an objective ------------------------------- */
 
