@@ -38,6 +38,10 @@ SAVE_EVERY=${SAVE_EVERY:-250}
 FINETUNES=${FINETUNES:-"ar|ar|
 refusion|refusion|
 refusion-aux|refusion|--aux-ar 1 --slot-sizes 4,8,16
+refusion-aux3f|refusion|--aux-ar 3 --mask-floor 0.3 --slot-sizes 4,8,16
+refusion-aux3lr|refusion|--aux-ar 3 --slot-sizes 4,8,16 --lr 5e-4
+refusion-aux3flr|refusion|--aux-ar 3 --mask-floor 0.3 --slot-sizes 4,8,16 --lr 5e-4
+refusion-aux5flr|refusion|--aux-ar 5 --mask-floor 0.3 --slot-sizes 4,8,16 --lr 5e-4
 mdm|mdm|--mdm-pad GEN"}
 THREADS=${THREADS:-0}        # per training job; 0 = the machine's default
 PARALLEL=${PARALLEL:-0}      # 1: run the three fine-tunes at once (many-core machines)
@@ -46,24 +50,39 @@ FT_TIMEOUT=${FT_TIMEOUT:-0}  # >0: stop a fine-tune (saving it) after this many 
 # two threshold settings (the paper's benchmark style, scaled to 128-token
 # answers), AR greedy, the MDM at two step budgets (LLaDA: blocks of 32).
 GEN=${GEN_LENGTH:-128}
+# VERIFIED: AR-verified ReFusion strictly left to right (one slot per block);
+# FAST adds this project's call savers (lookahead, jacobi infilling).
+VERIFIED="--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify both"
+FAST="$VERIFIED --lookahead --jacobi"
+HEAD_MODEL=${HEAD_MODEL:-refusion-aux3lr}
 EVALS=${EVALS:-"ar|ar|ar|
 ar-base|base|ar|
 refusion-0.9-0.4|refusion|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.9 --token-threshold 0.4
 refusion-0.7-0.2|refusion|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.7 --token-threshold 0.2
-refusion-aux-0.9-0.4|refusion-aux|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.9 --token-threshold 0.4
-refusion-aux-l2r|refusion-aux|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.3
-refusion-aux-correct|refusion-aux|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.3 --ar-verify correct
-refusion-aux-first|refusion-aux|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.3 --ar-verify first
-refusion-aux-verified|refusion-aux|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify both
-refusion-aux-verified-0.3|refusion-aux|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.3 --ar-verify both
 refusion-aux-ar|refusion-aux|ar|
-refusion-aux-verified-s16|refusion-aux|refusion|--slot-size 16 --blocks 8 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify both
+refusion-aux-verified|refusion-aux|refusion|$VERIFIED
+refusion-aux-fast|refusion-aux|refusion|$FAST
+refusion-aux3f-ar|refusion-aux3f|ar|
+refusion-aux3f-fast|refusion-aux3f|refusion|$FAST
+refusion-aux3lr-ar|refusion-aux3lr|ar|
+refusion-aux3lr-fast|refusion-aux3lr|refusion|$FAST
+refusion-aux3flr-ar|refusion-aux3flr|ar|
+refusion-aux3flr-fast|refusion-aux3flr|refusion|$FAST
+refusion-aux5flr-ar|refusion-aux5flr|ar|
+refusion-aux5flr-fast|refusion-aux5flr|refusion|$FAST
+head-0.9-0.4|$HEAD_MODEL|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.9 --token-threshold 0.4
+head-correct|$HEAD_MODEL|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify correct
+head-first|$HEAD_MODEL|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify first
+head-verified|$HEAD_MODEL|refusion|$VERIFIED
+head-lookahead|$HEAD_MODEL|refusion|$VERIFIED --lookahead
+head-fast|$HEAD_MODEL|refusion|$FAST
+head-fast-s16|$HEAD_MODEL|refusion|--slot-size 16 --blocks 8 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify both --lookahead --jacobi
 mdm-128-steps|mdm|mdm|--blocks 4 --steps $GEN
 mdm-32-steps|mdm|mdm|--blocks 4 --steps 32"}
 # the ReFusion run the paper's comparisons (vs AR, vs MDM) are made with
-HEADLINE=${HEADLINE:-refusion-aux-verified}
+HEADLINE=${HEADLINE:-head-fast}
 LIMIT=${LIMIT:-0}
-STAGES=${STAGES:-"tasks tokenizer train convert eval table"}
+STAGES=${STAGES:-"tasks tokenizer train convert eval probe table"}
 FORCE=${FORCE:-0}
 
 want() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -143,11 +162,24 @@ if want eval; then
   done <<< "$EVALS"
 fi
 
+# teacher-forced probe of every fine-tune (AR head, mask head slot by slot,
+# whole answer masked): what each training variant did to the two heads
+if want probe; then
+  while IFS='|' read -r name obj extra; do
+    [ -n "$name" ] && [ "$obj" != mdm ] || continue
+    if [ -e "$OUT/bf16/$name/model.safetensors" ] && fresh "$OUT/results/probe-$name.json"; then
+      say "probe $name"
+      "$BIN" probe -m "$OUT/bf16/$name" --data "$DATA/test.json" --limit "$LIMIT" --quiet \
+        --json "$OUT/results/probe-$name.json" >/dev/null
+    fi
+  done <<< "$FINETUNES"
+fi
+
 if want table; then
   say "table and plot -> $OUT"
-  node - "$OUT" "$EVALS" "$HEADLINE" <<'EOF'
+  node - "$OUT" "$EVALS" "$HEADLINE" "$FINETUNES" <<'EOF'
 const fs = require('fs');
-const [out, evals, headline] = process.argv.slice(2);
+const [out, evals, headline, finetunes] = process.argv.slice(2);
 const names = evals.split('\n').filter(l => l.trim()).map(l => l.split('|'));
 const rows = [];
 for (const [key, model, decoder, args] of names) {
@@ -190,6 +222,29 @@ md += `\n${head.name} vs AR: ${sign(vsA.points)} accuracy points, ${vsA.speedup.
 for (const m of vsM)
   md += `${head.name} vs ${m.run}: ${sign(m.points)} accuracy points, ${m.speedup.toFixed(2)}x throughput ` +
         `(paper: +34%, >18x).\n`;
+// the training variants: each fine-tune's flags, its probe numbers, its
+// accuracy decoded as AR and with the headline's decoder settings
+const probe = n => {
+  const f = `${out}/results/probe-${n}.json`;
+  return fs.existsSync(f) ? JSON.parse(fs.readFileSync(f, 'utf8')).probe.views : null;
+};
+const fts = finetunes.split('\n').filter(l => l.trim()).map(l => l.split('|')).filter(([, obj]) => obj !== 'mdm');
+const f3 = x => (x === undefined ? '' : x.toFixed(3));
+md += `\nTraining variants (each fine-tuned from the same AR base, same steps; probe: teacher-forced on the ` +
+      `test answers, all positions / later tokens of a slot / whole answer masked; "headline decoder" = ` +
+      `${head.name}'s settings on that model):\n\n`;
+md += '| fine-tune | flags | AR head CE | AR head top-1 | mask head top-1, later in slot | mask head top-1, ' +
+      'whole answer masked | accuracy as AR | accuracy, headline decoder | tokens/call |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n';
+for (const [name, obj, extra] of fts) {
+  const p = probe(name);
+  const asAr = rows.find(r => r.model === name && r.decoder === 'ar');
+  const fast = rows.find(r => r.model === name && r.decoder === 'refusion' &&
+                         JSON.stringify(r.settings) === JSON.stringify(head.settings));
+  md += `| ${name} | \`${obj} ${extra || ''}\` | ${p ? f3(p.ar.all.ce) : ''} | ${p ? pct(p.ar.all.acc) : ''} | ` +
+        `${p && p.mask_slot ? pct(p.mask_slot.later.acc) : ''} | ${p && p.mask_all ? pct(p.mask_all.all.acc) : ''} | ` +
+        `${asAr ? pct(asAr.overall.accuracy) : ''} | ${fast ? pct(fast.overall.accuracy) : ''} | ` +
+        `${fast ? fast.overall.tokens_per_call.toFixed(2) : ''} |\n`;
+}
 md += '\nSettings:\n' + rows.map(r => `- ${r.name}: \`${JSON.stringify(r.settings)}\``).join('\n') + '\n';
 const tmp = (p, s) => { fs.writeFileSync(p + '.tmp', s); fs.renameSync(p + '.tmp', p); };
 tmp(`${out}/table.md`, md);
