@@ -2,7 +2,7 @@
  * shapes against this machine's measured rooflines.
  *
  *   bench_kernels_matmul [--quick] [--blas] [--dtype bf16,q8_0,q4_0,f32,f16] [--n 1,4,16]
- *                        [--shape RxC] [--tier avx2,avx512]
+ *                        [--shape RxC] [--tier avx2,avx512] [--clock wall|cpu]
  *
  * Every CPU tier this machine has (kernels/cpu.h; or those given) and every
  * dtype (default bf16, q8_0, q4_0) is timed; the tier is printed per row.
@@ -19,10 +19,15 @@
  * it tops out at 50%), int8 maddubs (avx2 Q8_0/Q4_0) or vpdpbusd (avx512).
  * Each figure is the fastest of the calls that fill ~0.15 s (at least 2,
  * after one warm-up call): on a shared machine the minimum is the least
- * disturbed measurement. Default: everything in well under a minute. */
+ * disturbed measurement. Default: everything in well under a minute.
+ * --clock cpu times the calls by the process's CPU time instead of the wall
+ * clock: on a machine loaded by other jobs the wall clock mostly measures
+ * the wait for a core (meaningful with OMP_NUM_THREADS=1 only; the
+ * bandwidth and peak probes stay on the wall clock). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <omp.h>
 #ifndef RF_NO_BLAS
 #include <cblas.h>
@@ -44,6 +49,15 @@ static const shape shapes[] = {
 
 static const char *dtname(rf_dtype t) {
     return t == RF_F32 ? "f32" : t == RF_F16 ? "f16" : t == RF_BF16 ? "bf16" : t == RF_Q8_0 ? "q8_0" : "q4_0";
+}
+
+static int g_cpu_clock;
+/* seconds on the chosen clock */
+static double now(void) {
+    if (!g_cpu_clock) return rf_now();
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
 static double g_peak[2][5]; /* [tier][dtype]: the peak the kernel is measured against */
@@ -122,16 +136,23 @@ int main(int argc, char **argv) {
                 ns[n_ns++] = (int)strtol(s, &s, 10);
                 if (*s == ',') s++;
             }
+        } else if (!strcmp(argv[i], "--clock") && i + 1 < argc &&
+                   (!strcmp(argv[i + 1], "cpu") || !strcmp(argv[i + 1], "wall"))) {
+            g_cpu_clock = !strcmp(argv[++i], "cpu");
         } else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
-            if (sscanf(argv[++i], "%dx%d", &only_r, &only_c) != 2) only_r = only_c = 0;
+            if (sscanf(argv[++i], "%dx%d", &only_r, &only_c) != 2 || only_r < 1 || only_c < 32 || only_c % 32) {
+                fprintf(stderr, "--shape %s: want ROWSxCOLS, COLS a multiple of 32\n", argv[i]);
+                return 2;
+            }
         } else {
             fprintf(stderr, "usage: %s [--quick] [--blas] [--dtype bf16,q8_0,q4_0,f32,f16] [--n 1,4,16] "
-                            "[--shape RxC] [--tier avx2,avx512]\n", argv[0]);
+                            "[--shape RxC] [--tier avx2,avx512] [--clock wall|cpu]\n", argv[0]);
             return 2;
         }
     }
     int have512 = rf_cpu_tier_detected() >= RF_CPU_AVX512;
-    printf("threads: %d, cpu: %s%s%s\n", omp_get_max_threads(), rf_cpu_tier_str(rf_cpu_tier_detected()),
+    printf("threads: %d, clock: %s, cpu: %s%s%s\n", omp_get_max_threads(), g_cpu_clock ? "process cpu" : "wall",
+           rf_cpu_tier_str(rf_cpu_tier_detected()),
            rf_cpu_note()[0] ? "; " : "", rf_cpu_note());
     double bw = rf_measure_read_gbs();
     printf("measured read bandwidth %.1f GB/s\n", bw);
@@ -143,9 +164,13 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_ns; i++) maxn = ns[i] > maxn ? ns[i] : maxn;
     rf_rng g;
     rf_rng_seed(&g, 7);
-    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
-        const shape *sh = &shapes[si];
-        if (only_r && (sh->rows != only_r || sh->cols != only_c)) continue;
+    /* --shape RxC: that shape alone (named if it is one of the list) */
+    shape custom = {only_r, only_c, "custom"};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        if (shapes[i].rows == only_r && shapes[i].cols == only_c) custom.what = shapes[i].what;
+    size_t nshapes = only_r ? 1 : sizeof shapes / sizeof *shapes;
+    for (size_t si = 0; si < nshapes; si++) {
+        const shape *sh = only_r ? &custom : &shapes[si];
         float *X = rf_aligned_alloc(sizeof(float) * maxn * sh->cols);
         float *Y = rf_aligned_alloc(sizeof(float) * maxn * sh->rows);
         for (size_t i = 0; i < (size_t)maxn * sh->cols; i++) X[i] = rf_rng_normal(&g);
@@ -167,14 +192,14 @@ int main(int argc, char **argv) {
                     /* best single call: the machine is shared, the minimum is
                      * the least disturbed measurement */
                     int reps = 0;
-                    double t0 = rf_now(), s = 1e30;
+                    double t0 = now(), s = 1e30;
                     do {
-                        double t1 = rf_now();
+                        double t1 = now();
                         rf_matmul(Y, X, &W, n);
-                        double d = rf_now() - t1;
+                        double d = now() - t1;
                         s = d < s ? d : s;
                         reps++;
-                    } while (rf_now() - t0 < target || reps < 2);
+                    } while (now() - t0 < target || reps < 2);
                     if (n == 1) s1 = s;
                     double gbs = wbytes / s / 1e9, gf = 2.0 * nw * n / s / 1e9, pk = g_peak[tier][dt];
                     char shs[32], ratio[16] = "";

@@ -13,7 +13,16 @@
  * parts (x = hi + lo, |x - hi - lo| <= 2^-18 |x|): per-term error up to
  * 3.8e-6 |x w|, which cancellation in short rows (cols = 8) can lift to
  * ~1e-5 of max|ref|, so that kernel gets 5x the tolerance (5e-5), still
- * ~1e4x below an indexing bug. */
+ * ~1e4x below an indexing bug.
+ *
+ * The bf16 kernel's other mode (rf_matmul_set_bf16_act(1), REFUSION_BF16_ACT=
+ * bf16: activations rounded to bf16 once, one vdpbf16ps) is checked twice:
+ * against the reference fed the bf16-rounded activations (the same
+ * 5e-5 tolerance: it must compute exactly that), and against the plain
+ * reference with the documented bound |y - ref| <= 2^-8 sum_k |x_k w_k|
+ * per output (rounding x to bf16 changes each term by at most 2^-9 of it;
+ * 2x margin for the f32 accumulation). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/cpu.h"
@@ -158,7 +167,42 @@ static double test_tier(void) {
     return worst;
 }
 
+/* avx512 and up: the bf16 kernel with single-rounded bf16 activations */
+static void test_bf16_single(void) {
+    rf_rng g;
+    rf_rng_seed(&g, 99);
+    const int shp[][3] = {{1, 8, 1}, {7, 33, 5}, {33, 130, 17}, {257, 1000, 3}, {100, 2056, 20}, {5, 64, 64}};
+    rf_matmul_set_bf16_act(1);
+    for (size_t k = 0; k < sizeof shp / sizeof *shp; k++) {
+        int rows = shp[k][0], cols = shp[k][1], n = shp[k][2];
+        uint16_t *wd = rand_weights(&g, RF_BF16, rows, cols);
+        rf_mat W = {RF_BF16, wd, rows, cols};
+        float *X = malloc(sizeof(float) * n * cols), *Xb = malloc(sizeof(float) * n * cols);
+        float *Y = malloc(sizeof(float) * n * rows), *R = malloc(sizeof(float) * n * rows);
+        for (int i = 0; i < n * cols; i++) X[i] = rf_rng_normal(&g), Xb[i] = rf_bf16_to_f32(rf_f32_to_bf16(X[i]));
+        rf_matmul(Y, X, &W, n);
+        rf_matmul_naive(R, Xb, &W, n);
+        double e = check_rel_err(Y, R, (size_t)n * rows);
+        CHECK(e <= 5e-5 * (1.0 + cols / 1000.0), "%s bf16-act rf_matmul rows=%d cols=%d n=%d vs bf16(x) ref: rel err %.3g",
+              g_tier, rows, cols, n, e);
+        rf_matmul_naive(R, X, &W, n);
+        int bad = 0;
+        for (int t = 0; t < n; t++)
+            for (int r = 0; r < rows; r++) {
+                double bound = 0;
+                for (int c = 0; c < cols; c++)
+                    bound += fabs((double)X[(size_t)t * cols + c] * rf_bf16_to_f32(wd[(size_t)r * cols + c]));
+                bad += fabs((double)Y[(size_t)t * rows + r] - R[(size_t)t * rows + r]) > bound / 256;
+            }
+        CHECK(!bad, "%s bf16-act rf_matmul rows=%d cols=%d n=%d: %d outputs beyond 2^-8 sum|x w| of the f32 ref",
+              g_tier, rows, cols, n, bad);
+        free(wd), free(X), free(Xb), free(Y), free(R);
+    }
+    rf_matmul_set_bf16_act(0);
+}
+
 int main(void) {
+    rf_matmul_set_bf16_act(0); /* the default (split) whatever REFUSION_BF16_ACT says */
     for (int t = RF_CPU_AVX2; t <= RF_CPU_AMX; t++) {
         g_tier = rf_cpu_tier_str((rf_cpu_tier)t);
         if (rf_cpu_set_tier((rf_cpu_tier)t) != 0) {
@@ -171,6 +215,7 @@ int main(void) {
         }
         double worst = test_tier();
         printf("%s: worst relative error %.3g\n", g_tier, worst);
+        if (t >= RF_CPU_AVX512) test_bf16_single();
     }
     return check_summary("kernels_matmul");
 }

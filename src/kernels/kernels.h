@@ -3,14 +3,19 @@
  *
  * rf_matmul picks its kernel per weight dtype and CPU tier (kernels/cpu.h,
  * chosen at run time; REFUSION_CPU=avx2 forces the baseline):
- *   f32, f16          AVX2 FMA register tiles (matmul.c), every tier
+ *   f32, f16          avx2: AVX2 FMA register tiles (matmul.c); avx512:
+ *                     16-wide FMA, 4 rows x 6 tokens per tile
  *   bf16              avx2: AVX2 FMA; avx512: vdpbf16ps with the activations
  *                     split into bf16 hi + lo (f32-grade accuracy, see
- *                     matmul_avx512.c), 4 rows x 4 tokens per tile
+ *                     matmul_avx512.c) or, with rf_matmul_set_bf16_act(1) /
+ *                     REFUSION_BF16_ACT=bf16, rounded to bf16 once (half
+ *                     the compute, ~3 significant digits: ggml's choice),
+ *                     4 rows x 6 tokens per tile
  *   Q8_0, Q4_0        activations quantised per 32-block to int8 (scale
  *                     max|x|/127 in f32, round to nearest even), exact
  *                     integer block dots: avx2 maddubs (matmul_q.c), avx512
- *                     vpdpbusd (matmul_avx512.c); f32 accumulation. cols must
+ *                     vpdpbusd (matmul_avx512.c, 3 rows x 6 tokens per
+ *                     tile); f32 accumulation. cols must
  *                     be a multiple of 32. Results differ from the f32 dot
  *                     product of the dequantised weights by the activation
  *                     rounding (<= |w| max|x_block| / 254 per term).
@@ -20,7 +25,8 @@
  *  - rf_matmul with n = 1 is memory-bound: it must stream W once at full
  *    speed (4 rows in flight).
  *  - with n tokens it streams W once and reuses every loaded weight vector
- *    for a tile of up to 4 tokens, tokens in blocks that stay in L2, so n =
+ *    for a tile of up to 4 (avx2) or 6 (avx512) tokens, tokens in blocks
+ *    that stay in L2, so n =
  *    4..64 costs little more than n = 1 until it turns compute-bound.
  * Rooflines: kernels/roofline.h measures read bandwidth and the per-tier
  * compute peaks; bench/kernels_matmul.c prints both per kernel. */
@@ -37,6 +43,15 @@ typedef struct {
     const void *data;
     int rows, cols;
 } rf_mat;
+
+/* How the avx512 tier's bf16 kernel takes the activations: 0 = split into
+ * bf16 hi + lo (default: f32-grade), 1 = rounded to bf16 once (twice the
+ * speed when compute-bound; per-term relative error up to 2^-9, the
+ * tolerance tests/kernels_matmul.c documents). The default comes from
+ * REFUSION_BF16_ACT=bf16|split at the first call; set it before threads
+ * call rf_matmul. */
+int rf_matmul_bf16_act(void);
+void rf_matmul_set_bf16_act(int single);
 
 /* Y[n, rows] = X[n, cols] . W[rows, cols]^T   (Y = X W^T, a Linear layer).
  * Threads over output rows with OpenMP; X rows are reused from cache. */

@@ -32,6 +32,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 #include <immintrin.h>
 #include "io/quant.h"
 #include "kernels/cpu.h"
@@ -260,14 +261,28 @@ static void *prep_buf(size_t bytes) {
 }
 
 /* Which kernel a call runs: per weight dtype and the active CPU tier. */
-typedef enum { PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX512_BF16, PATH_AVX512_Q } mm_path;
+typedef enum { PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX512_BF16, PATH_AVX512_FLOAT, PATH_AVX512_Q } mm_path;
 
 static mm_path choose_path(rf_dtype dt) {
     int avx512 = rf_cpu_tier_active() >= RF_CPU_AVX512;
     if (dt == RF_Q8_0 || dt == RF_Q4_0) return avx512 ? PATH_AVX512_Q : PATH_AVX2_Q;
-    if (dt == RF_BF16 && avx512) return PATH_AVX512_BF16;
-    return PATH_AVX2_FLOAT; /* f32, f16, and bf16 below avx512 */
+    if (dt == RF_BF16) return avx512 ? PATH_AVX512_BF16 : PATH_AVX2_FLOAT;
+    return avx512 ? PATH_AVX512_FLOAT : PATH_AVX2_FLOAT; /* f32, f16 */
 }
+
+/* bf16 activations at avx512: 0 = hi/lo split (default), 1 = single;
+ * -1 = not read from REFUSION_BF16_ACT yet */
+static int g_bf16_single = -1;
+
+int rf_matmul_bf16_act(void) {
+    if (g_bf16_single < 0) {
+        const char *e = getenv("REFUSION_BF16_ACT");
+        g_bf16_single = e && !strcmp(e, "bf16");
+    }
+    return g_bf16_single;
+}
+
+void rf_matmul_set_bf16_act(int single) { g_bf16_single = single != 0; }
 
 void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, int r1) {
     int nr = r1 - r0;
@@ -279,6 +294,7 @@ void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, in
     /* the activations in the layout the chosen kernel reads, once per call */
     mm_path path = choose_path(W->dtype);
     const void *xp = X;
+    int single = 0;
     if (path == PATH_AVX2_Q) {
         void *b = prep_buf(rf_q_prep_avx2_bytes(n, W->cols));
         rf_q_prep_avx2(b, X, n, W->cols);
@@ -288,8 +304,9 @@ void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, in
         rf_q_prep_avx512(b, X, n, W->cols, W->dtype);
         xp = b;
     } else if (path == PATH_AVX512_BF16) {
-        void *b = prep_buf(rf_bf16_prep_avx512_bytes(n, W->cols));
-        rf_bf16_prep_avx512(b, X, n, W->cols);
+        single = rf_matmul_bf16_act();
+        void *b = prep_buf(rf_bf16_prep_avx512_bytes(n, W->cols, single));
+        rf_bf16_prep_avx512(b, X, n, W->cols, single);
         xp = b;
     }
     /* Threads take chunks of rows (multiples of 12, so of both row tiles)
@@ -309,7 +326,8 @@ void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, in
         switch (path) {
         case PATH_AVX2_Q: rf_q_range_avx2(Y, nr, xp, &V, n, a, b); break;
         case PATH_AVX512_Q: rf_q_range_avx512(Y, nr, xp, &V, n, a, b); break;
-        case PATH_AVX512_BF16: rf_bf16_range_avx512(Y, nr, xp, &V, n, a, b); break;
+        case PATH_AVX512_BF16: rf_bf16_range_avx512(Y, nr, xp, &V, n, a, b, single); break;
+        case PATH_AVX512_FLOAT: rf_float_range_avx512(Y, nr, X, &V, n, a, b); break;
         default: {
             float *buf = W->dtype == RF_F32 || n <= DIRECT_MAX_T ? NULL : conv_buf((size_t)3 * (W->cols + 8));
             matmul_range(Y, nr, X, &V, n, a, b, buf);

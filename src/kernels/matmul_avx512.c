@@ -25,38 +25,78 @@
 #include "kernels/matmul_impl.h"
 #include "util/util.h"
 
+/* ---- shared ---------------------------------------------------------------- */
+
+/* Horizontal sums of four zmm at once: {sum a, sum b, sum c, sum d} (13 ops
+ * instead of 4 x _mm512_reduce_add_ps). */
+static inline __attribute__((always_inline)) __m128 hsum4_512(__m512 a, __m512 b, __m512 c, __m512 d) {
+    /* per 128-bit lane: ab = {a0+a2, b0+b2, a1+a3, b1+b3} */
+    __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    /* per 128-bit lane: {a, b, c, d} partial sums */
+    __m512d abd = _mm512_castps_pd(ab), cdd = _mm512_castps_pd(cd);
+    __m512 abcd = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(abd, cdd)),
+                                _mm512_castpd_ps(_mm512_unpackhi_pd(abd, cdd)));
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* y[t * ldy + r] = the sum of acc[r][t], r < R, t < T (4 rows per hsum4) */
+#define STORE_TILE(R, T, acc, y, ldy)                                                                      \
+    do {                                                                                                   \
+        const __m512 z_ = _mm512_setzero_ps();                                                             \
+        for (int t = 0; t < (T); t++) {                                                                    \
+            __m128 s_ = hsum4_512(acc[0][t], (R) > 1 ? acc[1 % (R)][t] : z_, (R) > 2 ? acc[2 % (R)][t] : z_, \
+                                  (R) > 3 ? acc[3 % (R)][t] : z_);                                         \
+            if ((R) == 4) _mm_storeu_ps((y) + t * (ldy), s_);                                               \
+            else _mm_mask_storeu_ps((y) + t * (ldy), (__mmask8)((1u << (R)) - 1), s_);                     \
+        }                                                                                                  \
+    } while (0)
+
+/* Token tiles: ceil(tb / tmax) tiles of near-equal size (17 tokens with
+ * tmax 6 = 6+6+5), never a lone 1-token tile that wastes the registers. */
+#define FOR_TOKEN_TILES(tb, tmax, T, i)                                                                    \
+    for (int ntt_ = ((tb) + (tmax) - 1) / (tmax), i = 0, T = (tb) / ntt_ + (0 < (tb) % ntt_); i < ntt_;      \
+         i++, T = (tb) / ntt_ + (i < (tb) % ntt_))
+
 /* ---- bf16 ------------------------------------------------------------------ */
 
-/* per token: ceil(cols / 32) chunks of {hi[32], lo[32]} bf16, zero-padded */
+/* per token: ceil(cols / 32) chunks of 32 bf16 (single) or {hi[32], lo[32]}
+ * (split), zero-padded */
 static inline int bf16_chunks(int cols) { return (cols + 31) / 32; }
 
-size_t rf_bf16_prep_avx512_bytes(int n, int cols) { return (size_t)n * bf16_chunks(cols) * 128; }
+size_t rf_bf16_prep_avx512_bytes(int n, int cols, int single) {
+    return (size_t)n * bf16_chunks(cols) * (single ? 64 : 128);
+}
 
-void rf_bf16_prep_avx512(void *xp, const float *X, int n, int cols) {
+void rf_bf16_prep_avx512(void *xp, const float *X, int n, int cols, int single) {
     const int nc = bf16_chunks(cols);
     uint16_t *o = xp;
     for (int t = 0; t < n; t++)
-        for (int c = 0; c < nc; c++, o += 64) {
+        for (int c = 0; c < nc; c++, o += single ? 32 : 64) {
             const float *x = X + (size_t)t * cols + c * 32;
             int m = cols - c * 32;
             __mmask16 k0 = m >= 16 ? 0xFFFF : (__mmask16)((1u << m) - 1);
             __mmask16 k1 = m >= 32 ? 0xFFFF : m <= 16 ? 0 : (__mmask16)((1u << (m - 16)) - 1);
             __m512 a = _mm512_maskz_loadu_ps(k0, x), b = _mm512_maskz_loadu_ps(k1, x + 16);
             __m512bh hi = _mm512_cvtne2ps_pbh(b, a); /* a -> elements 0..15, b -> 16..31 */
-            /* hi back to f32: bf16 is the top half of an f32 */
             __m512i h = (__m512i)hi;
+            _mm512_storeu_si512(o, h);
+            if (single) continue;
+            /* hi back to f32: bf16 is the top half of an f32 */
             __m512 ha = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(h)), 16));
             __m512 hb = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(h, 1)), 16));
             __m512bh lo = _mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha));
-            _mm512_storeu_si512(o, h);
             _mm512_storeu_si512(o + 32, (__m512i)lo);
         }
 }
 
-static inline __attribute__((always_inline)) void bkern(const int R, const int T, const uint16_t *w, size_t ldw,
-                                                        int cols, const uint16_t *x, size_t ldx, float *y,
-                                                        size_t ldy) {
-    __m512 acc[4][4];
+/* R x T tile, S = 1: split activations (two vdpbf16ps per weight vector and
+ * token), S = 0: single. Registers: R*T accumulators + R weights + 1-2. */
+static inline __attribute__((always_inline)) void bkern(const int S, const int R, const int T, const uint16_t *w,
+                                                        size_t ldw, int cols, const uint16_t *x, size_t ldx,
+                                                        float *y, size_t ldy) {
+    __m512 acc[4][6];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     const int nc = bf16_chunks(cols);
@@ -66,51 +106,130 @@ static inline __attribute__((always_inline)) void bkern(const int R, const int T
         __m512bh wv[4];
         for (int r = 0; r < R; r++) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(k, w + r * ldw + c * 32);
         for (int t = 0; t < T; t++) {
-            const uint16_t *xc = x + t * ldx + (size_t)c * 64;
-            __m512bh xh = (__m512bh)_mm512_loadu_si512(xc), xl = (__m512bh)_mm512_loadu_si512(xc + 32);
-            for (int r = 0; r < R; r++) {
-                acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xh);
-                acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xl);
+            const uint16_t *xc = x + t * ldx + (size_t)c * (S ? 64 : 32);
+            __m512bh xh = (__m512bh)_mm512_loadu_si512(xc);
+            for (int r = 0; r < R; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xh);
+            if (S) {
+                __m512bh xl = (__m512bh)_mm512_loadu_si512(xc + 32);
+                for (int r = 0; r < R; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xl);
             }
         }
     }
-    for (int t = 0; t < T; t++)
-        for (int r = 0; r < R; r++) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+    STORE_TILE(R, T, acc, y, ldy);
 }
 
-#define BK_T(R)                                                          \
+#define BK_T(S, R)                                                       \
     switch (T) {                                                         \
-    case 1: bkern(R, 1, w, ldw, cols, x, ldx, y, ldy); break;            \
-    case 2: bkern(R, 2, w, ldw, cols, x, ldx, y, ldy); break;            \
-    case 3: bkern(R, 3, w, ldw, cols, x, ldx, y, ldy); break;            \
-    default: bkern(R, 4, w, ldw, cols, x, ldx, y, ldy); break;           \
+    case 1: bkern(S, R, 1, w, ldw, cols, x, ldx, y, ldy); break;         \
+    case 2: bkern(S, R, 2, w, ldw, cols, x, ldx, y, ldy); break;         \
+    case 3: bkern(S, R, 3, w, ldw, cols, x, ldx, y, ldy); break;         \
+    case 4: bkern(S, R, 4, w, ldw, cols, x, ldx, y, ldy); break;         \
+    case 5: bkern(S, R, 5, w, ldw, cols, x, ldx, y, ldy); break;         \
+    default: bkern(S, R, 6, w, ldw, cols, x, ldx, y, ldy); break;        \
     }
-static void btile(int R, int T, const uint16_t *w, size_t ldw, int cols, const uint16_t *x, size_t ldx, float *y,
-                  size_t ldy) {
-    switch (R) {
-    case 1: BK_T(1); break;
-    case 2: BK_T(2); break;
-    case 3: BK_T(3); break;
-    default: BK_T(4); break;
+#define BK_RT(S)                \
+    switch (R) {                \
+    case 1: BK_T(S, 1); break;  \
+    case 2: BK_T(S, 2); break;  \
+    case 3: BK_T(S, 3); break;  \
+    default: BK_T(S, 4); break; \
+    }
+static void btile(int single, int R, int T, const uint16_t *w, size_t ldw, int cols, const uint16_t *x, size_t ldx,
+                  float *y, size_t ldy) {
+    if (single) {
+        BK_RT(0);
+    } else {
+        BK_RT(1);
     }
 }
 
-/* Row tiles of 4, token tiles of near-equal size 1..4; tokens in blocks that
- * keep their activations in L2 while a thread's rows stream past. */
-void rf_bf16_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
+/* Row tiles of 4 x token tiles of up to 6: each weight vector is loaded once
+ * per tile and used for all its tokens (weight-stationary in registers);
+ * tokens in blocks that keep their activations in L2 while a thread's rows
+ * stream past. The 4 rows (4 x cols x 2 bytes) stay in L1 for the next token
+ * tile, so W is read from memory once per call. */
+void rf_bf16_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single) {
     const int cols = W->cols;
-    const size_t ldx = (size_t)bf16_chunks(cols) * 64;
+    const size_t ldx = (size_t)bf16_chunks(cols) * (single ? 32 : 64);
     const uint16_t *X = xp, *w0 = W->data;
     const int tbmax = rf_token_block(ldx * 2);
     for (int t0 = 0; t0 < n; t0 += tbmax) {
         int tb = n - t0 < tbmax ? n - t0 : tbmax;
-        int ntt = (tb + 3) / 4;
         for (int r = a; r < b; r += 4) {
-            int R = b - r < 4 ? b - r : 4;
-            for (int i = 0, t = t0; i < ntt; i++) {
-                int T = tb / ntt + (i < tb % ntt);
-                btile(R, T, w0 + (size_t)r * cols, cols, cols, X + (size_t)t * ldx, ldx, Y + (size_t)t * ldy + r,
-                      ldy);
+            int R = b - r < 4 ? b - r : 4, t = t0;
+            FOR_TOKEN_TILES(tb, 6, T, i) {
+                btile(single, R, T, w0 + (size_t)r * cols, cols, cols, X + (size_t)t * ldx, ldx,
+                      Y + (size_t)t * ldy + r, ldy);
+                t += T;
+            }
+        }
+    }
+}
+
+/* ---- f32 / f16 ------------------------------------------------------------- */
+
+/* 16 weights at element offset off (f32 or f16), lanes >= m zero */
+static inline __attribute__((always_inline)) __m512 fload16(rf_dtype dt, const void *w, size_t off, __mmask16 k) {
+    if (dt == RF_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const uint16_t *)w + off));
+    return _mm512_maskz_loadu_ps(k, (const float *)w + off);
+}
+
+/* R x T tile of 16-wide FMAs, weights converted in registers once per tile */
+static inline __attribute__((always_inline)) void fkern(rf_dtype dt, const int R, const int T, const void *w,
+                                                        size_t ldw, int cols, const float *x, size_t ldx, float *y,
+                                                        size_t ldy) {
+    __m512 acc[4][6];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int c = 0; c < cols; c += 16) {
+        int m = cols - c;
+        __mmask16 k = m >= 16 ? 0xFFFF : (__mmask16)((1u << m) - 1);
+        __m512 wv[4];
+        for (int r = 0; r < R; r++) wv[r] = fload16(dt, w, r * ldw + c, k);
+        for (int t = 0; t < T; t++) {
+            __m512 xv = _mm512_maskz_loadu_ps(k, x + t * ldx + c);
+            for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+    STORE_TILE(R, T, acc, y, ldy);
+}
+
+#define FK_T(DT, R)                                                      \
+    switch (T) {                                                         \
+    case 1: fkern(DT, R, 1, w, ldw, cols, x, ldx, y, ldy); break;        \
+    case 2: fkern(DT, R, 2, w, ldw, cols, x, ldx, y, ldy); break;        \
+    case 3: fkern(DT, R, 3, w, ldw, cols, x, ldx, y, ldy); break;        \
+    case 4: fkern(DT, R, 4, w, ldw, cols, x, ldx, y, ldy); break;        \
+    case 5: fkern(DT, R, 5, w, ldw, cols, x, ldx, y, ldy); break;        \
+    default: fkern(DT, R, 6, w, ldw, cols, x, ldx, y, ldy); break;       \
+    }
+#define FK_RT(DT)                \
+    switch (R) {                 \
+    case 1: FK_T(DT, 1); break;  \
+    case 2: FK_T(DT, 2); break;  \
+    case 3: FK_T(DT, 3); break;  \
+    default: FK_T(DT, 4); break; \
+    }
+static void ftile(rf_dtype dt, int R, int T, const void *w, size_t ldw, int cols, const float *x, size_t ldx,
+                  float *y, size_t ldy) {
+    if (dt == RF_F16) {
+        FK_RT(RF_F16);
+    } else {
+        FK_RT(RF_F32);
+    }
+}
+
+void rf_float_range_avx512(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b) {
+    const int cols = W->cols;
+    const size_t esz = W->dtype == RF_F16 ? 2 : 4;
+    const int tbmax = rf_token_block((size_t)cols * 4);
+    for (int t0 = 0; t0 < n; t0 += tbmax) {
+        int tb = n - t0 < tbmax ? n - t0 : tbmax;
+        for (int r = a; r < b; r += 4) {
+            int R = b - r < 4 ? b - r : 4, t = t0;
+            FOR_TOKEN_TILES(tb, 6, T, i) {
+                ftile(W->dtype, R, T, (const char *)W->data + (size_t)r * cols * esz, cols, cols,
+                      X + (size_t)t * cols, cols, Y + (size_t)t * ldy + r, ldy);
                 t += T;
             }
         }
@@ -121,9 +240,9 @@ void rf_bf16_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W,
 
 /* one pair of 32-blocks of one token, 192 bytes */
 typedef struct {
-    int8_t q[64];    /* Q8_0: x + 128 as unsigned bytes; Q4_0: x (signed) */
-    float dx[16];    /* lanes 0-7: the first block's scale, 8-15: the second's */
-    int32_t init[16]; /* Q4_0: -8 * sum(x) in lanes 0 and 8, else 0 */
+    int8_t q[64];     /* the quantised activations (signed) */
+    float dx[16];     /* lanes 0-7: the first block's scale, 8-15: the second's */
+    int32_t init[16]; /* -off * sum(x) of each block in lanes 0 and 8, else 0 (off: see load_wpair) */
 } xq_pair;
 
 static inline int n_pairs(int cols) { return (cols / RF_QK + 1) / 2; }
@@ -131,18 +250,13 @@ static inline int n_pairs(int cols) { return (cols / RF_QK + 1) / 2; }
 size_t rf_q_prep_avx512_bytes(int n, int cols) { return (size_t)n * n_pairs(cols) * sizeof(xq_pair); }
 
 void rf_q_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt) {
-    const int nb = cols / RF_QK, np = n_pairs(cols);
+    const int nb = cols / RF_QK, np = n_pairs(cols), off = wdt == RF_Q8_0 ? 128 : 8;
     xq_pair *o = xp;
     for (int t = 0; t < n; t++)
         for (int p = 0; p < np; p++, o++) {
             memset(o, 0, sizeof *o);
-            for (int h = 0; h < 2; h++) {
-                int blk = 2 * p + h;
-                if (blk >= nb) { /* odd block count: a zero half (the weights there are zero too) */
-                    if (wdt == RF_Q8_0) memset(o->q + 32, 0x80, 32);
-                    break;
-                }
-                const float *x = X + (size_t)t * cols + blk * RF_QK;
+            for (int h = 0; h < 2 && 2 * p + h < nb; h++) { /* odd block count: the second half stays zero */
+                const float *x = X + (size_t)t * cols + (2 * p + h) * RF_QK;
                 __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
                 float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
                 const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
@@ -152,28 +266,27 @@ void rf_q_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt) {
                                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
                 __m128i ba = _mm512_cvtepi32_epi8(qa), bb = _mm512_cvtepi32_epi8(qb);
                 int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
-                __m256i q = _mm256_set_m128i(bb, ba);
-                if (wdt == RF_Q8_0) q = _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80));
-                _mm256_storeu_si256((__m256i *)(o->q + 32 * h), q);
+                _mm256_storeu_si256((__m256i *)(o->q + 32 * h), _mm256_set_m128i(bb, ba));
                 for (int i = 0; i < 8; i++) o->dx[8 * h + i] = d;
-                if (wdt == RF_Q4_0) o->init[8 * h] = -8 * sum;
+                o->init[8 * h] = -off * sum;
             }
         }
 }
 
-/* two weight blocks (2p, 2p + 1) of one row as bytes [block 2p | block 2p + 1]
- * (signed weights for Q8_0, unsigned nibbles for Q4_0) and their scales; the
- * second is zero when it does not exist (odd block count). */
+/* two weight blocks (2p, 2p + 1) of one row as unsigned bytes u = w + off
+ * [block 2p | block 2p + 1] (Q8_0: off = 128, w ^ 0x80; Q4_0: off = 8, the
+ * nibbles as stored) and their scales; the second is zero when it does not
+ * exist (odd block count). vpdpbusd(init, u, x) = u . x - off * sum(x) = w . x. */
 static inline __attribute__((always_inline)) void load_wpair(rf_dtype dt, const char *row, int p, int nb,
                                                              __m512i *wq, __m512 *dw) {
     int two = 2 * p + 1 < nb;
+    uint16_t d[2];
     if (dt == RF_Q8_0) {
         const rf_block_q8_0 *blk = (const rf_block_q8_0 *)row + 2 * p;
         __m256i lo = _mm256_loadu_si256((const __m256i *)blk[0].qs);
         __m256i hi = two ? _mm256_loadu_si256((const __m256i *)blk[1].qs) : _mm256_setzero_si256();
-        *wq = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        *dw = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(rf_f16_to_f32(blk[0].d))),
-                                 _mm256_set1_ps(two ? rf_f16_to_f32(blk[1].d) : 0.0f), 1);
+        *wq = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8((char)0x80));
+        d[0] = blk[0].d, d[1] = two ? blk[1].d : 0;
     } else {
         const rf_block_q4_0 *blk = (const rf_block_q4_0 *)row + 2 * p;
         __m128i q0 = _mm_loadu_si128((const __m128i *)blk[0].qs);
@@ -183,49 +296,50 @@ static inline __attribute__((always_inline)) void load_wpair(rf_dtype dt, const 
         /* [lo0 lo1 hi0 hi1] -> [lo0 hi0 lo1 hi1] (128-bit lanes): weight order */
         __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
         *wq = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
-        *dw = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(rf_f16_to_f32(blk[0].d))),
-                                 _mm256_set1_ps(two ? rf_f16_to_f32(blk[1].d) : 0.0f), 1);
+        d[0] = blk[0].d, d[1] = two ? blk[1].d : 0;
     }
+    /* both f16 scales at once (F16C), each broadcast over its 8 lanes */
+    __m128 ds = _mm_cvtph_ps(_mm_cvtsi32_si128(d[0] | (int)d[1] << 16));
+    *dw = _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                _mm512_castps128_ps512(ds));
 }
 
+/* R x T tile: per block pair and (row, token) one vpdpbusd (64 MACs), one
+ * conversion and two f32 multiplies; each weight pair is unpacked once per
+ * tile and used for all T tokens. */
 static inline __attribute__((always_inline)) void qkern(rf_dtype dt, const int R, const int T, const char *w,
                                                         size_t wstride, int nb, const xq_pair *x, size_t xstride,
                                                         float *y, size_t ldy) {
-    __m512 acc[4][4];
+    __m512 acc[4][6];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     const int np = (nb + 1) / 2;
-    const __m512i u128 = _mm512_set1_epi8((char)0x80);
     for (int p = 0; p < np; p++) {
-        __m512i wq[4], wi[4];
+        __m512i wq[4];
         __m512 dw[4];
-        for (int r = 0; r < R; r++) {
-            load_wpair(dt, w + r * wstride, p, nb, &wq[r], &dw[r]);
-            /* Q8_0: start at -128 * sum(w) so that (x + 128) . w = x . w */
-            if (dt == RF_Q8_0)
-                wi[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, wq[r]));
-        }
+        for (int r = 0; r < R; r++) load_wpair(dt, w + r * wstride, p, nb, &wq[r], &dw[r]);
         for (int t = 0; t < T; t++) {
             const xq_pair *xb = x + t * xstride + p;
-            __m512i xv = _mm512_loadu_si512(xb->q);
+            __m512i xv = _mm512_loadu_si512(xb->q), init = _mm512_loadu_si512(xb->init);
             __m512 dx = _mm512_loadu_ps(xb->dx);
             for (int r = 0; r < R; r++) {
-                __m512i s = dt == RF_Q8_0 ? _mm512_dpbusd_epi32(wi[r], xv, wq[r])
-                                          : _mm512_dpbusd_epi32(_mm512_loadu_si512(xb->init), wq[r], xv);
+                __m512i s = _mm512_dpbusd_epi32(init, wq[r], xv);
                 acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dx), dw[r], acc[r][t]);
             }
         }
     }
-    for (int t = 0; t < T; t++)
-        for (int r = 0; r < R; r++) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+    STORE_TILE(R, T, acc, y, ldy);
 }
 
+/* R <= 4 with T <= 4, or R <= 3 with T <= 6 (registers: R*T + 2R + 3) */
 #define QK_T(DT, R)                                                      \
     switch (T) {                                                         \
     case 1: qkern(DT, R, 1, w, ws, nb, x, xs, y, ldy); break;            \
     case 2: qkern(DT, R, 2, w, ws, nb, x, xs, y, ldy); break;            \
     case 3: qkern(DT, R, 3, w, ws, nb, x, xs, y, ldy); break;            \
-    default: qkern(DT, R, 4, w, ws, nb, x, xs, y, ldy); break;           \
+    case 4: qkern(DT, R, 4, w, ws, nb, x, xs, y, ldy); break;            \
+    case 5: qkern(DT, R, (R > 3 ? 4 : 5), w, ws, nb, x, xs, y, ldy); break; \
+    default: qkern(DT, R, (R > 3 ? 4 : 6), w, ws, nb, x, xs, y, ldy); break; \
     }
 #define QK_RT(DT)               \
     switch (R) {                \
@@ -243,19 +357,21 @@ static void qtile(rf_dtype dt, int R, int T, const char *w, size_t ws, int nb, c
     }
 }
 
+/* n <= 4: 4 rows x n tokens (4 rows in flight for the memory-bound case);
+ * more tokens: 3 rows x token tiles of up to 6 (weight-stationary: each
+ * unpacked weight pair meets 6 tokens). */
 void rf_q_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
     const int nb = W->cols / RF_QK, np = n_pairs(W->cols);
     const size_t ws = rf_dtype_row_bytes(W->dtype, W->cols);
     const xq_pair *X = xp;
     const char *w0 = W->data;
     const int tbmax = rf_token_block((size_t)np * sizeof(xq_pair));
+    const int RT = n <= 4 ? 4 : 3, TT = n <= 4 ? 4 : 6;
     for (int t0 = 0; t0 < n; t0 += tbmax) {
         int tb = n - t0 < tbmax ? n - t0 : tbmax;
-        int ntt = (tb + 3) / 4;
-        for (int r = a; r < b; r += 4) {
-            int R = b - r < 4 ? b - r : 4;
-            for (int i = 0, t = t0; i < ntt; i++) {
-                int T = tb / ntt + (i < tb % ntt);
+        for (int r = a; r < b; r += RT) {
+            int R = b - r < RT ? b - r : RT, t = t0;
+            FOR_TOKEN_TILES(tb, TT, T, i) {
                 qtile(W->dtype, R, T, w0 + r * ws, ws, nb, X + (size_t)t * np, np, Y + (size_t)t * ldy + r, ldy);
                 t += T;
             }

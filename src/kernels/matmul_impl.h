@@ -27,10 +27,13 @@ void rf_q_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int 
 
 /* ---- avx512 (matmul_avx512.c, compiled with AVX-512 flags) ---- */
 /* bf16 weights x activations split as x = hi + lo (both bf16, |x - hi - lo|
- * <= 2^-18 |x|), two vdpbf16ps per weight vector: f32-grade results. */
-size_t rf_bf16_prep_avx512_bytes(int n, int cols);
-void rf_bf16_prep_avx512(void *xp, const float *X, int n, int cols);
-void rf_bf16_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
+ * <= 2^-18 |x|), two vdpbf16ps per weight vector: f32-grade results; or
+ * (single != 0) rounded to bf16 once, one vdpbf16ps (rf_matmul_set_bf16_act). */
+size_t rf_bf16_prep_avx512_bytes(int n, int cols, int single);
+void rf_bf16_prep_avx512(void *xp, const float *X, int n, int cols, int single);
+void rf_bf16_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
+/* f32 / f16 weights with 16-wide FMAs (X used as it is, no prep) */
+void rf_float_range_avx512(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b);
 /* Q8_0 / Q4_0 with vpdpbusd; prep depends on the weight dtype */
 size_t rf_q_prep_avx512_bytes(int n, int cols);
 void rf_q_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt);
