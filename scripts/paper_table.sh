@@ -42,6 +42,8 @@ refusion-aux3f|refusion|--aux-ar 3 --mask-floor 0.3 --slot-sizes 4,8,16
 refusion-aux3lr|refusion|--aux-ar 3 --slot-sizes 4,8,16 --lr 5e-4
 refusion-aux3flr|refusion|--aux-ar 3 --mask-floor 0.3 --slot-sizes 4,8,16 --lr 5e-4
 refusion-aux5flr|refusion|--aux-ar 5 --mask-floor 0.3 --slot-sizes 4,8,16 --lr 5e-4
+refusion-aux5f|refusion|--aux-ar 5 --mask-floor 0.3 --slot-sizes 4,8,16
+refusion-aux8f7|refusion|--aux-ar 8 --mask-floor 0.3 --slot-sizes 4,8,16 --lr 7e-4
 mdm|mdm|--mdm-pad GEN"}
 THREADS=${THREADS:-0}        # per training job; 0 = the machine's default
 PARALLEL=${PARALLEL:-0}      # 1: run the three fine-tunes at once (many-core machines)
@@ -51,16 +53,18 @@ FT_TIMEOUT=${FT_TIMEOUT:-0}  # >0: stop a fine-tune (saving it) after this many 
 # answers), AR greedy, the MDM at two step budgets (LLaDA: blocks of 32).
 GEN=${GEN_LENGTH:-128}
 # VERIFIED: AR-verified ReFusion strictly left to right (one slot per block);
-# FAST adds this project's call savers (lookahead, jacobi infilling).
+# FAST adds jacobi infilling (one call per infilling iteration); FAST4 the
+# same with slots of 4. Lookahead saves plan calls but widens every global
+# verification by the next plan's masks: measured separately.
 VERIFIED="--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify both"
-FAST="$VERIFIED --lookahead --jacobi"
-HEAD_MODEL=${HEAD_MODEL:-refusion-aux3lr}
+FAST="$VERIFIED --jacobi"
+FAST4="--slot-size 4 --blocks 32 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify both --jacobi"
+HEAD_MODEL=${HEAD_MODEL:-refusion-aux5flr}
 EVALS=${EVALS:-"ar|ar|ar|
 ar-base|base|ar|
 refusion-0.9-0.4|refusion|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.9 --token-threshold 0.4
 refusion-0.7-0.2|refusion|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.7 --token-threshold 0.2
 refusion-aux-ar|refusion-aux|ar|
-refusion-aux-verified|refusion-aux|refusion|$VERIFIED
 refusion-aux-fast|refusion-aux|refusion|$FAST
 refusion-aux3f-ar|refusion-aux3f|ar|
 refusion-aux3f-fast|refusion-aux3f|refusion|$FAST
@@ -68,15 +72,20 @@ refusion-aux3lr-ar|refusion-aux3lr|ar|
 refusion-aux3lr-fast|refusion-aux3lr|refusion|$FAST
 refusion-aux3flr-ar|refusion-aux3flr|ar|
 refusion-aux3flr-fast|refusion-aux3flr|refusion|$FAST
-refusion-aux5flr-ar|refusion-aux5flr|ar|
-refusion-aux5flr-fast|refusion-aux5flr|refusion|$FAST
+refusion-aux5f-ar|refusion-aux5f|ar|
+refusion-aux5f-fast|refusion-aux5f|refusion|$FAST
+refusion-aux8f7-ar|refusion-aux8f7|ar|
+refusion-aux8f7-fast|refusion-aux8f7|refusion|$FAST
+head-ar|$HEAD_MODEL|ar|
 head-0.9-0.4|$HEAD_MODEL|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.9 --token-threshold 0.4
+head-0.7-0.2|$HEAD_MODEL|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.7 --token-threshold 0.2
 head-correct|$HEAD_MODEL|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify correct
 head-first|$HEAD_MODEL|refusion|--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify first
 head-verified|$HEAD_MODEL|refusion|$VERIFIED
 head-lookahead|$HEAD_MODEL|refusion|$VERIFIED --lookahead
+head-lookahead-jacobi|$HEAD_MODEL|refusion|$FAST --lookahead
 head-fast|$HEAD_MODEL|refusion|$FAST
-head-fast-s16|$HEAD_MODEL|refusion|--slot-size 16 --blocks 8 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify both --lookahead --jacobi
+head-fast-s4|$HEAD_MODEL|refusion|$FAST4
 mdm-128-steps|mdm|mdm|--blocks 4 --steps $GEN
 mdm-32-steps|mdm|mdm|--blocks 4 --steps 32"}
 # the ReFusion run the paper's comparisons (vs AR, vs MDM) are made with
@@ -228,18 +237,19 @@ const probe = n => {
   const f = `${out}/results/probe-${n}.json`;
   return fs.existsSync(f) ? JSON.parse(fs.readFileSync(f, 'utf8')).probe.views : null;
 };
+const ref = rows.find(r => r.name === 'head-fast') || head; // the decoder every variant is compared with
 const fts = finetunes.split('\n').filter(l => l.trim()).map(l => l.split('|')).filter(([, obj]) => obj !== 'mdm');
 const f3 = x => (x === undefined ? '' : x.toFixed(3));
 md += `\nTraining variants (each fine-tuned from the same AR base, same steps; probe: teacher-forced on the ` +
-      `test answers, all positions / later tokens of a slot / whole answer masked; "headline decoder" = ` +
-      `${head.name}'s settings on that model):\n\n`;
+      `test answers, all positions / later tokens of a slot / whole answer masked; "ReFusion" = ` +
+      `${ref.name}'s decoder settings on that model):\n\n`;
 md += '| fine-tune | flags | AR head CE | AR head top-1 | mask head top-1, later in slot | mask head top-1, ' +
-      'whole answer masked | accuracy as AR | accuracy, headline decoder | tokens/call |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n';
+      'whole answer masked | accuracy as AR | accuracy, ReFusion | tokens/call |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n';
 for (const [name, obj, extra] of fts) {
   const p = probe(name);
   const asAr = rows.find(r => r.model === name && r.decoder === 'ar');
   const fast = rows.find(r => r.model === name && r.decoder === 'refusion' &&
-                         JSON.stringify(r.settings) === JSON.stringify(head.settings));
+                         JSON.stringify(r.settings) === JSON.stringify(ref.settings));
   md += `| ${name} | \`${obj} ${extra || ''}\` | ${p ? f3(p.ar.all.ce) : ''} | ${p ? pct(p.ar.all.acc) : ''} | ` +
         `${p && p.mask_slot ? pct(p.mask_slot.later.acc) : ''} | ${p && p.mask_all ? pct(p.mask_all.all.acc) : ''} | ` +
         `${asAr ? pct(asAr.overall.accuracy) : ''} | ${fast ? pct(fast.overall.accuracy) : ''} | ` +
