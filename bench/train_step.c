@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/roofline.h"
 #include "train/train.h"
@@ -116,7 +117,10 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    rf_train_env_setup();
+    const char *names[2], *values[2]; /* OpenBLAS / OpenMP read these only at load: re-exec */
+    int n_env = getenv("RF_TRAIN_ENV_DONE") ? 0 : rf_train_env_advice(names, values);
+    for (int i = 0; i < n_env; i++) setenv(names[i], values[i], 1);
+    if (n_env && !setenv("RF_TRAIN_ENV_DONE", "1", 1)) execv("/proc/self/exe", argv);
     if (threads > 0) omp_set_num_threads(threads), openblas_set_num_threads(threads);
     double peak = rf_measure_fma_gflops();
     printf("threads %d, OpenBLAS kernels %s, measured f32 FMA peak %.1f GFLOP/s\n",

@@ -26,8 +26,17 @@
 
 static char T[256]; /* temp dir */
 
-/* T/name, malloc'd and never freed: options keep pointers to these */
-static char *path(const char *name) { return rf_path_join(T, name); }
+/* T/name; options keep pointers to these, so they live until free_paths() */
+static char *g_paths[512];
+static int g_n_paths;
+static char *path(const char *name) {
+    char *p = rf_path_join(T, name);
+    if (g_n_paths < (int)(sizeof g_paths / sizeof g_paths[0])) g_paths[g_n_paths++] = p;
+    return p;
+}
+static void free_paths(void) {
+    while (g_n_paths > 0) free(g_paths[--g_n_paths]);
+}
 
 static void write_text(const char *p, const char *s) {
     FILE *f = fopen(p, "w");
@@ -65,8 +74,6 @@ static void base_opts(rf_train_opts *o, const char *data, const char *out) {
     o->opt.lr = 3e-3f;
     o->opt.warmup = 5;
     o->threads = 1;
-    o->quiet = 1;
-    o->plot = 0;
     o->seed = 3;
 }
 
@@ -113,7 +120,7 @@ static void loss_goes_down(void) {
         o.batch = 16;
         o.slot_sizes[0] = 4, o.slot_sizes[1] = 8, o.n_slot_sizes = 2;
         double t0 = rf_now();
-        int rc = rf_train_run(&o);
+        int rc = rf_train_run(&o, NULL, NULL);
         CHECK(rc == 0, "%s: %s", out, rf_last_error());
         double loss[200], gn[200];
         int n = read_log(path(out), loss, gn, 200);
@@ -136,14 +143,14 @@ static void resume_bit_for_bit(void) {
     o.accum = 2;
     o.steps = 6;
     o.opt.warmup = 2;
-    CHECK(rf_train_run(&o) == 0, "straight: %s", rf_last_error());
+    CHECK(rf_train_run(&o, NULL, NULL) == 0, "straight: %s", rf_last_error());
     base_opts(&o, path("small.json"), path("split"));
     o.batch = 4;
     o.accum = 2;
     o.steps = 6;
     o.opt.warmup = 2;
     o.stop_at = 3;
-    CHECK(rf_train_run(&o) == 0, "first half: %s", rf_last_error());
+    CHECK(rf_train_run(&o, NULL, NULL) == 0, "first half: %s", rf_last_error());
     double l1[10], g1[10], l2[10], g2[10];
     CHECK(read_log(path("split"), l2, g2, 10) == 3, "stopped after 3 steps");
     /* keep the step-3 state to check the mismatch detection below */
@@ -151,7 +158,7 @@ static void resume_bit_for_bit(void) {
     char *opt3 = rf_read_file(path("split/optimizer.bin"), &n);
     o.stop_at = 0;
     o.resume = 1;
-    CHECK(rf_train_run(&o) == 0, "resume: %s", rf_last_error());
+    CHECK(rf_train_run(&o, NULL, NULL) == 0, "resume: %s", rf_last_error());
     CHECK(same_file(path("straight/model.safetensors"), path("split/model.safetensors")),
           "resumed weights differ from the straight run");
     { /* the whole trainer state but the wall-clock time */
@@ -186,7 +193,7 @@ static void resume_bit_for_bit(void) {
     /* an optimizer.bin of step 3 next to step-6 weights: refused */
     rf_write_file_atomic(path("split/optimizer.bin"), opt3, n);
     free(opt3);
-    int rc = rf_train_run(&o);
+    int rc = rf_train_run(&o, NULL, NULL);
     CHECK(rc == -1 && strstr(rf_last_error(), "optimizer.bin does not belong"),
           "mismatched optimizer.bin accepted: %s", rc ? rf_last_error() : "rc 0");
 }
@@ -245,7 +252,7 @@ static void init_from_checkpoint(void) {
     o.obj = RF_OBJ_AR;
     o.steps = 3;
     o.batch = 16;
-    CHECK(rf_train_run(&o) == 0, "--init: %s", rf_last_error());
+    CHECK(rf_train_run(&o, NULL, NULL) == 0, "--init: %s", rf_last_error());
     double la[100], ga[100], lb[10], gb[10];
     int na = read_log(path("down_ar"), la, ga, 100), nb = read_log(path("cont"), lb, gb, 10);
     CHECK(nb == 3 && na == 80 && lb[0] < 0.5 * la[0],
@@ -269,7 +276,7 @@ static void bad_data(void) {
         write_text(path(cases[i].name), cases[i].text);
         rf_train_opts o;
         base_opts(&o, path(cases[i].name), path("never"));
-        int rc = rf_train_run(&o);
+        int rc = rf_train_run(&o, NULL, NULL);
         CHECK(rc == -1, "%s accepted", cases[i].name);
         CHECK(strstr(rf_last_error(), cases[i].want) != NULL, "%s: message '%s' lacks '%s'",
               cases[i].name, rf_last_error(), cases[i].want);
@@ -283,7 +290,7 @@ static void bad_data(void) {
     base_opts(&o, path("long.json"), path("skip"));
     o.skip_long = 1;
     o.steps = 1;
-    CHECK(rf_train_run(&o) == 0, "--skip-long: %s", rf_last_error());
+    CHECK(rf_train_run(&o, NULL, NULL) == 0, "--skip-long: %s", rf_last_error());
 }
 
 int main(void) {
@@ -305,5 +312,6 @@ int main(void) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", T);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", T);
+    free_paths();
     return check_summary("train_loop");
 }

@@ -113,6 +113,7 @@ const rf_ptensor *rf_tmodel_find(const rf_tmodel *m, const char *name) {
 struct rf_tacts {
     int max_tok;
     size_t bytes;
+    void *block;   /* every buffer below, one allocation (see act_table) */
     /* saved by the forward, per layer l: [L][N, ...] */
     float *res;    /* [L+1][N, d] residual stream; res[l] is layer l's input */
     float *ln1;    /* [L][N, d] input_layernorm output */
@@ -144,70 +145,80 @@ struct rf_tacts {
     float *wgt;                /* [C] */
 };
 
-static float *take(rf_tacts *a, size_t n) {
-    a->bytes += n * sizeof(float);
-    return rf_aligned_alloc(n * sizeof(float));
+/* Every buffer's size in bytes, in one table (llm.c's act_sizes): one
+ * allocation holds them all, each starting on a 64-byte boundary. */
+enum { N_ACT_BUFS = 39 };
+
+static void act_table(rf_tacts *a, const rf_config *c, size_t N, void **ptr[N_ACT_BUFS],
+                      size_t bytes[N_ACT_BUFS]) {
+    size_t L = (size_t)c->n_layers, d = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
+    size_t nh = (size_t)c->n_heads, nkv = (size_t)c->n_kv_heads, f = (size_t)c->intermediate_size;
+    size_t qd = nh * hd, kvd = nkv * hd, V = (size_t)c->vocab_size, C = HEAD_CHUNK, F = sizeof(float);
+    int n = 0;
+#define BUF(field, size) ptr[n] = (void **)&a->field, bytes[n++] = (size)
+    BUF(res, (L + 1) * N * d * F);
+    BUF(ln1, L * N * d * F);
+    BUF(rstd1, L * N * F);
+    BUF(qlin, L * N * qd * F);
+    BUF(qrstd, L * N * nh * F);
+    BUF(klin, L * N * kvd * F);
+    BUF(krstd, L * N * nkv * F);
+    BUF(q, L * N * qd * F);
+    BUF(k, L * N * kvd * F);
+    BUF(v, L * N * kvd * F);
+    BUF(att, L * N * qd * F);
+    BUF(lse, L * N * nh * F);
+    BUF(mid, L * N * d * F);
+    BUF(ln2, L * N * d * F);
+    BUF(rstd2, L * N * F);
+    BUF(gate, L * N * f * F);
+    BUF(up, L * N * f * F);
+    BUF(act, L * N * f * F);
+    BUF(lnf, N * d * F);
+    BUF(rstdf, N * F);
+    BUF(cs, (N * hd / 2 + 1) * F);
+    BUF(sn, (N * hd / 2 + 1) * F);
+    BUF(dres, N * d * F);
+    BUF(dln, N * d * F);
+    BUF(dlnf, N * d * F);
+    BUF(dq, N * qd * F);
+    BUF(dqlin, N * qd * F);
+    BUF(dk, N * kvd * F);
+    BUF(dklin, N * kvd * F);
+    BUF(dv, N * kvd * F);
+    BUF(dgate, N * f * F);
+    BUF(dup, N * f * F);
+    BUF(dact, N * f * F);
+    BUF(xc, C * d * F);
+    BUF(lc, C * V * F);
+    BUF(wgt, C * F);
+    BUF(ce, C * sizeof(double));
+    BUF(rows, C * sizeof(int));
+    BUF(tgt, C * sizeof(int));
+#undef BUF
+    if (n != N_ACT_BUFS) rf_die("act_table: %d buffers, expected %d", n, N_ACT_BUFS);
 }
 
 rf_tacts *rf_tacts_new(const rf_config *c, int max_tok) {
     rf_tacts *a = rf_calloc(1, sizeof *a);
-    size_t N = (size_t)max_tok, L = (size_t)c->n_layers, d = (size_t)c->hidden_size;
-    size_t hd = (size_t)c->head_dim, nh = (size_t)c->n_heads, nkv = (size_t)c->n_kv_heads;
-    size_t qd = nh * hd, kvd = nkv * hd, f = (size_t)c->intermediate_size;
+    void **ptr[N_ACT_BUFS];
+    size_t bytes[N_ACT_BUFS], total = 0;
     a->max_tok = max_tok;
-    a->res = take(a, (L + 1) * N * d);
-    a->ln1 = take(a, L * N * d);
-    a->rstd1 = take(a, L * N);
-    a->qlin = take(a, L * N * qd);
-    a->qrstd = take(a, L * N * nh);
-    a->klin = take(a, L * N * kvd);
-    a->krstd = take(a, L * N * nkv);
-    a->q = take(a, L * N * qd);
-    a->k = take(a, L * N * kvd);
-    a->v = take(a, L * N * kvd);
-    a->att = take(a, L * N * qd);
-    a->lse = take(a, L * N * nh);
-    a->mid = take(a, L * N * d);
-    a->ln2 = take(a, L * N * d);
-    a->rstd2 = take(a, L * N);
-    a->gate = take(a, L * N * f);
-    a->up = take(a, L * N * f);
-    a->act = take(a, L * N * f);
-    a->lnf = take(a, N * d);
-    a->rstdf = take(a, N);
-    a->cs = take(a, N * hd / 2 + 1);
-    a->sn = take(a, N * hd / 2 + 1);
-    a->dres = take(a, N * d);
-    a->dln = take(a, N * d);
-    a->dlnf = take(a, N * d);
-    a->dq = take(a, N * qd);
-    a->dqlin = take(a, N * qd);
-    a->dk = take(a, N * kvd);
-    a->dklin = take(a, N * kvd);
-    a->dv = take(a, N * kvd);
-    a->dgate = take(a, N * f);
-    a->dup = take(a, N * f);
-    a->dact = take(a, N * f);
-    a->xc = take(a, HEAD_CHUNK * d);
-    a->lc = take(a, HEAD_CHUNK * (size_t)c->vocab_size);
-    a->wgt = take(a, HEAD_CHUNK);
-    a->ce = rf_calloc(HEAD_CHUNK, sizeof(double));
-    a->rows = rf_calloc(HEAD_CHUNK, sizeof(int));
-    a->tgt = rf_calloc(HEAD_CHUNK, sizeof(int));
+    act_table(a, c, (size_t)max_tok, ptr, bytes);
+    for (int i = 0; i < N_ACT_BUFS; i++) total += (bytes[i] + 63) / 64 * 64;
+    a->block = rf_aligned_alloc(total);
+    a->bytes = total;
+    char *p = a->block;
+    for (int i = 0; i < N_ACT_BUFS; i++) {
+        *ptr[i] = p;
+        p += (bytes[i] + 63) / 64 * 64;
+    }
     return a;
 }
 
 void rf_tacts_free(rf_tacts *a) {
     if (!a) return;
-    float **all[] = {&a->res, &a->ln1, &a->rstd1, &a->qlin, &a->qrstd, &a->klin, &a->krstd,
-                     &a->q, &a->k, &a->v, &a->att, &a->lse, &a->mid, &a->ln2, &a->rstd2,
-                     &a->gate, &a->up, &a->act, &a->lnf, &a->rstdf, &a->cs, &a->sn, &a->dres,
-                     &a->dln, &a->dlnf, &a->dq, &a->dqlin, &a->dk, &a->dklin, &a->dv,
-                     &a->dgate, &a->dup, &a->dact, &a->xc, &a->lc, &a->wgt};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(*all[i]);
-    free(a->ce);
-    free(a->rows);
-    free(a->tgt);
+    free(a->block);
     free(a);
 }
 
@@ -267,24 +278,25 @@ static void forward(const rf_tmodel *m, rf_tacts *a, const rf_tbatch *b) {
         const rf_tlayer *w = &m->w.layers[l];
         layer_acts s = layer_acts_at(a, c, l);
 
-        op_rmsnorm_fwd(s.ln1, s.rstd1, s.res, w->attn_norm, N, d, c->rms_eps);
-        op_matmul_fwd(s.qlin, s.ln1, w->q, N, d, qd);
-        op_matmul_fwd(s.klin, s.ln1, w->k, N, d, kvd);
-        op_matmul_fwd(s.v, s.ln1, w->v, N, d, kvd);
-        op_rmsnorm_fwd(s.q, s.qrstd, s.qlin, w->q_norm, N * nh, hd, c->rms_eps); /* per head */
-        op_rmsnorm_fwd(s.k, s.krstd, s.klin, w->k_norm, N * nkv, hd, c->rms_eps);
-        op_rope_fwd(s.q, a->cs, a->sn, N, nh, hd);
-        op_rope_fwd(s.k, a->cs, a->sn, N, nkv, hd);
+        /* each line has its backward in backward(), in reverse order */
+        op_rmsnorm_fwd(s.ln1, s.rstd1, s.res, w->attn_norm, N, d, c->rms_eps); /* [N,d] -> [N,d], rstd [N] */
+        op_matmul_fwd(s.qlin, s.ln1, w->q, N, d, qd);    /* [N,d] . [qd,d]^T -> [N,qd] */
+        op_matmul_fwd(s.klin, s.ln1, w->k, N, d, kvd);   /* [N,d] -> [N,kvd] */
+        op_matmul_fwd(s.v, s.ln1, w->v, N, d, kvd);      /* [N,d] -> [N,kvd] */
+        op_rmsnorm_fwd(s.q, s.qrstd, s.qlin, w->q_norm, N * nh, hd, c->rms_eps); /* per head: [N*nh,hd] */
+        op_rmsnorm_fwd(s.k, s.krstd, s.klin, w->k_norm, N * nkv, hd, c->rms_eps); /* [N*nkv,hd] */
+        op_rope_fwd(s.q, a->cs, a->sn, N, nh, hd);       /* in place [N,nh,hd] */
+        op_rope_fwd(s.k, a->cs, a->sn, N, nkv, hd);      /* in place [N,nkv,hd] */
         op_attention_fwd(s.att, s.lse, s.q, s.k, s.v, b->off, b->n_seq, nh, nkv, hd,
-                         b->bidirectional);
+                         b->bidirectional);              /* -> att [N,qd], lse [N,nh] */
         memcpy(s.mid, s.res, Nd * sizeof(float)); /* mid = res + att . Wo^T */
-        op_matmul_fwd_acc(s.mid, s.att, w->o, N, qd, d);
-        op_rmsnorm_fwd(s.ln2, s.rstd2, s.mid, w->ffn_norm, N, d, c->rms_eps);
-        op_matmul_fwd(s.gate, s.ln2, w->gate, N, d, f);
-        op_matmul_fwd(s.up, s.ln2, w->up, N, d, f);
-        op_swiglu_fwd(s.act, s.gate, s.up, (size_t)N * f);
+        op_matmul_fwd_acc(s.mid, s.att, w->o, N, qd, d); /* [N,qd] . [d,qd]^T += [N,d] */
+        op_rmsnorm_fwd(s.ln2, s.rstd2, s.mid, w->ffn_norm, N, d, c->rms_eps); /* [N,d] */
+        op_matmul_fwd(s.gate, s.ln2, w->gate, N, d, f);  /* [N,d] -> [N,f] */
+        op_matmul_fwd(s.up, s.ln2, w->up, N, d, f);      /* [N,d] -> [N,f] */
+        op_swiglu_fwd(s.act, s.gate, s.up, (size_t)N * f); /* [N,f] */
         memcpy(s.next, s.mid, Nd * sizeof(float)); /* next = mid + act . Wdown^T */
-        op_matmul_fwd_acc(s.next, s.act, w->down, N, f, d);
+        op_matmul_fwd_acc(s.next, s.act, w->down, N, f, d); /* [N,f] . [d,f]^T += [N,d] */
     }
     float *last = a->res + (size_t)c->n_layers * a->max_tok * d;
     op_rmsnorm_fwd(a->lnf, a->rstdf, last, m->w.final_norm, N, d, c->rms_eps);
@@ -346,27 +358,28 @@ static void backward(rf_tmodel *m, rf_tacts *a, const rf_tbatch *b) {
         rf_tlayer *g = &m->g.layers[l];
         layer_acts s = layer_acts_at(a, c, l);
 
+        /* the forward's lines in reverse; dX [N,in] from dY [N,out], dW += */
         /* next = mid + act . Wdown^T: dres flows on to mid unchanged */
-        op_matmul_bwd(a->dact, g->down, dres, s.act, w->down, N, f, d, 0);
-        op_swiglu_bwd(a->dgate, a->dup, a->dact, s.gate, s.up, (size_t)N * f);
-        op_matmul_bwd(a->dln, g->gate, a->dgate, s.ln2, w->gate, N, d, f, 0);
-        op_matmul_bwd(a->dln, g->up, a->dup, s.ln2, w->up, N, d, f, 1);
-        op_rmsnorm_bwd(dres, g->ffn_norm, a->dln, s.mid, w->ffn_norm, s.rstd2, N, d);
+        op_matmul_bwd(a->dact, g->down, dres, s.act, w->down, N, f, d, 0); /* [N,d] -> dact [N,f] */
+        op_swiglu_bwd(a->dgate, a->dup, a->dact, s.gate, s.up, (size_t)N * f); /* -> [N,f] x2 */
+        op_matmul_bwd(a->dln, g->gate, a->dgate, s.ln2, w->gate, N, d, f, 0); /* [N,f] -> [N,d] */
+        op_matmul_bwd(a->dln, g->up, a->dup, s.ln2, w->up, N, d, f, 1);       /* += [N,d] */
+        op_rmsnorm_bwd(dres, g->ffn_norm, a->dln, s.mid, w->ffn_norm, s.rstd2, N, d); /* += [N,d] */
         /* mid = res + att . Wo^T: dres flows on to res unchanged */
         float *datt = a->dqlin; /* scratch; dqlin is filled only after attention */
-        op_matmul_bwd(datt, g->o, dres, s.att, w->o, N, qd, d, 0);
+        op_matmul_bwd(datt, g->o, dres, s.att, w->o, N, qd, d, 0); /* [N,d] -> datt [N,qd] */
         op_attention_bwd(a->dq, a->dk, a->dv, datt, s.att, s.lse, s.q, s.k, s.v, b->off, b->n_seq,
-                         nh, nkv, hd, b->bidirectional);
-        op_rope_bwd(a->dq, a->cs, a->sn, N, nh, hd);
+                         nh, nkv, hd, b->bidirectional); /* -> dq [N,qd], dk dv [N,kvd] */
+        op_rope_bwd(a->dq, a->cs, a->sn, N, nh, hd);   /* in place */
         op_rope_bwd(a->dk, a->cs, a->sn, N, nkv, hd);
         memset(a->dqlin, 0, (size_t)N * qd * sizeof(float));
         memset(a->dklin, 0, (size_t)N * kvd * sizeof(float));
-        op_rmsnorm_bwd(a->dqlin, g->q_norm, a->dq, s.qlin, w->q_norm, s.qrstd, N * nh, hd);
+        op_rmsnorm_bwd(a->dqlin, g->q_norm, a->dq, s.qlin, w->q_norm, s.qrstd, N * nh, hd); /* [N*nh,hd] */
         op_rmsnorm_bwd(a->dklin, g->k_norm, a->dk, s.klin, w->k_norm, s.krstd, N * nkv, hd);
-        op_matmul_bwd(a->dln, g->q, a->dqlin, s.ln1, w->q, N, d, qd, 0);
-        op_matmul_bwd(a->dln, g->k, a->dklin, s.ln1, w->k, N, d, kvd, 1);
-        op_matmul_bwd(a->dln, g->v, a->dv, s.ln1, w->v, N, d, kvd, 1);
-        op_rmsnorm_bwd(dres, g->attn_norm, a->dln, s.res, w->attn_norm, s.rstd1, N, d);
+        op_matmul_bwd(a->dln, g->q, a->dqlin, s.ln1, w->q, N, d, qd, 0); /* [N,qd] -> [N,d] */
+        op_matmul_bwd(a->dln, g->k, a->dklin, s.ln1, w->k, N, d, kvd, 1); /* += [N,d] */
+        op_matmul_bwd(a->dln, g->v, a->dv, s.ln1, w->v, N, d, kvd, 1);    /* += [N,d] */
+        op_rmsnorm_bwd(dres, g->attn_norm, a->dln, s.res, w->attn_norm, s.rstd1, N, d); /* += [N,d] */
     }
     for (int i = 0; i < N; i++) { /* embedding: serial, rows may repeat */
         float *ge = m->g.embed + (size_t)b->tokens[i] * d;

@@ -169,8 +169,9 @@ static void build_mdm(rf_tbatch *b, int *n, const rf_objcfg *oc, const rf_exampl
     }
 }
 
-void rf_tbatch_build(rf_tbatch *b, const rf_objcfg *oc, const rf_example *const *ex, int n_ex,
-                     float scale, rf_rng *rng) {
+/* Examples draw from one shared stream (rng) or each from its own seed. */
+static void build(rf_tbatch *b, const rf_objcfg *oc, const rf_example *const *ex, int n_ex,
+                  float scale, rf_rng *shared, const uint64_t *seeds) {
     int total = 0, max_resp = 1, per = rf_objcfg_seqs_per_example(oc), n_seq = per * n_ex;
     for (int s = 0; s < n_ex; s++) {
         int r = rf_objcfg_resp_len(oc, ex[s]);
@@ -187,6 +188,11 @@ void rf_tbatch_build(rf_tbatch *b, const rf_objcfg *oc, const rf_example *const 
         b->off[s] = n;
         b->slot_size[s] = 0;
         b->p_mask[s] = 0.0f;
+        rf_rng own, *rng = shared;
+        if (seeds) {
+            rf_rng_seed(&own, seeds[s]);
+            rng = &own;
+        }
         if (oc->obj == RF_OBJ_REFUSION) build_refusion(b, &n, oc, ex[s], s, rng, order);
         else if (oc->obj == RF_OBJ_AR) build_ar(b, &n, ex[s]);
         else build_mdm(b, &n, oc, ex[s], s, rng);
@@ -215,4 +221,38 @@ void rf_tbatch_build(rf_tbatch *b, const rf_objcfg *oc, const rf_example *const 
             else if (b->kind[i] == RF_LOSS_MDM)
                 b->weight[i] = scale / (b->p_mask[s] * (float)rf_objcfg_resp_len(oc, ex[s]) * (float)n_ex);
         }
+}
+
+void rf_tbatch_build(rf_tbatch *b, const rf_objcfg *oc, const rf_example *const *ex, int n,
+                     float scale, rf_rng *rng) {
+    build(b, oc, ex, n, scale, rng, NULL);
+}
+
+void rf_tbatch_build_seeded(rf_tbatch *b, const rf_objcfg *oc, const rf_example *const *ex,
+                            int n, float scale, const uint64_t *seeds) {
+    build(b, oc, ex, n, scale, NULL, seeds);
+}
+
+void rf_tbatch_shard(rf_tbatch *dst, const rf_tbatch *src, int n_ex, int e0, int e1) {
+    int per = n_ex > 0 ? src->n_seq / n_ex : 1, n_seq = per * (e1 - e0), n_tok = 0;
+    for (int c = 0; c < per; c++) n_tok += src->off[c * n_ex + e1] - src->off[c * n_ex + e0];
+    reserve(dst, n_seq > 0 ? n_seq : 1, n_tok > 0 ? n_tok : 1);
+    dst->n_seq = n_seq;
+    dst->bidirectional = src->bidirectional;
+    int n = 0, s = 0;
+    for (int c = 0; c < per; c++) /* c = 1: the aux_ar copies, after all the examples */
+        for (int e = e0; e < e1; e++, s++) {
+            int i0 = src->off[c * n_ex + e], len = src->off[c * n_ex + e + 1] - i0;
+            dst->off[s] = n;
+            dst->slot_size[s] = src->slot_size[c * n_ex + e];
+            dst->p_mask[s] = src->p_mask[c * n_ex + e];
+            memcpy(dst->tokens + n, src->tokens + i0, (size_t)len * sizeof(int));
+            memcpy(dst->pos + n, src->pos + i0, (size_t)len * sizeof(int));
+            memcpy(dst->target + n, src->target + i0, (size_t)len * sizeof(int));
+            memcpy(dst->weight + n, src->weight + i0, (size_t)len * sizeof(float));
+            memcpy(dst->kind + n, src->kind + i0, (size_t)len);
+            n += len;
+        }
+    dst->off[n_seq] = n;
+    dst->n_tok = n;
 }

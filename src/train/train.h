@@ -16,6 +16,7 @@
 #ifndef RF_TRAIN_H
 #define RF_TRAIN_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -137,6 +138,15 @@ void rf_objcfg_default(rf_objcfg *oc, rf_objective obj, int mask_id);
  * scale multiplies every weight (1 / gradient-accumulation steps). */
 void rf_tbatch_build(rf_tbatch *b, const rf_objcfg *oc, const rf_example *const *ex, int n,
                      float scale, rf_rng *rng);
+/* The same with example s's random choices (slot size, mask ratio, masks,
+ * shuffle) drawn from its own seeds[s]: an example's sample then does not
+ * depend on the others in the batch, nor on which process builds it. */
+void rf_tbatch_build_seeded(rf_tbatch *b, const rf_objcfg *oc, const rf_example *const *ex,
+                            int n, float scale, const uint64_t *seeds);
+/* dst = examples [e0, e1) of src, a batch built from n_ex examples (with
+ * their aux_ar copies), weights unchanged: the shard one process trains on,
+ * its loss normalised over the whole batch. */
+void rf_tbatch_shard(rf_tbatch *dst, const rf_tbatch *src, int n_ex, int e0, int e1);
 
 /* ---- forward / backward ---------------------------------------------------- */
 
@@ -232,7 +242,26 @@ int rf_ckpt_save(const rf_tmodel *m, const char *dir, const char *tok_src, rf_ts
 int rf_ckpt_recover(const char *dir);
 int rf_tstate_load(const char *dir, rf_tstate *s, rf_adamw *o);
 
-/* ---- the training loop (trainer.c) ------------------------------------------ */
+/* ---- processes of a data-parallel run (dist.c) ------------------------------ */
+
+/* With MPI (a build that found it) every rank of `mpirun -np N` runs the same
+ * training: each trains on its shard of every global micro-batch, the
+ * gradients are summed over ranks, every rank takes the same AdamW step.
+ * Without MPI or before rf_dist_init: rank 0 of 1, every collective a no-op. */
+int rf_dist_compiled(void);      /* 1 when built with MPI */
+int rf_dist_launched(void);      /* processes an MPI launcher's environment names; 0: none */
+int rf_dist_init(void);          /* MPI_Init; -1 + rf_last_error() without MPI */
+void rf_dist_finalize(void);
+int rf_dist_rank(void);
+int rf_dist_size(void);
+void rf_dist_sum_f32(float *x, size_t n);  /* in place, over all ranks */
+void rf_dist_sum_f64(double *x, int n);
+void rf_dist_bcast(void *p, size_t bytes); /* rank 0's bytes to every rank */
+/* Every rank calls with its own ok; returns the lowest failed rank, or -1. */
+int rf_dist_first_failed(int ok);
+double rf_dist_max(double x);
+
+/* ---- the trainer (trainer.c) ------------------------------------------------- */
 
 typedef struct {
     const char *data;       /* comma-separated JSON / JSON Lines files */
@@ -242,7 +271,7 @@ typedef struct {
     const char *tokenizer;  /* tokenizer.json or a directory; default: init / out */
     int resume;             /* continue the run saved in out */
     rf_objective obj;
-    int batch, seq_len, accum;
+    int batch, seq_len, accum; /* batch: examples per micro-batch, over all ranks */
     long steps;             /* optimizer steps; 0: from epochs */
     double epochs;
     rf_optcfg opt;          /* lr, min_lr, warmup, weight decay, clip (total is set here) */
@@ -255,19 +284,77 @@ typedef struct {
     int slot_sizes[8], n_slot_sizes; /* 0: the reference's {4,8,16,32} */
     int mdm_pad;            /* mdm objective: EOS-pad responses to this length */
     float aux_ar, mask_floor; /* refusion variants, see rf_objcfg */
-    int log_every;          /* progress line period when stderr is not a TTY */
-    int plot;               /* gnuplot loss curve at the end */
-    int quiet;
 } rf_train_opts;
 
 void rf_train_opts_default(rf_train_opts *o);
-/* Re-execute this process once with OPENBLAS_CORETYPE=Haswell (when OpenBLAS
- * fell back to its SSE3 kernels on an AVX2 CPU it does not know) and
- * OMP_WAIT_POLICY=PASSIVE (when unset); see blas_env.c. Returns only when
- * nothing needed doing or the re-exec failed. Call first thing in main. */
-void rf_train_env_setup(void);
-/* Run a training job. 0 on success (also after Ctrl-C: the state is saved),
- * -1 with rf_last_error() set. */
-int rf_train_run(const rf_train_opts *o);
+
+typedef struct rf_trainer rf_trainer;
+
+/* What rf_trainer_open set up (for the program's banner). */
+typedef struct {
+    size_t n_params;
+    int n_examples, n_skipped; /* skipped: longer than seq_len (skip_long) */
+    long n_tokens;
+    long total_steps, start_step;
+    size_t act_bytes;          /* this rank's activation buffers */
+    int resumed, rank, n_ranks;
+} rf_trainer_info;
+
+/* One optimizer step, the same on every rank. */
+typedef struct {
+    long step, total;          /* steps done (1-based) and of the whole run */
+    float lr;
+    rf_tloss loss;             /* of the global batch, all ranks summed */
+    double grad_norm;          /* before clipping */
+    long tokens;               /* tokens of the global batch */
+    double seconds;            /* wall time of the step */
+    double comm_seconds;       /* of it, in the gradient Allreduce (this rank) */
+    int stop;                  /* some rank was asked to stop */
+} rf_step_info;
+
+/* Tokenizer, config, data, model, optimizer and buffers; with o->resume the
+ * state saved in o->out. Under MPI every rank calls it: rank 0 alone reads
+ * the checkpoint's weights and state and sends them to the others, and the
+ * ranks check that they agree on options, config and data. NULL with
+ * rf_last_error() (the same on every rank for a collective failure). */
+rf_trainer *rf_trainer_open(const rf_train_opts *o, rf_trainer_info *info);
+/* One optimizer step over accum micro-batches. stop: this process was asked
+ * to stop; s->stop tells every rank that one was. -1 on error. */
+int rf_trainer_step(rf_trainer *t, int stop, rf_step_info *s);
+/* The checkpoint set in o->out (rank 0 writes; every rank learns the result). */
+int rf_trainer_save(rf_trainer *t);
+long rf_trainer_steps_done(const rf_trainer *t);
+double rf_trainer_tokens_seen(const rf_trainer *t);
+void rf_trainer_close(rf_trainer *t);
+
+/* The whole run: steps until o->steps, o->stop_at or *stop, log.csv (one row
+ * per step) and checkpoints every save_every steps and at the end, written
+ * by rank 0. The program draws progress from the callbacks and sets *stop
+ * (e.g. from a SIGINT handler); the library prints nothing. */
+typedef struct {
+    void (*on_start)(void *user, const rf_trainer_info *info);
+    void (*on_step)(void *user, const rf_step_info *s);
+    const volatile sig_atomic_t *stop;
+    void *user;
+} rf_train_hooks;
+
+typedef struct {
+    long step, steps_run, n_clipped; /* where it ended; steps of this run; clipped of them */
+    double tokens_seen;
+    int stopped;                     /* by *stop: saved, continue with resume */
+    int rank;
+    int error_shared;                /* on error: every rank has this message (print once) */
+} rf_train_result;
+
+/* 0 on success (also when stopped: the state is saved), -1 with
+ * rf_last_error(). hooks and res may be NULL. */
+int rf_train_run(const rf_train_opts *o, const rf_train_hooks *hooks, rf_train_result *res);
+
+/* Environment variables the training run should start with (blas_env.c):
+ * OPENBLAS_CORETYPE=Haswell when OpenBLAS fell back to its SSE3 kernels on
+ * an AVX2 CPU it does not know, OMP_WAIT_POLICY=PASSIVE when unset. Both are
+ * read only when the libraries load, so a program that wants them sets them
+ * and re-executes itself. Returns how many (at most 2) it filled in. */
+int rf_train_env_advice(const char *names[2], const char *values[2]);
 
 #endif
