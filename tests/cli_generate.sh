@@ -84,7 +84,7 @@ jsall 'o.prompt_ids.length < 8'
 
 # ---- fast vs naive at the CLI, several settings -------------------------------------
 for args in "-n 24 --slot-size 4 --blocks 2" "-n 10 --slot-size 4 --blocks 3 --slot-threshold 0.2" \
-            "-n 20 --slot-size 8 --blocks 1 --token-threshold 0.1" "-n 9 --slot-size 2 --blocks 4 -t 0.7 --seed 5"; do
+            "-n 20 --slot-size 8 --blocks 1 --token-threshold 0.1" "-n 9 --slot-size 2 --blocks 4 --temp 0.7 --seed 5"; do
   run generate -m "$M" --ids "5,6,7,8" $args --json
   jsall 'o.answer_ids.join(",")' o.model_calls 'o.answer_ids.length' 'o.answer_ids[o.answer_ids.length-1]'
   fast_ids=${J[0]} fast_calls=${J[1]} fast_len=${J[2]} last=${J[3]}
@@ -103,7 +103,7 @@ run generate -m "$M" --ids "5,6,7,8" --mode ar -n 12 --json
 [ "$rc" -eq 0 ] && ok || bad "ar: exit $rc: $err"
 jsall 'o.model_calls === o.tokens && o.tpf === 1 && o.mode === "ar"'
 [ "${J[0]}" == true ] && ok || bad "ar: calls != tokens: $out"
-run generate -m "$M" --ids "5,6,7,8" --mode ar -n 12 -t 0.9 --top-k 5 --top-p 0.9 --seed 3 --json
+run generate -m "$M" --ids "5,6,7,8" --mode ar -n 12 --temp 0.9 --top-k 5 --top-p 0.9 --seed 3 --json
 [ "$rc" -eq 0 ] && ok || bad "ar sampling: exit $rc: $err"
 
 # ---- visualize (plain, stdout is a file) ---------------------------------------------
@@ -117,16 +117,17 @@ tail -n +2 "$T/out" | grep -q '^step ' || bad "--visualize: nothing after the st
 
 # ---- nonsense --------------------------------------------------------------------------
 expect_err "outside the vocabulary" -m "$M" --ids "1,2,99999"
-expect_err "slot_size" -m "$M" --ids "1,2" --slot-size 0
-expect_err "slot_threshold" -m "$M" --ids "1,2" --slot-threshold 1.5
-expect_err "token_threshold" -m "$M" --ids "1,2" --token-threshold -0.1
+expect_err "--slot-size expects an integer in [1," -m "$M" --ids "1,2" --slot-size 0
+expect_err "--slot-threshold expects a number in [0, 1]" -m "$M" --ids "1,2" --slot-threshold 1.5
+expect_err "--token-threshold expects a number in [0, 1]" -m "$M" --ids "1,2" --token-threshold -0.1
 expect_err "exceed the model's context" -m "$M" --ids "1,2" -n 5000
 expect_err "--mode" -m "$M" --ids "1,2" --mode fast
 expect_err "not a token id" -m "$M" --ids "1,x"
 expect_err "expects a number" -m "$M" --ids "1" --temperature hot
 expect_err "unknown option" -m "$M" --ids "1" --frobnicate 3
 expect_err "needs a value" -m "$M" --ids "1" --slot-size
-expect_err "exactly one of" -m "$M"
+expect_err "stdin is empty" -m "$M" </dev/null
+expect_err "at most one of" -m "$M" -p "a" --ids "1"
 "$BIN" init -o "$T/short" --preset tiny --max-pos 16 >/dev/null 2>&1
 expect_err "longer than the model's context" -m "$T/short" --ids "$(seq -s, 1 20)" -n 4
 expect_err "no tokenizer (tokenizer.json or GGUF tokenizer metadata)" -m "$T/short" -p "hello"

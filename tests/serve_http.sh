@@ -100,21 +100,21 @@ req models GET /v1/models ""
 # default settings (server: -n 24), greedy
 req c1 POST /v1/completions "{\"prompt\": \"$P\"}"
 ref r_c1 --no-chat -p "$P" -n 24
-req c1s POST /v1/completions "{\"prompt\": \"$P\", \"stream\": true}"
+req c1s POST /v1/completions "{\"prompt\": \"$P\", \"stream\": true, \"stream_options\": {\"include_usage\": true}}"
 # chat with the template, one user message
 req h1 POST /v1/chat/completions '{"model": "m", "messages": [{"role": "user", "content": "Hello world"}], "max_tokens": 20}'
 ref r_h1 --chat -p "Hello world" -n 20
-req h1s POST /v1/chat/completions '{"messages": [{"role": "user", "content": "Hello world"}], "max_tokens": 20, "stream": true}'
+req h1s POST /v1/chat/completions '{"messages": [{"role": "user", "content": "Hello world"}], "max_tokens": 20, "stream": true, "stream_options": {"include_usage": true}}'
 # AR decoding
 req a1 POST /v1/completions "{\"prompt\": \"$P\", \"mode\": \"ar\", \"max_tokens\": 16}"
 ref r_a1 --no-chat -p "$P" -n 16 --mode ar
-req a1s POST /v1/completions "{\"prompt\": \"$P\", \"mode\": \"ar\", \"max_tokens\": 16, \"stream\": true}"
+req a1s POST /v1/completions "{\"prompt\": \"$P\", \"mode\": \"ar\", \"max_tokens\": 16, \"stream\": true, \"stream_options\": {\"include_usage\": true}}"
 # ReFusion settings from the request
 req x1 POST /v1/completions "{\"prompt\": \"$P\", \"max_tokens\": 20, \"slot_size\": 2, \"serial_num_blocks\": 3, \"slot_threshold\": 0.1, \"token_threshold\": 0.2}"
 ref r_x1 --no-chat -p "$P" -n 20 --slot-size 2 --blocks 3 --slot-threshold 0.1 --token-threshold 0.2
 # sampling with a seed is reproducible
 req t1 POST /v1/completions "{\"prompt\": \"$P\", \"temperature\": 0.8, \"seed\": 5}"
-ref r_t1 --no-chat -p "$P" -n 24 -t 0.8 --seed 5
+ref r_t1 --no-chat -p "$P" -n 24 --temp 0.8 --seed 5
 # token-id prompt
 req i1 POST /v1/completions '{"prompt": [5, 17, 33, 2], "max_tokens": 12}'
 ref r_i1 --ids "5 17 33 2" -n 12
@@ -203,7 +203,7 @@ same('x1', 'r_x1', 'text_completion');
 same('t1', 'r_t1', 'text_completion');
 same('i1', 'r_i1', 'text_completion');
 for (const k of [1, 2, 3]) same('par' + k, 'r_c1', 'text_completion');
-{ const x = json('x1.body'); ok(x && x.refusion.settings.slot_size === 2 && x.refusion.settings.serial_num_blocks === 3, 'x1: settings echoed'); }
+{ const x = json('x1.body'); ok(x && x.refusion.settings.slot_size === 2 && x.refusion.settings.blocks === 3, 'x1: settings echoed'); }
 { const c = json('c1.body'), h = json('h1.body');
   ok(c && h && c.id !== h.id && h.choices[0].message.role === 'assistant', 'ids distinct, chat role'); }
 
@@ -215,6 +215,9 @@ function stream(name, plainName, object) {
   ok(ev.pop() === '', `${name}: does not end with a blank line`);
   ok(ev.length >= 3 && ev[ev.length - 1] === 'data: [DONE]', `${name}: does not end with [DONE]`);
   ev.pop();
+  // the last event before [DONE]: choices [], usage (stream_options.include_usage) and statistics
+  const fin = ev.length ? JSON.parse(ev.pop().slice(6)) : null;
+  ok(fin && fin.choices.length === 0 && fin.usage && fin.refusion, `${name}: no final usage chunk`);
   let text = '', ids = [], last = null, good = true;
   for (const e of ev) {
     if (!e.startsWith('data: ')) { good = false; continue; }
@@ -229,8 +232,8 @@ function stream(name, plainName, object) {
   if (!p || !last) return;
   ok(text === textOf(p.choices[0]), `${name}: streamed text ${JSON.stringify(text)} != ${JSON.stringify(textOf(p.choices[0]))}`);
   ok(eq(ids, p.choices[0].token_ids), `${name}: streamed ids differ`);
-  ok(last.choices[0].finish_reason === p.choices[0].finish_reason && eq(last.usage, p.usage) &&
-     last.refusion.model_calls === p.refusion.model_calls, `${name}: last chunk`);
+  ok(last.choices[0].finish_reason === p.choices[0].finish_reason && eq(fin.usage, p.usage) &&
+     fin.refusion.model_calls === p.refusion.model_calls, `${name}: last chunks`);
   ok(ev.length >= 3, `${name}: only ${ev.length} chunks`);
 }
 stream('c1s', 'c1', 'text_completion');

@@ -11,7 +11,8 @@
 #     connections in all) do not stop /health answering 127.0.0.2 (per-client
 #     limit), and they are closed after --timeout;
 #  5. a client that leaves: its queued job never runs, its running job is
-#     counted as cancelled (/health "requests_cancelled");
+#     counted as cancelled (/health "requests_cancelled") and stops within a
+#     model call (the decoder's cancel flag: "calls_after_cancel" <= 1 each);
 #  6. bounded queue wait: a request that cannot start within --queue-wait
 #     gets 503 instead of waiting behind a long generation.
 # Only 127.0.0.x, port chosen by the kernel; every curl has a time limit.
@@ -134,18 +135,15 @@ for fd in "${fds[@]}"; do exec {fd}<&-; done
 stop
 
 # ---- 5-6. clients that leave, bounded queue wait -------------------------------------------------
-start --queue-wait 1
+start --queue-wait 1 --parallel 1 # one worker: the second long job queues
 LONG='{"prompt":"x","max_tokens":4000,"mode":"ar"}'
-# a long job whose client leaves after 0.5 s, and a queued one whose client leaves too
-curl -s -m 0.5 -o /dev/null --data-binary "$LONG" "$URL/v1/completions" &
+# a long job whose client leaves after 1 s, and a queued one whose client leaves after 0.3 s
+curl -s -m 1 -o /dev/null --data-binary "$LONG" "$URL/v1/completions" &
 c1=$!
 sleep 0.1
-curl -s -m 0.5 -o /dev/null --data-binary "$LONG" "$URL/v1/completions" &
+curl -s -m 0.3 -o /dev/null --data-binary "$LONG" "$URL/v1/completions" &
 c2=$!
 wait $c1 $c2
-# while the first one still runs: a third request waits at most --queue-wait
-post late /v1/completions '{"prompt":"x","max_tokens":4}'
-expect late 503 "waited 1 s in the queue"
 for _ in $(seq 1 600); do
   h=$(health)
   [ "$(echo "$h" | json_int active)" = 0 ] && break
@@ -156,13 +154,30 @@ h=$(health)
 # the queued one never ran: only the first job is done
 [ "$(echo "$h" | json_int requests_done)" = 1 ] && ok || bad "requests_done (the left queued job must not run): $h"
 grep -q "the client left; [0-9]* model calls spent after that" "$T/server.log" && ok || bad "no cancel line in the log"
+# while a long job runs (its client waits 4 s), a second request waits at most --queue-wait
+curl -s -m 4 -o /dev/null --data-binary "$LONG" "$URL/v1/completions" &
+c3=$!
+sleep 0.3
+post late /v1/completions '{"prompt":"x","max_tokens":4}'
+expect late 503 "waited 1 s in the queue"
+wait $c3
+for _ in $(seq 1 600); do
+  [ "$(health | json_int active)" = 0 ] && break
+  sleep 0.1
+done
+[ "$(health | json_int requests_cancelled)" = 2 ] && ok || bad "the long job's client left: $(health)"
 # a streamed client that leaves is cancelled the same way
 curl -s -N -m 0.5 -o /dev/null --data-binary '{"prompt":"x","max_tokens":4000,"mode":"ar","stream":true}' "$URL/v1/completions"
 for _ in $(seq 1 600); do
   [ "$(health | json_int active)" = 0 ] && break
   sleep 0.1
 done
-[ "$(health | json_int requests_cancelled)" = 2 ] && ok || bad "streamed client leaving: $(health)"
+[ "$(health | json_int requests_cancelled)" = 3 ] && ok || bad "streamed client leaving: $(health)"
+# the cancel flag reaches the decoder: each left job stops before its next
+# model call (at most the call in flight when the client was noticed), not
+# after its 4,000 tokens
+spent=$(health | json_int calls_after_cancel)
+[ -n "$spent" ] && [ "$spent" -le 3 ] && ok || bad "model calls after the clients left: $spent (want <= 3, one per job): $(health)"
 post after /v1/completions '{"prompt":"x","max_tokens":8}'
 expect after 200 '"completion_tokens":8'
 stop

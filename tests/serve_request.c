@@ -15,9 +15,10 @@
 static const rf_model *M;
 static const rf_tokenizer *TOK;
 static rf_gen_params DEF;
+static rf_decode_opts DOPTS, DOPTS_AR; /* DEF as the server holds it; and with the ar decoder */
 
 static int parse(const char *body, rf_req_kind kind, rf_serve_req *r) {
-    return rf_serve_parse(body, strlen(body), kind, M, TOK, &DEF, 0, r);
+    return rf_serve_parse(body, strlen(body), kind, M, TOK, &DOPTS, r);
 }
 
 static int same_ids(const int *a, int na, const int *b, int nb) {
@@ -96,6 +97,31 @@ static void test_chat(void) {
         free(ids);
         free(text);
     }
+    /* developer = system; text parts = the string joined with newlines; stop, include_usage */
+    rf_serve_req a, b;
+    int ra = parse("{\"messages\": [{\"role\": \"developer\", \"content\": \"Be brief.\"}, {\"role\": \"user\","
+                   " \"content\": [{\"type\": \"text\", \"text\": \"Hello\"}, {\"type\": \"text\", \"text\": \"there\"}]}]}",
+                   RF_REQ_CHAT, &a);
+    int rb = parse("{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\","
+                   " \"content\": \"Hello\\nthere\"}], \"stop\": [\"a\", \"bc\"], \"stream\": true,"
+                   " \"stream_options\": {\"include_usage\": true}, \"max_tokens\": 5}",
+                   RF_REQ_CHAT, &b);
+    CHECK(ra == 0 && rb == 0, "developer / parts: %s", rf_last_error());
+    if (!ra && !rb) {
+        CHECK(same_ids(a.prompt, a.n_prompt, b.prompt, b.n_prompt), "developer + text parts != system + string");
+        CHECK(b.n_stop == 2 && !strcmp(b.stop[0], "a") && !strcmp(b.stop[1], "bc") && b.include_usage == 1 &&
+                  a.include_usage == 0 && a.n_stop == 0 && b.max_tokens == 5,
+              "stop / include_usage / max_tokens: %d %d %d", b.n_stop, b.include_usage, b.max_tokens);
+    }
+    if (!ra) rf_serve_req_free(&a);
+    if (!rb) rf_serve_req_free(&b);
+    rf_serve_req c;
+    CHECK(parse("{\"prompt\": \"x\", \"stop\": \"\\n\"}", RF_REQ_COMPLETION, &c) == 0 && c.n_stop == 1 &&
+              !strcmp(c.stop[0], "\n"), "stop as one string");
+    rf_serve_req_free(&c);
+    /* the field at fault is named for the error's "param" */
+    CHECK(parse("{\"prompt\": \"x\", \"top_p\": 2}", RF_REQ_COMPLETION, &c) == -1 && !strcmp(c.err_param, "top_p"),
+          "err_param '%s'", c.err_param);
 }
 
 /* ---- 3. bad requests: -1, one line, naming the problem -------------------------- */
@@ -143,13 +169,26 @@ static void test_bad(void) {
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"seed\": -1}", "\"seed\""},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stream\": \"yes\"}", "\"stream\""},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"n\": 2}", "\"n\""},
-        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stop\": [\"\\n\"]}", "\"stop\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stop\": 5}", "\"stop\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stop\": [\"a\", \"\"]}", "\"stop\"[1]"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", "at most 4"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": true}", "\"logprobs\" is not supported"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"presence_penalty\": 0.5}", "\"presence_penalty\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"frequency_penalty\": 1}", "\"frequency_penalty\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"5\": 1}}", "\"logit_bias\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"echo\": true}", "\"echo\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"frobnicate\": 1}", "unsupported field \"frobnicate\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": true}}", "only allowed with"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"mode\": \"mdm\", \"steps\": -1}", "\"steps\""},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\"}]}", "\"tools\""},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": {\"type\": \"json_object\"}}", "\"response_format\""},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {}}]}]}", "content[0]"},
         {RF_REQ_CHAT, "{\"prompt\": \"x\"}", "missing \"messages\""},
         {RF_REQ_CHAT, "{\"messages\": []}", "non-empty array"},
         {RF_REQ_CHAT, "{\"messages\": {\"role\": \"user\"}}", "non-empty array"},
         {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\"}]}", "\"messages\"[0]"},
         {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, 3]}", "\"messages\"[1]"},
-        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"a\"}]}", "role must be"},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"robot\", \"content\": \"a\"}]}", "role must be"},
         {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]}", "\"messages\"[0]"},
         {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"enable_thinking\": 1}",
          "\"enable_thinking\""},
@@ -158,7 +197,7 @@ static void test_bad(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rf_serve_req r;
-        int rc = rf_serve_parse(cases[i].body, strlen(cases[i].body), cases[i].kind, M, TOK, &DEF, 0, &r);
+        int rc = rf_serve_parse(cases[i].body, strlen(cases[i].body), cases[i].kind, M, TOK, &DOPTS, &r);
         const char *e = rf_last_error();
         CHECK(rc == -1, "accepted bad request %s", cases[i].body);
         if (rc == 0) {
@@ -196,13 +235,13 @@ static void test_no_tokenizer(void) {
     rf_serve_req r;
     const char *b1 = "{\"prompt\": \"hello\"}", *b2 = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}",
                *b3 = "{\"prompt\": [3, 4]}";
-    CHECK(rf_serve_parse(b1, strlen(b1), RF_REQ_COMPLETION, M, NULL, &DEF, 0, &r) == -1 &&
+    CHECK(rf_serve_parse(b1, strlen(b1), RF_REQ_COMPLETION, M, NULL, &DOPTS, &r) == -1 &&
               strstr(rf_last_error(), "no tokenizer"),
           "text prompt without a tokenizer: %s", rf_last_error());
-    CHECK(rf_serve_parse(b2, strlen(b2), RF_REQ_CHAT, M, NULL, &DEF, 0, &r) == -1 &&
+    CHECK(rf_serve_parse(b2, strlen(b2), RF_REQ_CHAT, M, NULL, &DOPTS, &r) == -1 &&
               strstr(rf_last_error(), "chat template"),
           "chat without a tokenizer: %s", rf_last_error());
-    int rc = rf_serve_parse(b3, strlen(b3), RF_REQ_COMPLETION, M, NULL, &DEF, 1, &r);
+    int rc = rf_serve_parse(b3, strlen(b3), RF_REQ_COMPLETION, M, NULL, &DOPTS_AR, &r);
     CHECK(rc == 0 && r.ar == 1 && r.n_prompt == 2, "ids without a tokenizer, default_ar: %s", rf_last_error());
     if (!rc) rf_serve_req_free(&r);
 }
@@ -232,7 +271,7 @@ static void test_fuzz(void) {
             }
             rf_req_kind kind = s == 1 ? RF_REQ_CHAT : RF_REQ_COMPLETION;
             rf_serve_req r;
-            if (rf_serve_parse(buf, n, kind, M, TOK, &DEF, 0, &r) == 0) {
+            if (rf_serve_parse(buf, n, kind, M, TOK, &DOPTS, &r) == 0) {
                 n_ok++;
                 if (rf_gen_check(M, r.prompt, r.n_prompt, &r.p, r.ar)) { /* accepted but invalid */
                     n_bad_msg++;
@@ -289,6 +328,10 @@ int main(void) {
     rf_gen_params_default(&DEF);
     DEF.gen_length = 16;
     DEF.eos_id = rf_tok_eos_id(tok);
+    rf_decode_opts_default(&DOPTS);
+    DOPTS.gen = DEF;
+    DOPTS_AR = DOPTS;
+    DOPTS_AR.decoder = RF_DECODER_AR;
 
     test_fields();
     test_chat();

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "io/gguf.h"
 #include "model/model.h"
 #include "model/tensors.h"
@@ -26,7 +27,8 @@ static void usage(FILE *f) {
             "                        qwen3, the tokenizer in its metadata, ReFusion's mask and\n"
             "                        begin tokens kept): --dtype bf16|f16|f32|q8_0|q4_0. Norms stay\n"
             "                        f32; with q4_0 the output matrix (token_embd when tied) is q8_0.\n"
-            "  --name NAME           general.name of the GGUF file (default: IN's base name)\n");
+            "  --name NAME           general.name of the GGUF file (default: IN's base name)\n"
+            "  --progress / --no-progress  bytes written on stderr (default: when stderr is a terminal)\n");
 }
 
 static int ends_with(const char *s, const char *suffix) {
@@ -68,12 +70,15 @@ static int convert_gguf(const rf_model *m, const char *in, const char *out, rf_d
 
 int cmd_convert(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *dt = "bf16", *format = NULL, *name = NULL;
+    int progress = 0; /* 1 --progress, -1 --no-progress, 0: on a terminal */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (v && (!strcmp(a, "-m") || !strcmp(a, "--model"))) in = argv[++i];
+        } else if (!strcmp(a, "--progress")) progress = 1;
+        else if (!strcmp(a, "--no-progress")) progress = -1;
+        else if (v && (!strcmp(a, "-m") || !strcmp(a, "--model"))) in = argv[++i];
         else if (v && (!strcmp(a, "-o") || !strcmp(a, "--out"))) out = argv[++i];
         else if (v && !strcmp(a, "--dtype")) dt = argv[++i];
         else if (v && !strcmp(a, "--format")) format = argv[++i];
@@ -120,7 +125,11 @@ int cmd_convert(int argc, char **argv) {
         return 1;
     }
     if (gguf) {
+        /* Q8_0 / Q4_0: 34 / 18 bytes per 32 weights */
+        double per = dtype == RF_Q8_0 ? 34.0 / 32 : dtype == RF_Q4_0 ? 18.0 / 32 : (double)rf_dtype_size(dtype);
+        rf_progress *pg = rf_progress_start("convert", out, rf_config_n_params(&m.cfg) * per, progress);
         int grc = convert_gguf(&m, in, out, dtype, name);
+        rf_progress_stop(pg);
         if (grc) rf_print_error();
         rf_model_free(&m);
         return grc ? 1 : 0;
@@ -132,7 +141,11 @@ int cmd_convert(int argc, char **argv) {
         return 1;
     }
     int rc = 1, crc;
-    if (rf_model_save(&m, out, dtype, 0)) goto done;
+    rf_progress *pg = rf_progress_start("convert", out, (double)rf_config_n_params(&m.cfg) * rf_dtype_size(dtype),
+                                        progress);
+    int src = rf_model_save(&m, out, dtype, 0);
+    rf_progress_stop(pg);
+    if (src) goto done;
     /* tokenizer files travel with the weights */
     static const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json"};
     for (int i = 0; i < 2; i++) {

@@ -1,6 +1,9 @@
 /* cmd_eval.c - `refusion eval`: run a model with a decoder on a task file,
  * check every answer, print the per-family table and write it as
  * <out>.md and <out>.json (metrics, settings and every answer). */
+#include <errno.h>
+#include <omp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,42 +13,29 @@
 #include "cli/commands.h"
 #include "tasks/eval.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: refusion eval -m MODEL [options]\n"
-            "Decode every example of a task file, check the answers, report accuracy\n"
-            "and speed per task family and overall.\n\n"
-            "  -m, --model DIR        checkpoint dir or .gguf file (its tokenizer is used)\n"
-            "  --tokenizer PATH       tokenizer.json or folder (default: the model's)\n"
-            "  --data FILE            task file (default data/test.json)\n"
-            "  --decoder NAME         refusion | ar | mdm (default refusion)\n"
-            "  --answers FILE         no model: check a JSON list of answer strings\n"
-            "  --limit N              only the first N examples\n"
-            "  -o, --out PATH         write PATH.md and PATH.json\n"
-            "                         (default results/<model>-<decoder>)\n"
-            "  --quiet                no progress bar\n"
-            "decoding:\n"
-            "  --gen-length N         answer length (default 128)\n"
-            "  --temperature X        0 = greedy (default 0)\n"
-            "  --seed N               sampling seed (default 0)\n"
-            "  --slot-size N          refusion slot size (default 8)\n"
-            "  --blocks N             serial blocks (default: refusion 2, mdm gen-length/32)\n"
-            "  --slot-threshold X     refusion (default 0.9)\n"
-            "  --token-threshold X    refusion (default 0.4)\n"
-            "  --ar-verify MODE       refusion, beyond the paper (REFUSION.md 3b): off (default,\n"
-            "                         the reference), correct (a rejected token becomes the AR\n"
-            "                         head's choice), first (a slot's first token is checked by\n"
-            "                         the AR head), both\n"
-            "  --lookahead            refusion, beyond the paper (REFUSION.md 3c): a global\n"
-            "                         verification also feeds the next plan's masks (same\n"
-            "                         answers, fewer model calls)\n"
-            "  --jacobi               refusion, beyond the paper (REFUSION.md 3d): infilling\n"
-            "                         re-verifies its drafts without re-drafting (one call per\n"
-            "                         iteration instead of two)\n"
-            "  --top-k N  --top-p X   ar sampling (default off)\n"
-            "  --steps N              mdm diffusion steps (default gen-length)\n"
-            "  --no-early-stop        mdm: run every step even after the EOS is final\n");
-}
+typedef struct {
+    const char *model, *tokenizer, *data, *answers, *out;
+    int limit, quiet, no_early_stop;
+} eval_args;
+
+#define A(f) offsetof(eval_args, f)
+static const rf_opt eval_opts[] = {
+    {.name = "model", .letter = 'm', .type = RF_OPT_STR, .offset = A(model), .metavar = "MODEL",
+     .help = "checkpoint dir or .gguf file (its tokenizer is used)"},
+    {.name = "tokenizer", .type = RF_OPT_STR, .offset = A(tokenizer), .metavar = "PATH",
+     .help = "tokenizer.json or folder (default: the model's)"},
+    {.name = "data", .type = RF_OPT_STR, .offset = A(data), .metavar = "FILE",
+     .help = "task file written by `refusion tasks`"},
+    {.name = "answers", .type = RF_OPT_STR, .offset = A(answers), .metavar = "FILE",
+     .help = "no model: check a JSON list of answer strings"},
+    {.name = "limit", .type = RF_OPT_INT, .lo = 0, .hi = 100000000, .offset = A(limit), .metavar = "N",
+     .help = "only the first N examples (0 = all)"},
+    {.name = "out", .letter = 'o', .type = RF_OPT_STR, .offset = A(out), .metavar = "PATH",
+     .help = "write PATH.md and PATH.json (default results/<model>-<decoder>)"},
+    {.name = "quiet", .type = RF_OPT_FLAG, .offset = A(quiet), .help = "no progress bar"},
+    {.name = "no-early-stop", .type = RF_OPT_FLAG, .offset = A(no_early_stop),
+     .help = "mdm: run every step even after the EOS is final"},
+};
 
 static const char *base_name(const char *path) {
     size_t n = strlen(path);
@@ -93,85 +83,44 @@ static char *settings_line(const json_t *s) {
 }
 
 int cmd_eval(int argc, char **argv) {
-    const char *model_dir = NULL, *tok_path = NULL, *data = "data/test.json", *answers_path = NULL;
-    const char *dec_name = "refusion", *out = NULL;
-    long gen_length = 128, slot_size = 8, blocks = -1, steps = -1, seed = 0, top_k = 0, limit = 0;
-    float temperature = 0.0f, slot_thr = 0.9f, tok_thr = 0.4f, top_p = 1.0f;
-    int ar_correct = 0, ar_check_first = 0, lookahead = 0, jacobi = 0;
-    int quiet = 0, early_stop = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!strcmp(a, "--quiet")) { quiet = 1; continue; }
-        if (!strcmp(a, "--no-early-stop")) { early_stop = 0; continue; }
-        if (!strcmp(a, "--lookahead")) { lookahead = 1; continue; }
-        if (!strcmp(a, "--jacobi")) { jacobi = 1; continue; }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "refusion: eval: unknown option or missing value: '%s'\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        int rc = 0;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_dir = v;
-        else if (!strcmp(a, "--tokenizer")) tok_path = v;
-        else if (!strcmp(a, "--data")) data = v;
-        else if (!strcmp(a, "--decoder")) dec_name = v;
-        else if (!strcmp(a, "--answers")) answers_path = v;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;
-        else if (!strcmp(a, "--limit")) rc = rf_arg_long("eval", a, v, 0, 100000000, &limit);
-        else if (!strcmp(a, "--gen-length")) rc = rf_arg_long("eval", a, v, 1, 1000000, &gen_length);
-        else if (!strcmp(a, "--slot-size")) rc = rf_arg_long("eval", a, v, 1, 1000000, &slot_size);
-        else if (!strcmp(a, "--blocks")) rc = rf_arg_long("eval", a, v, 1, 1000000, &blocks);
-        else if (!strcmp(a, "--steps")) rc = rf_arg_long("eval", a, v, 1, 1000000, &steps);
-        else if (!strcmp(a, "--seed")) rc = rf_arg_long("eval", a, v, 0, 0x7fffffffL, &seed);
-        else if (!strcmp(a, "--top-k")) rc = rf_arg_long("eval", a, v, 0, 100000000, &top_k);
-        else if (!strcmp(a, "--temperature")) rc = rf_arg_float("eval", a, v, &temperature);
-        else if (!strcmp(a, "--slot-threshold")) rc = rf_arg_float("eval", a, v, &slot_thr);
-        else if (!strcmp(a, "--token-threshold")) rc = rf_arg_float("eval", a, v, &tok_thr);
-        else if (!strcmp(a, "--ar-verify")) rc = rf_arg_ar_verify("eval", a, v, &ar_correct, &ar_check_first);
-        else if (!strcmp(a, "--top-p")) rc = rf_arg_float("eval", a, v, &top_p);
-        else {
-            fprintf(stderr, "refusion: eval: unknown option '%s'\n", a);
-            return 2;
-        }
-        if (rc) return 2;
-    }
+    eval_args a = {.data = "data/test.json"}, def_a = a;
+    rf_decode_opts d, def;
+    rf_decode_opts_default(&d);
+    def = d;
+    const rf_opt_group groups[] = {
+        {NULL, eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]), &a, &def_a},
+        {"decoding (the same options and defaults in generate, chat, eval, probe and serve)", rf_decode_table,
+         rf_decode_table_n, &d, &def},
+    };
+    int prc = rf_args_parse("eval", "-m MODEL [options]\n"
+                            "Decode every example of a task file, check the answers, report accuracy\n"
+                            "and speed per task family and overall.",
+                            groups, 2, argc, argv, NULL);
+    if (prc) return prc > 0 ? 0 : 2;
+    rf_decode_opts_finish(&d);
+    const char *model_dir = a.model, *tok_path = a.tokenizer, *data = a.data, *answers_path = a.answers,
+               *out = a.out;
+    if (d.threads > 0) omp_set_num_threads(d.threads);
 
     rf_eval_opts o;
     memset(&o, 0, sizeof o);
-    if (answers_path) o.decoder = RF_DEC_ANSWERS;
-    else if (!strcmp(dec_name, "refusion")) o.decoder = RF_DEC_REFUSION;
-    else if (!strcmp(dec_name, "ar")) o.decoder = RF_DEC_AR;
-    else if (!strcmp(dec_name, "mdm")) o.decoder = RF_DEC_MDM;
-    else {
-        fprintf(stderr, "refusion: eval: --decoder: unknown decoder '%s' (refusion, ar, mdm)\n", dec_name);
-        return 2;
-    }
+    o.decoder = answers_path ? RF_DEC_ANSWERS : (rf_decoder_kind)d.decoder;
     if (!answers_path && !model_dir) {
         fprintf(stderr, "refusion: eval: -m MODEL is required (or --answers FILE)\n");
         return 2;
     }
-    rf_gen_params_default(&o.gen);
-    o.gen.gen_length = (int)gen_length;
-    o.gen.slot_size = (int)slot_size;
-    o.gen.n_blocks = (int)(blocks > 0 ? blocks
-                           : o.decoder == RF_DEC_MDM ? (gen_length + 31) / 32 : 2);
-    o.gen.slot_threshold = slot_thr;
-    o.gen.token_threshold = tok_thr;
-    o.gen.ar_correct = ar_correct;
-    o.gen.ar_check_first = ar_check_first;
-    o.gen.lookahead = lookahead;
-    o.gen.jacobi = jacobi;
-    o.gen.temperature = temperature;
-    o.gen.top_k = (int)top_k;
-    o.gen.top_p = top_p;
-    o.gen.seed = (uint64_t)seed;
+    o.gen = d.gen;
     rf_mdm_params_default(&o.mdm, &o.gen);
-    if (steps > 0) o.mdm.steps = (int)steps;
-    o.mdm.early_stop = early_stop;
-    o.limit = (int)limit;
-    o.progress = !quiet;
+    if (d.steps > 0) o.mdm.steps = d.steps;
+    o.mdm.early_stop = !a.no_early_stop;
+    o.limit = a.limit;
+    o.progress = !a.quiet;
 
+    if (access(data, R_OK)) {
+        fprintf(stderr, "refusion: eval: cannot read the task file %s: %s (write one with `refusion tasks -o %s`, "
+                        "or give --data FILE)\n", data, strerror(errno), !strcmp(data, "data/test.json") ? "data" : "DIR");
+        return 1;
+    }
     json_t *examples = rf_tasks_load(data, 1), *answers = NULL;
     if (!examples) {
         rf_print_error();

@@ -1,11 +1,16 @@
-/* cmd_generate.c - `refusion generate`: ReFusion or AR decoding of one prompt.
+/* cmd_generate.c - `refusion generate`: ReFusion, AR or mdm decoding of one
+ * prompt (from -p, -f FILE or stdin), and `refusion chat` / `generate -i`: a
+ * multi-turn chat in the terminal with the same decoder.
  *
  * Text streams to stdout as it becomes final (answer tokens with no masked
  * position before them); --json prints one JSON object at the end instead;
  * --visualize draws the answer's slots filling in, one line per event
  * (ANSI colours on a terminal, state letters otherwise). */
+#include <errno.h>
 #include <jansson.h>
 #include <omp.h>
+#include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,38 +23,6 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: refusion generate -m MODEL_DIR (-p TEXT | --ids IDS) [options]\n"
-            "Generate an answer with ReFusion plan-and-infill decoding (or AR decoding).\n\n"
-            "  -m, --model DIR|GGUF    checkpoint directory (tokenizer.json read from it if present)\n"
-            "                          or a .gguf file (its tokenizer metadata)\n"
-            "  -p, --prompt TEXT       prompt text\n"
-            "  --ids IDS               prompt as token ids, comma or space separated\n"
-            "  --chat / --no-chat      apply the chat template to -p TEXT (default: on when\n"
-            "                          the tokenizer has <|im_start|>)\n"
-            "  --no-think              chat template with enable_thinking=false\n"
-            "  --mode refusion|ar|mdm  decoder (default refusion; mdm: LLaDA-style baseline for\n"
-            "                          models trained with the mdm objective)\n"
-            "  --steps N               mdm: diffusion steps over the answer (default gen length)\n"
-            "  -n, --gen-length N      answer length (default 512; ReFusion pads it to whole slots)\n"
-            "  --slot-size N           ReFusion slot size (default 4)\n"
-            "  --blocks N              serial blocks, ReFusion and mdm (default 32)\n"
-            "  --slot-threshold X      plan slots whose first token's prob > X (default 0.6)\n"
-            "  --token-threshold X     accept tokens whose AR prob > X (default 0.3)\n"
-            "  --ar-verify MODE        beyond the paper (REFUSION.md 3b): off (default), correct,\n"
-            "                          first or both (see refusion eval --help)\n"
-            "  --lookahead             beyond the paper (REFUSION.md 3c): verification also feeds\n"
-            "                          the next plan's masks (same answer, fewer calls)\n"
-            "  -t, --temperature X     0 = greedy (default); ReFusion: Gumbel-max planning\n"
-            "  --top-k N  --top-p X    AR sampling filters (default off)\n"
-            "  --seed N                sampling seed (default 0)\n"
-            "  --threads N             OpenMP threads\n"
-            "  --json                  print prompt/answer ids, text and statistics as JSON\n"
-            "  --visualize             show how the slots fill in, step by step\n"
-            "  --naive                 ReFusion without a KV cache (slow; for checking)\n");
-}
 
 /* "1, 2 3" -> ids; -1 on anything that is not an integer */
 static int parse_ids(const char *s, int **ids, int *n) {
@@ -220,178 +193,321 @@ static void print_json(const rf_gen_result *r, const int *prompt, int P, const c
                                   ac->first_checked, "first_replaced", ac->first_replaced, "verified",
                                   ac->verified, "forced_draft", ac->forced_draft, "forced_ar", ac->forced_ar));
     json_object_set_new(o, "steps", steps);
-    char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+    char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(6));
     puts(s);
     free(s);
     json_decref(o);
 }
 
-int cmd_generate(int argc, char **argv) {
-    const char *model_dir = NULL, *text = NULL, *ids_arg = NULL, *mode = "refusion";
-    int chat = -1, think = 1, as_json = 0, visualize = 0, naive = 0;
-    long threads = 0, steps = 0, lv;
-    rf_gen_params p;
-    rf_gen_params_default(&p);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int need = 0; /* option takes a value */
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--chat")) chat = 1;
-        else if (!strcmp(a, "--no-chat")) chat = 0;
-        else if (!strcmp(a, "--no-think")) think = 0;
-        else if (!strcmp(a, "--json")) as_json = 1;
-        else if (!strcmp(a, "--visualize")) visualize = 1;
-        else if (!strcmp(a, "--naive")) naive = 1;
-        else if (!strcmp(a, "--lookahead")) p.lookahead = 1;
-        else need = 1;
-        if (!need) continue;
-        if (!v) {
-            static const char *valued[] = {"-m", "--model", "-p", "--prompt", "--ids", "--mode", "-n",
-                                           "--gen-length", "--slot-size", "--blocks", "--slot-threshold",
-                                           "--token-threshold", "--ar-verify", "-t", "--temperature", "--top-k", "--top-p",
-                                           "--seed", "--threads", "--steps"};
-            int known = 0;
-            for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) known |= !strcmp(a, valued[k]);
-            if (known) fprintf(stderr, "refusion: generate: %s needs a value\n", a);
-            else fprintf(stderr, "refusion: generate: unknown option '%s' (see --help)\n", a);
-            return 2;
-        }
-        i++;
-        int bad = 0;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_dir = v;
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) text = v;
-        else if (!strcmp(a, "--ids")) ids_arg = v;
-        else if (!strcmp(a, "--mode")) mode = v;
-        else if (!strcmp(a, "-n") || !strcmp(a, "--gen-length")) bad = rf_arg_long("generate", a, v, -1000000, 1000000, &lv), p.gen_length = (int)lv;
-        else if (!strcmp(a, "--slot-size")) bad = rf_arg_long("generate", a, v, -1000000, 1000000, &lv), p.slot_size = (int)lv;
-        else if (!strcmp(a, "--blocks")) bad = rf_arg_long("generate", a, v, -1000000, 1000000, &lv), p.n_blocks = (int)lv;
-        else if (!strcmp(a, "--slot-threshold")) bad = rf_arg_float("generate", a, v, &p.slot_threshold);
-        else if (!strcmp(a, "--token-threshold")) bad = rf_arg_float("generate", a, v, &p.token_threshold);
-        else if (!strcmp(a, "--ar-verify")) bad = rf_arg_ar_verify("generate", a, v, &p.ar_correct, &p.ar_check_first);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--temperature")) bad = rf_arg_float("generate", a, v, &p.temperature);
-        else if (!strcmp(a, "--top-k")) bad = rf_arg_long("generate", a, v, -1000000, 100000000, &lv), p.top_k = (int)lv;
-        else if (!strcmp(a, "--top-p")) bad = rf_arg_float("generate", a, v, &p.top_p);
-        else if (!strcmp(a, "--seed")) bad = rf_arg_long("generate", a, v, 0, 0x7fffffffffffffffL, &lv), p.seed = (uint64_t)lv;
-        else if (!strcmp(a, "--threads")) bad = rf_arg_long("generate", a, v, 1, 1024, &threads);
-        else if (!strcmp(a, "--steps")) bad = rf_arg_long("generate", a, v, 1, 1000000, &steps);
-        else {
-            fprintf(stderr, "refusion: generate: unknown option '%s' (see --help)\n", a);
-            return 2;
-        }
-        if (bad) return 2;
+/* ---- the command ------------------------------------------------------------------- */
+typedef struct {
+    const char *model, *prompt, *file, *ids, *system;
+    int chat, no_chat, no_think, json, visualize, naive, interactive;
+} gen_args;
+
+#define A(f) offsetof(gen_args, f)
+static const rf_opt gen_opts[] = {
+    {.name = "model", .letter = 'm', .type = RF_OPT_STR, .offset = A(model), .metavar = "DIR|GGUF",
+     .help = "checkpoint directory (its tokenizer.json) or a .gguf file (its tokenizer metadata)"},
+    {.name = "prompt", .letter = 'p', .type = RF_OPT_STR, .offset = A(prompt), .metavar = "TEXT",
+     .help = "prompt text; '-' reads it from stdin, as does no -p / -f / --ids when stdin is not a terminal"},
+    {.name = "file", .letter = 'f', .type = RF_OPT_STR, .offset = A(file), .metavar = "FILE",
+     .help = "read the prompt from FILE ('-': stdin)"},
+    {.name = "ids", .type = RF_OPT_STR, .offset = A(ids), .metavar = "IDS",
+     .help = "prompt as token ids, comma or space separated (no chat template)"},
+    {.name = "system", .type = RF_OPT_STR, .offset = A(system), .metavar = "TEXT",
+     .help = "system message of the chat template"},
+    {.name = "chat", .type = RF_OPT_FLAG, .offset = A(chat),
+     .help = "apply the chat template (default: when the tokenizer has <|im_start|>)"},
+    {.name = "no-chat", .type = RF_OPT_FLAG, .offset = A(no_chat), .help = "the prompt is raw text"},
+    {.name = "no-think", .type = RF_OPT_FLAG, .offset = A(no_think),
+     .help = "chat template with enable_thinking=false"},
+    {.name = "interactive", .letter = 'i', .type = RF_OPT_FLAG, .offset = A(interactive),
+     .help = "multi-turn chat in the terminal (as `refusion chat`): /reset clears the history, /exit "
+             "quits, Ctrl-C stops the answer"},
+    {.name = "json", .type = RF_OPT_FLAG, .offset = A(json),
+     .help = "print prompt/answer ids, text and statistics as JSON"},
+    {.name = "visualize", .type = RF_OPT_FLAG, .offset = A(visualize),
+     .help = "show how the slots fill in, step by step"},
+    {.name = "naive", .type = RF_OPT_FLAG, .offset = A(naive), .help = "ReFusion without a KV cache (slow; for checking)"},
+};
+
+/* what one generation needs, shared by the one-shot and the chat modes */
+typedef struct {
+    rf_model m;
+    rf_tokenizer *tok;
+    rf_decode_opts d;
+    gen_args a;
+    int think;
+} gen_ctx;
+
+/* Ctrl-C in the chat: stops the running answer (the decoders look at the
+ * flag before every model call); at the prompt it ends the chat. */
+static volatile int g_cancel;
+static void on_sigint(int sig) {
+    (void)sig;
+    g_cancel = 1;
+}
+
+/* Decode prompt ids; streams to stdout unless --json / --visualize. 0, or -1
+ * with rf_last_error(). r is filled on success. */
+static int run_decoder(gen_ctx *g, const int *prompt, int P, ui *u, rf_gen_result *r) {
+    rf_gen_params p = g->d.gen;
+    int ar = g->d.decoder == RF_DECODER_AR, mdm = g->d.decoder == RF_DECODER_MDM;
+    if (g->tok) {
+        int e = rf_tok_eos_id(g->tok);
+        if (e >= 0) p.eos_id = e;
     }
-    int ar = !strcmp(mode, "ar"), mdm = !strcmp(mode, "mdm");
-    if (!ar && !mdm && strcmp(mode, "refusion")) {
-        fprintf(stderr, "refusion: generate: --mode must be refusion, ar or mdm, got '%s'\n", mode);
+    if (g->d.ctx_size > 0 && (long)P + p.gen_length > g->d.ctx_size) {
+        rf_set_error("prompt (%d tokens) + answer (%d) exceed --ctx-size %d", P, p.gen_length, g->d.ctx_size);
+        return -1;
+    }
+    if (rf_gen_check(&g->m, prompt, P, &p, ar || mdm)) return -1;
+    memset(u, 0, sizeof *u);
+    u->tok = g->tok;
+    u->quiet = g->a.json || g->a.visualize;
+    u->stream = g->tok && !u->quiet ? rf_tok_stream_new(g->tok, 1) : NULL;
+    if (g->a.visualize) {
+        u->vis = g->a.json ? stderr : stdout;
+        u->tty = isatty(fileno(u->vis));
+        u->G = (ar || mdm) ? p.gen_length : (p.gen_length + p.slot_size - 1) / p.slot_size * p.slot_size;
+        u->cell_tok = rf_calloc(u->G, sizeof(int));
+        u->cell = rf_calloc(u->G, 1);
+    }
+    p.on_tokens = on_tokens, p.on_event = on_event, p.user = u;
+    p.cancel = &g_cancel;
+    rf_mdm_params mp;
+    rf_mdm_params_default(&mp, &p);
+    if (g->d.steps > 0) mp.steps = g->d.steps;
+    memset(r, 0, sizeof *r);
+    int rc = ar ? rf_generate_ar(&g->m, prompt, P, &p, r)
+             : mdm ? rf_generate_mdm(&g->m, prompt, P, &p, &mp, r)
+                : g->a.naive ? rf_generate_refusion_naive(&g->m, prompt, P, &p, r)
+                             : rf_generate_refusion(&g->m, prompt, P, &p, r);
+    if (u->stream) {
+        fputs(rf_tok_stream_flush(u->stream), stdout);
+        fputc('\n', stdout);
+    } else if (!u->quiet) {
+        fputc('\n', stdout);
+    }
+    fflush(stdout);
+    if (u->stream) rf_tok_stream_free(u->stream);
+    free(u->cell_tok), free(u->cell);
+    u->stream = NULL, u->cell_tok = NULL, u->cell = NULL;
+    return rc;
+}
+
+/* The chat template over the messages, encoded. Bad UTF-8 is reported at its
+ * offset in what the user typed, not in the templated text. */
+static int encode_chat(gen_ctx *g, const rf_chat_msg *msgs, int n, int **ids, int *P) {
+    int *probe = NULL, n_probe = 0;
+    const char *last = msgs[n - 1].content;
+    int prc = rf_tok_encode(g->tok, last, strlen(last), &probe, &n_probe);
+    free(probe);
+    if (prc) return -1;
+    char *text = rf_chat_apply(g->tok, msgs, n, 1, g->think);
+    if (!text) return -1;
+    int rc = rf_tok_encode(g->tok, text, strlen(text), ids, P);
+    free(text);
+    return rc;
+}
+
+/* ---- refusion chat / generate -i ------------------------------------------------------- */
+static int chat_repl(gen_ctx *g) {
+    if (!g->tok || rf_tok_id(g->tok, "<|im_start|>") < 0) {
+        fprintf(stderr, "refusion: chat: %s has no chat template (no tokenizer with <|im_start|>)\n", g->a.model);
+        return 1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint; /* no SA_RESTART: Ctrl-C at the prompt ends getline */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    int tty = isatty(0);
+    int cap = 16, n = 0; /* history: [system], user, assistant, user, ... */
+    rf_chat_msg *h = rf_malloc(cap * sizeof *h);
+    if (g->a.system) h[n++] = (rf_chat_msg){"system", rf_strdup(g->a.system)};
+    int n_fixed = n;
+    fprintf(stderr, "refusion chat: %s (%s). /reset clears the history, /exit quits; Ctrl-C stops an answer.\n",
+            g->a.model, rf_decoder_names[g->d.decoder]);
+    char *line = NULL;
+    size_t line_cap = 0;
+    int rc = 0;
+    for (;;) {
+        g_cancel = 0;
+        fputs(tty ? "\033[1m> \033[0m" : "> ", stdout);
+        fflush(stdout);
+        errno = 0;
+        ssize_t len = getline(&line, &line_cap, stdin);
+        if (len < 0) { /* end of input, or Ctrl-C at the prompt */
+            fputc('\n', stdout);
+            break;
+        }
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (!len) continue;
+        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+        if (!strcmp(line, "/reset")) {
+            for (int i = n_fixed; i < n; i++) free((char *)h[i].content);
+            n = n_fixed;
+            printf("[history cleared]\n");
+            continue;
+        }
+        if (n + 2 > cap) {
+            cap *= 2;
+            rf_chat_msg *gr = rf_malloc(cap * sizeof *gr);
+            memcpy(gr, h, n * sizeof *h);
+            free(h);
+            h = gr;
+        }
+        h[n] = (rf_chat_msg){"user", rf_strdup(line)};
+        int *ids = NULL, P = 0;
+        if (encode_chat(g, h, n + 1, &ids, &P)) {
+            fprintf(stderr, "refusion: chat: %s\n", rf_last_error());
+            free((char *)h[n].content);
+            free(ids);
+            continue;
+        }
+        ui u;
+        rf_gen_result r;
+        int grc = run_decoder(g, ids, P, &u, &r);
+        free(ids);
+        if (grc) {
+            if (g_cancel) printf("[interrupted]\n");
+            else fprintf(stderr, "refusion: chat: %s\n", rf_last_error());
+            free((char *)h[n].content); /* the turn is dropped */
+            rf_gen_result_free(&r);
+            continue;
+        }
+        char *answer = rf_tok_decode(g->tok, r.ids, r.n_ids, 1);
+        if (g->a.visualize) printf("%s\n", answer ? answer : "");
+        fflush(stdout);
+        fprintf(stderr, "[%s: prompt %d tokens, answer %d tokens, %d model calls, %.2f s]\n",
+                rf_decoder_names[g->d.decoder], P, r.n_tokens, r.n_calls, r.wall_s);
+        h[n + 1] = (rf_chat_msg){"assistant", answer ? answer : rf_strdup("")};
+        n += 2;
+        rf_gen_result_free(&r);
+    }
+    for (int i = 0; i < n; i++) free((char *)h[i].content);
+    free(h);
+    free(line);
+    signal(SIGINT, SIG_DFL);
+    return rc;
+}
+
+static int generate_main(int argc, char **argv, int interactive) {
+    const char *cmd = interactive ? "chat" : "generate";
+    gen_ctx g;
+    memset(&g, 0, sizeof g);
+    rf_decode_opts_default(&g.d);
+    rf_decode_opts def = g.d;
+    gen_args def_a = g.a;
+    const rf_opt_group groups[] = {
+        {NULL, gen_opts, (int)(sizeof gen_opts / sizeof gen_opts[0]), &g.a, &def_a},
+        {"decoding (the same options and defaults in generate, chat, eval, probe and serve)", rf_decode_table,
+         rf_decode_table_n, &g.d, &def},
+    };
+    const char *synopsis =
+        interactive ? "-m MODEL [options]\nChat with the model in the terminal (the chat template, history kept)."
+                    : "-m MODEL [-p TEXT | -f FILE | --ids IDS] [options]\n"
+                      "Generate an answer with ReFusion plan-and-infill decoding (or AR / mdm decoding).\n"
+                      "Text streams to stdout as it becomes final; statistics go to stderr.";
+    int prc = rf_args_parse(cmd, synopsis, groups, 2, argc, argv, NULL);
+    if (prc) return prc > 0 ? 0 : 2;
+    rf_decode_opts_finish(&g.d);
+    interactive |= g.a.interactive;
+    g.think = !g.a.no_think;
+    int chat = g.a.no_chat ? 0 : g.a.chat ? 1 : -1;
+    int n_src = (g.a.prompt != NULL) + (g.a.file != NULL) + (g.a.ids != NULL);
+    if (!g.a.model || n_src > 1 || (interactive && n_src)) {
+        fprintf(stderr, "refusion: %s: need -m MODEL and %s\n", cmd,
+                interactive ? "no prompt (it is typed in)" : "at most one of -p TEXT / -f FILE / --ids IDS");
         return 2;
     }
-    if (!model_dir || (!text == !ids_arg)) {
-        fprintf(stderr, "refusion: generate: need -m MODEL_DIR and exactly one of -p TEXT / --ids IDS\n");
+    if (interactive && (g.a.json || g.a.ids)) {
+        fprintf(stderr, "refusion: %s: --json and --ids do not go with the interactive chat\n", cmd);
         return 2;
     }
-    if (threads > 0) omp_set_num_threads((int)threads);
+    if (!interactive && !n_src) {
+        if (isatty(0)) {
+            fprintf(stderr, "refusion: generate: no prompt: give -p TEXT, -f FILE, --ids IDS or text on stdin "
+                            "(-i for a chat)\n");
+            return 2;
+        }
+        g.a.file = "-";
+    }
+    if (g.a.prompt && !strcmp(g.a.prompt, "-")) g.a.prompt = NULL, g.a.file = "-";
+    if (g.d.threads > 0) omp_set_num_threads(g.d.threads);
 
     int rc = 1, *prompt = NULL, P = 0;
-    rf_tokenizer *tok = NULL;
-    rf_model m;
-    memset(&m, 0, sizeof m);
-    char *answer_text = NULL;
+    char *file_text = NULL, *answer_text = NULL;
     ui u;
-    memset(&u, 0, sizeof u);
     rf_gen_result r;
     memset(&r, 0, sizeof r);
 
-    if (rf_model_load(&m, model_dir)) {
+    if (g.a.file && !(file_text = rf_read_text(g.a.file))) {
+        fprintf(stderr, "refusion: %s: %s\n", cmd, rf_last_error());
+        return 1;
+    }
+    if (file_text) {
+        /* a file's final newline is not part of the prompt */
+        size_t n = strlen(file_text);
+        if (n && file_text[n - 1] == '\n') file_text[--n] = 0;
+        if (!n) {
+            fprintf(stderr, "refusion: %s: no prompt: %s is empty\n", cmd, strcmp(g.a.file, "-") ? g.a.file : "stdin");
+            free(file_text);
+            return 2;
+        }
+        g.a.prompt = file_text;
+    }
+    if (rf_model_load(&g.m, g.a.model)) {
         rf_print_error();
+        free(file_text);
         return 1;
     }
     /* the tokenizer beside the weights: DIR/tokenizer.json or the GGUF's metadata */
-    if (rf_tok_model_has_tokenizer(model_dir)) {
-        tok = rf_tok_load(model_dir);
-        if (!tok) {
-            rf_print_error();
-            goto out;
-        }
+    if (rf_tok_model_has_tokenizer(g.a.model) && !(g.tok = rf_tok_load(g.a.model))) {
+        rf_print_error();
+        goto out;
     }
-    if (ids_arg) {
-        if (parse_ids(ids_arg, &prompt, &P)) goto out;
+    if (interactive) {
+        rc = chat_repl(&g);
+        goto out;
+    }
+    if (g.a.ids) {
+        if (parse_ids(g.a.ids, &prompt, &P)) goto out;
     } else {
-        if (!tok) {
-            fprintf(stderr, "refusion: %s: no tokenizer (tokenizer.json or GGUF tokenizer metadata), give the prompt as --ids\n", model_dir);
+        if (!g.tok) {
+            fprintf(stderr, "refusion: %s: no tokenizer (tokenizer.json or GGUF tokenizer metadata), give the prompt as --ids\n", g.a.model);
             goto out;
         }
-        if (chat < 0) chat = rf_tok_id(tok, "<|im_start|>") >= 0;
-        char *prompt_text = NULL;
+        if (chat < 0) chat = rf_tok_id(g.tok, "<|im_start|>") >= 0;
+        int erc;
         if (chat) {
-            /* bad UTF-8 is reported at its offset in what the user typed, not
-             * in the templated text: check the text on its own first */
-            int *probe_ids = NULL, n_probe = 0;
-            int prc = rf_tok_encode(tok, text, strlen(text), &probe_ids, &n_probe);
-            free(probe_ids);
-            if (prc) {
-                fprintf(stderr, "refusion: generate: prompt: %s\n", rf_last_error());
+            rf_chat_msg msgs[2] = {{"system", g.a.system}, {"user", g.a.prompt}};
+            erc = g.a.system ? encode_chat(&g, msgs, 2, &prompt, &P) : encode_chat(&g, msgs + 1, 1, &prompt, &P);
+        } else {
+            if (g.a.system) {
+                fprintf(stderr, "refusion: generate: --system needs the chat template (not --no-chat)\n");
                 goto out;
             }
-            rf_chat_msg msg = {"user", text};
-            prompt_text = rf_chat_apply(tok, &msg, 1, 1, think);
-            if (!prompt_text) {
-                rf_print_error();
-                goto out;
-            }
+            erc = rf_tok_encode(g.tok, g.a.prompt, strlen(g.a.prompt), &prompt, &P);
         }
-        const char *pt = prompt_text ? prompt_text : text;
-        int erc = rf_tok_encode(tok, pt, strlen(pt), &prompt, &P);
-        free(prompt_text);
         if (erc) {
             fprintf(stderr, "refusion: generate: prompt: %s\n", rf_last_error());
             goto out;
         }
     }
-    if (tok) {
-        int e = rf_tok_eos_id(tok);
-        if (e >= 0) p.eos_id = e;
-    }
-    if (rf_gen_check(&m, prompt, P, &p, ar || mdm)) {
+    if (run_decoder(&g, prompt, P, &u, &r)) {
         fprintf(stderr, "refusion: generate: %s\n", rf_last_error());
         goto out;
     }
-
-    u.tok = tok;
-    u.quiet = as_json || visualize;
-    u.stream = tok && !u.quiet ? rf_tok_stream_new(tok, 1) : NULL;
-    if (visualize) {
-        u.vis = as_json ? stderr : stdout;
-        u.tty = isatty(fileno(u.vis));
-        u.G = (ar || mdm) ? p.gen_length : (p.gen_length + p.slot_size - 1) / p.slot_size * p.slot_size;
-        u.cell_tok = rf_calloc(u.G, sizeof(int));
-        u.cell = rf_calloc(u.G, 1);
-    }
-    p.on_tokens = on_tokens, p.on_event = on_event, p.user = &u;
-    rf_mdm_params mp;
-    rf_mdm_params_default(&mp, &p);
-    if (steps > 0) mp.steps = (int)steps;
-    int grc = ar ? rf_generate_ar(&m, prompt, P, &p, &r)
-              : mdm ? rf_generate_mdm(&m, prompt, P, &p, &mp, &r)
-                 : naive ? rf_generate_refusion_naive(&m, prompt, P, &p, &r)
-                         : rf_generate_refusion(&m, prompt, P, &p, &r);
-    if (grc) {
-        fprintf(stderr, "refusion: generate: %s\n", rf_last_error());
-        goto out;
-    }
-    if (u.stream) {
-        fputs(rf_tok_stream_flush(u.stream), stdout);
-        fputc('\n', stdout);
-    } else if (!u.quiet) {
-        fputc('\n', stdout);
-    }
-    if (tok) answer_text = rf_tok_decode(tok, r.ids, r.n_ids, 1);
-    if (as_json) {
+    const char *mode = rf_decoder_names[g.d.decoder];
+    if (g.tok) answer_text = rf_tok_decode(g.tok, r.ids, r.n_ids, 1);
+    if (g.a.json) {
+        rf_gen_params p = g.d.gen;
         print_json(&r, prompt, P, answer_text, mode, &p);
     } else {
-        if (visualize) printf("%s\n", answer_text ? answer_text : "");
+        if (g.a.visualize) printf("%s\n", answer_text ? answer_text : "");
         fflush(stdout); /* the answer before the statistics line on stderr */
         fprintf(stderr, "[%s: %d tokens, %d model calls, TPF %.2f, %.2f tokens/call, %.1f tokens/s, %.2f s]\n",
                 mode, r.n_tokens, r.n_calls, r.tpf, r.tokens_per_call, r.tokens_per_s, r.wall_s);
@@ -400,10 +516,12 @@ int cmd_generate(int argc, char **argv) {
 out:
     rf_gen_result_free(&r);
     free(answer_text);
-    free(u.cell_tok), free(u.cell);
-    if (u.stream) rf_tok_stream_free(u.stream);
     free(prompt);
-    if (tok) rf_tok_free(tok);
-    rf_model_free(&m);
+    free(file_text);
+    if (g.tok) rf_tok_free(g.tok);
+    rf_model_free(&g.m);
     return rc;
 }
+
+int cmd_generate(int argc, char **argv) { return generate_main(argc, argv, 0); }
+int cmd_chat(int argc, char **argv) { return generate_main(argc, argv, 1); }

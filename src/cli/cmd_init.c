@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "io/config.h"
 #include "model/model.h"
 #include "util/util.h"
@@ -23,6 +24,7 @@ static void usage(FILE *f) {
             "                       hidden/heads when hidden or heads is changed)\n"
             "  --dtype bf16|f32|f16 weight storage type (default bf16)\n"
             "  --shard-mb N         split into shards of at most N MB with an index\n"
+            "  --progress / --no-progress  bytes written on stderr (default: when stderr is a terminal)\n"
             "  --seed S             RNG seed (default 0)\n"
             "  --std X              init standard deviation (default 0.02)\n"
             "  --tokenizer FILE     copy this tokenizer.json (and tokenizer_config.json\n"
@@ -119,11 +121,16 @@ int cmd_init(int argc, char **argv) {
     long hidden = -1, layers = -1, heads = -1, kv = -1, hd = -1, ffn = -1, vocab = -1, tied = -1,
          maxpos = -1, shard_mb = 0, seed = 0;
     double std = 0.02, theta = -1;
+    int progress = 0; /* 1 --progress, -1 --no-progress, 0: on a terminal */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--progress") || !strcmp(a, "--no-progress")) {
+            progress = a[2] == 'n' ? -1 : 1;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "refusion: init: unknown option or missing value: %s\n", a);
@@ -234,7 +241,9 @@ int cmd_init(int argc, char **argv) {
 
     double t0 = rf_now();
     size_t shard_bytes = (size_t)shard_mb * 1000 * 1000;
+    rf_progress *pg = rf_progress_start("init", out, (double)rf_config_n_params(&c) * rf_dtype_size(dtype), progress);
     int rc = rf_model_write_random(&c, out, dtype, shard_bytes, (float)std, (uint64_t)seed);
+    rf_progress_stop(pg);
     if (rc == 0 && tokenizer) {
         rc = rf_copy_file_into(tokenizer, out, "tokenizer.json");
         if (rc == 0 && tok_cfg) rc = rf_copy_file_into(tok_cfg, out, "tokenizer_config.json");

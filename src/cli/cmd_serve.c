@@ -2,7 +2,10 @@
  * requests with it until SIGINT / SIGTERM (see src/serve/serve.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <omp.h>
 #include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,37 +16,44 @@
 #include "serve/serve.h"
 #include "util/util.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: refusion serve -m MODEL_DIR [options]\n"
-            "Serve the model over HTTP (OpenAI-compatible subset):\n"
-            "  GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions\n"
-            "Requests run one at a time in arrival order; \"stream\": true sends Server-Sent Events.\n\n"
-            "  -m, --model DIR|GGUF    checkpoint directory (tokenizer.json read from it if present)\n"
-            "                          or a .gguf file (its tokenizer metadata)\n"
-            "  --host ADDR             address to listen on (default 127.0.0.1)\n"
-            "  --port N                port (default 8080; 0 = any free port, printed at start)\n"
-            "  --name NAME             model id in responses (default: the directory's name)\n"
-            "  --threads N             OpenMP threads for generation\n"
-            "  --max-body BYTES        larger request bodies get 413 (default 4194304)\n"
-            "  --max-queue N           requests queued or running before 503 (default 64)\n"
-            "  --max-connections N     open connections in all, one thread each (default 256)\n"
-            "  --max-per-client N      open connections from one IP address (default 16)\n"
-            "  --timeout S             seconds a client may stall while sending a request (default 10)\n"
-            "  --queue-wait S          a request not started after S seconds gets 503 (default 300)\n"
-            "  --max-request-mb N      working memory of one generation; larger requests get 400\n"
-            "                          (default: half the RAM)\n"
-            "  -q, --quiet             no log line per request\n"
-            "Defaults for requests that do not set them:\n"
-            "  --mode refusion|ar      decoder (request field \"mode\"; default refusion)\n"
-            "  -n, --gen-length N      answer length (\"max_tokens\"; default 512)\n"
-            "  --slot-size N           ReFusion slot size (\"slot_size\"; default 4)\n"
-            "  --blocks N              ReFusion serial blocks (\"serial_num_blocks\"; default 32)\n"
-            "  --slot-threshold X      (\"slot_threshold\"; default 0.6)\n"
-            "  --token-threshold X     (\"token_threshold\"; default 0.3)\n"
-            "  -t, --temperature X     (\"temperature\"; default 0 = greedy)\n"
-            "  --seed N                (\"seed\"; default 0)\n");
-}
+typedef struct {
+    const char *model, *host, *name, *api_key, *cors;
+    int port, parallel, max_queue, max_connections, max_per_client, timeout, queue_wait, max_request_mb, quiet;
+    int64_t max_body;
+} serve_args;
+
+#define A(f) offsetof(serve_args, f)
+static const rf_opt serve_opts[] = {
+    {.name = "model", .letter = 'm', .type = RF_OPT_STR, .offset = A(model), .metavar = "DIR|GGUF",
+     .help = "checkpoint directory (its tokenizer.json) or a .gguf file (its tokenizer metadata)"},
+    {.name = "host", .type = RF_OPT_STR, .offset = A(host), .metavar = "ADDR", .help = "address to listen on"},
+    {.name = "port", .type = RF_OPT_INT, .lo = 0, .hi = 65535, .offset = A(port), .metavar = "N",
+     .help = "port (0 = any free port, printed at start)"},
+    {.name = "name", .type = RF_OPT_STR, .offset = A(name), .metavar = "NAME",
+     .help = "model id in responses (default: the directory's name)"},
+    {.name = "parallel", .alias = "workers", .type = RF_OPT_INT, .lo = 1, .hi = 256, .offset = A(parallel),
+     .metavar = "N", .help = "requests decoded at the same time, one worker thread each (weights shared)"},
+    {.name = "api-key", .type = RF_OPT_STR, .offset = A(api_key), .metavar = "KEY",
+     .help = "require \"Authorization: Bearer KEY\" on every request but /health (default: the "
+             "REFUSION_API_KEY environment variable; none when unset)"},
+    {.name = "cors", .type = RF_OPT_STR, .offset = A(cors), .metavar = "ORIGIN",
+     .help = "Access-Control-Allow-Origin of every answer; \"\" = no CORS headers"},
+    {.name = "max-body", .type = RF_OPT_I64, .lo = 1, .hi = 17179869184.0, .offset = A(max_body), .metavar = "BYTES",
+     .help = "larger request bodies get 413"},
+    {.name = "max-queue", .type = RF_OPT_INT, .lo = 1, .hi = 100000, .offset = A(max_queue), .metavar = "N",
+     .help = "requests queued or running before 503"},
+    {.name = "max-connections", .type = RF_OPT_INT, .lo = 1, .hi = 10000, .offset = A(max_connections),
+     .metavar = "N", .help = "open connections in all, one thread each"},
+    {.name = "max-per-client", .type = RF_OPT_INT, .lo = 1, .hi = 10000, .offset = A(max_per_client), .metavar = "N",
+     .help = "open connections from one IP address"},
+    {.name = "timeout", .type = RF_OPT_INT, .lo = 1, .hi = 3600, .offset = A(timeout), .metavar = "S",
+     .help = "seconds a client may stall while sending a request"},
+    {.name = "queue-wait", .type = RF_OPT_INT, .lo = 1, .hi = 86400, .offset = A(queue_wait), .metavar = "S",
+     .help = "a request not started after S seconds gets 503"},
+    {.name = "max-request-mb", .type = RF_OPT_INT, .lo = 0, .hi = 1 << 30, .offset = A(max_request_mb),
+     .metavar = "N", .help = "working memory of one generation; larger requests get 400 (0 = half the RAM)"},
+    {.name = "quiet", .letter = 'q', .type = RF_OPT_FLAG, .offset = A(quiet), .help = "no log line per request"},
+};
 
 static int stop_pipe[2];
 static volatile sig_atomic_t n_stop_signals;
@@ -56,61 +66,45 @@ static void on_stop_signal(int sig) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *model_dir = NULL, *mode = "refusion";
     rf_serve_config c;
     rf_serve_config_default(&c);
-    rf_gen_params *p = &c.defaults;
-    long lv;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            c.verbose = 0;
-            continue;
-        }
-        const char *v = i + 1 < argc ? argv[++i] : NULL;
-        if (!v) {
-            fprintf(stderr, "refusion: serve: unknown option or missing value: '%s' (see --help)\n", a);
-            return 2;
-        }
-        int bad = 0;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_dir = v;
-        else if (!strcmp(a, "--host")) c.host = v;
-        else if (!strcmp(a, "--port")) bad = rf_arg_long("serve", a, v, 0, 65535, &lv), c.port = (int)lv;
-        else if (!strcmp(a, "--name")) c.model_name = v;
-        else if (!strcmp(a, "--threads")) bad = rf_arg_long("serve", a, v, 1, 1024, &lv), c.threads = (int)lv;
-        else if (!strcmp(a, "--max-body")) bad = rf_arg_long("serve", a, v, 1, 1L << 34, &lv), c.max_body = (size_t)lv;
-        else if (!strcmp(a, "--max-queue")) bad = rf_arg_long("serve", a, v, 1, 100000, &lv), c.max_queue = (int)lv;
-        else if (!strcmp(a, "--max-connections")) bad = rf_arg_long("serve", a, v, 1, 10000, &lv), c.max_connections = (int)lv;
-        else if (!strcmp(a, "--max-per-client")) bad = rf_arg_long("serve", a, v, 1, 10000, &lv), c.max_per_client = (int)lv;
-        else if (!strcmp(a, "--timeout")) bad = rf_arg_long("serve", a, v, 1, 3600, &lv), c.timeout_s = (int)lv;
-        else if (!strcmp(a, "--queue-wait")) bad = rf_arg_long("serve", a, v, 1, 86400, &lv), c.queue_wait_s = (int)lv;
-        else if (!strcmp(a, "--max-request-mb")) bad = rf_arg_long("serve", a, v, 1, 1L << 30, &lv), c.max_request_bytes = (size_t)lv << 20;
-        else if (!strcmp(a, "--mode")) mode = v;
-        else if (!strcmp(a, "-n") || !strcmp(a, "--gen-length")) bad = rf_arg_long("serve", a, v, 1, 1000000, &lv), p->gen_length = (int)lv;
-        else if (!strcmp(a, "--slot-size")) bad = rf_arg_long("serve", a, v, 1, 1000000, &lv), p->slot_size = (int)lv;
-        else if (!strcmp(a, "--blocks")) bad = rf_arg_long("serve", a, v, 1, 1000000, &lv), p->n_blocks = (int)lv;
-        else if (!strcmp(a, "--slot-threshold")) bad = rf_arg_float("serve", a, v, &p->slot_threshold);
-        else if (!strcmp(a, "--token-threshold")) bad = rf_arg_float("serve", a, v, &p->token_threshold);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--temperature")) bad = rf_arg_float("serve", a, v, &p->temperature);
-        else if (!strcmp(a, "--seed")) bad = rf_arg_long("serve", a, v, 0, 0x7fffffffffffffffL, &lv), p->seed = (uint64_t)lv;
-        else {
-            fprintf(stderr, "refusion: serve: unknown option '%s' (see --help)\n", a);
-            return 2;
-        }
-        if (bad) return 2;
-    }
-    c.default_ar = !strcmp(mode, "ar");
-    if (!c.default_ar && strcmp(mode, "refusion")) {
-        fprintf(stderr, "refusion: serve: --mode must be refusion or ar, got '%s'\n", mode);
-        return 2;
-    }
+    serve_args a = {.host = c.host, .port = c.port, .parallel = c.workers, .cors = c.cors_origin,
+                    .max_body = (int64_t)c.max_body, .max_queue = c.max_queue, .max_connections = c.max_connections,
+                    .max_per_client = c.max_per_client, .timeout = c.timeout_s, .queue_wait = c.queue_wait_s,
+                    .api_key = getenv("REFUSION_API_KEY")};
+    serve_args def_a = a;
+    def_a.api_key = NULL; /* never print a key in --help */
+    rf_decode_opts def = c.defaults;
+    const rf_opt_group groups[] = {
+        {NULL, serve_opts, (int)(sizeof serve_opts / sizeof serve_opts[0]), &a, &def_a},
+        {"decoding: the defaults of requests that do not set them (the same options and defaults in generate, "
+         "chat, eval, probe and serve; HTTP: the request field)",
+         rf_decode_table, rf_decode_table_n, &c.defaults, &def},
+    };
+    int prc = rf_args_parse("serve", "-m MODEL [options]\n"
+                            "Serve the model over HTTP (OpenAI-compatible): GET /health, /metrics, /v1/models[/ID];\n"
+                            "POST /v1/completions, /v1/chat/completions (\"stream\": true for Server-Sent Events).\n"
+                            "--parallel requests are decoded at once, the rest wait in arrival order.",
+                            groups, 2, argc, argv, NULL);
+    if (prc) return prc > 0 ? 0 : 2;
+    rf_decode_opts_finish(&c.defaults);
+    const char *model_dir = a.model;
+    c.host = a.host, c.port = a.port, c.model_name = a.name, c.workers = a.parallel;
+    c.api_key = a.api_key && *a.api_key ? a.api_key : NULL;
+    c.cors_origin = a.cors;
+    c.max_body = (size_t)a.max_body, c.max_queue = a.max_queue, c.max_connections = a.max_connections;
+    c.max_per_client = a.max_per_client, c.timeout_s = a.timeout, c.queue_wait_s = a.queue_wait;
+    c.max_request_bytes = (size_t)a.max_request_mb << 20;
+    c.verbose = !a.quiet;
+    rf_gen_params *p = &c.defaults.gen;
     if (!model_dir) {
         fprintf(stderr, "refusion: serve: need -m MODEL_DIR (see --help)\n");
         return 2;
+    }
+    /* OpenMP threads per worker: the cores shared among the workers unless --threads says */
+    if (c.defaults.threads == 0) {
+        int cores = omp_get_num_procs() / c.workers;
+        c.defaults.threads = cores > 0 ? cores : 1;
     }
 
     rf_model m;
@@ -129,7 +123,7 @@ int cmd_serve(int argc, char **argv) {
     if (tok && rf_tok_eos_id(tok) >= 0) p->eos_id = rf_tok_eos_id(tok); /* as `generate` does */
     /* the server-wide defaults must be usable on their own (a one-token prompt) */
     int probe = 0;
-    if (rf_gen_check(&m, &probe, 1, p, c.default_ar)) {
+    if (rf_gen_check(&m, &probe, 1, p, c.defaults.decoder != RF_DECODER_REFUSION)) {
         fprintf(stderr, "refusion: serve: default settings (see --help): %s\n", rf_last_error());
         if (tok) rf_tok_free(tok);
         rf_model_free(&m);
@@ -169,15 +163,16 @@ int cmd_serve(int argc, char **argv) {
     }
     const char *h = c.host;
     int bracket = strchr(h, ':') != NULL; /* IPv6 literal */
-    fprintf(stderr, "refusion serve: %s (%s%s) listening on http://%s%s%s:%d\n", model_dir,
-            c.default_ar ? "ar" : "refusion", tok ? "" : ", no tokenizer", bracket ? "[" : "", h, bracket ? "]" : "",
+    fprintf(stderr, "refusion serve: %s (%s%s, %d workers x %d threads%s) listening on http://%s%s%s:%d\n",
+            model_dir, rf_decoder_names[c.defaults.decoder], tok ? "" : ", no tokenizer", c.workers,
+            c.defaults.threads, c.api_key ? ", API key" : "", bracket ? "[" : "", h, bracket ? "]" : "",
             rf_serve_port(s));
     fflush(stderr);
 
     unsigned char sig = 0;
     while (read(stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
-    fprintf(stderr, "refusion serve: %s, finishing the running request (again to abort)\n",
+    fprintf(stderr, "refusion serve: %s, finishing the running requests (again to abort)\n",
             sig == SIGINT ? "SIGINT" : "SIGTERM");
     rf_serve_stop(s);
     if (tok) rf_tok_free(tok);

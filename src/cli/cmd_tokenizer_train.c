@@ -135,6 +135,10 @@ int cmd_tokenizer_train(int argc, char **argv) {
     if (!t) goto fail;
     fprintf(stderr, "tokenizer-train: %zu bytes of text -> %s (vocab %d) in %.1f s\n", corpus_len, out_dir,
             rf_tok_vocab_size(t), rf_now() - t0);
+    if (rf_tok_vocab_size(t) < vocab)
+        fprintf(stderr, "tokenizer-train: note: %d ids, not the %d asked for: merges stop when no pair of tokens "
+                        "occurs twice any more in the text (more or more varied text gives more)\n",
+                rf_tok_vocab_size(t), vocab);
     rf_tok_free(t);
     rc = 0;
     goto done;

@@ -8,7 +8,8 @@ int cmd_info(int argc, char **argv);           /* load + describe a checkpoint *
 int cmd_convert(int argc, char **argv);        /* rewrite a checkpoint in another dtype */
 int cmd_tokenize(int argc, char **argv);       /* text <-> ids, chat template */
 int cmd_tokenizer_train(int argc, char **argv);/* train a small byte-level BPE */
-int cmd_generate(int argc, char **argv);       /* ReFusion / AR decoding */
+int cmd_generate(int argc, char **argv);       /* ReFusion / AR / mdm decoding */
+int cmd_chat(int argc, char **argv);           /* interactive chat (generate -i) */
 int cmd_train(int argc, char **argv);          /* ReFusion / AR / MDM training */
 int cmd_tasks(int argc, char **argv);          /* generate the task suite */
 int cmd_eval(int argc, char **argv);           /* evaluate a model on a task set */

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 
 typedef struct {
@@ -17,6 +18,7 @@ static const command commands[] = {
     {"tokenize", cmd_tokenize, "text -> ids (--decode: ids -> text, --chat: template)"},
     {"tokenizer-train", cmd_tokenizer_train, "train a byte-level BPE tokenizer.json"},
     {"generate", cmd_generate, "generate text with ReFusion or AR decoding"},
+    {"chat", cmd_chat, "chat with a model in the terminal (multi-turn, streaming)"},
     {"train", cmd_train, "train a model (refusion | ar | mdm objective)"},
     {"tasks", cmd_tasks, "write the task suite (train/test JSON)"},
     {"eval", cmd_eval, "evaluate a model with a decoder on a task set"},
@@ -32,6 +34,10 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        printf("refusion %s\n", RF_VERSION);
+        return 0;
+    }
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -37,18 +37,23 @@ void rf_serve_config_default(rf_serve_config *c) {
     c->queue_wait_s = 300;
     c->max_request_bytes = 0;
     c->verbose = 1;
-    rf_gen_params_default(&c->defaults);
+    c->workers = 2;
+    c->cors_origin = "*";
+    rf_decode_opts_default(&c->defaults);
 }
 
 /* ---- routes --------------------------------------------------------------------- */
-typedef enum { R_HEALTH, R_MODELS, R_COMPLETIONS, R_CHAT, R_NONE } route_id;
+typedef enum { R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_NONE } route_id;
 static const struct {
     const char *path, *method;
+    int prefix; /* path is a prefix: /v1/models/{id} */
 } routes[] = {
-    [R_HEALTH] = {"/health", "GET"},
-    [R_MODELS] = {"/v1/models", "GET"},
-    [R_COMPLETIONS] = {"/v1/completions", "POST"},
-    [R_CHAT] = {"/v1/chat/completions", "POST"},
+    [R_HEALTH] = {"/health", "GET", 0},
+    [R_METRICS] = {"/metrics", "GET", 0},
+    [R_MODELS] = {"/v1/models", "GET", 0},
+    [R_MODEL] = {"/v1/models/", "GET", 1},
+    [R_COMPLETIONS] = {"/v1/completions", "POST", 0},
+    [R_CHAT] = {"/v1/chat/completions", "POST", 0},
 };
 
 /* Per-connection request state (MHD's con_cls). */
@@ -61,6 +66,7 @@ typedef struct {
     int status;            /* what we answered, for the log */
     double t0;
     char method[8], url[72];
+    const char *model_id;  /* R_MODEL: the {id} (points into MHD's url) */
 } request;
 
 /* for the log: what the client sent, cut to size, control characters as '?' */
@@ -71,31 +77,55 @@ static void copy_printable(char *dst, size_t n, const char *src) {
 }
 
 /* ---- responses ------------------------------------------------------------------ */
-static enum MHD_Result send_json(struct MHD_Connection *c, request *q, int status, char *txt) {
+/* the server, for the headers every answer carries (set at start) */
+static void add_common_headers(const rf_server *s, struct MHD_Response *r) {
+    if (s->cfg.cors_origin && *s->cfg.cors_origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", s->cfg.cors_origin);
+        if (strcmp(s->cfg.cors_origin, "*")) MHD_add_response_header(r, "Vary", "Origin");
+    }
+}
+
+static void count_status(rf_server *s, int status) {
+    pthread_mutex_lock(&s->mu);
+    if (status >= 100 && status < 600) s->n_http[status / 100]++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static enum MHD_Result send_text(struct MHD_Connection *c, rf_server *s, request *q, int status, char *txt,
+                                 const char *type) {
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(txt);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    add_common_headers(s, r);
+    if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, routes[q->route].method);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     q->status = status;
+    count_status(s, status);
     return rc;
 }
 
-static enum MHD_Result send_obj(struct MHD_Connection *c, request *q, int status, json_t *o) {
-    char *txt = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    return send_json(c, q, status, txt);
+static enum MHD_Result send_json(struct MHD_Connection *c, rf_server *s, request *q, int status, char *txt) {
+    return send_text(c, s, q, status, txt, "application/json");
 }
 
-/* {"error": {"message": "...", "type": "...", "code": status}} */
-static enum MHD_Result send_error(struct MHD_Connection *c, request *q, int status, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static enum MHD_Result send_error(struct MHD_Connection *c, request *q, int status, const char *fmt, ...) {
+static enum MHD_Result send_obj(struct MHD_Connection *c, rf_server *s, request *q, int status, json_t *o) {
+    char *txt = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    json_decref(o);
+    return send_json(c, s, q, status, txt);
+}
+
+/* OpenAI's shape: {"error": {"message", "type", "param", "code"}}, code a
+ * string or null */
+static enum MHD_Result send_error_p(struct MHD_Connection *c, rf_server *s, request *q, int status, const char *param,
+                                    const char *code, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static enum MHD_Result send_error_p(struct MHD_Connection *c, rf_server *s, request *q, int status, const char *param,
+                                    const char *code, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
@@ -104,15 +134,13 @@ static enum MHD_Result send_error(struct MHD_Connection *c, request *q, int stat
     /* one line, whatever the client sent (URLs are unescaped by MHD) */
     for (char *p = msg; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
-    const char *type = status >= 500 ? "server_error" : "invalid_request_error";
-    json_t *v = json_string(msg);
-    if (!v) { /* not UTF-8: keep the ASCII */
+    const char *type = status >= 500 ? "server_error" : status == 401 ? "authentication_error" : "invalid_request_error";
+    if (!json_string(msg)) /* not UTF-8: keep the ASCII */
         for (char *p = msg; *p; p++)
             if ((unsigned char)*p >= 0x80) *p = '?';
-        v = json_string(msg);
-    }
-    return send_obj(c, q, status, json_pack("{s:{s:o, s:s, s:i}}", "error", "message", v, "type", type, "code", status));
+    return send_obj(c, s, q, status, rf_serve_error_json(msg, type, param, code));
 }
+#define send_error(c, s, q, status, ...) send_error_p(c, s, q, status, NULL, NULL, __VA_ARGS__)
 
 static enum MHD_Result send_health(struct MHD_Connection *c, request *q, rf_server *s) {
     pthread_mutex_lock(&s->mu);
@@ -123,17 +151,93 @@ static enum MHD_Result send_health(struct MHD_Connection *c, request *q, rf_serv
                           (json_int_t)(time(NULL) - s->started), "requests_cancelled", (json_int_t)s->n_cancelled,
                           "calls_after_cancel", (json_int_t)s->calls_after_cancel);
     pthread_mutex_unlock(&s->mu);
-    return send_obj(c, q, stopping ? 503 : 200, o);
+    return send_obj(c, s, q, stopping ? 503 : 200, o);
 }
 
-static enum MHD_Result send_models(struct MHD_Connection *c, request *q, rf_server *s) {
+/* Prometheus text exposition format, version 0.0.4 */
+static enum MHD_Result send_metrics(struct MHD_Connection *c, request *q, rf_server *s) {
+    pthread_mutex_lock(&s->mu);
+    int queued = s->n_active - s->n_running;
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&txt, &len);
+    if (!f) {
+        pthread_mutex_unlock(&s->mu);
+        return MHD_NO;
+    }
+#define M(name, type, help, fmt, ...) \
+    fputs("# HELP refusion_" name " " help "\n# TYPE refusion_" name " " type "\n", f), \
+        fprintf(f, "refusion_" name fmt "\n", __VA_ARGS__)
+    fprintf(f, "# HELP refusion_http_responses_total HTTP answers by status class.\n"
+               "# TYPE refusion_http_responses_total counter\n");
+    for (int k = 1; k < 6; k++) fprintf(f, "refusion_http_responses_total{code=\"%dxx\"} %lu\n", k, s->n_http[k]);
+    M("requests_total", "counter", "Generation requests finished (answered, failed or cancelled).", " %lu", s->n_done);
+    M("requests_failed_total", "counter", "Generations that failed on the server's side.", " %lu", s->n_failed);
+    M("requests_cancelled_total", "counter", "Generations whose client left before the answer.", " %lu", s->n_cancelled);
+    M("prompt_tokens_total", "counter", "Prompt tokens of the answered requests.", " %lld", s->prompt_tokens);
+    M("completion_tokens_total", "counter", "Answer tokens returned.", " %lld", s->tokens_done);
+    M("generation_seconds_total", "counter", "Decoder time of the answered requests.", " %.6f", s->gen_seconds);
+    M("tokens_per_second", "gauge", "Answer tokens per second of decoder time, over all answered requests.", " %.3f",
+      s->gen_seconds > 0 ? s->tokens_done / s->gen_seconds : 0.0);
+    M("request_latency_seconds_sum", "counter", "Queued-to-done time of the answered requests.", " %.6f", s->latency_sum);
+    M("request_latency_seconds_count", "counter", "Answered requests in the latency sum.", " %lu", s->n_latency);
+    M("queue_depth", "gauge", "Generation requests waiting for a worker.", " %d", queued);
+    M("requests_running", "gauge", "Generations running now.", " %d", s->n_running);
+    M("workers", "gauge", "Worker threads (requests served in parallel).", " %d", s->n_workers);
+#undef M
+    pthread_mutex_unlock(&s->mu);
+    fclose(f);
+    return send_text(c, s, q, 200, txt, "text/plain; version=0.0.4");
+}
+
+static json_t *model_json(rf_server *s) {
     const rf_config *k = &s->m->cfg;
     json_t *info = json_pack("{s:i, s:i, s:i, s:i, s:i, s:b}", "vocab_size", k->vocab_size, "context_length",
                              k->max_pos, "hidden_size", k->hidden_size, "layers", k->n_layers, "heads", k->n_heads,
                              "tokenizer", s->tok != NULL);
-    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", s->model_name, "object", "model", "created",
-                          (json_int_t)s->started, "owned_by", "refusion", "refusion", info);
-    return send_obj(c, q, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", s->model_name, "object", "model", "created",
+                     (json_int_t)s->started, "owned_by", "refusion", "refusion", info);
+}
+
+static enum MHD_Result send_models(struct MHD_Connection *c, request *q, rf_server *s) {
+    if (q->route == R_MODEL) {
+        if (strcmp(q->model_id, s->model_name))
+            return send_error_p(c, s, q, 404, "model", "model_not_found", "the model '%.100s' does not exist (this "
+                                "server has '%s')", q->model_id, s->model_name);
+        return send_obj(c, s, q, 200, model_json(s));
+    }
+    return send_obj(c, s, q, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(s)));
+}
+
+/* CORS preflight: what browsers ask before a cross-origin POST */
+static enum MHD_Result send_preflight(struct MHD_Connection *c, request *q, rf_server *s) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    add_common_headers(s, r);
+    if (s->cfg.cors_origin && *s->cfg.cors_origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", h ? h : "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, POST, OPTIONS");
+    enum MHD_Result rc = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    q->status = 204;
+    count_status(s, 204);
+    return rc;
+}
+
+/* "Authorization: Bearer <key>", compared in constant time */
+static int key_ok(struct MHD_Connection *c, const char *key) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
+    h += 7;
+    while (*h == ' ') h++;
+    size_t n = strlen(key), m = strlen(h);
+    unsigned char diff = n != m;
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < m ? h[i] : 0);
+    return diff == 0;
 }
 
 /* ---- a client that leaves -------------------------------------------------------- */
@@ -216,14 +320,15 @@ static void sse_free(void *cls) {
 static enum MHD_Result generate(struct MHD_Connection *c, request *q, rf_server *s) {
     rf_serve_req req;
     rf_req_kind kind = q->route == R_CHAT ? RF_REQ_CHAT : RF_REQ_COMPLETION;
-    if (rf_serve_parse(q->body ? q->body : "", q->len, kind, s->m, s->tok, &s->cfg.defaults, s->cfg.default_ar,
-                       &req))
-        return send_error(c, q, 400, "%s", rf_last_error());
+    if (rf_serve_parse(q->body ? q->body : "", q->len, kind, s->m, s->tok, &s->cfg.defaults, &req)) {
+        return send_error_p(c, s, q, 400, req.err_param, req.err_unsupported ? "unsupported_parameter" : NULL, "%s",
+                            rf_last_error());
+    }
     /* what the decoder will allocate, against the per-request limit */
     int64_t need = rf_gen_mem_bytes(s->m, req.n_prompt, &req.p, req.ar);
     if ((uint64_t)need > s->cfg.max_request_bytes) {
         rf_serve_req_free(&req);
-        return send_error(c, q, 400,
+        return send_error(c, s, q, 400,
                           "this request needs about %.0f MB of working memory; the server allows %.0f MB per "
                           "request (fewer tokens, or --max-request-mb)",
                           need / 1e6, s->cfg.max_request_bytes / 1e6);
@@ -231,7 +336,7 @@ static enum MHD_Result generate(struct MHD_Connection *c, request *q, rf_server 
     job *j = rf_serve_submit(s, &req);
     if (!j) {
         rf_serve_req_free(&req);
-        return send_error(c, q, 503, "%s", rf_last_error());
+        return send_error(c, s, q, 503, "%s", rf_last_error());
     }
     int fd = connection_fd(c);
     /* bounded queue wait: a request is not kept waiting forever behind others */
@@ -242,7 +347,7 @@ static enum MHD_Result generate(struct MHD_Connection *c, request *q, rf_server 
         rf_serve_job_unref_locked(j);
         pthread_mutex_unlock(&s->mu);
         if (w == WAIT_GONE) return MHD_NO; /* nobody to answer: close */
-        return send_error(c, q, 503, "the request waited %d s in the queue without starting; try again later",
+        return send_error(c, s, q, 503, "the request waited %d s in the queue without starting; try again later",
                           s->cfg.queue_wait_s);
     }
     pthread_mutex_unlock(&s->mu);
@@ -256,9 +361,11 @@ static enum MHD_Result generate(struct MHD_Connection *c, request *q, rf_server 
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        add_common_headers(s, resp);
         enum MHD_Result rc = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp); /* sse_free runs when MHD is done with it */
         q->status = 200;
+        count_status(s, 200);
         return rc;
     }
     pthread_mutex_lock(&s->mu);
@@ -274,7 +381,7 @@ static enum MHD_Result generate(struct MHD_Connection *c, request *q, rf_server 
     j->abandoned = 1;
     rf_serve_job_unref_locked(j);
     pthread_mutex_unlock(&s->mu);
-    return send_json(c, q, status, body);
+    return send_json(c, s, q, status, body);
 }
 
 /* MHD calls this first with the headers, then once per piece of body, then
@@ -290,20 +397,31 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         copy_printable(q->method, sizeof q->method, method);
         copy_printable(q->url, sizeof q->url, url);
         q->route = R_NONE;
-        for (int i = 0; i < R_NONE; i++)
-            if (!strcmp(url, routes[i].path)) q->route = (route_id)i;
-        if (q->route == R_NONE) return send_error(c, q, 404, "no such endpoint: %s %.100s", method, url);
+        for (int i = 0; i < R_NONE; i++) {
+            size_t n = strlen(routes[i].path);
+            if (routes[i].prefix ? !strncmp(url, routes[i].path, n) && url[n] && !strchr(url + n, '/')
+                                 : !strcmp(url, routes[i].path))
+                q->route = (route_id)i, q->model_id = url + n;
+        }
+        if (!strcmp(method, "OPTIONS")) return send_preflight(c, q, s);
+        if (q->route == R_NONE)
+            return send_error_p(c, s, q, 404, NULL, "not_found", "no such endpoint: %s %.100s", method, url);
+        /* every route but /health needs the key, when there is one */
+        if (s->cfg.api_key && q->route != R_HEALTH && !key_ok(c, s->cfg.api_key))
+            return send_error_p(c, s, q, 401, NULL, "invalid_api_key",
+                                "missing or wrong API key (send the header \"Authorization: Bearer <key>\")");
         const char *want = routes[q->route].method;
         int is_get = !strcmp(want, "GET");
         if (strcmp(method, want) && !(is_get && !strcmp(method, "HEAD")))
-            return send_error(c, q, MHD_HTTP_METHOD_NOT_ALLOWED, "%s takes %s, not %.16s", routes[q->route].path,
+            return send_error(c, s, q, MHD_HTTP_METHOD_NOT_ALLOWED, "%s takes %s, not %.16s", routes[q->route].path,
                               want, method);
         if (q->route == R_HEALTH) return send_health(c, q, s);
-        if (q->route == R_MODELS) return send_models(c, q, s);
+        if (q->route == R_METRICS) return send_metrics(c, q, s);
+        if (q->route == R_MODELS || q->route == R_MODEL) return send_models(c, q, s);
         /* refuse an announced oversized body before reading it */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body)
-            return send_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "the request body is larger than %zu bytes",
+            return send_error(c, s, q, MHD_HTTP_CONTENT_TOO_LARGE, "the request body is larger than %zu bytes",
                               s->cfg.max_body);
         return MHD_YES;
     }
@@ -329,9 +447,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *up_size = 0;
         return MHD_YES;
     }
-    if (q->no_memory) return send_error(c, q, 503, "out of memory storing the request body");
+    if (q->no_memory) return send_error(c, s, q, 503, "out of memory storing the request body");
     if (q->too_large)
-        return send_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "the request body is larger than %zu bytes",
+        return send_error(c, s, q, MHD_HTTP_CONTENT_TOO_LARGE, "the request body is larger than %zu bytes",
                           s->cfg.max_body);
     return generate(c, q, s);
 }
@@ -390,6 +508,15 @@ static char *basename_of(const char *dir) {
     return s;
 }
 
+/* no new jobs; the workers finish the running ones and fail the queued ones */
+static void stop_workers(rf_server *s) {
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->queue_cv);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->n_workers; i++) pthread_join(s->workers[i], NULL);
+}
+
 rf_server *rf_serve_start(const rf_model *m, const rf_tokenizer *tok, const rf_serve_config *c) {
     rf_server *s = rf_calloc(1, sizeof *s);
     s->m = m, s->tok = tok, s->cfg = *c;
@@ -408,10 +535,14 @@ rf_server *rf_serve_start(const rf_model *m, const rf_tokenizer *tok, const rf_s
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->queue_cv, NULL);
-    if (pthread_create(&s->worker, NULL, rf_serve_worker_main, s)) {
-        rf_set_error("cannot start the worker thread");
-        goto fail;
-    }
+    if (s->cfg.workers < 1) s->cfg.workers = 1;
+    s->workers = rf_calloc((size_t)s->cfg.workers, sizeof *s->workers);
+    for (; s->n_workers < s->cfg.workers; s->n_workers++)
+        if (pthread_create(&s->workers[s->n_workers], NULL, rf_serve_worker_main, s)) {
+            rf_set_error("cannot start worker thread %d", s->n_workers + 1);
+            stop_workers(s);
+            goto fail;
+        }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | (v6 ? MHD_USE_IPv6 : 0);
     /* Every connection is a thread: the total and the share of one client
      * are capped, and a client that stops sending its request for timeout_s
@@ -425,15 +556,12 @@ rf_server *rf_serve_start(const rf_model *m, const rf_tokenizer *tok, const rf_s
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.timeout_s, MHD_OPTION_END);
     if (!s->daemon) {
         rf_set_error("cannot start the HTTP server (libmicrohttpd) on %s:%d", c->host, s->port);
-        pthread_mutex_lock(&s->mu);
-        s->stopping = 1;
-        pthread_cond_signal(&s->queue_cv);
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->worker, NULL);
+        stop_workers(s);
         goto fail;
     }
     return s;
 fail:
+    free(s->workers);
     close(s->listen_fd);
     pthread_cond_destroy(&s->queue_cv);
     pthread_mutex_destroy(&s->mu);
@@ -446,18 +574,15 @@ int rf_serve_port(const rf_server *s) { return s->port; }
 
 void rf_serve_stop(rf_server *s) {
     if (!s) return;
-    /* 1. no new jobs; the worker finishes the running one and fails the
+    /* 1. no new jobs; the workers finish the running ones and fail the
      *    queued ones, so no connection thread is left waiting on a job */
-    pthread_mutex_lock(&s->mu);
-    s->stopping = 1;
-    pthread_cond_signal(&s->queue_cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->worker, NULL);
+    stop_workers(s);
     /* 2. close the connections and join their threads (MHD closes the
      *    listening socket it was given too) */
     MHD_stop_daemon(s->daemon);
     pthread_cond_destroy(&s->queue_cv);
     pthread_mutex_destroy(&s->mu);
+    free(s->workers);
     free(s->model_name);
     free(s);
 }

@@ -2,8 +2,12 @@
  *
  * Everything a client can get wrong is caught here, before the request is
  * queued, and reported as one line naming the field: the HTTP layer turns it
- * into 400 {"error": {"message": ...}}. Unknown fields are ignored (OpenAI
- * clients send many we have no use for); null means "not given". */
+ * into 400 {"error": {"message", "param", ...}}. Every field must be known:
+ * the decoding settings are the rows of the shared option table (cli/args.h,
+ * the same names, ranges and defaults as the command line); OpenAI fields we
+ * do not implement are accepted only at their neutral value (logprobs false,
+ * n 1, penalties 0, ...); anything else is refused, naming it. null means
+ * "not given". */
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -11,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "serve/serve.h"
 #include "util/util.h"
 
@@ -18,39 +23,6 @@
 static json_t *field(json_t *o, const char *key) {
     json_t *v = json_object_get(o, key);
     return json_is_null(v) ? NULL : v;
-}
-
-/* Integer field in [lo, hi]: 0 absent (out untouched), 1 set, -1 error.
- * why: what the upper bound is, for the message (or ""). */
-static int get_int_why(json_t *o, const char *key, long long lo, long long hi, const char *why, long long *out) {
-    json_t *v = field(o, key);
-    if (!v) return 0;
-    long long x = json_is_integer(v) ? (long long)json_integer_value(v) : 0;
-    if (!json_is_integer(v) || x < lo || x > hi) {
-        if (hi >= INT_MAX) rf_set_error("\"%s\" must be an integer >= %lld", key, lo);
-        else rf_set_error("\"%s\" must be an integer in [%lld, %lld]%s", key, lo, hi, why);
-        return -1;
-    }
-    *out = x;
-    return 1;
-}
-static int get_int(json_t *o, const char *key, long long lo, long long hi, long long *out) {
-    return get_int_why(o, key, lo, hi, "", out);
-}
-
-/* Number field in [lo, hi] (integers accepted): 0 absent, 1 set, -1 error.
- * what: how the range reads in the message. */
-static int get_num(json_t *o, const char *key, double lo, double hi, int open_lo, const char *what,
-                   float *out) {
-    json_t *v = field(o, key);
-    if (!v) return 0;
-    double x = json_is_number(v) ? json_number_value(v) : NAN;
-    if (!json_is_number(v) || !isfinite(x) || x < lo || x > hi || (open_lo && x == lo)) {
-        rf_set_error("\"%s\" must be a number %s", key, what);
-        return -1;
-    }
-    *out = (float)x;
-    return 1;
 }
 
 static int get_bool(json_t *o, const char *key, int *out) {
@@ -64,49 +36,173 @@ static int get_bool(json_t *o, const char *key, int *out) {
     return 1;
 }
 
-/* The decoding settings every endpoint shares. Every integer is bounded by
- * what the model can use (lengths by its context, top_k by its vocabulary)
- * before anything is computed from it: rf_gen_check then works on sizes
- * that cannot overflow. */
-static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
-    const long long ctx = m->cfg.max_pos, vocab = m->cfg.vocab_size;
-    long long x;
-    int k;
+/* Fields a client may send that change nothing here (accepted, ignored). */
+static const char *const harmless[] = {"model", "user", "metadata", "store", "service_tier", NULL};
+
+/* OpenAI fields we do not implement: accepted only at their neutral value,
+ * otherwise refused with a message naming them. */
+static int check_unsupported(json_t *o, rf_serve_req *r) {
     json_t *v;
-    if ((v = field(o, "mode"))) {
-        const char *s = json_string_value(v);
-        if (s && !strcmp(s, "ar")) r->ar = 1;
-        else if (s && !strcmp(s, "refusion")) r->ar = 0;
-        else {
-            rf_set_error("\"mode\" must be \"refusion\" or \"ar\"");
+#define REFUSE(key, ...) do { snprintf(r->err_param, sizeof r->err_param, "%s", key); \
+        r->err_unsupported = 1; rf_set_error(__VA_ARGS__); return -1; } while (0)
+    if ((v = field(o, "logprobs")) && !json_is_false(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
+        REFUSE("logprobs", "\"logprobs\" is not supported (no token log-probabilities are reported)");
+    if ((v = field(o, "top_logprobs")) && !(json_is_integer(v) && json_integer_value(v) == 0))
+        REFUSE("top_logprobs", "\"top_logprobs\" is not supported");
+    static const char *const tool_keys[] = {"tools", "tool_choice", "functions", "function_call", "parallel_tool_calls"};
+    for (size_t i = 0; i < sizeof tool_keys / sizeof *tool_keys; i++)
+        if ((v = field(o, tool_keys[i])) && !(json_is_array(v) && json_array_size(v) == 0) &&
+            !(json_is_string(v) && !strcmp(json_string_value(v), "none")) &&
+            !(!strcmp(tool_keys[i], "parallel_tool_calls") && json_is_boolean(v)))
+            REFUSE(tool_keys[i], "\"%s\" is not supported (this server has no tool calling)", tool_keys[i]);
+    if ((v = field(o, "response_format"))) {
+        const char *t = json_is_object(v) ? json_string_value(json_object_get(v, "type")) : NULL;
+        if (!t || strcmp(t, "text"))
+            REFUSE("response_format", "\"response_format\" must be {\"type\": \"text\"} (JSON modes are not supported)");
+    }
+    static const char *const penalties[] = {"presence_penalty", "frequency_penalty", "repetition_penalty"};
+    for (size_t i = 0; i < sizeof penalties / sizeof *penalties; i++)
+        if ((v = field(o, penalties[i])) && !(json_is_number(v) && json_number_value(v) == 0))
+            REFUSE(penalties[i], "\"%s\" is not supported (only 0)", penalties[i]);
+    if ((v = field(o, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
+        REFUSE("logit_bias", "\"logit_bias\" is not supported");
+    if ((v = field(o, "echo")) && !json_is_false(v)) REFUSE("echo", "\"echo\" is not supported (only false)");
+    if ((v = field(o, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
+        REFUSE("best_of", "\"best_of\" is not supported (only 1)");
+    if ((v = field(o, "suffix")) && !(json_is_string(v) && !*json_string_value(v)))
+        REFUSE("suffix", "\"suffix\" is not supported");
+    if ((v = field(o, "n")) && !(json_is_integer(v) && json_integer_value(v) == 1))
+        REFUSE("n", "\"n\" must be 1 (one answer per request)");
+#undef REFUSE
+    return 0;
+}
+
+/* "stop": "text" | ["text", ...] (at most 4, non-empty, as OpenAI) */
+static int parse_stop(json_t *o, rf_serve_req *r) {
+    json_t *v = field(o, "stop");
+    if (!v) return 0;
+    size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : 0;
+    if ((!json_is_string(v) && !json_is_array(v)) || n > RF_SERVE_MAX_STOP) {
+        rf_set_error("\"stop\" must be a string or an array of at most %d strings", RF_SERVE_MAX_STOP);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_is_string(v) ? v : json_array_get(v, i);
+        const char *t = json_string_value(e);
+        if (!t || !*t || strlen(t) >= RF_SERVE_STOP_LEN) {
+            rf_set_error("\"stop\"[%zu] must be a non-empty string of at most %d bytes", i, RF_SERVE_STOP_LEN - 1);
+            return -1;
+        }
+        snprintf(r->stop[r->n_stop++], RF_SERVE_STOP_LEN, "%s", t);
+    }
+    return 0;
+}
+
+/* One row of the shared option table (cli/args.h) as a request field: the
+ * same name, type and range as the command-line option; lengths bounded by
+ * the model's context and top_k by its vocabulary before anything is
+ * computed from them, so rf_gen_check works on sizes that cannot overflow. */
+static int parse_row(json_t *v, const char *key, const rf_opt *row, const rf_model *m, rf_decode_opts *d) {
+    char *dst = (char *)d + row->offset;
+    double hi = row->hi_from == RF_HI_CONTEXT ? m->cfg.max_pos : row->hi_from == RF_HI_VOCAB ? m->cfg.vocab_size : row->hi;
+    const char *why = row->hi_from == RF_HI_CONTEXT ? " (the model's context)"
+                      : row->hi_from == RF_HI_VOCAB ? " (the vocabulary)" : "";
+    switch (row->type) {
+    case RF_OPT_INT:
+    case RF_OPT_I64: {
+        long long x = json_is_integer(v) ? (long long)json_integer_value(v) : 0;
+        if (!json_is_integer(v) || x < (long long)row->lo || (hi < 9e18 && x > (long long)hi)) {
+            if (hi >= 9e18) rf_set_error("\"%s\" must be an integer >= %.0f", key, row->lo);
+            else rf_set_error("\"%s\" must be an integer in [%.0f, %.0f]%s", key, row->lo, hi, why);
+            return -1;
+        }
+        if (row->type == RF_OPT_INT) *(int *)dst = (int)x;
+        else *(int64_t *)dst = x;
+        return 0;
+    }
+    case RF_OPT_FLOAT: {
+        double x = json_is_number(v) ? json_number_value(v) : NAN;
+        if (!json_is_number(v) || !isfinite(x) || x < row->lo || x > hi || (row->open_lo && x == row->lo)) {
+            if (hi >= 1e6) rf_set_error("\"%s\" must be a number >= %g", key, row->lo);
+            else rf_set_error("\"%s\" must be a number in %s%g, %g]", key, row->open_lo ? "(" : "[", row->lo, hi);
+            return -1;
+        }
+        *(float *)dst = (float)x;
+        return 0;
+    }
+    case RF_OPT_CHOICE: {
+        const char *t = json_string_value(v);
+        if (!t || rf_opt_set(row, d, t)) {
+            char alts[96];
+            snprintf(alts, sizeof alts, "%s", row->choices);
+            for (char *c = alts; *c; c++)
+                if (*c == '|') *c = ',';
+            rf_set_error("\"%s\" must be one of %s", key, alts);
+            return -1;
+        }
+        return 0;
+    }
+    default: return 0;
+    }
+}
+
+/* The decoding settings every endpoint shares, and the OpenAI fields around them. */
+static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
+    /* every field must be one we know: nothing is silently ignored */
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+        int known = 0;
+        for (int i = 0; i < rf_decode_table_n && !known; i++)
+            known = rf_decode_table[i].http && !strcmp(key, rf_decode_table[i].http);
+        static const char *const own[] = {"prompt", "messages", "stream", "stream_options", "stop",
+                                          "max_completion_tokens", "serial_num_blocks", "enable_thinking",
+                                          "chat_template_kwargs", "logprobs", "top_logprobs", "tools",
+                                          "tool_choice", "functions", "function_call", "parallel_tool_calls",
+                                          "response_format", "presence_penalty", "frequency_penalty",
+                                          "repetition_penalty", "logit_bias", "echo", "best_of", "suffix", "n", NULL};
+        for (int i = 0; own[i] && !known; i++) known = !strcmp(key, own[i]);
+        for (int i = 0; harmless[i] && !known; i++) known = !strcmp(key, harmless[i]);
+        if (!known) {
+            snprintf(r->err_param, sizeof r->err_param, "%s", key);
+            r->err_unsupported = 1;
+            rf_set_error("unsupported field \"%.60s\"", key);
             return -1;
         }
     }
-    if (get_bool(o, "stream", &r->stream) < 0) return -1;
-    /* max_completion_tokens is the newer OpenAI name for chat */
-    const char *len_key = field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if ((k = get_int_why(o, len_key, 1, ctx, " (the model's context)", &x)) < 0) return -1;
-    if (k) r->p.gen_length = (int)x;
-    if ((k = get_int_why(o, "slot_size", 1, ctx, " (the model's context)", &x)) < 0) return -1;
-    if (k) r->p.slot_size = (int)x;
-    if ((k = get_int_why(o, "serial_num_blocks", 1, ctx, " (the model's context)", &x)) < 0) return -1;
-    if (k) r->p.n_blocks = (int)x;
-    if ((k = get_int_why(o, "top_k", 0, vocab, " (the vocabulary)", &x)) < 0) return -1;
-    if (k) r->p.top_k = (int)x;
-    if ((k = get_int(o, "seed", 0, LLONG_MAX, &x)) < 0) return -1;
-    if (k) r->p.seed = (uint64_t)x;
-    if (get_num(o, "slot_threshold", 0, 1, 0, "in [0, 1]", &r->p.slot_threshold) < 0) return -1;
-    if (get_num(o, "token_threshold", 0, 1, 0, "in [0, 1]", &r->p.token_threshold) < 0) return -1;
-    if (get_num(o, "temperature", 0, 1e6, 0, ">= 0", &r->p.temperature) < 0) return -1;
-    if (get_num(o, "top_p", 0, 1, 1, "in (0, 1]", &r->p.top_p) < 0) return -1;
-    /* what we cannot do is refused rather than silently ignored */
-    if (get_int(o, "n", 1, 1, &x) < 0) {
-        rf_set_error("\"n\" must be 1 (one answer per request)");
-        return -1;
+    if (check_unsupported(o, r)) return -1;
+    rf_decode_opts d = r->d;
+    for (int i = 0; i < rf_decode_table_n; i++) {
+        const rf_opt *row = &rf_decode_table[i];
+        if (!row->http) continue;
+        const char *k = row->http;
+        /* the newer OpenAI name for chat; the authors' name for blocks */
+        if (!strcmp(k, "max_tokens") && field(o, "max_completion_tokens")) k = "max_completion_tokens";
+        if (!strcmp(k, "blocks") && !field(o, k) && field(o, "serial_num_blocks")) k = "serial_num_blocks";
+        if ((v = field(o, k)) && parse_row(v, k, row, m, &d)) {
+            snprintf(r->err_param, sizeof r->err_param, "%s", k);
+            return -1;
+        }
     }
-    v = field(o, "stop");
-    if (v && !(json_is_array(v) && json_array_size(v) == 0)) {
-        rf_set_error("\"stop\" sequences are not supported (generation stops at the EOS token)");
+    rf_decode_opts_finish(&d);
+    r->d = d;
+    r->p = d.gen;
+    r->p.on_tokens = NULL, r->p.on_event = NULL, r->p.user = NULL, r->p.cancel = NULL;
+    r->ar = d.decoder == RF_DECODER_AR;
+    r->max_tokens = d.gen.gen_length;
+    if (get_bool(o, "stream", &r->stream) < 0) return -1;
+    if ((v = field(o, "stream_options"))) {
+        if (!json_is_object(v) || get_bool(v, "include_usage", &r->include_usage) < 0) {
+            rf_set_error("\"stream_options\" must be an object whose \"include_usage\" is true or false");
+            return -1;
+        }
+        if (!r->stream) {
+            rf_set_error("\"stream_options\" is only allowed with \"stream\": true");
+            return -1;
+        }
+    }
+    if (parse_stop(o, r)) {
+        snprintf(r->err_param, sizeof r->err_param, "stop");
         return -1;
     }
     return 0;
@@ -156,8 +252,42 @@ static int parse_prompt(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
     return 0;
 }
 
-/* "messages": [{"role": "system"|"user"|"assistant", "content": "text"}, ...]
- * rendered with the model's chat template, ready for the assistant's turn. */
+/* A message's content: a string, or a list of text parts
+ * [{"type": "text", "text": "..."}, ...] joined with newlines. malloc'd;
+ * NULL with rf_last_error() on anything else. */
+static char *message_text(json_t *c, size_t i) {
+    if (json_is_string(c)) return rf_strdup(json_string_value(c));
+    if (!json_is_array(c)) {
+        rf_set_error("\"messages\"[%zu]: \"content\" must be a string or an array of text parts", i);
+        return NULL;
+    }
+    size_t n = json_array_size(c), len = 0, j;
+    json_t *part;
+    json_array_foreach(c, j, part) {
+        const char *type = json_string_value(json_object_get(part, "type"));
+        const char *text = json_string_value(json_object_get(part, "text"));
+        if (!type || strcmp(type, "text") || !text) {
+            rf_set_error("\"messages\"[%zu].content[%zu]: only {\"type\": \"text\", \"text\": string} parts are "
+                         "supported", i, j);
+            return NULL;
+        }
+        len += strlen(text) + 1;
+    }
+    char *s = rf_malloc(len + 1), *p = s;
+    json_array_foreach(c, j, part) {
+        const char *text = json_string_value(json_object_get(part, "text"));
+        size_t k = strlen(text);
+        memcpy(p, text, k), p += k;
+        if (j + 1 < n) *p++ = '\n';
+    }
+    *p = 0;
+    return s;
+}
+
+/* "messages": [{"role", "content"}, ...] rendered with the model's chat
+ * template, ready for the assistant's turn. Roles: system, developer (the
+ * newer OpenAI name: rendered as system), user, assistant, tool (rendered as
+ * a user turn holding <tool_response>, as Qwen3's template does). */
 static int parse_messages(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
     json_t *v = field(o, "messages");
     if (!v) {
@@ -181,38 +311,50 @@ static int parse_messages(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
     }
     size_t n = json_array_size(v), i;
     rf_chat_msg *msgs = rf_calloc(n, sizeof *msgs);
+    char **texts = rf_calloc(n, sizeof *texts);
     json_t *e;
+    int rc = -1;
     json_array_foreach(v, i, e) {
         const char *role = json_string_value(json_object_get(e, "role"));
-        const char *content = json_string_value(json_object_get(e, "content"));
+        json_t *content = json_object_get(e, "content");
         if (!json_is_object(e) || !role || !content) {
-            rf_set_error("\"messages\"[%zu] must be an object with string \"role\" and \"content\"", i);
-            free(msgs);
-            return -1;
+            rf_set_error("\"messages\"[%zu] must be an object with a string \"role\" and a \"content\"", i);
+            goto done;
+        }
+        if (!(texts[i] = message_text(content, i))) goto done;
+        if (!strcmp(role, "developer")) role = "system";
+        if (!strcmp(role, "tool")) {
+            size_t k = strlen(texts[i]) + 64;
+            char *t = rf_malloc(k);
+            snprintf(t, k, "<tool_response>\n%s\n</tool_response>", texts[i]);
+            free(texts[i]);
+            texts[i] = t;
+            role = "user";
         }
         if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")) {
-            rf_set_error("\"messages\"[%zu]: role must be \"system\", \"user\" or \"assistant\"", i);
-            free(msgs);
-            return -1;
+            rf_set_error("\"messages\"[%zu]: role must be \"system\", \"developer\", \"user\", \"assistant\" or "
+                         "\"tool\"", i);
+            goto done;
         }
-        msgs[i].role = role, msgs[i].content = content;
+        msgs[i].role = role, msgs[i].content = texts[i];
     }
     char *text = rf_chat_apply(tok, msgs, (int)n, 1, think);
-    free(msgs);
-    if (!text) return -1;
-    int rc = encode(tok, text, r);
+    if (text) rc = encode(tok, text, r);
     free(text);
+done:
+    for (i = 0; i < n; i++) free(texts[i]);
+    free(texts);
+    free(msgs);
     return rc;
 }
-
 int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_model *m,
-                   const rf_tokenizer *tok, const rf_gen_params *defaults, int default_ar,
-                   rf_serve_req *out) {
+                   const rf_tokenizer *tok, const rf_decode_opts *defaults, rf_serve_req *out) {
     memset(out, 0, sizeof *out);
     out->kind = kind;
-    out->p = *defaults;
-    out->p.on_tokens = NULL, out->p.on_event = NULL, out->p.user = NULL;
-    out->ar = default_ar;
+    out->d = *defaults;
+    out->p = defaults->gen;
+    out->p.on_tokens = NULL, out->p.on_event = NULL, out->p.user = NULL, out->p.cancel = NULL;
+    out->ar = defaults->decoder == RF_DECODER_AR;
     if (len == 0) {
         rf_set_error("empty request body (a JSON object is expected)");
         return -1;
@@ -233,7 +375,12 @@ int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_mode
     }
     if (parse_settings(o, m, out)) goto out;
     if (kind == RF_REQ_CHAT ? parse_messages(o, tok, out) : parse_prompt(o, tok, out)) goto out;
-    if (rf_gen_check(m, out->prompt, out->n_prompt, &out->p, out->ar)) goto out;
+    if (out->d.ctx_size > 0 && (long)out->n_prompt + out->p.gen_length > out->d.ctx_size) {
+        rf_set_error("prompt (%d tokens) + max_tokens (%d) exceed the server's context limit of %d tokens",
+                     out->n_prompt, out->p.gen_length, out->d.ctx_size);
+        goto out;
+    }
+    if (rf_gen_check(m, out->prompt, out->n_prompt, &out->p, out->d.decoder != RF_DECODER_REFUSION)) goto out;
     rc = 0;
 out:
     json_decref(o);

@@ -2,24 +2,30 @@
  * of endpoints around one loaded model.
  *
  *   GET  /health                 {"status": "ok", ...}
- *   GET  /v1/models              the one model
+ *   GET  /metrics                Prometheus text: requests, tokens, tokens/s, queue, latency
+ *   GET  /v1/models[/{id}]       the one model
  *   POST /v1/completions         {"prompt": str | [ids], "max_tokens", ...}
  *   POST /v1/chat/completions    {"messages": [{"role", "content"}], ...}
+ *   OPTIONS *                    CORS preflight
  *
- * Generation requests go into a FIFO queue served by one worker thread, so
- * the model runs one request at a time with all its OpenMP threads; HTTP
- * connections each get their own thread (libmicrohttpd thread-per-connection)
- * and wait for their job. "stream": true answers with Server-Sent Events as
- * answer tokens become final (every position before them is filled).
+ * Generation requests go into a FIFO queue served by a pool of worker
+ * threads (--parallel): each runs one generation at a time with its own
+ * decoder state (KV cache, scratch) and OpenMP threads; the weights are
+ * shared read-only. HTTP connections each get their own thread
+ * (libmicrohttpd thread-per-connection) and wait for their job. "stream":
+ * true answers with Server-Sent Events as answer tokens become final (every
+ * position before them is filled). A client that leaves raises its job's
+ * cancel flag: the decoder stops before its next model call.
  *
- * request.c  JSON body -> prompt ids + rf_gen_params (all validation)
- * worker.c   the job queue and the generation thread, SSE chunk building
+ * request.c  JSON body -> prompt ids + settings (all validation)
+ * worker.c   the job queue and the worker threads, max_tokens / stop cuts, SSE chunks
  * http.c     libmicrohttpd glue: routing, bodies, responses, start/stop */
 #ifndef RF_SERVE_H
 #define RF_SERVE_H
 
 #include <stddef.h>
 
+#include "cli/args.h"
 #include "decode/decode.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -30,7 +36,9 @@ typedef struct {
     const char *model_name;  /* "id" in responses (default: the model dir's basename) */
     size_t max_body;         /* larger request bodies get 413 */
     int max_queue;           /* waiting + running generations; more get 503 */
-    int threads;             /* OpenMP threads of the worker (0: OpenMP default) */
+    int workers;             /* generations run in parallel, each in its own thread (--parallel) */
+    const char *api_key;     /* non-NULL: every request but /health and OPTIONS needs "Bearer <key>" */
+    const char *cors_origin; /* Access-Control-Allow-Origin on every answer (NULL: no CORS headers) */
     /* resource limits (see README "Reliability") */
     int max_connections;     /* open connections in all (each is a thread) */
     int max_per_client;      /* open connections from one IP address */
@@ -38,14 +46,13 @@ typedef struct {
     int queue_wait_s;        /* a request still queued after this long gets 503 */
     size_t max_request_bytes;/* a generation's working memory (rf_gen_mem_bytes); 0: half the RAM */
     int verbose;             /* 1: one log line per request on stderr */
-    rf_gen_params defaults;  /* decoding settings when a request does not say */
-    int default_ar;          /* default mode: 1 = ar, 0 = refusion */
+    rf_decode_opts defaults; /* decoding settings when a request does not say (threads: per worker) */
 } rf_serve_config;
 
 /* Sensible defaults: 127.0.0.1:8080, 4 MiB bodies, queue of 64, 256
  * connections of which 16 per client, 10 s to send a request, 300 s in the
- * queue, half the RAM per generation, the decoder's defaults
- * (rf_gen_params_default), refusion mode, verbose. */
+ * queue, half the RAM per generation, 2 workers, CORS for any origin, no
+ * API key, the shared decoding defaults (rf_decode_opts_default), verbose. */
 void rf_serve_config_default(rf_serve_config *c);
 
 typedef struct rf_server rf_server;
@@ -69,13 +76,22 @@ void rf_serve_stop(rf_server *s);
 /* ---- request parsing (request.c), exposed for tests -------------------------- */
 typedef enum { RF_REQ_COMPLETION, RF_REQ_CHAT } rf_req_kind;
 
+#define RF_SERVE_MAX_STOP 4
+#define RF_SERVE_STOP_LEN 64
 typedef struct {
     rf_req_kind kind;
     int *prompt;             /* [n_prompt] token ids (malloc'd) */
     int n_prompt;
-    rf_gen_params p;         /* callbacks left NULL */
-    int ar;                  /* 1: AR decoding, 0: ReFusion */
+    rf_decode_opts d;        /* the request's settings (decoder, steps, ...) */
+    rf_gen_params p;         /* = d.gen; callbacks left NULL */
+    int ar;                  /* d.decoder == RF_DECODER_AR */
+    int max_tokens;          /* hard cap on the answer's tokens (the decoder pads to whole slots) */
     int stream;              /* "stream": true */
+    int include_usage;       /* "stream_options": {"include_usage": true} */
+    char stop[RF_SERVE_MAX_STOP][RF_SERVE_STOP_LEN];
+    int n_stop;
+    char err_param[64];      /* after an error: the field at fault ("" when none) */
+    int err_unsupported;     /* ... and it is one this server does not implement */
 } rf_serve_req;
 
 /* Parse and validate one request body against the model: JSON syntax and
@@ -83,8 +99,7 @@ typedef struct {
  * the vocabulary and prompt + answer within the context (rf_gen_check).
  * 0, or -1 with a one-line message in rf_last_error() (HTTP 400). */
 int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_model *m,
-                   const rf_tokenizer *tok, const rf_gen_params *defaults, int default_ar,
-                   rf_serve_req *out);
+                   const rf_tokenizer *tok, const rf_decode_opts *defaults, rf_serve_req *out);
 void rf_serve_req_free(rf_serve_req *r);
 
 #endif

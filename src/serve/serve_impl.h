@@ -1,13 +1,14 @@
 /* serve_impl.h - what http.c and worker.c share: the server and its jobs.
  *
  * Locking: one mutex (rf_server.mu) guards the queue, every job's output
- * fields and reference counts. The model and tokenizer are only read; the
- * worker is the only thread that runs the model, and connection threads only
- * encode prompts (rf_tok_encode keeps its scratch per call, so it may run
- * beside the worker). */
+ * fields, reference counts and the counters. The model and tokenizer are
+ * only read: the workers run the model side by side (each decoder call owns
+ * its KV cache and scratch), and connection threads only encode prompts
+ * (rf_tok_encode keeps its scratch per call). */
 #ifndef RF_SERVE_IMPL_H
 #define RF_SERVE_IMPL_H
 
+#include <jansson.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -26,6 +27,8 @@ typedef struct job {
     int cancelled;          /* the client left before the answer was complete */
     int calls_now;          /* model calls so far (counted from the decoder's events) */
     int calls_at_cancel;    /* ... when it was cancelled */
+    volatile int cancel_flag; /* rf_gen_params.cancel: the client left, or the answer is complete
+                                 (max_tokens / stop); read by the decoder without the lock */
     double queued_at;       /* rf_now() when queued */
     char *out;              /* stream: SSE bytes so far; else: the whole JSON body at DONE */
     size_t out_len, out_cap, out_sent;
@@ -41,7 +44,8 @@ struct rf_server {
     char *model_name;
     struct MHD_Daemon *daemon;
     int listen_fd, port;
-    pthread_t worker;
+    pthread_t *workers;       /* [cfg.workers] */
+    int n_workers;
     time_t started;
     /* guarded by mu */
     pthread_mutex_t mu;
@@ -51,7 +55,12 @@ struct rf_server {
     int stopping;
     unsigned long n_jobs;     /* jobs ever accepted (ids) */
     unsigned long n_done;
-    long long tokens_done;
+    int n_running;            /* jobs a worker is running */
+    long long tokens_done, prompt_tokens;
+    double gen_seconds;       /* decoder time of the finished jobs */
+    double latency_sum;       /* queued -> done, of the finished jobs */
+    unsigned long n_latency, n_failed;
+    unsigned long n_http[6];  /* HTTP answers by class: 1xx..5xx, [0] unused */
     unsigned long n_cancelled;
     long long calls_after_cancel;
 };
@@ -65,6 +74,9 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r);
 /* The client of j left: stop producing its output and, while it is still
  * queued, never run it. s->mu held. */
 void rf_serve_cancel_locked(rf_server *s, job *j);
+/* OpenAI's error body {"error": {"message", "type", "param", "code"}};
+ * param and code may be NULL (JSON null). */
+json_t *rf_serve_error_json(const char *msg, const char *type, const char *param, const char *code);
 /* Drop a reference; frees the job at zero. Call with s->mu held. */
 void rf_serve_job_unref_locked(job *j);
 

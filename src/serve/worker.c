@@ -1,5 +1,6 @@
-/* worker.c - the generation thread: takes jobs off the FIFO queue one at a
- * time, runs the decoder, and turns its output into OpenAI-shaped JSON.
+/* worker.c - the generation threads: each takes jobs off the FIFO queue one
+ * at a time, runs the decoder, cuts the answer at max_tokens and at the
+ * earliest stop sequence, and turns it into OpenAI-shaped JSON.
  *
  * A streamed job's output is a growing buffer of Server-Sent Events that the
  * connection thread drains as the decoder reports final tokens; a plain job's
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode/mdm.h"
 #include "serve/serve_impl.h"
 #include "util/util.h"
 
@@ -84,43 +86,116 @@ static json_t *choice(const job *j, const char *text, const int *ids, int n, con
     return c;
 }
 
-static json_t *usage_json(const job *j, const rf_gen_result *r) {
-    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", j->req.n_prompt, "completion_tokens", r->n_tokens,
-                     "total_tokens", j->req.n_prompt + r->n_tokens);
-}
-
 /* The decoder's statistics: how many tokens each model call produced. */
 static json_t *stats_json(const job *j, const rf_gen_result *r) {
     const rf_gen_params *p = &j->req.p;
-    json_t *o = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:b}", "mode", j->req.ar ? "ar" : "refusion",
+    json_t *o = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:b}", "mode", rf_decoder_names[j->req.d.decoder],
                           "model_calls", r->n_calls, "steps", r->n_steps, "tpf", r->tpf, "tokens_per_call",
                           r->tokens_per_call, "tokens_per_s", r->tokens_per_s, "wall_s", r->wall_s,
                           "hit_eos", r->hit_eos);
-    json_object_set_new(o, "settings",
-                        json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:I}", "max_tokens", p->gen_length,
-                                  "slot_size", p->slot_size, "serial_num_blocks", p->n_blocks,
-                                  "slot_threshold", (double)p->slot_threshold, "token_threshold",
-                                  (double)p->token_threshold, "temperature", (double)p->temperature, "seed",
-                                  (json_int_t)p->seed));
+    /* every setting of the shared table, as the request names it */
+    json_t *set = json_object();
+    for (int i = 0; i < rf_decode_table_n; i++) {
+        const rf_opt *row = &rf_decode_table[i];
+        if (!row->http) continue;
+        char b[48]; /* as the option prints it: 0.6, not 0.60000002 */
+        rf_opt_format(row, &j->req.d, b, sizeof b);
+        json_object_set_new(set, row->http, row->type == RF_OPT_FLOAT    ? json_real(strtod(b, NULL))
+                                            : row->type == RF_OPT_CHOICE ? json_string(b)
+                                                                         : json_integer(strtoll(b, NULL, 10)));
+    }
+    json_object_set_new(set, "max_tokens", json_integer(p->gen_length));
+    json_object_set_new(o, "settings", set);
     return o;
 }
 
-static json_t *error_json(const char *msg, int code) {
-    return json_pack("{s:{s:s, s:s, s:i}}", "error", "message", msg, "type", "server_error", "code", code);
+/* OpenAI's error body: {"error": {"message", "type", "param", "code"}} */
+json_t *rf_serve_error_json(const char *msg, const char *type, const char *param, const char *code) {
+    json_t *m = json_string(msg);
+    if (!m) m = json_string("(an error message that is not UTF-8)");
+    return json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", m, "type", type, "param",
+                     param && *param ? json_string(param) : json_null(), "code",
+                     code ? json_string(code) : json_null());
 }
 
 /* ---- running one job ------------------------------------------------------------------ */
+/* The answer as it arrives from the decoder, in position order: the token
+ * ids and their text, cut at max_tokens and at the earliest stop sequence.
+ * Once cut, the job's cancel flag stops the decoder before its next call. */
 typedef struct {
     rf_server *s;
     job *j;
-    rf_tok_stream *ts; /* NULL without a tokenizer */
+    rf_tok_stream *ts;   /* NULL without a tokenizer */
+    int eos;
+    int *ids;            /* [n_ids] kept tokens */
+    size_t *tok_start;   /* [n_ids] offset of each token's text in text */
+    int n_ids, cap_ids;
+    char *text;          /* the kept tokens' text */
+    size_t len, cap;
+    int cut;             /* 1: max_tokens or a stop sequence reached: nothing more is kept */
+    int stop_hit;        /* the cut was a stop sequence */
+    size_t max_stop;     /* longest stop sequence */
+    int ids_sent;        /* streaming: ids already in a chunk */
+    size_t text_sent;    /* streaming: text bytes already in a chunk */
 } run_ctx;
 
-static int is_cancelled(run_ctx *c) {
-    pthread_mutex_lock(&c->s->mu);
-    int gone = c->j->cancelled;
-    pthread_mutex_unlock(&c->s->mu);
-    return gone;
+static void text_append(run_ctx *c, const char *piece) {
+    size_t k = piece ? strlen(piece) : 0;
+    if (c->len + k + 1 > c->cap) {
+        while (c->len + k + 1 > c->cap) c->cap = c->cap ? 2 * c->cap : 256;
+        char *g = rf_malloc(c->cap);
+        if (c->len) memcpy(g, c->text, c->len);
+        free(c->text);
+        c->text = g;
+    }
+    if (k) memcpy(c->text + c->len, piece, k);
+    c->len += k;
+    c->text[c->len] = 0;
+}
+
+/* The earliest stop sequence that starts at or after from: cut there (the
+ * tokens whose text starts before it are kept). */
+static void find_stop(run_ctx *c, size_t from) {
+    const rf_serve_req *q = &c->j->req;
+    if (!q->n_stop || !c->text) return;
+    const char *best = NULL;
+    for (int i = 0; i < q->n_stop; i++) {
+        const char *f = strstr(c->text + from, q->stop[i]);
+        if (f && (!best || f < best)) best = f;
+    }
+    if (!best) return;
+    size_t k = (size_t)(best - c->text);
+    c->len = k;
+    c->text[k] = 0;
+    while (c->n_ids > 0 && c->tok_start[c->n_ids - 1] >= k) c->n_ids--;
+    c->cut = c->stop_hit = 1;
+}
+
+static void cut_now(run_ctx *c) {
+    c->cut = 1;
+    c->j->cancel_flag = 1; /* the decoder stops before its next model call */
+}
+
+/* A chunk with the text and ids not yet sent: all of them when final,
+ * otherwise holding back what could still be the start of a stop sequence
+ * (and never splitting a UTF-8 character). finish: NULL or the reason. */
+static void stream_pending(run_ctx *c, int final, const char *finish) {
+    size_t upto = c->len;
+    if (!final && !c->cut && c->max_stop > 1) {
+        upto = c->len > c->max_stop - 1 ? c->len - (c->max_stop - 1) : 0;
+        while (upto > c->text_sent && ((unsigned char)c->text[upto] & 0xC0) == 0x80) upto--;
+    }
+    if (upto < c->text_sent) upto = c->text_sent;
+    if (!finish && upto == c->text_sent && c->ids_sent == c->n_ids) return;
+    char *piece = rf_malloc(upto - c->text_sent + 1);
+    if (upto > c->text_sent) memcpy(piece, c->text + c->text_sent, upto - c->text_sent);
+    piece[upto - c->text_sent] = 0;
+    json_t *o = envelope(c->s, c->j, 1);
+    json_object_set_new(o, "choices",
+                        json_pack("[o]", choice(c->j, piece, c->ids + c->ids_sent, c->n_ids - c->ids_sent, finish, 1)));
+    sse_event(c->s, c->j, o);
+    free(piece);
+    c->text_sent = upto, c->ids_sent = c->n_ids;
 }
 
 /* Decoder callback, once per planning step / infill iteration / AR token,
@@ -134,88 +209,131 @@ static void on_event(const rf_decode_event *ev, void *user) {
     pthread_mutex_unlock(&c->s->mu);
 }
 
-/* Decoder callback: newly final tokens become one SSE chunk. */
+/* Decoder callback: newly final tokens, in position order. */
 static void on_tokens(const int *ids, int n, void *user) {
     run_ctx *c = user;
-    if (!c->j->req.stream || is_cancelled(c)) return;
-    size_t cap = 64, len = 0;
-    char *text = rf_malloc(cap);
-    text[0] = 0;
-    for (int i = 0; i < n && c->ts; i++) {
-        const char *piece = rf_tok_stream_put(c->ts, ids[i]);
-        size_t k = piece ? strlen(piece) : 0;
-        if (len + k + 1 > cap) {
-            while (len + k + 1 > cap) cap *= 2;
-            char *g = rf_malloc(cap);
-            memcpy(g, text, len + 1);
-            free(text);
-            text = g;
+    job *j = c->j;
+    if (c->cut) return;
+    size_t from = c->len;
+    for (int i = 0; i < n && !c->cut; i++) {
+        if (c->n_ids == j->req.max_tokens) { /* padding beyond the cap */
+            cut_now(c);
+            break;
         }
-        if (k) memcpy(text + len, piece, k + 1), len += k;
+        if (c->n_ids == c->cap_ids) {
+            c->cap_ids = c->cap_ids ? 2 * c->cap_ids : 64;
+            int *g = rf_malloc(c->cap_ids * sizeof *g);
+            size_t *h = rf_malloc(c->cap_ids * sizeof *h);
+            if (c->n_ids) memcpy(g, c->ids, c->n_ids * sizeof *g), memcpy(h, c->tok_start, c->n_ids * sizeof *h);
+            free(c->ids), free(c->tok_start);
+            c->ids = g, c->tok_start = h;
+        }
+        c->tok_start[c->n_ids] = c->len;
+        c->ids[c->n_ids++] = ids[i];
+        if (c->ts) text_append(c, rf_tok_stream_put(c->ts, ids[i]));
     }
-    json_t *o = envelope(c->s, c->j, 1);
-    json_object_set_new(o, "choices", json_pack("[o]", choice(c->j, text, ids, n, NULL, 1)));
-    sse_event(c->s, c->j, o);
-    free(text);
+    /* a stop may begin in text that arrived before this call */
+    find_stop(c, from > c->max_stop ? from - c->max_stop : 0);
+    if (c->stop_hit) cut_now(c);
+    if (j->req.stream && !j->cancelled) stream_pending(c, 0, NULL);
 }
 
-static void log_job(const rf_server *s, const job *j, const rf_gen_result *r) {
+static void log_job(const rf_server *s, const job *j, const run_ctx *c, const rf_gen_result *r) {
     if (!s->cfg.verbose) return;
     fprintf(stderr,
-            "refusion serve: %s: %s, %d prompt + %d answer tokens, %d model calls, TPF %.2f, %.2f tokens/call, "
+            "refusion serve: %s: %s, %d prompt + %d answer tokens%s, %d model calls, TPF %.2f, %.2f tokens/call, "
             "%.1f tokens/s, %.2f s\n",
-            j->id, j->req.ar ? "ar" : "refusion", j->req.n_prompt, r->n_tokens, r->n_calls, r->tpf,
+            j->id, rf_decoder_names[j->req.d.decoder], j->req.n_prompt, c->n_ids,
+            c->stop_hit ? " (stop sequence)" : c->cut ? " (max_tokens)" : "", r->n_calls, r->tpf,
             r->tokens_per_call, r->tokens_per_s, r->wall_s);
 }
 
 static void run_job(rf_server *s, job *j) {
-    run_ctx c = {s, j, s->tok ? rf_tok_stream_new(s->tok, 1) : NULL};
+    run_ctx c;
+    memset(&c, 0, sizeof c);
+    c.s = s, c.j = j, c.ts = s->tok ? rf_tok_stream_new(s->tok, 1) : NULL;
     rf_gen_params p = j->req.p;
+    c.eos = p.eos_id == RF_ID_FROM_MODEL ? s->m->cfg.eos_id : p.eos_id;
+    for (int i = 0; i < j->req.n_stop; i++)
+        if (strlen(j->req.stop[i]) > c.max_stop) c.max_stop = strlen(j->req.stop[i]);
     p.on_tokens = on_tokens, p.on_event = on_event, p.user = &c;
+    p.cancel = &j->cancel_flag;
     rf_gen_result r;
     memset(&r, 0, sizeof r);
-    int rc = j->req.ar ? rf_generate_ar(s->m, j->req.prompt, j->req.n_prompt, &p, &r)
-                       : rf_generate_refusion(s->m, j->req.prompt, j->req.n_prompt, &p, &r);
+    double t0 = rf_now();
+    rf_mdm_params mp;
+    rf_mdm_params_default(&mp, &p);
+    if (j->req.d.steps > 0) mp.steps = j->req.d.steps;
+    int rc = j->req.d.decoder == RF_DECODER_AR    ? rf_generate_ar(s->m, j->req.prompt, j->req.n_prompt, &p, &r)
+             : j->req.d.decoder == RF_DECODER_MDM ? rf_generate_mdm(s->m, j->req.prompt, j->req.n_prompt, &p, &mp, &r)
+                                                  : rf_generate_refusion(s->m, j->req.prompt, j->req.n_prompt, &p, &r);
+    double wall = rf_now() - t0;
+    if (rc && c.cut) { /* we stopped it: the answer so far is the answer */
+        rc = 0;
+        r.n_calls = j->calls_now + 1; /* + the prompt's */
+        r.wall_s = wall;
+        r.tokens_per_s = wall > 0 ? c.n_ids / wall : 0;
+        r.tokens_per_call = r.n_calls ? (double)c.n_ids / r.n_calls : 0;
+    }
+    if (!rc && c.ts && !c.cut) { /* held-back bytes of an incomplete character */
+        size_t from = c.len;
+        text_append(&c, rf_tok_stream_flush(c.ts));
+        find_stop(&c, from > c.max_stop ? from - c.max_stop : 0);
+    }
+    int hit_eos = c.n_ids > 0 && c.ids[c.n_ids - 1] == c.eos;
+    const char *finish = c.stop_hit || hit_eos ? "stop" : "length";
     char *body = NULL;
     int status = 200;
-    if (rc) {
+    if (rc && j->cancelled) {
+        /* the client left: nobody reads the answer */
+    } else if (rc) {
         /* the request was checked before it was queued, so this is our fault */
         char msg[300];
         snprintf(msg, sizeof msg, "generation failed: %s", rf_last_error());
         fprintf(stderr, "refusion serve: %s: %s\n", j->id, msg);
-        json_t *e = error_json(msg, 500);
+        json_t *e = rf_serve_error_json(msg, "server_error", NULL, NULL);
         if (j->req.stream) sse_event(s, j, e);
         else status = 500, body = json_dumps(e, JSON_COMPACT), json_decref(e);
     } else {
-        log_job(s, j, &r);
-        const char *finish = r.hit_eos ? "stop" : "length";
+        log_job(s, j, &c, &r);
+        json_t *usage = json_pack("{s:i, s:i, s:i}", "prompt_tokens", j->req.n_prompt, "completion_tokens", c.n_ids,
+                                  "total_tokens", j->req.n_prompt + c.n_ids);
         if (j->req.stream) {
-            /* last chunk: held-back text, why it ended, usage and statistics */
+            /* the rest of the text, why it ended, the statistics; usage in a
+             * chunk of its own (choices: []) when stream_options asks */
+            stream_pending(&c, 1, finish);
             json_t *o = envelope(s, j, 1);
-            json_object_set_new(o, "choices",
-                                json_pack("[o]", choice(j, c.ts ? rf_tok_stream_flush(c.ts) : "", NULL, 0, finish, 1)));
-            json_object_set_new(o, "usage", usage_json(j, &r));
+            json_object_set_new(o, "choices", json_array());
             json_object_set_new(o, "refusion", stats_json(j, &r));
+            if (j->req.include_usage) json_object_set_new(o, "usage", json_incref(usage));
+            else json_object_set_new(o, "usage", json_null());
             sse_event(s, j, o);
         } else {
-            char *text = s->tok ? rf_tok_decode(s->tok, r.ids, r.n_ids, 1) : NULL;
             json_t *o = envelope(s, j, 0);
-            json_object_set_new(o, "choices", json_pack("[o]", choice(j, text, r.ids, r.n_ids, finish, 0)));
-            json_object_set_new(o, "usage", usage_json(j, &r));
+            json_object_set_new(o, "choices", json_pack("[o]", choice(j, c.text ? c.text : "", c.ids, c.n_ids, finish, 0)));
+            json_object_set_new(o, "usage", json_incref(usage));
             json_object_set_new(o, "refusion", stats_json(j, &r));
-            body = json_dumps(o, JSON_COMPACT);
+            body = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
             json_decref(o);
-            free(text);
         }
+        json_decref(usage);
     }
     pthread_mutex_lock(&s->mu);
     if (j->req.stream) out_append(j, "data: [DONE]\n\n", 14);
-    else j->out = body, j->out_len = strlen(body), j->status = status;
+    else if (body) j->out = body, j->out_len = strlen(body), j->status = status;
     j->state = JOB_DONE;
     s->n_done++;
-    s->tokens_done += r.n_tokens;
+    s->n_running--;
+    if (!rc) {
+        s->tokens_done += c.n_ids;
+        s->prompt_tokens += j->req.n_prompt;
+        s->gen_seconds += wall;
+        s->latency_sum += rf_now() - j->queued_at;
+        s->n_latency++;
+    } else if (!j->cancelled) {
+        s->n_failed++;
+    }
     if (j->cancelled) {
-        /* the decoder has no cancel hook yet: what finishing it cost */
         s->n_cancelled++;
         s->calls_after_cancel += j->calls_now - j->calls_at_cancel;
         if (s->cfg.verbose)
@@ -225,12 +343,13 @@ static void run_job(rf_server *s, job *j) {
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&s->mu);
     rf_gen_result_free(&r);
+    free(c.ids), free(c.tok_start), free(c.text);
     if (c.ts) rf_tok_stream_free(c.ts);
 }
 
 /* A queued job that will never run (shutdown): answer 503. s->mu held. */
 static void fail_job_locked(job *j, const char *msg) {
-    json_t *e = error_json(msg, 503);
+    json_t *e = rf_serve_error_json(msg, "server_error", NULL, "server_shutting_down");
     char *txt = json_dumps(e, JSON_COMPACT);
     json_decref(e);
     if (j->req.stream) {
@@ -250,7 +369,7 @@ void *rf_serve_worker_main(void *arg) {
     rf_server *s = arg;
     /* OpenMP's thread count is a per-thread setting: set it here, in the
      * thread that runs the model */
-    if (s->cfg.threads > 0) omp_set_num_threads(s->cfg.threads);
+    if (s->cfg.defaults.threads > 0) omp_set_num_threads(s->cfg.defaults.threads);
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->head && !s->stopping) pthread_cond_wait(&s->queue_cv, &s->mu);
@@ -260,6 +379,7 @@ void *rf_serve_worker_main(void *arg) {
         if (!s->head) s->tail = NULL;
         if (!j->abandoned) {
             j->state = JOB_RUNNING;
+            s->n_running++;
             pthread_cond_broadcast(&j->cv); /* its connection waits for it to leave the queue */
             pthread_mutex_unlock(&s->mu);
             run_job(s, j);
@@ -295,6 +415,7 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
     memset(r, 0, sizeof *r);
     snprintf(j->id, sizeof j->id, "%s-%lu", j->req.kind == RF_REQ_CHAT ? "chatcmpl" : "cmpl", ++s->n_jobs);
     j->created = time(NULL);
+    j->queued_at = rf_now();
     j->refs = 2;
     j->state = JOB_QUEUED;
     pthread_cond_init(&j->cv, NULL);
@@ -319,6 +440,7 @@ void rf_serve_cancel_locked(rf_server *s, job *j) {
     (void)s;
     if (j->state == JOB_DONE || j->cancelled) return;
     j->cancelled = 1;
+    j->cancel_flag = 1; /* a running decoder stops before its next model call */
     j->abandoned = 1; /* a queued job is dropped when the worker reaches it */
     j->calls_at_cancel = j->calls_now;
 }

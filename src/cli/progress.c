@@ -1,0 +1,104 @@
+/* progress.c - see progress.h */
+#include "cli/progress.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/util.h"
+
+struct rf_progress {
+    const char *what, *path;
+    double total, t0;
+    int tty;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+};
+
+/* bytes in the file, or in the directory's regular files (temporary files
+ * of atomic writes included) */
+static double bytes_of(const char *path) {
+    struct stat st;
+    if (stat(path, &st)) return 0;
+    if (!S_ISDIR(st.st_mode)) return (double)st.st_size;
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    double sum = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *f = rf_path_join(path, e->d_name);
+        if (!stat(f, &st) && S_ISREG(st.st_mode)) sum += (double)st.st_size;
+        free(f);
+    }
+    closedir(d);
+    return sum;
+}
+
+static void draw(rf_progress *p) {
+    double b = bytes_of(p->path), t = rf_now() - p->t0;
+    const char *unit = p->total >= 1e9 || b >= 1e9 ? "GB" : "MB";
+    double div = unit[0] == 'G' ? 1e9 : 1e6;
+    if (p->total > 0)
+        fprintf(stderr, "%s%s: %.1f / %.1f %s (%.0f%%), %.0f s%s", p->tty ? "\r" : "", p->what, b / div,
+                p->total / div, unit, 100.0 * (b < p->total ? b : p->total) / p->total, t, p->tty ? "\033[K" : "\n");
+    else
+        fprintf(stderr, "%s%s: %.1f %s, %.0f s%s", p->tty ? "\r" : "", p->what, b / div, unit, t,
+                p->tty ? "\033[K" : "\n");
+    fflush(stderr);
+}
+
+static void *run(void *arg) {
+    rf_progress *p = arg;
+    pthread_mutex_lock(&p->mu);
+    double last = 0;
+    while (!p->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 500 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+        if (p->stop) break;
+        double now = rf_now();
+        if (p->tty || now - last >= 10) { /* not a terminal: a line every 10 s */
+            draw(p);
+            last = now;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+rf_progress *rf_progress_start(const char *what, const char *path, double total, int force) {
+    int tty = isatty(2);
+    if (force < 0 || (!force && !tty)) return NULL;
+    rf_progress *p = rf_calloc(1, sizeof *p);
+    p->what = what, p->path = path, p->total = total, p->t0 = rf_now(), p->tty = tty;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    if (pthread_create(&p->thread, NULL, run, p)) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void rf_progress_stop(rf_progress *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    draw(p); /* the final figure */
+    if (p->tty) fputc('\n', stderr);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}

@@ -1,0 +1,143 @@
+/* cli_args.c - the shared option table and its parser (src/cli/args.c):
+ * the table is consistent (unique names, aliases, letters and HTTP fields;
+ * defaults = the decoder's), every spelling parses to the same field
+ * (--name, alias, -x, --name=value, last one wins), bad values and unknown
+ * options are refused with one line naming the option, positional
+ * arguments are kept, and --help lists every row with its default and HTTP
+ * field. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cli/args.h"
+
+typedef struct {
+    const char *model;
+    int json;
+} own;
+static const rf_opt own_opts[] = {
+    {.name = "model", .letter = 'm', .type = RF_OPT_STR, .offset = offsetof(own, model), .metavar = "DIR", .help = "m"},
+    {.name = "json", .type = RF_OPT_FLAG, .offset = offsetof(own, json), .help = "j"},
+};
+
+/* parse a space-separated command line; 0 / 1 / -1 as rf_args_parse */
+static int parse(const char *line, own *o, rf_decode_opts *d, int *pos, char ***argv_out, int *argc_out) {
+    static char buf[512];
+    static char *argv[64];
+    snprintf(buf, sizeof buf, "test %s", line);
+    int argc = 0;
+    for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
+    argv[argc] = NULL;
+    memset(o, 0, sizeof *o);
+    rf_decode_opts_default(d);
+    rf_opt_group g[] = {{NULL, own_opts, 2, o, NULL}, {"decoding", rf_decode_table, rf_decode_table_n, d, NULL}};
+    int rc = rf_args_parse("test", "[options]", g, 2, argc, argv, pos);
+    if (argv_out) *argv_out = argv, *argc_out = argc;
+    return rc;
+}
+
+static void test_table(void) {
+    const rf_opt *t = rf_decode_table;
+    int n = rf_decode_table_n;
+    for (int i = 0; i < n; i++) {
+        CHECK(t[i].name && t[i].help && t[i].metavar, "row %d incomplete", i);
+        for (int j = i + 1; j < n; j++) {
+            CHECK(strcmp(t[i].name, t[j].name), "--%s twice", t[i].name);
+            CHECK(!t[i].letter || t[i].letter != t[j].letter, "-%c twice", t[i].letter);
+            CHECK(!t[i].http || !t[j].http || strcmp(t[i].http, t[j].http), "HTTP %s twice", t[i].http);
+            CHECK(!t[i].alias || strcmp(t[i].alias, t[j].name), "alias %s is a name", t[i].alias);
+        }
+    }
+    /* the llama.cpp spellings */
+    static const char *const want[] = {"-t", "threads", "temp", "-s", "seed", "-c", "ctx-size", "-n", "n-predict",
+                                       "top-k", "top-p", "mode", "temperature"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        CHECK(rf_opt_find(t, n, want[i]) != NULL, "no option %s", want[i]);
+    CHECK(!strcmp(rf_opt_find(t, n, "-t")->name, "threads"), "-t is not --threads");
+    CHECK(!strcmp(rf_opt_find(t, n, "-n")->http, "max_tokens"), "-n is not max_tokens");
+    /* one set of defaults: the decoder's */
+    rf_decode_opts d;
+    rf_gen_params g;
+    rf_decode_opts_default(&d);
+    rf_gen_params_default(&g);
+    CHECK(!memcmp(&d.gen, &g, sizeof g), "rf_decode_opts_default's gen != rf_gen_params_default");
+    CHECK(d.decoder == RF_DECODER_REFUSION && d.ar_verify == 0 && d.steps == 0 && d.threads == 0, "other defaults");
+}
+
+static void test_parse(void) {
+    own o;
+    rf_decode_opts d;
+    int pos = 0;
+    char **argv;
+    int argc;
+    CHECK(parse("-m M --temp=0.5 -s 7 -n 12 --mode ar -t 3 --top-p=0.9 --json --top-k 40 --ar-verify both", &o, &d,
+                NULL, NULL, NULL) == 0, "parse");
+    CHECK(!strcmp(o.model, "M") && o.json == 1, "own options");
+    CHECK(d.gen.temperature == 0.5f && d.gen.seed == 7 && d.gen.gen_length == 12 && d.decoder == RF_DECODER_AR &&
+              d.threads == 3 && d.gen.top_p == 0.9f && d.gen.top_k == 40 && d.ar_verify == 3,
+          "values: temp %g seed %llu n %d decoder %d threads %d", (double)d.gen.temperature,
+          (unsigned long long)d.gen.seed, d.gen.gen_length, d.decoder, d.threads);
+    rf_decode_opts_finish(&d);
+    CHECK(d.gen.ar_correct == 1 && d.gen.ar_check_first == 1, "ar-verify both -> both switches");
+    /* aliases and the last one wins */
+    CHECK(parse("--n-predict 9 --gen-length=10 --temperature 0.25 --decoder mdm --steps 5", &o, &d, NULL, NULL, NULL) == 0 &&
+              d.gen.gen_length == 10 && d.gen.temperature == 0.25f && d.decoder == RF_DECODER_MDM && d.gen.n_blocks == 32 &&
+              d.steps == 5,
+          "aliases");
+    /* positional arguments stay, in order */
+    CHECK(parse("a --json b -s 3 c", &o, &d, &pos, &argv, &argc) == 0 && argc - pos == 3 && !strcmp(argv[pos], "a") &&
+              !strcmp(argv[pos + 2], "c") && d.gen.seed == 3,
+          "positional: %d left", argc - pos);
+    CHECK(parse("stray", &o, &d, NULL, NULL, NULL) == -1, "a positional argument refused when none is expected");
+    /* bad values and unknown options */
+    static const char *const bad[] = {"--temp -1",     "--top-p 0",       "--top-p 1.5",   "--slot-size 0",
+                                      "-n x",          "--seed -3",       "--mode bert",   "--frob",
+                                      "-Z",            "--slot-threshold 2", "-n",         "--threads 5000",
+                                      "--seed 99999999999999999999", "--temp 1e400", "--json=1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK(parse(bad[i], &o, &d, NULL, NULL, NULL) == -1, "accepted '%s'", bad[i]);
+    CHECK(parse("--help", &o, &d, NULL, NULL, NULL) == 1, "--help returns 1");
+    CHECK(parse("--version", &o, &d, NULL, NULL, NULL) == 1, "--version returns 1");
+    /* text round trip */
+    char b[64];
+    parse("--slot-threshold 0.6 --ar-verify first", &o, &d, NULL, NULL, NULL);
+    rf_opt_format(rf_opt_find(rf_decode_table, rf_decode_table_n, "slot-threshold"), &d, b, sizeof b);
+    CHECK(!strcmp(b, "0.6"), "0.6 prints as '%s'", b);
+    rf_opt_format(rf_opt_find(rf_decode_table, rf_decode_table_n, "ar-verify"), &d, b, sizeof b);
+    CHECK(!strcmp(b, "first"), "ar-verify prints as '%s'", b);
+}
+
+static void test_help(void) {
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&txt, &len);
+    rf_decode_opts d;
+    rf_decode_opts_default(&d);
+    rf_opt_group g[] = {{"decoding", rf_decode_table, rf_decode_table_n, &d, &d}};
+    rf_args_usage(f, "test", "[options]", g, 1);
+    fclose(f);
+    /* the help is wrapped: compare with runs of white space as one space */
+    char *w = txt;
+    for (char *r = txt; *r; r++)
+        if (!(*r == ' ' || *r == '\n') || (w > txt && w[-1] != ' ')) *w++ = *r == '\n' ? ' ' : *r;
+    *w = 0;
+    for (int i = 0; i < rf_decode_table_n; i++) {
+        char want[80];
+        snprintf(want, sizeof want, "--%s", rf_decode_table[i].name);
+        CHECK(strstr(txt, want) != NULL, "--help lacks %s", want);
+        if (rf_decode_table[i].http) {
+            snprintf(want, sizeof want, "HTTP \"%s\"", rf_decode_table[i].http);
+            CHECK(strstr(txt, want) != NULL, "--help lacks %s", want);
+        }
+    }
+    CHECK(strstr(txt, "default 512") && strstr(txt, "default 0.6;"), "defaults in --help");
+    free(txt);
+}
+
+int main(void) {
+    test_table();
+    test_parse();
+    test_help();
+    return check_summary("cli_args");
+}

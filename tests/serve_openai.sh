@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# serve_openai.sh - `refusion serve` driven by the official OpenAI client
+# (npm `openai` v6, installed into .deps/npm-openai by
+# scripts/serve/fetch_openai.sh), on the shipped demo model:
+#  - chat and completions; a stream with stream_options.include_usage is
+#    the plain answer, its usage in a final chunk with choices [];
+#  - max_tokens is a hard cap (1 token: 1 token back, finish "length");
+#  - stop (a piece of the plain answer): the answer ends just before it;
+#  - content as a list of text parts and the developer role = the string
+#    and the system role; seeds reproduce sampled answers;
+#  - unsupported fields (logprobs, n, tools, penalties) and bad values are
+#    400 with OpenAI's error shape (param names the field, code a string or
+#    null), an unknown model 404, a wrong API key 401;
+#  - GET /v1/models/{id}, CORS preflight, /metrics;
+#  - concurrency: 4 clients at once each get their solo answer, and the
+#    whole takes less than the 4 solo requests one after the other.
+# Skipped (exit 77) only when the npm package cannot be installed.
+set -u
+BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
+SRC=${REFUSION_SRC:-$(dirname "$0")/..}
+PKG=$(bash "$SRC/scripts/serve/fetch_openai.sh") || {
+  echo "serve_openai: SKIPPED: the openai npm package could not be installed"; exit 77; }
+T=$(mktemp -d /tmp/rf_serve_openai.XXXXXX)
+SPID=""
+cleanup() {
+  [ -n "$SPID" ] && kill -KILL "$SPID" 2>/dev/null
+  rm -rf "$T"
+}
+trap cleanup EXIT
+
+# 4 workers of one thread each: the concurrency check needs them in parallel
+"$BIN" serve -m "$SRC/models/refusion-demo" --host 127.0.0.1 --port 0 --parallel 4 --threads 1 \
+  --api-key sk-test-123 -n 64 2>"$T/server.log" &
+SPID=$!
+PORT=""
+for _ in $(seq 1 100); do
+  PORT=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$T/server.log")
+  [ -n "$PORT" ] && break
+  kill -0 "$SPID" 2>/dev/null || break
+  sleep 0.1
+done
+[ -n "$PORT" ] || { echo "FAIL: the server did not start: $(cat "$T/server.log")" >&2; exit 1; }
+
+OPENAI_PKG=$PKG BASE=http://127.0.0.1:$PORT timeout 300 node - <<'EOF'
+const OpenAI = require(process.env.OPENAI_PKG);
+const base = process.env.BASE;
+const client = new OpenAI({ baseURL: base + '/v1', apiKey: 'sk-test-123', maxRetries: 0, timeout: 120000 });
+let fails = 0, pass = 0;
+const ok = (c, m) => { if (c) pass++; else { fails++; console.log('FAIL: ' + m); } };
+const model = 'refusion-demo';
+const Q = 'Write a Python function f(x) that does this: start from x, multiply by 3, then add 2.';
+const fast = { slot_size: 8, blocks: 2, slot_threshold: 0.9, token_threshold: 0.4 };
+const chat = (extra = {}) => client.chat.completions.create({ model, messages: [{ role: 'user', content: Q }], max_tokens: 64, ...fast, ...extra });
+async function status(f) { try { await f(); return 200; } catch (e) { return e; } }
+
+(async () => {
+  // ---- chat and completions --------------------------------------------------------------
+  const c = await chat();
+  const text = c.choices[0].message.content;
+  ok(c.object === 'chat.completion' && c.choices[0].message.role === 'assistant', 'chat shape');
+  ok(/def f\(x\)/.test(text) && /3/.test(text) && /2/.test(text), 'the demo model answers the code task: ' + JSON.stringify(text));
+  ok(c.usage.completion_tokens === c.choices[0].token_ids.length && c.usage.prompt_tokens > 10, 'usage ' + JSON.stringify(c.usage));
+  ok(c.choices[0].finish_reason === 'stop', 'finish ' + c.choices[0].finish_reason);
+  const cp = await client.completions.create({ model, prompt: 'def f(x):', max_tokens: 16, mode: 'ar' });
+  ok(cp.object === 'text_completion' && typeof cp.choices[0].text === 'string' && cp.usage.completion_tokens <= 16, 'completion ' + JSON.stringify(cp.choices[0]));
+
+  // ---- streaming with include_usage ----------------------------------------------------------
+  const st = await chat({ stream: true, stream_options: { include_usage: true } });
+  let stext = '', usage = null, finish = null, afterUsage = 0;
+  for await (const ch of st) {
+    if (usage) afterUsage++;
+    if (ch.choices.length) { stext += ch.choices[0].delta.content || ''; if (ch.choices[0].finish_reason) finish = ch.choices[0].finish_reason; }
+    else if (ch.usage) usage = ch.usage;
+  }
+  ok(stext === text, `stream text ${JSON.stringify(stext)} != ${JSON.stringify(text)}`);
+  ok(usage && usage.completion_tokens === c.usage.completion_tokens && afterUsage === 0, 'stream usage ' + JSON.stringify(usage));
+  ok(finish === 'stop', 'stream finish ' + finish);
+
+  // ---- max_tokens cap ------------------------------------------------------------------------
+  for (const [n, mode] of [[1, 'refusion'], [3, 'refusion'], [5, 'ar']]) {
+    const r = await chat({ max_tokens: n, mode });
+    ok(r.usage.completion_tokens === n && r.choices[0].token_ids.length === n && r.choices[0].finish_reason === 'length',
+       `max_tokens ${n} (${mode}): ${r.usage.completion_tokens} tokens, ${r.choices[0].finish_reason}`);
+    ok(text.startsWith(r.choices[0].message.content), `max_tokens ${n}: not a prefix of the answer: ${JSON.stringify(r.choices[0].message.content)}`);
+  }
+  const sc = await chat({ max_tokens: 2, stream: true, stream_options: { include_usage: true } });
+  let sn = 0, su = null;
+  for await (const ch of sc) { if (ch.choices.length) sn += (ch.choices[0].token_ids || []).length; else su = ch.usage; }
+  ok(sn === 2 && su && su.completion_tokens === 2, `stream max_tokens 2: ${sn} ids, usage ${JSON.stringify(su)}`);
+
+  // ---- stop sequences (in ReFusion and AR mode) ------------------------------------------------
+  const cut = text.indexOf('y = y');
+  ok(cut > 0, 'the answer has the stop piece');
+  for (const mode of ['refusion', 'ar']) {
+    const full = (await chat({ mode })).choices[0].message.content;
+    const k = full.indexOf('y = y');
+    const r = await chat({ mode, stop: ['y = y', 'never'] });
+    ok(k > 0 && r.choices[0].message.content === full.slice(0, k) && r.choices[0].finish_reason === 'stop',
+       `stop (${mode}): ${JSON.stringify(r.choices[0].message.content)} vs ${JSON.stringify(full.slice(0, k))}`);
+    const s2 = await chat({ mode, stop: 'y = y', stream: true });
+    let t2 = '';
+    for await (const ch of s2) if (ch.choices.length) t2 += ch.choices[0].delta.content || '';
+    ok(t2 === full.slice(0, k), `streamed stop (${mode}): ${JSON.stringify(t2)}`);
+  }
+
+  // ---- content parts, developer role, seeds ----------------------------------------------------
+  const parts = await client.chat.completions.create({ model, max_tokens: 64, ...fast,
+    messages: [{ role: 'developer', content: 'Answer with code.' }, { role: 'user', content: [{ type: 'text', text: Q }] }] });
+  const plain = await client.chat.completions.create({ model, max_tokens: 64, ...fast,
+    messages: [{ role: 'system', content: 'Answer with code.' }, { role: 'user', content: Q }] });
+  ok(parts.choices[0].message.content === plain.choices[0].message.content && parts.usage.prompt_tokens === plain.usage.prompt_tokens,
+     'content parts + developer != string + system');
+  const s1 = await chat({ temperature: 0.9, seed: 7, mode: 'ar' }), s2 = await chat({ temperature: 0.9, seed: 7, mode: 'ar' });
+  ok(s1.choices[0].message.content === s2.choices[0].message.content, 'same seed, different answers');
+
+  // ---- errors --------------------------------------------------------------------------------
+  const errs = [
+    ['logprobs', () => chat({ logprobs: true }), 400, 'logprobs', 'unsupported_parameter'],
+    ['n', () => chat({ n: 2 }), 400, 'n', 'unsupported_parameter'],
+    ['tools', () => chat({ tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }), 400, 'tools', 'unsupported_parameter'],
+    ['penalty', () => chat({ presence_penalty: 0.5 }), 400, 'presence_penalty', 'unsupported_parameter'],
+    ['json mode', () => chat({ response_format: { type: 'json_object' } }), 400, 'response_format', 'unsupported_parameter'],
+    ['max_tokens 0', () => chat({ max_tokens: 0 }), 400, 'max_tokens', null],
+    ['bad stop', () => chat({ stop: [''] }), 400, 'stop', null],
+    ['image part', () => client.chat.completions.create({ model, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://x' } }] }] }), 400, null, null],
+    ['unknown model', () => client.models.retrieve('nope'), 404, 'model', 'model_not_found'],
+    ['wrong key', () => new OpenAI({ baseURL: base + '/v1', apiKey: 'wrong', maxRetries: 0 }).models.list(), 401, null, 'invalid_api_key'],
+  ];
+  for (const [name, p, want, param, code] of errs) {
+    const e = await status(p);
+    ok(e !== 200 && e.status === want, `${name}: status ${e === 200 ? 200 : e.status}, want ${want}`);
+    if (e === 200) continue;
+    const body = e.error || {};
+    ok(typeof body.message === 'string' && body.message.length > 0 && 'param' in body && 'code' in body && 'type' in body,
+       `${name}: error shape ${JSON.stringify(body)}`);
+    ok((param === null || body.param === param) && (body.code === null || typeof body.code === 'string') &&
+       (code === null || body.code === code), `${name}: param/code ${JSON.stringify(body)}`);
+  }
+
+  // ---- models, CORS, metrics --------------------------------------------------------------------
+  const m = await client.models.retrieve(model);
+  ok(m.id === model && m.object === 'model', 'models.retrieve ' + JSON.stringify(m));
+  const pre = await fetch(base + '/v1/chat/completions', { method: 'OPTIONS', headers: { Origin: 'http://example.com',
+    'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'authorization, content-type' } });
+  ok(pre.status === 204 && pre.headers.get('access-control-allow-origin') === '*' &&
+     /POST/.test(pre.headers.get('access-control-allow-methods')) && /authorization/i.test(pre.headers.get('access-control-allow-headers')),
+     `preflight ${pre.status} ${[...pre.headers].join(' ')}`);
+  const h = await fetch(base + '/health');
+  ok(h.status === 200 && h.headers.get('access-control-allow-origin') === '*', '/health without a key, with CORS');
+  const met = await (await fetch(base + '/metrics', { headers: { Authorization: 'Bearer sk-test-123' } })).text();
+  const metric = n => Number((met.match(new RegExp('^refusion_' + n + ' (\\S+)$', 'm')) || [])[1]);
+  ok(metric('requests_total') >= 15 && metric('completion_tokens_total') > 100 && metric('queue_depth') === 0 &&
+     metric('tokens_per_second') > 0 && metric('workers') === 4 && /^# TYPE refusion_requests_total counter$/m.test(met),
+     '/metrics: ' + ['requests_total', 'completion_tokens_total', 'queue_depth', 'tokens_per_second', 'workers'].map(n => n + '=' + metric(n)).join(' '));
+
+  // ---- concurrency: 4 at once, each its solo answer, faster than one after the other -----------
+  const qs = [3, 5, 7, 9].map(k => `Write a Python function f(x) that does this: start from x, multiply by ${k}, then add 1.`);
+  const one = q => client.chat.completions.create({ model, messages: [{ role: 'user', content: q }], max_tokens: 64, mode: 'ar' });
+  await one(qs[0]); // warm
+  let t0 = Date.now();
+  const solo = [];
+  for (const q of qs) solo.push((await one(q)).choices[0].message.content);
+  const tSeq = (Date.now() - t0) / 1000;
+  t0 = Date.now();
+  const par = await Promise.all(qs.map(one));
+  const tPar = (Date.now() - t0) / 1000;
+  ok(par.every((r, i) => r.choices[0].message.content === solo[i]), 'concurrent answers differ from the solo ones');
+  ok(tPar < 0.85 * tSeq, `4 concurrent requests took ${tPar.toFixed(2)} s, one after the other ${tSeq.toFixed(2)} s`);
+  console.log(`serve_openai: concurrency: 4 requests one after the other ${tSeq.toFixed(2)} s, at once ${tPar.toFixed(2)} s (loaded shared machine)`);
+  console.log(`serve_openai: ${pass} checks passed, ${fails} failed`);
+  process.exit(fails ? 1 : 0);
+})().catch(e => { console.log('FAIL: ' + (e.stack || e)); process.exit(1); });
+EOF
+rc=$?
+kill -TERM "$SPID" 2>/dev/null
+wait "$SPID" 2>/dev/null
+SPID=""
+[ $rc -eq 0 ] || { echo "server log tail:" >&2; tail -5 "$T/server.log" >&2; }
+exit $rc
