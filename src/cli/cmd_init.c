@@ -10,6 +10,7 @@
 #include "cli/progress.h"
 #include "io/config.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
 static void usage(FILE *f) {
@@ -196,14 +197,10 @@ int cmd_init(int argc, char **argv) {
 
     char *tok_cfg = NULL;
     if (tokenizer) {
-        /* tokenizer_config.json lives beside tokenizer.json */
-        const char *slash = strrchr(tokenizer, '/');
-        size_t dl = slash ? (size_t)(slash - tokenizer) : 1;
-        char *tdir = rf_malloc(dl + 1);
-        memcpy(tdir, slash ? tokenizer : ".", dl);
-        tdir[dl] = 0;
-        tok_cfg = rf_path_join(tdir, "tokenizer_config.json");
-        free(tdir);
+        /* tokenizer_config.json lives beside tokenizer.json (the tokenizer's rule) */
+        char *tok_json;
+        rf_tok_files(tokenizer, &tok_json, &tok_cfg);
+        free(tok_json);
         FILE *probe = fopen(tok_cfg, "r");
         if (probe) fclose(probe);
         else {

@@ -35,7 +35,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "io/safetensors.h"
+#include "io/dtype.h" /* rf_dtype */
 
 /* A row-major weight matrix [rows, cols] (torch Linear: [out, in]). */
 typedef struct {

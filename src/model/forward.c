@@ -15,10 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/workspace.h"
 #include "util/util.h"
 
 struct rf_runstate {
     int max_tokens, max_ctx, n_threads;
+    size_t bytes;
     float *x;      /* [T, d] residual stream */
     float *xb;     /* [T, d] normed input of a sub-block */
     float *q;      /* [T, n_heads * hd] */
@@ -30,6 +32,24 @@ struct rf_runstate {
 };
 
 rf_runstate *rf_runstate_new(const rf_config *cfg, int max_tokens, int max_ctx) {
+    rf_workspace *w = rf_workspace_current();
+    rf_runstate *s = w ? rf_workspace_lend_rs(w, cfg, max_tokens, max_ctx) : NULL;
+    return s ? s : rf_runstate_alloc(cfg, max_tokens, max_ctx);
+}
+
+void rf_runstate_free(rf_runstate *s) {
+    rf_workspace *w = rf_workspace_current();
+    if (s && w && rf_workspace_return_rs(w, s)) return;
+    rf_runstate_release(s);
+}
+
+int rf_runstate_fits(const rf_runstate *s, int max_tokens, int max_ctx) {
+    return s->max_tokens >= max_tokens && s->max_ctx >= max_ctx && s->n_threads >= omp_get_max_threads();
+}
+
+size_t rf_runstate_bytes(const rf_runstate *s) { return s->bytes; }
+
+rf_runstate *rf_runstate_alloc(const rf_config *cfg, int max_tokens, int max_ctx) {
     rf_runstate *s = rf_calloc(1, sizeof *s);
     size_t T = (size_t)max_tokens, d = cfg->hidden_size, qd = (size_t)cfg->n_heads * cfg->head_dim,
            kvd = (size_t)cfg->n_kv_heads * cfg->head_dim, ffn = cfg->intermediate_size;
@@ -45,10 +65,12 @@ rf_runstate *rf_runstate_new(const rf_config *cfg, int max_tokens, int max_ctx) 
     s->hb = rf_aligned_alloc(T * ffn * sizeof(float));
     s->hb2 = rf_aligned_alloc(T * ffn * sizeof(float));
     s->scores = rf_aligned_alloc((size_t)s->n_threads * (max_ctx + T) * sizeof(float));
+    s->bytes = (2 * T * (d + qd + kvd + ffn) +
+                (size_t)s->n_threads * (max_ctx + T)) * sizeof(float);
     return s;
 }
 
-void rf_runstate_free(rf_runstate *s) {
+void rf_runstate_release(rf_runstate *s) {
     if (!s) return;
     free(s->x);
     free(s->xb);
@@ -222,11 +244,11 @@ int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch 
         rf_rope(s->k, b->pos, T, nkv, hd, cfg->rope_theta);
 
         /* append the new K/V: after main (unforked) or after each row's extension */
-        float *lk = c->k + (size_t)l * c->cap * kvd, *lv = c->v + (size_t)l * c->cap * kvd;
+        float *lk = c->k + rf_kv_main_off(c, l, 0), *lv = c->v + rf_kv_main_off(c, l, 0);
         for (int r = 0; r < R; r++) {
             float *dk, *dv;
             if (forked) {
-                size_t off = (((size_t)r * c->n_layers + l) * c->row_cap + c->row_len[r]) * kvd;
+                size_t off = rf_kv_row_off(c, r, l, c->row_len[r]);
                 dk = c->row_k + off;
                 dv = c->row_v + off;
             } else {
@@ -246,7 +268,7 @@ int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch 
             w.k0 = lk;
             w.v0 = lv;
             if (forked) {
-                size_t off = (((size_t)r * c->n_layers + l) * c->row_cap) * kvd;
+                size_t off = rf_kv_row_off(c, r, l, 0);
                 w.n0 = c->fork_len;
                 w.k1 = c->row_k + off;
                 w.v1 = c->row_v + off;

@@ -4,29 +4,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/workspace.h"
 #include "util/util.h"
 
-/* address of main entry i of layer l */
-static inline size_t main_off(const rf_kvcache *c, int l, int i) {
-    return ((size_t)l * c->cap + i) * c->kv_dim;
-}
-/* address of row r's extension entry i of layer l */
-static inline size_t row_off(const rf_kvcache *c, int r, int l, int i) {
-    return (((size_t)r * c->n_layers + l) * c->row_cap + i) * c->kv_dim;
-}
+#define main_off rf_kv_main_off
+#define row_off rf_kv_row_off
 
 void rf_kv_init(rf_kvcache *c, const rf_config *cfg, int cap) {
     memset(c, 0, sizeof *c);
     c->n_layers = cfg->n_layers;
     c->kv_dim = cfg->n_kv_heads * cfg->head_dim;
     c->cap = cap;
-    size_t n = (size_t)c->n_layers * cap * c->kv_dim * sizeof(float);
-    c->k = rf_aligned_alloc(n);
-    c->v = rf_aligned_alloc(n);
+    size_t n = (size_t)c->n_layers * cap * c->kv_dim;
+    rf_workspace *w = rf_workspace_current();
+    if (w && rf_workspace_lend_kv(w, c, n, (size_t)cap) == 0) return;
+    c->k = rf_aligned_alloc(n * sizeof(float));
+    c->v = rf_aligned_alloc(n * sizeof(float));
     c->pos = rf_calloc((size_t)cap, sizeof(int));
 }
 
 void rf_kv_free(rf_kvcache *c) {
+    if (c->lender) {
+        rf_workspace_return_kv(c->lender, c);
+        memset(c, 0, sizeof *c);
+        return;
+    }
     free(c->k);
     free(c->v);
     free(c->pos);
@@ -45,17 +47,21 @@ void rf_kv_crop(rf_kvcache *c, int len) {
 void rf_kv_fork(rf_kvcache *c, int n_rows, int row_cap) {
     if (n_rows <= 0 || row_cap <= 0) rf_die("kv fork into %d rows of %d", n_rows, row_cap);
     size_t need = (size_t)n_rows * c->n_layers * row_cap * c->kv_dim;
-    size_t have = (size_t)c->rows_alloc * c->n_layers * c->row_cap * c->kv_dim;
-    if (need > have || n_rows > c->rows_alloc) {
+    /* row_pos holds need / (n_layers * kv_dim) ints: it fits whenever row_k does */
+    if (need > c->row_floats_alloc || n_rows > c->rows_alloc) {
+        if (need < c->row_floats_alloc) need = c->row_floats_alloc;
+        int rows = n_rows > c->rows_alloc ? n_rows : c->rows_alloc;
         free(c->row_k);
         free(c->row_v);
         free(c->row_pos);
         free(c->row_len);
         c->row_k = rf_aligned_alloc(need * sizeof(float));
         c->row_v = rf_aligned_alloc(need * sizeof(float));
-        c->row_pos = rf_calloc((size_t)n_rows * row_cap, sizeof(int));
-        c->row_len = rf_calloc((size_t)n_rows, sizeof(int));
-        c->rows_alloc = n_rows;
+        c->row_pos = rf_calloc(need / ((size_t)c->n_layers * c->kv_dim) + 1, sizeof(int));
+        c->row_len = rf_calloc((size_t)rows, sizeof(int));
+        c->rows_alloc = rows;
+        c->row_floats_alloc = need;
+        if (c->lender) rf_workspace_note_alloc(c->lender);
     }
     c->n_rows = n_rows;
     c->row_cap = row_cap;
@@ -119,10 +125,4 @@ int rf_kv_commit_row(rf_kvcache *c, int r, int start, int count) {
 void rf_kv_unfork(rf_kvcache *c) {
     c->n_rows = 0;
     c->fork_len = 0;
-}
-
-size_t rf_kv_bytes(const rf_kvcache *c) {
-    return 2 * ((size_t)c->n_layers * c->cap * c->kv_dim +
-                (size_t)c->rows_alloc * c->n_layers * c->row_cap * c->kv_dim) * sizeof(float) +
-           (size_t)c->cap * sizeof(int);
 }

@@ -27,7 +27,18 @@ typedef struct {
     int *row_len;        /* [n_rows] */
     float *row_k, *row_v;
     int *row_pos;        /* [n_rows][row_cap] */
+    size_t row_floats_alloc; /* capacity of row_k / row_v, in floats */
+    struct rf_workspace *lender; /* buffers borrowed from a session (workspace.h), or NULL */
 } rf_kvcache;
+
+/* Float offset of main entry i of layer l in k / v. */
+static inline size_t rf_kv_main_off(const rf_kvcache *c, int l, int i) {
+    return ((size_t)l * c->cap + i) * c->kv_dim;
+}
+/* Float offset of row r's extension entry i of layer l in row_k / row_v. */
+static inline size_t rf_kv_row_off(const rf_kvcache *c, int r, int l, int i) {
+    return (((size_t)r * c->n_layers + l) * c->row_cap + i) * c->kv_dim;
+}
 
 void rf_kv_init(rf_kvcache *c, const rf_config *cfg, int cap);
 void rf_kv_free(rf_kvcache *c);
@@ -44,7 +55,5 @@ void rf_kv_select_rows(rf_kvcache *c, const int *keep, int n_keep);
 int rf_kv_commit_row(rf_kvcache *c, int r, int start, int count);
 /* Drop all rows. */
 void rf_kv_unfork(rf_kvcache *c);
-/* Bytes held by the cache buffers. */
-size_t rf_kv_bytes(const rf_kvcache *c);
 
 #endif

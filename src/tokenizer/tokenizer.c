@@ -352,21 +352,33 @@ static int parse_config(rf_tokenizer *t, const char *cfg_path, char **eos_out) {
     return 0;
 }
 
+void rf_tok_files(const char *path, char **json, char **cfg) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        *json = rf_path_join(path, "tokenizer.json");
+        *cfg = rf_path_join(path, "tokenizer_config.json");
+    } else { /* a tokenizer.json: its config, if any, sits next to it */
+        *json = rf_strdup(path);
+        const char *slash = strrchr(path, '/');
+        char *dir = slash ? strndup(path, (size_t)(slash - path)) : rf_strdup(".");
+        *cfg = rf_path_join(dir, "tokenizer_config.json");
+        free(dir);
+    }
+}
+
+rf_tokenizer *rf_tok_for_model(const char *model_path, const char *override) {
+    if (override) return rf_tok_load(override);
+    if (!rf_tok_model_has_tokenizer(model_path))
+        return rf_set_error("%s: no tokenizer (tokenizer.json or GGUF tokenizer metadata)", model_path), NULL;
+    return rf_tok_load(model_path);
+}
+
 rf_tokenizer *rf_tok_load(const char *path) {
     struct stat st;
     if (stat(path, &st) != 0) return rf_set_error("%s: no such file or directory", path), NULL;
     if (rf_tok_is_gguf(path)) return rf_tok_load_gguf(path);
     char *json_path, *cfg_path;
-    if (S_ISDIR(st.st_mode)) {
-        json_path = rf_path_join(path, "tokenizer.json");
-        cfg_path = rf_path_join(path, "tokenizer_config.json");
-    } else { /* a tokenizer.json: its config, if any, sits next to it */
-        json_path = rf_strdup(path);
-        const char *slash = strrchr(path, '/');
-        char *dir = slash ? strndup(path, (size_t)(slash - path)) : rf_strdup(".");
-        cfg_path = rf_path_join(dir, "tokenizer_config.json");
-        free(dir);
-    }
+    rf_tok_files(path, &json_path, &cfg_path);
     rf_tokenizer *t = rf_calloc(1, sizeof *t);
     char *eos = NULL;
     json_t *root = NULL;

@@ -25,6 +25,14 @@ int rf_tok_is_gguf(const char *path);
 /* 1 if a model path (checkpoint directory or .gguf) carries a tokenizer:
  * DIR/tokenizer.json, or tokenizer.ggml.tokens in the GGUF file. */
 int rf_tok_model_has_tokenizer(const char *model_path);
+/* THE rule for where a tokenizer's files are. path: a tokenizer.json or a
+ * directory (a checkpoint) holding one; *json = that tokenizer.json, *cfg =
+ * the tokenizer_config.json beside it (which may not exist). Both malloc'd. */
+void rf_tok_files(const char *path, char **json, char **cfg);
+/* The tokenizer a program uses with a model: override (a --tokenizer
+ * option: file, directory or GGUF) when non-NULL, else the model's own
+ * (rf_tok_model_has_tokenizer). NULL + "<model>: no tokenizer (...)". */
+rf_tokenizer *rf_tok_for_model(const char *model_path, const char *override);
 /* Add the tokenizer.ggml.* metadata (tokens padded with unused "[PAD<i>]"
  * entries to the model's n_vocab, types, merges, pre-tokenizer, chat
  * template) to a GGUF writer. -1 if llama.cpp could not reproduce this

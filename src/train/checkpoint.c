@@ -24,6 +24,7 @@
 
 #include "model/model.h"
 #include "model/tensors.h"
+#include "tokenizer/tokenizer.h"
 #include "train/train.h"
 #include "util/util.h"
 
@@ -139,28 +140,22 @@ static int write_model_files(const rf_tmodel *m, const char *dir, const char *to
     staged[0] = 1;
     kill_point();
     if (!tok_src) return 0;
-    /* tokenizer files: from a directory, or a tokenizer.json plus its
-     * directory's tokenizer_config.json */
-    char *sdir = is_dir(tok_src) ? rf_strdup(tok_src) : NULL;
-    if (!sdir) {
-        sdir = rf_strdup(tok_src);
-        char *slash = strrchr(sdir, '/');
-        if (slash) *slash = 0;
-        else strcpy(sdir, ".");
-    }
+    /* the tokenizer's files, found by the tokenizer's own rule */
+    char *src[2];
+    rf_tok_files(tok_src, &src[0], &src[1]);
+    char *slash = strrchr(src[0], '/');
+    char *sdir = slash ? strndup(src[0], (size_t)(slash - src[0])) : rf_strdup(".");
     char *same_a = realpath(sdir, NULL), *same_b = realpath(dir, NULL);
     int same = same_a && same_b && !strcmp(same_a, same_b);
     free(same_a), free(same_b);
-    if (!same) {
-        for (int i = 2; i < 4 && !rc; i++) {
-            char *src = i == 2 && !is_dir(tok_src) ? rf_strdup(tok_src) : rf_path_join(sdir, SET_FILES[i]);
-            char *dst = set_path(dir, SET_FILES[i], suffix);
-            int had = exists(src);
-            rc = copy_if_exists(src, dst);
-            if (!rc && had) staged[i] = 1, kill_point();
-            free(src), free(dst);
-        }
+    for (int i = 2; i < 4 && !rc && !same; i++) {
+        char *dst = set_path(dir, SET_FILES[i], suffix);
+        int had = exists(src[i - 2]);
+        rc = copy_if_exists(src[i - 2], dst);
+        if (!rc && had) staged[i] = 1, kill_point();
+        free(dst);
     }
+    free(src[0]), free(src[1]);
     free(sdir);
     return rc;
 }

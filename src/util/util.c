@@ -24,8 +24,24 @@ const char *rf_last_error(void) { return g_err[0] ? g_err : "unknown error"; }
 
 void rf_print_error(void) { fprintf(stderr, "refusion: %s\n", rf_last_error()); }
 
+static _Thread_local jmp_buf *g_die_catch;
+
+jmp_buf *rf_die_catch(jmp_buf *j) {
+    jmp_buf *old = g_die_catch;
+    g_die_catch = j;
+    return old;
+}
+
 void rf_die(const char *fmt, ...) {
     va_list ap;
+    if (g_die_catch) { /* a library entry point takes it as an error return */
+        va_start(ap, fmt);
+        vsnprintf(g_err, sizeof g_err, fmt, ap);
+        va_end(ap);
+        jmp_buf *j = g_die_catch;
+        g_die_catch = NULL;
+        longjmp(*j, 1);
+    }
     va_start(ap, fmt);
     fprintf(stderr, "refusion: fatal: ");
     vfprintf(stderr, fmt, ap);

@@ -13,11 +13,20 @@
  * leave one line saying what is wrong and where in a thread-local buffer,
  * which callers (the CLI) print as "refusion: <message>". */
 void rf_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-const char *rf_last_error(void);
+/* part of the public API (include/refusion.h): exported from librefusion.so */
+__attribute__((visibility("default"))) const char *rf_last_error(void);
 /* Print "refusion: <last error>" to stderr. */
 void rf_print_error(void);
-/* Abort with a message for "cannot happen" states and failed allocations. */
+/* Abort with a message for "cannot happen" states and failed allocations:
+ * print it and exit(2), or, while a catch point is set on this thread,
+ * set it as the last error and longjmp there (the public API's entry points
+ * do this, so the library never exits; what the aborted call had allocated
+ * is leaked). */
 void rf_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* Set this thread's catch point (NULL: none); returns the previous one. It
+ * is cleared when taken. */
+#include <setjmp.h>
+jmp_buf *rf_die_catch(jmp_buf *j);
 
 /* ---- memory -------------------------------------------------------------- */
 void *rf_malloc(size_t n);            /* dies on failure */

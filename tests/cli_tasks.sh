@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tasks_cli.sh - `refusion tasks` and `refusion eval` end to end:
+# cli_tasks.sh - `refusion tasks` and `refusion eval` end to end:
 #  - the suite is byte-identical for a seed, its test set does not change
 #    with the training size, and no test query is in the training set;
 #  - eval --answers scores the reference responses 100% and corrupted ones
@@ -10,7 +10,7 @@
 # JSON is inspected with node (a declared dependency).
 set -u
 BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
-T=$(mktemp -d /tmp/rf_tasks_cli.XXXXXX)
+T=$(mktemp -d /tmp/rf_cli_tasks.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fails=0
 pass=0
@@ -123,5 +123,5 @@ expect_fail 1 "config.json" eval -m "$T/nomodel" --data "$T/a/test.json"
 expect_fail 1 "context" eval -m "$T/m" --data "$T/a/test.json" --gen-length 5000 --quiet -o "$T/res/y"
 expect_fail 1 "steps" eval -m "$T/m" --data "$T/a/test.json" --decoder mdm --gen-length 16 --blocks 4 --steps 2 --quiet -o "$T/res/y"
 
-echo "tasks_cli: $pass checks passed, $fails failed"
+echo "cli_tasks: $pass checks passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -1,4 +1,4 @@
-/* tasks_mdm.c - the masked-diffusion baseline decoder (src/decode/mdm.c) on a
+/* decode_mdm.c - the masked-diffusion baseline decoder (src/decode/mdm.c) on a
  * random in-memory model:
  *  1. greedy output equals a second, naive implementation of LLaDA's
  *     generate written here from its description: full logits from the
@@ -261,5 +261,5 @@ int main(void) {
               "longer than the context: %s", rf_last_error());
     }
     rf_model_free(&m);
-    return check_summary("tasks_mdm");
+    return check_summary("decode_mdm");
 }

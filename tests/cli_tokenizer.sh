@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tokenizer_cli.sh - `refusion tokenize` and `refusion tokenizer-train` from
+# cli_tokenizer.sh - `refusion tokenize` and `refusion tokenizer-train` from
 # the command line: round trips, the chat template, and bad input (invalid
 # UTF-8, malformed tokenizer.json, bad ids) giving one clear error line and a
 # non-zero status, never a crash. Needs no network: it trains its own small
@@ -84,4 +84,4 @@ rc=$?
 [ $rc -eq 1 ] && [ "$(wc -l < "$WORK/out")" -eq 2 ] && grep -q '"ids"' "$WORK/out" && grep -q 'line 2' "$WORK/err" \
   && ok "--jsonl: a bad line is reported, the rest answered" || bad "--jsonl bad line: rc $rc $(cat "$WORK/err")"
 
-[ $n_fail -eq 0 ] && echo "tokenizer_cli: all passed" || { echo "tokenizer_cli: $n_fail failed" >&2; exit 1; }
+[ $n_fail -eq 0 ] && echo "cli_tokenizer: all passed" || { echo "cli_tokenizer: $n_fail failed" >&2; exit 1; }

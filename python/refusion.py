@@ -1,0 +1,233 @@
+"""refusion.py - Python binding of librefusion (include/refusion.h) with ctypes.
+
+No compiled extension: the shared library is found through $REFUSION_LIB (a
+path to librefusion.so), then the directories of $LD_LIBRARY_PATH, then the
+system's loader (ctypes.util.find_library).
+
+    import refusion
+    m = refusion.Model("models/refusion-demo")
+    ids = m.tokenize("What is 2+3?", chat=True)
+    s = m.session()
+    out = s.generate(ids, method="refusion", gen_length=32, n_blocks=1,
+                     on_tokens=lambda new: print(m.detokenize(new), end=""))
+    print(m.detokenize(out))
+"""
+import ctypes
+import ctypes.util
+import os
+
+__all__ = ["Model", "Session", "RefusionError", "load_library"]
+
+METHODS = {"refusion": 0, "ar": 1, "mdm": 2}
+AR_VERIFY = {"off": 0, "correct": 1, "first": 2, "both": 3}
+
+
+class RefusionError(RuntimeError):
+    """A librefusion call failed; the message is rf_last_error()."""
+
+
+_TOKEN_CB = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_int32), ctypes.c_int, ctypes.c_void_p)
+
+
+class _Params(ctypes.Structure):
+    _fields_ = [
+        ("method", ctypes.c_int),
+        ("gen_length", ctypes.c_int),
+        ("slot_size", ctypes.c_int),
+        ("n_blocks", ctypes.c_int),
+        ("slot_threshold", ctypes.c_float),
+        ("token_threshold", ctypes.c_float),
+        ("ar_verify", ctypes.c_int),
+        ("mdm_steps", ctypes.c_int),
+        ("temperature", ctypes.c_float),
+        ("top_k", ctypes.c_int),
+        ("top_p", ctypes.c_float),
+        ("seed", ctypes.c_uint64),
+        ("on_tokens", _TOKEN_CB),
+        ("user", ctypes.c_void_p),
+        ("cancel", ctypes.POINTER(ctypes.c_int)),
+    ]
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [
+        ("n_tokens", ctypes.c_int),
+        ("hit_eos", ctypes.c_int),
+        ("n_calls", ctypes.c_int),
+        ("seconds", ctypes.c_double),
+    ]
+
+
+_lib = None
+
+
+def load_library(path=None):
+    """Load librefusion (once) and declare the signatures."""
+    global _lib
+    if _lib is not None and path is None:
+        return _lib
+    cands = [path, os.environ.get("REFUSION_LIB")]
+    for d in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
+        if d:
+            cands.append(os.path.join(d, "librefusion.so.0"))
+    cands.append(ctypes.util.find_library("refusion"))
+    err = None
+    for c in cands:
+        if not c:
+            continue
+        try:
+            lib = ctypes.CDLL(c)
+            break
+        except OSError as e:
+            err = e
+    else:
+        raise RefusionError("librefusion not found (set REFUSION_LIB): %s" % err)
+    P, I, C = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
+    I32P = ctypes.POINTER(ctypes.c_int32)
+    sig = {
+        "rf_last_error": (C, []),
+        "rf_version": (C, []),
+        "rf_model_open": (P, [C]),
+        "rf_model_close": (None, [P]),
+        "rf_model_n_vocab": (I, [P]),
+        "rf_model_n_ctx": (I, [P]),
+        "rf_model_eos_id": (I, [P]),
+        "rf_model_mask_id": (I, [P]),
+        "rf_tokenizer_open": (P, [P]),
+        "rf_tokenizer_close": (None, [P]),
+        "rf_tokenize": (I, [P, C, I, I32P, I]),
+        "rf_detokenize": (I, [P, I32P, I, I, C, I]),
+        "rf_params_default": (_Params, []),
+        "rf_session_new": (P, [P]),
+        "rf_session_free": (None, [P]),
+        "rf_session_bytes": (ctypes.c_size_t, [P]),
+        "rf_generate": (I, [P, I32P, I, ctypes.POINTER(_Params), I32P, I, ctypes.POINTER(_Stats)]),
+    }
+    for name, (res, args) in sig.items():
+        f = getattr(lib, name)
+        f.restype = res
+        f.argtypes = args
+    _lib = lib
+    return lib
+
+
+def _error():
+    return RefusionError(_lib.rf_last_error().decode("utf-8", "replace"))
+
+
+def _ids(seq):
+    arr = (ctypes.c_int32 * max(len(seq), 1))(*seq)
+    return arr, len(seq)
+
+
+class Model:
+    """A checkpoint directory or .gguf file, with its tokenizer when it has one."""
+
+    def __init__(self, path, lib=None):
+        load_library(lib)
+        self._h = _lib.rf_model_open(os.fsencode(path))
+        if not self._h:
+            raise _error()
+        self._tok = _lib.rf_tokenizer_open(self._h)  # None when the model has none
+
+    def close(self):
+        if getattr(self, "_tok", None):
+            _lib.rf_tokenizer_close(self._tok)
+            self._tok = None
+        if getattr(self, "_h", None):
+            _lib.rf_model_close(self._h)
+            self._h = None
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def n_vocab(self):
+        return _lib.rf_model_n_vocab(self._h)
+
+    @property
+    def eos_id(self):
+        return _lib.rf_model_eos_id(self._h)
+
+    def _need_tok(self):
+        if not self._tok:
+            raise RefusionError("this model has no tokenizer")
+
+    def tokenize(self, text, chat=False):
+        self._need_tok()
+        b = text.encode("utf-8")
+        n = _lib.rf_tokenize(self._tok, b, int(chat), None, 0)
+        if n < 0:
+            raise _error()
+        buf = (ctypes.c_int32 * max(n, 1))()
+        _lib.rf_tokenize(self._tok, b, int(chat), buf, n)
+        return list(buf[:n])
+
+    def detokenize(self, ids, skip_special=True):
+        self._need_tok()
+        arr, n = _ids(ids)
+        need = _lib.rf_detokenize(self._tok, arr, n, int(skip_special), None, 0)
+        if need < 0:
+            raise _error()
+        buf = ctypes.create_string_buffer(need + 1)
+        _lib.rf_detokenize(self._tok, arr, n, int(skip_special), buf, need + 1)
+        return buf.raw[:need].decode("utf-8", "replace")
+
+    def session(self):
+        return Session(self)
+
+
+class Session:
+    """Owns the KV cache and buffers; reuse it for many generate calls."""
+
+    def __init__(self, model):
+        self.model = model  # keeps the model alive
+        self._h = _lib.rf_session_new(model._h)
+        if not self._h:
+            raise _error()
+        self.stats = None
+
+    def close(self):
+        if getattr(self, "_h", None):
+            _lib.rf_session_free(self._h)
+            self._h = None
+
+    __del__ = close
+
+    @property
+    def bytes(self):
+        return _lib.rf_session_bytes(self._h)
+
+    def generate(self, prompt_ids, method="refusion", on_tokens=None, cancel=None, ar_verify="off", **kw):
+        """Answer ids for prompt_ids. Keyword arguments are the rf_params fields
+        (gen_length, slot_size, n_blocks, slot_threshold, token_threshold,
+        mdm_steps, temperature, top_k, top_p, seed). on_tokens(list_of_ids) is
+        called as tokens become final. cancel: a ctypes.c_int that another
+        thread may set to 1 to stop the generation."""
+        p = _lib.rf_params_default()
+        p.method = METHODS[method]
+        p.ar_verify = AR_VERIFY[ar_verify] if isinstance(ar_verify, str) else int(ar_verify)
+        for k, v in kw.items():
+            if k not in dict(_Params._fields_) or k in ("method", "on_tokens", "user", "cancel"):
+                raise TypeError("unknown generate parameter %r" % k)
+            setattr(p, k, v)
+        if on_tokens is not None:
+            cb = _TOKEN_CB(lambda ids, n, user: on_tokens(list(ids[:n])))
+            p.on_tokens = cb
+        if cancel is not None:
+            p.cancel = ctypes.pointer(cancel)
+        arr, n = _ids(prompt_ids)
+        cap = max(p.gen_length + p.slot_size, 1)
+        out = (ctypes.c_int32 * cap)()
+        st = _Stats()
+        k = _lib.rf_generate(self._h, arr, n, ctypes.byref(p), out, cap, ctypes.byref(st))
+        if k < 0:
+            raise _error()
+        self.stats = {"n_tokens": st.n_tokens, "hit_eos": bool(st.hit_eos),
+                      "n_calls": st.n_calls, "seconds": st.seconds}
+        return list(out[:min(k, cap)])

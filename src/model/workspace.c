@@ -1,0 +1,127 @@
+/* workspace.c - a session's KV cache and run state, lent to the decoders
+ * (see workspace.h). */
+#include "model/workspace.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h"
+
+struct rf_workspace {
+    /* main cache */
+    float *k, *v;
+    int *pos;
+    size_t kv_floats, pos_cap;
+    int kv_lent;
+    /* forked rows: kept with their capacities between generations */
+    float *row_k, *row_v;
+    int *row_pos, *row_len;
+    size_t row_floats_alloc;
+    int rows_alloc;
+    /* forward scratch */
+    rf_runstate *rs;
+    int rs_tokens, rs_ctx; /* the sizes rs was made for */
+    int rs_lent;
+    size_t allocs;
+};
+
+static _Thread_local rf_workspace *current;
+
+rf_workspace *rf_workspace_new(void) { return rf_calloc(1, sizeof(rf_workspace)); }
+
+void rf_workspace_free(rf_workspace *w) {
+    if (!w) return;
+    if (current == w) current = NULL;
+    free(w->k);
+    free(w->v);
+    free(w->pos);
+    free(w->row_k);
+    free(w->row_v);
+    free(w->row_pos);
+    free(w->row_len);
+    rf_runstate_release(w->rs);
+    free(w);
+}
+
+rf_workspace *rf_workspace_attach(rf_workspace *w) {
+    rf_workspace *old = current;
+    current = w;
+    return old;
+}
+
+rf_workspace *rf_workspace_current(void) { return current; }
+size_t rf_workspace_allocs(const rf_workspace *w) { return w->allocs; }
+void rf_workspace_note_alloc(rf_workspace *w) { w->allocs++; }
+
+size_t rf_workspace_bytes(const rf_workspace *w) {
+    return 2 * (w->kv_floats + w->row_floats_alloc) * sizeof(float) + w->pos_cap * sizeof(int) +
+           (w->rs ? rf_runstate_bytes(w->rs) : 0);
+}
+
+void rf_workspace_reset(rf_workspace *w) {
+    /* a cache or run state lent when the generation was aborted still points
+     * at these buffers from a dead stack frame: forget it, keep the buffers */
+    w->kv_lent = 0;
+    w->rs_lent = 0;
+}
+
+int rf_workspace_lend_kv(rf_workspace *w, rf_kvcache *c, size_t kv_floats, size_t cap) {
+    if (w->kv_lent) return -1;
+    if (kv_floats > w->kv_floats) {
+        free(w->k);
+        free(w->v);
+        w->k = rf_aligned_alloc(kv_floats * sizeof(float));
+        w->v = rf_aligned_alloc(kv_floats * sizeof(float));
+        w->kv_floats = kv_floats;
+        w->allocs++;
+    }
+    if (cap > w->pos_cap) {
+        free(w->pos);
+        w->pos = rf_calloc(cap, sizeof(int));
+        w->pos_cap = cap;
+        w->allocs++;
+    }
+    c->k = w->k;
+    c->v = w->v;
+    c->pos = w->pos;
+    c->row_k = w->row_k;
+    c->row_v = w->row_v;
+    c->row_pos = w->row_pos;
+    c->row_len = w->row_len;
+    c->row_floats_alloc = w->row_floats_alloc;
+    c->rows_alloc = w->rows_alloc;
+    c->lender = w;
+    w->kv_lent = 1;
+    return 0;
+}
+
+void rf_workspace_return_kv(rf_workspace *w, rf_kvcache *c) {
+    /* the rows may have grown while lent (rf_kv_fork) */
+    w->row_k = c->row_k;
+    w->row_v = c->row_v;
+    w->row_pos = c->row_pos;
+    w->row_len = c->row_len;
+    w->row_floats_alloc = c->row_floats_alloc;
+    w->rows_alloc = c->rows_alloc;
+    w->kv_lent = 0;
+}
+
+rf_runstate *rf_workspace_lend_rs(rf_workspace *w, const rf_config *cfg, int max_tokens, int max_ctx) {
+    if (w->rs_lent) return NULL;
+    if (!w->rs || !rf_runstate_fits(w->rs, max_tokens, max_ctx)) {
+        /* grow to cover this request and every earlier one */
+        if (max_tokens > w->rs_tokens) w->rs_tokens = max_tokens;
+        if (max_ctx > w->rs_ctx) w->rs_ctx = max_ctx;
+        rf_runstate_release(w->rs);
+        w->rs = rf_runstate_alloc(cfg, w->rs_tokens, w->rs_ctx);
+        w->allocs++;
+    }
+    w->rs_lent = 1;
+    return w->rs;
+}
+
+int rf_workspace_return_rs(rf_workspace *w, rf_runstate *s) {
+    if (s != w->rs) return 0;
+    w->rs_lent = 0;
+    return 1;
+}
