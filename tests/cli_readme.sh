@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# cli_readme.sh - README.md stays true: every `./build/refusion ...` and
+# `curl ...` line of its command blocks runs as written (in a scratch
+# directory holding the repository's models/, with ./build/refusion the
+# binary under test) and exits 0, except the ones too big or slow for CI or
+# interactive: 0.6B / 8B checkpoints, training, the paper's checkpoint,
+# `eval` and `probe` over 30 examples (minutes on a loaded 2-core machine;
+# tests/cli_tasks.sh and cli_probe.sh run both), `chat` (cli_options.sh
+# drives it in a pseudo-terminal), scripts/*. The HTTP block runs against the server it starts (its
+# port moved to a free one); the demo model's answers must be right: the
+# code task's function, the streamed answer cut before the "return" stop,
+# /metrics counting the requests.
+set -u
+BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
+SRC=${REFUSION_SRC:-$(dirname "$0")/..}
+command -v curl >/dev/null || { echo "FAIL: curl is needed (scripts/install-deps.sh)" >&2; exit 1; }
+T=$(mktemp -d /tmp/rf_cli_readme.XXXXXX)
+SPID=""
+cleanup() {
+  [ -n "$SPID" ] && kill -KILL "$SPID" 2>/dev/null
+  rm -rf "$T"
+}
+trap cleanup EXIT
+fails=0
+pass=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+W=$T/w
+mkdir -p "$W/build"
+ln -s "$(cd "$SRC" && pwd)/models" "$W/models"
+ln -s "$BIN" "$W/build/refusion"
+cd "$W" || exit 1
+
+# the command lines: indented four spaces, starting with the binary, a pipe into it, or curl
+grep -E '^    (\./build/refusion |echo .*\| \./build/refusion |curl )' "$SRC/README.md" | sed 's/^    //' >"$T/all"
+grep -vE -- '--preset (0\.6b|8b)|/tmp/qwen3-8b|runs/paper/| train | chat | eval | probe |scripts/' "$T/all" >"$T/run"
+[ "$(wc -l <"$T/run")" -ge 10 ] && ok || bad "only $(wc -l <"$T/run") README commands found"
+PORT=$((20000 + $$ % 20000))
+n=0
+while IFS= read -r line; do
+  n=$((n + 1))
+  line=${line//8080/$PORT}
+  case "$line" in
+  *"serve "*"&"*)
+    eval "${line%&} 2>\"$T/server.log\" &"
+    SPID=$!
+    for _ in $(seq 1 100); do grep -q "listening on" "$T/server.log" 2>/dev/null && break; sleep 0.1; done
+    grep -q "listening on" "$T/server.log" && ok || bad "README serve did not start: $(cat "$T/server.log")"
+    ;;
+  *)
+    timeout 120 bash -c "$line" >"$T/out.$n" 2>"$T/err.$n" </dev/null
+    rc=$?
+    [ $rc -eq 0 ] && ok || bad "README command exits $rc: $line: $(tail -c 300 "$T/err.$n")"
+    ;;
+  esac
+  echo "$line" >"$T/cmd.$n"
+done <"$T/run"
+
+# the answers the README promises
+out_of() { grep -lF -- "$1" "$T"/cmd.* | head -1 | sed 's/cmd/out/'; }
+f=$(out_of 'multiply by 3, then add 2." --slot-size')
+grep -q '"text":"def f(x):\\n    y = x \* 3\\n    y = y + 2\\n    return y"' "$f" 2>/dev/null && ok || bad "generate (code task): $(head -c 300 "$f")"
+f=$(out_of 'add 4, then multiply by 2')
+grep -q 'y = x + 4' "$f" 2>/dev/null && grep -q 'y = y \* 2' "$f" && ok || bad "generate from stdin: $(head -c 300 "$f")"
+f=$(out_of 'then add 2."}]}')
+grep -q 'def f(x):\\n    y = x \* 3\\n    y = y + 2\\n    return y' "$f" 2>/dev/null && ok || bad "HTTP chat: $(head -c 400 "$f")"
+f=$(out_of '"stop": ["return"]')
+text=$(sed -n 's/^data: //p' "$f" | grep -v '^\[DONE\]' | node -e '
+  let t = ""; for (const l of require("fs").readFileSync(0, "utf8").trim().split("\n")) { const o = JSON.parse(l); if (o.choices.length) t += o.choices[0].delta.content || ""; }
+  process.stdout.write(t)' 2>/dev/null)
+case "$text" in *"y = x + 5"*) case "$text" in *return*) bad "stop ignored: $text" ;; *) ok ;; esac ;; *) bad "HTTP stream: '$text' $(head -c 300 "$f")" ;; esac
+grep -q 'data: \[DONE\]' "$f" && grep -q '"choices":\[\],.*"usage":{"prompt_tokens"' "$f" && ok || bad "stream: no usage chunk / [DONE]"
+f=$(out_of 'localhost:'"$PORT"'/metrics')
+grep -qE '^refusion_requests_total [2-9]' "$f" 2>/dev/null && ok || bad "/metrics: $(head -c 300 "$f")"
+
+if [ -n "$SPID" ]; then
+  kill -TERM "$SPID"
+  wait "$SPID" 2>/dev/null
+  SPID=""
+fi
+echo "cli_readme: $pass checks passed, $fails failed ($n README commands run)"
+[ $fails -eq 0 ]
