@@ -41,7 +41,7 @@ static void test_table(void) {
     const rf_opt *t = rf_decode_table;
     int n = rf_decode_table_n;
     for (int i = 0; i < n; i++) {
-        CHECK(t[i].name && t[i].help && t[i].metavar, "row %d incomplete", i);
+        CHECK(t[i].name && t[i].help && (t[i].metavar || t[i].type == RF_OPT_FLAG), "row %d incomplete", i);
         for (int j = i + 1; j < n; j++) {
             CHECK(strcmp(t[i].name, t[j].name), "--%s twice", t[i].name);
             CHECK(!t[i].letter || t[i].letter != t[j].letter, "-%c twice", t[i].letter);

@@ -112,6 +112,9 @@ req a1s POST /v1/completions "{\"prompt\": \"$P\", \"mode\": \"ar\", \"max_token
 # ReFusion settings from the request
 req x1 POST /v1/completions "{\"prompt\": \"$P\", \"max_tokens\": 20, \"slot_size\": 2, \"serial_num_blocks\": 3, \"slot_threshold\": 0.1, \"token_threshold\": 0.2}"
 ref r_x1 --no-chat -p "$P" -n 20 --slot-size 2 --blocks 3 --slot-threshold 0.1 --token-threshold 0.2
+# AR-verified with this project's call savers (REFUSION.md 3b-3d), from the request
+req v1 POST /v1/completions "{\"prompt\": \"$P\", \"max_tokens\": 20, \"slot_size\": 2, \"serial_num_blocks\": 10, \"token_threshold\": 0.5, \"ar_verify\": \"both\", \"lookahead\": true, \"jacobi\": true}"
+ref r_v1 --no-chat -p "$P" -n 20 --slot-size 2 --blocks 10 --token-threshold 0.5 --ar-verify both --lookahead --jacobi
 # sampling with a seed is reproducible
 req t1 POST /v1/completions "{\"prompt\": \"$P\", \"temperature\": 0.8, \"seed\": 5}"
 ref r_t1 --no-chat -p "$P" -n 24 --temp 0.8 --seed 5
@@ -154,6 +157,8 @@ badreq b_context 400 POST /v1/completions '{"prompt": "x", "max_tokens": 300}'
 badreq b_vocab 400 POST /v1/completions '{"prompt": [1, 100000]}'
 badreq b_temp 400 POST /v1/completions '{"prompt": "x", "temperature": -1}'
 badreq b_stream 400 POST /v1/completions '{"prompt": "x", "stream": "yes"}'
+badreq b_jacobi 400 POST /v1/completions '{"prompt": "x", "jacobi": "yes", "ar_verify": "both"}'
+badreq b_jacobi_a 400 POST /v1/completions '{"prompt": "x", "jacobi": true}'
 badreq b_utf8 400 POST /v1/completions $'{"prompt": "\xff\xfe"}'
 badreq b_404 404 GET /v1/nothing ''
 badreq b_404post 404 POST /v1/embeddings '{"input": "x"}'
@@ -200,6 +205,7 @@ same('c1', 'r_c1', 'text_completion');
 same('h1', 'r_h1', 'chat.completion');
 same('a1', 'r_a1', 'text_completion');
 same('x1', 'r_x1', 'text_completion');
+same('v1', 'r_v1', 'text_completion');
 same('t1', 'r_t1', 'text_completion');
 same('i1', 'r_i1', 'text_completion');
 for (const k of [1, 2, 3]) same('par' + k, 'r_c1', 'text_completion');

@@ -34,6 +34,12 @@ const rf_opt rf_decode_table[] = {
     {"ar-verify", 0, NULL, "ar_verify", RF_OPT_CHOICE, 0, 0, 0, 0, "off|correct|first|both", D(ar_verify), "MODE",
      "refusion, beyond the paper (REFUSION.md 3b): correct = a rejected token becomes the AR head's "
      "choice, first = a slot's first token is checked by the AR head, both"},
+    {"lookahead", 0, NULL, "lookahead", RF_OPT_FLAG, 0, 0, 0, 0, NULL, G(lookahead), NULL,
+     "refusion, beyond the paper (REFUSION.md 3c): a global verification also feeds the next plan's "
+     "masks (same answer, fewer but wider calls)"},
+    {"jacobi", 0, NULL, "jacobi", RF_OPT_FLAG, 0, 0, 0, 0, NULL, G(jacobi), NULL,
+     "refusion, beyond the paper (REFUSION.md 3d; needs --ar-verify correct or both): infilling "
+     "re-verifies its drafts without re-drafting them (one call per iteration, not two)"},
     {"temp", 0, "temperature", "temperature", RF_OPT_FLOAT, 0, 1e6, 0, 0, NULL, G(temperature), "X",
      "sampling temperature, 0 = greedy (refusion: Gumbel-max planning)"},
     {"top-k", 0, NULL, "top_k", RF_OPT_INT, 0, 1000000000, 0, RF_HI_VOCAB, NULL, G(top_k), "N",

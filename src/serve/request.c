@@ -142,6 +142,13 @@ static int parse_row(json_t *v, const char *key, const rf_opt *row, const rf_mod
         }
         return 0;
     }
+    case RF_OPT_FLAG:
+        if (!json_is_boolean(v)) {
+            rf_set_error("\"%s\" must be true or false", key);
+            return -1;
+        }
+        *(int *)dst = json_is_true(v);
+        return 0;
     default: return 0;
     }
 }
