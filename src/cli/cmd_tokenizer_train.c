@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "tokenizer/tok_internal.h" /* rf_utf8_check */
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"
 

@@ -110,8 +110,6 @@ int rf_cp_byte(uint32_t cp);
  * truncated but so far valid sequence; -k if the first k bytes are an
  * ill-formed "maximal subpart" (Unicode 3.9, what U+FFFD replaces). */
 int rf_utf8_seq(const unsigned char *s, size_t n);
-/* 0 if s[0..n) is valid UTF-8, else -1 with *bad = offset of the first bad byte. */
-int rf_utf8_check(const char *s, size_t n, size_t *bad);
 /* Append s[0..n) to out, replacing ill-formed parts with U+FFFD. With
  * final == 0 a truncated sequence at the end is left unconsumed; returns
  * the number of bytes consumed. */

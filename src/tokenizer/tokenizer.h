@@ -47,6 +47,9 @@ int rf_tok_encode(const rf_tokenizer *t, const char *text, size_t len, int **ids
  * NULL if an id is out of range. */
 char *rf_tok_decode(const rf_tokenizer *t, const int *ids, int n, int skip_special);
 
+/* 0 if s[0..n) is valid UTF-8, else -1 with *bad = offset of the first bad byte. */
+int rf_utf8_check(const char *s, size_t n, size_t *bad);
+
 int rf_tok_vocab_size(const rf_tokenizer *t);      /* largest id + 1 */
 int rf_tok_id(const rf_tokenizer *t, const char *token); /* -1 if unknown */
 const char *rf_tok_piece(const rf_tokenizer *t, int id); /* raw vocab string */
