@@ -8,19 +8,11 @@
 #include "util/util.h"
 
 struct rf_workspace {
-    /* main cache */
-    float *k, *v;
-    int *pos;
-    size_t kv_floats, pos_cap;
+    rf_kvcache kv;          /* the cache's buffers (and row capacities) between generations */
+    size_t kv_floats, pos_cap; /* what kv.k / kv.v and kv.pos hold */
     int kv_lent;
-    /* forked rows: kept with their capacities between generations */
-    float *row_k, *row_v;
-    int *row_pos, *row_len;
-    size_t row_floats_alloc;
-    int rows_alloc;
-    /* forward scratch */
-    rf_runstate *rs;
-    int rs_tokens, rs_ctx; /* the sizes rs was made for */
+    rf_runstate *rs;        /* forward scratch */
+    int rs_tokens, rs_ctx;  /* the sizes rs was made for */
     int rs_lent;
     size_t allocs;
 };
@@ -32,13 +24,8 @@ rf_workspace *rf_workspace_new(void) { return rf_calloc(1, sizeof(rf_workspace))
 void rf_workspace_free(rf_workspace *w) {
     if (!w) return;
     if (current == w) current = NULL;
-    free(w->k);
-    free(w->v);
-    free(w->pos);
-    free(w->row_k);
-    free(w->row_v);
-    free(w->row_pos);
-    free(w->row_len);
+    w->kv.lender = NULL;
+    rf_kv_free(&w->kv);
     rf_runstate_release(w->rs);
     free(w);
 }
@@ -54,7 +41,7 @@ size_t rf_workspace_allocs(const rf_workspace *w) { return w->allocs; }
 void rf_workspace_note_alloc(rf_workspace *w) { w->allocs++; }
 
 size_t rf_workspace_bytes(const rf_workspace *w) {
-    return 2 * (w->kv_floats + w->row_floats_alloc) * sizeof(float) + w->pos_cap * sizeof(int) +
+    return 2 * (w->kv_floats + w->kv.row_floats_alloc) * sizeof(float) + w->pos_cap * sizeof(int) +
            (w->rs ? rf_runstate_bytes(w->rs) : 0);
 }
 
@@ -68,41 +55,33 @@ void rf_workspace_reset(rf_workspace *w) {
 int rf_workspace_lend_kv(rf_workspace *w, rf_kvcache *c, size_t kv_floats, size_t cap) {
     if (w->kv_lent) return -1;
     if (kv_floats > w->kv_floats) {
-        free(w->k);
-        free(w->v);
-        w->k = rf_aligned_alloc(kv_floats * sizeof(float));
-        w->v = rf_aligned_alloc(kv_floats * sizeof(float));
+        free(w->kv.k);
+        free(w->kv.v);
+        w->kv.k = rf_aligned_alloc(kv_floats * sizeof(float));
+        w->kv.v = rf_aligned_alloc(kv_floats * sizeof(float));
         w->kv_floats = kv_floats;
         w->allocs++;
     }
     if (cap > w->pos_cap) {
-        free(w->pos);
-        w->pos = rf_calloc(cap, sizeof(int));
+        free(w->kv.pos);
+        w->kv.pos = rf_calloc(cap, sizeof(int));
         w->pos_cap = cap;
         w->allocs++;
     }
-    c->k = w->k;
-    c->v = w->v;
-    c->pos = w->pos;
-    c->row_k = w->row_k;
-    c->row_v = w->row_v;
-    c->row_pos = w->row_pos;
-    c->row_len = w->row_len;
-    c->row_floats_alloc = w->row_floats_alloc;
-    c->rows_alloc = w->rows_alloc;
+    /* c's shape (set by rf_kv_init), w's buffers, nothing in it yet */
+    rf_kvcache shape = *c;
+    *c = w->kv;
+    c->n_layers = shape.n_layers;
+    c->kv_dim = shape.kv_dim;
+    c->cap = shape.cap;
+    c->len = c->n_rows = c->fork_len = c->row_cap = 0;
     c->lender = w;
     w->kv_lent = 1;
     return 0;
 }
 
 void rf_workspace_return_kv(rf_workspace *w, rf_kvcache *c) {
-    /* the rows may have grown while lent (rf_kv_fork) */
-    w->row_k = c->row_k;
-    w->row_v = c->row_v;
-    w->row_pos = c->row_pos;
-    w->row_len = c->row_len;
-    w->row_floats_alloc = c->row_floats_alloc;
-    w->rows_alloc = c->rows_alloc;
+    w->kv = *c; /* the rows may have grown while lent (rf_kv_fork) */
     w->kv_lent = 0;
 }
 
