@@ -59,7 +59,7 @@ GEN=${GEN_LENGTH:-128}
 VERIFIED="--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify both"
 FAST="$VERIFIED --jacobi"
 FAST4="--slot-size 4 --blocks 32 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify both --jacobi"
-HEAD_MODEL=${HEAD_MODEL:-refusion-aux5flr}
+HEAD_MODEL=${HEAD_MODEL:-refusion-aux8f7}
 EVALS=${EVALS:-"ar|ar|ar|
 ar-base|base|ar|
 refusion-0.9-0.4|refusion|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.9 --token-threshold 0.4
@@ -72,10 +72,10 @@ refusion-aux3lr-ar|refusion-aux3lr|ar|
 refusion-aux3lr-fast|refusion-aux3lr|refusion|$FAST
 refusion-aux3flr-ar|refusion-aux3flr|ar|
 refusion-aux3flr-fast|refusion-aux3flr|refusion|$FAST
+refusion-aux5flr-ar|refusion-aux5flr|ar|
+refusion-aux5flr-fast|refusion-aux5flr|refusion|$FAST
 refusion-aux5f-ar|refusion-aux5f|ar|
 refusion-aux5f-fast|refusion-aux5f|refusion|$FAST
-refusion-aux8f7-ar|refusion-aux8f7|ar|
-refusion-aux8f7-fast|refusion-aux8f7|refusion|$FAST
 head-ar|$HEAD_MODEL|ar|
 head-0.9-0.4|$HEAD_MODEL|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.9 --token-threshold 0.4
 head-0.7-0.2|$HEAD_MODEL|refusion|--slot-size 8 --blocks 2 --slot-threshold 0.7 --token-threshold 0.2
