@@ -206,11 +206,11 @@ int main(void) {
     for (int t = RF_CPU_AVX2; t <= RF_CPU_AMX; t++) {
         g_tier = rf_cpu_tier_str((rf_cpu_tier)t);
         if (rf_cpu_set_tier((rf_cpu_tier)t) != 0) {
-            printf("SKIPPED: %s (cpu lacks it)\n", g_tier);
+            printf("SKIPPED: %s (%s)\n", g_tier, t == RF_CPU_AMX ? "skipped: no AMX on this CPU, or the OS does not grant it" : "cpu lacks it");
             continue;
         }
-        if (rf_cpu_tier_active() != (rf_cpu_tier)t) { /* amx runs the avx512 kernels */
-            printf("SKIPPED: %s (no kernels of its own yet; it runs the %s ones)\n", g_tier, rf_cpu_tier_name());
+        if (rf_cpu_tier_active() != (rf_cpu_tier)t) { /* a build without AMX kernels */
+            printf("SKIPPED: %s (this build has no AMX kernels; it runs the %s ones)\n", g_tier, rf_cpu_tier_name());
             continue;
         }
         double worst = test_tier();

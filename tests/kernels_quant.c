@@ -321,11 +321,11 @@ int main(void) {
     for (int t = RF_CPU_AVX2; t <= RF_CPU_AMX; t++) {
         const char *tier = rf_cpu_tier_str((rf_cpu_tier)t);
         if (rf_cpu_set_tier((rf_cpu_tier)t) != 0) {
-            printf("SKIPPED: %s (cpu lacks it)\n", tier);
+            printf("SKIPPED: %s (%s)\n", tier, t == RF_CPU_AMX ? "skipped: no AMX on this CPU, or the OS does not grant it" : "cpu lacks it");
             continue;
         }
         if (rf_cpu_tier_active() != (rf_cpu_tier)t) {
-            printf("SKIPPED: %s (no kernels of its own yet; it runs the %s ones)\n", tier, rf_cpu_tier_name());
+            printf("SKIPPED: %s (this build has no AMX kernels; it runs the %s ones)\n", tier, rf_cpu_tier_name());
             continue;
         }
         printf("%s: worst relative error vs the quantised-activation reference %.3g\n", tier, test_matmuls(tier));

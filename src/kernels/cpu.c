@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "kernels/matmul_impl.h"
 #include "util/util.h"
 
 #define ARCH_REQ_XCOMP_PERM 0x1023 /* linux/arch/x86/include/uapi/asm/prctl.h */
@@ -45,8 +46,8 @@ static rf_cpu_tier detect(void) {
     return amx ? RF_CPU_AMX : RF_CPU_AVX512;
 }
 
-/* the kernels' best tier: AMX has no kernels of its own yet */
-static rf_cpu_tier runnable(rf_cpu_tier t) { return t > RF_CPU_AVX512 ? RF_CPU_AVX512 : t; }
+/* the kernels' best tier: amx only when its kernels were compiled */
+static rf_cpu_tier runnable(rf_cpu_tier t) { return t > RF_CPU_AVX512 && !rf_amx_built() ? RF_CPU_AVX512 : t; }
 
 static void init(void) {
     g_detected = detect();
@@ -66,7 +67,8 @@ static void init(void) {
         }
     }
     if (want == RF_CPU_AMX && !g_note[0])
-        snprintf(g_note, sizeof g_note, "amx detected; there are no AMX kernels yet, running avx512");
+        snprintf(g_note, sizeof g_note, rf_amx_built() ? "amx: bf16 tile kernels, not yet verified on AMX hardware"
+                                                       : "amx detected; this build has no AMX kernels, running avx512");
     g_active = runnable(want);
 }
 

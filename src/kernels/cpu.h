@@ -9,9 +9,12 @@
  *   avx512  AVX-512 F/BW/VL/DQ plus BF16 (vdpbf16ps) and VNNI (vpdpbusd):
  *           Cooper Lake / Sapphire Rapids and later, AMD Zen 4 and later. A
  *           CPU with AVX-512 but without BF16 + VNNI (Skylake-X) is avx2.
- *   amx     avx512 plus AMX-TILE/BF16/INT8 with the OS's permission.
- *           Detected and reported, but there are no AMX kernels yet: at this
- *           tier the avx512 kernels run (rf_cpu_tier_name says "avx512").
+ *   amx     avx512 plus AMX-TILE/BF16/INT8 with the OS's permission. bf16
+ *           weights run on TDPBF16PS tiles (matmul_amx.c, UNVERIFIED on AMX
+ *           hardware: tested only through a C emulation of the tile ops);
+ *           every other dtype runs the avx512 kernels. A build whose
+ *           compiler lacks -mamx-* has no AMX kernels: then amx runs as
+ *           avx512 (rf_cpu_tier_name says "avx512").
  *
  * REFUSION_CPU=avx2|avx512|amx (read once, at the first use) asks for a tier.
  * A lower tier than the CPU's is used as asked. A higher one than the CPU
@@ -26,7 +29,7 @@ typedef enum { RF_CPU_AVX2 = 0, RF_CPU_AVX512 = 1, RF_CPU_AMX = 2 } rf_cpu_tier;
 /* The best tier this CPU + OS supports (cached after the first call). */
 rf_cpu_tier rf_cpu_tier_detected(void);
 /* The tier the kernels dispatch on now (REFUSION_CPU applied, capped at
- * what the kernels have: amx runs the avx512 kernels). */
+ * what the kernels have). */
 rf_cpu_tier rf_cpu_tier_active(void);
 /* "avx2", "avx512" or "amx" for a tier; rf_cpu_tier_name() for the active one. */
 const char *rf_cpu_tier_str(rf_cpu_tier t);
@@ -35,7 +38,8 @@ const char *rf_cpu_tier_name(void);
  * -1 and rf_last_error() when the CPU lacks it; the tier is unchanged. */
 int rf_cpu_set_tier(rf_cpu_tier t);
 /* A one-line note about REFUSION_CPU (a tier the CPU lacks, an unknown
- * name, AMX detected but run as avx512), or "" when there is none. */
+ * name) or the amx tier (its kernels unverified, or absent from this
+ * build), or "" when there is none. */
 const char *rf_cpu_note(void);
 
 #endif

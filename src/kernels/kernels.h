@@ -19,7 +19,10 @@
  *                     be a multiple of 32. Results differ from the f32 dot
  *                     product of the dequantised weights by the activation
  *                     rounding (<= |w| max|x_block| / 254 per term).
- *   amx               detected, no kernels of its own yet (runs avx512).
+ *   amx               bf16: TDPBF16PS tiles (matmul_amx.c; 16 rows x up to
+ *                     64 tokens per weight load; UNVERIFIED on hardware,
+ *                     tested through a C emulation of the tile operations);
+ *                     the other dtypes run the avx512 kernels.
  * Everything accumulates in f32.
  *
  *  - rf_matmul with n = 1 is memory-bound: it must stream W once at full
@@ -52,6 +55,12 @@ typedef struct {
  * call rf_matmul. */
 int rf_matmul_bf16_act(void);
 void rf_matmul_set_bf16_act(int single);
+
+/* Frees the matmul's per-thread scratch buffers of the calling thread and
+ * of the OpenMP thread pool (a thread's are also freed when it exits). Call
+ * it at the end of a program (before a leak check); later rf_matmul calls
+ * allocate them again. Not while other threads run rf_matmul. */
+void rf_kernels_shutdown(void);
 
 /* Y[n, rows] = X[n, cols] . W[rows, cols]^T   (Y = X W^T, a Linear layer).
  * Threads over output rows with OpenMP; X rows are reused from cache. */

@@ -31,6 +31,7 @@
  * not used. */
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <immintrin.h>
@@ -235,36 +236,59 @@ static void matmul_range(float *Y, size_t ldy, const float *X, const rf_mat *W, 
     }
 }
 
-/* Per-thread f32 buffer for converted weight tiles, grown on demand. */
-static float *conv_buf(size_t nfloats) {
-    static _Thread_local float *buf;
-    static _Thread_local size_t cap;
-    if (nfloats > cap) {
-        free(buf);
-        buf = rf_aligned_alloc(nfloats * sizeof(float));
-        cap = nfloats;
-    }
-    return buf;
-}
+/* Per-thread scratch, grown on demand: the f32 buffer for converted weight
+ * tiles and the prepared activations (the calling thread's: a call made
+ * inside a parallel region has its own). Freed when the thread exits (a
+ * pthread key's destructor) and by rf_kernels_shutdown, so that
+ * LeakSanitizer sees nothing left behind. */
+typedef struct {
+    void *conv, *prep;
+    size_t conv_cap, prep_cap;
+} scratch;
+static _Thread_local scratch t_scratch;
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
 
-/* Per-thread byte buffer for the prepared activations, grown on demand
- * (the calling thread's: a call made inside a parallel region has its own). */
-static void *prep_buf(size_t bytes) {
-    static _Thread_local void *buf;
-    static _Thread_local size_t cap;
-    if (bytes > cap) {
-        free(buf);
-        buf = rf_aligned_alloc(bytes);
-        cap = bytes;
+static void scratch_free(void *p) {
+    scratch *s = p;
+    free(s->conv);
+    free(s->prep);
+    memset(s, 0, sizeof *s);
+}
+static void scratch_key_init(void) { (void)pthread_key_create(&g_scratch_key, scratch_free); }
+
+/* *buf with at least `bytes`, grown (contents not kept) */
+static void *scratch_get(void **buf, size_t *cap, size_t bytes) {
+    if (bytes > *cap) {
+        pthread_once(&g_scratch_once, scratch_key_init);
+        /* registered once per thread: the destructor frees it at exit */
+        if (!pthread_getspecific(g_scratch_key)) (void)pthread_setspecific(g_scratch_key, &t_scratch);
+        free(*buf);
+        *buf = rf_aligned_alloc(bytes);
+        *cap = bytes;
     }
-    return buf;
+    return *buf;
+}
+static float *conv_buf(size_t nfloats) {
+    return scratch_get(&t_scratch.conv, &t_scratch.conv_cap, nfloats * sizeof(float));
+}
+static void *prep_buf(size_t bytes) { return scratch_get(&t_scratch.prep, &t_scratch.prep_cap, bytes); }
+
+void rf_kernels_shutdown(void) {
+    scratch_free(&t_scratch);
+    if (omp_in_parallel()) return;
+    /* the OpenMP pool's threads stay alive: free theirs from inside them */
+#pragma omp parallel
+    scratch_free(&t_scratch);
 }
 
 /* Which kernel a call runs: per weight dtype and the active CPU tier. */
-typedef enum { PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX512_BF16, PATH_AVX512_FLOAT, PATH_AVX512_Q } mm_path;
+typedef enum { PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX512_BF16, PATH_AVX512_FLOAT, PATH_AVX512_Q, PATH_AMX_BF16 } mm_path;
 
-static mm_path choose_path(rf_dtype dt) {
+static mm_path choose_path(rf_dtype dt, int cols) {
     int avx512 = rf_cpu_tier_active() >= RF_CPU_AVX512;
+    /* amx: bf16 with whole 32-column chunks (the tile K); the rest avx512 */
+    if (dt == RF_BF16 && rf_cpu_tier_active() == RF_CPU_AMX && cols % 32 == 0) return PATH_AMX_BF16;
     if (dt == RF_Q8_0 || dt == RF_Q4_0) return avx512 ? PATH_AVX512_Q : PATH_AVX2_Q;
     if (dt == RF_BF16) return avx512 ? PATH_AVX512_BF16 : PATH_AVX2_FLOAT;
     return avx512 ? PATH_AVX512_FLOAT : PATH_AVX2_FLOAT; /* f32, f16 */
@@ -292,7 +316,7 @@ void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, in
     V.data = (const char *)W->data + (size_t)r0 * rf_dtype_row_bytes(W->dtype, W->cols);
     V.rows = nr;
     /* the activations in the layout the chosen kernel reads, once per call */
-    mm_path path = choose_path(W->dtype);
+    mm_path path = choose_path(W->dtype, W->cols);
     const void *xp = X;
     int single = 0;
     if (path == PATH_AVX2_Q) {
@@ -307,6 +331,11 @@ void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, in
         single = rf_matmul_bf16_act();
         void *b = prep_buf(rf_bf16_prep_avx512_bytes(n, W->cols, single));
         rf_bf16_prep_avx512(b, X, n, W->cols, single);
+        xp = b;
+    } else if (path == PATH_AMX_BF16) {
+        single = rf_matmul_bf16_act();
+        void *b = prep_buf(rf_bf16_prep_amx_bytes(n, W->cols, single));
+        rf_bf16_prep_amx(b, X, n, W->cols, single);
         xp = b;
     }
     /* Threads take chunks of rows (multiples of 12, so of both row tiles)
@@ -328,6 +357,7 @@ void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, in
         case PATH_AVX512_Q: rf_q_range_avx512(Y, nr, xp, &V, n, a, b); break;
         case PATH_AVX512_BF16: rf_bf16_range_avx512(Y, nr, xp, &V, n, a, b, single); break;
         case PATH_AVX512_FLOAT: rf_float_range_avx512(Y, nr, X, &V, n, a, b); break;
+        case PATH_AMX_BF16: rf_bf16_range_amx(Y, nr, xp, &V, n, a, b, single); break;
         default: {
             float *buf = W->dtype == RF_F32 || n <= DIRECT_MAX_T ? NULL : conv_buf((size_t)3 * (W->cols + 8));
             matmul_range(Y, nr, X, &V, n, a, b, buf);

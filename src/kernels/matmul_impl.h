@@ -39,6 +39,16 @@ size_t rf_q_prep_avx512_bytes(int n, int cols);
 void rf_q_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt);
 void rf_q_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 
+/* ---- amx (matmul_amx.c, compiled with AMX flags; UNVERIFIED on hardware) ---- */
+/* 1 when the AMX kernels were compiled (the compiler knows -mamx-*), else 0
+ * and the amx tier is never chosen */
+int rf_amx_built(void);
+/* bf16 weights with TDPBF16PS tiles; activations packed per 16-token group
+ * (single or hi/lo split as for avx512); cols must be a multiple of 32 */
+size_t rf_bf16_prep_amx_bytes(int n, int cols, int single);
+void rf_bf16_prep_amx(void *xp, const float *X, int n, int cols, int single);
+void rf_bf16_range_amx(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
+
 /* tokens per block so that `bytes_per_token` x block stays in L2 (multiple of 4, >= 4) */
 static inline int rf_token_block(size_t bytes_per_token) {
     size_t tb = ((size_t)512 << 10) / (bytes_per_token ? bytes_per_token : 1);
