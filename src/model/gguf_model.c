@@ -188,11 +188,7 @@ int rf_model_load_gguf(rf_model *m, const char *path) {
             goto done;
         }
     }
-    size_t n_vec = 0;
-    for (int i = 0; i < n; i++)
-        if (!ts[i].cols) n_vec += (size_t)ts[i].rows;
-    m->owned = rf_aligned_alloc(n_vec * sizeof(float));
-    float *vdst = m->owned;
+    float *vdst = rf_model_norm_block(m, ts, n);
     int bad = 0;
     for (int i = 0; i < n && !bad; i++) {
         const rf_tspec *s = &ts[i];
@@ -230,13 +226,7 @@ int rf_model_load_gguf(rf_model *m, const char *path) {
                          path, gname(i), rf_dtype_name(t->dtype));
             break;
         }
-        const uint16_t *h = t->data;
-        for (int k = 0; k < s->rows; k++)
-            vdst[k] = t->dtype == RF_F32    ? ((const float *)t->data)[k]
-                      : t->dtype == RF_BF16 ? rf_bf16_to_f32(h[k])
-                                            : rf_f16_to_f32(h[k]);
-        *s->vec = vdst;
-        vdst += s->rows;
+        rf_model_bind_norm(s, t->dtype, t->data, &vdst);
         bad = 0;
     }
 #undef gname

@@ -50,15 +50,7 @@ static int bind_tensor(const rf_tspec *s, const rf_tensor *t, const char *file, 
         if (s->mat) *s->mat = (rf_mat){t->dtype, t->data, s->rows, s->cols};
         return 0;
     }
-    float *v = *vec_dst;
-    for (int i = 0; i < s->rows; i++) {
-        const uint16_t *h = t->data;
-        v[i] = t->dtype == RF_F32  ? ((const float *)t->data)[i]
-             : t->dtype == RF_BF16 ? rf_bf16_to_f32(h[i])
-                                   : rf_f16_to_f32(h[i]);
-    }
-    *s->vec = v;
-    *vec_dst = v + s->rows;
+    rf_model_bind_norm(s, t->dtype, t->data, vec_dst);
     return 0;
 }
 
@@ -186,12 +178,7 @@ int rf_model_load(rf_model *m, const char *dir) {
         }
     }
 
-    /* one f32 block for all norm vectors */
-    size_t n_vec = 0;
-    for (int i = 0; i < n; i++)
-        if (!ts[i].cols) n_vec += (size_t)ts[i].rows;
-    m->owned = rf_aligned_alloc(n_vec * sizeof(float));
-    float *vdst = m->owned;
+    float *vdst = rf_model_norm_block(m, ts, n); /* one f32 block for all norm vectors */
     for (int i = 0; i < n; i++) {
         const char *where_name = where[i] >= 0 ? m->files[where[i]].path : index;
         const rf_tensor *t = where[i] >= 0 ? rf_st_find(&m->files[where[i]], ts[i].name) : NULL;

@@ -96,3 +96,22 @@ int rf_model_tensor_list(rf_model *m, rf_tspec **out) {
     *out = ts;
     return n;
 }
+
+float *rf_model_norm_block(rf_model *m, const rf_tspec *ts, int n) {
+    size_t n_vec = 0;
+    for (int i = 0; i < n; i++)
+        if (!ts[i].cols) n_vec += (size_t)ts[i].rows;
+    m->owned = rf_aligned_alloc(n_vec * sizeof(float));
+    return m->owned;
+}
+
+void rf_model_bind_norm(const rf_tspec *s, rf_dtype dtype, const void *data, float **dst) {
+    float *v = *dst;
+    const uint16_t *h = data;
+    for (int i = 0; i < s->rows; i++)
+        v[i] = dtype == RF_F32    ? ((const float *)data)[i]
+             : dtype == RF_BF16 ? rf_bf16_to_f32(h[i])
+                                : rf_f16_to_f32(h[i]);
+    *s->vec = v;
+    *dst = v + s->rows;
+}

@@ -81,6 +81,12 @@ typedef struct {
  * block, descs included: free(*out) frees all); returns the count. */
 int rf_model_tensor_list(rf_model *m, rf_tspec **out);
 
+/* For loaders: one f32 heap block (m->owned) sized for every norm vector
+ * of the list, and the conversion of one stored vector (F32/F16/BF16) into
+ * it: *vec of the entry points at dst, which advances past it. */
+float *rf_model_norm_block(rf_model *m, const rf_tspec *ts, int n);
+void rf_model_bind_norm(const rf_tspec *s, rf_dtype dtype, const void *data, float **dst);
+
 /* Write config.json (with dtype) and the table's tensors for cfg into dir:
  * tensor i's bytes (in dtype) come from fill[i](ctx[i], ...). One
  * model.safetensors, or shards of at most shard_bytes each plus
