@@ -98,7 +98,7 @@ int cmd_probe(int argc, char **argv) {
     memset(&rep, 0, sizeof rep);
     if (rf_model_load(&m, model_dir)) goto out;
     have_model = 1;
-    tok = rf_tok_load(tok_path ? tok_path : model_dir);
+    tok = rf_tok_for_model(model_dir, tok_path);
     if (!tok) goto out;
     if (rf_tok_vocab_size(tok) > m.cfg.vocab_size) {
         rf_set_error("%s: the tokenizer has %d ids but the model only %d", tok_path ? tok_path : model_dir,
