@@ -61,5 +61,6 @@ int main(void) {
         printf("SKIPPED: amx on hardware (skipped: no AMX on this CPU, or the OS does not grant it)\n");
     else
         printf("this CPU has amx: tests/kernels_matmul runs the real tile kernel\n");
+    rf_kernels_shutdown(); /* nothing left for LeakSanitizer */
     return check_summary("kernels_amx_emul");
 }

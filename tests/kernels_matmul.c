@@ -217,5 +217,6 @@ int main(void) {
         printf("%s: worst relative error %.3g\n", g_tier, worst);
         if (t >= RF_CPU_AVX512) test_bf16_single();
     }
+    rf_kernels_shutdown(); /* nothing left for LeakSanitizer */
     return check_summary("kernels_matmul");
 }

@@ -330,5 +330,6 @@ int main(void) {
         }
         printf("%s: worst relative error vs the quantised-activation reference %.3g\n", tier, test_matmuls(tier));
     }
+    rf_kernels_shutdown(); /* nothing left for LeakSanitizer */
     return check_summary("kernels_quant");
 }
