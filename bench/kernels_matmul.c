@@ -2,7 +2,7 @@
  * shapes against this machine's measured rooflines.
  *
  *   bench_kernels_matmul [--quick] [--blas] [--dtype bf16,q8_0,q4_0,f32,f16] [--n 1,4,16]
- *                        [--shape RxC] [--tier avx2,avx512] [--clock wall|cpu]
+ *                        [--shape RxC] [--tier avx2,avx512,amx] [--clock wall|cpu]
  *
  * Every CPU tier this machine has (kernels/cpu.h; or those given) and every
  * dtype (default bf16, q8_0, q4_0) is timed; the tier is printed per row.
@@ -60,7 +60,7 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static double g_peak[2][5]; /* [tier][dtype]: the peak the kernel is measured against */
+static double g_peak[3][5]; /* [tier][dtype]: the peak the kernel is measured against (amx: avx512's) */
 
 static void measure_peaks(int have512) {
     double f32 = rf_measure_fma_gflops(), i8 = rf_peak_i8_maddubs_avx2();
@@ -71,6 +71,7 @@ static void measure_peaks(int have512) {
     if (have512) {
         double f512 = rf_peak_f32_fma_avx512(), b = rf_peak_bf16_dot_avx512(), v = rf_peak_i8_vnni_avx512();
         printf(", avx512 f32 FMA %.0f, avx512 bf16 dot %.0f, avx512 int8 VNNI %.0f", f512, b, v);
+        g_peak[1][RF_F32] = g_peak[1][RF_F16] = f512;
         g_peak[1][RF_BF16] = b;
         g_peak[1][RF_Q8_0] = g_peak[1][RF_Q4_0] = v;
     }
@@ -120,8 +121,8 @@ static void *make_weights(rf_dtype dt, int rows, int cols) {
 int main(int argc, char **argv) {
     int ns[16] = {1, 4, 8, 16, 32, 64, 128}, n_ns = 7;
     static const char *const dnames[] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
-    static const char *const tnames[] = {"avx2", "avx512"};
-    int dts[5] = {RF_BF16, RF_Q8_0, RF_Q4_0}, n_dts = 3, tiers[2] = {0, 1}, n_tiers = 2;
+    static const char *const tnames[] = {"avx2", "avx512", "amx"};
+    int dts[5] = {RF_BF16, RF_Q8_0, RF_Q4_0}, n_dts = 3, tiers[3] = {0, 1, 2}, n_tiers = 3;
     int only_r = 0, only_c = 0, blas = 0;
     double target = 0.15;
     for (int i = 1; i < argc; i++) {
@@ -129,7 +130,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--blas")) blas = 1;
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && (n_dts = parse_list(argv[++i], dnames, 5, dts, 5)) > 0) {
         } else if (!strcmp(argv[i], "--tier") && i + 1 < argc &&
-                   (n_tiers = parse_list(argv[++i], tnames, 2, tiers, 2)) > 0) {
+                   (n_tiers = parse_list(argv[++i], tnames, 3, tiers, 3)) > 0) {
         } else if (!strcmp(argv[i], "--n") && i + 1 < argc) {
             n_ns = 0;
             for (char *s = argv[++i]; *s && n_ns < 16;) {
@@ -146,7 +147,7 @@ int main(int argc, char **argv) {
             }
         } else {
             fprintf(stderr, "usage: %s [--quick] [--blas] [--dtype bf16,q8_0,q4_0,f32,f16] [--n 1,4,16] "
-                            "[--shape RxC] [--tier avx2,avx512] [--clock wall|cpu]\n", argv[0]);
+                            "[--shape RxC] [--tier avx2,avx512,amx] [--clock wall|cpu]\n", argv[0]);
             return 2;
         }
     }
@@ -157,6 +158,7 @@ int main(int argc, char **argv) {
     double bw = rf_measure_read_gbs();
     printf("measured read bandwidth %.1f GB/s\n", bw);
     measure_peaks(have512);
+    for (int d = 0; d < 5; d++) g_peak[2][d] = g_peak[1][d];
     printf("\n%-13s %-12s %-6s %-5s %4s %10s %8s %6s %9s %6s %7s%s\n", "layer", "shape", "tier", "dtype", "n",
            "ms/call", "W GB/s", "%bw", "Gops/s", "%peak", "x n=1", blas ? "   blas ms" : "");
 

@@ -31,7 +31,7 @@
 #include "model/forward.h"
 #include "util/util.h"
 
-static double g_gbs, g_peak[2][5]; /* [tier][dtype] */
+static double g_gbs, g_peak[3][5]; /* [tier][dtype]; amx: avx512's peaks (no AMX probe) */
 
 static size_t mat_bytes(const rf_mat *w) { return rf_dtype_row_bytes(w->dtype, w->cols) * w->rows; }
 
@@ -162,15 +162,15 @@ static int parse_list(const char *s, const char *const *names, int nnames, int *
 
 int main(int argc, char **argv) {
     const char *dir = "/tmp/rfbench", *dir8b = NULL;
-    static const char *const tnames[] = {"avx2", "avx512"}, *const dnames[] = {"bf16", "q8_0", "q4_0"};
+    static const char *const tnames[] = {"avx2", "avx512", "amx"}, *const dnames[] = {"bf16", "q8_0", "q4_0"};
     const rf_dtype dmap[] = {RF_BF16, RF_Q8_0, RF_Q4_0};
-    int quick = 0, tiers[2] = {0, 1}, n_tiers = 2, dts[3] = {0, 1, 2}, n_dts = 3, n_gen = 32;
+    int quick = 0, tiers[3] = {0, 1, 2}, n_tiers = 3, dts[3] = {0, 1, 2}, n_dts = 3, n_gen = 32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--8b") && i + 1 < argc) dir8b = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--decode") && i + 1 < argc) n_gen = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--tier") && i + 1 < argc && (n_tiers = parse_list(argv[++i], tnames, 2, tiers, 2)) > 0) {
+        else if (!strcmp(argv[i], "--tier") && i + 1 < argc && (n_tiers = parse_list(argv[++i], tnames, 3, tiers, 3)) > 0) {
         } else if (!strcmp(argv[i], "--dtype") && i + 1 < argc &&
                    (n_dts = parse_list(argv[++i], dnames, 3, dts, 3)) > 0) {
         } else {
@@ -194,13 +194,14 @@ int main(int argc, char **argv) {
         printf(", avx512 bf16 dot %.0f, avx512 int8 VNNI %.0f", g_peak[1][RF_BF16], g_peak[1][RF_Q8_0]);
     }
     printf("\n");
+    for (int d = 0; d < 5; d++) g_peak[2][d] = g_peak[1][d];
     int ns[] = {1, 4, 16, 64};
     char d16[3900];
     snprintf(d16, sizeof d16, "%s/qwen3-0.6b-bf16", dir);
     if (rf_mkdir_p(dir) != 0) rf_die("%s", rf_last_error());
     ensure_checkpoint(d16, "0.6b", RF_BF16);
     const int reps = quick ? 1 : 3;
-    double dec[2][3] = {{0}};
+    double dec[3][3] = {{0}};
     for (int di = 0; di < n_dts; di++) {
         rf_model m;
         if (rf_model_load(&m, d16) != 0) rf_die("%s", rf_last_error());
