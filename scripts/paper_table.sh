@@ -178,7 +178,7 @@ if want probe; then
     [ -n "$name" ] && [ "$obj" != mdm ] || continue
     if [ -e "$OUT/bf16/$name/model.safetensors" ] && fresh "$OUT/results/probe-$name.json"; then
       say "probe $name"
-      "$BIN" probe -m "$OUT/bf16/$name" --data "$DATA/test.json" --limit "$LIMIT" --quiet \
+      "$BIN" probe -m "$OUT/bf16/$name" --data "$DATA/test.json" --slot-size 8 --limit "$LIMIT" --quiet \
         --json "$OUT/results/probe-$name.json" >/dev/null
     fi
   done <<< "$FINETUNES"

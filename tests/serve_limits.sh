@@ -135,6 +135,11 @@ for fd in "${fds[@]}"; do exec {fd}<&-; done
 stop
 
 # ---- 5-6. clients that leave, bounded queue wait -------------------------------------------------
+# a slower model (about 25M weights read per token) so that a 4,000-token
+# job outlasts every client's wait below on a fast, quiet machine too
+"$BIN" init -o "$T/big" --preset tiny --hidden 512 --layers 8 --heads 8 --kv-heads 4 --ffn 1536 --max-pos 4096 \
+  --seed 6 --tokenizer "$SRC/models/refusion-demo/tokenizer.json" >/dev/null 2>&1 || bad "init big"
+M=$T/big
 start --queue-wait 1 --parallel 1 # one worker: the second long job queues
 LONG='{"prompt":"x","max_tokens":4000,"mode":"ar"}'
 # a long job whose client leaves after 1 s, and a queued one whose client leaves after 0.3 s
