@@ -113,6 +113,18 @@
  *  With both, one slot per block and token_threshold >= 0.5, every committed
  *  token is the AR argmax: the answer is greedy AR decoding's.
  *
+ * Two call savers, also opt-in (REFUSION.md 3c, 3d):
+ *  lookahead: a global verification also feeds, behind the drafts, the masks
+ *      the next plan would feed if every chosen slot commits (the block's
+ *      other masked slots, or the next block's). Attention is causal, so
+ *      those rows see what a separate plan call would; when every chosen
+ *      slot does commit (no EOS), the next plan comes from them and its call
+ *      is skipped. Same answers, statistics and RNG draws; wider verifies.
+ *  jacobi (needs (a)): an infilling iteration skips the draft call and
+ *      verifies the current drafts again - the forced token is the AR
+ *      head's choice, the drafts after it stay as they were. One call per
+ *      iteration instead of two.
+ *
  * Two deliberate deviations, both where the reference is wrong:
  *  - After an EOS during infilling the reference drops the block's slots
  *    from the EOS *row index* on, not from the EOS *slot*, which leaves
