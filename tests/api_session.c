@@ -138,7 +138,9 @@ int main(void) {
     CHECK(rf_session_allocs(s) == allocs, "100 requests allocated %zu buffers",
           rf_session_allocs(s) - allocs);
     CHECK(rf_session_bytes(s) == bytes, "session bytes changed %zu -> %zu", bytes, rf_session_bytes(s));
+#if !defined(__SANITIZE_ADDRESS__) /* ASan's quarantine keeps freed memory resident */
     CHECK(rss1 - rss0 < 2048, "RSS grew %ld kB over 100 requests", rss1 - rss0);
+#endif
     printf("session: %zu buffer allocations, %zu bytes held; RSS %ld -> %ld kB over 100 requests\n",
            allocs, bytes, rss0, rss1);
 

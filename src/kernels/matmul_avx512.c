@@ -312,7 +312,7 @@ static inline __attribute__((always_inline)) void load_wpair(rf_dtype dt, const 
         d[0] = blk[0].d, d[1] = two ? blk[1].d : 0;
     }
     /* both f16 scales at once (F16C), each broadcast over its 8 lanes */
-    __m128 ds = _mm_cvtph_ps(_mm_cvtsi32_si128(d[0] | (int)d[1] << 16));
+    __m128 ds = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)d[0] | (uint32_t)d[1] << 16)));
     *dw = _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
                                 _mm512_castps128_ps512(ds));
 }

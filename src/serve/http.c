@@ -183,6 +183,7 @@ static enum MHD_Result send_metrics(struct MHD_Connection *c, request *q, rf_ser
     M("request_latency_seconds_count", "counter", "Answered requests in the latency sum.", " %lu", s->n_latency);
     M("queue_depth", "gauge", "Generation requests waiting for a worker.", " %d", queued);
     M("requests_running", "gauge", "Generations running now.", " %d", s->n_running);
+    M("requests_running_peak", "gauge", "The most generations running at once since start.", " %d", s->peak_running);
     M("workers", "gauge", "Worker threads (requests served in parallel).", " %d", s->n_workers);
 #undef M
     pthread_mutex_unlock(&s->mu);

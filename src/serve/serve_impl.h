@@ -56,6 +56,7 @@ struct rf_server {
     unsigned long n_jobs;     /* jobs ever accepted (ids) */
     unsigned long n_done;
     int n_running;            /* jobs a worker is running */
+    int peak_running;         /* the most jobs running at once since start */
     long long tokens_done, prompt_tokens;
     double gen_seconds;       /* decoder time of the finished jobs */
     double latency_sum;       /* queued -> done, of the finished jobs */

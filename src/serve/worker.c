@@ -380,6 +380,7 @@ void *rf_serve_worker_main(void *arg) {
         if (!j->abandoned) {
             j->state = JOB_RUNNING;
             s->n_running++;
+            if (s->n_running > s->peak_running) s->peak_running = s->n_running;
             pthread_cond_broadcast(&j->cv); /* its connection waits for it to leave the queue */
             pthread_mutex_unlock(&s->mu);
             run_job(s, j);
