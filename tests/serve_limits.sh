@@ -13,6 +13,7 @@
 #  5. a client that leaves: its queued job never runs, its running job is
 #     counted as cancelled (/health "requests_cancelled") and stops within a
 #     model call (the decoder's cancel flag: "calls_after_cancel" <= 1 each);
+#   - a fatal error inside one generation fails that request (500), not the server;
 #  6. bounded queue wait: a request that cannot start within --queue-wait
 #     gets 503 instead of waiting behind a long generation.
 # Only 127.0.0.x, port chosen by the kernel; every curl has a time limit.
@@ -135,6 +136,17 @@ for fd in "${fds[@]}"; do exec {fd}<&-; done
 stop
 
 # ---- 5-6. clients that leave, bounded queue wait -------------------------------------------------
+# a fatal error inside a generation (rf_die, e.g. an allocation that failed;
+# REFUSION_TEST_DIE_ONCE raises one before the first model call) fails that
+# request with 500 and the server goes on serving
+REFUSION_TEST_DIE_ONCE=1 start
+post die1 /v1/completions '{"prompt":"x","max_tokens":8}'
+expect die1 500 "generation failed: REFUSION_TEST_DIE_ONCE"
+alive && ok || bad "the server died with its generation"
+post die2 /v1/completions '{"prompt":"x","max_tokens":8}'
+expect die2 200 '"completion_tokens":8'
+stop
+
 # a slower model (about 25M weights read per token) so that a 4,000-token
 # job outlasts every client's wait below on a fast, quiet machine too
 "$BIN" init -o "$T/big" --preset tiny --hidden 512 --layers 8 --heads 8 --kv-heads 4 --ffn 1536 --max-pos 4096 \

@@ -25,6 +25,15 @@ void rf_gen_params_default(rf_gen_params *p) {
 }
 
 int gen_cancelled(const rf_gen_params *p) {
+    /* test hook: a fatal error inside a generation, once per process, so that
+     * tests can check that a caller turning rf_die into an error return (the
+     * server) survives it */
+    static _Atomic int die_once = -1;
+    if (die_once == -1) die_once = getenv("REFUSION_TEST_DIE_ONCE") != NULL;
+    if (die_once == 1) {
+        die_once = 0;
+        rf_die("REFUSION_TEST_DIE_ONCE: a fatal error inside the generation");
+    }
     if (!p->cancel || !*p->cancel) return 0;
     rf_set_error("generation cancelled");
     return -1;

@@ -264,9 +264,21 @@ static void run_job(rf_server *s, job *j) {
     rf_mdm_params mp;
     rf_mdm_params_default(&mp, &p);
     if (j->req.d.steps > 0) mp.steps = j->req.d.steps;
-    int rc = j->req.d.decoder == RF_DECODER_AR    ? rf_generate_ar(s->m, j->req.prompt, j->req.n_prompt, &p, &r)
+    /* a fatal error inside the decoder (rf_die: an allocation that failed, a
+     * broken invariant) fails this request, not the server; what the
+     * generation had allocated is lost */
+    int rc;
+    jmp_buf die;
+    jmp_buf *prev_die = rf_die_catch(&die);
+    if (setjmp(die)) {
+        memset(&r, 0, sizeof r);
+        rc = -1;
+    } else {
+        rc = j->req.d.decoder == RF_DECODER_AR    ? rf_generate_ar(s->m, j->req.prompt, j->req.n_prompt, &p, &r)
              : j->req.d.decoder == RF_DECODER_MDM ? rf_generate_mdm(s->m, j->req.prompt, j->req.n_prompt, &p, &mp, &r)
                                                   : rf_generate_refusion(s->m, j->req.prompt, j->req.n_prompt, &p, &r);
+    }
+    rf_die_catch(prev_die);
     double wall = rf_now() - t0;
     if (rc && c.cut) { /* we stopped it: the answer so far is the answer */
         rc = 0;
