@@ -135,9 +135,11 @@ static enum MHD_Result send_error_p(struct MHD_Connection *c, rf_server *s, requ
     for (char *p = msg; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
     const char *type = status >= 500 ? "server_error" : status == 401 ? "authentication_error" : "invalid_request_error";
-    if (!json_string(msg)) /* not UTF-8: keep the ASCII */
+    json_t *utf8 = json_string(msg); /* NULL: not UTF-8, keep the ASCII */
+    if (!utf8)
         for (char *p = msg; *p; p++)
             if ((unsigned char)*p >= 0x80) *p = '?';
+    json_decref(utf8);
     return send_obj(c, s, q, status, rf_serve_error_json(msg, type, param, code));
 }
 #define send_error(c, s, q, status, ...) send_error_p(c, s, q, status, NULL, NULL, __VA_ARGS__)
