@@ -22,11 +22,12 @@ LIBS="$(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd openblas)
 mkdir -p "$B/obj" "$B/corpus/$name"
 # the library (everything but the CLI), once; rebuilt when a source is newer
 objs=()
-for src in src/{util,io,kernels,model,tokenizer,decode,train,tasks,serve}/*.c; do
+for src in src/{util,io,kernels,model,tokenizer,decode,train,tasks,serve}/*.c src/cli/args.c; do
   o="$B/obj/$(echo "${src#src/}" | tr / _).o"
   extra="" # the per-file flags of CMakeLists.txt
   case $src in
     *_avx512.c) extra="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni" ;;
+    *_amx.c) extra="-mamx-tile -mamx-bf16" ;;
     src/io/quant.c) extra="-ffp-contract=off" ;;
   esac
   if [ ! -f "$o" ] || [ "$src" -nt "$o" ]; then
