@@ -10,7 +10,7 @@
 
 static rf_model model;
 static rf_tokenizer *tok;
-static rf_gen_params defaults;
+static rf_decode_opts defaults;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!size) return 0;
@@ -25,12 +25,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         c.mask_id = rf_tok_mask_id(tok), c.eos_id = rf_tok_eos_id(tok), c.bot_id = -1;
         c.max_pos = 4096;
         rf_model_init_random(&model, &c, RF_F32, 0.02f, 1);
-        rf_gen_params_default(&defaults);
-        defaults.gen_length = 16;
+        rf_decode_opts_default(&defaults);
+        defaults.gen.gen_length = 16;
     }
     rf_serve_req r;
     rf_req_kind kind = data[0] & 1 ? RF_REQ_CHAT : RF_REQ_COMPLETION;
-    if (rf_serve_parse((const char *)data + 1, size - 1, kind, &model, tok, &defaults, 0, &r) == 0) {
+    if (rf_serve_parse((const char *)data + 1, size - 1, kind, &model, tok, &defaults, &r) == 0) {
         if (rf_gen_check(&model, r.prompt, r.n_prompt, &r.p, r.ar)) abort();
         if (gen_padded64(&r.p) > model.cfg.max_pos) abort();
         if (rf_gen_mem_bytes(&model, r.n_prompt, &r.p, r.ar) <= 0) abort();
