@@ -160,7 +160,7 @@ typedef struct {
     /* lookahead: the next plan, drafted from masks fed behind a global
      * verification whose chosen slots were then all committed */
     const int *first;   /* block layout: block b = slots [first[b], first[b+1]) */
-    int nb, block;
+    int nb;
     int la_n;           /* > 0: la_draft / la_conf hold the next plan's n tokens */
     int *la_draft;
     float *la_conf;
@@ -409,7 +409,7 @@ static void plan_drafts(fast *f, int q0, int n, int *draft, float *conf) {
  * step is committed - the block's other masked slots, or, when the chosen
  * ones are all it has left, the next block's. Writes them to out, returns
  * their count (0: no next plan). */
-static int next_plan_slots(const fast *f, const int *rem, int n_rem, const int *ch, int K, int *out) {
+static int next_plan_slots(const fast *f, int block, const int *rem, int n_rem, const int *ch, int K, int *out) {
     int n = 0;
     for (int i = 0, k = 0; i < n_rem; i++) {
         if (k < K && ch[k] == i) {
@@ -418,8 +418,8 @@ static int next_plan_slots(const fast *f, const int *rem, int n_rem, const int *
         }
         out[n++] = rem[i];
     }
-    if (n == 0 && f->block + 1 < f->nb)
-        for (int s = f->first[f->block + 1]; s < f->first[f->block + 2]; s++) out[n++] = s;
+    if (n == 0 && block + 1 < f->nb)
+        for (int s = f->first[block + 1]; s < f->first[block + 2]; s++) out[n++] = s;
     return n;
 }
 
@@ -500,7 +500,7 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
      * exactly the context a separate plan call would, if all K slots commit) */
     int *la_slots = f->p->lookahead ? rf_malloc((size_t)(n_rem + f->max_tok / S) * sizeof(int)) : NULL;
     if (la_slots) {
-        nla = next_plan_slots(f, rem, n_rem, ch, K, la_slots) * S;
+        nla = next_plan_slots(f, block, rem, n_rem, ch, K, la_slots) * S;
         for (int i = 0; i < nla; i++) {
             f->tok[K * S + i] = f->mask;
             f->pos[K * S + i] = f->P + la_slots[i / S] * S + i % S;
@@ -614,7 +614,6 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
             memset(f.arl_ok + 1, 0, (size_t)maxb);
         }
         f.blk0 = first[b];
-        f.block = b;
         while (n_rem > 0) {
             n_rem = refusion_step(&f, b, rem, n_rem, &eos_flag);
             if (n_rem < 0) {
