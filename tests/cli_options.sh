@@ -64,7 +64,7 @@ wait_for() { # FILE PATTERN COUNT: up to 60 s
   return 1
 }
 exec 7<>"$T/in"
-timeout 120 script -qfec "$BIN chat -m $M -t 1 -n 8 --decoder ar" /dev/null <&7 >"$T/chat1.out" 2>&1 &
+timeout 120 script -qfec "exec $BIN chat -m $M -t 1 -n 8 --decoder ar" /dev/null <&7 >"$T/chat1.out" 2>&1 &
 cpid=$!
 printf 'hello there\n' >&7
 wait_for "$T/chat1.out" 'answer [0-9]* tokens' 1
@@ -86,7 +86,7 @@ read -r p3 _ <<<"${pt[2]:-0 0}"
 [ "$p3" = "$p1" ] && ok || bad "chat: after /reset the prompt has $p3 tokens, the first had $p1"
 
 # Ctrl-C during a long answer stops it; the chat goes on
-timeout 120 script -qfec "$BIN chat -m $M -t 1 -n 4000 --decoder ar" /dev/null <&7 >"$T/chat2.out" 2>&1 &
+timeout 120 script -qfec "exec $BIN chat -m $M -t 1 -n 4000 --decoder ar" /dev/null <&7 >"$T/chat2.out" 2>&1 &
 cpid=$!
 wait_for "$T/chat2.out" '/reset clears' 1
 printf 'tell me a long story\n' >&7
