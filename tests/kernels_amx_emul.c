@@ -22,7 +22,7 @@
 static void run(rf_rng *g, int rows, int cols, int n, int single) {
     uint16_t *wd = malloc((size_t)rows * cols * 2);
     for (size_t i = 0; i < (size_t)rows * cols; i++) wd[i] = rf_f32_to_bf16(rf_rng_normal(g));
-    rf_mat W = {RF_BF16, wd, rows, cols};
+    rf_mat W = {RF_BF16, wd, rows, cols, NULL};
     float *X = malloc(sizeof(float) * n * cols), *Xr = malloc(sizeof(float) * n * cols);
     float *Y = malloc(sizeof(float) * n * rows), *R = malloc(sizeof(float) * n * rows);
     for (int i = 0; i < n * cols; i++) {

@@ -55,6 +55,18 @@ static void scale_for(rf_dtype dt) {
     g_scale = dt == RF_BF16 && rf_cpu_tier_active() >= RF_CPU_AVX512 ? 5 : 1;
 }
 
+/* W's packed copy (rf_mat_pack) when this CPU has one for W's dtype, else
+ * NULL; W->packed is left as it was (the caller switches it per pass) */
+static void *pack_if_any(rf_mat *W, int keep) {
+    size_t bytes = rf_mat_pack_bytes(W);
+    if (!bytes) return NULL;
+    void *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    const void *was = W->packed;
+    rf_mat_pack(W, buf);
+    if (!keep) W->packed = was;
+    return buf;
+}
+
 static double test_tier(void) {
     rf_rng g;
     rf_rng_seed(&g, 1234);
@@ -67,9 +79,13 @@ static double test_tier(void) {
             for (size_t ci = 0; ci < sizeof cols_l / sizeof *cols_l; ci++) {
                 int rows = rows_l[ri], cols = cols_l[ci];
                 void *wd = rand_weights(&g, dtypes[d], rows, cols);
-                rf_mat W = {dtypes[d], wd, rows, cols};
+                rf_mat W = {dtypes[d], wd, rows, cols, NULL};
                 scale_for(dtypes[d]);
+                /* bf16 at avx512 and up: every check again with W packed */
+                void *pk = pack_if_any(&W, 0);
+                for (int pass = 0; pass < (pk ? 2 : 1); pass++)
                 for (size_t ni = 0; ni < sizeof n_l / sizeof *n_l; ni++) {
+                    W.packed = pass ? pk : NULL;
                     int n = n_l[ni];
                     /* skip the slowest combinations of the naive reference */
                     if ((double)rows * cols * n > 4e6) continue;
@@ -81,10 +97,11 @@ static double test_tier(void) {
                     rf_matmul_naive(R, X, &W, n);
                     double e = check_rel_err(Y, R, (size_t)n * rows);
                     if (e > worst) worst = e;
-                    CHECK(e <= tol_for(cols), "%s rf_matmul %s rows=%d cols=%d n=%d: rel err %.3g",
-                          g_tier, dtname(dtypes[d]), rows, cols, n, e);
+                    CHECK(e <= tol_for(cols), "%s rf_matmul %s%s rows=%d cols=%d n=%d: rel err %.3g",
+                          g_tier, dtname(dtypes[d]), pass ? " packed" : "", rows, cols, n, e);
                     /* a row sub-range: rows [r0, r1) must equal those columns of R */
                     int r0 = rows / 3, r1 = rows - rows / 4;
+                    if (pass && rows > 40) r0 = 16; /* a panel boundary: the packed kernel runs the view */
                     if (r1 > r0) {
                         int nr = r1 - r0;
                         float *Ys = malloc(sizeof(float) * n * nr);
@@ -93,8 +110,8 @@ static double test_tier(void) {
                         for (int t = 0; t < n; t++)
                             memcpy(Rs + (size_t)t * nr, R + (size_t)t * rows + r0, sizeof(float) * nr);
                         e = check_rel_err(Ys, Rs, (size_t)n * nr);
-                        CHECK(e <= tol_for(cols), "%s rf_matmul_rows %s rows=%d cols=%d n=%d [%d,%d): rel err %.3g",
-                              g_tier, dtname(dtypes[d]), rows, cols, n, r0, r1, e);
+                        CHECK(e <= tol_for(cols), "%s rf_matmul_rows %s%s rows=%d cols=%d n=%d [%d,%d): rel err %.3g",
+                              g_tier, dtname(dtypes[d]), pass ? " packed" : "", rows, cols, n, r0, r1, e);
                         free(Ys);
                         free(Rs);
                     }
@@ -116,6 +133,7 @@ static double test_tier(void) {
                 CHECK(exact, "rf_mat_row_f32 %s cols=%d", dtname(dtypes[d]), cols);
                 free(row);
                 free(wd);
+                free(pk);
             }
     /* Shapes that reach the blocking paths: more tokens than one token block
      * (130 > 128), rows long enough to be split into k blocks (130 x 1500
@@ -127,16 +145,19 @@ static double test_tier(void) {
             for (int k = 0; k < 3; k++) {
                 int rows = shp[k][0], cols = shp[k][1], n = shp[k][2];
                 void *wd = rand_weights(&g, dtypes[d], rows, cols);
-                rf_mat W = {dtypes[d], wd, rows, cols};
+                rf_mat W = {dtypes[d], wd, rows, cols, NULL};
                 scale_for(dtypes[d]);
+                void *pk = pack_if_any(&W, 0);
+                for (int pass = 0; pass < (pk ? 2 : 1); pass++) {
+                W.packed = pass ? pk : NULL;
                 float *X = malloc(sizeof(float) * n * cols), *Y = malloc(sizeof(float) * n * rows),
                       *R = malloc(sizeof(float) * n * rows);
                 for (int i = 0; i < n * cols; i++) X[i] = rf_rng_normal(&g);
                 rf_matmul(Y, X, &W, n);
                 rf_matmul_naive(R, X, &W, n);
                 double e = check_rel_err(Y, R, (size_t)n * rows);
-                CHECK(e <= tol_for(cols), "%s blocked rf_matmul %s rows=%d cols=%d n=%d: rel err %.3g",
-                      g_tier, dtname(dtypes[d]), rows, cols, n, e);
+                CHECK(e <= tol_for(cols), "%s blocked rf_matmul %s%s rows=%d cols=%d n=%d: rel err %.3g",
+                      g_tier, dtname(dtypes[d]), pass ? " packed" : "", rows, cols, n, e);
                 /* called from inside a parallel region (the caller already
                  * owns the threads): must run on the calling thread and give
                  * the same numbers */
@@ -148,15 +169,17 @@ static double test_tier(void) {
                     bad += check_rel_err(Yt, R, (size_t)n * rows) > tol_for(cols);
                     free(Yt);
                 }
-                CHECK(bad == 0, "rf_matmul inside a parallel region %s rows=%d: %d threads wrong",
-                      dtname(dtypes[d]), rows, bad);
-                free(X); free(Y); free(R); free(wd);
+                CHECK(bad == 0, "rf_matmul inside a parallel region %s%s rows=%d: %d threads wrong",
+                      dtname(dtypes[d]), pass ? " packed" : "", rows, bad);
+                free(X); free(Y); free(R);
+                }
+                free(wd); free(pk);
             }
     }
     /* a sanity check that the comparison can fail: corrupt one output */
     {
         float X[8] = {1, 2, 3, 4, 5, 6, 7, 8}, Wd[8] = {1, 1, 1, 1, 1, 1, 1, 1}, Y[1], R[1];
-        rf_mat W = {RF_F32, Wd, 1, 8};
+        rf_mat W = {RF_F32, Wd, 1, 8, NULL};
         g_scale = 1;
         rf_matmul(Y, X, &W, 1);
         rf_matmul_naive(R, X, &W, 1);
@@ -176,15 +199,18 @@ static void test_bf16_single(void) {
     for (size_t k = 0; k < sizeof shp / sizeof *shp; k++) {
         int rows = shp[k][0], cols = shp[k][1], n = shp[k][2];
         uint16_t *wd = rand_weights(&g, RF_BF16, rows, cols);
-        rf_mat W = {RF_BF16, wd, rows, cols};
+        rf_mat W = {RF_BF16, wd, rows, cols, NULL};
+        void *pk = pack_if_any(&W, 0);
+        for (int pass = 0; pass < (pk ? 2 : 1); pass++) {
+        W.packed = pass ? pk : NULL;
         float *X = malloc(sizeof(float) * n * cols), *Xb = malloc(sizeof(float) * n * cols);
         float *Y = malloc(sizeof(float) * n * rows), *R = malloc(sizeof(float) * n * rows);
         for (int i = 0; i < n * cols; i++) X[i] = rf_rng_normal(&g), Xb[i] = rf_bf16_to_f32(rf_f32_to_bf16(X[i]));
         rf_matmul(Y, X, &W, n);
         rf_matmul_naive(R, Xb, &W, n);
         double e = check_rel_err(Y, R, (size_t)n * rows);
-        CHECK(e <= 5e-5 * (1.0 + cols / 1000.0), "%s bf16-act rf_matmul rows=%d cols=%d n=%d vs bf16(x) ref: rel err %.3g",
-              g_tier, rows, cols, n, e);
+        CHECK(e <= 5e-5 * (1.0 + cols / 1000.0), "%s bf16-act rf_matmul%s rows=%d cols=%d n=%d vs bf16(x) ref: rel err %.3g",
+              g_tier, pass ? " packed" : "", rows, cols, n, e);
         rf_matmul_naive(R, X, &W, n);
         int bad = 0;
         for (int t = 0; t < n; t++)
@@ -194,9 +220,11 @@ static void test_bf16_single(void) {
                     bound += fabs((double)X[(size_t)t * cols + c] * rf_bf16_to_f32(wd[(size_t)r * cols + c]));
                 bad += fabs((double)Y[(size_t)t * rows + r] - R[(size_t)t * rows + r]) > bound / 256;
             }
-        CHECK(!bad, "%s bf16-act rf_matmul rows=%d cols=%d n=%d: %d outputs beyond 2^-8 sum|x w| of the f32 ref",
-              g_tier, rows, cols, n, bad);
-        free(wd), free(X), free(Xb), free(Y), free(R);
+        CHECK(!bad, "%s bf16-act rf_matmul%s rows=%d cols=%d n=%d: %d outputs beyond 2^-8 sum|x w| of the f32 ref",
+              g_tier, pass ? " packed" : "", rows, cols, n, bad);
+        free(X), free(Xb), free(Y), free(R);
+        }
+        free(wd), free(pk);
     }
     rf_matmul_set_bf16_act(0);
 }

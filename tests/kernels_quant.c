@@ -158,7 +158,7 @@ static void test_formats(void) {
                 else rf_dequantize_row_q8_0(b, y0, k);
                 my_dequant(dt, b, y1, k);
                 if (memcmp(y0, y1, sizeof(float) * k)) bad_deq[q]++;
-                rf_mat W = {dt, b, 1, k};
+                rf_mat W = {dt, b, 1, k, NULL};
                 rf_mat_row_f32(y0, &W, 0);
                 if (memcmp(y0, y1, sizeof(float) * k)) bad_row[q]++;
             }
@@ -263,7 +263,7 @@ static double test_matmuls(const char *tier) {
                     if (q) my_q4_0(tmp, wd + r * rb, cols);
                     else my_q8_0(tmp, wd + r * rb, cols);
                 }
-                rf_mat W = {dt, wd, rows, cols};
+                rf_mat W = {dt, wd, rows, cols, NULL};
                 for (size_t ni = 0; ni < sizeof n_l / sizeof *n_l; ni++) {
                     int n = n_l[ni];
                     if ((double)rows * cols * n > 3e6) continue; /* the references are slow */

@@ -40,12 +40,27 @@
 #include <stdint.h>
 #include "io/dtype.h" /* rf_dtype */
 
-/* A row-major weight matrix [rows, cols] (torch Linear: [out, in]). */
+/* A row-major weight matrix [rows, cols] (torch Linear: [out, in]).
+ * packed: NULL, or a copy of a bf16 W in the avx512 tier's panel layout
+ * (rf_mat_pack), which its kernel then reads instead of data. */
 typedef struct {
     rf_dtype dtype;
     const void *data;
     int rows, cols;
+    const void *packed;
 } rf_mat;
+
+/* Bytes rf_mat_pack needs for W: non-zero only for bf16 weights on a CPU
+ * with the avx512 tier (whatever tier is active now). */
+size_t rf_mat_pack_bytes(const rf_mat *W);
+/* Writes W's packed copy into buf (rf_mat_pack_bytes(W) bytes, 64-byte
+ * aligned, owned by the caller, alive as long as W) and points W->packed at
+ * it. Why: with rows interleaved in pairs of columns, one vdpbf16ps
+ * computes 16 outputs of a token and nothing has to be summed across lanes
+ * afterwards; the row-major kernel spends as much time on those horizontal
+ * sums as on the products when cols is small (the demo model's 256), so a
+ * 16-token call cost 5x a 1-token call instead of ~2x. */
+void rf_mat_pack(rf_mat *W, void *buf);
 
 /* How the avx512 tier's bf16 kernel takes the activations: 0 = split into
  * bf16 hi + lo (default: f32-grade), 1 = rounded to bf16 once (twice the
@@ -88,5 +103,9 @@ void rf_softmax(float *x, int n);
 void rf_add(float *y, const float *x, size_t n);
 /* dot product with AVX2 */
 float rf_dot(const float *a, const float *b, int n);
+/* Attention's two halves for one query head: sc[t] = scale * (q . K[t]),
+ * t < n, K's rows ldk floats apart; out[hd] += sum_t p[t] V[t]. */
+void rf_scores(float *sc, const float *q, const float *K, size_t ldk, int n, int hd, float scale);
+void rf_mix(float *out, const float *p, const float *V, size_t ldv, int n, int hd);
 
 #endif

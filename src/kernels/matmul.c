@@ -338,6 +338,9 @@ void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, in
         rf_bf16_prep_amx(b, X, n, W->cols, single);
         xp = b;
     }
+    /* the packed layout holds whole 16-row panels: a view must start at one */
+    int packed = path == PATH_AVX512_BF16 && W->packed && r0 % 16 == 0;
+    if (packed) V.packed = (const char *)W->packed + (size_t)(r0 / 16) * ((W->cols + 1) / 2) * 64;
     /* Threads take chunks of rows (multiples of 12, so of both row tiles)
      * from a shared counter rather than one fixed half each: on a machine
      * shared with other processes a descheduled thread then delays the call
@@ -347,7 +350,10 @@ void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, in
     int par = !omp_in_parallel() && work > (1 << 18);
     int nt = par ? omp_get_max_threads() : 1;
     int chunk = (nr + 8 * nt - 1) / (8 * nt);
-    chunk = (chunk < 24 ? 24 : chunk + 11) / 12 * 12;
+    if (packed) /* 8 panels: the 1-token tile's width */
+        chunk = (chunk + 127) / 128 * 128;
+    else
+        chunk = (chunk < 24 ? 24 : chunk + 11) / 12 * 12;
     int nchunks = (nr + chunk - 1) / chunk;
 #pragma omp parallel for schedule(dynamic, 1) if (par && nchunks > 1)
     for (int c = 0; c < nchunks; c++) {
@@ -355,7 +361,12 @@ void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, in
         switch (path) {
         case PATH_AVX2_Q: rf_q_range_avx2(Y, nr, xp, &V, n, a, b); break;
         case PATH_AVX512_Q: rf_q_range_avx512(Y, nr, xp, &V, n, a, b); break;
-        case PATH_AVX512_BF16: rf_bf16_range_avx512(Y, nr, xp, &V, n, a, b, single); break;
+        case PATH_AVX512_BF16:
+            if (packed)
+                rf_bf16p_range_avx512(Y, nr, xp, &V, n, a, b, single);
+            else
+                rf_bf16_range_avx512(Y, nr, xp, &V, n, a, b, single);
+            break;
         case PATH_AVX512_FLOAT: rf_float_range_avx512(Y, nr, X, &V, n, a, b); break;
         case PATH_AMX_BF16: rf_bf16_range_amx(Y, nr, xp, &V, n, a, b, single); break;
         default: {
@@ -364,6 +375,16 @@ void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, in
         }
         }
     }
+}
+
+size_t rf_mat_pack_bytes(const rf_mat *W) {
+    if (W->dtype != RF_BF16 || rf_cpu_tier_detected() < RF_CPU_AVX512) return 0;
+    return rf_bf16_pack_avx512_bytes(W->rows, W->cols);
+}
+
+void rf_mat_pack(rf_mat *W, void *buf) {
+    rf_bf16_pack_avx512(buf, W->data, W->rows, W->cols);
+    W->packed = buf;
 }
 
 void rf_matmul(float *Y, const float *X, const rf_mat *W, int n) {

@@ -169,6 +169,117 @@ void rf_bf16_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W,
     }
 }
 
+/* ---- bf16, packed panels ------------------------------------------------------ */
+
+/* The layout rf_mat_pack writes (kernels.h): panels of 16 rows; in panel p,
+ * vector j (64 bytes) holds W[16p + r][2j], W[16p + r][2j + 1] in lane r.
+ * One vdpbf16ps of that vector with the token's pair (x[2j], x[2j + 1])
+ * broadcast to all lanes adds the pair's products to 16 output rows at once:
+ * the accumulators hold outputs, not partial sums, so there is no
+ * horizontal sum and each weight vector serves all T tokens of the tile
+ * (T broadcasts come from L1, the weights stream once). */
+size_t rf_bf16_pack_avx512_bytes(int rows, int cols) {
+    return (size_t)((rows + 15) / 16) * ((cols + 1) / 2) * 64;
+}
+
+void rf_bf16_pack_avx512(void *dst, const uint16_t *w, int rows, int cols) {
+    const int k2 = (cols + 1) / 2, np = (rows + 15) / 16;
+    uint32_t *o = dst;
+    for (int p = 0; p < np; p++)
+        for (int j = 0; j < k2; j++, o += 16)
+            for (int r = 0; r < 16; r++) {
+                int row = 16 * p + r, c = 2 * j;
+                uint32_t lo = row < rows ? w[(size_t)row * cols + c] : 0;
+                uint32_t hi = row < rows && c + 1 < cols ? w[(size_t)row * cols + c + 1] : 0;
+                o[r] = lo | hi << 16;
+            }
+}
+
+/* P panels x T tokens. x holds each token's prepared activations (the
+ * layout rf_bf16_prep_avx512 writes, read as 32-bit pairs): single, pair j
+ * at j; split, hi pair j at (j / 16) * 32 + j % 16 and lo 16 further. */
+static inline __attribute__((always_inline)) void pkern(const int S, const int P, const int T, const uint16_t *w,
+                                                        size_t panel, int k2, const uint32_t *x, size_t ldx,
+                                                        float *y, size_t ldy, int rows_left) {
+    __m512 acc[8][8];
+    for (int p = 0; p < P; p++)
+        for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
+    for (int j = 0; j < k2; j++) {
+        __m512bh wv[8];
+        for (int p = 0; p < P; p++) wv[p] = (__m512bh)_mm512_load_si512(w + p * panel + (size_t)j * 32);
+        const size_t xo = S ? (size_t)(j >> 4) * 32 + (j & 15) : (size_t)j;
+        for (int t = 0; t < T; t++) {
+            __m512bh xh = (__m512bh)_mm512_set1_epi32((int)x[t * ldx + xo]);
+            for (int p = 0; p < P; p++) acc[p][t] = _mm512_dpbf16_ps(acc[p][t], wv[p], xh);
+            if (S) {
+                __m512bh xl = (__m512bh)_mm512_set1_epi32((int)x[t * ldx + xo + 16]);
+                for (int p = 0; p < P; p++) acc[p][t] = _mm512_dpbf16_ps(acc[p][t], wv[p], xl);
+            }
+        }
+    }
+    for (int p = 0; p < P; p++) {
+        int m = rows_left - 16 * p;
+        __mmask16 k = m >= 16 ? 0xFFFF : (__mmask16)((1u << m) - 1);
+        for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy + 16 * p, k, acc[p][t]);
+    }
+}
+
+/* Panels per tile for T tokens: as many as the 32 zmm registers allow
+ * (P*T accumulators + P weights + the broadcast), at most 8. */
+static inline int panels_for(int T) { return T <= 2 ? 8 : T == 3 ? 6 : T == 4 ? 5 : T <= 6 ? 4 : 3; }
+
+#define PK(S, P, T) pkern(S, P, T, w, panel, k2, x, ldx, y, ldy, rows_left)
+#define PK_P(S, T)                                                                                  \
+    do {                                                                                            \
+        enum { PM_ = T <= 2 ? 8 : T == 3 ? 6 : T == 4 ? 5 : T <= 6 ? 4 : 3 }; /* panels_for(T) */ \
+        if (P == PM_) PK(S, PM_, T);                                                                \
+        else if (P == 4) PK(S, 4 < PM_ ? 4 : PM_, T);                                               \
+        else if (P == 2) PK(S, 2, T);                                                               \
+        else PK(S, 1, T);                                                                           \
+    } while (0)
+#define PK_T(S)                         \
+    switch (T) {                        \
+    case 1: PK_P(S, 1); break;          \
+    case 2: PK_P(S, 2); break;          \
+    case 3: PK_P(S, 3); break;          \
+    case 4: PK_P(S, 4); break;          \
+    case 5: PK_P(S, 5); break;          \
+    case 6: PK_P(S, 6); break;          \
+    case 7: PK_P(S, 7); break;          \
+    default: PK_P(S, 8); break;         \
+    }
+/* P is panels_for(T), or 4, 2, 1 for a range's last panels */
+static void ptile(int single, int P, int T, const uint16_t *w, size_t panel, int k2, const uint32_t *x, size_t ldx,
+                  float *y, size_t ldy, int rows_left) {
+    if (single) {
+        PK_T(0);
+    } else {
+        PK_T(1);
+    }
+}
+
+void rf_bf16p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single) {
+    const int cols = W->cols, k2 = (cols + 1) / 2;
+    const size_t ldx = (size_t)bf16_chunks(cols) * (single ? 16 : 32); /* in 32-bit pairs */
+    const size_t panel = (size_t)k2 * 32;                               /* in uint16 */
+    const uint16_t *pk = W->packed;
+    const uint32_t *X = xp;
+    /* token tiles of up to 8 outside, panels inside: a tile's activations
+     * stay in L1 while the range's panels (a thread's chunk: ~100s of KB)
+     * come from L2 for the second and later token tiles */
+    for (int t0 = 0, ntt = (n + 7) / 8, i = 0; i < ntt; i++) { /* near-equal tiles: 10 = 5 + 5 */
+        int T = n / ntt + (i < n % ntt);
+        for (int r = a; r < b;) {
+            int left = (b - r + 15) / 16, P = panels_for(T);
+            if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 ? 2 : 1;
+            ptile(single, P, T, pk + (size_t)(r / 16) * panel, panel, k2, X + (size_t)t0 * ldx, ldx,
+                  Y + (size_t)t0 * ldy + r, ldy, b - r);
+            r += 16 * P;
+        }
+        t0 += T;
+    }
+}
+
 /* ---- f32 / f16 ------------------------------------------------------------- */
 
 /* 16 weights at element offset off (f32 or f16), lanes >= m zero */

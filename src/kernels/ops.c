@@ -1,5 +1,6 @@
 /* ops.c - the small per-token kernels: rmsnorm, rope, silu*mul, softmax,
- * add, dot. AVX2 with scalar tails; f32 unless a comment says otherwise. */
+ * add, dot, attention scores and mix. AVX2 with scalar tails; f32 unless a
+ * comment says otherwise. */
 #include <math.h>
 #include <stdlib.h>
 #include <immintrin.h>
@@ -140,4 +141,62 @@ float rf_dot(const float *a, const float *b, int n) {
     float s = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
     for (; i < n; i++) s += a[i] * b[i];
     return s;
+}
+
+/* Four keys per pass, q's vectors reused from registers and the four sums
+ * reduced together: a dot product per key with its own horizontal sum cost
+ * more than the products at head_dim 64. */
+void rf_scores(float *sc, const float *q, const float *K, size_t ldk, int n, int hd, float scale) {
+    int t = 0;
+    for (; t + 4 <= n; t += 4) {
+        const float *k0 = K + (size_t)t * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int i = 0;
+        for (; i + 8 <= hd; i += 8) {
+            __m256 qv = _mm256_loadu_ps(q + i);
+            a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + i), a0);
+            a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + i), a1);
+            a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + i), a2);
+            a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + i), a3);
+        }
+        /* {sum a0, sum a1, sum a2, sum a3} */
+        __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+        __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        float s[4];
+        _mm_storeu_ps(s, s4);
+        for (; i < hd; i++) {
+            s[0] += q[i] * k0[i];
+            s[1] += q[i] * k1[i];
+            s[2] += q[i] * k2[i];
+            s[3] += q[i] * k3[i];
+        }
+        for (int j = 0; j < 4; j++) sc[t + j] = s[j] * scale;
+    }
+    for (; t < n; t++) sc[t] = rf_dot(q, K + (size_t)t * ldk, hd) * scale;
+}
+
+/* 32 outputs at a time in four accumulators, the keys streamed past them */
+void rf_mix(float *out, const float *p, const float *V, size_t ldv, int n, int hd) {
+    int i = 0;
+    for (; i + 32 <= hd; i += 32) {
+        __m256 o0 = _mm256_loadu_ps(out + i), o1 = _mm256_loadu_ps(out + i + 8), o2 = _mm256_loadu_ps(out + i + 16),
+               o3 = _mm256_loadu_ps(out + i + 24);
+        for (int t = 0; t < n; t++) {
+            const float *v = V + (size_t)t * ldv + i;
+            __m256 pv = _mm256_set1_ps(p[t]);
+            o0 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v), o0);
+            o1 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + 8), o1);
+            o2 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + 16), o2);
+            o3 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + 24), o3);
+        }
+        _mm256_storeu_ps(out + i, o0);
+        _mm256_storeu_ps(out + i + 8, o1);
+        _mm256_storeu_ps(out + i + 16, o2);
+        _mm256_storeu_ps(out + i + 24, o3);
+    }
+    for (; i < hd; i++) {
+        float o = out[i];
+        for (int t = 0; t < n; t++) o += p[t] * V[(size_t)t * ldv + i];
+        out[i] = o;
+    }
 }

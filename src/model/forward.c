@@ -96,26 +96,12 @@ typedef struct {
 /* out[hd] = softmax(q . K^T * scale) V over the view, for kv head g. */
 static void attend(float *out, const float *q, const kv_view *w, int g, int hd, int kv_dim,
                    float scale, float *sc) {
-    int n = w->n0 + w->n1;
-    float mx = -INFINITY;
-    for (int t = 0; t < n; t++) {
-        const float *kt = t < w->n0 ? w->k0 + (size_t)t * kv_dim : w->k1 + (size_t)(t - w->n0) * kv_dim;
-        sc[t] = rf_dot(q, kt + g * hd, hd) * scale;
-        if (sc[t] > mx) mx = sc[t];
-    }
-    float sum = 0;
-    for (int t = 0; t < n; t++) {
-        sc[t] = expf(sc[t] - mx);
-        sum += sc[t];
-    }
-    float inv = 1.0f / sum;
+    rf_scores(sc, q, w->k0 + g * hd, kv_dim, w->n0, hd, scale);
+    if (w->n1) rf_scores(sc + w->n0, q, w->k1 + g * hd, kv_dim, w->n1, hd, scale);
+    rf_softmax(sc, w->n0 + w->n1);
     memset(out, 0, hd * sizeof(float));
-    for (int t = 0; t < n; t++) {
-        const float *vt = t < w->n0 ? w->v0 + (size_t)t * kv_dim : w->v1 + (size_t)(t - w->n0) * kv_dim;
-        float p = sc[t] * inv;
-        vt += g * hd;
-        for (int i = 0; i < hd; i++) out[i] += p * vt[i];
-    }
+    rf_mix(out, sc, w->v0 + g * hd, kv_dim, w->n0, hd);
+    if (w->n1) rf_mix(out, sc + w->n0, w->v1 + g * hd, kv_dim, w->n1, hd);
 }
 
 static int check_batch(const rf_model *m, const rf_kvcache *c, const rf_runstate *s, const rf_batch *b) {

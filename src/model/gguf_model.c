@@ -217,7 +217,7 @@ int rf_model_load_gguf(rf_model *m, const char *path) {
             break;
         }
         if (s->mat) {
-            *s->mat = (rf_mat){t->dtype, t->data, s->rows, s->cols};
+            *s->mat = (rf_mat){t->dtype, t->data, s->rows, s->cols, NULL};
             bad = 0;
             continue;
         }
@@ -235,7 +235,7 @@ int rf_model_load_gguf(rf_model *m, const char *path) {
     /* the storage type of the bulk of the weights (a Q4_0 file keeps its
      * embeddings in Q8_0) */
     m->cfg.dtype = m->layers[0].up.dtype;
-    rc = 0;
+    rc = rf_model_pack(m);
 done:
     free(ts);
     if (rc) rf_model_free(m);
@@ -347,7 +347,7 @@ void rf_model_gguf_add(const rf_model *m, rf_gguf_writer *w, rf_dtype dtype, con
             int64_t ne[2] = {ts[i].cols, ts[i].rows};
             rf_gguf_w_tensor(w, gname, g->dst, 2, ne, fill_rows, g);
         } else {
-            g->src = (rf_mat){RF_F32, *ts[i].vec, 1, ts[i].rows};
+            g->src = (rf_mat){RF_F32, *ts[i].vec, 1, ts[i].rows, NULL};
             g->dst = RF_F32;
             int64_t ne[1] = {ts[i].rows};
             rf_gguf_w_tensor(w, gname, RF_F32, 1, ne, fill_rows, g);

@@ -47,7 +47,7 @@ static int bind_tensor(const rf_tspec *s, const rf_tensor *t, const char *file, 
         return -1;
     }
     if (!s->vec) {
-        if (s->mat) *s->mat = (rf_mat){t->dtype, t->data, s->rows, s->cols};
+        if (s->mat) *s->mat = (rf_mat){t->dtype, t->data, s->rows, s->cols, NULL};
         return 0;
     }
     rf_model_bind_norm(s, t->dtype, t->data, vec_dst);
@@ -191,7 +191,7 @@ int rf_model_load(rf_model *m, const char *dir) {
     if (m->cfg.tie_embeddings) m->lm_head = m->embed;
     /* the weights' real storage type, whatever config.json's torch_dtype said */
     m->cfg.dtype = m->embed.dtype;
-    rc = 0;
+    rc = rf_model_pack(m);
 done:
     for (int k = 0; k < n_names; k++) free(names[k]);
     free(names);
@@ -210,6 +210,7 @@ void rf_model_free(rf_model *m) {
     free(m->gguf);
     free(m->layers);
     free(m->owned);
+    free(m->packed_mem);
     free(m->dir);
     memset(m, 0, sizeof *m);
 }

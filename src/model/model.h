@@ -28,6 +28,7 @@ typedef struct {
     rf_gguf_file *gguf;       /* or the mmap'd GGUF file (then n_files = 0) */
     char *dir;
     void *owned;              /* heap block holding in-memory weights, or NULL */
+    void *packed_mem;         /* the matrices' packed copies (rf_model_pack), or NULL */
 } rf_model;
 
 /* Load <dir>/config.json and model.safetensors or the shards listed in
@@ -36,6 +37,14 @@ typedef struct {
  * Error: -1 and rf_last_error(). */
 int rf_model_load(rf_model *m, const char *dir);
 void rf_model_free(rf_model *m);
+
+/* model/pack.c: give the bf16 layer matrices and the lm head their packed
+ * copies (kernels.h rf_mat_pack) when this CPU has the kernel for them (the
+ * avx512 tier; otherwise nothing happens). The loaders call it; whoever
+ * changes the matrices in place afterwards calls rf_model_unpack first
+ * (rf_model_quantize does). Returns 0. */
+int rf_model_pack(rf_model *m);
+void rf_model_unpack(rf_model *m);
 
 /* GGUF (io/gguf.h), llama.cpp's `qwen3` layout: rf_model_load of a path that
  * is a file reads it with rf_model_load_gguf. Hyper-parameters come from the

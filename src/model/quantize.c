@@ -67,6 +67,7 @@ int rf_model_quantize(rf_model *m, rf_dtype dtype) {
             free(tg);
             return -1;
         }
+    rf_model_unpack(m); /* the packed copies are of the bf16 weights being replaced */
     /* what lives in the old heap block must move to the new one */
     const char *old = m->owned;
     size_t old_size = old ? malloc_usable_size(m->owned) : 0;

@@ -97,7 +97,7 @@ void rf_model_init_random(rf_model *m, const rf_config *cfg, rf_dtype dtype, flo
             size_t cnt = (size_t)ts[i].rows * ts[i].cols;
             gen_ctx g = {tensor_seed(seed, ts[i].name), init_std, dtype};
             fill_normal(&g, 0, cnt, p);
-            *ts[i].mat = (rf_mat){dtype, p, ts[i].rows, ts[i].cols};
+            *ts[i].mat = (rf_mat){dtype, p, ts[i].rows, ts[i].cols, NULL};
             p += align64(cnt * es);
         } else {
             float *v = (float *)p;
@@ -108,6 +108,7 @@ void rf_model_init_random(rf_model *m, const rf_config *cfg, rf_dtype dtype, flo
     }
     if (m->cfg.tie_embeddings) m->lm_head = m->embed;
     free(ts);
+    rf_model_pack(m);
 }
 
 /* ---- on disk -------------------------------------------------------------------- */

@@ -73,7 +73,7 @@ int rf_tmodel_as_model(const rf_tmodel *m, rf_model *out) {
     int n = rf_model_tensor_list(out, &ts);
     for (int i = 0; i < n; i++) {
         float *p = m->params + m->tensors[i].offset;
-        if (ts[i].mat) *ts[i].mat = (rf_mat){RF_F32, p, ts[i].rows, ts[i].cols};
+        if (ts[i].mat) *ts[i].mat = (rf_mat){RF_F32, p, ts[i].rows, ts[i].cols, NULL};
         else *ts[i].vec = p;
     }
     free(ts);

@@ -1,0 +1,79 @@
+/* pack.c - the bf16 matrices' panel copies (kernels.h rf_mat_pack).
+ *
+ * On a CPU with the avx512 tier every bf16 layer matrix and the lm head get
+ * a copy in the panel layout its kernel reads without horizontal sums (on
+ * the demo model's shape a 16-token call drops from ~5x to ~2x the cost of
+ * a 1-token call; bench_kernels_matmul's "BF16p" rows). The kernels read the
+ * copy only; the row-major originals stay where they are (the embedding
+ * lookup, rf_model_save and the GGUF writer read them). Where an original
+ * lives in an mmap'd file its pages are handed back to the kernel
+ * (MADV_DONTNEED on a private read-only mapping: a later read faults them in
+ * from the file again), so the process holds one copy of the weights, not
+ * two. */
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "io/quant.h"
+#include "model/model.h"
+#include "util/util.h"
+
+/* the matrices the forward pass multiplies by: 7 per layer + the lm head */
+static int pack_targets(rf_model *m, rf_mat **out) {
+    int n = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        rf_layer *L = &m->layers[l];
+        rf_mat *ms[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (int i = 0; i < 7; i++) out[n++] = ms[i];
+    }
+    out[n++] = &m->lm_head;
+    return n;
+}
+
+/* the whole pages inside [p, p + bytes) when they belong to one of m's
+ * mmap'd safetensors files: no longer needed in memory */
+static void release_file_pages(const rf_model *m, const void *p, size_t bytes) {
+    const char *a = p, *b = a + bytes;
+    for (int k = 0; k < m->n_files; k++) {
+        const char *map = m->files[k].map;
+        if (a < map || b > map + m->files[k].map_size) continue;
+        uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t lo = ((uintptr_t)a + pg - 1) / pg * pg, hi = (uintptr_t)b / pg * pg;
+        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        return;
+    }
+}
+
+int rf_model_pack(rf_model *m) {
+    rf_model_unpack(m);
+    rf_mat **tg = rf_malloc(sizeof(*tg) * (7 * (size_t)m->cfg.n_layers + 1));
+    int nt = pack_targets(m, tg);
+    size_t total = 0;
+    for (int i = 0; i < nt; i++) total += (rf_mat_pack_bytes(tg[i]) + 63) / 64 * 64;
+    if (total) {
+        char *p = rf_aligned_alloc(total);
+        m->packed_mem = p;
+        for (int i = 0; i < nt; i++) {
+            size_t bytes = rf_mat_pack_bytes(tg[i]);
+            if (!bytes) continue;
+            rf_mat_pack(tg[i], p);
+            p += (bytes + 63) / 64 * 64;
+        }
+        /* the tied embedding is still read row by row: keep its pages */
+        for (int i = 0; i < nt; i++)
+            if (tg[i]->packed && tg[i]->data != m->embed.data)
+                release_file_pages(m, tg[i]->data, rf_dtype_row_bytes(tg[i]->dtype, tg[i]->cols) * tg[i]->rows);
+    }
+    free(tg);
+    return 0;
+}
+
+void rf_model_unpack(rf_model *m) {
+    if (!m->layers) return;
+    rf_mat **tg = rf_malloc(sizeof(*tg) * (7 * (size_t)m->cfg.n_layers + 1));
+    int nt = pack_targets(m, tg);
+    for (int i = 0; i < nt; i++) tg[i]->packed = NULL;
+    free(tg);
+    free(m->packed_mem);
+    m->packed_mem = NULL;
+}
