@@ -1,8 +1,8 @@
 /* request.c - libFuzzer: a request body for /v1/completions or
  * /v1/chat/completions (first byte), parsed against a small random model
  * with the demo tokenizer; an accepted request must pass the decoder's own
- * check (rf_gen_check) and have a working-memory estimate within the
- * machine, i.e. the sizes the decoder would allocate. */
+ * check (rf_gen_check), a working-memory estimate within the machine (the
+ * sizes the decoder would allocate) and 1 .. RF_SERVE_MAX_N choices. */
 #include "decode/decode_impl.h"
 #include "fuzz_util.h"
 #include "serve/serve.h"
@@ -34,6 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (rf_gen_check(&model, r.prompt, r.n_prompt, &r.p, r.ar)) abort();
         if (gen_padded64(&r.p) > model.cfg.max_pos) abort();
         if (rf_gen_mem_bytes(&model, r.n_prompt, &r.p, r.ar) <= 0) abort();
+        if (r.n_choices < 1 || r.n_choices > RF_SERVE_MAX_N) abort();
         rf_serve_req_free(&r);
     }
     return 0;

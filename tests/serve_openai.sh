@@ -8,7 +8,11 @@
 #  - stop (a piece of the plain answer): the answer ends just before it;
 #  - content as a list of text parts and the developer role = the string
 #    and the system role; seeds reproduce sampled answers;
-#  - unsupported fields (logprobs, n, tools, penalties) and bad values are
+#  - n = 3 at temperature 1.5 (chat, AR and ReFusion; completions): 3 choices,
+#    index 0..2, choice i = the single answer with seed + i, usage summing
+#    them; streamed n = 2 = the plain n = 2 answer, chunk by chunk per index;
+#  - unsupported fields (logprobs, tools, penalties) and bad values (n 0,
+#    n 100) are
 #    400 with OpenAI's error shape (param names the field, code a string or
 #    null), an unknown model 404, a wrong API key 401;
 #  - GET /v1/models/{id}, CORS preflight, /metrics;
@@ -113,10 +117,41 @@ async function status(f) { try { await f(); return 200; } catch (e) { return e; 
   const s1 = await chat({ temperature: 0.9, seed: 7, mode: 'ar' }), s2 = await chat({ temperature: 0.9, seed: 7, mode: 'ar' });
   ok(s1.choices[0].message.content === s2.choices[0].message.content, 'same seed, different answers');
 
+  // ---- n choices: choice i is its own generation with seed + i -----------------------------------
+  for (const mode of ['ar', 'refusion']) {
+    const hot = { temperature: 1.5, seed: 7, mode }; // hot enough for the demo model's seeds to differ
+    const r = await chat({ ...hot, n: 3 });
+    ok(r.choices.length === 3 && r.choices.every((ch, i) => ch.index === i && ch.message.role === 'assistant'),
+       `n 3 (${mode}): indexes ${JSON.stringify(r.choices.map(ch => ch.index))}`);
+    const single = [];
+    for (let i = 0; i < 3; i++) single.push((await chat({ ...hot, seed: 7 + i })).choices[0].message.content);
+    ok(r.choices.every((ch, i) => ch.message.content === single[i]), `n 3 (${mode}): choice i != the answer with seed 7+i`);
+    ok(new Set(single).size > 1, `n 3 (${mode}): seeds 7, 8, 9 at temperature 1.5 gave one answer`);
+    const sum = r.choices.reduce((a, ch) => a + ch.token_ids.length, 0);
+    ok(r.usage.completion_tokens === sum && r.usage.total_tokens === r.usage.prompt_tokens + sum,
+       `n 3 (${mode}): usage ${JSON.stringify(r.usage)} vs ${sum} tokens`);
+  }
+  const cn = await client.completions.create({ model, prompt: 'def f(x):', max_tokens: 8, mode: 'ar', n: 2, temperature: 0.9, seed: 3 });
+  ok(cn.choices.length === 2 && cn.choices[0].index === 0 && cn.choices[1].index === 1 &&
+     cn.usage.completion_tokens === cn.choices[0].token_ids.length + cn.choices[1].token_ids.length,
+     'completions n 2: ' + JSON.stringify(cn.choices.map(ch => [ch.index, ch.text])));
+  const n2 = await chat({ temperature: 0.9, seed: 11, mode: 'ar', n: 2 });
+  const sn2 = await chat({ temperature: 0.9, seed: 11, mode: 'ar', n: 2, stream: true, stream_options: { include_usage: true } });
+  const per = ['', ''], fin = [null, null];
+  let nu = null;
+  for await (const ch of sn2) {
+    for (const x of ch.choices) { per[x.index] += x.delta.content || ''; if (x.finish_reason) fin[x.index] = x.finish_reason; }
+    if (!ch.choices.length && ch.usage) nu = ch.usage;
+  }
+  ok(per[0] === n2.choices[0].message.content && per[1] === n2.choices[1].message.content && fin[0] && fin[1],
+     `streamed n 2: ${JSON.stringify(per)} vs ${JSON.stringify(n2.choices.map(ch => ch.message.content))}`);
+  ok(nu && nu.completion_tokens === n2.usage.completion_tokens, `streamed n 2 usage ${JSON.stringify(nu)}`);
+
   // ---- errors --------------------------------------------------------------------------------
   const errs = [
     ['logprobs', () => chat({ logprobs: true }), 400, 'logprobs', 'unsupported_parameter'],
-    ['n', () => chat({ n: 2 }), 400, 'n', 'unsupported_parameter'],
+    ['n 0', () => chat({ n: 0 }), 400, 'n', null],
+    ['n 100', () => chat({ n: 100 }), 400, 'n', null],
     ['tools', () => chat({ tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }), 400, 'tools', 'unsupported_parameter'],
     ['penalty', () => chat({ presence_penalty: 0.5 }), 400, 'presence_penalty', 'unsupported_parameter'],
     ['json mode', () => chat({ response_format: { type: 'json_object' } }), 400, 'response_format', 'unsupported_parameter'],

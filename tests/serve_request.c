@@ -41,6 +41,7 @@ static void test_fields(void) {
     CHECK(r.p.slot_threshold == 0.25f && r.p.token_threshold == 1.0f && r.p.temperature == 0.5f, "floats");
     CHECK(r.p.seed == 12345678901ull && r.p.top_k == 5 && r.p.top_p == 0.75f, "seed/top_k/top_p");
     CHECK(r.p.eos_id == DEF.eos_id && r.p.on_tokens == NULL, "eos kept from the defaults, no callback");
+    CHECK(r.n_choices == 1, "n 1: %d choices", r.n_choices);
     int *ids, n;
     rf_tok_encode(TOK, "The model number 7", 18, &ids, &n);
     CHECK(same_ids(r.prompt, r.n_prompt, ids, n), "prompt ids differ from rf_tok_encode (%d vs %d)", r.n_prompt, n);
@@ -168,7 +169,9 @@ static void test_bad(void) {
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"top_k\": -1}", "\"top_k\""},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"seed\": -1}", "\"seed\""},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stream\": \"yes\"}", "\"stream\""},
-        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"n\": 2}", "\"n\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"n\": 0}", "\"n\" must be an integer in [1, 8]"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"n\": 9}", "\"n\" must be an integer in [1, 8]"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"n\": 2.0}", "\"n\""},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stop\": 5}", "\"stop\""},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stop\": [\"a\", \"\"]}", "\"stop\"[1]"},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", "at most 4"},

@@ -6,7 +6,7 @@
  * the decoding settings are the rows of the shared option table (cli/args.h,
  * the same names, ranges and defaults as the command line); OpenAI fields we
  * do not implement are accepted only at their neutral value (logprobs false,
- * n 1, penalties 0, ...); anything else is refused, naming it. null means
+ * penalties 0, ...); anything else is refused, naming it. null means
  * "not given". */
 #include <jansson.h>
 #include <limits.h>
@@ -71,8 +71,6 @@ static int check_unsupported(json_t *o, rf_serve_req *r) {
         REFUSE("best_of", "\"best_of\" is not supported (only 1)");
     if ((v = field(o, "suffix")) && !(json_is_string(v) && !*json_string_value(v)))
         REFUSE("suffix", "\"suffix\" is not supported");
-    if ((v = field(o, "n")) && !(json_is_integer(v) && json_integer_value(v) == 1))
-        REFUSE("n", "\"n\" must be 1 (one answer per request)");
 #undef REFUSE
     return 0;
 }
@@ -211,6 +209,16 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
     if (parse_stop(o, r)) {
         snprintf(r->err_param, sizeof r->err_param, "stop");
         return -1;
+    }
+    /* "n": choices, each its own generation (worker.c: choice i samples
+     * with seed + i) */
+    if ((v = field(o, "n"))) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > RF_SERVE_MAX_N) {
+            snprintf(r->err_param, sizeof r->err_param, "n");
+            rf_set_error("\"n\" must be an integer in [1, %d] (the number of choices)", RF_SERVE_MAX_N);
+            return -1;
+        }
+        r->n_choices = (int)json_integer_value(v);
     }
     return 0;
 }
@@ -362,6 +370,7 @@ int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_mode
     out->p = defaults->gen;
     out->p.on_tokens = NULL, out->p.on_event = NULL, out->p.user = NULL, out->p.cancel = NULL;
     out->ar = defaults->decoder == RF_DECODER_AR;
+    out->n_choices = 1;
     if (len == 0) {
         rf_set_error("empty request body (a JSON object is expected)");
         return -1;

@@ -78,6 +78,7 @@ typedef enum { RF_REQ_COMPLETION, RF_REQ_CHAT } rf_req_kind;
 
 #define RF_SERVE_MAX_STOP 4
 #define RF_SERVE_STOP_LEN 64
+#define RF_SERVE_MAX_N 8     /* "n": at most this many choices per request */
 typedef struct {
     rf_req_kind kind;
     int *prompt;             /* [n_prompt] token ids (malloc'd) */
@@ -90,6 +91,8 @@ typedef struct {
     int include_usage;       /* "stream_options": {"include_usage": true} */
     char stop[RF_SERVE_MAX_STOP][RF_SERVE_STOP_LEN];
     int n_stop;
+    int n_choices;           /* "n" in [1, RF_SERVE_MAX_N]: choice i is a generation of its own,
+                                sampled with seed + i (identical choices when greedy) */
     char err_param[64];      /* after an error: the field at fault ("" when none) */
     int err_unsupported;     /* ... and it is one this server does not implement */
 } rf_serve_req;

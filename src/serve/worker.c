@@ -69,9 +69,9 @@ static json_t *envelope(const rf_server *s, const job *j, int chunk) {
                      (json_int_t)j->created, "model", s->model_name);
 }
 
-/* choices[0]: the text (a piece of it when streaming) and its token ids */
-static json_t *choice(const job *j, const char *text, const int *ids, int n, const char *finish, int chunk) {
-    json_t *c = json_pack("{s:i}", "index", 0);
+/* choices[index]: the text (a piece of it when streaming) and its token ids */
+static json_t *choice(const job *j, int index, const char *text, const int *ids, int n, const char *finish, int chunk) {
+    json_t *c = json_pack("{s:i}", "index", index);
     if (j->req.kind == RF_REQ_COMPLETION) {
         json_object_set_new(c, "text", jstr(text));
         json_object_set_new(c, "logprobs", json_null());
@@ -86,13 +86,15 @@ static json_t *choice(const job *j, const char *text, const int *ids, int n, con
     return c;
 }
 
-/* The decoder's statistics: how many tokens each model call produced. */
+/* The decoder's statistics: how many tokens each model call produced (with
+ * n > 1 choices: over all of them, see run_job). */
 static json_t *stats_json(const job *j, const rf_gen_result *r) {
     const rf_gen_params *p = &j->req.p;
     json_t *o = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:b}", "mode", rf_decoder_names[j->req.d.decoder],
                           "model_calls", r->n_calls, "steps", r->n_steps, "tpf", r->tpf, "tokens_per_call",
                           r->tokens_per_call, "tokens_per_s", r->tokens_per_s, "wall_s", r->wall_s,
                           "hit_eos", r->hit_eos);
+    if (j->req.n_choices > 1) json_object_set_new(o, "choices", json_integer(j->req.n_choices));
     /* every setting of the shared table, as the request names it */
     json_t *set = json_object();
     for (int i = 0; i < rf_decode_table_n; i++) {
@@ -125,6 +127,7 @@ json_t *rf_serve_error_json(const char *msg, const char *type, const char *param
 typedef struct {
     rf_server *s;
     job *j;
+    int index;           /* the choice ("n" > 1: 0 .. n-1) */
     rf_tok_stream *ts;   /* NULL without a tokenizer */
     int eos;
     int *ids;            /* [n_ids] kept tokens */
@@ -192,7 +195,7 @@ static void stream_pending(run_ctx *c, int final, const char *finish) {
     piece[upto - c->text_sent] = 0;
     json_t *o = envelope(c->s, c->j, 1);
     json_object_set_new(o, "choices",
-                        json_pack("[o]", choice(c->j, piece, c->ids + c->ids_sent, c->n_ids - c->ids_sent, finish, 1)));
+                        json_pack("[o]", choice(c->j, c->index, piece, c->ids + c->ids_sent, c->n_ids - c->ids_sent, finish, 1)));
     sse_event(c->s, c->j, o);
     free(piece);
     c->text_sent = upto, c->ids_sent = c->n_ids;
@@ -238,28 +241,46 @@ static void on_tokens(const int *ids, int n, void *user) {
     if (j->req.stream && !j->cancelled) stream_pending(c, 0, NULL);
 }
 
-static void log_job(const rf_server *s, const job *j, const run_ctx *c, const rf_gen_result *r) {
+static void log_choice(const rf_server *s, const job *j, const run_ctx *c, const rf_gen_result *r) {
     if (!s->cfg.verbose) return;
+    char which[32] = "";
+    if (j->req.n_choices > 1) snprintf(which, sizeof which, " choice %d,", c->index);
     fprintf(stderr,
-            "refusion serve: %s: %s, %d prompt + %d answer tokens%s, %d model calls, TPF %.2f, %.2f tokens/call, "
+            "refusion serve: %s:%s %s, %d prompt + %d answer tokens%s, %d model calls, TPF %.2f, %.2f tokens/call, "
             "%.1f tokens/s, %.2f s\n",
-            j->id, rf_decoder_names[j->req.d.decoder], j->req.n_prompt, c->n_ids,
+            j->id, which, rf_decoder_names[j->req.d.decoder], j->req.n_prompt, c->n_ids,
             c->stop_hit ? " (stop sequence)" : c->cut ? " (max_tokens)" : "", r->n_calls, r->tpf,
             r->tokens_per_call, r->tokens_per_s, r->wall_s);
 }
 
-static void run_job(rf_server *s, job *j) {
-    run_ctx c;
-    memset(&c, 0, sizeof c);
-    c.s = s, c.j = j, c.ts = s->tok ? rf_tok_stream_new(s->tok, 1) : NULL;
+static void run_ctx_free(run_ctx *c) {
+    free(c->ids), free(c->tok_start), free(c->text);
+    if (c->ts) rf_tok_stream_free(c->ts);
+    memset(c, 0, sizeof *c);
+}
+
+/* One choice of the job: a generation of its own, sampled with seed +
+ * index. Fills c (the answer, cut) and r (the decoder's statistics); 0, or
+ * -1 with rf_last_error() (or the client left: j->cancelled). */
+static int run_choice(rf_server *s, job *j, int index, run_ctx *c, rf_gen_result *r) {
+    memset(c, 0, sizeof *c);
+    c->s = s, c->j = j, c->index = index, c->ts = s->tok ? rf_tok_stream_new(s->tok, 1) : NULL;
     rf_gen_params p = j->req.p;
-    c.eos = p.eos_id == RF_ID_FROM_MODEL ? s->m->cfg.eos_id : p.eos_id;
+    p.seed += (uint64_t)index;
+    c->eos = p.eos_id == RF_ID_FROM_MODEL ? s->m->cfg.eos_id : p.eos_id;
     for (int i = 0; i < j->req.n_stop; i++)
-        if (strlen(j->req.stop[i]) > c.max_stop) c.max_stop = strlen(j->req.stop[i]);
-    p.on_tokens = on_tokens, p.on_event = on_event, p.user = &c;
+        if (strlen(j->req.stop[i]) > c->max_stop) c->max_stop = strlen(j->req.stop[i]);
+    p.on_tokens = on_tokens, p.on_event = on_event, p.user = c;
     p.cancel = &j->cancel_flag;
-    rf_gen_result r;
-    memset(&r, 0, sizeof r);
+    memset(r, 0, sizeof *r);
+    /* the previous choice's max_tokens / stop cut raised the cancel flag:
+     * lower it, unless the client has left (both under the lock that
+     * rf_serve_cancel_locked holds) */
+    pthread_mutex_lock(&s->mu);
+    int gone = j->cancelled, calls0 = j->calls_now;
+    if (!gone) j->cancel_flag = 0;
+    pthread_mutex_unlock(&s->mu);
+    if (gone) return -1;
     double t0 = rf_now();
     rf_mdm_params mp;
     rf_mdm_params_default(&mp, &p);
@@ -271,29 +292,69 @@ static void run_job(rf_server *s, job *j) {
     jmp_buf die;
     jmp_buf *prev_die = rf_die_catch(&die);
     if (setjmp(die)) {
-        memset(&r, 0, sizeof r);
+        memset(r, 0, sizeof *r);
         rc = -1;
     } else {
-        rc = j->req.d.decoder == RF_DECODER_AR    ? rf_generate_ar(s->m, j->req.prompt, j->req.n_prompt, &p, &r)
-             : j->req.d.decoder == RF_DECODER_MDM ? rf_generate_mdm(s->m, j->req.prompt, j->req.n_prompt, &p, &mp, &r)
-                                                  : rf_generate_refusion(s->m, j->req.prompt, j->req.n_prompt, &p, &r);
+        rc = j->req.d.decoder == RF_DECODER_AR    ? rf_generate_ar(s->m, j->req.prompt, j->req.n_prompt, &p, r)
+             : j->req.d.decoder == RF_DECODER_MDM ? rf_generate_mdm(s->m, j->req.prompt, j->req.n_prompt, &p, &mp, r)
+                                                  : rf_generate_refusion(s->m, j->req.prompt, j->req.n_prompt, &p, r);
     }
     rf_die_catch(prev_die);
     double wall = rf_now() - t0;
-    if (rc && c.cut) { /* we stopped it: the answer so far is the answer */
+    if (rc && c->cut) { /* we stopped it: the answer so far is the answer */
         rc = 0;
-        r.n_calls = j->calls_now + 1; /* + the prompt's */
-        r.wall_s = wall;
-        r.tokens_per_s = wall > 0 ? c.n_ids / wall : 0;
-        r.tokens_per_call = r.n_calls ? (double)c.n_ids / r.n_calls : 0;
+        pthread_mutex_lock(&s->mu);
+        r->n_calls = j->calls_now - calls0 + 1; /* + the prompt's */
+        pthread_mutex_unlock(&s->mu);
+        r->wall_s = wall;
+        r->tokens_per_s = wall > 0 ? c->n_ids / wall : 0;
+        r->tokens_per_call = r->n_calls ? (double)c->n_ids / r->n_calls : 0;
     }
-    if (!rc && c.ts && !c.cut) { /* held-back bytes of an incomplete character */
-        size_t from = c.len;
-        text_append(&c, rf_tok_stream_flush(c.ts));
-        find_stop(&c, from > c.max_stop ? from - c.max_stop : 0);
+    if (!rc && c->ts && !c->cut) { /* held-back bytes of an incomplete character */
+        size_t from = c->len;
+        text_append(c, rf_tok_stream_flush(c->ts));
+        find_stop(c, from > c->max_stop ? from - c->max_stop : 0);
     }
-    int hit_eos = c.n_ids > 0 && c.ids[c.n_ids - 1] == c.eos;
-    const char *finish = c.stop_hit || hit_eos ? "stop" : "length";
+    if (!rc) log_choice(s, j, c, r);
+    return rc;
+}
+
+/* Run a job's choices one after the other ("n" > 1: each its own
+ * generation, index 0 .. n-1) and set its output. A stream sends each
+ * choice's chunks (carrying its index) as it is decoded, then one chunk with
+ * choices [] holding the statistics (and usage when asked). The statistics
+ * and usage cover every choice: completion tokens, model calls, steps and
+ * wall time are summed, TPF is the mean over all steps, hit_eos means every
+ * choice ended with EOS. */
+static void run_job(rf_server *s, job *j) {
+    int n = j->req.n_choices > 0 ? j->req.n_choices : 1;
+    json_t *choices = json_array();
+    rf_gen_result sum;
+    memset(&sum, 0, sizeof sum);
+    sum.hit_eos = 1;
+    double tpf_sum = 0;
+    int rc = 0, tokens = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        run_ctx c;
+        rf_gen_result r;
+        rc = run_choice(s, j, i, &c, &r);
+        if (!rc) {
+            int hit_eos = c.n_ids > 0 && c.ids[c.n_ids - 1] == c.eos;
+            const char *finish = c.stop_hit || hit_eos ? "stop" : "length";
+            if (j->req.stream) stream_pending(&c, 1, finish);
+            else json_array_append_new(choices, choice(j, i, c.text ? c.text : "", c.ids, c.n_ids, finish, 0));
+            tokens += c.n_ids;
+            sum.n_calls += r.n_calls, sum.n_steps += r.n_steps, sum.wall_s += r.wall_s;
+            sum.hit_eos &= hit_eos;
+            tpf_sum += r.tpf * r.n_steps;
+        }
+        rf_gen_result_free(&r);
+        run_ctx_free(&c);
+    }
+    sum.n_tokens = tokens;
+    sum.tpf = sum.n_steps ? tpf_sum / sum.n_steps : 0;
+    sum.tokens_per_call = sum.n_calls ? (double)tokens / sum.n_calls : 0;
+    sum.tokens_per_s = sum.wall_s > 0 ? tokens / sum.wall_s : 0;
     char *body = NULL;
     int status = 200;
     if (rc && j->cancelled) {
@@ -307,29 +368,25 @@ static void run_job(rf_server *s, job *j) {
         if (j->req.stream) sse_event(s, j, e);
         else status = 500, body = json_dumps(e, JSON_COMPACT), json_decref(e);
     } else {
-        log_job(s, j, &c, &r);
-        json_t *usage = json_pack("{s:i, s:i, s:i}", "prompt_tokens", j->req.n_prompt, "completion_tokens", c.n_ids,
-                                  "total_tokens", j->req.n_prompt + c.n_ids);
+        json_t *usage = json_pack("{s:i, s:i, s:i}", "prompt_tokens", j->req.n_prompt, "completion_tokens", tokens,
+                                  "total_tokens", j->req.n_prompt + tokens);
+        json_t *o = envelope(s, j, j->req.stream);
         if (j->req.stream) {
-            /* the rest of the text, why it ended, the statistics; usage in a
-             * chunk of its own (choices: []) when stream_options asks */
-            stream_pending(&c, 1, finish);
-            json_t *o = envelope(s, j, 1);
+            /* usage in a chunk of its own (choices: []) when stream_options asks */
             json_object_set_new(o, "choices", json_array());
-            json_object_set_new(o, "refusion", stats_json(j, &r));
-            if (j->req.include_usage) json_object_set_new(o, "usage", json_incref(usage));
-            else json_object_set_new(o, "usage", json_null());
+            json_object_set_new(o, "refusion", stats_json(j, &sum));
+            json_object_set_new(o, "usage", j->req.include_usage ? json_incref(usage) : json_null());
             sse_event(s, j, o);
         } else {
-            json_t *o = envelope(s, j, 0);
-            json_object_set_new(o, "choices", json_pack("[o]", choice(j, c.text ? c.text : "", c.ids, c.n_ids, finish, 0)));
+            json_object_set_new(o, "choices", json_incref(choices));
             json_object_set_new(o, "usage", json_incref(usage));
-            json_object_set_new(o, "refusion", stats_json(j, &r));
+            json_object_set_new(o, "refusion", stats_json(j, &sum));
             body = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
             json_decref(o);
         }
         json_decref(usage);
     }
+    json_decref(choices);
     pthread_mutex_lock(&s->mu);
     if (j->req.stream) out_append(j, "data: [DONE]\n\n", 14);
     else if (body) j->out = body, j->out_len = strlen(body), j->status = status;
@@ -337,9 +394,9 @@ static void run_job(rf_server *s, job *j) {
     s->n_done++;
     s->n_running--;
     if (!rc) {
-        s->tokens_done += c.n_ids;
+        s->tokens_done += tokens;
         s->prompt_tokens += j->req.n_prompt;
-        s->gen_seconds += wall;
+        s->gen_seconds += sum.wall_s;
         s->latency_sum += rf_now() - j->queued_at;
         s->n_latency++;
     } else if (!j->cancelled) {
@@ -354,9 +411,6 @@ static void run_job(rf_server *s, job *j) {
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&s->mu);
-    rf_gen_result_free(&r);
-    free(c.ids), free(c.tok_start), free(c.text);
-    if (c.ts) rf_tok_stream_free(c.ts);
 }
 
 /* A queued job that will never run (shutdown): answer 503. s->mu held. */
@@ -432,10 +486,11 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
     j->refs = 2;
     j->state = JOB_QUEUED;
     pthread_cond_init(&j->cv, NULL);
-    /* a chat stream opens with the assistant's role, before any text */
-    if (j->req.stream && j->req.kind == RF_REQ_CHAT) {
+    /* a chat stream opens with the assistant's role, before any text (one
+     * chunk per choice) */
+    for (int i = 0; j->req.stream && j->req.kind == RF_REQ_CHAT && i < j->req.n_choices; i++) {
         json_t *o = envelope(s, j, 1);
-        json_t *c = json_pack("{s:i, s:{s:s, s:s}, s:[], s:n}", "index", 0, "delta", "role", "assistant",
+        json_t *c = json_pack("{s:i, s:{s:s, s:s}, s:[], s:n}", "index", i, "delta", "role", "assistant",
                               "content", "", "token_ids", "finish_reason");
         json_object_set_new(o, "choices", json_pack("[o]", c));
         sse_append_locked(j, o);
