@@ -4,6 +4,9 @@
 #    with the training size, and no test query is in the training set;
 #  - eval --answers scores the reference responses 100% and corrupted ones
 #    lower, writing NAME.md and NAME.json;
+#  - eval's progress line (done/total, accuracy, tok/s): one line per tenth
+#    when stderr is not a terminal, throttled redraws on a terminal (through
+#    script(1)), nothing with --quiet;
 #  - eval runs all three decoders on a random model with a tokenizer trained
 #    on the training split, and its counts add up (MDM: one call per step);
 #  - bad options and files give exit status 1/2 and one "refusion: " line.
@@ -91,6 +94,21 @@ run eval --data "$T/a/test.json" --answers "$T/half.json" -o "$T/res/half" --qui
 acc=$(js "$T/res/half.json" "console.log(d.metrics.overall.right)")
 check '[ "$acc" = 45 ]' "half-truncated answers: $acc right (want 45)"
 expect_fail 1 "answers" eval --data "$T/a/test.json" --answers "$T/a/test.json" -o "$T/res/x" --quiet
+
+# ---- eval's progress line: a line per tenth off a terminal, redraws throttled on one, none with --quiet
+run eval --data "$T/a/test.json" --answers "$T/half.json" -o "$T/res/half"
+lines=$(grep -c '^eval: \[[#.]*\] [0-9]*/90  acc [0-9.]*%  [0-9]* tok/s' "$T/err")
+check '[ $rc -eq 0 ] && [ "$lines" = 10 ] && grep -q "^eval: \[#\{30\}\] 90/90  acc 50.0%" "$T/err"' \
+  "eval progress off a terminal: $lines lines (want 10, one per tenth): $err"
+check '[ "$(grep -c "9/90 " "$T/err")" = 1 ]' "eval progress: no line at the first tenth (9/90): $err"
+run eval --data "$T/a/test.json" --answers "$T/half.json" -o "$T/res/half" --quiet
+check '[ $rc -eq 0 ] && ! grep -q "eval:" "$T/err"' "eval --quiet printed progress: $err"
+# on a terminal (script(1)'s pseudo-terminal): redrawn in place, at most 4 times a second
+timeout 60 script -qfec "exec $BIN eval --data $T/a/test.json --answers $T/half.json -o $T/res/tty" /dev/null \
+  </dev/null >"$T/tty.out" 2>&1
+draws=$(tr '\r' '\n' <"$T/tty.out" | grep -c '^eval: \[')
+check '[ "$draws" -ge 2 ] && [ "$draws" -le 8 ] && grep -q "90/90  acc 50.0%" "$T/tty.out"' \
+  "eval progress on a terminal: $draws redraws for 90 instant examples (want 2-8): $(tr '\r' '|' <"$T/tty.out" | head -c 600)"
 
 # ---- eval with a model: random weights, tokenizer from the training split -----------
 run tokenizer-train --input "$T/a/train.json" --vocab 400 -o "$T/tok"

@@ -7,10 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "tasks/eval.h"
 #include "tasks/probe.h"
 
@@ -31,16 +31,23 @@ static const rf_opt probe_opts[] = {
     {.name = "json", .type = RF_OPT_FLAG, .offset = A(json),
      .help = "--json FILE: JSON to FILE (the table still printed); --json alone: JSON on stdout instead of "
              "the tables"},
-    {.name = "quiet", .type = RF_OPT_FLAG, .offset = A(quiet), .help = "no progress on stderr"},
+    {.name = "quiet", .type = RF_OPT_FLAG, .offset = A(quiet), .help = "no progress line on stderr (a terminal: redrawn 4 times a second; otherwise a line every 10%)"},
     {.name = "decode", .type = RF_OPT_FLAG, .offset = A(decode),
      .help = "also decode the examples and report accuracy, speed and how the committed tokens got in (as "
              "refusion eval); --slot-size is also the slot of the position classes"},
 };
 
 static void on_done(int done, int total, void *user) {
-    (void)user;
-    fprintf(stderr, "\rprobe: %d/%d examples%s", done, total, done == total ? "\n" : "");
-    fflush(stderr);
+    (void)total;
+    rf_meter_update(user, done, NULL);
+}
+
+static void on_example(int done, int total, const rf_eval_agg *all, void *user) {
+    (void)total;
+    char extra[64];
+    snprintf(extra, sizeof extra, "acc %.1f%%  %.0f tok/s", all->n ? 100.0 * all->n_right / all->n : 0.0,
+             all->seconds > 0 ? all->tokens / all->seconds : 0.0);
+    rf_meter_update(user, done, extra);
 }
 
 int cmd_probe(int argc, char **argv) {
@@ -109,9 +116,12 @@ int cmd_probe(int argc, char **argv) {
     rf_probe_stats st;
     memset(&st, 0, sizeof st);
     st.slot_size = (int)slot_size;
-    int show = !quiet && isatty(2);
-    if (rf_probe_run(&m, tok, examples, (int)limit, &st, show ? on_done : NULL, NULL)) {
-        if (show) fputc('\n', stderr);
+    int n_ex = (int)json_array_size(examples);
+    if (limit > 0 && limit < n_ex) n_ex = (int)limit;
+    rf_meter meter;
+    rf_meter_init(&meter, "probe", n_ex, quiet);
+    if (rf_probe_run(&m, tok, examples, (int)limit, &st, on_done, &meter)) {
+        rf_meter_abort(&meter);
         goto out;
     }
     table = rf_probe_markdown(&st);
@@ -126,8 +136,12 @@ int cmd_probe(int argc, char **argv) {
         o.gen.eos_id = rf_tok_eos_id(tok);
         o.gen.mask_id = rf_tok_mask_id(tok);
         o.limit = (int)limit;
-        o.progress = show;
-        if (rf_eval_run(&m, tok, examples, NULL, &o, &rep)) goto out;
+        rf_meter_init(&meter, "probe --decode", n_ex, quiet);
+        o.on_example = on_example, o.user = &meter;
+        if (rf_eval_run(&m, tok, examples, NULL, &o, &rep)) {
+            rf_meter_abort(&meter);
+            goto out;
+        }
         dec_table = rf_eval_markdown_table(&rep);
         json_t *settings = json_pack("{s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:I, s:s}", "decoder", dec_name,
                                      "gen_length", d.gen.gen_length, "slot_size", d.gen.slot_size, "blocks",

@@ -102,3 +102,42 @@ void rf_progress_stop(rf_progress *p) {
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
+
+/* ---- rf_meter ------------------------------------------------------------------ */
+void rf_meter_init(rf_meter *m, const char *what, int total, int quiet) {
+    memset(m, 0, sizeof *m);
+    m->what = what, m->total = total, m->t0 = rf_now();
+    m->tty = isatty(2);
+    m->on = !quiet;
+}
+
+void rf_meter_update(rf_meter *m, int done, const char *extra) {
+    if (!m->on) return;
+    double now = rf_now();
+    int last = done >= m->total;
+    if (m->tty) {
+        if (!last && m->last > 0 && now - m->last < 0.25) return;
+    } else {
+        int tenth = m->total > 0 ? (int)(10.0 * done / m->total) : 10;
+        if (!last && tenth <= m->tenth) return;
+        m->tenth = tenth;
+    }
+    m->last = now;
+    char bar[31];
+    int fill = m->total > 0 ? (int)(30.0 * done / m->total) : 30;
+    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+    bar[30] = '\0';
+    double t = now - m->t0, eta = done > 0 ? t / done * (m->total - done) : 0;
+    char when[32];
+    if (last) snprintf(when, sizeof when, "%dm%02ds", (int)t / 60, (int)t % 60);
+    else snprintf(when, sizeof when, "eta %dm%02ds", (int)eta / 60, (int)eta % 60);
+    fprintf(stderr, "%s%s: [%s] %d/%d  %s%s%s%s", m->tty ? "\r" : "", m->what, bar, done, m->total,
+            extra ? extra : "", extra && *extra ? "  " : "", when, m->tty ? (last ? "\033[K\n" : "\033[K") : "\n");
+    fflush(stderr);
+    if (last) m->on = 0; /* printed once */
+}
+
+void rf_meter_abort(rf_meter *m) {
+    if (m->on && m->tty && m->last > 0) fputc('\n', stderr);
+    m->on = 0;
+}

@@ -1,4 +1,6 @@
-/* progress.h - a progress line on stderr for commands that write large files
+/* progress.h - progress lines on stderr (the library itself never prints).
+ *
+ * rf_progress: for commands that write large files
  * through library calls that report nothing (init, convert): a thread looks
  * at how many bytes the output holds twice a second and redraws
  *   "init: 3.2 / 16.4 GB (19%), 12 s"
@@ -16,5 +18,25 @@ typedef struct rf_progress rf_progress;
 rf_progress *rf_progress_start(const char *what, const char *path, double total, int force);
 /* Stop the thread and end the line. NULL is fine. */
 void rf_progress_stop(rf_progress *p);
+
+/* A progress line for a loop over a known number of items (eval, probe),
+ * redrawn by the caller after each item:
+ *   "eval: [#########.....................]  90/300  acc 45.6%  120 tok/s  eta 1m20s"
+ * On a terminal the line is redrawn in place at most 4 times a second (and
+ * at the end); otherwise one line is printed each time another tenth of the
+ * items is done. */
+typedef struct {
+    const char *what;
+    int total, tty, on;
+    int tenth;           /* the last tenth printed (not a terminal) */
+    double t0, last;     /* start; the last redraw (terminal) */
+} rf_meter;
+
+/* quiet: 1 = print nothing (--quiet). */
+void rf_meter_init(rf_meter *m, const char *what, int total, int quiet);
+/* done items of total; extra: what follows the count (may be NULL). */
+void rf_meter_update(rf_meter *m, int done, const char *extra);
+/* End the terminal's line when the loop stopped before the last item. */
+void rf_meter_abort(rf_meter *m);
 
 #endif

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 const char *rf_decoder_name(rf_decoder_kind d) {
     switch (d) {
@@ -67,21 +66,6 @@ static void accept_json(json_t *o, const rf_eval_agg *a) {
     json_object_set_new(o, "accept_frac", frac);
 }
 
-/* "[#######.......]  37/300  acc 45.9%  120 tok/s  eta 1m20s" */
-static void progress(int done, int total, const rf_eval_agg *all, double elapsed, int tty) {
-    if (!tty && done != total && done % (total / 10 > 0 ? total / 10 : 1) != 0) return;
-    char bar[31];
-    int fill = total ? (int)(30.0 * done / total) : 30;
-    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
-    bar[30] = '\0';
-    double eta = done ? elapsed / done * (total - done) : 0;
-    fprintf(stderr, "%s[%s] %d/%d  acc %.1f%%  %.0f tok/s  eta %dm%02ds%s", tty ? "\r" : "", bar,
-            done, total, all->n ? 100.0 * all->n_right / all->n : 0.0,
-            all->seconds > 0 ? all->tokens / all->seconds : 0.0, (int)eta / 60, (int)eta % 60,
-            tty ? (done == total ? "\n" : "") : "\n");
-    fflush(stderr);
-}
-
 int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *examples,
                 const json_t *answers, const rf_eval_opts *o, rf_eval_report *rep) {
     memset(rep, 0, sizeof *rep);
@@ -94,8 +78,6 @@ int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *exampl
                      json_array_size(answers));
         return -1;
     }
-    int tty = isatty(2);
-    double t0 = rf_now();
     for (int i = 0; i < total; i++) {
         const json_t *ex = json_array_get(examples, i);
         const char *query = json_string_value(json_object_get(ex, "query"));
@@ -160,7 +142,7 @@ int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *exampl
         }
         free(answer);
         rf_gen_result_free(&r);
-        if (o->progress) progress(i + 1, total, &rep->all, rf_now() - t0, tty);
+        if (o->on_example) o->on_example(i + 1, total, &rep->all, o->user);
     }
     return 0;
 }

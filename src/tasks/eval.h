@@ -25,16 +25,21 @@
 typedef enum { RF_DEC_REFUSION, RF_DEC_AR, RF_DEC_MDM, RF_DEC_ANSWERS } rf_decoder_kind;
 const char *rf_decoder_name(rf_decoder_kind d);
 
+struct rf_eval_agg;
+
 typedef struct {
     rf_decoder_kind decoder;
     rf_gen_params gen;     /* refusion / ar / mdm settings */
     rf_mdm_params mdm;     /* mdm only */
     int limit;             /* evaluate only the first limit examples; 0 = all */
-    int progress;          /* 1: progress bar on stderr */
+    /* optional: called after each example with the sums so far (all),
+     * e.g. for a progress line; the library itself prints nothing */
+    void (*on_example)(int done, int total, const struct rf_eval_agg *all, void *user);
+    void *user;
 } rf_eval_opts;
 
 /* Sums over a set of examples. */
-typedef struct {
+typedef struct rf_eval_agg {
     int n, n_right;
     long tokens, calls;
     double seconds, tpf_sum;
