@@ -2,7 +2,8 @@
 # cli_checkpoint.sh - `refusion init` and `refusion info` end to end: writing
 # checkpoints of several shapes, copying a tokenizer, and refusing corrupted
 # checkpoints with exit status 1 and exactly one line on stderr (never a
-# crash: no exit status above 128), including a small header fuzz.
+# crash: no exit status above 128), including a small header fuzz; info
+# --json parsed by node.
 set -u
 BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
 T=$(mktemp -d /tmp/rf_cli_ckpt.XXXXXX)
@@ -45,6 +46,16 @@ run info -m "$T/tiny" --verify
 [[ "$out" == *"hidden 64, layers 2, heads 4 (kv 2), head_dim 16, ffn 128"* ]] && ok || bad "info shape: $out"
 [[ "$out" == *"params     106880 "* ]] && ok || bad "info params: $out"
 [[ "$out" == *"BF16"* && "$out" == *"load "* && "$out" == *"peak RSS"* ]] && ok || bad "info dtype/load: $out"
+# --json: the same description as one JSON object on stdout (parsed by node)
+run info -m "$T/tiny" --verify --json
+js=$(node -e "
+const d = JSON.parse(require('fs').readFileSync(0, 'utf8')), c = d.config;
+const good = d.params === 106880 && c.hidden_size === 64 && c.n_layers === 2 && c.n_heads === 4 && c.n_kv_heads === 2 &&
+  c.head_dim === 16 && c.intermediate_size === 128 && c.rms_eps === 1e-6 && d.dtype === 'BF16' && d.files.length === 1 &&
+  d.files[0].format === 'safetensors' && d.files[0].bytes === d.bytes && d.bytes > 200000 && d.load_ms > 0 &&
+  d.peak_rss_mb > 0 && typeof d.cpu.tier === 'string' && d.verify.finite === true && d.tokenizer === null;
+console.log(good ? 'ok' : JSON.stringify(d));" <"$T/out" 2>&1)
+[ "$rc" -eq 0 ] && [ "$js" = ok ] && ok || bad "info --json: rc $rc: $js"
 # same seed, same bytes; another seed, other bytes
 run init -o "$T/tiny2" --preset tiny --seed 1
 cmp -s "$T/tiny/model.safetensors" "$T/tiny2/model.safetensors" && ok || bad "same seed differs"
@@ -92,7 +103,8 @@ run init --help
 run info --help
 [ "$rc" -eq 0 ] && ok || bad "info --help"
 for args in "init" "init -o $T/y --preset huge" "init -o $T/y --heads 0" "init -o $T/y --dtype i8" \
-            "init -o $T/y --bogus 1" "init -o $T/y --heads 3" "info" "info -m"; do
+            "init -o $T/y --bogus 1" "init -o $T/y --heads 3" "info" "info -m" "info --json" \
+            "info -m $T/tiny --json=1"; do
   run $args
   lines=$(wc -l <"$T/err")
   if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && [ "$lines" -eq 1 ]; then ok; else bad "'$args': rc $rc, $lines lines: $err"; fi

@@ -4,6 +4,7 @@
 #    with the training size, and no test query is in the training set;
 #  - eval --answers scores the reference responses 100% and corrupted ones
 #    lower, writing NAME.md and NAME.json;
+#  - eval --json prints the report (= NAME.json) on stdout, parsed by node;
 #  - eval's progress line (done/total, accuracy, tok/s): one line per tenth
 #    when stderr is not a terminal, throttled redraws on a terminal (through
 #    script(1)), nothing with --quiet;
@@ -129,6 +130,14 @@ for dec in refusion ar mdm; do
     console.log(t === o.tokens && c === o.calls && t > 0 && Math.abs(o.tokens_per_call - t / c) < 1e-6)")
   check '[ "$sums" = true ]' "eval $dec: per-example counts do not add up"
 done
+# --json: the report on stdout instead of the table, the same as NAME.json
+run eval -m "$T/m" --data "$T/a/test.json" --decoder ar --limit 3 --gen-length 24 --json --quiet -o "$T/res/arj"
+same=$(node -e "
+const fs = require('fs'), d = JSON.parse(fs.readFileSync(process.argv[1], 'utf8'));
+const f = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
+console.log(JSON.stringify(d) === JSON.stringify(f) && d.decoder === 'ar' && d.metrics.overall.n === 3 &&
+  d.examples.length === 3 && d.metrics.overall.tokens_per_s > 0)" "$T/out" "$T/res/arj.json" 2>&1)
+check '[ $rc -eq 0 ] && [ "$same" = true ] && ! grep -q "| overall" "$T/out"' "eval --json: rc $rc, $same, $err"
 calls=$(js "$T/res/mdm.json" "console.log(d.examples.map(e => e.calls).join(','))")
 check '[ "$calls" = "8,8,8" ]' "mdm without early stop: calls $calls (want one per step)"
 tpc=$(js "$T/res/ar.json" "console.log(d.metrics.overall.tokens_per_call)")

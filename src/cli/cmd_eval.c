@@ -1,6 +1,7 @@
 /* cmd_eval.c - `refusion eval`: run a model with a decoder on a task file,
- * check every answer, print the per-family table and write it as
- * <out>.md and <out>.json (metrics, settings and every answer). */
+ * check every answer, print the per-family table (--json: the JSON report
+ * instead) and write it as <out>.md and <out>.json (metrics, settings and
+ * every answer). */
 #include <errno.h>
 #include <omp.h>
 #include <stddef.h>
@@ -16,7 +17,7 @@
 
 typedef struct {
     const char *model, *tokenizer, *data, *answers, *out;
-    int limit, quiet, no_early_stop;
+    int limit, quiet, no_early_stop, json;
 } eval_args;
 
 #define A(f) offsetof(eval_args, f)
@@ -34,6 +35,8 @@ static const rf_opt eval_opts[] = {
     {.name = "out", .letter = 'o', .type = RF_OPT_STR, .offset = A(out), .metavar = "PATH",
      .help = "write PATH.md and PATH.json (default results/<model>-<decoder>)"},
     {.name = "quiet", .type = RF_OPT_FLAG, .offset = A(quiet), .help = "no progress line on stderr (a terminal: redrawn 4 times a second; otherwise a line every 10%)"},
+    {.name = "json", .type = RF_OPT_FLAG, .offset = A(json),
+     .help = "print the report (as PATH.json: settings, metrics, every answer) on stdout instead of the table"},
     {.name = "no-early-stop", .type = RF_OPT_FLAG, .offset = A(no_early_stop),
      .help = "mdm: run every step even after the EOS is final"},
 };
@@ -186,8 +189,9 @@ int cmd_eval(int argc, char **argv) {
     json_t *settings = settings_json(&o);
     char *sline = settings_line(settings), *table = rf_eval_markdown_table(&rep);
     const char *what = answers_path ? answers_path : model_dir;
-    printf("%s, decoder %s %s, %s (%d examples)\n\n%s", what, rf_decoder_name(o.decoder), sline, data,
-           rep.all.n, table);
+    if (!a.json)
+        printf("%s, decoder %s %s, %s (%d examples)\n\n%s", what, rf_decoder_name(o.decoder), sline, data,
+               rep.all.n, table);
 
     /* <out>.md and <out>.json, each written atomically */
     size_t n = strlen(out) + 8;
@@ -214,6 +218,7 @@ int cmd_eval(int argc, char **argv) {
     char *js = json_dumps(doc, JSON_PRESERVE_ORDER | JSON_INDENT(1) | JSON_REAL_PRECISION(8));
     if (ok) ok = rf_write_file_atomic(md_path, md, strlen(md)) == 0;
     if (ok) ok = rf_write_file_atomic(json_path, js, strlen(js)) == 0;
+    if (ok && a.json) printf("%s\n", js);
     if (ok) {
         fprintf(stderr, "refusion: wrote %s and %s\n", md_path, json_path);
         rc = 0;

@@ -1,25 +1,34 @@
 /* cmd_info.c - `refusion info`: load a checkpoint (which validates every
  * header, shape and dtype against config.json) and describe it. --verify
- * also reads every weight and checks it is finite. */
+ * also reads every weight and checks it is finite; --json prints the same
+ * as one JSON object. */
+#include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "kernels/cpu.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: refusion info -m DIR [--verify]\n"
-            "Load a checkpoint, check it against its config.json and print its shape.\n\n"
-            "  -m, --model DIR   checkpoint directory (config.json + safetensors) or a .gguf file\n"
-            "  --verify          also read every weight and check that all are finite\n");
-}
+typedef struct {
+    const char *model;
+    int verify, json;
+} info_args;
+
+#define A(f) offsetof(info_args, f)
+static const rf_opt info_opts[] = {
+    {.name = "model", .letter = 'm', .type = RF_OPT_STR, .offset = A(model), .metavar = "MODEL",
+     .help = "checkpoint directory (config.json + safetensors) or a .gguf file"},
+    {.name = "verify", .type = RF_OPT_FLAG, .offset = A(verify), .help = "also read every weight and check that all are finite"},
+    {.name = "json", .type = RF_OPT_FLAG, .offset = A(json), .help = "print the description as one JSON object"},
+};
 
 /* index of the first non-finite value of a matrix, or -1 */
 static long long first_nonfinite(const rf_mat *w) {
@@ -57,25 +66,44 @@ static int verify(const rf_model *m) {
     return 0;
 }
 
+/* What info prints, as JSON (--json). */
+static json_t *info_json(const rf_model *m, const char *dir, const char *tokenizer, size_t bytes, double t_load) {
+    const rf_config *c = &m->cfg;
+    json_t *files = json_array();
+    for (int k = 0; k < m->n_files; k++)
+        json_array_append_new(files, json_pack("{s:s, s:s, s:I, s:i}", "path", m->files[k].path, "format",
+                                               "safetensors", "bytes", (json_int_t)m->files[k].map_size,
+                                               "tensors", m->files[k].n_tensors));
+    if (m->gguf)
+        json_array_append_new(files, json_pack("{s:s, s:s, s:I, s:i, s:i, s:i}", "path", m->gguf->path, "format",
+                                               "gguf", "bytes", (json_int_t)m->gguf->map_size, "tensors",
+                                               m->gguf->n_tensors, "gguf_version", (int)m->gguf->version,
+                                               "metadata_keys", m->gguf->n_kv));
+    json_t *cfg = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:f, s:f, s:i, s:i, s:i, s:i, s:i}",
+                            "hidden_size", c->hidden_size, "n_layers", c->n_layers, "n_heads", c->n_heads,
+                            "n_kv_heads", c->n_kv_heads, "head_dim", c->head_dim, "intermediate_size",
+                            c->intermediate_size, "vocab_size", c->vocab_size, "max_pos", c->max_pos,
+                            "tie_embeddings", c->tie_embeddings, "rope_theta", (double)c->rope_theta, "rms_eps",
+                            (double)c->rms_eps, "bos_id", c->bos_id, "eos_id", c->eos_id, "pad_id", c->pad_id,
+                            "mask_id", c->mask_id, "bot_id", c->bot_id);
+    return json_pack("{s:s, s:o, s:o, s:I, s:s, s:I, s:s?, s:f, s:f, s:{s:s, s:s, s:s}}", "model", dir, "files",
+                     files, "config", cfg, "params", (json_int_t)rf_config_n_params(c), "dtype",
+                     rf_dtype_name(c->dtype), "bytes", (json_int_t)bytes, "tokenizer", tokenizer, "load_ms",
+                     t_load * 1e3, "peak_rss_mb", rf_peak_rss() / 1e6, "cpu", "tier", rf_cpu_tier_name(),
+                     "detected", rf_cpu_tier_str(rf_cpu_tier_detected()), "note", rf_cpu_note());
+}
+
 int cmd_info(int argc, char **argv) {
-    const char *dir = NULL;
-    int do_verify = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) {
-            dir = argv[++i];
-        } else if (!strcmp(argv[i], "--verify")) {
-            do_verify = 1;
-        } else {
-            fprintf(stderr, "refusion: info: unknown option or missing value: %s (see --help)\n",
-                    argv[i]);
-            return 2;
-        }
-    }
+    info_args a = {0};
+    const rf_opt_group groups[] = {{NULL, info_opts, (int)(sizeof info_opts / sizeof info_opts[0]), &a, NULL}};
+    int prc = rf_args_parse("info", "-m MODEL [--verify] [--json]\n"
+                            "Load a checkpoint, check it against its config.json and print its shape.",
+                            groups, 1, argc, argv, NULL);
+    if (prc) return prc > 0 ? 0 : 2;
+    const char *dir = a.model;
+    int do_verify = a.verify;
     if (!dir) {
-        fprintf(stderr, "refusion: info: -m DIR is required (see --help)\n");
+        fprintf(stderr, "refusion: info: -m MODEL is required (see --help)\n");
         return 2;
     }
     double t0 = rf_now();
@@ -86,8 +114,30 @@ int cmd_info(int argc, char **argv) {
     }
     double t_load = rf_now() - t0;
     const rf_config *c = &m.cfg;
+    size_t bytes = m.gguf ? m.gguf->map_size : 0;
+    for (int k = 0; k < m.n_files; k++) bytes += m.files[k].map_size;
+    const char *tokenizer = !rf_tok_model_has_tokenizer(dir) ? NULL : m.gguf ? "gguf" : "tokenizer.json";
+    if (a.json) {
+        json_t *doc = info_json(&m, dir, tokenizer, bytes, t_load);
+        if (do_verify) {
+            double t1 = rf_now();
+            if (verify(&m)) {
+                rf_print_error();
+                json_decref(doc);
+                rf_model_free(&m);
+                return 1;
+            }
+            json_object_set_new(doc, "verify", json_pack("{s:b, s:f, s:f}", "finite", 1, "seconds", rf_now() - t1,
+                                                         "peak_rss_mb", rf_peak_rss() / 1e6));
+        }
+        char *js = json_dumps(doc, JSON_PRESERVE_ORDER | JSON_INDENT(1) | JSON_REAL_PRECISION(6));
+        printf("%s\n", js);
+        free(js);
+        json_decref(doc);
+        rf_model_free(&m);
+        return 0;
+    }
     printf("model      %s\n", dir);
-    size_t bytes = 0;
     for (int k = 0; k < m.n_files; k++) {
         const char *base = strrchr(m.files[k].path, '/');
         /* many shards: the first, the last and a count */
@@ -96,14 +146,12 @@ int cmd_info(int argc, char **argv) {
                    m.files[k].map_size / 1e6, m.files[k].n_tensors);
         else if (k == 1)
             printf("file       ... %d more shards ...\n", m.n_files - 2);
-        bytes += m.files[k].map_size;
     }
     if (m.gguf) {
         const char *base = strrchr(m.gguf->path, '/');
         printf("file       %s  (%.1f MB, GGUF v%u, %d tensors, %d metadata keys)\n",
                base ? base + 1 : m.gguf->path, m.gguf->map_size / 1e6, m.gguf->version,
                m.gguf->n_tensors, m.gguf->n_kv);
-        bytes += m.gguf->map_size;
     }
     int n_files = m.n_files + (m.gguf != NULL);
     printf("shape      hidden %d, layers %d, heads %d (kv %d), head_dim %d, ffn %d\n",
@@ -118,9 +166,7 @@ int cmd_info(int argc, char **argv) {
     printf("params     %lld (%.3f %s)\n", np, np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? "B" : "M");
     printf("dtype      %s (%.3f GB in %d file%s)\n", rf_dtype_name(c->dtype), bytes / 1e9,
            n_files, n_files == 1 ? "" : "s");
-    printf("tokenizer  %s\n", !rf_tok_model_has_tokenizer(dir) ? "(none)"
-                              : m.gguf                          ? "GGUF metadata (tokenizer.ggml.*)"
-                                                                : "tokenizer.json");
+    printf("tokenizer  %s\n", !tokenizer ? "(none)" : m.gguf ? "GGUF metadata (tokenizer.ggml.*)" : "tokenizer.json");
     printf("load       %.1f ms, peak RSS %.1f MB\n", t_load * 1e3, rf_peak_rss() / 1e6);
     /* the kernels' instruction-set tier (kernels/cpu.h), and why when it
      * is not what REFUSION_CPU asked for */
