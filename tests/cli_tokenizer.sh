@@ -57,6 +57,14 @@ want=$'<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nr\n</thin
 cids=$("$BIN" tokenize -m "$T" --chat -f "$WORK/chat.json" --no-generation-prompt --json)
 [ "$(printf '%s' "${chat%x}" | "$BIN" tokenize -m "$T" --json)" = "$cids" ] && ok "--chat ids == encode(template text)" || bad "chat ids"
 
+# --info --json: the same figures as --info, as one JSON object (parsed by node)
+info=$("$BIN" tokenize -m "$T" --info)
+ij=$("$BIN" tokenize -m "$T" --info --json | node -e "
+const d = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+console.log(['vocab_size ' + d.vocab_size, 'eos ' + d.eos.id + ' ' + d.eos.piece, 'mask ' + d.mask.id + ' ' + d.mask.piece,
+             'special ' + d.special.join(' ')].join('\\n'))" 2>&1)
+[ -n "$info" ] && [ "$ij" = "$info" ] && ok "--info --json" || bad "--info --json: '$ij' vs '$info'"
+
 # bad input: one clear line, status 1
 printf 'ab\xffcd' > "$WORK/bad.txt"
 expect_error "invalid UTF-8 (stdin)" '^refusion: stdin: invalid UTF-8 at byte offset 2 ' "$BIN" tokenize -m "$T" < "$WORK/bad.txt"

@@ -27,7 +27,7 @@ static void usage(FILE *f) {
             "  --no-generation-prompt  with --chat: do not append \"<|im_start|>assistant\\n\"\n"
             "  --no-think              with --chat: enable_thinking=false (empty <think> block after the prompt)\n"
             "  --text                  with --chat: print the rendered prompt instead of ids\n"
-            "  --json                  print ids as a JSON array\n"
+            "  --json                  print ids as a JSON array (with --info: one JSON object)\n"
             "  --pieces                print one line per token: id and its vocab string\n"
             "  --info                  print vocab size and the eos / mask / special ids\n"
             "  --jsonl                 batch mode: every stdin line is a JSON object, answered by one line:\n"
@@ -236,6 +236,20 @@ int cmd_tokenize(int argc, char **argv) {
     char *input = NULL;
     int *ids = NULL, n = 0;
     if (!t) goto fail;
+    if (info && as_json) { /* the same as one JSON object */
+        json_t *sp = json_array();
+        for (int i = 0; i < rf_tok_vocab_size(t); i++)
+            if (rf_tok_is_special(t, i)) json_array_append_new(sp, json_integer(i));
+        json_t *o = json_pack("{s:i, s:{s:i, s:s?}, s:{s:i, s:s?}, s:o}", "vocab_size", rf_tok_vocab_size(t), "eos",
+                              "id", rf_tok_eos_id(t), "piece", rf_tok_piece(t, rf_tok_eos_id(t)), "mask", "id",
+                              rf_tok_mask_id(t), "piece", rf_tok_piece(t, rf_tok_mask_id(t)), "special", sp);
+        char *js = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT);
+        printf("%s\n", js);
+        free(js);
+        json_decref(o);
+        rc = 0;
+        goto done;
+    }
     if (info) {
         printf("vocab_size %d\neos %d %s\nmask %d %s\n", rf_tok_vocab_size(t), rf_tok_eos_id(t),
                rf_tok_piece(t, rf_tok_eos_id(t)) ? rf_tok_piece(t, rf_tok_eos_id(t)) : "-", rf_tok_mask_id(t),
