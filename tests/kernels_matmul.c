@@ -15,8 +15,8 @@
  * ~1e-5 of max|ref|, so that kernel gets 5x the tolerance (5e-5), still
  * ~1e4x below an indexing bug.
  *
- * The bf16 kernel's other mode (rf_matmul_set_bf16_act(1), REFUSION_BF16_ACT=
- * bf16: activations rounded to bf16 once, one vdpbf16ps) is checked twice:
+ * The bf16 kernel's default mode (rf_matmul_set_bf16_act(1), REFUSION_BF16_ACT
+ * unset or bf16: activations rounded to bf16 once, one vdpbf16ps) is checked twice:
  * against the reference fed the bf16-rounded activations (the same
  * 5e-5 tolerance: it must compute exactly that), and against the plain
  * reference with the documented bound |y - ref| <= 2^-8 sum_k |x_k w_k|
@@ -230,7 +230,7 @@ static void test_bf16_single(void) {
 }
 
 int main(void) {
-    rf_matmul_set_bf16_act(0); /* the default (split) whatever REFUSION_BF16_ACT says */
+    rf_matmul_set_bf16_act(0); /* the f32-grade split (the tolerances below), whatever REFUSION_BF16_ACT says */
     for (int t = RF_CPU_AVX2; t <= RF_CPU_AMX; t++) {
         g_tier = rf_cpu_tier_str((rf_cpu_tier)t);
         if (rf_cpu_set_tier((rf_cpu_tier)t) != 0) {

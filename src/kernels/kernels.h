@@ -6,11 +6,13 @@
  *   f32, f16          avx2: AVX2 FMA register tiles (matmul.c); avx512:
  *                     16-wide FMA, 4 rows x 6 tokens per tile
  *   bf16              avx2: AVX2 FMA; avx512: vdpbf16ps with the activations
- *                     split into bf16 hi + lo (f32-grade accuracy, see
- *                     matmul_avx512.c) or, with rf_matmul_set_bf16_act(1) /
- *                     REFUSION_BF16_ACT=bf16, rounded to bf16 once (half
- *                     the compute, ~3 significant digits: ggml's choice),
- *                     4 rows x 6 tokens per tile
+ *                     rounded to bf16 once (default: what llama.cpp and a
+ *                     bf16 PyTorch model do; per-term relative error up to
+ *                     2^-9) or, with REFUSION_BF16_ACT=split /
+ *                     rf_matmul_set_bf16_act(0), split into bf16 hi + lo
+ *                     (f32-grade results, twice the vdpbf16ps); W packed in
+ *                     16-row panels (rf_mat_pack; the loaders do it) or
+ *                     row-major, 4 rows x 6 tokens per tile
  *   Q8_0, Q4_0        activations quantised per 32-block to int8 (scale
  *                     max|x|/127 in f32, round to nearest even), exact
  *                     integer block dots: avx2 maddubs (matmul_q.c), avx512
@@ -62,12 +64,13 @@ size_t rf_mat_pack_bytes(const rf_mat *W);
  * 16-token call cost 5x a 1-token call instead of ~2x. */
 void rf_mat_pack(rf_mat *W, void *buf);
 
-/* How the avx512 tier's bf16 kernel takes the activations: 0 = split into
- * bf16 hi + lo (default: f32-grade), 1 = rounded to bf16 once (twice the
- * speed when compute-bound; per-term relative error up to 2^-9, the
- * tolerance tests/kernels_matmul.c documents). The default comes from
- * REFUSION_BF16_ACT=bf16|split at the first call; set it before threads
- * call rf_matmul. */
+/* How the avx512 tier's bf16 kernel takes the activations: 1 = rounded to
+ * bf16 once (the default: half the compute of the split; per-term relative
+ * error up to 2^-9, the tolerance tests/kernels_matmul.c documents; the
+ * task accuracies in results/paper_table.md did not move), 0 = split into
+ * bf16 hi + lo (f32-grade: the golden tests against transformers' f32
+ * logits use it). The default comes from REFUSION_BF16_ACT=bf16|split at
+ * the first call; set it before threads call rf_matmul. */
 int rf_matmul_bf16_act(void);
 void rf_matmul_set_bf16_act(int single);
 
@@ -86,6 +89,17 @@ void rf_matmul_naive(float *Y, const float *X, const rf_mat *W, int n);
 /* Same, only output rows [r0, r1) of W; Y is [n, r1 - r0]. Used for logits
  * restricted to a vocabulary range and for tests. */
 void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, int r1);
+
+/* The same for count (<= 8) matrices that share X (q, k, v; gate, up):
+ * Y[i] = X W[i]^T, all with the same dtype and cols. Called by every thread
+ * of a team (kernels/team.h; tid = the thread's index in it) at the same
+ * point: it starts with a barrier (X complete), thread 0 prepares the
+ * activations, the threads share the row chunks of all matrices, and it
+ * ends with a barrier (every Y complete). A forward pass that runs in one
+ * parallel region pays spinning barriers per matmul, not a team start. */
+typedef struct rf_team rf_team;
+void rf_matmul_team(rf_team *team, int tid, int count, float *const *Y, const float *X, const rf_mat *const *W,
+                    int n);
 
 /* Row r of W as f32 (the embedding lookup; Q8_0/Q4_0 dequantised). */
 void rf_mat_row_f32(float *out, const rf_mat *W, int r);

@@ -39,6 +39,7 @@
 #include "kernels/cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_impl.h"
+#include "kernels/team.h"
 #include "util/util.h"
 
 /* ---- loads --------------------------------------------------------------- */
@@ -294,87 +295,136 @@ static mm_path choose_path(rf_dtype dt, int cols) {
     return avx512 ? PATH_AVX512_FLOAT : PATH_AVX2_FLOAT; /* f32, f16 */
 }
 
-/* bf16 activations at avx512: 0 = hi/lo split (default), 1 = single;
- * -1 = not read from REFUSION_BF16_ACT yet */
+/* bf16 activations at avx512: 1 = rounded to bf16 once (default), 0 =
+ * hi/lo split; -1 = not read from REFUSION_BF16_ACT yet */
 static int g_bf16_single = -1;
 
 int rf_matmul_bf16_act(void) {
     if (g_bf16_single < 0) {
         const char *e = getenv("REFUSION_BF16_ACT");
-        g_bf16_single = e && !strcmp(e, "bf16");
+        g_bf16_single = !(e && !strcmp(e, "split"));
     }
     return g_bf16_single;
 }
 
 void rf_matmul_set_bf16_act(int single) { g_bf16_single = single != 0; }
 
+/* One matmul's plan: the kernel path, the activations in its layout, and
+ * the row chunks threads take. */
+typedef struct {
+    mm_path path;
+    const void *xp; /* prepared activations (or X itself) */
+    int single;     /* bf16 activations rounded once (rf_matmul_bf16_act) */
+} mm_prep;
+
+/* the activations in the layout the chosen kernel reads, once per call, in
+ * the calling thread's scratch */
+static mm_prep prepare(const float *X, const rf_mat *W, int n) {
+    mm_prep p = {choose_path(W->dtype, W->cols), X, 0};
+    if (p.path == PATH_AVX2_Q) {
+        void *b = prep_buf(rf_q_prep_avx2_bytes(n, W->cols));
+        rf_q_prep_avx2(b, X, n, W->cols);
+        p.xp = b;
+    } else if (p.path == PATH_AVX512_Q) {
+        void *b = prep_buf(rf_q_prep_avx512_bytes(n, W->cols));
+        rf_q_prep_avx512(b, X, n, W->cols, W->dtype);
+        p.xp = b;
+    } else if (p.path == PATH_AVX512_BF16) {
+        p.single = rf_matmul_bf16_act();
+        void *b = prep_buf(rf_bf16_prep_avx512_bytes(n, W->cols, p.single));
+        rf_bf16_prep_avx512(b, X, n, W->cols, p.single);
+        p.xp = b;
+    } else if (p.path == PATH_AMX_BF16) {
+        p.single = rf_matmul_bf16_act();
+        void *b = prep_buf(rf_bf16_prep_amx_bytes(n, W->cols, p.single));
+        rf_bf16_prep_amx(b, X, n, W->cols, p.single);
+        p.xp = b;
+    }
+    return p;
+}
+
+/* Rows of a chunk: ~8 chunks per thread, so that on a machine shared with
+ * other processes a descheduled thread delays the call by at most one chunk
+ * rather than half of it; multiples of 12 (both row tiles), or of 128 (8
+ * panels: the packed 1-token tile) when W is packed. */
+static int chunk_rows(int nr, int nt, int packed) {
+    int chunk = (nr + 8 * nt - 1) / (8 * nt);
+    if (packed) return (chunk + 127) / 128 * 128;
+    return (chunk < 24 ? 24 : chunk + 11) / 12 * 12;
+}
+
+/* output rows [a, b) of V (a view) for all n tokens, on this thread */
+static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, const rf_mat *V, int n, int a, int b) {
+    switch (p->path) {
+    case PATH_AVX2_Q: rf_q_range_avx2(Y, ldy, p->xp, V, n, a, b); break;
+    case PATH_AVX512_Q: rf_q_range_avx512(Y, ldy, p->xp, V, n, a, b); break;
+    case PATH_AVX512_BF16:
+        if (V->packed)
+            rf_bf16p_range_avx512(Y, ldy, p->xp, V, n, a, b, p->single);
+        else
+            rf_bf16_range_avx512(Y, ldy, p->xp, V, n, a, b, p->single);
+        break;
+    case PATH_AVX512_FLOAT: rf_float_range_avx512(Y, ldy, X, V, n, a, b); break;
+    case PATH_AMX_BF16: rf_bf16_range_amx(Y, ldy, p->xp, V, n, a, b, p->single); break;
+    default: {
+        float *buf = V->dtype == RF_F32 || n <= DIRECT_MAX_T ? NULL : conv_buf((size_t)3 * (V->cols + 8));
+        matmul_range(Y, ldy, X, V, n, a, b, buf);
+    }
+    }
+}
+
 void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, int r1) {
     int nr = r1 - r0;
     if (nr <= 0 || n <= 0) return;
-    /* view of rows [r0, r1) as a matrix of its own */
+    /* view of rows [r0, r1) as a matrix of its own; the packed layout holds
+     * whole 16-row panels, so a view keeps it only from a panel boundary */
     rf_mat V = *W;
     V.data = (const char *)W->data + (size_t)r0 * rf_dtype_row_bytes(W->dtype, W->cols);
     V.rows = nr;
-    /* the activations in the layout the chosen kernel reads, once per call */
-    mm_path path = choose_path(W->dtype, W->cols);
-    const void *xp = X;
-    int single = 0;
-    if (path == PATH_AVX2_Q) {
-        void *b = prep_buf(rf_q_prep_avx2_bytes(n, W->cols));
-        rf_q_prep_avx2(b, X, n, W->cols);
-        xp = b;
-    } else if (path == PATH_AVX512_Q) {
-        void *b = prep_buf(rf_q_prep_avx512_bytes(n, W->cols));
-        rf_q_prep_avx512(b, X, n, W->cols, W->dtype);
-        xp = b;
-    } else if (path == PATH_AVX512_BF16) {
-        single = rf_matmul_bf16_act();
-        void *b = prep_buf(rf_bf16_prep_avx512_bytes(n, W->cols, single));
-        rf_bf16_prep_avx512(b, X, n, W->cols, single);
-        xp = b;
-    } else if (path == PATH_AMX_BF16) {
-        single = rf_matmul_bf16_act();
-        void *b = prep_buf(rf_bf16_prep_amx_bytes(n, W->cols, single));
-        rf_bf16_prep_amx(b, X, n, W->cols, single);
-        xp = b;
-    }
-    /* the packed layout holds whole 16-row panels: a view must start at one */
-    int packed = path == PATH_AVX512_BF16 && W->packed && r0 % 16 == 0;
-    if (packed) V.packed = (const char *)W->packed + (size_t)(r0 / 16) * ((W->cols + 1) / 2) * 64;
-    /* Threads take chunks of rows (multiples of 12, so of both row tiles)
-     * from a shared counter rather than one fixed half each: on a machine
-     * shared with other processes a descheduled thread then delays the call
-     * by at most one chunk instead of half of it. ~8 chunks per thread;
-     * each chunk is still a long contiguous run of W. */
+    V.packed = W->packed && r0 % 16 == 0 ? (const char *)W->packed + (size_t)(r0 / 16) * ((W->cols + 1) / 2) * 64 : NULL;
+    mm_prep p = prepare(X, W, n);
     double work = (double)nr * W->cols * (n < 8 ? 8 : n);
     int par = !omp_in_parallel() && work > (1 << 18);
     int nt = par ? omp_get_max_threads() : 1;
-    int chunk = (nr + 8 * nt - 1) / (8 * nt);
-    if (packed) /* 8 panels: the 1-token tile's width */
-        chunk = (chunk + 127) / 128 * 128;
-    else
-        chunk = (chunk < 24 ? 24 : chunk + 11) / 12 * 12;
+    int chunk = chunk_rows(nr, nt, V.packed != NULL);
     int nchunks = (nr + chunk - 1) / chunk;
 #pragma omp parallel for schedule(dynamic, 1) if (par && nchunks > 1)
     for (int c = 0; c < nchunks; c++) {
         int a = c * chunk, b = a + chunk < nr ? a + chunk : nr;
-        switch (path) {
-        case PATH_AVX2_Q: rf_q_range_avx2(Y, nr, xp, &V, n, a, b); break;
-        case PATH_AVX512_Q: rf_q_range_avx512(Y, nr, xp, &V, n, a, b); break;
-        case PATH_AVX512_BF16:
-            if (packed)
-                rf_bf16p_range_avx512(Y, nr, xp, &V, n, a, b, single);
-            else
-                rf_bf16_range_avx512(Y, nr, xp, &V, n, a, b, single);
-            break;
-        case PATH_AVX512_FLOAT: rf_float_range_avx512(Y, nr, X, &V, n, a, b); break;
-        case PATH_AMX_BF16: rf_bf16_range_amx(Y, nr, xp, &V, n, a, b, single); break;
-        default: {
-            float *buf = W->dtype == RF_F32 || n <= DIRECT_MAX_T ? NULL : conv_buf((size_t)3 * (W->cols + 8));
-            matmul_range(Y, nr, X, &V, n, a, b, buf);
-        }
-        }
+        run_range(&p, Y, nr, X, &V, n, a, b);
     }
+}
+
+void rf_matmul_team(rf_team *team, int tid, int count, float *const *Y, const float *X, const rf_mat *const *W,
+                    int n) {
+    rf_team_barrier(team); /* X is complete; the last matmul's plan is no longer read */
+    if (tid == 0) {
+        /* one thread prepares the activations, shared by all count matrices
+         * (they have the same dtype and cols), in its own scratch */
+        mm_prep p = prepare(X, W[0], n);
+        team->mm_path = (int)p.path;
+        team->mm_single = p.single;
+        team->mm_xp = p.xp;
+        atomic_store_explicit(&team->next, 0, memory_order_relaxed);
+    }
+    rf_team_barrier(team);
+    const mm_prep p = {(mm_path)team->mm_path, team->mm_xp, team->mm_single};
+    /* the chunks of all count matrices in one shared loop: a thread that
+     * finishes a small matrix (k, v) goes on with the next */
+    int total = 0, chunk[8], first[9];
+    for (int i = 0; i < count; i++) {
+        chunk[i] = chunk_rows(W[i]->rows, team->n, W[i]->packed != NULL);
+        first[i] = total;
+        total += (W[i]->rows + chunk[i] - 1) / chunk[i];
+    }
+    first[count] = total;
+    for (int c = rf_team_next(team); c < total; c = rf_team_next(team)) {
+        int i = 0;
+        while (c >= first[i + 1]) i++;
+        int a = (c - first[i]) * chunk[i], b = a + chunk[i] < W[i]->rows ? a + chunk[i] : W[i]->rows;
+        run_range(&p, Y[i], W[i]->rows, X, W[i], n, a, b);
+    }
+    rf_team_barrier(team); /* every Y is complete */
 }
 
 size_t rf_mat_pack_bytes(const rf_mat *W) {

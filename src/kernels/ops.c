@@ -147,9 +147,13 @@ float rf_dot(const float *a, const float *b, int n) {
  * reduced together: a dot product per key with its own horizontal sum cost
  * more than the products at head_dim 64. */
 void rf_scores(float *sc, const float *q, const float *K, size_t ldk, int n, int hd, float scale) {
-    int t = 0;
-    for (; t + 4 <= n; t += 4) {
-        const float *k0 = K + (size_t)t * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
+    /* The last 1-3 keys go through the same code (the missing ones repeat
+     * the last): every key's sum is then rounded the same way wherever it
+     * falls, so a token's attention does not depend on how many keys the
+     * call has (the cached and the recomputing decoders must agree). */
+    for (int t = 0; t < n; t += 4) {
+        const float *k0 = K + (size_t)t * ldk;
+        const float *k1 = t + 1 < n ? k0 + ldk : k0, *k2 = t + 2 < n ? k1 + ldk : k1, *k3 = t + 3 < n ? k2 + ldk : k2;
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         int i = 0;
         for (; i + 8 <= hd; i += 8) {
@@ -170,9 +174,8 @@ void rf_scores(float *sc, const float *q, const float *K, size_t ldk, int n, int
             s[2] += q[i] * k2[i];
             s[3] += q[i] * k3[i];
         }
-        for (int j = 0; j < 4; j++) sc[t + j] = s[j] * scale;
+        for (int j = 0; j < 4 && t + j < n; j++) sc[t + j] = s[j] * scale;
     }
-    for (; t < n; t++) sc[t] = rf_dot(q, K + (size_t)t * ldk, hd) * scale;
 }
 
 /* 32 outputs at a time in four accumulators, the keys streamed past them */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/team.h"
 #include "model/workspace.h"
 #include "util/util.h"
 
@@ -205,6 +206,12 @@ int rf_call_log_model_calls(const rf_call_log *log, int from, int to, int n_prom
     return calls;
 }
 
+/* The whole pass runs in one OpenMP parallel region, its threads a team
+ * (kernels/team.h): matmuls share their row chunks (rf_matmul_team),
+ * per-token steps split the tokens, attention shares its (token, head)
+ * pairs; spinning barriers separate the steps. On the demo model a call
+ * takes 0.1-0.3 ms: starting a thread team per matmul (33 per call) and
+ * libgomp's barriers cost more than the second core gave back. */
 int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch *b) {
     if (check_batch(m, c, s, b) != 0) return -1;
     if (call_log) call_log_add(c, b);
@@ -214,70 +221,110 @@ int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch 
     const int qd = nh * hd, kvd = nkv * hd, ffn = cfg->intermediate_size, group = nh / nkv;
     const float scale = 1.0f / sqrtf((float)hd);
     const int forked = c->n_rows > 0;
+    /* a team only when there is enough work to share (weights x tokens) */
+    double work = ((double)d * (2 * qd + 2 * kvd) + 3.0 * d * ffn) * cfg->n_layers * (T < 8 ? 8 : T);
+    rf_team team;
+    rf_team_init(&team, 1);
 
-    for (int i = 0; i < T; i++) rf_mat_row_f32(s->x + (size_t)i * d, &m->embed, b->tokens[i]);
+#pragma omp parallel if (work > (1 << 20) && !omp_in_parallel())
+    {
+        const int tid = omp_get_thread_num();
+        if (tid == 0) team.n = omp_get_num_threads();
+#pragma omp barrier
+        int t0, t1; /* this thread's tokens */
+        rf_team_share(&team, tid, T, &t0, &t1);
+        for (int i = t0; i < t1; i++) rf_mat_row_f32(s->x + (size_t)i * d, &m->embed, b->tokens[i]);
+        float *sc = s->scores + (size_t)tid * (s->max_ctx + s->max_tokens); /* attention weights */
 
-    for (int l = 0; l < cfg->n_layers; l++) {
-        const rf_layer *L = &m->layers[l];
-        /* ---- attention ---- */
-        rf_rmsnorm(s->xb, s->x, L->attn_norm, T, d, cfg->rms_eps);
-        rf_matmul(s->q, s->xb, &L->q, T);
-        rf_matmul(s->k, s->xb, &L->k, T);
-        rf_matmul(s->v, s->xb, &L->v, T);
-        rf_rmsnorm(s->q, s->q, L->q_norm, T * nh, hd, cfg->rms_eps);
-        rf_rmsnorm(s->k, s->k, L->k_norm, T * nkv, hd, cfg->rms_eps);
-        rf_rope(s->q, b->pos, T, nh, hd, cfg->rope_theta);
-        rf_rope(s->k, b->pos, T, nkv, hd, cfg->rope_theta);
-
-        /* append the new K/V: after main (unforked) or after each row's extension */
-        float *lk = c->k + rf_kv_main_off(c, l, 0), *lv = c->v + rf_kv_main_off(c, l, 0);
-        for (int r = 0; r < R; r++) {
-            float *dk, *dv;
-            if (forked) {
-                size_t off = rf_kv_row_off(c, r, l, c->row_len[r]);
-                dk = c->row_k + off;
-                dv = c->row_v + off;
-            } else {
-                dk = lk + (size_t)c->len * kvd;
-                dv = lv + (size_t)c->len * kvd;
+        for (int l = 0; l < cfg->n_layers; l++) {
+            const rf_layer *L = &m->layers[l];
+            /* ---- attention ---- */
+            rf_rmsnorm(s->xb + (size_t)t0 * d, s->x + (size_t)t0 * d, L->attn_norm, t1 - t0, d, cfg->rms_eps);
+            {
+                float *const Y[3] = {s->q, s->k, s->v};
+                const rf_mat *const W[3] = {&L->q, &L->k, &L->v};
+                rf_matmul_team(&team, tid, 3, Y, s->xb, W, T);
             }
-            memcpy(dk, s->k + (size_t)r * n * kvd, (size_t)n * kvd * sizeof(float));
-            memcpy(dv, s->v + (size_t)r * n * kvd, (size_t)n * kvd * sizeof(float));
+            /* per token: q, k norms and RoPE; then append the new K/V after
+             * main (unforked: one row) or after each row's extension */
+            float *lk = c->k + rf_kv_main_off(c, l, 0), *lv = c->v + rf_kv_main_off(c, l, 0);
+            for (int i = t0; i < t1; i++) {
+                float *q = s->q + (size_t)i * qd, *k = s->k + (size_t)i * kvd;
+                rf_rmsnorm(q, q, L->q_norm, nh, hd, cfg->rms_eps);
+                rf_rmsnorm(k, k, L->k_norm, nkv, hd, cfg->rms_eps);
+            }
+            if (t1 > t0) {
+                rf_rope(s->q + (size_t)t0 * qd, b->pos + t0, t1 - t0, nh, hd, cfg->rope_theta);
+                rf_rope(s->k + (size_t)t0 * kvd, b->pos + t0, t1 - t0, nkv, hd, cfg->rope_theta);
+            }
+            for (int i = t0; i < t1; i++) {
+                int r = i / n, j = i % n;
+                size_t off = forked ? rf_kv_row_off(c, r, l, c->row_len[r] + j) : 0;
+                float *dk = forked ? c->row_k + off : lk + (size_t)(c->len + j) * kvd;
+                float *dv = forked ? c->row_v + off : lv + (size_t)(c->len + j) * kvd;
+                memcpy(dk, s->k + (size_t)i * kvd, kvd * sizeof(float));
+                memcpy(dv, s->v + (size_t)i * kvd, kvd * sizeof(float));
+            }
+            if (tid == 0) atomic_store_explicit(&team.next, 0, memory_order_relaxed);
+            rf_team_barrier(&team);
+            /* every (row, token, head) attends independently */
+            for (int task = rf_team_next(&team); task < T * nh; task = rf_team_next(&team)) {
+                int i = task / nh, h = task % nh, r = i / n, j = i % n;
+                int lim = b->bidirectional ? n : j + 1; /* chunk tokens this one sees */
+                kv_view w;
+                w.k0 = lk;
+                w.v0 = lv;
+                if (forked) {
+                    size_t off = rf_kv_row_off(c, r, l, 0);
+                    w.n0 = c->fork_len;
+                    w.k1 = c->row_k + off;
+                    w.v1 = c->row_v + off;
+                    w.n1 = c->row_len[r] + lim;
+                } else {
+                    w.n0 = c->len + lim;
+                    w.k1 = w.v1 = NULL;
+                    w.n1 = 0;
+                }
+                attend(s->att + (size_t)i * qd + h * hd, s->q + (size_t)i * qd + h * hd, &w, h / group, hd, kvd,
+                       scale, sc);
+            }
+            {
+                float *const Y[1] = {s->xb};
+                const rf_mat *const W[1] = {&L->o};
+                rf_matmul_team(&team, tid, 1, Y, s->att, W, T);
+            }
+            rf_add(s->x + (size_t)t0 * d, s->xb + (size_t)t0 * d, (size_t)(t1 - t0) * d);
+
+            /* ---- SwiGLU MLP ---- */
+            rf_rmsnorm(s->xb + (size_t)t0 * d, s->x + (size_t)t0 * d, L->ffn_norm, t1 - t0, d, cfg->rms_eps);
+            {
+                float *const Y[2] = {s->hb, s->hb2};
+                const rf_mat *const W[2] = {&L->gate, &L->up};
+                rf_matmul_team(&team, tid, 2, Y, s->xb, W, T);
+            }
+            rf_silu_mul(s->hb + (size_t)t0 * ffn, s->hb2 + (size_t)t0 * ffn, (size_t)(t1 - t0) * ffn);
+            {
+                float *const Y[1] = {s->xb};
+                const rf_mat *const W[1] = {&L->down};
+                rf_matmul_team(&team, tid, 1, Y, s->hb, W, T);
+            }
+            rf_add(s->x + (size_t)t0 * d, s->xb + (size_t)t0 * d, (size_t)(t1 - t0) * d);
+            /* (the next layer's first step reads only this thread's tokens) */
         }
 
-        /* every (row, token, head) attends independently */
-#pragma omp parallel for schedule(dynamic, 4)
-        for (int task = 0; task < T * nh; task++) {
-            int i = task / nh, h = task % nh, r = i / n, j = i % n;
-            int lim = b->bidirectional ? n : j + 1; /* chunk tokens this one sees */
-            kv_view w;
-            w.k0 = lk;
-            w.v0 = lv;
-            if (forked) {
-                size_t off = rf_kv_row_off(c, r, l, 0);
-                w.n0 = c->fork_len;
-                w.k1 = c->row_k + off;
-                w.v1 = c->row_v + off;
-                w.n1 = c->row_len[r] + lim;
-            } else {
-                w.n0 = c->len + lim;
-                w.k1 = w.v1 = NULL;
-                w.n1 = 0;
-            }
-            float *sc = s->scores + (size_t)omp_get_thread_num() * (s->max_ctx + s->max_tokens);
-            attend(s->att + (size_t)i * qd + h * hd, s->q + (size_t)i * qd + h * hd, &w, h / group, hd, kvd,
-                   scale, sc);
+        /* logits only where asked: gather, final norm, lm head */
+        if (b->n_logits > 0) {
+            float *xf = s->xb; /* T >= n_logits rows of d are free here */
+            int g0, g1;
+            rf_team_share(&team, tid, b->n_logits, &g0, &g1);
+            rf_team_barrier(&team); /* every thread is done reading xb */
+            for (int i = g0; i < g1; i++)
+                memcpy(xf + (size_t)i * d, s->x + (size_t)b->logit_idx[i] * d, d * sizeof(float));
+            rf_rmsnorm(xf + (size_t)g0 * d, xf + (size_t)g0 * d, m->final_norm, g1 - g0, d, cfg->rms_eps);
+            float *const Y[1] = {b->logits};
+            const rf_mat *const W[1] = {&m->lm_head};
+            rf_matmul_team(&team, tid, 1, Y, xf, W, b->n_logits);
         }
-        rf_matmul(s->xb, s->att, &L->o, T);
-        rf_add(s->x, s->xb, (size_t)T * d);
-
-        /* ---- SwiGLU MLP ---- */
-        rf_rmsnorm(s->xb, s->x, L->ffn_norm, T, d, cfg->rms_eps);
-        rf_matmul(s->hb, s->xb, &L->gate, T);
-        rf_matmul(s->hb2, s->xb, &L->up, T);
-        rf_silu_mul(s->hb, s->hb2, (size_t)T * ffn);
-        rf_matmul(s->xb, s->hb, &L->down, T);
-        rf_add(s->x, s->xb, (size_t)T * d);
     }
 
     /* the new entries are now part of the cache, with their position ids */
@@ -288,15 +335,6 @@ int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch 
             c->row_len[r] += n;
         else
             c->len += n;
-    }
-
-    /* logits only where asked: gather, final norm, lm head */
-    if (b->n_logits > 0) {
-        float *xf = s->xb; /* T >= n_logits rows of d are free here */
-        for (int i = 0; i < b->n_logits; i++)
-            memcpy(xf + (size_t)i * d, s->x + (size_t)b->logit_idx[i] * d, d * sizeof(float));
-        rf_rmsnorm(xf, xf, m->final_norm, b->n_logits, d, cfg->rms_eps);
-        rf_matmul(b->logits, xf, &m->lm_head, b->n_logits);
     }
     return 0;
 }
