@@ -20,7 +20,7 @@ SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fram
 CFLAGS="-std=c11 -O1 -g -mavx2 -mfma -mf16c -D_GNU_SOURCE -fopenmp -Isrc $SAN $(pkg-config --cflags jansson libpcre2-8 libutf8proc libmicrohttpd openblas)"
 LIBS="$(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd openblas) -lm -lpthread"
 mkdir -p "$B/obj" "$B/corpus/$name"
-# the library (everything but the CLI), once; rebuilt when a source is newer
+# the library (everything but the CLI), once; rebuilt when a source or header is newer
 objs=()
 for src in src/{util,io,kernels,model,tokenizer,decode,train,tasks,serve}/*.c src/cli/args.c; do
   o="$B/obj/$(echo "${src#src/}" | tr / _).o"
@@ -30,7 +30,8 @@ for src in src/{util,io,kernels,model,tokenizer,decode,train,tasks,serve}/*.c sr
     *_amx.c) extra="-mamx-tile -mamx-bf16" ;;
     src/io/quant.c) extra="-ffp-contract=off" ;;
   esac
-  if [ ! -f "$o" ] || [ "$src" -nt "$o" ]; then
+  # stale when its source or any header is newer (a changed struct layout)
+  if [ ! -f "$o" ] || [ "$src" -nt "$o" ] || [ -n "$(find src -name '*.h' -newer "$o" -print -quit)" ]; then
     $CC $CFLAGS $extra -fsanitize=fuzzer-no-link -c "$src" -o "$o"
   fi
   objs+=("$o")
