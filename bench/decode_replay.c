@@ -13,7 +13,8 @@
  *
  *  1. decodes the first N examples of a task file with the trained model and
  *     each decoder (AR; faithful ReFusion; AR-verified ReFusion, switch (a)
- *     and switches (a)+(b), and (a)+(b) with lookahead and jacobi infilling,
+ *     and switches (a)+(b), (a)+(b) with jacobi infilling (the paper table's
+ *     headline decoder), and with lookahead and jacobi,
  *     REFUSION.md 3c-3d), measuring the wall time, and records the shape
  *     of every forward call through the call log (model/forward.h): rows R,
  *     new tokens per row, cache length before the call (main + each row's
@@ -53,9 +54,10 @@
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
-enum { D_AR, D_REFUSION, D_VERIFIED_A, D_VERIFIED_AB, D_FAST, N_DEC };
+enum { D_AR, D_REFUSION, D_VERIFIED_A, D_VERIFIED_AB, D_JACOBI, D_FAST, N_DEC };
 static const char *const dec_name[N_DEC] = {"AR", "ReFusion", "ReFusion AR-verified (a)",
                                             "ReFusion AR-verified (a)+(b)",
+                                            "ReFusion AR-verified (a)+(b), jacobi",
                                             "ReFusion AR-verified (a)+(b), lookahead, jacobi"};
 
 typedef struct {
@@ -239,9 +241,10 @@ int main(int argc, char **argv) {
     memset(run, 0, sizeof run);
     for (int d = 0; d < N_DEC; d++) {
         rf_gen_params p = base;
-        p.ar_correct = d == D_VERIFIED_A || d == D_VERIFIED_AB || d == D_FAST;
-        p.ar_check_first = d == D_VERIFIED_AB || d == D_FAST;
-        p.lookahead = p.jacobi = d == D_FAST;
+        p.ar_correct = d == D_VERIFIED_A || d == D_VERIFIED_AB || d == D_JACOBI || d == D_FAST;
+        p.ar_check_first = d == D_VERIFIED_AB || d == D_JACOBI || d == D_FAST;
+        p.jacobi = d == D_JACOBI || d == D_FAST;
+        p.lookahead = d == D_FAST;
         run[d].ex = rf_calloc((size_t)n_ex, sizeof(example_run));
         for (int i = 0; i < n_ex; i++) {
             rf_gen_result r;
