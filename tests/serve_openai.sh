@@ -146,6 +146,11 @@ async function status(f) { try { await f(); return 200; } catch (e) { return e; 
   ok(per[0] === n2.choices[0].message.content && per[1] === n2.choices[1].message.content && fin[0] && fin[1],
      `streamed n 2: ${JSON.stringify(per)} vs ${JSON.stringify(n2.choices.map(ch => ch.message.content))}`);
   ok(nu && nu.completion_tokens === n2.usage.completion_tokens, `streamed n 2 usage ${JSON.stringify(nu)}`);
+  // the raw stream prints floats shortly (0.6, not 0.59999999999999998), as the plain answer does
+  const raw = await (await fetch(base + '/v1/chat/completions', { method: 'POST', headers: { Authorization: 'Bearer sk-test-123',
+    'Content-Type': 'application/json' }, body: JSON.stringify({ messages: [{ role: 'user', content: Q }], max_tokens: 8, stream: true,
+    slot_threshold: 0.6, token_threshold: 0.3 }) })).text();
+  ok(/"slot_threshold":0\.6[,}]/.test(raw) && /"lookahead":false[,}]/.test(raw) && !/\d\.\d{10,}/.test(raw), 'stream floats: ' + (raw.match(/"settings":\{[^}]*\}/) || [raw.slice(-300)])[0]);
 
   // ---- errors --------------------------------------------------------------------------------
   const errs = [

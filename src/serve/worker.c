@@ -30,9 +30,10 @@ static void out_append(job *j, const char *p, size_t n) {
     j->out[j->out_len] = 0;
 }
 
-/* One SSE event "data: <compact json>\n\n" (o is consumed). */
+/* One SSE event "data: <compact json>\n\n" (o is consumed); floats with 6
+ * significant digits, as in a plain answer (0.6, not 0.59999999999999998). */
 static void sse_append_locked(job *j, json_t *o) {
-    char *txt = json_dumps(o, JSON_COMPACT);
+    char *txt = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
     json_decref(o);
     out_append(j, "data: ", 6);
     out_append(j, txt, strlen(txt));
@@ -104,6 +105,7 @@ static json_t *stats_json(const job *j, const rf_gen_result *r) {
         rf_opt_format(row, &j->req.d, b, sizeof b);
         json_object_set_new(set, row->http, row->type == RF_OPT_FLOAT    ? json_real(strtod(b, NULL))
                                             : row->type == RF_OPT_CHOICE ? json_string(b)
+                                            : row->type == RF_OPT_FLAG   ? json_boolean(strtoll(b, NULL, 10))
                                                                          : json_integer(strtoll(b, NULL, 10)));
     }
     json_object_set_new(set, "max_tokens", json_integer(p->gen_length));
