@@ -14,8 +14,10 @@
  * shared read-only. HTTP connections each get their own thread
  * (libmicrohttpd thread-per-connection) and wait for their job. "stream":
  * true answers with Server-Sent Events as answer tokens become final (every
- * position before them is filled). A client that leaves raises its job's
- * cancel flag: the decoder stops before its next model call.
+ * position before them is filled). "n" > 1 runs the job's choices one after
+ * the other in its worker, choice i sampled with seed + i. A client that
+ * leaves raises its job's cancel flag: the decoder stops before its next
+ * model call.
  *
  * request.c  JSON body -> prompt ids + settings (all validation)
  * worker.c   the job queue and the worker threads, max_tokens / stop cuts, SSE chunks
