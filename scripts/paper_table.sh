@@ -159,16 +159,38 @@ if want convert; then
   done
 fi
 
+# Speed figures on a 2-vCPU virtual machine move by 10-20% from one run to
+# the next: every evaluation runs REPEAT times (passes over all rows, so
+# that a slow minute hits every row alike) and keeps its fastest pass (the
+# answers are the same in every pass). OpenMP threads are pinned to cores
+# (OMP_PROC_BIND=true): unpinned, the spread was ~2x larger.
+REPEAT=${REPEAT:-3}
+export OMP_PROC_BIND=${OMP_PROC_BIND:-true}
 if want eval; then
-  while IFS='|' read -r name model dec args; do
-    [ -n "$name" ] || continue
-    if fresh "$OUT/results/$name.json"; then
-      say "eval $name: $model model, $dec decoder $args"
-      # shellcheck disable=SC2086
-      "$BIN" eval -m "$OUT/bf16/$model" --data "$DATA/test.json" --decoder "$dec" --gen-length "$GEN" \
-        --limit "$LIMIT" $args --quiet -o "$OUT/results/$name"
-    fi
+  declare -A todo=()
+  while IFS='|' read -r name _; do
+    [ -n "$name" ] && fresh "$OUT/results/$name.json" && todo[$name]=1 && rm -f "$OUT/results/$name.json"
   done <<< "$EVALS"
+  for pass in $(seq 1 "$REPEAT"); do
+    while IFS='|' read -r name model dec args; do
+      [ -n "$name" ] || continue
+      if [ -n "${todo[$name]:-}" ]; then
+        say "eval $name (pass $pass/$REPEAT): $model model, $dec decoder $args"
+        # shellcheck disable=SC2086
+        "$BIN" eval -m "$OUT/bf16/$model" --data "$DATA/test.json" --decoder "$dec" --gen-length "$GEN" \
+          --limit "$LIMIT" $args --quiet -o "$OUT/results/$name.pass"
+        # keep the faster of this pass and the best so far
+        if [ ! -e "$OUT/results/$name.json" ] || node -e '
+          const [a, b] = process.argv.slice(1).map(f => require(f).metrics.overall.tokens_per_s);
+          process.exit(a > b ? 0 : 1)' "$PWD/$OUT/results/$name.pass.json" "$PWD/$OUT/results/$name.json"; then
+          mv "$OUT/results/$name.pass.json" "$OUT/results/$name.json"
+          mv "$OUT/results/$name.pass.md" "$OUT/results/$name.md"
+        else
+          rm -f "$OUT/results/$name.pass.json" "$OUT/results/$name.pass.md"
+        fi
+      fi
+    done <<< "$EVALS"
+  done
 fi
 
 # teacher-forced probe of every fine-tune (AR head, mask head slot by slot,
