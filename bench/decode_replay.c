@@ -38,9 +38,8 @@
  * --threads 1 only (idle or spinning threads would be charged otherwise);
  * memory stalls are CPU time, so memory-bound calls are still costed.
  *
- * The prompt of an example is the chat template of its query, as
- * rf_eval_prompt_ids builds it (rf_tasks is not linked into the decode
- * benchmarks, so the two lines are repeated here). */
+ * The prompt of an example is the chat template of its query, as training
+ * and evaluation build it (rf_chat_query_ids). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,15 +79,6 @@ static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
-static int prompt_ids(const rf_tokenizer *tok, const char *query, int **ids, int *n) {
-    rf_chat_msg msg = {"user", query};
-    char *text = rf_chat_apply(tok, &msg, 1, 1, 1);
-    if (!text) return -1;
-    int rc = rf_tok_encode(tok, text, strlen(text), ids, n);
-    free(text);
-    return rc;
 }
 
 /* Replay entries [from, to) of a log on model m; returns the summed seconds
@@ -230,7 +220,7 @@ int main(int argc, char **argv) {
     int **prompts = rf_calloc((size_t)n_ex, sizeof(int *)), *plen = rf_calloc((size_t)n_ex, sizeof(int));
     for (int i = 0; i < n_ex; i++) {
         const char *q = json_string_value(json_object_get(json_array_get(examples, i), "query"));
-        if (!q || prompt_ids(tok, q, &prompts[i], &plen[i])) {
+        if (!q || rf_chat_query_ids(tok, q, &prompts[i], &plen[i])) {
             fprintf(stderr, "bench_decode_replay: %s: example %d has no usable \"query\"\n", data, i);
             return 1;
         }

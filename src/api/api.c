@@ -116,8 +116,7 @@ RF_API int rf_tokenize(const refusion_tokenizer *t, const char *text, int chat, 
         rc = rf_tok_encode(t->t, text, strlen(text), &probe, &np);
         free(probe);
         if (!rc) {
-            rf_chat_msg msg = {"user", text};
-            templated = rf_chat_apply(t->t, &msg, 1, 1, 1);
+            templated = rf_chat_query(t->t, text);
             if (!templated) rc = -1;
             src = templated;
         }

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "decode/decode_impl.h"
-#include "kernels/simd.h"
 
 void rf_gen_params_default(rf_gen_params *p) {
     memset(p, 0, sizeof *p);
@@ -193,15 +192,7 @@ rf_logit_stats rf_logits_stats(const float *l, int V) {
     rf_logit_stats s = {0, l[0], 0.0};
     for (int i = 1; i < V; i++)
         if (l[i] > s.max) s.max = l[i], s.argmax = i;
-    __m256 mx = _mm256_set1_ps(s.max), acc = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= V; i += 8) acc = _mm256_add_ps(acc, rf_exp8(_mm256_sub_ps(_mm256_loadu_ps(l + i), mx)));
-    float lanes[8];
-    _mm256_storeu_ps(lanes, acc);
-    double sum = 0;
-    for (int k = 0; k < 8; k++) sum += lanes[k];
-    for (; i < V; i++) sum += exp((double)l[i] - s.max);
-    s.lse = s.max + log(sum);
+    s.lse = s.max + log(rf_sum_exp(l, V, s.max));
     return s;
 }
 

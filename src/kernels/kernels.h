@@ -113,6 +113,9 @@ void rf_rope(float *x, const int *pos, int n, int n_heads, int head_dim, float t
 void rf_silu_mul(float *g, const float *u, size_t n);
 /* in place softmax of x[0..n) (max-subtracted, f32) */
 void rf_softmax(float *x, int n);
+/* sum of e^(x[i] - shift), i < n: 8 f32 lanes of vectorised exp, summed
+ * in double (the log-sum-exp of a logits row, shift = its max) */
+double rf_sum_exp(const float *x, int n, float shift);
 /* y += x */
 void rf_add(float *y, const float *x, size_t n);
 /* dot product with AVX2 */

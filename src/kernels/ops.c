@@ -203,3 +203,15 @@ void rf_mix(float *out, const float *p, const float *V, size_t ldv, int n, int h
         out[i] = o;
     }
 }
+
+double rf_sum_exp(const float *x, int n, float shift) {
+    __m256 mx = _mm256_set1_ps(shift), acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, rf_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mx)));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    double sum = 0;
+    for (int k = 0; k < 8; k++) sum += lanes[k];
+    for (; i < n; i++) sum += exp((double)x[i] - shift);
+    return sum;
+}

@@ -1,4 +1,4 @@
-/* simd.h - small AVX2 helpers shared by the kernels and the decoders. */
+/* simd.h - small AVX2 helpers of the kernels (internal to src/kernels). */
 #ifndef RF_SIMD_H
 #define RF_SIMD_H
 

@@ -15,18 +15,6 @@ const char *rf_decoder_name(rf_decoder_kind d) {
     return "?";
 }
 
-int rf_eval_prompt_ids(const rf_tokenizer *tok, const char *query, int **ids, int *n) {
-    rf_chat_msg msg = {"user", query};
-    /* enable_thinking = 1 adds nothing after the generation prompt: what the
-     * reference trainer's apply_chat_template(add_generation_prompt=True)
-     * produces with the template's default */
-    char *text = rf_chat_apply(tok, &msg, 1, 1, 1);
-    if (!text) return -1;
-    int rc = rf_tok_encode(tok, text, strlen(text), ids, n);
-    free(text);
-    return rc;
-}
-
 static void agg_add(rf_eval_agg *a, int right, long tokens, long calls, double s, double tpf, int eos,
                     const rf_accept_stats *acc) {
     a->acc_first_free += acc->first_free;
@@ -95,7 +83,7 @@ int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *exampl
             answer = rf_strdup(s);
         } else {
             int *ids, n;
-            if (rf_eval_prompt_ids(tok, query, &ids, &n)) return -1;
+            if (rf_chat_query_ids(tok, query, &ids, &n)) return -1;
             double ts = rf_now();
             int rc;
             switch (o->decoder) {

@@ -63,9 +63,6 @@ int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *exampl
                 const json_t *answers, const rf_eval_opts *o, rf_eval_report *rep);
 void rf_eval_report_free(rf_eval_report *rep);
 
-/* The chat-template prompt the trainer uses: user turn + generation prompt. */
-int rf_eval_prompt_ids(const rf_tokenizer *tok, const char *query, int **ids, int *n);
-
 /* The per-family + overall metrics as JSON ({"overall": {...}, "families":
  * {...}}) and as a Markdown table (malloc'd). For the ReFusion decoder both
  * also give the per-token acceptance statistics: counts ("accept") and

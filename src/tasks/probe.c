@@ -159,7 +159,7 @@ int rf_probe_run(const rf_model *m, const rf_tokenizer *tok, const json_t *examp
             rf_set_error("example %d: needs string \"query\" and \"response\"", i);
             return -1;
         }
-        if (rf_eval_prompt_ids(tok, query, &pi, &np) == 0 &&
+        if (rf_chat_query_ids(tok, query, &pi, &np) == 0 &&
             rf_tok_encode(tok, json_string_value(resp), json_string_length(resp), &ri, &nr) == 0) {
             int *ans = rf_malloc((size_t)(nr + 1) * sizeof(int));
             memcpy(ans, ri, (size_t)nr * sizeof(int));

@@ -77,7 +77,7 @@ int rf_probe_example(const rf_model *m, const int *prompt, int n_prompt, const i
                      int mask_id, rf_probe_stats *st, rf_probe_pos *per_pos);
 
 /* Probe the first limit examples (0 = all) of a loaded task file: prompt =
- * the chat template of the query (rf_eval_prompt_ids), answer = the
+ * the chat template of the query (rf_chat_query_ids), answer = the
  * response's tokens + the tokenizer's EOS, mask = the tokenizer's <|mask|>.
  * st->slot_size must be set; the rest is reset. on_done (optional) is called
  * after each example (for a progress display). Errors name the example. */

@@ -122,3 +122,16 @@ char *rf_chat_apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n, int a
     }
     return rf_buf_cstr(&o);
 }
+
+char *rf_chat_query(const rf_tokenizer *t, const char *query) {
+    rf_chat_msg msg = {"user", query};
+    return rf_chat_apply(t, &msg, 1, 1, 1);
+}
+
+int rf_chat_query_ids(const rf_tokenizer *t, const char *query, int **ids, int *n) {
+    char *text = rf_chat_query(t, query);
+    if (!text) return -1;
+    int rc = rf_tok_encode(t, text, strlen(text), ids, n);
+    free(text);
+    return rc;
+}

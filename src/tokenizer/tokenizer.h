@@ -71,6 +71,15 @@ typedef struct {
 char *rf_chat_apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n,
                     int add_generation_prompt, int enable_thinking);
 
+/* The prompt of one task query, the one rule training and evaluation share:
+ * the chat template of a single user message with the generation prompt
+ * and the template's default thinking setting (which adds nothing after the
+ * generation prompt: what the reference trainer's
+ * apply_chat_template(add_generation_prompt=True) produces). The text
+ * (malloc'd), or its token ids (0, or -1 with the error set). */
+char *rf_chat_query(const rf_tokenizer *t, const char *query);
+int rf_chat_query_ids(const rf_tokenizer *t, const char *query, int **ids, int *n);
+
 /* ---- streaming decode: feed ids one by one, get back the text that is now
  * final; bytes of an incomplete UTF-8 sequence are held back. ---- */
 typedef struct rf_tok_stream rf_tok_stream;

@@ -30,8 +30,7 @@ static int add_record(loader *L, const char *file, const char *what, json_t *obj
     if (!json_is_string(r))
         return rf_set_error("%s: %s: \"response\" is not a string", file, what), -1;
 
-    rf_chat_msg msg = {"user", json_string_value(q)};
-    char *prompt = rf_chat_apply(L->tok, &msg, 1, 1, 1);
+    char *prompt = rf_chat_query(L->tok, json_string_value(q)); /* as evaluation prompts it */
     int *pi = NULL, *ri = NULL, np = 0, nr = 0;
     if (!prompt || rf_tok_encode(L->tok, prompt, strlen(prompt), &pi, &np) ||
         rf_tok_encode(L->tok, json_string_value(r), json_string_length(r), &ri, &nr)) {
