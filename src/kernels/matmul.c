@@ -325,6 +325,10 @@ static mm_prep prepare(const float *X, const rf_mat *W, int n) {
         void *b = prep_buf(rf_q_prep_avx2_bytes(n, W->cols));
         rf_q_prep_avx2(b, X, n, W->cols);
         p.xp = b;
+    } else if (p.path == PATH_AVX512_Q && W->packed) { /* packed: Q8_0 only */
+        void *b = prep_buf(rf_q8p_prep_avx512_bytes(n, W->cols));
+        rf_q8p_prep_avx512(b, X, n, W->cols);
+        p.xp = b;
     } else if (p.path == PATH_AVX512_Q) {
         void *b = prep_buf(rf_q_prep_avx512_bytes(n, W->cols));
         rf_q_prep_avx512(b, X, n, W->cols, W->dtype);
@@ -357,7 +361,12 @@ static int chunk_rows(int nr, int nt, int packed) {
 static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, const rf_mat *V, int n, int a, int b) {
     switch (p->path) {
     case PATH_AVX2_Q: rf_q_range_avx2(Y, ldy, p->xp, V, n, a, b); break;
-    case PATH_AVX512_Q: rf_q_range_avx512(Y, ldy, p->xp, V, n, a, b); break;
+    case PATH_AVX512_Q:
+        if (V->packed)
+            rf_q8p_range_avx512(Y, ldy, p->xp, V, n, a, b);
+        else
+            rf_q_range_avx512(Y, ldy, p->xp, V, n, a, b);
+        break;
     case PATH_AVX512_BF16:
         if (V->packed)
             rf_bf16p_range_avx512(Y, ldy, p->xp, V, n, a, b, p->single);
@@ -373,6 +382,11 @@ static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, co
     }
 }
 
+/* bytes of one 16-row panel of W's packed copy */
+static size_t panel_bytes(const rf_mat *W) {
+    return W->dtype == RF_BF16 ? (size_t)((W->cols + 1) / 2) * 64 : rf_q8p_pack_avx512_bytes(16, W->cols);
+}
+
 void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, int r1) {
     int nr = r1 - r0;
     if (nr <= 0 || n <= 0) return;
@@ -381,8 +395,8 @@ void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, in
     rf_mat V = *W;
     V.data = (const char *)W->data + (size_t)r0 * rf_dtype_row_bytes(W->dtype, W->cols);
     V.rows = nr;
-    V.packed = W->packed && r0 % 16 == 0 ? (const char *)W->packed + (size_t)(r0 / 16) * ((W->cols + 1) / 2) * 64 : NULL;
-    mm_prep p = prepare(X, W, n);
+    V.packed = W->packed && r0 % 16 == 0 ? (const char *)W->packed + (size_t)(r0 / 16) * panel_bytes(W) : NULL;
+    mm_prep p = prepare(X, &V, n); /* V: whether the view kept the packed layout */
     double work = (double)nr * W->cols * (n < 8 ? 8 : n);
     int par = !omp_in_parallel() && work > (1 << 18);
     int nt = par ? omp_get_max_threads() : 1;
@@ -397,6 +411,12 @@ void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, in
 
 void rf_matmul_team(rf_team *team, int tid, int count, float *const *Y, const float *X, const rf_mat *const *W,
                     int n) {
+    for (int i = 1; i < count; i++)
+        if ((W[i]->packed != NULL) != (W[0]->packed != NULL) || W[i]->dtype != W[0]->dtype) {
+            /* (not in a model: its matrices are packed alike) one prep each */
+            for (int j = 0; j < count; j++) rf_matmul_team(team, tid, 1, Y + j, X, W + j, n);
+            return;
+        }
     rf_team_barrier(team); /* X is complete; the last matmul's plan is no longer read */
     if (tid == 0) {
         /* one thread prepares the activations, shared by all count matrices
@@ -428,12 +448,17 @@ void rf_matmul_team(rf_team *team, int tid, int count, float *const *Y, const fl
 }
 
 size_t rf_mat_pack_bytes(const rf_mat *W) {
-    if (W->dtype != RF_BF16 || rf_cpu_tier_detected() < RF_CPU_AVX512) return 0;
-    return rf_bf16_pack_avx512_bytes(W->rows, W->cols);
+    if (rf_cpu_tier_detected() < RF_CPU_AVX512) return 0;
+    if (W->dtype == RF_BF16) return rf_bf16_pack_avx512_bytes(W->rows, W->cols);
+    if (W->dtype == RF_Q8_0 && W->cols % RF_QK == 0) return rf_q8p_pack_avx512_bytes(W->rows, W->cols);
+    return 0;
 }
 
 void rf_mat_pack(rf_mat *W, void *buf) {
-    rf_bf16_pack_avx512(buf, W->data, W->rows, W->cols);
+    if (W->dtype == RF_BF16)
+        rf_bf16_pack_avx512(buf, W->data, W->rows, W->cols);
+    else
+        rf_q8p_pack_avx512(buf, W->data, W->rows, W->cols);
     W->packed = buf;
 }
 

@@ -513,3 +513,147 @@ void rf_q_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, in
         }
     }
 }
+
+/* ---- Q8_0, packed panels ------------------------------------------------------ */
+
+/* The layout rf_mat_pack writes for Q8_0: panels of 16 rows; per panel and
+ * 32-block, 8 vectors of 64 bytes (vector g: in lane r the 4 weights of
+ * columns 4g..4g+3 of row 16p + r, as unsigned bytes w + 128) and one
+ * vector of the 16 rows' scales in f32: 576 bytes per 16 x 32 weights
+ * (Q8_0 itself: 544). One vpdpbusd of vector g with a token's 4 int8
+ * activations broadcast adds 4 products to 16 outputs: no horizontal sums,
+ * and each weight vector serves all tokens of the tile. */
+#define QP_BLOCK 576
+
+size_t rf_q8p_pack_avx512_bytes(int rows, int cols) { return (size_t)((rows + 15) / 16) * (cols / RF_QK) * QP_BLOCK; }
+
+void rf_q8p_pack_avx512(void *dst, const void *w, int rows, int cols) {
+    const int nb = cols / RF_QK, np = (rows + 15) / 16;
+    const rf_block_q8_0 *W = w;
+#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
+    for (int p = 0; p < np; p++)
+        for (int b = 0; b < nb; b++) {
+            uint8_t *o = (uint8_t *)dst + ((size_t)p * nb + b) * QP_BLOCK;
+            float *dw = (float *)(o + 512);
+            for (int r = 0; r < 16; r++) {
+                int row = 16 * p + r;
+                const rf_block_q8_0 *blk = row < rows ? W + (size_t)row * nb + b : NULL;
+                for (int c = 0; c < RF_QK; c++) /* column c: vector c / 4, lane r, byte c % 4 */
+                    o[(c / 4) * 64 + r * 4 + c % 4] = blk ? (uint8_t)(blk->qs[c] ^ 0x80) : 0x80;
+                dw[r] = blk ? rf_f16_to_f32(blk->d) : 0.0f;
+            }
+        }
+}
+
+/* one 32-block of one token: the int8 activations, their scale, and
+ * -128 * sum(q) (the weights' +128 offset folded into the integer dot) */
+typedef struct {
+    int8_t q[32];
+    float dx;
+    int32_t init;
+} xq_block;
+
+size_t rf_q8p_prep_avx512_bytes(int n, int cols) { return (size_t)n * (cols / RF_QK) * sizeof(xq_block); }
+
+void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols) {
+    const int nb = cols / RF_QK;
+    xq_block *o = xp;
+    for (int t = 0; t < n; t++)
+        for (int b = 0; b < nb; b++, o++) { /* the same rounding as rf_q_prep_avx512 */
+            const float *x = X + (size_t)t * cols + b * RF_QK;
+            __m512 a = _mm512_loadu_ps(x), c = _mm512_loadu_ps(x + 16);
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
+            const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+            __m512i qa = _mm512_cvtps_epi32(
+                _mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            __m512i qc = _mm512_cvtps_epi32(
+                _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            _mm_storeu_si128((__m128i *)o->q, _mm512_cvtepi32_epi8(qa));
+            _mm_storeu_si128((__m128i *)(o->q + 16), _mm512_cvtepi32_epi8(qc));
+            o->dx = d;
+            o->init = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
+        }
+}
+
+/* P panels x T tokens: per block an integer accumulator per (panel, token)
+ * (8 vpdpbusd), then one conversion and one FMA into the f32 sum */
+static inline __attribute__((always_inline)) void q8pkern(const int P, const int T, const uint8_t *w,
+                                                          size_t panel, int nb, const xq_block *x, size_t ldx,
+                                                          float *y, size_t ldy, int rows_left) {
+    __m512 acc[8][8];
+    for (int p = 0; p < P; p++)
+        for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m512i ia[8][8];
+        for (int t = 0; t < T; t++) {
+            __m512i init = _mm512_set1_epi32(x[t * ldx + b].init);
+            for (int p = 0; p < P; p++) ia[p][t] = init;
+        }
+        const uint8_t *wb = w + (size_t)b * QP_BLOCK;
+        for (int g = 0; g < 8; g++) {
+            __m512i wv[8];
+            for (int p = 0; p < P; p++) wv[p] = _mm512_load_si512(wb + p * panel + g * 64);
+            for (int t = 0; t < T; t++) {
+                int32_t q4;
+                memcpy(&q4, x[t * ldx + b].q + 4 * g, 4);
+                __m512i xb = _mm512_set1_epi32(q4);
+                for (int p = 0; p < P; p++) ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], wv[p], xb);
+            }
+        }
+        for (int p = 0; p < P; p++) {
+            __m512 dw = _mm512_load_ps((const float *)(wb + p * panel + 512));
+            for (int t = 0; t < T; t++)
+                acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dw, _mm512_set1_ps(x[t * ldx + b].dx)),
+                                            acc[p][t]);
+        }
+    }
+    for (int p = 0; p < P; p++) {
+        int m = rows_left - 16 * p;
+        __mmask16 k = m >= 16 ? 0xFFFF : (__mmask16)((1u << m) - 1);
+        for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy + 16 * p, k, acc[p][t]);
+    }
+}
+
+/* panels per tile: 2*P*T accumulators + P weights within 32 registers */
+static inline int qpanels_for(int T) { return T == 1 ? 8 : T == 2 ? 5 : T == 3 ? 4 : T == 4 ? 3 : T <= 6 ? 2 : 1; }
+
+#define Q8P(P, T) q8pkern(P, T, w, panel, nb, x, ldx, y, ldy, rows_left)
+#define Q8P_P(T)                                                                                      \
+    do {                                                                                              \
+        enum { PM_ = T == 1 ? 8 : T == 2 ? 5 : T == 3 ? 4 : T == 4 ? 3 : T <= 6 ? 2 : 1 };           \
+        if (P == PM_) Q8P(PM_, T);                                                                    \
+        else if (P == 4) Q8P(4 < PM_ ? 4 : PM_, T);                                                   \
+        else if (P == 2) Q8P(2 < PM_ ? 2 : PM_, T);                                                   \
+        else Q8P(1, T);                                                                               \
+    } while (0)
+static void q8ptile(int P, int T, const uint8_t *w, size_t panel, int nb, const xq_block *x, size_t ldx, float *y,
+                    size_t ldy, int rows_left) {
+    switch (T) {
+    case 1: Q8P_P(1); break;
+    case 2: Q8P_P(2); break;
+    case 3: Q8P_P(3); break;
+    case 4: Q8P_P(4); break;
+    case 5: Q8P_P(5); break;
+    case 6: Q8P_P(6); break;
+    case 7: Q8P_P(7); break;
+    default: Q8P_P(8); break;
+    }
+}
+
+void rf_q8p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
+    const int nb = W->cols / RF_QK;
+    const size_t panel = (size_t)nb * QP_BLOCK;
+    const uint8_t *pk = W->packed;
+    const xq_block *X = xp;
+    for (int t0 = 0, ntt = (n + 7) / 8, i = 0; i < ntt; i++) {
+        int T = n / ntt + (i < n % ntt);
+        for (int r = a; r < b;) {
+            int left = (b - r + 15) / 16, P = qpanels_for(T);
+            if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 && P > 2 ? 2 : 1;
+            q8ptile(P, T, pk + (size_t)(r / 16) * panel, panel, nb, X + (size_t)t0 * nb, nb, Y + (size_t)t0 * ldy + r,
+                    ldy, b - r);
+            r += 16 * P;
+        }
+        t0 += T;
+    }
+}

@@ -1,12 +1,13 @@
-/* pack.c - the bf16 matrices' panel copies (kernels.h rf_mat_pack).
+/* pack.c - the bf16 and Q8_0 matrices' panel copies (kernels.h rf_mat_pack).
  *
- * On a CPU with the avx512 tier every bf16 layer matrix and the lm head get
- * a copy in the panel layout its kernel reads without horizontal sums (on
+ * On a CPU with the avx512 tier every bf16 or Q8_0 layer matrix and the lm
+ * head get a copy in the panel layout its kernel reads without horizontal
+ * sums (on
  * the demo model's shape a 16-token call drops from ~5x to ~2x the cost of
  * a 1-token call; bench_kernels_matmul's "BF16p" rows). The kernels read the
  * copy only; the row-major originals stay where they are (the embedding
  * lookup, rf_model_save and the GGUF writer read them). Where an original
- * lives in an mmap'd file its pages are handed back to the kernel
+ * lives in an mmap'd file (safetensors or GGUF) its pages are handed back to the kernel
  * (MADV_DONTNEED on a private read-only mapping: a later read faults them in
  * from the file again), so the process holds one copy of the weights, not
  * two. */
@@ -34,9 +35,10 @@ static int pack_targets(rf_model *m, rf_mat **out) {
  * mmap'd safetensors files: no longer needed in memory */
 static void release_file_pages(const rf_model *m, const void *p, size_t bytes) {
     const char *a = p, *b = a + bytes;
-    for (int k = 0; k < m->n_files; k++) {
-        const char *map = m->files[k].map;
-        if (a < map || b > map + m->files[k].map_size) continue;
+    for (int k = -1; k < m->n_files; k++) { /* -1: the GGUF file, if that is where they are */
+        const char *map = k < 0 ? (m->gguf ? m->gguf->map : NULL) : m->files[k].map;
+        size_t size = k < 0 ? (m->gguf ? m->gguf->map_size : 0) : m->files[k].map_size;
+        if (!map || a < map || b > map + size) continue;
         uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
         uintptr_t lo = ((uintptr_t)a + pg - 1) / pg * pg, hi = (uintptr_t)b / pg * pg;
         if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);

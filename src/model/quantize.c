@@ -104,5 +104,7 @@ int rf_model_quantize(rf_model *m, rf_dtype dtype) {
     free(tg);
     free(m->owned);
     m->owned = blk;
-    return 0;
+    /* the Q8_0 matrices' packed copies (the originals stay in m->owned:
+     * in-memory quantisation holds the weights twice on an avx512 CPU) */
+    return rf_model_pack(m);
 }
