@@ -181,7 +181,7 @@ int main(int argc, char **argv) {
             size_t wbytes = rf_dtype_row_bytes(dt, sh->cols) * sh->rows, nw = (size_t)sh->rows * sh->cols;
             void *wd = make_weights(dt, sh->rows, sh->cols);
             rf_mat W = {dt, wd, sh->rows, sh->cols, NULL};
-            /* bf16 / Q8_0 on an avx512 CPU: also W in the packed panel layout (rows "BF16p", "Q8_0p") */
+            /* bf16 / Q8_0 / Q4_0 on an avx512 CPU: also W in the packed panel layout (rows "BF16p", "Q8_0p", "Q4_0p") */
             size_t pbytes = rf_mat_pack_bytes(&W);
             void *pk = pbytes ? rf_aligned_alloc(pbytes) : NULL;
             if (pk) rf_mat_pack(&W, pk);
@@ -214,7 +214,7 @@ int main(int argc, char **argv) {
                     snprintf(shs, sizeof shs, "%dx%d", sh->rows, sh->cols);
                     if (s1 > 0) snprintf(ratio, sizeof ratio, "%.2f", s / s1);
                     printf("%-13s %-12s %-6s %-5s %4d %10.3f %8.1f %5.0f%% %9.1f %5.0f%% %7s", sh->what, shs,
-                           rf_cpu_tier_name(), lay ? (dt == RF_BF16 ? "BF16p" : "Q8_0p") : dtname(dt), n, s * 1e3, gbs, 100 * gbs / bw, gf, 100 * gf / pk, ratio);
+                           rf_cpu_tier_name(), lay ? (dt == RF_BF16 ? "BF16p" : dt == RF_Q8_0 ? "Q8_0p" : "Q4_0p") : dtname(dt), n, s * 1e3, gbs, 100 * gbs / bw, gf, 100 * gf / pk, ratio);
 #ifndef RF_NO_BLAS
                     if (blas && dt == RF_F32 && n >= 16) {
                         double sb = 1e30;

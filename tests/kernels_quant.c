@@ -264,7 +264,7 @@ static double test_matmuls(const char *tier) {
                     else my_q8_0(tmp, wd + r * rb, cols);
                 }
                 rf_mat W = {dt, wd, rows, cols, NULL};
-                /* Q8_0 at avx512: every check again with W packed (rf_mat_pack) */
+                /* at avx512: every check again with W packed (rf_mat_pack) */
                 size_t pbytes = rf_mat_pack_bytes(&W);
                 void *pk = pbytes && rf_cpu_tier_active() >= RF_CPU_AVX512 ? aligned_alloc(64, (pbytes + 63) / 64 * 64) : NULL;
                 if (pk) rf_mat_pack(&W, pk), W.packed = NULL;

@@ -43,8 +43,8 @@
 #include "io/dtype.h" /* rf_dtype */
 
 /* A row-major weight matrix [rows, cols] (torch Linear: [out, in]).
- * packed: NULL, or a copy of a bf16 or Q8_0 W in the avx512 tier's panel
- * layout (rf_mat_pack), which its kernel then reads instead of data. */
+ * packed: NULL, or a copy of a bf16, Q8_0 or Q4_0 W in the avx512 tier's
+ * panel layout (rf_mat_pack), which its kernel then reads instead of data. */
 typedef struct {
     rf_dtype dtype;
     const void *data;
@@ -52,10 +52,10 @@ typedef struct {
     const void *packed;
 } rf_mat;
 
-/* Bytes rf_mat_pack needs for W: non-zero only for bf16 and Q8_0 weights
- * on a CPU with the avx512 tier (whatever tier is active now). Q4_0 keeps
- * its row-major kernel: a byte per weight would double what a 1-token call
- * reads. */
+/* Bytes rf_mat_pack needs for W: non-zero only for bf16, Q8_0 and Q4_0
+ * weights (cols % 32 == 0 for the quantised ones) on a CPU with the avx512
+ * tier (whatever tier is active now); 6-11% more than the weights
+ * themselves for Q8_0 / Q4_0 (the scales as f32). */
 size_t rf_mat_pack_bytes(const rf_mat *W);
 /* Writes W's packed copy into buf (rf_mat_pack_bytes(W) bytes, 64-byte
  * aligned, owned by the caller, alive as long as W) and points W->packed at

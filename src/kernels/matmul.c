@@ -325,9 +325,9 @@ static mm_prep prepare(const float *X, const rf_mat *W, int n) {
         void *b = prep_buf(rf_q_prep_avx2_bytes(n, W->cols));
         rf_q_prep_avx2(b, X, n, W->cols);
         p.xp = b;
-    } else if (p.path == PATH_AVX512_Q && W->packed) { /* packed: Q8_0 only */
+    } else if (p.path == PATH_AVX512_Q && W->packed) {
         void *b = prep_buf(rf_q8p_prep_avx512_bytes(n, W->cols));
-        rf_q8p_prep_avx512(b, X, n, W->cols);
+        rf_q8p_prep_avx512(b, X, n, W->cols, W->dtype);
         p.xp = b;
     } else if (p.path == PATH_AVX512_Q) {
         void *b = prep_buf(rf_q_prep_avx512_bytes(n, W->cols));
@@ -362,8 +362,10 @@ static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, co
     switch (p->path) {
     case PATH_AVX2_Q: rf_q_range_avx2(Y, ldy, p->xp, V, n, a, b); break;
     case PATH_AVX512_Q:
-        if (V->packed)
+        if (V->packed && V->dtype == RF_Q8_0)
             rf_q8p_range_avx512(Y, ldy, p->xp, V, n, a, b);
+        else if (V->packed)
+            rf_q4p_range_avx512(Y, ldy, p->xp, V, n, a, b);
         else
             rf_q_range_avx512(Y, ldy, p->xp, V, n, a, b);
         break;
@@ -384,7 +386,9 @@ static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, co
 
 /* bytes of one 16-row panel of W's packed copy */
 static size_t panel_bytes(const rf_mat *W) {
-    return W->dtype == RF_BF16 ? (size_t)((W->cols + 1) / 2) * 64 : rf_q8p_pack_avx512_bytes(16, W->cols);
+    return W->dtype == RF_BF16   ? (size_t)((W->cols + 1) / 2) * 64
+           : W->dtype == RF_Q8_0 ? rf_q8p_pack_avx512_bytes(16, W->cols)
+                                 : rf_q4p_pack_avx512_bytes(16, W->cols);
 }
 
 void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, int r1) {
@@ -451,14 +455,17 @@ size_t rf_mat_pack_bytes(const rf_mat *W) {
     if (rf_cpu_tier_detected() < RF_CPU_AVX512) return 0;
     if (W->dtype == RF_BF16) return rf_bf16_pack_avx512_bytes(W->rows, W->cols);
     if (W->dtype == RF_Q8_0 && W->cols % RF_QK == 0) return rf_q8p_pack_avx512_bytes(W->rows, W->cols);
+    if (W->dtype == RF_Q4_0 && W->cols % RF_QK == 0) return rf_q4p_pack_avx512_bytes(W->rows, W->cols);
     return 0;
 }
 
 void rf_mat_pack(rf_mat *W, void *buf) {
     if (W->dtype == RF_BF16)
         rf_bf16_pack_avx512(buf, W->data, W->rows, W->cols);
-    else
+    else if (W->dtype == RF_Q8_0)
         rf_q8p_pack_avx512(buf, W->data, W->rows, W->cols);
+    else
+        rf_q4p_pack_avx512(buf, W->data, W->rows, W->cols);
     W->packed = buf;
 }
 

@@ -546,7 +546,8 @@ void rf_q8p_pack_avx512(void *dst, const void *w, int rows, int cols) {
 }
 
 /* one 32-block of one token: the int8 activations, their scale, and
- * -128 * sum(q) (the weights' +128 offset folded into the integer dot) */
+ * -off * sum(q) (the weights' offset, 128 for Q8_0 and 8 for Q4_0, folded
+ * into the integer dot) */
 typedef struct {
     int8_t q[32];
     float dx;
@@ -555,8 +556,8 @@ typedef struct {
 
 size_t rf_q8p_prep_avx512_bytes(int n, int cols) { return (size_t)n * (cols / RF_QK) * sizeof(xq_block); }
 
-void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols) {
-    const int nb = cols / RF_QK;
+void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt) {
+    const int nb = cols / RF_QK, off = wdt == RF_Q8_0 ? 128 : 8; /* the weights' offset (see the pack) */
     xq_block *o = xp;
     for (int t = 0; t < n; t++)
         for (int b = 0; b < nb; b++, o++) { /* the same rounding as rf_q_prep_avx512 */
@@ -571,7 +572,7 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols) {
             _mm_storeu_si128((__m128i *)o->q, _mm512_cvtepi32_epi8(qa));
             _mm_storeu_si128((__m128i *)(o->q + 16), _mm512_cvtepi32_epi8(qc));
             o->dx = d;
-            o->init = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
+            o->init = -off * _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
         }
 }
 
@@ -651,6 +652,127 @@ void rf_q8p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, 
             int left = (b - r + 15) / 16, P = qpanels_for(T);
             if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 && P > 2 ? 2 : 1;
             q8ptile(P, T, pk + (size_t)(r / 16) * panel, panel, nb, X + (size_t)t0 * nb, nb, Y + (size_t)t0 * ldy + r,
+                    ldy, b - r);
+            r += 16 * P;
+        }
+        t0 += T;
+    }
+}
+
+/* ---- Q4_0, packed panels ------------------------------------------------------ */
+
+/* Per panel and 32-block: 4 vectors of 64 bytes (vector v, lane r, byte k:
+ * low nibble = column 4v + k, high nibble = column 16 + 4v + k of row
+ * 16p + r, as stored: w + 8) and the 16 scales in f32: 320 bytes per 16 x
+ * 32 weights (Q4_0 itself: 288). Two ANDs and a shift give the groups v
+ * and 4 + v as bytes for vpdpbusd, once per tile for all its tokens. */
+#define Q4P_BLOCK 320
+
+size_t rf_q4p_pack_avx512_bytes(int rows, int cols) { return (size_t)((rows + 15) / 16) * (cols / RF_QK) * Q4P_BLOCK; }
+
+void rf_q4p_pack_avx512(void *dst, const void *w, int rows, int cols) {
+    const int nb = cols / RF_QK, np = (rows + 15) / 16;
+    const rf_block_q4_0 *W = w;
+#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
+    for (int p = 0; p < np; p++)
+        for (int b = 0; b < nb; b++) {
+            uint8_t *o = (uint8_t *)dst + ((size_t)p * nb + b) * Q4P_BLOCK;
+            float *dw = (float *)(o + 256);
+            for (int r = 0; r < 16; r++) {
+                int row = 16 * p + r;
+                const rf_block_q4_0 *blk = row < rows ? W + (size_t)row * nb + b : NULL;
+                for (int v = 0; v < 4; v++)
+                    for (int k = 0; k < 4; k++) {
+                        int c = 4 * v + k; /* ggml: qs[c] holds column c (low) and 16 + c (high) */
+                        o[v * 64 + r * 4 + k] = blk ? blk->qs[c] : 0x88;
+                    }
+                dw[r] = blk ? rf_f16_to_f32(blk->d) : 0.0f;
+            }
+        }
+}
+
+static inline __attribute__((always_inline)) void q4pkern(const int P, const int T, const uint8_t *w,
+                                                          size_t panel, int nb, const xq_block *x, size_t ldx,
+                                                          float *y, size_t ldy, int rows_left) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[8][8];
+    for (int p = 0; p < P; p++)
+        for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m512i ia[8][8];
+        for (int t = 0; t < T; t++) {
+            __m512i init = _mm512_set1_epi32(x[t * ldx + b].init);
+            for (int p = 0; p < P; p++) ia[p][t] = init;
+        }
+        const uint8_t *wb = w + (size_t)b * Q4P_BLOCK;
+        for (int v = 0; v < 4; v++) {
+            __m512i lo[8], hi[8];
+            for (int p = 0; p < P; p++) {
+                __m512i q = _mm512_load_si512(wb + p * panel + v * 64);
+                lo[p] = _mm512_and_si512(q, m4);
+                hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            }
+            for (int t = 0; t < T; t++) {
+                int32_t ql, qh;
+                memcpy(&ql, x[t * ldx + b].q + 4 * v, 4);
+                memcpy(&qh, x[t * ldx + b].q + 16 + 4 * v, 4);
+                __m512i xl = _mm512_set1_epi32(ql), xh = _mm512_set1_epi32(qh);
+                for (int p = 0; p < P; p++) {
+                    ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], lo[p], xl);
+                    ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], hi[p], xh);
+                }
+            }
+        }
+        for (int p = 0; p < P; p++) {
+            __m512 dw = _mm512_load_ps((const float *)(wb + p * panel + 256));
+            for (int t = 0; t < T; t++)
+                acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dw, _mm512_set1_ps(x[t * ldx + b].dx)),
+                                            acc[p][t]);
+        }
+    }
+    for (int p = 0; p < P; p++) {
+        int m = rows_left - 16 * p;
+        __mmask16 k = m >= 16 ? 0xFFFF : (__mmask16)((1u << m) - 1);
+        for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy + 16 * p, k, acc[p][t]);
+    }
+}
+
+/* 2*P*T accumulators + 2P unpacked weights: P = 8 / 4 / 3 / 2 / 2 / 1 */
+#define Q4P(P, T) q4pkern(P, T, w, panel, nb, x, ldx, y, ldy, rows_left)
+#define Q4P_P(T)                                                                                      \
+    do {                                                                                              \
+        enum { PM_ = T == 1 ? 6 : T == 2 ? 4 : T == 3 ? 3 : T == 4 ? 2 : T <= 6 ? 2 : 1 };           \
+        if (P == PM_) Q4P(PM_, T);                                                                    \
+        else if (P == 4) Q4P(4 < PM_ ? 4 : PM_, T);                                                   \
+        else if (P == 2) Q4P(2 < PM_ ? 2 : PM_, T);                                                   \
+        else Q4P(1, T);                                                                               \
+    } while (0)
+static inline int q4panels_for(int T) { return T == 1 ? 6 : T == 2 ? 4 : T == 3 ? 3 : T <= 6 ? 2 : 1; }
+static void q4ptile(int P, int T, const uint8_t *w, size_t panel, int nb, const xq_block *x, size_t ldx, float *y,
+                    size_t ldy, int rows_left) {
+    switch (T) {
+    case 1: Q4P_P(1); break;
+    case 2: Q4P_P(2); break;
+    case 3: Q4P_P(3); break;
+    case 4: Q4P_P(4); break;
+    case 5: Q4P_P(5); break;
+    case 6: Q4P_P(6); break;
+    case 7: Q4P_P(7); break;
+    default: Q4P_P(8); break;
+    }
+}
+
+void rf_q4p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
+    const int nb = W->cols / RF_QK;
+    const size_t panel = (size_t)nb * Q4P_BLOCK;
+    const uint8_t *pk = W->packed;
+    const xq_block *X = xp;
+    for (int t0 = 0, ntt = (n + 7) / 8, i = 0; i < ntt; i++) {
+        int T = n / ntt + (i < n % ntt);
+        for (int r = a; r < b;) {
+            int left = (b - r + 15) / 16, P = q4panels_for(T);
+            if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 && P > 2 ? 2 : 1;
+            q4ptile(P, T, pk + (size_t)(r / 16) * panel, panel, nb, X + (size_t)t0 * nb, nb, Y + (size_t)t0 * ldy + r,
                     ldy, b - r);
             r += 16 * P;
         }

@@ -36,13 +36,17 @@ void rf_bf16_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W,
 size_t rf_bf16_pack_avx512_bytes(int rows, int cols);
 void rf_bf16_pack_avx512(void *dst, const uint16_t *w, int rows, int cols);
 void rf_bf16p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
-/* Q8_0 with W in 16-row panels (rf_mat_pack) and the activations per
- * token and block (the same rounding as rf_q_prep_avx512); a is a multiple of 16 */
+/* Q8_0 / Q4_0 with W in 16-row panels (rf_mat_pack) and the activations
+ * per token and block (the same rounding as rf_q_prep_avx512; the prep
+ * depends on the weight dtype); a is a multiple of 16 */
 size_t rf_q8p_pack_avx512_bytes(int rows, int cols);
 void rf_q8p_pack_avx512(void *dst, const void *w, int rows, int cols);
+size_t rf_q4p_pack_avx512_bytes(int rows, int cols);
+void rf_q4p_pack_avx512(void *dst, const void *w, int rows, int cols);
 size_t rf_q8p_prep_avx512_bytes(int n, int cols);
-void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols);
+void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt);
 void rf_q8p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
+void rf_q4p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 /* f32 / f16 weights with 16-wide FMAs (X used as it is, no prep) */
 void rf_float_range_avx512(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b);
 /* Q8_0 / Q4_0 with vpdpbusd; prep depends on the weight dtype */
