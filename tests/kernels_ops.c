@@ -1,6 +1,6 @@
 /* kernels_ops.c - the per-token kernels against direct double-precision
  * formulas: rmsnorm, rope (random and large positions, out of order),
- * silu*mul, softmax, add, dot. Tolerances are relative to the largest
+ * silu*mul, softmax, add, dot, attention scores and mix. Tolerances are relative to the largest
  * reference magnitude and stated at each CHECK. */
 #include <math.h>
 #include <stdlib.h>
@@ -173,6 +173,54 @@ static void test_silu_sweep(void) {
     free(g); free(u); free(g0);
 }
 
+/* attention's scores and mix against double-precision sums, and the two-query
+ * forms bit for bit against two single-query calls (the cached and the
+ * recomputing decoders depend on a token's attention not depending on how
+ * its heads were grouped); several key counts (tails of 1-3 keys) and
+ * head sizes (with and without a tail) */
+static void test_attention(rf_rng *g) {
+    const int hds[] = {16, 64, 128, 40, 12}, ns[] = {1, 3, 4, 7, 150};
+    for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+            int hd = hds[hi], n = ns[ni], ld = 3 * hd; /* keys strided as in a KV cache */
+            float *q0 = randv(g, hd, 1), *q1 = randv(g, hd, 1), *K = randv(g, (size_t)n * ld, 1);
+            float *V = randv(g, (size_t)n * ld, 1), *p0 = randv(g, n, 0.1f), *p1 = randv(g, n, 0.1f);
+            float *s0 = malloc(sizeof(float) * n), *s1 = malloc(sizeof(float) * n);
+            float *t0 = malloc(sizeof(float) * n), *t1 = malloc(sizeof(float) * n);
+            float *o0 = calloc(hd, sizeof(float)), *o1 = calloc(hd, sizeof(float));
+            float *u0 = calloc(hd, sizeof(float)), *u1 = calloc(hd, sizeof(float));
+            rf_scores(s0, q0, K, ld, n, hd, 0.125f);
+            rf_scores(s1, q1, K, ld, n, hd, 0.125f);
+            rf_scores2(t0, t1, q0, q1, K, ld, n, hd, 0.125f);
+            double err = 0, mx = 1e-30;
+            int same = 1;
+            for (int t = 0; t < n; t++) {
+                double ref = 0;
+                for (int i = 0; i < hd; i++) ref += (double)q0[i] * K[(size_t)t * ld + i];
+                err = fmax(err, fabs(0.125 * ref - s0[t]));
+                mx = fmax(mx, fabs(0.125 * ref));
+                same &= s0[t] == t0[t] && s1[t] == t1[t];
+            }
+            CHECK(err <= 1e-5 * mx, "rf_scores hd=%d n=%d: err %.3g of %.3g", hd, n, err, mx);
+            CHECK(same, "rf_scores2 hd=%d n=%d: not bit for bit rf_scores", hd, n);
+            rf_mix(o0, p0, V, ld, n, hd);
+            rf_mix(o1, p1, V, ld, n, hd);
+            rf_mix2(u0, u1, p0, p1, V, ld, n, hd);
+            err = 0, mx = 1e-30, same = 1;
+            for (int i = 0; i < hd; i++) {
+                double ref = 0;
+                for (int t = 0; t < n; t++) ref += (double)p0[t] * V[(size_t)t * ld + i];
+                err = fmax(err, fabs(ref - o0[i]));
+                mx = fmax(mx, fabs(ref));
+                same &= o0[i] == u0[i] && o1[i] == u1[i];
+            }
+            CHECK(err <= 1e-5 * mx + 1e-6, "rf_mix hd=%d n=%d: err %.3g of %.3g", hd, n, err, mx);
+            CHECK(same, "rf_mix2 hd=%d n=%d: not bit for bit rf_mix", hd, n);
+            free(q0), free(q1), free(K), free(V), free(p0), free(p1), free(s0), free(s1), free(t0), free(t1);
+            free(o0), free(o1), free(u0), free(u1);
+        }
+}
+
 int main(void) {
     rf_rng g;
     rf_rng_seed(&g, 99);
@@ -180,5 +228,6 @@ int main(void) {
     test_rope(&g);
     test_silu_softmax_add_dot(&g);
     test_silu_sweep();
+    test_attention(&g);
     return check_summary("kernels_ops");
 }

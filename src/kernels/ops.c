@@ -215,3 +215,59 @@ double rf_sum_exp(const float *x, int n, float shift) {
     for (; i < n; i++) sum += exp((double)x[i] - shift);
     return sum;
 }
+
+/* The same for two queries of one KV head (grouped-query attention): each
+ * key and value vector is loaded once for both. Every (query, key) sum
+ * takes exactly rf_scores' steps, so the scores are bit for bit those of
+ * two rf_scores calls. */
+void rf_scores2(float *sc0, float *sc1, const float *q0, const float *q1, const float *K, size_t ldk, int n, int hd,
+                float scale) {
+    if (hd % 8) { /* (no head_dim in use is; the plain path handles it) */
+        rf_scores(sc0, q0, K, ldk, n, hd, scale);
+        rf_scores(sc1, q1, K, ldk, n, hd, scale);
+        return;
+    }
+    for (int t = 0; t < n; t += 4) {
+        const float *k0 = K + (size_t)t * ldk;
+        const float *k1 = t + 1 < n ? k0 + ldk : k0, *k2 = t + 2 < n ? k1 + ldk : k1, *k3 = t + 3 < n ? k2 + ldk : k2;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        for (int i = 0; i < hd; i += 8) {
+            __m256 x0 = _mm256_loadu_ps(q0 + i), x1 = _mm256_loadu_ps(q1 + i);
+            __m256 v = _mm256_loadu_ps(k0 + i);
+            a0 = _mm256_fmadd_ps(x0, v, a0), b0 = _mm256_fmadd_ps(x1, v, b0);
+            v = _mm256_loadu_ps(k1 + i);
+            a1 = _mm256_fmadd_ps(x0, v, a1), b1 = _mm256_fmadd_ps(x1, v, b1);
+            v = _mm256_loadu_ps(k2 + i);
+            a2 = _mm256_fmadd_ps(x0, v, a2), b2 = _mm256_fmadd_ps(x1, v, b2);
+            v = _mm256_loadu_ps(k3 + i);
+            a3 = _mm256_fmadd_ps(x0, v, a3), b3 = _mm256_fmadd_ps(x1, v, b3);
+        }
+        __m256 ha = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+        __m256 hb = _mm256_hadd_ps(_mm256_hadd_ps(b0, b1), _mm256_hadd_ps(b2, b3));
+        float s0[4], s1[4];
+        _mm_storeu_ps(s0, _mm_add_ps(_mm256_castps256_ps128(ha), _mm256_extractf128_ps(ha, 1)));
+        _mm_storeu_ps(s1, _mm_add_ps(_mm256_castps256_ps128(hb), _mm256_extractf128_ps(hb, 1)));
+        for (int j = 0; j < 4 && t + j < n; j++) sc0[t + j] = s0[j] * scale, sc1[t + j] = s1[j] * scale;
+    }
+}
+
+void rf_mix2(float *out0, float *out1, const float *p0, const float *p1, const float *V, size_t ldv, int n, int hd) {
+    if (hd % 32) { /* rf_mix's vector path covers whole 32s only: the same steps here */
+        rf_mix(out0, p0, V, ldv, n, hd);
+        rf_mix(out1, p1, V, ldv, n, hd);
+        return;
+    }
+    for (int i = 0; i < hd; i += 16) { /* 16 outputs of each query: 4 accumulators */
+        __m256 a0 = _mm256_loadu_ps(out0 + i), a1 = _mm256_loadu_ps(out0 + i + 8);
+        __m256 b0 = _mm256_loadu_ps(out1 + i), b1 = _mm256_loadu_ps(out1 + i + 8);
+        for (int t = 0; t < n; t++) {
+            const float *v = V + (size_t)t * ldv + i;
+            __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+            __m256 pa = _mm256_set1_ps(p0[t]), pb = _mm256_set1_ps(p1[t]);
+            a0 = _mm256_fmadd_ps(pa, v0, a0), a1 = _mm256_fmadd_ps(pa, v1, a1);
+            b0 = _mm256_fmadd_ps(pb, v0, b0), b1 = _mm256_fmadd_ps(pb, v1, b1);
+        }
+        _mm256_storeu_ps(out0 + i, a0), _mm256_storeu_ps(out0 + i + 8, a1);
+        _mm256_storeu_ps(out1 + i, b0), _mm256_storeu_ps(out1 + i + 8, b1);
+    }
+}

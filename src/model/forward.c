@@ -29,7 +29,7 @@ struct rf_runstate {
     float *att;    /* [T, n_heads * hd] attention output */
     float *hb;     /* [T, ffn] gate, then silu(gate) * up */
     float *hb2;    /* [T, ffn] up */
-    float *scores; /* [n_threads, max_ctx + max_tokens] attention weights */
+    float *scores; /* [n_threads, 2, max_ctx + max_tokens] attention weights (of a head pair) */
 };
 
 rf_runstate *rf_runstate_new(const rf_config *cfg, int max_tokens, int max_ctx) {
@@ -65,7 +65,7 @@ rf_runstate *rf_runstate_alloc(const rf_config *cfg, int max_tokens, int max_ctx
     s->att = rf_aligned_alloc(T * qd * sizeof(float));
     s->hb = rf_aligned_alloc(T * ffn * sizeof(float));
     s->hb2 = rf_aligned_alloc(T * ffn * sizeof(float));
-    s->scores = rf_aligned_alloc((size_t)s->n_threads * (max_ctx + T) * sizeof(float));
+    s->scores = rf_aligned_alloc((size_t)s->n_threads * 2 * (max_ctx + T) * sizeof(float)); /* 2: a head pair */
     s->bytes = (2 * T * (d + qd + kvd + ffn) +
                 (size_t)s->n_threads * (max_ctx + T)) * sizeof(float);
     return s;
@@ -103,6 +103,21 @@ static void attend(float *out, const float *q, const kv_view *w, int g, int hd, 
     memset(out, 0, hd * sizeof(float));
     rf_mix(out, sc, w->v0 + g * hd, kv_dim, w->n0, hd);
     if (w->n1) rf_mix(out, sc + w->n0, w->v1 + g * hd, kv_dim, w->n1, hd);
+}
+
+/* The same for two query heads of kv head g at once (out, q: the first of
+ * two adjacent heads; sc holds 2 x (n0 + n1) floats): the same numbers. */
+static void attend2(float *out, const float *q, const kv_view *w, int g, int hd, int kv_dim, float scale,
+                    float *sc) {
+    int n = w->n0 + w->n1;
+    float *sc1 = sc + n;
+    rf_scores2(sc, sc1, q, q + hd, w->k0 + g * hd, kv_dim, w->n0, hd, scale);
+    if (w->n1) rf_scores2(sc + w->n0, sc1 + w->n0, q, q + hd, w->k1 + g * hd, kv_dim, w->n1, hd, scale);
+    rf_softmax(sc, n);
+    rf_softmax(sc1, n);
+    memset(out, 0, 2 * hd * sizeof(float));
+    rf_mix2(out, out + hd, sc, sc1, w->v0 + g * hd, kv_dim, w->n0, hd);
+    if (w->n1) rf_mix2(out, out + hd, sc + w->n0, sc1 + w->n0, w->v1 + g * hd, kv_dim, w->n1, hd);
 }
 
 static int check_batch(const rf_model *m, const rf_kvcache *c, const rf_runstate *s, const rf_batch *b) {
@@ -234,7 +249,9 @@ int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch 
         int t0, t1; /* this thread's tokens */
         rf_team_share(&team, tid, T, &t0, &t1);
         for (int i = t0; i < t1; i++) rf_mat_row_f32(s->x + (size_t)i * d, &m->embed, b->tokens[i]);
-        float *sc = s->scores + (size_t)tid * (s->max_ctx + s->max_tokens); /* attention weights */
+        float *sc = s->scores + (size_t)tid * 2 * (s->max_ctx + s->max_tokens); /* attention weights */
+        /* query heads in pairs that share a KV head when the group size is even */
+        const int hstep = group % 2 == 0 ? 2 : 1, nht = nh / hstep;
 
         for (int l = 0; l < cfg->n_layers; l++) {
             const rf_layer *L = &m->layers[l];
@@ -267,9 +284,9 @@ int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch 
             }
             if (tid == 0) atomic_store_explicit(&team.next, 0, memory_order_relaxed);
             rf_team_barrier(&team);
-            /* every (row, token, head) attends independently */
-            for (int task = rf_team_next(&team); task < T * nh; task = rf_team_next(&team)) {
-                int i = task / nh, h = task % nh, r = i / n, j = i % n;
+            /* every (row, token, head or head pair) attends independently */
+            for (int task = rf_team_next(&team); task < T * nht; task = rf_team_next(&team)) {
+                int i = task / nht, h = (task % nht) * hstep, r = i / n, j = i % n;
                 int lim = b->bidirectional ? n : j + 1; /* chunk tokens this one sees */
                 kv_view w;
                 w.k0 = lk;
@@ -285,8 +302,12 @@ int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch 
                     w.k1 = w.v1 = NULL;
                     w.n1 = 0;
                 }
-                attend(s->att + (size_t)i * qd + h * hd, s->q + (size_t)i * qd + h * hd, &w, h / group, hd, kvd,
-                       scale, sc);
+                float *out = s->att + (size_t)i * qd + h * hd;
+                const float *q = s->q + (size_t)i * qd + h * hd;
+                if (hstep == 2)
+                    attend2(out, q, &w, h / group, hd, kvd, scale, sc);
+                else
+                    attend(out, q, &w, h / group, hd, kvd, scale, sc);
             }
             {
                 float *const Y[1] = {s->xb};
