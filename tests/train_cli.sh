@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # train_cli.sh - `refusion train` end to end: a short run writes a checkpoint
 # that `refusion info` and `refusion generate` load; the CSV log and the loss
-# plot; Ctrl-C saves and exits 0, --resume finishes the run; malformed data
+# plot; Ctrl-C and SIGTERM save and exit 0, --resume finishes the run; malformed data
 # files fail with exit 1 and one line naming file and record, writing nothing.
 set -u
 BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
@@ -78,6 +78,19 @@ rc=$?
 grep -q "interrupted: saved step" "$T/err" && ok || bad "no interruption message: $(cat "$T/err")"
 [ -s "$T/int/optimizer.bin" ] && [ -s "$T/int/model.safetensors" ] && ok || bad "nothing saved on Ctrl-C"
 done_steps=$(($(wc -l <"$T/int/log.csv") - 1))
+# SIGTERM (kill; mpirun's Ctrl-C) saves the same way
+"$BIN" train --data "$T/data.json" -o "$T/term" "${COMMON[@]}" --steps 100000 --no-plot \
+  >"$T/out" 2>"$T/err.term" &
+pid=$!
+for _ in $(seq 1 300); do
+  [ -f "$T/term/log.csv" ] && [ "$(wc -l <"$T/term/log.csv")" -ge 3 ] && break
+  sleep 0.1
+done
+kill -TERM $pid
+wait $pid
+rc=$?
+[ $rc -eq 0 ] && grep -q "interrupted: saved step" "$T/err.term" && [ -s "$T/term/optimizer.bin" ] && ok ||
+  bad "SIGTERM: exit $rc, nothing saved: $(cat "$T/err.term")"
 "$BIN" train --data "$T/data.json" -o "$T/int" "${COMMON[@]}" --steps $((done_steps + 3)) --resume \
   --no-plot -q 2>"$T/err" && ok || bad "resume: $(cat "$T/err")"
 rows=$(($(wc -l <"$T/int/log.csv") - 1))

@@ -9,6 +9,7 @@
 #  - rank 0 alone writes: rank 1 given another -o writes nothing there;
 #  - ranks that disagree (other data, other options) or fail alone (missing
 #    file) end the run with one clear message, exit 1, nothing written;
+#  - Ctrl-C on mpirun saves (SIGTERM to every rank) and names the step;
 #  - a rank killed with SIGKILL ends the whole job (mpirun's error handler)
 #    with a message naming the dead process, within a timeout;
 #  - `--mpi` outside mpirun runs as one process (MPI singleton).
@@ -161,6 +162,20 @@ refused "rank 1: the training data (after tokenisation) differs from rank 0's" -
 refused "rank 1: the options or the model config differs from rank 0's" --lr 1e-3
 refused "rank 0: rank 1 of 2 failed to read its inputs" --data "$T/missing.json"
 grep -q "rank 1: .*missing.json: cannot open" "$T/out" && ok || bad "rank 1 did not name its missing file: $(cat "$T/out")"
+
+# ---- Ctrl-C on mpirun saves: mpirun sends SIGTERM to the ranks, which
+# finish the step together (the stop request is reduced with the losses)
+# and rank 0 saves; mpirun itself then reports the job as aborted ---------------------------
+"${MPI[@]}" -np 2 "$BIN" train "${COMMON[@]}" --batch 8 --steps 100000 -o "$T/ctrlc" >"$T/out" 2>&1 &
+mpid=$!
+for _ in $(seq 1 600); do
+  [ -f "$T/ctrlc/log.csv" ] && [ "$(wc -l <"$T/ctrlc/log.csv")" -ge 3 ] && break
+  sleep 0.1
+done
+kill -INT $mpid
+wait $mpid
+grep -q "interrupted: saved step" "$T/out" && [ -s "$T/ctrlc/optimizer.bin" ] && [ -s "$T/ctrlc/model.safetensors" ] &&
+  ok || bad "Ctrl-C on mpirun saved nothing: $(tail -c 400 "$T/out")"
 
 # ---- a killed rank ends the job ----------------------------------------------------------
 "${MPI[@]}" -np 2 "$BIN" train "${COMMON[@]}" --batch 8 --steps 100000 -o "$T/kill" >"$T/out" 2>&1 &

@@ -330,13 +330,19 @@ int cmd_train(int argc, char **argv) {
                          .rank = rank};
     rf_train_hooks hooks = {.on_start = on_start, .on_step = on_step, .stop = &g_stop, .user = &ps};
     g_stop = 0;
-    struct sigaction sa, old_sa;
+    /* Ctrl-C, and SIGTERM (kill, a service manager, and mpirun: on Ctrl-C
+     * it sends SIGTERM to every rank, then SIGKILL after a grace period):
+     * finish the step, save, exit 0. The stop request is reduced over the
+     * ranks with the step's losses, so every rank stops at the same step. */
+    struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, &old_sa);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
     rf_train_result res;
     int rc = rf_train_run(&o, &hooks, &res);
-    sigaction(SIGINT, &old_sa, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     if (rc) {
         if (rank == 0 || !res.error_shared) {
             if (rf_dist_size() > 1) fprintf(stderr, "refusion: rank %d: %s\n", rank, rf_last_error());
