@@ -59,6 +59,12 @@ rc=$?
 # JSON Lines, the two baselines, --init from the checkpoint
 "$BIN" train --data "$T/data.jsonl" -o "$T/ar" "${COMMON[@]}" --objective ar --steps 3 -q \
   2>"$T/err" && ok || bad "ar on jsonl: $(cat "$T/err")"
+# --json: the run's figures as one JSON object on stdout
+js=$("$BIN" train --data "$T/data.jsonl" -o "$T/js" "${COMMON[@]}" --objective ar --steps 3 -q --json 2>"$T/err")
+node -e 'const o = JSON.parse(process.argv[1]);
+  process.exit(o.step === 3 && o.steps_run === 3 && o.loss > 0 && o.loss_ar > 0 && o.tokens_per_s > 0 &&
+               o.stopped === false && o.ranks === 1 && o.out.endsWith("/js") ? 0 : 1)' "$js" && ok ||
+  bad "train --json: '$js' $(cat "$T/err")"
 "$BIN" train --data "$T/data.json,$T/data.jsonl" -o "$T/mdm" --init "$T/run" --objective mdm \
   --batch 4 --seq-len 48 --steps 2 --threads 1 -q --no-plot 2>"$T/err" && ok ||
   bad "mdm --init: $(cat "$T/err")"

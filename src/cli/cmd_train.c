@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <jansson.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -64,6 +65,7 @@ static void usage(FILE *f) {
 "  --log-every N        progress line period when stderr is not a terminal (10)\n"
 "  --no-plot            no gnuplot loss curve\n"
 "  -q, --quiet          no progress output\n"
+"  --json               at the end, the run's figures as one JSON object on stdout (rank 0)\n"
 "  --mpi                require an MPI launch (implied under mpirun when built with MPI)\n"
 "\n"
 "This build: %s.\n", rf_dist_compiled() ? "with MPI (data-parallel training)" : "without MPI");
@@ -142,6 +144,8 @@ typedef struct {
     long total, step0;
     double t_run, tokens_run, t_drawn;
     long last_step;
+    rf_tloss last_loss; /* of the last step (--json) */
+    double last_lr, comm_s, step_s;
 } progress_state;
 
 static void fmt_time(char *buf, size_t n, double s) {
@@ -172,6 +176,10 @@ static void on_step(void *user, const rf_step_info *s) {
     progress_state *p = user;
     p->last_step = s->step;
     p->tokens_run += (double)s->tokens;
+    p->last_loss = s->loss;
+    p->last_lr = s->lr;
+    p->comm_s += s->comm_seconds;
+    p->step_s += s->seconds;
     if (p->quiet || p->rank != 0) return;
     double run_time = rf_now() - p->t_run, tps = p->tokens_run / (run_time > 0 ? run_time : 1e-9);
     double eta = run_time / (double)(s->step - p->step0) * (double)(s->total - s->step);
@@ -238,7 +246,7 @@ static void plot_loss(const char *dir, int quiet) {
 int cmd_train(int argc, char **argv) {
     rf_train_opts o;
     rf_train_opts_default(&o);
-    int plot = 1, quiet = 0, log_every = 10, want_mpi = 0;
+    int plot = 1, quiet = 0, log_every = 10, want_mpi = 0, json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -249,6 +257,7 @@ int cmd_train(int argc, char **argv) {
         if (!strcmp(a, "--skip-long")) { o.skip_long = 1; continue; }
         if (!strcmp(a, "--no-plot")) { plot = 0; continue; }
         if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { quiet = 1; continue; }
+        if (!strcmp(a, "--json")) { json = 1; continue; }
         if (!strcmp(a, "--mpi")) { want_mpi = 1; continue; }
         if (i + 1 >= argc) {
             fprintf(stderr, "refusion: train: unknown option or missing value: %s\n", a);
@@ -360,6 +369,21 @@ int cmd_train(int argc, char **argv) {
                     "their gradient clipped)\n", o.out, res.step, res.tokens_seen, res.n_clipped,
                     res.steps_run);
         if (plot) plot_loss(o.out, quiet);
+        if (json) {
+            double secs = rf_now() - ps.t_run;
+            json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}", "out", o.out,
+                                  "step", (json_int_t)res.step, "steps_run", (json_int_t)res.steps_run,
+                                  "clipped", (json_int_t)res.n_clipped, "stopped", res.stopped, "tokens_seen",
+                                  res.tokens_seen, "loss", (double)ps.last_loss.loss, "loss_ar",
+                                  (double)ps.last_loss.ar, "loss_mdm", (double)ps.last_loss.mdm, "lr",
+                                  ps.last_lr, "seconds", secs, "tokens_per_s",
+                                  secs > 0 ? ps.tokens_run / secs : 0.0, "ranks", rf_dist_size());
+            json_object_set_new(j, "allreduce_frac", json_real(ps.step_s > 0 ? ps.comm_s / ps.step_s : 0.0));
+            char *txt = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
+            printf("%s\n", txt ? txt : "{}");
+            free(txt);
+            json_decref(j);
+        }
     }
     if (mpi) rf_dist_finalize();
     return 0;
