@@ -127,8 +127,9 @@ float rf_dot(const float *a, const float *b, int n);
 void rf_scores(float *sc, const float *q, const float *K, size_t ldk, int n, int hd, float scale);
 void rf_mix(float *out, const float *p, const float *V, size_t ldv, int n, int hd);
 /* Both for two query heads that share the KV head (grouped-query
- * attention): each key / value vector read once for the two; the results
- * are bit for bit those of the single-query calls. */
+ * attention): each key / value vector read once for the two. At the avx2
+ * tier the results are bit for bit those of the single-query calls; at
+ * avx512 they come from 16-wide kernels (within rounding of them). */
 void rf_scores2(float *sc0, float *sc1, const float *q0, const float *q1, const float *K, size_t ldk, int n, int hd,
                 float scale);
 void rf_mix2(float *out0, float *out1, const float *p0, const float *p1, const float *V, size_t ldv, int n, int hd);

@@ -4,6 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <immintrin.h>
+#include "kernels/attention_impl.h"
+#include "kernels/cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/simd.h"
 
@@ -217,11 +219,16 @@ double rf_sum_exp(const float *x, int n, float shift) {
 }
 
 /* The same for two queries of one KV head (grouped-query attention): each
- * key and value vector is loaded once for both. Every (query, key) sum
- * takes exactly rf_scores' steps, so the scores are bit for bit those of
- * two rf_scores calls. */
+ * key and value vector is loaded once for both. At avx2 every (query, key)
+ * sum takes exactly rf_scores' steps, so the scores are bit for bit those
+ * of two rf_scores calls; the avx512 tier has its own 16-wide kernels
+ * (attention_avx512.c; a model uses one of the two paths for every call). */
 void rf_scores2(float *sc0, float *sc1, const float *q0, const float *q1, const float *K, size_t ldk, int n, int hd,
                 float scale) {
+    if (hd % 16 == 0 && rf_cpu_tier_active() >= RF_CPU_AVX512) {
+        rf_scores2_avx512(sc0, sc1, q0, q1, K, ldk, n, hd, scale);
+        return;
+    }
     if (hd % 8) { /* (no head_dim in use is; the plain path handles it) */
         rf_scores(sc0, q0, K, ldk, n, hd, scale);
         rf_scores(sc1, q1, K, ldk, n, hd, scale);
@@ -252,6 +259,10 @@ void rf_scores2(float *sc0, float *sc1, const float *q0, const float *q1, const 
 }
 
 void rf_mix2(float *out0, float *out1, const float *p0, const float *p1, const float *V, size_t ldv, int n, int hd) {
+    if (hd % 32 == 0 && rf_cpu_tier_active() >= RF_CPU_AVX512) {
+        rf_mix2_avx512(out0, out1, p0, p1, V, ldv, n, hd);
+        return;
+    }
     if (hd % 32) { /* rf_mix's vector path covers whole 32s only: the same steps here */
         rf_mix(out0, p0, V, ldv, n, hd);
         rf_mix(out1, p1, V, ldv, n, hd);
