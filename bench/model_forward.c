@@ -144,7 +144,7 @@ static void bench_model(const rf_model *m, const char *what, int tier, const int
         double gbs = wb / t / 1e9, gf = call_flops(m, n, ctx) / t / 1e9;
         char ratio[16] = "";
         if (t1 > 0) snprintf(ratio, sizeof ratio, "%.2f", t / t1);
-        printf(t < 0.01 ? "%6d %10.3f %7s %10.1f %9.2f %6.0f%% %10.1f %6.0f%%\n" : "%6d %10.1f %7s %10.1f %9.2f %6.0f%% %10.1f %6.0f%%\n", n, t * 1e3, ratio, n / t, gbs,
+        printf("%6d %10.*f %7s %10.1f %9.2f %6.0f%% %10.1f %6.0f%%\n", n, t < 0.01 ? 3 : 1, t * 1e3, ratio, n / t, gbs,
                100 * gbs / g_gbs, gf, 100 * gf / pk);
         fflush(stdout);
     }

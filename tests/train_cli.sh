@@ -70,33 +70,28 @@ node -e 'const o = JSON.parse(process.argv[1]);
   bad "mdm --init: $(cat "$T/err")"
 
 # ---- Ctrl-C saves; --resume finishes ---------------------------------------------------
-"$BIN" train --data "$T/data.json" -o "$T/int" "${COMMON[@]}" --steps 100000 --no-plot \
-  >"$T/out" 2>"$T/err" &
-pid=$!
-for _ in $(seq 1 300); do
-  [ -f "$T/int/log.csv" ] && [ "$(wc -l <"$T/int/log.csv")" -ge 4 ] && break
-  sleep 0.1
-done
-kill -INT $pid
-wait $pid
-rc=$?
-[ $rc -eq 0 ] && ok || bad "interrupted run exit $rc: $(cat "$T/err")"
-grep -q "interrupted: saved step" "$T/err" && ok || bad "no interruption message: $(cat "$T/err")"
+# interrupted SIG DIR LINES: a long run into DIR (stderr in DIR.err), sent SIG once
+# its log has LINES lines; rc = its exit status
+interrupted() {
+  "$BIN" train --data "$T/data.json" -o "$2" "${COMMON[@]}" --steps 100000 --no-plot >"$T/out" 2>"$2.err" &
+  local pid=$!
+  for _ in $(seq 1 300); do
+    [ -f "$2/log.csv" ] && [ "$(wc -l <"$2/log.csv")" -ge "$3" ] && break
+    sleep 0.1
+  done
+  kill "-$1" $pid
+  wait $pid
+  rc=$?
+}
+interrupted INT "$T/int" 4
+[ $rc -eq 0 ] && ok || bad "interrupted run exit $rc: $(cat "$T/int.err")"
+grep -q "interrupted: saved step" "$T/int.err" && ok || bad "no interruption message: $(cat "$T/int.err")"
 [ -s "$T/int/optimizer.bin" ] && [ -s "$T/int/model.safetensors" ] && ok || bad "nothing saved on Ctrl-C"
 done_steps=$(($(wc -l <"$T/int/log.csv") - 1))
 # SIGTERM (kill; mpirun's Ctrl-C) saves the same way
-"$BIN" train --data "$T/data.json" -o "$T/term" "${COMMON[@]}" --steps 100000 --no-plot \
-  >"$T/out" 2>"$T/err.term" &
-pid=$!
-for _ in $(seq 1 300); do
-  [ -f "$T/term/log.csv" ] && [ "$(wc -l <"$T/term/log.csv")" -ge 3 ] && break
-  sleep 0.1
-done
-kill -TERM $pid
-wait $pid
-rc=$?
-[ $rc -eq 0 ] && grep -q "interrupted: saved step" "$T/err.term" && [ -s "$T/term/optimizer.bin" ] && ok ||
-  bad "SIGTERM: exit $rc, nothing saved: $(cat "$T/err.term")"
+interrupted TERM "$T/term" 3
+[ $rc -eq 0 ] && grep -q "interrupted: saved step" "$T/term.err" && [ -s "$T/term/optimizer.bin" ] && ok ||
+  bad "SIGTERM: exit $rc, nothing saved: $(cat "$T/term.err")"
 "$BIN" train --data "$T/data.json" -o "$T/int" "${COMMON[@]}" --steps $((done_steps + 3)) --resume \
   --no-plot -q 2>"$T/err" && ok || bad "resume: $(cat "$T/err")"
 rows=$(($(wc -l <"$T/int/log.csv") - 1))

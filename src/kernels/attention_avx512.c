@@ -9,17 +9,7 @@
 #include <string.h>
 
 #include "kernels/attention_impl.h"
-
-/* {sum a, sum b, sum c, sum d} */
-static inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
-    __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-    __m512d abd = _mm512_castps_pd(ab), cdd = _mm512_castps_pd(cd);
-    __m512 abcd = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(abd, cdd)),
-                                _mm512_castpd_ps(_mm512_unpackhi_pd(abd, cdd)));
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
+#include "kernels/simd512.h"
 
 void rf_scores2_avx512(float *sc0, float *sc1, const float *q0, const float *q1, const float *K, size_t ldk, int n,
                        int hd, float scale) {
@@ -39,8 +29,8 @@ void rf_scores2_avx512(float *sc0, float *sc1, const float *q0, const float *q1,
             a3 = _mm512_fmadd_ps(x0, v, a3), b3 = _mm512_fmadd_ps(x1, v, b3);
         }
         float s0[4], s1[4];
-        _mm_storeu_ps(s0, _mm_mul_ps(hsum4(a0, a1, a2, a3), _mm_set1_ps(scale)));
-        _mm_storeu_ps(s1, _mm_mul_ps(hsum4(b0, b1, b2, b3), _mm_set1_ps(scale)));
+        _mm_storeu_ps(s0, _mm_mul_ps(hsum4_512(a0, a1, a2, a3), _mm_set1_ps(scale)));
+        _mm_storeu_ps(s1, _mm_mul_ps(hsum4_512(b0, b1, b2, b3), _mm_set1_ps(scale)));
         for (int j = 0; j < 4 && t + j < n; j++) sc0[t + j] = s0[j], sc1[t + j] = s1[j];
     }
 }

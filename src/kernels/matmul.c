@@ -362,10 +362,8 @@ static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, co
     switch (p->path) {
     case PATH_AVX2_Q: rf_q_range_avx2(Y, ldy, p->xp, V, n, a, b); break;
     case PATH_AVX512_Q:
-        if (V->packed && V->dtype == RF_Q8_0)
-            rf_q8p_range_avx512(Y, ldy, p->xp, V, n, a, b);
-        else if (V->packed)
-            rf_q4p_range_avx512(Y, ldy, p->xp, V, n, a, b);
+        if (V->packed)
+            rf_qp_range_avx512(Y, ldy, p->xp, V, n, a, b);
         else
             rf_q_range_avx512(Y, ldy, p->xp, V, n, a, b);
         break;

@@ -24,23 +24,10 @@
 
 #include "io/quant.h"
 #include "kernels/matmul_impl.h"
+#include "kernels/simd512.h"
 #include "util/util.h"
 
 /* ---- shared ---------------------------------------------------------------- */
-
-/* Horizontal sums of four zmm at once: {sum a, sum b, sum c, sum d} (13 ops
- * instead of 4 x _mm512_reduce_add_ps). */
-static inline __attribute__((always_inline)) __m128 hsum4_512(__m512 a, __m512 b, __m512 c, __m512 d) {
-    /* per 128-bit lane: ab = {a0+a2, b0+b2, a1+a3, b1+b3} */
-    __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-    /* per 128-bit lane: {a, b, c, d} partial sums */
-    __m512d abd = _mm512_castps_pd(ab), cdd = _mm512_castps_pd(cd);
-    __m512 abcd = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(abd, cdd)),
-                                _mm512_castpd_ps(_mm512_unpackhi_pd(abd, cdd)));
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
 
 /* y[t * ldy + r] = the sum of acc[r][t], r < R, t < T (4 rows per hsum4) */
 #define STORE_TILE(R, T, acc, y, ldy)                                                                      \
@@ -576,96 +563,14 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt)
         }
 }
 
-/* P panels x T tokens: per block an integer accumulator per (panel, token)
- * (8 vpdpbusd), then one conversion and one FMA into the f32 sum */
-static inline __attribute__((always_inline)) void q8pkern(const int P, const int T, const uint8_t *w,
-                                                          size_t panel, int nb, const xq_block *x, size_t ldx,
-                                                          float *y, size_t ldy, int rows_left) {
-    __m512 acc[8][8];
-    for (int p = 0; p < P; p++)
-        for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        __m512i ia[8][8];
-        for (int t = 0; t < T; t++) {
-            __m512i init = _mm512_set1_epi32(x[t * ldx + b].init);
-            for (int p = 0; p < P; p++) ia[p][t] = init;
-        }
-        const uint8_t *wb = w + (size_t)b * QP_BLOCK;
-        for (int g = 0; g < 8; g++) {
-            __m512i wv[8];
-            for (int p = 0; p < P; p++) wv[p] = _mm512_load_si512(wb + p * panel + g * 64);
-            for (int t = 0; t < T; t++) {
-                int32_t q4;
-                memcpy(&q4, x[t * ldx + b].q + 4 * g, 4);
-                __m512i xb = _mm512_set1_epi32(q4);
-                for (int p = 0; p < P; p++) ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], wv[p], xb);
-            }
-        }
-        for (int p = 0; p < P; p++) {
-            __m512 dw = _mm512_load_ps((const float *)(wb + p * panel + 512));
-            for (int t = 0; t < T; t++)
-                acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dw, _mm512_set1_ps(x[t * ldx + b].dx)),
-                                            acc[p][t]);
-        }
-    }
-    for (int p = 0; p < P; p++) {
-        int m = rows_left - 16 * p;
-        __mmask16 k = m >= 16 ? 0xFFFF : (__mmask16)((1u << m) - 1);
-        for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy + 16 * p, k, acc[p][t]);
-    }
-}
-
-/* panels per tile: 2*P*T accumulators + P weights within 32 registers */
-static inline int qpanels_for(int T) { return T == 1 ? 8 : T == 2 ? 5 : T == 3 ? 4 : T == 4 ? 3 : T <= 6 ? 2 : 1; }
-
-#define Q8P(P, T) q8pkern(P, T, w, panel, nb, x, ldx, y, ldy, rows_left)
-#define Q8P_P(T)                                                                                      \
-    do {                                                                                              \
-        enum { PM_ = T == 1 ? 8 : T == 2 ? 5 : T == 3 ? 4 : T == 4 ? 3 : T <= 6 ? 2 : 1 };           \
-        if (P == PM_) Q8P(PM_, T);                                                                    \
-        else if (P == 4) Q8P(4 < PM_ ? 4 : PM_, T);                                                   \
-        else if (P == 2) Q8P(2 < PM_ ? 2 : PM_, T);                                                   \
-        else Q8P(1, T);                                                                               \
-    } while (0)
-static void q8ptile(int P, int T, const uint8_t *w, size_t panel, int nb, const xq_block *x, size_t ldx, float *y,
-                    size_t ldy, int rows_left) {
-    switch (T) {
-    case 1: Q8P_P(1); break;
-    case 2: Q8P_P(2); break;
-    case 3: Q8P_P(3); break;
-    case 4: Q8P_P(4); break;
-    case 5: Q8P_P(5); break;
-    case 6: Q8P_P(6); break;
-    case 7: Q8P_P(7); break;
-    default: Q8P_P(8); break;
-    }
-}
-
-void rf_q8p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
-    const int nb = W->cols / RF_QK;
-    const size_t panel = (size_t)nb * QP_BLOCK;
-    const uint8_t *pk = W->packed;
-    const xq_block *X = xp;
-    for (int t0 = 0, ntt = (n + 7) / 8, i = 0; i < ntt; i++) {
-        int T = n / ntt + (i < n % ntt);
-        for (int r = a; r < b;) {
-            int left = (b - r + 15) / 16, P = qpanels_for(T);
-            if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 && P > 2 ? 2 : 1;
-            q8ptile(P, T, pk + (size_t)(r / 16) * panel, panel, nb, X + (size_t)t0 * nb, nb, Y + (size_t)t0 * ldy + r,
-                    ldy, b - r);
-            r += 16 * P;
-        }
-        t0 += T;
-    }
-}
-
 /* ---- Q4_0, packed panels ------------------------------------------------------ */
 
 /* Per panel and 32-block: 4 vectors of 64 bytes (vector v, lane r, byte k:
  * low nibble = column 4v + k, high nibble = column 16 + 4v + k of row
  * 16p + r, as stored: w + 8) and the 16 scales in f32: 320 bytes per 16 x
  * 32 weights (Q4_0 itself: 288). Two ANDs and a shift give the groups v
- * and 4 + v as bytes for vpdpbusd, once per tile for all its tokens. */
+ * and 4 + v as bytes for vpdpbusd, once per tile for all its tokens
+ * (qpkern below serves both formats). */
 #define Q4P_BLOCK 320
 
 size_t rf_q4p_pack_avx512_bytes(int rows, int cols) { return (size_t)((rows + 15) / 16) * (cols / RF_QK) * Q4P_BLOCK; }
@@ -691,9 +596,14 @@ void rf_q4p_pack_avx512(void *dst, const void *w, int rows, int cols) {
         }
 }
 
-static inline __attribute__((always_inline)) void q4pkern(const int P, const int T, const uint8_t *w,
-                                                          size_t panel, int nb, const xq_block *x, size_t ldx,
-                                                          float *y, size_t ldy, int rows_left) {
+/* P panels x T tokens of Q8_0 or Q4_0 (dt, a constant at every call site):
+ * per block an integer accumulator per (panel, token), 8 vpdpbusd of the
+ * 8 column groups (Q4_0: 4 vectors, each unpacked into groups v and 4 + v
+ * once for all tokens), then one conversion and one FMA into the f32 sum */
+static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, const int P, const int T,
+                                                         const uint8_t *w, size_t panel, int nb, const xq_block *x,
+                                                         size_t ldx, float *y, size_t ldy, int rows_left) {
+    const size_t block = dt == RF_Q8_0 ? QP_BLOCK : Q4P_BLOCK, scales = dt == RF_Q8_0 ? 512 : 256;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[8][8];
     for (int p = 0; p < P; p++)
@@ -704,27 +614,29 @@ static inline __attribute__((always_inline)) void q4pkern(const int P, const int
             __m512i init = _mm512_set1_epi32(x[t * ldx + b].init);
             for (int p = 0; p < P; p++) ia[p][t] = init;
         }
-        const uint8_t *wb = w + (size_t)b * Q4P_BLOCK;
-        for (int v = 0; v < 4; v++) {
+        const uint8_t *wb = w + (size_t)b * block;
+        /* Q8_0: 8 vectors, one group each; Q4_0: 4 vectors, groups v and 4 + v */
+        for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
             __m512i lo[8], hi[8];
             for (int p = 0; p < P; p++) {
                 __m512i q = _mm512_load_si512(wb + p * panel + v * 64);
-                lo[p] = _mm512_and_si512(q, m4);
-                hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                lo[p] = dt == RF_Q8_0 ? q : _mm512_and_si512(q, m4);
+                if (dt != RF_Q8_0) hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
             }
             for (int t = 0; t < T; t++) {
                 int32_t ql, qh;
                 memcpy(&ql, x[t * ldx + b].q + 4 * v, 4);
-                memcpy(&qh, x[t * ldx + b].q + 16 + 4 * v, 4);
-                __m512i xl = _mm512_set1_epi32(ql), xh = _mm512_set1_epi32(qh);
-                for (int p = 0; p < P; p++) {
-                    ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], lo[p], xl);
-                    ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], hi[p], xh);
+                __m512i xl = _mm512_set1_epi32(ql);
+                for (int p = 0; p < P; p++) ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], lo[p], xl);
+                if (dt != RF_Q8_0) {
+                    memcpy(&qh, x[t * ldx + b].q + 16 + 4 * v, 4);
+                    __m512i xh = _mm512_set1_epi32(qh);
+                    for (int p = 0; p < P; p++) ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], hi[p], xh);
                 }
             }
         }
         for (int p = 0; p < P; p++) {
-            __m512 dw = _mm512_load_ps((const float *)(wb + p * panel + 256));
+            __m512 dw = _mm512_load_ps((const float *)(wb + p * panel + scales));
             for (int t = 0; t < T; t++)
                 acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dw, _mm512_set1_ps(x[t * ldx + b].dx)),
                                             acc[p][t]);
@@ -737,43 +649,55 @@ static inline __attribute__((always_inline)) void q4pkern(const int P, const int
     }
 }
 
-/* 2*P*T accumulators + 2P unpacked weights: P = 8 / 4 / 3 / 2 / 2 / 1 */
-#define Q4P(P, T) q4pkern(P, T, w, panel, nb, x, ldx, y, ldy, rows_left)
-#define Q4P_P(T)                                                                                      \
+/* Panels per tile: 2*P*T accumulators + P (Q8_0) or 2P (Q4_0) weight
+ * vectors within the 32 registers. One expression, so that the dispatch
+ * below can use it as a constant. */
+#define QP_PANELS(DT, T)                                                                                    \
+    ((DT) == RF_Q8_0 ? ((T) == 1 ? 8 : (T) == 2 ? 5 : (T) == 3 ? 4 : (T) == 4 ? 3 : (T) <= 6 ? 2 : 1)     \
+                     : ((T) == 1 ? 6 : (T) == 2 ? 4 : (T) == 3 ? 3 : (T) <= 6 ? 2 : 1))
+
+#define QPK(DT, P, T) qpkern(DT, P, T, w, panel, nb, x, ldx, y, ldy, rows_left)
+#define QPK_P(DT, T)                                                                                  \
     do {                                                                                              \
-        enum { PM_ = T == 1 ? 6 : T == 2 ? 4 : T == 3 ? 3 : T == 4 ? 2 : T <= 6 ? 2 : 1 };           \
-        if (P == PM_) Q4P(PM_, T);                                                                    \
-        else if (P == 4) Q4P(4 < PM_ ? 4 : PM_, T);                                                   \
-        else if (P == 2) Q4P(2 < PM_ ? 2 : PM_, T);                                                   \
-        else Q4P(1, T);                                                                               \
+        enum { PM_ = QP_PANELS(DT, T) };                                                              \
+        if (P == PM_) QPK(DT, PM_, T);                                                                \
+        else if (P == 4) QPK(DT, 4 < PM_ ? 4 : PM_, T);                                               \
+        else if (P == 2) QPK(DT, 2 < PM_ ? 2 : PM_, T);                                               \
+        else QPK(DT, 1, T);                                                                           \
     } while (0)
-static inline int q4panels_for(int T) { return T == 1 ? 6 : T == 2 ? 4 : T == 3 ? 3 : T <= 6 ? 2 : 1; }
-static void q4ptile(int P, int T, const uint8_t *w, size_t panel, int nb, const xq_block *x, size_t ldx, float *y,
-                    size_t ldy, int rows_left) {
-    switch (T) {
-    case 1: Q4P_P(1); break;
-    case 2: Q4P_P(2); break;
-    case 3: Q4P_P(3); break;
-    case 4: Q4P_P(4); break;
-    case 5: Q4P_P(5); break;
-    case 6: Q4P_P(6); break;
-    case 7: Q4P_P(7); break;
-    default: Q4P_P(8); break;
+#define QPK_T(DT)                  \
+    switch (T) {                   \
+    case 1: QPK_P(DT, 1); break;   \
+    case 2: QPK_P(DT, 2); break;   \
+    case 3: QPK_P(DT, 3); break;   \
+    case 4: QPK_P(DT, 4); break;   \
+    case 5: QPK_P(DT, 5); break;   \
+    case 6: QPK_P(DT, 6); break;   \
+    case 7: QPK_P(DT, 7); break;   \
+    default: QPK_P(DT, 8); break;  \
+    }
+/* P is QP_PANELS(dt, T), or 4, 2, 1 for a range's last panels */
+static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, int nb, const xq_block *x, size_t ldx,
+                   float *y, size_t ldy, int rows_left) {
+    if (dt == RF_Q8_0) {
+        QPK_T(RF_Q8_0);
+    } else {
+        QPK_T(RF_Q4_0);
     }
 }
 
-void rf_q4p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
+void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
     const int nb = W->cols / RF_QK;
-    const size_t panel = (size_t)nb * Q4P_BLOCK;
+    const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? QP_BLOCK : Q4P_BLOCK);
     const uint8_t *pk = W->packed;
     const xq_block *X = xp;
-    for (int t0 = 0, ntt = (n + 7) / 8, i = 0; i < ntt; i++) {
+    for (int t0 = 0, ntt = (n + 7) / 8, i = 0; i < ntt; i++) { /* near-equal token tiles of up to 8 */
         int T = n / ntt + (i < n % ntt);
         for (int r = a; r < b;) {
-            int left = (b - r + 15) / 16, P = q4panels_for(T);
+            int left = (b - r + 15) / 16, P = QP_PANELS(W->dtype, T);
             if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 && P > 2 ? 2 : 1;
-            q4ptile(P, T, pk + (size_t)(r / 16) * panel, panel, nb, X + (size_t)t0 * nb, nb, Y + (size_t)t0 * ldy + r,
-                    ldy, b - r);
+            qptile(W->dtype, P, T, pk + (size_t)(r / 16) * panel, panel, nb, X + (size_t)t0 * nb, nb,
+                   Y + (size_t)t0 * ldy + r, ldy, b - r);
             r += 16 * P;
         }
         t0 += T;

@@ -45,8 +45,7 @@ size_t rf_q4p_pack_avx512_bytes(int rows, int cols);
 void rf_q4p_pack_avx512(void *dst, const void *w, int rows, int cols);
 size_t rf_q8p_prep_avx512_bytes(int n, int cols);
 void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt);
-void rf_q8p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
-void rf_q4p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
+void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 /* f32 / f16 weights with 16-wide FMAs (X used as it is, no prep) */
 void rf_float_range_avx512(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b);
 /* Q8_0 / Q4_0 with vpdpbusd; prep depends on the weight dtype */

@@ -17,19 +17,8 @@
 
 #include "io/quant.h"
 #include "model/model.h"
+#include "model/tensors.h"
 #include "util/util.h"
-
-/* the matrices the forward pass multiplies by: 7 per layer + the lm head */
-static int pack_targets(rf_model *m, rf_mat **out) {
-    int n = 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        rf_layer *L = &m->layers[l];
-        rf_mat *ms[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
-        for (int i = 0; i < 7; i++) out[n++] = ms[i];
-    }
-    out[n++] = &m->lm_head;
-    return n;
-}
 
 /* the whole pages inside [p, p + bytes) when they belong to one of m's
  * mmap'd safetensors files: no longer needed in memory */
@@ -49,7 +38,7 @@ static void release_file_pages(const rf_model *m, const void *p, size_t bytes) {
 int rf_model_pack(rf_model *m) {
     rf_model_unpack(m);
     rf_mat **tg = rf_malloc(sizeof(*tg) * (7 * (size_t)m->cfg.n_layers + 1));
-    int nt = pack_targets(m, tg);
+    int nt = rf_model_matmuls(m, tg);
     size_t total = 0;
     for (int i = 0; i < nt; i++) total += (rf_mat_pack_bytes(tg[i]) + 63) / 64 * 64;
     if (total) {
@@ -73,7 +62,7 @@ int rf_model_pack(rf_model *m) {
 void rf_model_unpack(rf_model *m) {
     if (!m->layers) return;
     rf_mat **tg = rf_malloc(sizeof(*tg) * (7 * (size_t)m->cfg.n_layers + 1));
-    int nt = pack_targets(m, tg);
+    int nt = rf_model_matmuls(m, tg);
     for (int i = 0; i < nt; i++) tg[i]->packed = NULL;
     free(tg);
     free(m->packed_mem);

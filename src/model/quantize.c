@@ -25,18 +25,6 @@
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-/* the matrices to quantise: 7 per layer + the lm head */
-static int quant_targets(rf_model *m, rf_mat **out) {
-    int n = 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        rf_layer *L = &m->layers[l];
-        rf_mat *ls[7] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
-        for (int j = 0; j < 7; j++) out[n++] = ls[j];
-    }
-    out[n++] = &m->lm_head;
-    return n;
-}
-
 /* W (any dtype) -> Q8_0 / Q4_0 blocks at dst, rows in parallel */
 static void quantize_mat(void *dst, const rf_mat *W, rf_dtype dt) {
     const size_t rb = rf_dtype_row_bytes(dt, W->cols);
@@ -59,7 +47,7 @@ int rf_model_quantize(rf_model *m, rf_dtype dtype) {
         return -1;
     }
     rf_mat **tg = rf_malloc(sizeof(*tg) * (7 * (size_t)m->cfg.n_layers + 1));
-    int nt = quant_targets(m, tg);
+    int nt = rf_model_matmuls(m, tg);
     for (int i = 0; i < nt; i++)
         if (tg[i]->cols % RF_QK) {
             rf_set_error("quantize: a matrix of %d columns is not a whole number of %d-blocks", tg[i]->cols,

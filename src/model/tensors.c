@@ -97,6 +97,17 @@ int rf_model_tensor_list(rf_model *m, rf_tspec **out) {
     return n;
 }
 
+int rf_model_matmuls(rf_model *m, rf_mat **out) {
+    int n = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        rf_layer *L = &m->layers[l];
+        rf_mat *ls[7] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (int j = 0; j < 7; j++) out[n++] = ls[j];
+    }
+    out[n++] = &m->lm_head;
+    return n;
+}
+
 float *rf_model_norm_block(rf_model *m, const rf_tspec *ts, int n) {
     size_t n_vec = 0;
     for (int i = 0; i < n; i++)

@@ -81,6 +81,11 @@ typedef struct {
  * block, descs included: free(*out) frees all); returns the count. */
 int rf_model_tensor_list(rf_model *m, rf_tspec **out);
 
+/* The matrices the forward pass multiplies by (7 per layer, then the lm
+ * head: what quantisation converts and packing copies) into out, which
+ * holds 7 * n_layers + 1; returns the count. */
+int rf_model_matmuls(rf_model *m, rf_mat **out);
+
 /* For loaders: one f32 heap block (m->owned) sized for every norm vector
  * of the list, and the conversion of one stored vector (F32/F16/BF16) into
  * it: *vec of the entry points at dst, which advances past it. */
