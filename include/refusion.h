@@ -16,7 +16,7 @@
  *   rf_params p = rf_params_default();
  *   int k = rf_generate(s, prompt, n, &p, out, 256, NULL);
  *   ... rf_detokenize(tok, out, k, buf, sizeof buf) ...
- *   rf_session_free(s); rf_tokenizer_free(tok); rf_model_free(m);
+ *   rf_session_free(s); rf_tokenizer_close(tok); rf_model_close(m);
  *
  * Threads: a model and a tokenizer may be shared by any number of threads;
  * a session is used by one thread at a time. OpenMP decides how many cores a
@@ -38,11 +38,12 @@ extern "C" {
 #endif
 
 #define RF_VERSION_MAJOR 0
-#define RF_VERSION_MINOR 1
+#define RF_VERSION_MINOR 2
 
 typedef struct refusion_model refusion_model;
 typedef struct refusion_tokenizer refusion_tokenizer;
 typedef struct refusion_session refusion_session;
+typedef struct refusion_text_stream refusion_text_stream;
 
 typedef enum {
     RF_OK = 0,
@@ -66,6 +67,9 @@ RF_API int rf_model_n_vocab(const refusion_model *m);
 RF_API int rf_model_n_ctx(const refusion_model *m);   /* max_position_embeddings */
 RF_API int rf_model_eos_id(const refusion_model *m);  /* -1: none */
 RF_API int rf_model_mask_id(const refusion_model *m);
+/* 1 when the model has a tokenizer (tokenizer.json beside the weights, or
+ * the GGUF file's tokenizer metadata): rf_tokenizer_open should find it. */
+RF_API int rf_model_has_tokenizer(const refusion_model *m);
 
 /* ---- tokenizer -------------------------------------------------------------- */
 
@@ -79,11 +83,35 @@ RF_API void rf_tokenizer_close(refusion_tokenizer *t);
  * number of ids the text has (more than cap: call again with a larger
  * buffer), or RF_ERR_INVALID (e.g. invalid UTF-8). */
 RF_API int rf_tokenize(const refusion_tokenizer *t, const char *text, int chat, int32_t *ids, int cap);
+/* Token ids of a conversation in the chat template, with the generation
+ * prompt; think = 0 renders it with enable_thinking=false. Bad UTF-8 in the
+ * last message is reported at its offset in that message. Returns like
+ * rf_tokenize. */
+typedef struct {
+    const char *role; /* "system", "user", "assistant" */
+    const char *content;
+} rf_chat_message;
+RF_API int rf_tokenize_chat(const refusion_tokenizer *t, const rf_chat_message *msgs, int n, int think,
+                            int32_t *ids, int cap);
+/* The id of one token given as its text ("<|im_start|>"), or -1. */
+RF_API int rf_token_id(const refusion_tokenizer *t, const char *piece);
+/* The tokenizer's end-of-sequence token (tokenizer_config.json's
+ * eos_token, e.g. <|im_end|>), or -1. */
+RF_API int rf_tokenizer_eos_id(const refusion_tokenizer *t);
 /* Text of ids (special tokens skipped when skip_special), NUL-terminated in
  * buf (truncated to cap - 1 bytes); returns its full length in bytes, or
  * RF_ERR_INVALID for an id outside the vocabulary. */
 RF_API int rf_detokenize(const refusion_tokenizer *t, const int32_t *ids, int n, int skip_special,
                          char *buf, int cap);
+
+/* Text of ids fed one at a time, for streaming: each put returns the text
+ * that is now final (bytes of an incomplete UTF-8 character are held back
+ * until it completes), valid until the next call on the stream; NULL for an
+ * id outside the vocabulary. flush returns what was held back. */
+RF_API refusion_text_stream *rf_text_stream_new(const refusion_tokenizer *t, int skip_special);
+RF_API const char *rf_text_stream_put(refusion_text_stream *s, int32_t id);
+RF_API const char *rf_text_stream_flush(refusion_text_stream *s);
+RF_API void rf_text_stream_free(refusion_text_stream *s);
 
 /* ---- generation ------------------------------------------------------------- */
 
@@ -95,6 +123,30 @@ typedef enum {
 
 /* Newly final answer tokens, in order (up to and including the first EOS). */
 typedef void (*rf_token_cb)(const int32_t *ids, int n, void *user);
+
+/* What the decoder did in one step (for visualisation and call counting):
+ * answer positions pos[i] (0-based in the answer) now hold ids[i]. One
+ * PLAN, INFILL_ITER or AR_TOKEN event per model call after the prompt's. */
+typedef enum {
+    RF_EVENT_PLAN = 0,          /* slots chosen by a planning step: ids = their drafts */
+    RF_EVENT_FAST_COMMIT = 1,   /* slots committed by global verification */
+    RF_EVENT_INFILL_ITER = 2,   /* one draft+verify iteration: accepted[i] = 1 where verified */
+    RF_EVENT_INFILL_COMMIT = 3, /* infilled slots committed */
+    RF_EVENT_DROP = 4,          /* positions dropped behind a committed EOS (ids NULL) */
+    RF_EVENT_AR_TOKEN = 5,      /* one AR (or MDM) token */
+} rf_event_type;
+typedef struct {
+    rf_event_type type;
+    int step;                      /* planning step (AR: token index) */
+    int n;                         /* entries below */
+    const int32_t *pos;            /* [n] */
+    const int32_t *ids;            /* [n], NULL for RF_EVENT_DROP */
+    const unsigned char *accepted; /* [n] for RF_EVENT_INFILL_ITER, else NULL */
+} rf_event;
+typedef void (*rf_event_callback)(const rf_event *ev, void *user);
+
+/* eos_id: the model config's end-of-sequence token */
+#define RF_TOKEN_FROM_MODEL (-2)
 
 typedef struct {
     rf_method method;
@@ -112,17 +164,41 @@ typedef struct {
     rf_token_cb on_tokens; /* optional streaming */
     void *user;
     const volatile int *cancel; /* optional: non-zero stops before the next model call */
+    /* since 0.2 */
+    int lookahead;         /* ReFusion: a global verification also feeds the next plan (same answer, fewer calls) */
+    int jacobi;            /* ReFusion: an infilling iteration re-verifies the drafts instead of re-drafting */
+    int no_cache;          /* ReFusion: recompute the whole sequence every call (slow; checks the cache) */
+    int eos_id;            /* the answer ends at this token: RF_TOKEN_FROM_MODEL, an id, or -1 (none) */
+    rf_event_callback on_event; /* optional: decoder events (user is passed too) */
 } rf_params;
 
 /* The defaults of `refusion generate`: ReFusion, 512 tokens, slots of 4,
- * 32 blocks, thresholds 0.6 / 0.3, ar_verify off, greedy, seed 0. */
+ * 32 blocks, thresholds 0.6 / 0.3, ar_verify off, greedy, seed 0, the
+ * model's EOS (`generate` uses the tokenizer's: rf_tokenizer_eos_id). */
 RF_API rf_params rf_params_default(void);
+
+/* One planning step of ReFusion (AR and MDM: one per call). */
+typedef struct {
+    int block;          /* serial block */
+    int slots_planned, slots_fast, slots_infilled;
+    int infill_iters;   /* draft+verify iterations (0 on the fast path) */
+    int tokens;         /* answer tokens committed */
+    int calls;          /* model calls */
+} rf_step;
 
 typedef struct {
     int n_tokens;    /* answer tokens (as returned) */
     int hit_eos;     /* the answer ends with EOS */
-    int n_calls;     /* model calls */
+    int n_calls;     /* model calls (the prompt's prefill counts once) */
     double seconds;  /* wall time */
+    /* since 0.2 */
+    double tpf;             /* tokens per forward as the paper defines it (mean over steps) */
+    double tokens_per_call; /* n_tokens / n_calls */
+    double tokens_per_s;
+    int n_steps;
+    const rf_step *steps;   /* [n_steps]: held by the session until its next rf_generate */
+    /* how each answer token got in (ReFusion; they sum to n_tokens) */
+    int first_free, first_checked, first_replaced, verified, forced_draft, forced_ar;
 } rf_stats;
 
 /* A session: the KV cache and forward-pass buffers of one generation at a
@@ -132,6 +208,11 @@ RF_API refusion_session *rf_session_new(const refusion_model *m);
 RF_API void rf_session_free(refusion_session *s);
 /* Bytes the session holds between generations. */
 RF_API size_t rf_session_bytes(const refusion_session *s);
+
+/* RF_OK when p and prompt suit the model (ids in the vocabulary, slot_size
+ * >= 1, thresholds in [0, 1], prompt + answer within the context, ...),
+ * else RF_ERR_INVALID with the reason: what rf_generate checks first. */
+RF_API int rf_params_check(const refusion_model *m, const int32_t *prompt, int n_prompt, const rf_params *p);
 
 /* Generate an answer to prompt ids. Writes at most cap ids to out; returns
  * the answer's length (more than cap: the rest was dropped), or a negative

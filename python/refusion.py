@@ -46,6 +46,12 @@ class _Params(ctypes.Structure):
         ("on_tokens", _TOKEN_CB),
         ("user", ctypes.c_void_p),
         ("cancel", ctypes.POINTER(ctypes.c_int)),
+        # since 0.2
+        ("lookahead", ctypes.c_int),
+        ("jacobi", ctypes.c_int),
+        ("no_cache", ctypes.c_int),
+        ("eos_id", ctypes.c_int),
+        ("on_event", ctypes.c_void_p),  # events are not offered in Python (NULL)
     ]
 
 
@@ -55,6 +61,18 @@ class _Stats(ctypes.Structure):
         ("hit_eos", ctypes.c_int),
         ("n_calls", ctypes.c_int),
         ("seconds", ctypes.c_double),
+        # since 0.2
+        ("tpf", ctypes.c_double),
+        ("tokens_per_call", ctypes.c_double),
+        ("tokens_per_s", ctypes.c_double),
+        ("n_steps", ctypes.c_int),
+        ("steps", ctypes.c_void_p),
+        ("first_free", ctypes.c_int),
+        ("first_checked", ctypes.c_int),
+        ("first_replaced", ctypes.c_int),
+        ("verified", ctypes.c_int),
+        ("forced_draft", ctypes.c_int),
+        ("forced_ar", ctypes.c_int),
     ]
 
 
@@ -206,14 +224,15 @@ class Session:
     def generate(self, prompt_ids, method="refusion", on_tokens=None, cancel=None, ar_verify="off", **kw):
         """Answer ids for prompt_ids. Keyword arguments are the rf_params fields
         (gen_length, slot_size, n_blocks, slot_threshold, token_threshold,
-        mdm_steps, temperature, top_k, top_p, seed). on_tokens(list_of_ids) is
+        mdm_steps, temperature, top_k, top_p, seed, lookahead, jacobi, no_cache,
+        eos_id). on_tokens(list_of_ids) is
         called as tokens become final. cancel: a ctypes.c_int that another
         thread may set to 1 to stop the generation."""
         p = _lib.rf_params_default()
         p.method = METHODS[method]
         p.ar_verify = AR_VERIFY[ar_verify] if isinstance(ar_verify, str) else int(ar_verify)
         for k, v in kw.items():
-            if k not in dict(_Params._fields_) or k in ("method", "on_tokens", "user", "cancel"):
+            if k not in dict(_Params._fields_) or k in ("method", "on_tokens", "user", "cancel", "on_event"):
                 raise TypeError("unknown generate parameter %r" % k)
             setattr(p, k, v)
         if on_tokens is not None:
@@ -229,5 +248,6 @@ class Session:
         if k < 0:
             raise _error()
         self.stats = {"n_tokens": st.n_tokens, "hit_eos": bool(st.hit_eos),
-                      "n_calls": st.n_calls, "seconds": st.seconds}
+                      "n_calls": st.n_calls, "seconds": st.seconds, "tpf": st.tpf,
+                      "tokens_per_call": st.tokens_per_call, "tokens_per_s": st.tokens_per_s}
         return list(out[:min(k, cap)])

@@ -29,11 +29,21 @@ struct refusion_tokenizer {
 struct refusion_session {
     const refusion_model *model;
     rf_workspace *ws;
+    rf_step *steps; /* the last generation's, for rf_stats.steps */
+    int steps_cap;
+};
+
+struct refusion_text_stream {
+    rf_tok_stream *st;
 };
 
 /* rf_last_error is util's (exported: see CMakeLists.txt's export list) */
 
-RF_API const char *rf_version(void) { return "0.1"; }
+RF_API const char *rf_version(void) { return "0.2"; }
+
+/* the public callbacks and events take int32_t arrays, the decoders hand out
+ * int arrays: the same type here, so they are passed through as they are */
+_Static_assert(sizeof(int) == sizeof(int32_t) && (int)-1 == (int32_t)-1, "int is int32_t");
 
 /* Run body with rf_die turned into an error return. */
 #define CATCH_DIE(on_die)                 \
@@ -77,6 +87,7 @@ RF_API int rf_model_n_vocab(const refusion_model *m) { return m->m.cfg.vocab_siz
 RF_API int rf_model_n_ctx(const refusion_model *m) { return m->m.cfg.max_pos; }
 RF_API int rf_model_eos_id(const refusion_model *m) { return m->m.cfg.eos_id; }
 RF_API int rf_model_mask_id(const refusion_model *m) { return m->m.cfg.mask_id; }
+RF_API int rf_model_has_tokenizer(const refusion_model *m) { return rf_tok_model_has_tokenizer(m->path); }
 
 RF_API refusion_tokenizer *rf_tokenizer_open(const refusion_model *m) {
     rf_tokenizer *volatile t = NULL;
@@ -135,6 +146,95 @@ RF_API int rf_tokenize(const refusion_tokenizer *t, const char *text, int chat, 
     return n;
 }
 
+RF_API int rf_tokenize_chat(const refusion_tokenizer *t, const rf_chat_message *msgs, int n, int think,
+                            int32_t *ids, int cap) {
+    if (!t || !msgs || n < 1 || cap < 0 || (cap > 0 && !ids)) {
+        rf_set_error("rf_tokenize_chat: bad arguments");
+        return RF_ERR_INVALID;
+    }
+    for (int i = 0; i < n; i++)
+        if (!msgs[i].role || !msgs[i].content) {
+            rf_set_error("rf_tokenize_chat: message %d has no role or content", i);
+            return RF_ERR_INVALID;
+        }
+    char *volatile text = NULL;
+    int *volatile v = NULL;
+    rf_chat_msg *volatile cm = NULL;
+    CATCH_DIE(free(text); free(v); free(cm); return RF_ERR_INTERNAL);
+    /* bad UTF-8 is reported at its offset in what the user typed, not in
+     * the templated text */
+    int *probe = NULL, np = 0;
+    int rc = rf_tok_encode(t->t, msgs[n - 1].content, strlen(msgs[n - 1].content), &probe, &np);
+    free(probe);
+    int nv = 0;
+    if (!rc) {
+        cm = rf_malloc((size_t)n * sizeof *cm);
+        for (int i = 0; i < n; i++) cm[i] = (rf_chat_msg){msgs[i].role, msgs[i].content};
+        text = rf_chat_apply(t->t, cm, n, 1, think);
+        if (!text) rc = -1;
+    }
+    int *out = NULL;
+    if (!rc) rc = rf_tok_encode(t->t, text, strlen(text), &out, &nv);
+    v = out;
+    END_CATCH();
+    free(text);
+    free(cm);
+    if (rc) {
+        free(v);
+        return RF_ERR_INVALID;
+    }
+    for (int i = 0; i < nv && i < cap; i++) ids[i] = v[i];
+    free(v);
+    return nv;
+}
+
+RF_API int rf_token_id(const refusion_tokenizer *t, const char *piece) {
+    return t && piece ? rf_tok_id(t->t, piece) : -1;
+}
+
+RF_API int rf_tokenizer_eos_id(const refusion_tokenizer *t) { return t ? rf_tok_eos_id(t->t) : -1; }
+
+RF_API refusion_text_stream *rf_text_stream_new(const refusion_tokenizer *t, int skip_special) {
+    if (!t) {
+        rf_set_error("rf_text_stream_new: tokenizer is NULL");
+        return NULL;
+    }
+    refusion_text_stream *volatile h = calloc(1, sizeof *h);
+    if (!h) {
+        rf_set_error("out of memory");
+        return NULL;
+    }
+    CATCH_DIE(free(h); return NULL);
+    h->st = rf_tok_stream_new(t->t, skip_special);
+    END_CATCH();
+    return h;
+}
+
+/* put and flush only append to the stream's buffer: an allocation failure
+ * there is returned as NULL like a bad id */
+RF_API const char *rf_text_stream_put(refusion_text_stream *s, int32_t id) {
+    const char *volatile r = NULL;
+    CATCH_DIE(return NULL);
+    r = rf_tok_stream_put(s->st, id);
+    END_CATCH();
+    if (!r) rf_set_error("rf_text_stream_put: token id %d is outside the vocabulary", (int)id);
+    return r;
+}
+
+RF_API const char *rf_text_stream_flush(refusion_text_stream *s) {
+    const char *volatile r = NULL;
+    CATCH_DIE(return NULL);
+    r = rf_tok_stream_flush(s->st);
+    END_CATCH();
+    return r;
+}
+
+RF_API void rf_text_stream_free(refusion_text_stream *s) {
+    if (!s) return;
+    rf_tok_stream_free(s->st);
+    free(s);
+}
+
 RF_API int rf_detokenize(const refusion_tokenizer *t, const int32_t *ids, int n, int skip_special,
                          char *buf, int cap) {
     if (!t || n < 0 || (n > 0 && !ids) || cap < 0 || (cap > 0 && !buf)) {
@@ -179,6 +279,9 @@ RF_API rf_params rf_params_default(void) {
     p.top_k = g.top_k;
     p.top_p = g.top_p;
     p.seed = g.seed;
+    p.lookahead = g.lookahead;
+    p.jacobi = g.jacobi;
+    p.eos_id = RF_TOKEN_FROM_MODEL;
     return p;
 }
 
@@ -202,25 +305,114 @@ RF_API refusion_session *rf_session_new(const refusion_model *m) {
 RF_API void rf_session_free(refusion_session *s) {
     if (!s) return;
     rf_workspace_free(s->ws);
+    free(s->steps);
     free(s);
 }
 
 RF_API size_t rf_session_bytes(const refusion_session *s) { return rf_workspace_bytes(s->ws); }
 
-/* the streaming callback takes int32_t; the decoders hand out int */
+/* The public callbacks over the decoders' own (see the _Static_assert). */
 typedef struct {
-    rf_token_cb cb;
-    void *user;
+    const rf_params *p;
 } cb_bridge;
 
 static void on_tokens(const int *ids, int n, void *user) {
     const cb_bridge *b = user;
-    int32_t buf[64];
-    for (int i = 0; i < n; i += 64) {
-        int k = n - i < 64 ? n - i : 64;
-        for (int j = 0; j < k; j++) buf[j] = ids[i + j];
-        b->cb(buf, k, b->user);
+    b->p->on_tokens((const int32_t *)ids, n, b->p->user);
+}
+
+static void on_event(const rf_decode_event *ev, void *user) {
+    const cb_bridge *b = user;
+    /* the enums name the same kinds in the same order (checked below) */
+    rf_event e = {(rf_event_type)ev->kind, ev->step, ev->n, (const int32_t *)ev->apos, (const int32_t *)ev->tok,
+                  ev->accepted};
+    b->p->on_event(&e, b->p->user);
+}
+_Static_assert((int)RF_EVENT_PLAN == (int)RF_EV_PLAN && (int)RF_EVENT_FAST_COMMIT == (int)RF_EV_FAST_COMMIT &&
+                   (int)RF_EVENT_INFILL_ITER == (int)RF_EV_INFILL_ITER &&
+                   (int)RF_EVENT_INFILL_COMMIT == (int)RF_EV_INFILL_COMMIT && (int)RF_EVENT_DROP == (int)RF_EV_DROP &&
+                   (int)RF_EVENT_AR_TOKEN == (int)RF_EV_AR_TOKEN,
+               "rf_event_type = rf_event_kind");
+
+/* p as the decoders' settings; 0, or RF_ERR_INVALID for a setting they
+ * have no field to refuse */
+static int gen_params(const rf_params *p, rf_gen_params *g, cb_bridge *bridge) {
+    if (p->method != RF_METHOD_REFUSION && p->method != RF_METHOD_AR && p->method != RF_METHOD_MDM) {
+        rf_set_error("unknown method %d", (int)p->method);
+        return RF_ERR_INVALID;
     }
+    if (p->ar_verify < 0 || p->ar_verify > 3) {
+        rf_set_error("ar_verify must be 0..3, got %d", p->ar_verify);
+        return RF_ERR_INVALID;
+    }
+    if (p->eos_id < RF_TOKEN_FROM_MODEL) {
+        rf_set_error("eos_id must be a token id, -1 (none) or RF_TOKEN_FROM_MODEL, got %d", p->eos_id);
+        return RF_ERR_INVALID;
+    }
+    rf_gen_params_default(g);
+    g->gen_length = p->gen_length;
+    g->slot_size = p->slot_size;
+    g->n_blocks = p->n_blocks;
+    g->slot_threshold = p->slot_threshold;
+    g->token_threshold = p->token_threshold;
+    g->ar_correct = p->ar_verify & 1;
+    g->ar_check_first = p->ar_verify >> 1;
+    g->temperature = p->temperature;
+    g->top_k = p->top_k;
+    g->top_p = p->top_p;
+    g->seed = p->seed;
+    g->lookahead = p->lookahead;
+    g->jacobi = p->jacobi;
+    g->eos_id = p->eos_id == RF_TOKEN_FROM_MODEL ? RF_ID_FROM_MODEL : p->eos_id;
+    g->cancel = p->cancel;
+    bridge->p = p;
+    g->user = bridge;
+    if (p->on_tokens) g->on_tokens = on_tokens;
+    if (p->on_event) g->on_event = on_event;
+    return 0;
+}
+
+RF_API int rf_params_check(const refusion_model *m, const int32_t *prompt, int n_prompt, const rf_params *p) {
+    if (!m || !p || n_prompt < 0 || (n_prompt > 0 && !prompt)) {
+        rf_set_error("rf_params_check: bad arguments");
+        return RF_ERR_INVALID;
+    }
+    rf_gen_params g;
+    cb_bridge bridge;
+    if (gen_params(p, &g, &bridge)) return RF_ERR_INVALID;
+    return rf_gen_check(&m->m, (const int *)prompt, n_prompt, &g, p->method != RF_METHOD_REFUSION) ? RF_ERR_INVALID
+                                                                                                  : RF_OK;
+}
+
+/* the result's step statistics into the session's array (grown, never shrunk) */
+static void keep_steps(refusion_session *s, const rf_gen_result *r) {
+    if (r->n_steps > s->steps_cap) {
+        free(s->steps);
+        s->steps = NULL;
+        s->steps = rf_malloc((size_t)r->n_steps * sizeof *s->steps);
+        s->steps_cap = r->n_steps;
+    }
+    for (int i = 0; i < r->n_steps; i++) {
+        const rf_step_stat *t = &r->steps[i];
+        s->steps[i] = (rf_step){t->block, t->slots_planned, t->slots_fast, t->slots_infilled, t->infill_iters,
+                                t->tokens, t->calls};
+    }
+}
+
+static void fill_stats(const refusion_session *s, const rf_gen_result *r, rf_stats *st) {
+    memset(st, 0, sizeof *st);
+    st->n_tokens = r->n_ids;
+    st->hit_eos = r->hit_eos;
+    st->n_calls = r->n_calls;
+    st->seconds = r->wall_s;
+    st->tpf = r->tpf;
+    st->tokens_per_call = r->tokens_per_call;
+    st->tokens_per_s = r->tokens_per_s;
+    st->n_steps = r->n_steps;
+    st->steps = s->steps;
+    const rf_accept_stats *a = &r->accept;
+    st->first_free = a->first_free, st->first_checked = a->first_checked, st->first_replaced = a->first_replaced;
+    st->verified = a->verified, st->forced_draft = a->forced_draft, st->forced_ar = a->forced_ar;
 }
 
 RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt, const rf_params *p,
@@ -229,41 +421,15 @@ RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt,
         rf_set_error("rf_generate: bad arguments");
         return RF_ERR_INVALID;
     }
-    if (p->method != RF_METHOD_REFUSION && p->method != RF_METHOD_AR && p->method != RF_METHOD_MDM) {
-        rf_set_error("rf_generate: unknown method %d", (int)p->method);
-        return RF_ERR_INVALID;
-    }
-    if (p->ar_verify < 0 || p->ar_verify > 3) {
-        rf_set_error("rf_generate: ar_verify must be 0..3, got %d", p->ar_verify);
-        return RF_ERR_INVALID;
-    }
     const rf_model *m = &s->model->m;
     rf_gen_params g;
-    rf_gen_params_default(&g);
-    g.gen_length = p->gen_length;
-    g.slot_size = p->slot_size;
-    g.n_blocks = p->n_blocks;
-    g.slot_threshold = p->slot_threshold;
-    g.token_threshold = p->token_threshold;
-    g.ar_correct = p->ar_verify & 1;
-    g.ar_check_first = p->ar_verify >> 1;
-    g.temperature = p->temperature;
-    g.top_k = p->top_k;
-    g.top_p = p->top_p;
-    g.seed = p->seed;
-    g.cancel = p->cancel;
-    cb_bridge bridge = {p->on_tokens, p->user};
-    if (p->on_tokens) {
-        g.on_tokens = on_tokens;
-        g.user = &bridge;
-    }
+    cb_bridge bridge;
+    if (gen_params(p, &g, &bridge)) return RF_ERR_INVALID;
+    const int *ids = (const int *)prompt;
     rf_gen_result r;
     memset(&r, 0, sizeof r);
-    int *volatile ids = NULL;
     rf_workspace *prev_ws = rf_workspace_attach(s->ws);
     CATCH_DIE(rf_workspace_attach(prev_ws); rf_workspace_reset(s->ws); return RF_ERR_INTERNAL);
-    ids = rf_malloc((size_t)n_prompt * sizeof(int) + 1);
-    for (int i = 0; i < n_prompt; i++) ids[i] = prompt[i];
     int rc;
     if (p->method == RF_METHOD_AR) {
         rc = rf_generate_ar(m, ids, n_prompt, &g, &r);
@@ -272,27 +438,27 @@ RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt,
         rf_mdm_params_default(&mp, &g);
         if (p->mdm_steps > 0) mp.steps = p->mdm_steps;
         rc = rf_generate_mdm(m, ids, n_prompt, &g, &mp, &r);
+    } else if (p->no_cache) {
+        rc = rf_generate_refusion_naive(m, ids, n_prompt, &g, &r);
     } else {
         rc = rf_generate_refusion(m, ids, n_prompt, &g, &r);
     }
+    if (!rc) keep_steps(s, &r);
     END_CATCH();
     rf_workspace_attach(prev_ws);
-    free(ids);
     if (rc) {
         int cancelled = p->cancel && *p->cancel;
         rf_gen_result_free(&r);
         return cancelled ? RF_ERR_CANCELLED : RF_ERR_INVALID;
     }
     for (int i = 0; i < r.n_ids && i < cap; i++) out[i] = r.ids[i];
-    if (stats) {
-        stats->n_tokens = r.n_ids;
-        stats->hit_eos = r.hit_eos;
-        stats->n_calls = r.n_calls;
-        stats->seconds = r.wall_s;
-    }
+    if (stats) fill_stats(s, &r, stats);
     int n = r.n_ids;
     rf_gen_result_free(&r);
     return n;
 }
 
 size_t rf_session_allocs(const refusion_session *s) { return rf_workspace_allocs(s->ws); }
+
+const rf_model *rf_api_model(const refusion_model *m) { return &m->m; }
+const rf_tokenizer *rf_api_tokenizer(const refusion_tokenizer *t) { return t->t; }

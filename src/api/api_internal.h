@@ -1,10 +1,18 @@
-/* api_internal.h - for tests only (hidden: not exported from the .so). */
+/* api_internal.h - hidden (not exported from the .so): for tests, and for
+ * the server's request parser, which checks requests against the model's
+ * configuration and tokenizer (serve/request.c). */
 #ifndef RF_API_INTERNAL_H
 #define RF_API_INTERNAL_H
 
 #include "refusion.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 /* Buffer allocations (KV cache, rows, run state) the session has made. */
 size_t rf_session_allocs(const refusion_session *s);
+
+/* The internal model and tokenizer behind the handles. */
+const rf_model *rf_api_model(const refusion_model *m);
+const rf_tokenizer *rf_api_tokenizer(const refusion_tokenizer *t);
 
 #endif

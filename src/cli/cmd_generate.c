@@ -5,7 +5,10 @@
  * Text streams to stdout as it becomes final (answer tokens with no masked
  * position before them); --json prints one JSON object at the end instead;
  * --visualize draws the answer's slots filling in, one line per event
- * (ANSI colours on a terminal, state letters otherwise). */
+ * (ANSI colours on a terminal, state letters otherwise).
+ *
+ * Everything goes through the public API (include/refusion.h): the model,
+ * its tokenizer, one session reused by every answer of a chat. */
 #include <errno.h>
 #include <jansson.h>
 #include <omp.h>
@@ -16,18 +19,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/api_params.h"
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "decode/decode.h"
-#include "decode/mdm.h"
-#include "model/model.h"
-#include "tokenizer/tokenizer.h"
-#include "util/util.h"
+#include "refusion.h"
+#include "util/util.h" /* rf_malloc & co: the program's allocation helpers */
 
 /* "1, 2 3" -> ids; -1 on anything that is not an integer */
-static int parse_ids(const char *s, int **ids, int *n) {
+static int parse_ids(const char *s, int32_t **ids, int *n) {
     int cap = 16;
-    *ids = rf_malloc(cap * sizeof(int));
+    *ids = rf_malloc(cap * sizeof(int32_t));
     *n = 0;
     while (*s) {
         while (*s == ',' || *s == ' ' || *s == '\t' || *s == '\n') s++;
@@ -40,12 +41,12 @@ static int parse_ids(const char *s, int **ids, int *n) {
         }
         if (*n == cap) {
             cap *= 2;
-            int *g = rf_malloc(cap * sizeof(int));
-            memcpy(g, *ids, *n * sizeof(int));
+            int32_t *g = rf_malloc(cap * sizeof(int32_t));
+            memcpy(g, *ids, *n * sizeof(int32_t));
             free(*ids);
             *ids = g;
         }
-        (*ids)[(*n)++] = (int)v;
+        (*ids)[(*n)++] = (int32_t)v;
         s = end;
     }
     return 0;
@@ -54,22 +55,22 @@ static int parse_ids(const char *s, int **ids, int *n) {
 /* ---- streaming and visualisation ------------------------------------------------ */
 enum { C_MASK, C_PLAN, C_DRAFT, C_VERIFIED, C_FAST, C_INFILL, C_DROP };
 typedef struct {
-    const rf_tokenizer *tok;
-    rf_tok_stream *stream;
+    const refusion_tokenizer *tok;
+    refusion_text_stream *stream;
     int quiet;          /* --json / --visualize: no streaming */
     FILE *vis;          /* visualisation stream, or NULL */
     int tty;
     int G;
-    int *cell_tok;      /* [G] */
+    int32_t *cell_tok;  /* [G] */
     unsigned char *cell;/* [G] C_* */
 } ui;
 
-static void on_tokens(const int *ids, int n, void *user) {
+static void on_tokens(const int32_t *ids, int n, void *user) {
     ui *u = user;
     if (u->quiet) return;
     for (int i = 0; i < n; i++) {
         if (u->stream) {
-            const char *s = rf_tok_stream_put(u->stream, ids[i]);
+            const char *s = rf_text_stream_put(u->stream, ids[i]);
             if (s) fputs(s, stdout);
         } else {
             printf("%d ", ids[i]);
@@ -78,13 +79,22 @@ static void on_tokens(const int *ids, int n, void *user) {
     fflush(stdout);
 }
 
+/* Text of ids, malloc'd; NULL for an id outside the vocabulary. */
+static char *detokenize(const refusion_tokenizer *t, const int32_t *ids, int n, int skip_special) {
+    int len = rf_detokenize(t, ids, n, skip_special, NULL, 0);
+    if (len < 0) return NULL;
+    char *s = rf_malloc((size_t)len + 1);
+    rf_detokenize(t, ids, n, skip_special, s, len + 1);
+    return s;
+}
+
 /* a token as printable text: control characters shown as symbols */
-static void put_piece(FILE *f, const ui *u, int id) {
+static void put_piece(FILE *f, const ui *u, int32_t id) {
     if (!u->tok) {
         fprintf(f, "%d ", id);
         return;
     }
-    char *s = rf_tok_decode(u->tok, &id, 1, 0);
+    char *s = detokenize(u->tok, &id, 1, 0);
     if (!s) {
         fprintf(f, "<%d>", id);
         return;
@@ -119,29 +129,29 @@ static void draw(ui *u, int step, const char *what) {
     fflush(f);
 }
 
-static void on_event(const rf_decode_event *ev, void *user) {
+static void on_event(const rf_event *ev, void *user) {
     ui *u = user;
     if (!u->vis) return;
     const char *what = "";
     for (int i = 0; i < ev->n; i++) {
-        int a = ev->apos[i];
+        int a = ev->pos[i];
         if (a < 0 || a >= u->G) continue;
-        switch (ev->kind) {
-        case RF_EV_PLAN: u->cell[a] = C_PLAN, u->cell_tok[a] = ev->tok[i], what = "plan"; break;
-        case RF_EV_FAST_COMMIT: u->cell[a] = C_FAST, u->cell_tok[a] = ev->tok[i], what = "fast"; break;
-        case RF_EV_INFILL_ITER:
-            u->cell[a] = ev->accepted[i] ? C_VERIFIED : C_DRAFT, u->cell_tok[a] = ev->tok[i], what = "infill";
+        switch (ev->type) {
+        case RF_EVENT_PLAN: u->cell[a] = C_PLAN, u->cell_tok[a] = ev->ids[i], what = "plan"; break;
+        case RF_EVENT_FAST_COMMIT: u->cell[a] = C_FAST, u->cell_tok[a] = ev->ids[i], what = "fast"; break;
+        case RF_EVENT_INFILL_ITER:
+            u->cell[a] = ev->accepted[i] ? C_VERIFIED : C_DRAFT, u->cell_tok[a] = ev->ids[i], what = "infill";
             break;
-        case RF_EV_INFILL_COMMIT: u->cell[a] = C_INFILL, u->cell_tok[a] = ev->tok[i], what = "commit"; break;
-        case RF_EV_DROP: u->cell[a] = C_DROP, what = "eos-cut"; break;
-        case RF_EV_AR_TOKEN: u->cell[a] = C_FAST, u->cell_tok[a] = ev->tok[i], what = "ar"; break;
+        case RF_EVENT_INFILL_COMMIT: u->cell[a] = C_INFILL, u->cell_tok[a] = ev->ids[i], what = "commit"; break;
+        case RF_EVENT_DROP: u->cell[a] = C_DROP, what = "eos-cut"; break;
+        case RF_EVENT_AR_TOKEN: u->cell[a] = C_FAST, u->cell_tok[a] = ev->ids[i], what = "ar"; break;
         }
     }
-    if (ev->kind == RF_EV_DROP && ev->n > 0) {
+    if (ev->type == RF_EVENT_DROP && ev->n > 0) {
         /* the cells between the committed EOS and the first dropped slot belong
          * to the EOS's own slot: truncated after the EOS, so dropped too */
         int a0 = u->G;
-        for (int i = 0; i < ev->n; i++) a0 = ev->apos[i] < a0 ? ev->apos[i] : a0;
+        for (int i = 0; i < ev->n; i++) a0 = ev->pos[i] < a0 ? ev->pos[i] : a0;
         for (int a = a0 - 1; a >= 0 && (u->cell[a] == C_PLAN || u->cell[a] == C_DRAFT || u->cell[a] == C_VERIFIED);
              a--)
             u->cell[a] = C_DROP;
@@ -150,17 +160,24 @@ static void on_event(const rf_decode_event *ev, void *user) {
 }
 
 /* ---- JSON -------------------------------------------------------------------------- */
-static json_t *ids_json(const int *ids, int n) {
+static json_t *ids_json(const int32_t *ids, int n) {
     json_t *a = json_array();
     for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
     return a;
 }
 
-static void print_json(const rf_gen_result *r, const int *prompt, int P, const char *text, const char *mode,
+/* one generation: its answer and statistics */
+typedef struct {
+    int32_t *ids;
+    int n;
+    rf_stats st;
+} answer;
+
+static void print_json(const answer *r, const int32_t *prompt, int P, const char *text, const char *mode,
                        const rf_gen_params *p) {
     json_t *steps = json_array();
-    for (int i = 0; i < r->n_steps; i++) {
-        const rf_step_stat *s = &r->steps[i];
+    for (int i = 0; i < r->st.n_steps; i++) {
+        const rf_step *s = &r->st.steps[i];
         json_array_append_new(steps, json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "block", s->block,
                                                "slots_planned", s->slots_planned, "slots_fast", s->slots_fast,
                                                "slots_infilled", s->slots_infilled, "infill_iters",
@@ -169,15 +186,15 @@ static void print_json(const rf_gen_result *r, const int *prompt, int P, const c
     json_t *o = json_object();
     json_object_set_new(o, "mode", json_string(mode));
     json_object_set_new(o, "prompt_ids", ids_json(prompt, P));
-    json_object_set_new(o, "answer_ids", ids_json(r->ids, r->n_ids));
+    json_object_set_new(o, "answer_ids", ids_json(r->ids, r->n));
     json_object_set_new(o, "text", text ? json_string(text) : json_null());
-    json_object_set_new(o, "hit_eos", json_boolean(r->hit_eos));
-    json_object_set_new(o, "model_calls", json_integer(r->n_calls));
-    json_object_set_new(o, "tokens", json_integer(r->n_tokens));
-    json_object_set_new(o, "tpf", json_real(r->tpf));
-    json_object_set_new(o, "tokens_per_call", json_real(r->tokens_per_call));
-    json_object_set_new(o, "tokens_per_s", json_real(r->tokens_per_s));
-    json_object_set_new(o, "wall_s", json_real(r->wall_s));
+    json_object_set_new(o, "hit_eos", json_boolean(r->st.hit_eos));
+    json_object_set_new(o, "model_calls", json_integer(r->st.n_calls));
+    json_object_set_new(o, "tokens", json_integer(r->st.n_tokens));
+    json_object_set_new(o, "tpf", json_real(r->st.tpf));
+    json_object_set_new(o, "tokens_per_call", json_real(r->st.tokens_per_call));
+    json_object_set_new(o, "tokens_per_s", json_real(r->st.tokens_per_s));
+    json_object_set_new(o, "wall_s", json_real(r->st.seconds));
     json_object_set_new(o, "settings",
                         json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:I}", "gen_length", p->gen_length,
                                   "slot_size", p->slot_size, "blocks", p->n_blocks, "slot_threshold",
@@ -187,7 +204,7 @@ static void print_json(const rf_gen_result *r, const int *prompt, int P, const c
     json_object_set_new(json_object_get(o, "settings"), "lookahead", json_boolean(p->lookahead));
     json_object_set_new(json_object_get(o, "settings"), "ar_verify",
                         json_string(rf_ar_verify_name(p->ar_correct, p->ar_check_first)));
-    const rf_accept_stats *ac = &r->accept;
+    const rf_stats *ac = &r->st;
     json_object_set_new(o, "accept",
                         json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "first_free", ac->first_free, "first_checked",
                                   ac->first_checked, "first_replaced", ac->first_replaced, "verified",
@@ -234,8 +251,9 @@ static const rf_opt gen_opts[] = {
 
 /* what one generation needs, shared by the one-shot and the chat modes */
 typedef struct {
-    rf_model m;
-    rf_tokenizer *tok;
+    refusion_model *m;
+    refusion_tokenizer *tok;
+    refusion_session *sess; /* one KV cache and run state for every answer */
     rf_decode_opts d;
     gen_args a;
     int think;
@@ -250,71 +268,81 @@ static void on_sigint(int sig) {
 }
 
 /* Decode prompt ids; streams to stdout unless --json / --visualize. 0, or -1
- * with rf_last_error(). r is filled on success. */
-static int run_decoder(gen_ctx *g, const int *prompt, int P, ui *u, rf_gen_result *r) {
-    rf_gen_params p = g->d.gen;
+ * with the reason printed to nobody yet: rf_last_error(). r is filled on
+ * success (free r->ids). */
+static int run_decoder(gen_ctx *g, const int32_t *prompt, int P, ui *u, answer *r) {
+    rf_params p = rf_params_from_opts(&g->d.gen, g->d.decoder, g->d.steps);
     int ar = g->d.decoder == RF_DECODER_AR, mdm = g->d.decoder == RF_DECODER_MDM;
     if (g->tok) {
-        int e = rf_tok_eos_id(g->tok);
+        int e = rf_tokenizer_eos_id(g->tok);
         if (e >= 0) p.eos_id = e;
     }
+    memset(r, 0, sizeof *r);
     if (g->d.ctx_size > 0 && (long)P + p.gen_length > g->d.ctx_size) {
         rf_set_error("prompt (%d tokens) + answer (%d) exceed --ctx-size %d", P, p.gen_length, g->d.ctx_size);
         return -1;
     }
-    if (rf_gen_check(&g->m, prompt, P, &p, ar || mdm)) return -1;
+    if (rf_params_check(g->m, prompt, P, &p)) return -1;
     memset(u, 0, sizeof *u);
     u->tok = g->tok;
     u->quiet = g->a.json || g->a.visualize;
-    u->stream = g->tok && !u->quiet ? rf_tok_stream_new(g->tok, 1) : NULL;
+    u->stream = g->tok && !u->quiet ? rf_text_stream_new(g->tok, 1) : NULL;
+    /* ReFusion answers whole slots: the answer may run past gen_length */
+    int G = (ar || mdm) ? p.gen_length : (p.gen_length + p.slot_size - 1) / p.slot_size * p.slot_size;
     if (g->a.visualize) {
         u->vis = g->a.json ? stderr : stdout;
         u->tty = isatty(fileno(u->vis));
-        u->G = (ar || mdm) ? p.gen_length : (p.gen_length + p.slot_size - 1) / p.slot_size * p.slot_size;
-        u->cell_tok = rf_calloc(u->G, sizeof(int));
+        u->G = G;
+        u->cell_tok = rf_calloc(u->G, sizeof(int32_t));
         u->cell = rf_calloc(u->G, 1);
     }
     p.on_tokens = on_tokens, p.on_event = on_event, p.user = u;
     p.cancel = &g_cancel;
-    rf_mdm_params mp;
-    rf_mdm_params_default(&mp, &p);
-    if (g->d.steps > 0) mp.steps = g->d.steps;
-    memset(r, 0, sizeof *r);
-    int rc = ar ? rf_generate_ar(&g->m, prompt, P, &p, r)
-             : mdm ? rf_generate_mdm(&g->m, prompt, P, &p, &mp, r)
-                : g->a.naive ? rf_generate_refusion_naive(&g->m, prompt, P, &p, r)
-                             : rf_generate_refusion(&g->m, prompt, P, &p, r);
+    p.no_cache = g->a.naive;
+    r->ids = rf_malloc((size_t)G * sizeof(int32_t) + 1);
+    int n = rf_generate(g->sess, prompt, P, &p, r->ids, G, &r->st);
     if (u->stream) {
-        fputs(rf_tok_stream_flush(u->stream), stdout);
+        const char *rest = rf_text_stream_flush(u->stream);
+        if (rest) fputs(rest, stdout);
         fputc('\n', stdout);
     } else if (!u->quiet) {
         fputc('\n', stdout);
     }
     fflush(stdout);
-    if (u->stream) rf_tok_stream_free(u->stream);
+    rf_text_stream_free(u->stream);
     free(u->cell_tok), free(u->cell);
     u->stream = NULL, u->cell_tok = NULL, u->cell = NULL;
-    return rc;
+    if (n < 0) return -1;
+    r->n = n < G ? n : G;
+    return 0;
 }
 
-/* The chat template over the messages, encoded. Bad UTF-8 is reported at its
- * offset in what the user typed, not in the templated text. */
-static int encode_chat(gen_ctx *g, const rf_chat_msg *msgs, int n, int **ids, int *P) {
-    int *probe = NULL, n_probe = 0;
-    const char *last = msgs[n - 1].content;
-    int prc = rf_tok_encode(g->tok, last, strlen(last), &probe, &n_probe);
-    free(probe);
-    if (prc) return -1;
-    char *text = rf_chat_apply(g->tok, msgs, n, 1, g->think);
-    if (!text) return -1;
-    int rc = rf_tok_encode(g->tok, text, strlen(text), ids, P);
-    free(text);
-    return rc;
+/* The chat template over the messages, encoded into *ids (malloc'd). */
+static int encode_chat(gen_ctx *g, const rf_chat_message *msgs, int n, int32_t **ids, int *P) {
+    int cap = 1024;
+    for (;;) {
+        *ids = rf_malloc((size_t)cap * sizeof(int32_t));
+        int k = rf_tokenize_chat(g->tok, msgs, n, g->think, *ids, cap);
+        if (k < 0) return -1;
+        *P = k;
+        if (k <= cap) return 0;
+        free(*ids);
+        cap = k;
+    }
+}
+
+/* Raw text, encoded into *ids (malloc'd). */
+static int encode_text(gen_ctx *g, const char *text, int32_t **ids, int *P) {
+    int k = rf_tokenize(g->tok, text, 0, NULL, 0);
+    if (k < 0) return -1;
+    *ids = rf_malloc((size_t)k * sizeof(int32_t) + 1);
+    *P = rf_tokenize(g->tok, text, 0, *ids, k);
+    return *P < 0 ? -1 : 0;
 }
 
 /* ---- refusion chat / generate -i ------------------------------------------------------- */
 static int chat_repl(gen_ctx *g) {
-    if (!g->tok || rf_tok_id(g->tok, "<|im_start|>") < 0) {
+    if (!g->tok || rf_token_id(g->tok, "<|im_start|>") < 0) {
         fprintf(stderr, "refusion: chat: %s has no chat template (no tokenizer with <|im_start|>)\n", g->a.model);
         return 1;
     }
@@ -325,8 +353,8 @@ static int chat_repl(gen_ctx *g) {
     sigaction(SIGINT, &sa, NULL);
     int tty = isatty(0);
     int cap = 16, n = 0; /* history: [system], user, assistant, user, ... */
-    rf_chat_msg *h = rf_malloc(cap * sizeof *h);
-    if (g->a.system) h[n++] = (rf_chat_msg){"system", rf_strdup(g->a.system)};
+    rf_chat_message *h = rf_malloc(cap * sizeof *h);
+    if (g->a.system) h[n++] = (rf_chat_message){"system", rf_strdup(g->a.system)};
     int n_fixed = n;
     fprintf(stderr, "refusion chat: %s (%s). /reset clears the history, /exit quits; Ctrl-C stops an answer.\n",
             g->a.model, rf_decoder_names[g->d.decoder]);
@@ -354,13 +382,14 @@ static int chat_repl(gen_ctx *g) {
         }
         if (n + 2 > cap) {
             cap *= 2;
-            rf_chat_msg *gr = rf_malloc(cap * sizeof *gr);
+            rf_chat_message *gr = rf_malloc(cap * sizeof *gr);
             memcpy(gr, h, n * sizeof *h);
             free(h);
             h = gr;
         }
-        h[n] = (rf_chat_msg){"user", rf_strdup(line)};
-        int *ids = NULL, P = 0;
+        h[n] = (rf_chat_message){"user", rf_strdup(line)};
+        int32_t *ids = NULL;
+        int P = 0;
         if (encode_chat(g, h, n + 1, &ids, &P)) {
             fprintf(stderr, "refusion: chat: %s\n", rf_last_error());
             free((char *)h[n].content);
@@ -368,24 +397,24 @@ static int chat_repl(gen_ctx *g) {
             continue;
         }
         ui u;
-        rf_gen_result r;
+        answer r;
         int grc = run_decoder(g, ids, P, &u, &r);
         free(ids);
         if (grc) {
             if (g_cancel) printf("[interrupted]\n");
             else fprintf(stderr, "refusion: chat: %s\n", rf_last_error());
             free((char *)h[n].content); /* the turn is dropped */
-            rf_gen_result_free(&r);
+            free(r.ids);
             continue;
         }
-        char *answer = rf_tok_decode(g->tok, r.ids, r.n_ids, 1);
-        if (g->a.visualize) printf("%s\n", answer ? answer : "");
+        char *text = detokenize(g->tok, r.ids, r.n, 1);
+        if (g->a.visualize) printf("%s\n", text ? text : "");
         fflush(stdout);
         fprintf(stderr, "[%s: prompt %d tokens, answer %d tokens, %d model calls, %.2f s]\n",
-                rf_decoder_names[g->d.decoder], P, r.n_tokens, r.n_calls, r.wall_s);
-        h[n + 1] = (rf_chat_msg){"assistant", answer ? answer : rf_strdup("")};
+                rf_decoder_names[g->d.decoder], P, r.st.n_tokens, r.st.n_calls, r.st.seconds);
+        h[n + 1] = (rf_chat_message){"assistant", text ? text : rf_strdup("")};
         n += 2;
-        rf_gen_result_free(&r);
+        free(r.ids);
     }
     for (int i = 0; i < n; i++) free((char *)h[i].content);
     free(h);
@@ -438,10 +467,11 @@ static int generate_main(int argc, char **argv, int interactive) {
     if (g.a.prompt && !strcmp(g.a.prompt, "-")) g.a.prompt = NULL, g.a.file = "-";
     if (g.d.threads > 0) omp_set_num_threads(g.d.threads);
 
-    int rc = 1, *prompt = NULL, P = 0;
+    int rc = 1, P = 0;
+    int32_t *prompt = NULL;
     char *file_text = NULL, *answer_text = NULL;
     ui u;
-    rf_gen_result r;
+    answer r;
     memset(&r, 0, sizeof r);
 
     if (g.a.file && !(file_text = rf_read_text(g.a.file))) {
@@ -459,14 +489,18 @@ static int generate_main(int argc, char **argv, int interactive) {
         }
         g.a.prompt = file_text;
     }
-    if (rf_model_load(&g.m, g.a.model)) {
-        rf_print_error();
+    if (!(g.m = rf_model_open(g.a.model))) {
+        fprintf(stderr, "refusion: %s\n", rf_last_error());
         free(file_text);
         return 1;
     }
     /* the tokenizer beside the weights: DIR/tokenizer.json or the GGUF's metadata */
-    if (rf_tok_model_has_tokenizer(g.a.model) && !(g.tok = rf_tok_load(g.a.model))) {
-        rf_print_error();
+    if (rf_model_has_tokenizer(g.m) && !(g.tok = rf_tokenizer_open(g.m))) {
+        fprintf(stderr, "refusion: %s\n", rf_last_error());
+        goto out;
+    }
+    if (!(g.sess = rf_session_new(g.m))) {
+        fprintf(stderr, "refusion: %s\n", rf_last_error());
         goto out;
     }
     if (interactive) {
@@ -480,17 +514,17 @@ static int generate_main(int argc, char **argv, int interactive) {
             fprintf(stderr, "refusion: %s: no tokenizer (tokenizer.json or GGUF tokenizer metadata), give the prompt as --ids\n", g.a.model);
             goto out;
         }
-        if (chat < 0) chat = rf_tok_id(g.tok, "<|im_start|>") >= 0;
+        if (chat < 0) chat = rf_token_id(g.tok, "<|im_start|>") >= 0;
         int erc;
         if (chat) {
-            rf_chat_msg msgs[2] = {{"system", g.a.system}, {"user", g.a.prompt}};
+            rf_chat_message msgs[2] = {{"system", g.a.system}, {"user", g.a.prompt}};
             erc = g.a.system ? encode_chat(&g, msgs, 2, &prompt, &P) : encode_chat(&g, msgs + 1, 1, &prompt, &P);
         } else {
             if (g.a.system) {
                 fprintf(stderr, "refusion: generate: --system needs the chat template (not --no-chat)\n");
                 goto out;
             }
-            erc = rf_tok_encode(g.tok, g.a.prompt, strlen(g.a.prompt), &prompt, &P);
+            erc = encode_text(&g, g.a.prompt, &prompt, &P);
         }
         if (erc) {
             fprintf(stderr, "refusion: generate: prompt: %s\n", rf_last_error());
@@ -502,24 +536,24 @@ static int generate_main(int argc, char **argv, int interactive) {
         goto out;
     }
     const char *mode = rf_decoder_names[g.d.decoder];
-    if (g.tok) answer_text = rf_tok_decode(g.tok, r.ids, r.n_ids, 1);
+    if (g.tok) answer_text = detokenize(g.tok, r.ids, r.n, 1);
     if (g.a.json) {
-        rf_gen_params p = g.d.gen;
-        print_json(&r, prompt, P, answer_text, mode, &p);
+        print_json(&r, prompt, P, answer_text, mode, &g.d.gen);
     } else {
         if (g.a.visualize) printf("%s\n", answer_text ? answer_text : "");
         fflush(stdout); /* the answer before the statistics line on stderr */
         fprintf(stderr, "[%s: %d tokens, %d model calls, TPF %.2f, %.2f tokens/call, %.1f tokens/s, %.2f s]\n",
-                mode, r.n_tokens, r.n_calls, r.tpf, r.tokens_per_call, r.tokens_per_s, r.wall_s);
+                mode, r.st.n_tokens, r.st.n_calls, r.st.tpf, r.st.tokens_per_call, r.st.tokens_per_s, r.st.seconds);
     }
     rc = 0;
 out:
-    rf_gen_result_free(&r);
+    free(r.ids);
     free(answer_text);
     free(prompt);
     free(file_text);
-    if (g.tok) rf_tok_free(g.tok);
-    rf_model_free(&g.m);
+    rf_session_free(g.sess);
+    rf_tokenizer_close(g.tok);
+    rf_model_close(g.m);
     return rc;
 }
 
