@@ -214,6 +214,12 @@ RF_API size_t rf_session_bytes(const refusion_session *s);
  * else RF_ERR_INVALID with the reason: what rf_generate checks first. */
 RF_API int rf_params_check(const refusion_model *m, const int32_t *prompt, int n_prompt, const rf_params *p);
 
+/* Bytes a generation with p for a prompt of n_prompt tokens allocates (KV
+ * cache, activations, logits; computed, not measured), for a server's
+ * per-request memory limit. p should pass rf_params_check. RF_ERR_INVALID
+ * on bad arguments. */
+RF_API int64_t rf_generate_bytes(const refusion_model *m, int n_prompt, const rf_params *p);
+
 /* Generate an answer to prompt ids. Writes at most cap ids to out; returns
  * the answer's length (more than cap: the rest was dropped), or a negative
  * rf_status. stats may be NULL. */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "decode/decode.h"
+#include "decode/decode_impl.h" /* rf_gen_mem_bytes */
 #include "decode/mdm.h"
 #include "model/model.h"
 #include "api/api_internal.h"
@@ -382,6 +383,17 @@ RF_API int rf_params_check(const refusion_model *m, const int32_t *prompt, int n
     if (gen_params(p, &g, &bridge)) return RF_ERR_INVALID;
     return rf_gen_check(&m->m, (const int *)prompt, n_prompt, &g, p->method != RF_METHOD_REFUSION) ? RF_ERR_INVALID
                                                                                                   : RF_OK;
+}
+
+RF_API int64_t rf_generate_bytes(const refusion_model *m, int n_prompt, const rf_params *p) {
+    rf_gen_params g;
+    cb_bridge bridge;
+    if (!m || !p || n_prompt < 0) {
+        rf_set_error("rf_generate_bytes: bad arguments");
+        return RF_ERR_INVALID;
+    }
+    if (gen_params(p, &g, &bridge)) return RF_ERR_INVALID;
+    return rf_gen_mem_bytes(&m->m, n_prompt, &g, p->method == RF_METHOD_AR);
 }
 
 /* the result's step statistics into the session's array (grown, never shrunk) */

@@ -11,8 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/api_params.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "refusion.h"
 #include "serve/serve.h"
 #include "util/util.h"
 
@@ -107,26 +109,26 @@ int cmd_serve(int argc, char **argv) {
         c.defaults.threads = cores > 0 ? cores : 1;
     }
 
-    rf_model m;
-    memset(&m, 0, sizeof m);
-    if (rf_model_load(&m, model_dir)) {
+    refusion_model *m = rf_model_open(model_dir);
+    if (!m) {
         rf_print_error();
         return 1;
     }
-    rf_tokenizer *tok = NULL;
-    int have_tok = rf_tok_model_has_tokenizer(model_dir); /* tokenizer.json or GGUF metadata */
-    if (have_tok && !(tok = rf_tok_load(model_dir))) {
+    refusion_tokenizer *tok = NULL;
+    int have_tok = rf_model_has_tokenizer(m); /* tokenizer.json or GGUF metadata */
+    if (have_tok && !(tok = rf_tokenizer_open(m))) {
         rf_print_error();
-        rf_model_free(&m);
+        rf_model_close(m);
         return 1;
     }
-    if (tok && rf_tok_eos_id(tok) >= 0) p->eos_id = rf_tok_eos_id(tok); /* as `generate` does */
+    if (tok && rf_tokenizer_eos_id(tok) >= 0) p->eos_id = rf_tokenizer_eos_id(tok); /* as `generate` does */
     /* the server-wide defaults must be usable on their own (a one-token prompt) */
-    int probe = 0;
-    if (rf_gen_check(&m, &probe, 1, p, c.defaults.decoder != RF_DECODER_REFUSION)) {
+    int32_t probe = 0;
+    rf_params probe_p = rf_params_from_opts(p, c.defaults.decoder, c.defaults.steps);
+    if (rf_params_check(m, &probe, 1, &probe_p)) {
         fprintf(stderr, "refusion: serve: default settings (see --help): %s\n", rf_last_error());
-        if (tok) rf_tok_free(tok);
-        rf_model_free(&m);
+        rf_tokenizer_close(tok);
+        rf_model_close(m);
         return 2;
     }
 
@@ -134,8 +136,8 @@ int cmd_serve(int argc, char **argv) {
      * clean stop, a second one exits at once. */
     if (pipe2(stop_pipe, O_CLOEXEC)) {
         fprintf(stderr, "refusion: serve: pipe: %s\n", strerror(errno));
-        if (tok) rf_tok_free(tok);
-        rf_model_free(&m);
+        rf_tokenizer_close(tok);
+        rf_model_close(m);
         return 1;
     }
     struct sigaction sa;
@@ -153,12 +155,12 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
-    rf_server *s = rf_serve_start(&m, tok, &c);
+    rf_server *s = rf_serve_start(m, tok, &c);
     pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
     if (!s) {
         fprintf(stderr, "refusion: serve: %s\n", rf_last_error());
-        if (tok) rf_tok_free(tok);
-        rf_model_free(&m);
+        rf_tokenizer_close(tok);
+        rf_model_close(m);
         return 1;
     }
     const char *h = c.host;
@@ -175,8 +177,8 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "refusion serve: %s, finishing the running requests (again to abort)\n",
             sig == SIGINT ? "SIGINT" : "SIGTERM");
     rf_serve_stop(s);
-    if (tok) rf_tok_free(tok);
-    rf_model_free(&m);
+    rf_tokenizer_close(tok);
+    rf_model_close(m);
     close(stop_pipe[0]), close(stop_pipe[1]);
     fprintf(stderr, "refusion serve: stopped\n");
     return 0;

@@ -17,7 +17,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "decode/decode_impl.h" /* rf_gen_mem_bytes */
+#include "api/api_internal.h"
+#include "cli/api_params.h"
 #include "serve/serve_impl.h"
 #include "util/util.h"
 
@@ -328,7 +329,8 @@ static enum MHD_Result generate(struct MHD_Connection *c, request *q, rf_server 
                             rf_last_error());
     }
     /* what the decoder will allocate, against the per-request limit */
-    int64_t need = rf_gen_mem_bytes(s->m, req.n_prompt, &req.p, req.ar);
+    rf_params p = rf_params_from_opts(&req.p, req.d.decoder, req.d.steps);
+    int64_t need = rf_generate_bytes(s->model, req.n_prompt, &p);
     if ((uint64_t)need > s->cfg.max_request_bytes) {
         rf_serve_req_free(&req);
         return send_error(c, s, q, 400,
@@ -517,18 +519,24 @@ static void stop_workers(rf_server *s) {
     s->stopping = 1;
     pthread_cond_broadcast(&s->queue_cv);
     pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < s->n_workers; i++) pthread_join(s->workers[i], NULL);
+    for (int i = 0; i < s->n_workers; i++) pthread_join(s->workers[i].thread, NULL);
 }
 
-rf_server *rf_serve_start(const rf_model *m, const rf_tokenizer *tok, const rf_serve_config *c) {
+static void free_workers(rf_server *s) {
+    for (int i = 0; i < s->cfg.workers; i++) rf_session_free(s->workers[i].sess);
+    free(s->workers);
+}
+
+rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok, const rf_serve_config *c) {
     rf_server *s = rf_calloc(1, sizeof *s);
-    s->m = m, s->tok = tok, s->cfg = *c;
+    s->model = m, s->tokenizer = tok, s->cfg = *c;
+    s->m = rf_api_model(m), s->tok = tok ? rf_api_tokenizer(tok) : NULL;
     if (s->cfg.max_queue < 1) s->cfg.max_queue = 1;
     if (s->cfg.max_connections < 1) s->cfg.max_connections = 1;
     if (s->cfg.timeout_s < 1) s->cfg.timeout_s = 1;
     if (s->cfg.queue_wait_s < 1) s->cfg.queue_wait_s = 1;
     if (!s->cfg.max_request_bytes) s->cfg.max_request_bytes = rf_phys_mem() ? rf_phys_mem() / 2 : (size_t)1 << 31;
-    s->model_name = c->model_name ? rf_strdup(c->model_name) : basename_of(m->dir ? m->dir : "refusion");
+    s->model_name = c->model_name ? rf_strdup(c->model_name) : basename_of(s->m->dir ? s->m->dir : "refusion");
     s->started = time(NULL);
     int v6 = 0;
     if (listen_on(c->host ? c->host : "127.0.0.1", c->port, &s->listen_fd, &s->port, &v6)) {
@@ -540,8 +548,12 @@ rf_server *rf_serve_start(const rf_model *m, const rf_tokenizer *tok, const rf_s
     pthread_cond_init(&s->queue_cv, NULL);
     if (s->cfg.workers < 1) s->cfg.workers = 1;
     s->workers = rf_calloc((size_t)s->cfg.workers, sizeof *s->workers);
+    for (int i = 0; i < s->cfg.workers; i++) {
+        s->workers[i].s = s;
+        if (!(s->workers[i].sess = rf_session_new(m))) goto fail;
+    }
     for (; s->n_workers < s->cfg.workers; s->n_workers++)
-        if (pthread_create(&s->workers[s->n_workers], NULL, rf_serve_worker_main, s)) {
+        if (pthread_create(&s->workers[s->n_workers].thread, NULL, rf_serve_worker_main, &s->workers[s->n_workers])) {
             rf_set_error("cannot start worker thread %d", s->n_workers + 1);
             stop_workers(s);
             goto fail;
@@ -564,7 +576,7 @@ rf_server *rf_serve_start(const rf_model *m, const rf_tokenizer *tok, const rf_s
     }
     return s;
 fail:
-    free(s->workers);
+    free_workers(s);
     close(s->listen_fd);
     pthread_cond_destroy(&s->queue_cv);
     pthread_mutex_destroy(&s->mu);
@@ -585,7 +597,7 @@ void rf_serve_stop(rf_server *s) {
     MHD_stop_daemon(s->daemon);
     pthread_cond_destroy(&s->queue_cv);
     pthread_mutex_destroy(&s->mu);
-    free(s->workers);
+    free_workers(s);
     free(s->model_name);
     free(s);
 }

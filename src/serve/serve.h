@@ -9,8 +9,9 @@
  *   OPTIONS *                    CORS preflight
  *
  * Generation requests go into a FIFO queue served by a pool of worker
- * threads (--parallel): each runs one generation at a time with its own
- * decoder state (KV cache, scratch) and OpenMP threads; the weights are
+ * threads (--parallel): each runs one generation at a time through the
+ * public API (include/refusion.h) on its own session (KV cache, run state,
+ * kept from one request to the next) and OpenMP threads; the weights are
  * shared read-only. HTTP connections each get their own thread
  * (libmicrohttpd thread-per-connection) and wait for their job. "stream":
  * true answers with Server-Sent Events as answer tokens become final (every
@@ -30,6 +31,7 @@
 #include "cli/args.h"
 #include "decode/decode.h"
 #include "model/model.h"
+#include "refusion.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
@@ -62,7 +64,7 @@ typedef struct rf_server rf_server;
 /* Start listening and serving in background threads. m and tok (tok may be
  * NULL: prompts must then be token ids, and chat is refused) must outlive
  * the server. NULL with rf_last_error() on failure (e.g. port in use). */
-rf_server *rf_serve_start(const rf_model *m, const rf_tokenizer *tok, const rf_serve_config *c);
+rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok, const rf_serve_config *c);
 /* The port actually bound (useful with port 0). */
 int rf_serve_port(const rf_server *s);
 /* Stop: refuse new requests (503), finish the running generation, fail the
@@ -75,7 +77,9 @@ typedef struct {
 void rf_serve_get_stats(rf_server *s, rf_serve_stats *out);
 void rf_serve_stop(rf_server *s);
 
-/* ---- request parsing (request.c), exposed for tests -------------------------- */
+/* ---- request parsing (request.c), exposed for tests --------------------------
+ * Checked against the model's configuration and tokenizer themselves (the
+ * handles' insides: api/api_internal.h), as the unit test builds them. */
 typedef enum { RF_REQ_COMPLETION, RF_REQ_CHAT } rf_req_kind;
 
 #define RF_SERVE_MAX_STOP 4

@@ -2,9 +2,9 @@
  *
  * Locking: one mutex (rf_server.mu) guards the queue, every job's output
  * fields, reference counts and the counters. The model and tokenizer are
- * only read: the workers run the model side by side (each decoder call owns
- * its KV cache and scratch), and connection threads only encode prompts
- * (rf_tok_encode keeps its scratch per call). */
+ * only read: the workers run the model side by side (each on its own
+ * session), and connection threads only encode prompts (rf_tok_encode keeps
+ * its scratch per call). */
 #ifndef RF_SERVE_IMPL_H
 #define RF_SERVE_IMPL_H
 
@@ -37,14 +37,23 @@ typedef struct job {
     struct job *next;       /* queue link */
 } job;
 
+/* A generation thread and the session it reuses for every job it runs. */
+typedef struct {
+    struct rf_server *s;
+    refusion_session *sess;
+    pthread_t thread;
+} rf_worker;
+
 struct rf_server {
-    const rf_model *m;
+    const refusion_model *model;    /* generation: the public API */
+    const refusion_tokenizer *tokenizer;
+    const rf_model *m;              /* their insides, for request parsing and /v1/models */
     const rf_tokenizer *tok;
     rf_serve_config cfg;
     char *model_name;
     struct MHD_Daemon *daemon;
     int listen_fd, port;
-    pthread_t *workers;       /* [cfg.workers] */
+    rf_worker *workers;       /* [cfg.workers] */
     int n_workers;
     time_t started;
     /* guarded by mu */
@@ -66,8 +75,8 @@ struct rf_server {
     long long calls_after_cancel;
 };
 
-/* worker.c */
-void *rf_serve_worker_main(void *server);
+/* worker.c: the thread of an rf_worker */
+void *rf_serve_worker_main(void *worker);
 /* Queue a parsed request (taken over: r is cleared). NULL, with the reason
  * in rf_last_error(), when stopping or the queue is full (HTTP 503). The job
  * comes back with one reference for the caller. */

@@ -4,14 +4,17 @@
  *
  * A streamed job's output is a growing buffer of Server-Sent Events that the
  * connection thread drains as the decoder reports final tokens; a plain job's
- * output is the whole response body, set once at the end. */
+ * output is the whole response body, set once at the end.
+ *
+ * Generation goes through the public API (include/refusion.h): one session
+ * per worker, reused by every job it runs. */
 #include <jansson.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode/mdm.h"
+#include "cli/api_params.h"
 #include "serve/serve_impl.h"
 #include "util/util.h"
 
@@ -55,7 +58,7 @@ static json_t *jstr(const char *s) {
     return v ? v : json_string("\xef\xbf\xbd");
 }
 
-static json_t *ids_json(const int *ids, int n) {
+static json_t *ids_json(const int32_t *ids, int n) {
     json_t *a = json_array();
     for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
     return a;
@@ -71,7 +74,8 @@ static json_t *envelope(const rf_server *s, const job *j, int chunk) {
 }
 
 /* choices[index]: the text (a piece of it when streaming) and its token ids */
-static json_t *choice(const job *j, int index, const char *text, const int *ids, int n, const char *finish, int chunk) {
+static json_t *choice(const job *j, int index, const char *text, const int32_t *ids, int n, const char *finish,
+                      int chunk) {
     json_t *c = json_pack("{s:i}", "index", index);
     if (j->req.kind == RF_REQ_COMPLETION) {
         json_object_set_new(c, "text", jstr(text));
@@ -89,11 +93,11 @@ static json_t *choice(const job *j, int index, const char *text, const int *ids,
 
 /* The decoder's statistics: how many tokens each model call produced (with
  * n > 1 choices: over all of them, see run_job). */
-static json_t *stats_json(const job *j, const rf_gen_result *r) {
+static json_t *stats_json(const job *j, const rf_stats *r) {
     const rf_gen_params *p = &j->req.p;
     json_t *o = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:b}", "mode", rf_decoder_names[j->req.d.decoder],
                           "model_calls", r->n_calls, "steps", r->n_steps, "tpf", r->tpf, "tokens_per_call",
-                          r->tokens_per_call, "tokens_per_s", r->tokens_per_s, "wall_s", r->wall_s,
+                          r->tokens_per_call, "tokens_per_s", r->tokens_per_s, "wall_s", r->seconds,
                           "hit_eos", r->hit_eos);
     if (j->req.n_choices > 1) json_object_set_new(o, "choices", json_integer(j->req.n_choices));
     /* every setting of the shared table, as the request names it */
@@ -130,9 +134,9 @@ typedef struct {
     rf_server *s;
     job *j;
     int index;           /* the choice ("n" > 1: 0 .. n-1) */
-    rf_tok_stream *ts;   /* NULL without a tokenizer */
+    refusion_text_stream *ts; /* NULL without a tokenizer */
     int eos;
-    int *ids;            /* [n_ids] kept tokens */
+    int32_t *ids;        /* [n_ids] kept tokens */
     size_t *tok_start;   /* [n_ids] offset of each token's text in text */
     int n_ids, cap_ids;
     char *text;          /* the kept tokens' text */
@@ -206,16 +210,16 @@ static void stream_pending(run_ctx *c, int final, const char *finish) {
 /* Decoder callback, once per planning step / infill iteration / AR token,
  * i.e. once per model call after the prompt: counts the calls, so that the
  * cost of a generation whose client left is known (/health, the log). */
-static void on_event(const rf_decode_event *ev, void *user) {
+static void on_event(const rf_event *ev, void *user) {
     run_ctx *c = user;
-    if (ev->kind != RF_EV_PLAN && ev->kind != RF_EV_INFILL_ITER && ev->kind != RF_EV_AR_TOKEN) return;
+    if (ev->type != RF_EVENT_PLAN && ev->type != RF_EVENT_INFILL_ITER && ev->type != RF_EVENT_AR_TOKEN) return;
     pthread_mutex_lock(&c->s->mu);
     c->j->calls_now++;
     pthread_mutex_unlock(&c->s->mu);
 }
 
 /* Decoder callback: newly final tokens, in position order. */
-static void on_tokens(const int *ids, int n, void *user) {
+static void on_tokens(const int32_t *ids, int n, void *user) {
     run_ctx *c = user;
     job *j = c->j;
     if (c->cut) return;
@@ -227,7 +231,7 @@ static void on_tokens(const int *ids, int n, void *user) {
         }
         if (c->n_ids == c->cap_ids) {
             c->cap_ids = c->cap_ids ? 2 * c->cap_ids : 64;
-            int *g = rf_malloc(c->cap_ids * sizeof *g);
+            int32_t *g = rf_malloc(c->cap_ids * sizeof *g);
             size_t *h = rf_malloc(c->cap_ids * sizeof *h);
             if (c->n_ids) memcpy(g, c->ids, c->n_ids * sizeof *g), memcpy(h, c->tok_start, c->n_ids * sizeof *h);
             free(c->ids), free(c->tok_start);
@@ -235,7 +239,7 @@ static void on_tokens(const int *ids, int n, void *user) {
         }
         c->tok_start[c->n_ids] = c->len;
         c->ids[c->n_ids++] = ids[i];
-        if (c->ts) text_append(c, rf_tok_stream_put(c->ts, ids[i]));
+        if (c->ts) text_append(c, rf_text_stream_put(c->ts, ids[i]));
     }
     /* a stop may begin in text that arrived before this call */
     find_stop(c, from > c->max_stop ? from - c->max_stop : 0);
@@ -243,7 +247,7 @@ static void on_tokens(const int *ids, int n, void *user) {
     if (j->req.stream && !j->cancelled) stream_pending(c, 0, NULL);
 }
 
-static void log_choice(const rf_server *s, const job *j, const run_ctx *c, const rf_gen_result *r) {
+static void log_choice(const rf_server *s, const job *j, const run_ctx *c, const rf_stats *r) {
     if (!s->cfg.verbose) return;
     char which[32] = "";
     if (j->req.n_choices > 1) snprintf(which, sizeof which, " choice %d,", c->index);
@@ -252,29 +256,31 @@ static void log_choice(const rf_server *s, const job *j, const run_ctx *c, const
             "%.1f tokens/s, %.2f s\n",
             j->id, which, rf_decoder_names[j->req.d.decoder], j->req.n_prompt, c->n_ids,
             c->stop_hit ? " (stop sequence)" : c->cut ? " (max_tokens)" : "", r->n_calls, r->tpf,
-            r->tokens_per_call, r->tokens_per_s, r->wall_s);
+            r->tokens_per_call, r->tokens_per_s, r->seconds);
 }
 
 static void run_ctx_free(run_ctx *c) {
     free(c->ids), free(c->tok_start), free(c->text);
-    if (c->ts) rf_tok_stream_free(c->ts);
+    rf_text_stream_free(c->ts);
     memset(c, 0, sizeof *c);
 }
 
 /* One choice of the job: a generation of its own, sampled with seed +
- * index. Fills c (the answer, cut) and r (the decoder's statistics); 0, or
- * -1 with rf_last_error() (or the client left: j->cancelled). */
-static int run_choice(rf_server *s, job *j, int index, run_ctx *c, rf_gen_result *r) {
+ * index, on the worker's session. Fills c (the answer, cut) and r (the
+ * decoder's statistics); 0, or -1 with rf_last_error() (or the client left:
+ * j->cancelled). */
+static int run_choice(rf_server *s, refusion_session *sess, job *j, int index, run_ctx *c, rf_stats *r) {
     memset(c, 0, sizeof *c);
-    c->s = s, c->j = j, c->index = index, c->ts = s->tok ? rf_tok_stream_new(s->tok, 1) : NULL;
-    rf_gen_params p = j->req.p;
+    memset(r, 0, sizeof *r);
+    c->s = s, c->j = j, c->index = index;
+    if (s->tokenizer && !(c->ts = rf_text_stream_new(s->tokenizer, 1))) return -1;
+    rf_params p = rf_params_from_opts(&j->req.p, j->req.d.decoder, j->req.d.steps);
     p.seed += (uint64_t)index;
-    c->eos = p.eos_id == RF_ID_FROM_MODEL ? s->m->cfg.eos_id : p.eos_id;
+    c->eos = p.eos_id == RF_TOKEN_FROM_MODEL ? rf_model_eos_id(s->model) : p.eos_id;
     for (int i = 0; i < j->req.n_stop; i++)
         if (strlen(j->req.stop[i]) > c->max_stop) c->max_stop = strlen(j->req.stop[i]);
     p.on_tokens = on_tokens, p.on_event = on_event, p.user = c;
     p.cancel = &j->cancel_flag;
-    memset(r, 0, sizeof *r);
     /* the previous choice's max_tokens / stop cut raised the cancel flag:
      * lower it, unless the client has left (both under the lock that
      * rf_serve_cancel_locked holds) */
@@ -284,37 +290,24 @@ static int run_choice(rf_server *s, job *j, int index, run_ctx *c, rf_gen_result
     pthread_mutex_unlock(&s->mu);
     if (gone) return -1;
     double t0 = rf_now();
-    rf_mdm_params mp;
-    rf_mdm_params_default(&mp, &p);
-    if (j->req.d.steps > 0) mp.steps = j->req.d.steps;
-    /* a fatal error inside the decoder (rf_die: an allocation that failed, a
-     * broken invariant) fails this request, not the server; what the
-     * generation had allocated is lost */
-    int rc;
-    jmp_buf die;
-    jmp_buf *prev_die = rf_die_catch(&die);
-    if (setjmp(die)) {
-        memset(r, 0, sizeof *r);
-        rc = -1;
-    } else {
-        rc = j->req.d.decoder == RF_DECODER_AR    ? rf_generate_ar(s->m, j->req.prompt, j->req.n_prompt, &p, r)
-             : j->req.d.decoder == RF_DECODER_MDM ? rf_generate_mdm(s->m, j->req.prompt, j->req.n_prompt, &p, &mp, r)
-                                                  : rf_generate_refusion(s->m, j->req.prompt, j->req.n_prompt, &p, r);
-    }
-    rf_die_catch(prev_die);
+    /* the answer arrives through on_tokens; a fatal error inside the
+     * decoder (an allocation that failed, a broken invariant) comes back as
+     * RF_ERR_INTERNAL and fails this request, not the server */
+    int rc = rf_generate(sess, j->req.prompt, j->req.n_prompt, &p, NULL, 0, r) < 0 ? -1 : 0;
     double wall = rf_now() - t0;
     if (rc && c->cut) { /* we stopped it: the answer so far is the answer */
         rc = 0;
+        memset(r, 0, sizeof *r);
         pthread_mutex_lock(&s->mu);
         r->n_calls = j->calls_now - calls0 + 1; /* + the prompt's */
         pthread_mutex_unlock(&s->mu);
-        r->wall_s = wall;
+        r->seconds = wall;
         r->tokens_per_s = wall > 0 ? c->n_ids / wall : 0;
         r->tokens_per_call = r->n_calls ? (double)c->n_ids / r->n_calls : 0;
     }
     if (!rc && c->ts && !c->cut) { /* held-back bytes of an incomplete character */
         size_t from = c->len;
-        text_append(c, rf_tok_stream_flush(c->ts));
+        text_append(c, rf_text_stream_flush(c->ts));
         find_stop(c, from > c->max_stop ? from - c->max_stop : 0);
     }
     if (!rc) log_choice(s, j, c, r);
@@ -328,35 +321,34 @@ static int run_choice(rf_server *s, job *j, int index, run_ctx *c, rf_gen_result
  * and usage cover every choice: completion tokens, model calls, steps and
  * wall time are summed, TPF is the mean over all steps, hit_eos means every
  * choice ended with EOS. */
-static void run_job(rf_server *s, job *j) {
+static void run_job(rf_server *s, refusion_session *sess, job *j) {
     int n = j->req.n_choices > 0 ? j->req.n_choices : 1;
     json_t *choices = json_array();
-    rf_gen_result sum;
+    rf_stats sum;
     memset(&sum, 0, sizeof sum);
     sum.hit_eos = 1;
     double tpf_sum = 0;
     int rc = 0, tokens = 0;
     for (int i = 0; i < n && !rc; i++) {
         run_ctx c;
-        rf_gen_result r;
-        rc = run_choice(s, j, i, &c, &r);
+        rf_stats r;
+        rc = run_choice(s, sess, j, i, &c, &r);
         if (!rc) {
             int hit_eos = c.n_ids > 0 && c.ids[c.n_ids - 1] == c.eos;
             const char *finish = c.stop_hit || hit_eos ? "stop" : "length";
             if (j->req.stream) stream_pending(&c, 1, finish);
             else json_array_append_new(choices, choice(j, i, c.text ? c.text : "", c.ids, c.n_ids, finish, 0));
             tokens += c.n_ids;
-            sum.n_calls += r.n_calls, sum.n_steps += r.n_steps, sum.wall_s += r.wall_s;
+            sum.n_calls += r.n_calls, sum.n_steps += r.n_steps, sum.seconds += r.seconds;
             sum.hit_eos &= hit_eos;
             tpf_sum += r.tpf * r.n_steps;
         }
-        rf_gen_result_free(&r);
         run_ctx_free(&c);
     }
     sum.n_tokens = tokens;
     sum.tpf = sum.n_steps ? tpf_sum / sum.n_steps : 0;
     sum.tokens_per_call = sum.n_calls ? (double)tokens / sum.n_calls : 0;
-    sum.tokens_per_s = sum.wall_s > 0 ? tokens / sum.wall_s : 0;
+    sum.tokens_per_s = sum.seconds > 0 ? tokens / sum.seconds : 0;
     char *body = NULL;
     int status = 200;
     if (rc && j->cancelled) {
@@ -398,7 +390,7 @@ static void run_job(rf_server *s, job *j) {
     if (!rc) {
         s->tokens_done += tokens;
         s->prompt_tokens += j->req.n_prompt;
-        s->gen_seconds += sum.wall_s;
+        s->gen_seconds += sum.seconds;
         s->latency_sum += rf_now() - j->queued_at;
         s->n_latency++;
     } else if (!j->cancelled) {
@@ -434,7 +426,8 @@ static void fail_job_locked(job *j, const char *msg) {
 }
 
 void *rf_serve_worker_main(void *arg) {
-    rf_server *s = arg;
+    rf_worker *w = arg;
+    rf_server *s = w->s;
     /* OpenMP's thread count is a per-thread setting: set it here, in the
      * thread that runs the model */
     if (s->cfg.defaults.threads > 0) omp_set_num_threads(s->cfg.defaults.threads);
@@ -451,7 +444,7 @@ void *rf_serve_worker_main(void *arg) {
             if (s->n_running > s->peak_running) s->peak_running = s->n_running;
             pthread_cond_broadcast(&j->cv); /* its connection waits for it to leave the queue */
             pthread_mutex_unlock(&s->mu);
-            run_job(s, j);
+            run_job(s, w->sess, j);
             pthread_mutex_lock(&s->mu);
         } else {
             j->state = JOB_DONE;
