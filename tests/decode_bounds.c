@@ -18,27 +18,13 @@
 #include <string.h>
 
 #include "check.h"
+#include "helpers/small_config.h"
 #include "decode/decode_impl.h"
 
 static rf_config cfg_small(int max_pos) {
-    rf_config c;
-    memset(&c, 0, sizeof c);
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.n_layers = 2;
-    c.n_heads = 2;
-    c.n_kv_heads = 1;
-    c.head_dim = 16;
-    c.vocab_size = 64;
-    c.max_pos = max_pos;
-    c.rms_eps = 1e-6f;
-    c.rope_theta = 10000.0f;
+    rf_config c = rf_test_config(32, 64, 2, 1, 16, 64, max_pos);
     c.tie_embeddings = 1;
-    c.bos_id = c.pad_id = -1;
-    c.eos_id = 62;
-    c.mask_id = 63;
-    c.bot_id = -1;
-    c.dtype = RF_F32;
+    c.eos_id = 62, c.mask_id = 63;
     return c;
 }
 

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "helpers/small_config.h"
 #include "decode/decode.h"
 #include "decode/mdm.h"
 #include "model/forward.h"
@@ -32,24 +33,9 @@
 #define MASK 255
 
 static rf_config cfg_small(void) {
-    rf_config c;
-    memset(&c, 0, sizeof c);
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 8;
-    c.vocab_size = V;
-    c.max_pos = 512;
-    c.rms_eps = 1e-6f;
-    c.rope_theta = 10000.0f;
+    rf_config c = rf_test_config(32, 64, 4, 2, 8, V, 512);
     c.tie_embeddings = 1;
-    c.bos_id = c.pad_id = -1;
-    c.eos_id = 254;
-    c.mask_id = MASK;
-    c.bot_id = 253;
-    c.dtype = RF_F32;
+    c.eos_id = 254, c.mask_id = MASK, c.bot_id = 253;
     return c;
 }
 

@@ -15,28 +15,14 @@
 #include <string.h>
 
 #include "../tests/check.h"
+#include "helpers/small_config.h"
 #include "decode/mdm.h"
 #include "model/forward.h"
 
 static rf_config tiny_config(void) {
-    rf_config c;
-    memset(&c, 0, sizeof c);
-    c.hidden_size = 48;
-    c.intermediate_size = 96;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 16;
-    c.vocab_size = 200;
-    c.max_pos = 512;
-    c.rms_eps = 1e-6f;
-    c.rope_theta = 10000.0f;
+    rf_config c = rf_test_config(48, 96, 4, 2, 16, 200, 512);
     c.tie_embeddings = 1;
-    c.bos_id = c.pad_id = -1;
-    c.eos_id = 1;
-    c.mask_id = 199;
-    c.bot_id = 198;
-    c.dtype = RF_F32;
+    c.eos_id = 1, c.mask_id = 199, c.bot_id = 198;
     return c;
 }
 

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "helpers/small_config.h"
 #include "decode/decode.h"
 #include "model/forward.h"
 
@@ -28,24 +29,9 @@
 #define MASK 511
 
 static rf_config cfg_small(int hd, int tied, int max_pos) {
-    rf_config c;
-    memset(&c, 0, sizeof c);
-    c.hidden_size = 64;
-    c.intermediate_size = 128;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = hd;
-    c.vocab_size = V;
-    c.max_pos = max_pos;
-    c.rms_eps = 1e-6f;
-    c.rope_theta = 10000.0f;
+    rf_config c = rf_test_config(64, 128, 4, 2, hd, V, max_pos);
     c.tie_embeddings = tied;
-    c.bos_id = c.pad_id = -1;
-    c.eos_id = 510;
-    c.mask_id = MASK;
-    c.bot_id = 509;
-    c.dtype = RF_F32;
+    c.eos_id = 510, c.mask_id = MASK, c.bot_id = 509;
     return c;
 }
 

@@ -13,30 +13,16 @@
 #include <string.h>
 
 #include "check.h"
+#include "helpers/small_config.h"
 #include "model/forward.h"
 #include "util/util.h"
 
 #define TOL 2e-4
 
 static rf_config tiny_config(int tied) {
-    rf_config c;
-    memset(&c, 0, sizeof c);
-    c.hidden_size = 64;
-    c.intermediate_size = 96;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 24; /* != hidden / heads, as Qwen3 allows */
-    c.vocab_size = 300;
-    c.max_pos = 4096;
-    c.rms_eps = 1e-6f;
-    c.rope_theta = 10000.0f;
+    rf_config c = rf_test_config(64, 96, 4, 2, 24, 300, 4096); /* head_dim != hidden / heads, as Qwen3 allows */
     c.tie_embeddings = tied;
-    c.bos_id = c.pad_id = -1;
-    c.eos_id = 1;
-    c.mask_id = 299;
-    c.bot_id = 298;
-    c.dtype = RF_F32;
+    c.eos_id = 1, c.mask_id = 299, c.bot_id = 298;
     return c;
 }
 
