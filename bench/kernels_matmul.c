@@ -181,7 +181,8 @@ int main(int argc, char **argv) {
             size_t wbytes = rf_dtype_row_bytes(dt, sh->cols) * sh->rows, nw = (size_t)sh->rows * sh->cols;
             void *wd = make_weights(dt, sh->rows, sh->cols);
             rf_mat W = {dt, wd, sh->rows, sh->cols, NULL};
-            /* bf16 / Q8_0 / Q4_0 on an avx512 CPU: also W in the packed panel layout (rows "BF16p", "Q8_0p", "Q4_0p") */
+            /* bf16 / Q8_0 / Q4_0: also W in the packed panel layout (rows "BF16p", "Q8_0p", "Q4_0p"), at
+             * avx2 and avx512 (the amx tier's bf16 kernel reads the row-major W) */
             size_t pbytes = rf_mat_pack_bytes(&W);
             void *pk = pbytes ? rf_aligned_alloc(pbytes) : NULL;
             if (pk) rf_mat_pack(&W, pk);
@@ -191,7 +192,7 @@ int main(int argc, char **argv) {
                     if (si == 0 && di == 0) printf("SKIPPED: %s (cpu lacks it)\n", tnames[tier]);
                     continue;
                 }
-                for (int lay = 0; lay < (pk && tier == RF_CPU_AVX512 ? 2 : 1); lay++) {
+                for (int lay = 0; lay < (pk && tier <= RF_CPU_AVX512 ? 2 : 1); lay++) {
                 W.packed = lay ? pk : NULL;
                 double s1 = 0;
                 for (int ni = 0; ni < n_ns; ni++) {

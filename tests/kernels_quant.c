@@ -264,9 +264,9 @@ static double test_matmuls(const char *tier) {
                     else my_q8_0(tmp, wd + r * rb, cols);
                 }
                 rf_mat W = {dt, wd, rows, cols, NULL};
-                /* at avx512: every check again with W packed (rf_mat_pack) */
+                /* at every tier: every check again with W packed (rf_mat_pack) */
                 size_t pbytes = rf_mat_pack_bytes(&W);
-                void *pk = pbytes && rf_cpu_tier_active() >= RF_CPU_AVX512 ? aligned_alloc(64, (pbytes + 63) / 64 * 64) : NULL;
+                void *pk = pbytes ? aligned_alloc(64, (pbytes + 63) / 64 * 64) : NULL;
                 if (pk) rf_mat_pack(&W, pk), W.packed = NULL;
                 for (int pass = 0; pass < (pk ? 2 : 1); pass++)
                 for (size_t ni = 0; ni < sizeof n_l / sizeof *n_l; ni++) {

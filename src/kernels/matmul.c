@@ -360,7 +360,12 @@ static int chunk_rows(int nr, int nt, int packed) {
 /* output rows [a, b) of V (a view) for all n tokens, on this thread */
 static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, const rf_mat *V, int n, int a, int b) {
     switch (p->path) {
-    case PATH_AVX2_Q: rf_q_range_avx2(Y, ldy, p->xp, V, n, a, b); break;
+    case PATH_AVX2_Q:
+        if (V->packed)
+            rf_qp_range_avx2(Y, ldy, p->xp, V, n, a, b);
+        else
+            rf_q_range_avx2(Y, ldy, p->xp, V, n, a, b);
+        break;
     case PATH_AVX512_Q:
         if (V->packed)
             rf_qp_range_avx512(Y, ldy, p->xp, V, n, a, b);
@@ -376,6 +381,10 @@ static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, co
     case PATH_AVX512_FLOAT: rf_float_range_avx512(Y, ldy, X, V, n, a, b); break;
     case PATH_AMX_BF16: rf_bf16_range_amx(Y, ldy, p->xp, V, n, a, b, p->single); break;
     default: {
+        if (V->packed && V->dtype == RF_BF16) {
+            rf_bf16p_range_avx2(Y, ldy, X, V, n, a, b);
+            break;
+        }
         float *buf = V->dtype == RF_F32 || n <= DIRECT_MAX_T ? NULL : conv_buf((size_t)3 * (V->cols + 8));
         matmul_range(Y, ldy, X, V, n, a, b, buf);
     }
@@ -385,8 +394,8 @@ static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, co
 /* bytes of one 16-row panel of W's packed copy */
 static size_t panel_bytes(const rf_mat *W) {
     return W->dtype == RF_BF16   ? (size_t)((W->cols + 1) / 2) * 64
-           : W->dtype == RF_Q8_0 ? rf_q8p_pack_avx512_bytes(16, W->cols)
-                                 : rf_q4p_pack_avx512_bytes(16, W->cols);
+           : W->dtype == RF_Q8_0 ? rf_q8p_pack_bytes(16, W->cols)
+                                 : rf_q4p_pack_bytes(16, W->cols);
 }
 
 void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, int r1) {
@@ -449,21 +458,24 @@ void rf_matmul_team(rf_team *team, int tid, int count, float *const *Y, const fl
     rf_team_barrier(team); /* every Y is complete */
 }
 
+/* One packed layout per dtype for every tier (matmul_pack.c): the avx512
+ * kernels read a panel's 64-byte vectors whole, the avx2 ones as two
+ * halves, so a matrix packed under one tier is right under any other
+ * (rf_cpu_set_tier after loading, as the tests and benchmarks do). */
 size_t rf_mat_pack_bytes(const rf_mat *W) {
-    if (rf_cpu_tier_detected() < RF_CPU_AVX512) return 0;
-    if (W->dtype == RF_BF16) return rf_bf16_pack_avx512_bytes(W->rows, W->cols);
-    if (W->dtype == RF_Q8_0 && W->cols % RF_QK == 0) return rf_q8p_pack_avx512_bytes(W->rows, W->cols);
-    if (W->dtype == RF_Q4_0 && W->cols % RF_QK == 0) return rf_q4p_pack_avx512_bytes(W->rows, W->cols);
+    if (W->dtype == RF_BF16) return rf_bf16_pack_bytes(W->rows, W->cols);
+    if (W->dtype == RF_Q8_0 && W->cols % RF_QK == 0) return rf_q8p_pack_bytes(W->rows, W->cols);
+    if (W->dtype == RF_Q4_0 && W->cols % RF_QK == 0) return rf_q4p_pack_bytes(W->rows, W->cols);
     return 0;
 }
 
 void rf_mat_pack(rf_mat *W, void *buf) {
     if (W->dtype == RF_BF16)
-        rf_bf16_pack_avx512(buf, W->data, W->rows, W->cols);
+        rf_bf16_pack(buf, W->data, W->rows, W->cols);
     else if (W->dtype == RF_Q8_0)
-        rf_q8p_pack_avx512(buf, W->data, W->rows, W->cols);
+        rf_q8p_pack(buf, W->data, W->rows, W->cols);
     else
-        rf_q4p_pack_avx512(buf, W->data, W->rows, W->cols);
+        rf_q4p_pack(buf, W->data, W->rows, W->cols);
     W->packed = buf;
 }
 

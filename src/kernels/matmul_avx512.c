@@ -19,7 +19,6 @@
  * products per 32-block; a zmm holds two blocks (lanes 0-7 and 8-15), scaled
  * by d_w * d_x in f32. */
 #include <immintrin.h>
-#include <omp.h>
 #include <string.h>
 
 #include "io/quant.h"
@@ -159,39 +158,12 @@ void rf_bf16_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W,
 
 /* ---- bf16, packed panels ------------------------------------------------------ */
 
-/* The layout rf_mat_pack writes (kernels.h): panels of 16 rows; in panel p,
- * vector j (64 bytes) holds W[16p + r][2j], W[16p + r][2j + 1] in lane r.
- * One vdpbf16ps of that vector with the token's pair (x[2j], x[2j + 1])
- * broadcast to all lanes adds the pair's products to 16 output rows at once:
- * the accumulators hold outputs, not partial sums, so there is no
- * horizontal sum and each weight vector serves all T tokens of the tile
- * (T broadcasts come from L1, the weights stream once). */
-size_t rf_bf16_pack_avx512_bytes(int rows, int cols) {
-    return (size_t)((rows + 15) / 16) * ((cols + 1) / 2) * 64;
-}
-
-void rf_bf16_pack_avx512(void *dst, const uint16_t *w, int rows, int cols) {
-    const int k2 = (cols + 1) / 2, np = (rows + 15) / 16;
-    /* panels in parallel: an 8B model packs 15 GB */
-#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
-    for (int p = 0; p < np; p++) {
-        uint32_t *o = (uint32_t *)dst + (size_t)p * k2 * 16;
-        for (int r = 0; r < 16; r++) {
-            int row = 16 * p + r;
-            const uint16_t *src = w + (size_t)row * cols;
-            if (row >= rows) {
-                for (int j = 0; j < k2; j++) o[(size_t)j * 16 + r] = 0;
-                continue;
-            }
-            for (int j = 0; j < cols / 2; j++) { /* one row's pairs, read in order */
-                uint32_t pair;
-                memcpy(&pair, src + 2 * j, 4);
-                o[(size_t)j * 16 + r] = pair;
-            }
-            if (cols & 1) o[(size_t)(k2 - 1) * 16 + r] = src[cols - 1];
-        }
-    }
-}
+/* The layout (matmul_pack.c): 16-row panels, vector j holding row r's
+ * column pair j in lane r. One vdpbf16ps of that vector with the token's
+ * pair (x[2j], x[2j + 1]) broadcast to all lanes adds the pair's products
+ * to 16 output rows at once: the accumulators hold outputs, not partial
+ * sums, so there is no horizontal sum and each weight vector serves all T
+ * tokens of the tile (T broadcasts come from L1, the weights stream once). */
 
 /* P panels x T tokens. x holds each token's prepared activations (the
  * layout rf_bf16_prep_avx512 writes, read as 32-bit pairs): single, pair j
@@ -503,34 +475,11 @@ void rf_q_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, in
 
 /* ---- Q8_0, packed panels ------------------------------------------------------ */
 
-/* The layout rf_mat_pack writes for Q8_0: panels of 16 rows; per panel and
- * 32-block, 8 vectors of 64 bytes (vector g: in lane r the 4 weights of
- * columns 4g..4g+3 of row 16p + r, as unsigned bytes w + 128) and one
- * vector of the 16 rows' scales in f32: 576 bytes per 16 x 32 weights
- * (Q8_0 itself: 544). One vpdpbusd of vector g with a token's 4 int8
- * activations broadcast adds 4 products to 16 outputs: no horizontal sums,
- * and each weight vector serves all tokens of the tile. */
-#define QP_BLOCK 576
-
-size_t rf_q8p_pack_avx512_bytes(int rows, int cols) { return (size_t)((rows + 15) / 16) * (cols / RF_QK) * QP_BLOCK; }
-
-void rf_q8p_pack_avx512(void *dst, const void *w, int rows, int cols) {
-    const int nb = cols / RF_QK, np = (rows + 15) / 16;
-    const rf_block_q8_0 *W = w;
-#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
-    for (int p = 0; p < np; p++)
-        for (int b = 0; b < nb; b++) {
-            uint8_t *o = (uint8_t *)dst + ((size_t)p * nb + b) * QP_BLOCK;
-            float *dw = (float *)(o + 512);
-            for (int r = 0; r < 16; r++) {
-                int row = 16 * p + r;
-                const rf_block_q8_0 *blk = row < rows ? W + (size_t)row * nb + b : NULL;
-                for (int c = 0; c < RF_QK; c++) /* column c: vector c / 4, lane r, byte c % 4 */
-                    o[(c / 4) * 64 + r * 4 + c % 4] = blk ? (uint8_t)(blk->qs[c] ^ 0x80) : 0x80;
-                dw[r] = blk ? rf_f16_to_f32(blk->d) : 0.0f;
-            }
-        }
-}
+/* The layout (matmul_pack.c): per 16-row panel and 32-block, vector g
+ * holds in lane r the 4 weights of columns 4g..4g+3 as unsigned bytes
+ * w + 128. One vpdpbusd of vector g with a token's 4 int8 activations
+ * broadcast adds 4 products to 16 outputs: no horizontal sums, and each
+ * weight vector serves all tokens of the tile. */
 
 /* one 32-block of one token: the int8 activations, their scale, and
  * -off * sum(q) (the weights' offset, 128 for Q8_0 and 8 for Q4_0, folded
@@ -565,36 +514,10 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt)
 
 /* ---- Q4_0, packed panels ------------------------------------------------------ */
 
-/* Per panel and 32-block: 4 vectors of 64 bytes (vector v, lane r, byte k:
- * low nibble = column 4v + k, high nibble = column 16 + 4v + k of row
- * 16p + r, as stored: w + 8) and the 16 scales in f32: 320 bytes per 16 x
- * 32 weights (Q4_0 itself: 288). Two ANDs and a shift give the groups v
- * and 4 + v as bytes for vpdpbusd, once per tile for all its tokens
- * (qpkern below serves both formats). */
-#define Q4P_BLOCK 320
-
-size_t rf_q4p_pack_avx512_bytes(int rows, int cols) { return (size_t)((rows + 15) / 16) * (cols / RF_QK) * Q4P_BLOCK; }
-
-void rf_q4p_pack_avx512(void *dst, const void *w, int rows, int cols) {
-    const int nb = cols / RF_QK, np = (rows + 15) / 16;
-    const rf_block_q4_0 *W = w;
-#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
-    for (int p = 0; p < np; p++)
-        for (int b = 0; b < nb; b++) {
-            uint8_t *o = (uint8_t *)dst + ((size_t)p * nb + b) * Q4P_BLOCK;
-            float *dw = (float *)(o + 256);
-            for (int r = 0; r < 16; r++) {
-                int row = 16 * p + r;
-                const rf_block_q4_0 *blk = row < rows ? W + (size_t)row * nb + b : NULL;
-                for (int v = 0; v < 4; v++)
-                    for (int k = 0; k < 4; k++) {
-                        int c = 4 * v + k; /* ggml: qs[c] holds column c (low) and 16 + c (high) */
-                        o[v * 64 + r * 4 + k] = blk ? blk->qs[c] : 0x88;
-                    }
-                dw[r] = blk ? rf_f16_to_f32(blk->d) : 0.0f;
-            }
-        }
-}
+/* The layout (matmul_pack.c): nibble pairs of 16 rows x 4 columns per
+ * vector; two ANDs and a shift give the groups v and 4 + v as bytes for
+ * vpdpbusd, once per tile for all its tokens (qpkern below serves both
+ * formats). */
 
 /* P panels x T tokens of Q8_0 or Q4_0 (dt, a constant at every call site):
  * per block an integer accumulator per (panel, token), 8 vpdpbusd of the
@@ -603,7 +526,7 @@ void rf_q4p_pack_avx512(void *dst, const void *w, int rows, int cols) {
 static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, const int P, const int T,
                                                          const uint8_t *w, size_t panel, int nb, const xq_block *x,
                                                          size_t ldx, float *y, size_t ldy, int rows_left) {
-    const size_t block = dt == RF_Q8_0 ? QP_BLOCK : Q4P_BLOCK, scales = dt == RF_Q8_0 ? 512 : 256;
+    const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK, scales = dt == RF_Q8_0 ? 512 : 256;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[8][8];
     for (int p = 0; p < P; p++)
@@ -688,7 +611,7 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
 
 void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
     const int nb = W->cols / RF_QK;
-    const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? QP_BLOCK : Q4P_BLOCK);
+    const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
     const uint8_t *pk = W->packed;
     const xq_block *X = xp;
     for (int t0 = 0, ntt = (n + 7) / 8, i = 0; i < ntt; i++) { /* near-equal token tiles of up to 8 */

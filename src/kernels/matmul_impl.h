@@ -15,6 +15,17 @@
 /* Activations quantised per 32-block to int8 as ggml's q8_0 does (d =
  * max|x| / 127, q = round-to-nearest-even(x / d)), but d is kept in f32. */
 
+/* ---- packed panels (matmul_pack.c, baseline flags): one layout that the
+ * avx512 and the avx2 kernels both read; panels of 16 rows ---- */
+#define RF_Q8P_BLOCK 576 /* bytes per panel and 32-block: 16 x 32 weights + 16 f32 scales */
+#define RF_Q4P_BLOCK 320 /* the same, nibbles */
+size_t rf_bf16_pack_bytes(int rows, int cols);
+void rf_bf16_pack(void *dst, const uint16_t *w, int rows, int cols);
+size_t rf_q8p_pack_bytes(int rows, int cols);
+void rf_q8p_pack(void *dst, const void *w, int rows, int cols);
+size_t rf_q4p_pack_bytes(int rows, int cols);
+void rf_q4p_pack(void *dst, const void *w, int rows, int cols);
+
 /* ---- avx2 (matmul_q.c): Q8_0 / Q4_0 with maddubs ---- */
 typedef struct {
     int8_t q[32];
@@ -24,6 +35,11 @@ typedef struct {
 size_t rf_q_prep_avx2_bytes(int n, int cols);
 void rf_q_prep_avx2(void *xp, const float *X, int n, int cols);
 void rf_q_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
+/* ---- avx2, W packed (matmul_avx2p.c; a is a multiple of 16) ---- */
+/* bf16: X as it is (f32, no prep) */
+void rf_bf16p_range_avx2(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b);
+/* Q8_0 / Q4_0: the activations from rf_q_prep_avx2 */
+void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 
 /* ---- avx512 (matmul_avx512.c, compiled with AVX-512 flags) ---- */
 /* bf16 weights x activations split as x = hi + lo (both bf16, |x - hi - lo|
@@ -33,16 +49,10 @@ size_t rf_bf16_prep_avx512_bytes(int n, int cols, int single);
 void rf_bf16_prep_avx512(void *xp, const float *X, int n, int cols, int single);
 void rf_bf16_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
 /* the same with W in 16-row panels (rf_mat_pack); a is a multiple of 16 */
-size_t rf_bf16_pack_avx512_bytes(int rows, int cols);
-void rf_bf16_pack_avx512(void *dst, const uint16_t *w, int rows, int cols);
 void rf_bf16p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
 /* Q8_0 / Q4_0 with W in 16-row panels (rf_mat_pack) and the activations
  * per token and block (the same rounding as rf_q_prep_avx512; the prep
  * depends on the weight dtype); a is a multiple of 16 */
-size_t rf_q8p_pack_avx512_bytes(int rows, int cols);
-void rf_q8p_pack_avx512(void *dst, const void *w, int rows, int cols);
-size_t rf_q4p_pack_avx512_bytes(int rows, int cols);
-void rf_q4p_pack_avx512(void *dst, const void *w, int rows, int cols);
 size_t rf_q8p_prep_avx512_bytes(int n, int cols);
 void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt);
 void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);

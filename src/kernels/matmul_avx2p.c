@@ -1,0 +1,214 @@
+/* matmul_avx2p.c - the avx2 tier's kernels for packed weights (rf_mat_pack,
+ * the layouts of matmul_pack.c): AVX2 + FMA only, compiled with the
+ * baseline flags. Each 64-byte vector of a 16-row panel is read as two
+ * 32-byte halves of 8 rows ("groups"); a tile is G groups (one or two whole
+ * panels) x T tokens, and each accumulator holds 8 outputs (8 rows of one
+ * token), so there are no horizontal sums and each weight vector, loaded
+ * and converted once per tile, serves all T tokens.
+ *
+ * bf16: a vector holds rows r = 0..7 x the column pair (2j, 2j + 1) as
+ * 32-bit lanes; a shift left by 16 gives the even columns as f32, an AND
+ * the odd ones (bf16 is the top half of an f32), and two FMAs with the
+ * token's x[2j], x[2j + 1] broadcast add them to 8 outputs. f32 products
+ * of exact bf16 weights: f32-grade results, the activations used as they
+ * are.
+ *
+ * Q8_0 / Q4_0: the activations are rf_q_prep_avx2's (int8 per 32-block,
+ * the same rounding as the row-major avx2 kernel); a vector holds rows r =
+ * 0..7 x 4 columns as bytes, and a token's 4 int8 activations are
+ * broadcast to every lane. maddubs (u8 x s8 -> pairs summed to s16) then
+ * gives each row's 4 products as two s16:
+ *  - Q8_0 (stored as w + 128): flip the top bit back to w, then
+ *    maddubs(|w|, sign(x, w)) (ggml's trick; |pair| <= 2 * 128 * 127, no
+ *    saturation) and madd with ones to s32 per vector;
+ *  - Q4_0 (nibbles u = w + 8): maddubs(u, x) directly; a block's 8 results
+ *    add up in s16 (<= 8 * 2 * 15 * 127 = 30480, no overflow), one madd
+ *    per block, and the offset comes in as -8 * sum(x) (nsum8).
+ * Per block the s32 dot is converted once and scaled by d_w * d_x into
+ * f32 accumulators: exact integer block dots, as the row-major kernel. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "io/quant.h"
+#include "kernels/matmul_impl.h"
+
+#define AI __attribute__((always_inline))
+
+/* the 8 outputs of group g for a token: all, or the first m (< 8) of them */
+static inline AI void store8(float *y, __m256 v, int m) {
+    if (m >= 8) _mm256_storeu_ps(y, v);
+    else if (m > 0)
+        _mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                            v);
+}
+
+/* near-equal token tiles of up to tmax (10 with tmax 4: 4 + 3 + 3), token
+ * tiles outside and panels inside: a tile's activations stay in L1 while
+ * the range's panels (a thread's chunk) come from L2 after the first tile */
+#define FOR_TOKEN_TILES(n, tmax, T, t0)                                                                  \
+    for (int ntt_ = ((n) + (tmax) - 1) / (tmax), i_ = 0, t0 = 0, T = (n) / ntt_ + (0 < (n) % ntt_); i_ < ntt_; \
+         t0 += T, i_++, T = (n) / ntt_ + (i_ < (n) % ntt_))
+
+/* ---- bf16 ------------------------------------------------------------------- */
+
+/* G groups (2 or 4) x T tokens; H = 2: even and odd columns in separate
+ * accumulators (more independent FMA chains when G * T is small). w: the
+ * tile's first panel; panel: uint16 per panel; x: the first token's row. */
+static inline AI void bkern(const int G, const int T, const int H, const uint16_t *w, size_t panel, int cols,
+                            const float *x, size_t ldx, float *y, size_t ldy, int rows_left) {
+    __m256 acc[4][4][2];
+    for (int g = 0; g < G; g++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) acc[g][t][h] = _mm256_setzero_ps();
+    const __m256i odd = _mm256_set1_epi32((int)0xFFFF0000);
+    const int k2 = cols / 2; /* whole pairs */
+    for (int j = 0; j < k2; j++) {
+        __m256 we[4], wo[4];
+        for (int g = 0; g < G; g++) {
+            __m256i v = _mm256_load_si256((const __m256i *)(w + (g >> 1) * panel + (size_t)j * 32 + (g & 1) * 16));
+            we[g] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+            wo[g] = _mm256_castsi256_ps(_mm256_and_si256(v, odd));
+        }
+        for (int t = 0; t < T; t++) {
+            __m256 xe = _mm256_broadcast_ss(x + t * ldx + 2 * j);
+            for (int g = 0; g < G; g++) acc[g][t][0] = _mm256_fmadd_ps(we[g], xe, acc[g][t][0]);
+            __m256 xo = _mm256_broadcast_ss(x + t * ldx + 2 * j + 1);
+            for (int g = 0; g < G; g++) acc[g][t][H - 1] = _mm256_fmadd_ps(wo[g], xo, acc[g][t][H - 1]);
+        }
+    }
+    if (cols & 1) /* the last pair holds one column (its odd half is zero; x has no element there) */
+        for (int g = 0; g < G; g++) {
+            __m256i v = _mm256_load_si256((const __m256i *)(w + (g >> 1) * panel + (size_t)k2 * 32 + (g & 1) * 16));
+            __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+            for (int t = 0; t < T; t++)
+                acc[g][t][0] = _mm256_fmadd_ps(we, _mm256_broadcast_ss(x + t * ldx + 2 * k2), acc[g][t][0]);
+        }
+    for (int g = 0; g < G; g++)
+        for (int t = 0; t < T; t++)
+            store8(y + t * ldy + 8 * g, H == 2 ? _mm256_add_ps(acc[g][t][0], acc[g][t][H - 1]) : acc[g][t][0],
+                   rows_left - 8 * g);
+}
+
+/* G = 4 (two panels) for one token, else 2; up to 4 tokens per tile
+ * (G * T accumulators + 2G converted weights + a broadcast: 16 registers) */
+static void btile(int G, int T, const uint16_t *w, size_t panel, int cols, const float *x, size_t ldx, float *y,
+                  size_t ldy, int rows_left) {
+#define BK(G_, T_, H_) bkern(G_, T_, H_, w, panel, cols, x, ldx, y, ldy, rows_left)
+    if (G == 4) BK(4, 1, 2);
+    else switch (T) {
+        case 1: BK(2, 1, 2); break;
+        case 2: BK(2, 2, 2); break;
+        case 3: BK(2, 3, 1); break;
+        default: BK(2, 4, 1); break;
+        }
+#undef BK
+}
+
+void rf_bf16p_range_avx2(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b) {
+    const int cols = W->cols;
+    const size_t panel = (size_t)((cols + 1) / 2) * 32; /* in uint16 */
+    const uint16_t *pk = W->packed;
+    FOR_TOKEN_TILES(n, 4, T, t0) {
+        for (int r = a; r < b;) {
+            int G = T == 1 && b - r > 16 ? 4 : 2;
+            btile(G, T, pk + (size_t)(r / 16) * panel, panel, cols, X + (size_t)t0 * cols, cols,
+                  Y + (size_t)t0 * ldy + r, ldy, b - r);
+            r += 8 * G;
+        }
+    }
+}
+
+/* ---- Q8_0 / Q4_0 ---------------------------------------------------------------- */
+
+/* G groups x T tokens of Q8_0 or Q4_0 (dt constant at every call site);
+ * x: the tile's first token's blocks, ldx blocks per token */
+static inline AI void qkern(const rf_dtype dt, const int G, const int T, const uint8_t *w, size_t panel, int nb,
+                            const rf_xq_avx2 *x, size_t ldx, float *y, size_t ldy, int rows_left) {
+    const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK, scales = dt == RF_Q8_0 ? 512 : 256;
+    const __m256i ones = _mm256_set1_epi16(1), top = _mm256_set1_epi8((char)0x80), m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[4][4];
+    for (int g = 0; g < G; g++)
+        for (int t = 0; t < T; t++) acc[g][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *wb = w + (size_t)b * block;
+        __m256i ia[4][4]; /* Q8_0: s32 dots; Q4_0: s16 pair sums */
+        for (int g = 0; g < G; g++)
+            for (int t = 0; t < T; t++) ia[g][t] = _mm256_setzero_si256();
+        for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
+            __m256i wa[4], wc[4]; /* Q8_0: |w|, w; Q4_0: the groups v and 4 + v */
+            for (int g = 0; g < G; g++) {
+                __m256i q = _mm256_load_si256((const __m256i *)(wb + (g >> 1) * panel + v * 64 + (g & 1) * 32));
+                if (dt == RF_Q8_0) {
+                    wc[g] = _mm256_xor_si256(q, top);
+                    wa[g] = _mm256_abs_epi8(wc[g]);
+                } else {
+                    wa[g] = _mm256_and_si256(q, m4);
+                    wc[g] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                }
+            }
+            for (int t = 0; t < T; t++) {
+                int32_t q4;
+                memcpy(&q4, x[t * ldx + b].q + 4 * v, 4);
+                __m256i xv = _mm256_set1_epi32(q4);
+                if (dt == RF_Q8_0) {
+                    for (int g = 0; g < G; g++)
+                        ia[g][t] = _mm256_add_epi32(
+                            ia[g][t], _mm256_madd_epi16(_mm256_maddubs_epi16(wa[g], _mm256_sign_epi8(xv, wc[g])), ones));
+                } else {
+                    memcpy(&q4, x[t * ldx + b].q + 16 + 4 * v, 4);
+                    __m256i xh = _mm256_set1_epi32(q4);
+                    for (int g = 0; g < G; g++)
+                        ia[g][t] = _mm256_add_epi16(ia[g][t], _mm256_add_epi16(_mm256_maddubs_epi16(wa[g], xv),
+                                                                               _mm256_maddubs_epi16(wc[g], xh)));
+                }
+            }
+        }
+        for (int g = 0; g < G; g++) {
+            __m256 dw = _mm256_load_ps((const float *)(wb + (g >> 1) * panel + scales + (g & 1) * 32));
+            for (int t = 0; t < T; t++) {
+                __m256i s = ia[g][t];
+                if (dt != RF_Q8_0)
+                    s = _mm256_add_epi32(_mm256_madd_epi16(s, ones), _mm256_set1_epi32(x[t * ldx + b].nsum8));
+                acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_broadcast_ss(&x[t * ldx + b].d)),
+                                            acc[g][t]);
+            }
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int t = 0; t < T; t++) store8(y + t * ldy + 8 * g, acc[g][t], rows_left - 8 * g);
+}
+
+/* G = 4 (two panels) for one token, else 2 x up to QP_TMAX tokens */
+#define QP_TMAX 4
+#define QK_T(DT)                                                                      \
+    do {                                                                              \
+        if (G == 4) QK(DT, 4, 1);                                                     \
+        else switch (T) {                                                             \
+            case 1: QK(DT, 2, 1); break;                                              \
+            case 2: QK(DT, 2, 2); break;                                              \
+            case 3: QK(DT, 2, 3); break;                                              \
+            default: QK(DT, 2, 4); break;                                             \
+            }                                                                         \
+    } while (0)
+static void qtile(rf_dtype dt, int G, int T, const uint8_t *w, size_t panel, int nb, const rf_xq_avx2 *x,
+                  size_t ldx, float *y, size_t ldy, int rows_left) {
+#define QK(DT, G_, T_) qkern(DT, G_, T_, w, panel, nb, x, ldx, y, ldy, rows_left)
+    if (dt == RF_Q8_0) QK_T(RF_Q8_0);
+    else QK_T(RF_Q4_0);
+#undef QK
+}
+
+void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
+    const int nb = W->cols / RF_QK;
+    const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
+    const uint8_t *pk = W->packed;
+    const rf_xq_avx2 *X = xp;
+    FOR_TOKEN_TILES(n, QP_TMAX, T, t0) {
+        for (int r = a; r < b;) {
+            int G = T == 1 && b - r > 16 ? 4 : 2;
+            qtile(W->dtype, G, T, pk + (size_t)(r / 16) * panel, panel, nb, X + (size_t)t0 * nb, nb,
+                  Y + (size_t)t0 * ldy + r, ldy, b - r);
+            r += 8 * G;
+        }
+    }
+}

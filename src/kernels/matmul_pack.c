@@ -1,0 +1,101 @@
+/* matmul_pack.c - the packed panel layouts of bf16, Q8_0 and Q4_0 weights
+ * (kernels.h rf_mat_pack), written once at load time and read by both the
+ * avx512 kernels (matmul_avx512.c: one 64-byte vector per 16 rows) and the
+ * avx2 ones (matmul_avx2p.c: the same vector as two 32-byte halves of 8
+ * rows). One layout for both tiers, so a model packed at either tier runs at
+ * the other one unchanged (rf_cpu_set_tier, REFUSION_CPU).
+ *
+ * Compiled with the baseline flags (AVX2 + FMA + F16C): packing happens on
+ * every CPU, also one without AVX-512.
+ *
+ * All layouts: panels of 16 rows (row 16p + r in lane r of a panel p's
+ * vectors), rows past the end of W zero-weighted. */
+#include <omp.h>
+#include <string.h>
+
+#include "io/quant.h"
+#include "kernels/matmul_impl.h"
+#include "util/util.h"
+
+/* bf16: in panel p, vector j (64 bytes) holds W[16p + r][2j], W[16p +
+ * r][2j + 1] in its 32-bit lane r (odd cols: the last pair's second half
+ * zero). A kernel broadcasts the token's pair (x[2j], x[2j + 1]) and gets
+ * the pair's products for 16 (avx512) or 8 (avx2) output rows at once: the
+ * accumulators hold outputs, not partial sums, so no horizontal sums. */
+size_t rf_bf16_pack_bytes(int rows, int cols) { return (size_t)((rows + 15) / 16) * ((cols + 1) / 2) * 64; }
+
+void rf_bf16_pack(void *dst, const uint16_t *w, int rows, int cols) {
+    const int k2 = (cols + 1) / 2, np = (rows + 15) / 16;
+    /* panels in parallel: an 8B model packs 15 GB */
+#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
+    for (int p = 0; p < np; p++) {
+        uint32_t *o = (uint32_t *)dst + (size_t)p * k2 * 16;
+        for (int r = 0; r < 16; r++) {
+            int row = 16 * p + r;
+            const uint16_t *src = w + (size_t)row * cols;
+            if (row >= rows) {
+                for (int j = 0; j < k2; j++) o[(size_t)j * 16 + r] = 0;
+                continue;
+            }
+            for (int j = 0; j < cols / 2; j++) { /* one row's pairs, read in order */
+                uint32_t pair;
+                memcpy(&pair, src + 2 * j, 4);
+                o[(size_t)j * 16 + r] = pair;
+            }
+            if (cols & 1) o[(size_t)(k2 - 1) * 16 + r] = src[cols - 1];
+        }
+    }
+}
+
+/* Q8_0: per panel and 32-block (RF_Q8P_BLOCK = 576 bytes per 16 x 32
+ * weights; Q8_0 itself: 544), 8 vectors of 64 bytes (vector g: in lane r
+ * the 4 weights of columns 4g..4g+3 of row 16p + r, as unsigned bytes w +
+ * 128, what vpdpbusd takes; the avx2 kernel flips the top bit back) and
+ * one vector of the 16 rows' scales in f32 (at byte 512). */
+size_t rf_q8p_pack_bytes(int rows, int cols) { return (size_t)((rows + 15) / 16) * (cols / RF_QK) * RF_Q8P_BLOCK; }
+
+void rf_q8p_pack(void *dst, const void *w, int rows, int cols) {
+    const int nb = cols / RF_QK, np = (rows + 15) / 16;
+    const rf_block_q8_0 *W = w;
+#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
+    for (int p = 0; p < np; p++)
+        for (int b = 0; b < nb; b++) {
+            uint8_t *o = (uint8_t *)dst + ((size_t)p * nb + b) * RF_Q8P_BLOCK;
+            float *dw = (float *)(o + 512);
+            for (int r = 0; r < 16; r++) {
+                int row = 16 * p + r;
+                const rf_block_q8_0 *blk = row < rows ? W + (size_t)row * nb + b : NULL;
+                for (int c = 0; c < RF_QK; c++) /* column c: vector c / 4, lane r, byte c % 4 */
+                    o[(c / 4) * 64 + r * 4 + c % 4] = blk ? (uint8_t)(blk->qs[c] ^ 0x80) : 0x80;
+                dw[r] = blk ? rf_f16_to_f32(blk->d) : 0.0f;
+            }
+        }
+}
+
+/* Q4_0: per panel and 32-block (RF_Q4P_BLOCK = 320 bytes per 16 x 32
+ * weights; Q4_0 itself: 288), 4 vectors of 64 bytes (vector v, lane r,
+ * byte k: low nibble = column 4v + k, high nibble = column 16 + 4v + k of
+ * row 16p + r, as stored: w + 8) and the 16 scales in f32 (at byte 256).
+ * Two ANDs and a shift give the column groups v and 4 + v as bytes. */
+size_t rf_q4p_pack_bytes(int rows, int cols) { return (size_t)((rows + 15) / 16) * (cols / RF_QK) * RF_Q4P_BLOCK; }
+
+void rf_q4p_pack(void *dst, const void *w, int rows, int cols) {
+    const int nb = cols / RF_QK, np = (rows + 15) / 16;
+    const rf_block_q4_0 *W = w;
+#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
+    for (int p = 0; p < np; p++)
+        for (int b = 0; b < nb; b++) {
+            uint8_t *o = (uint8_t *)dst + ((size_t)p * nb + b) * RF_Q4P_BLOCK;
+            float *dw = (float *)(o + 256);
+            for (int r = 0; r < 16; r++) {
+                int row = 16 * p + r;
+                const rf_block_q4_0 *blk = row < rows ? W + (size_t)row * nb + b : NULL;
+                for (int v = 0; v < 4; v++)
+                    for (int k = 0; k < 4; k++) {
+                        int c = 4 * v + k; /* ggml: qs[c] holds column c (low) and 16 + c (high) */
+                        o[v * 64 + r * 4 + k] = blk ? blk->qs[c] : 0x88;
+                    }
+                dw[r] = blk ? rf_f16_to_f32(blk->d) : 0.0f;
+            }
+        }
+}
