@@ -4,6 +4,9 @@
 #    1 rank with the same global batch (--batch 8 --accum 2, and an uneven
 #    --batch 7 split 3 + 4): every logged loss and grad norm, and the final
 #    weights, to the tolerance below;
+#  - the gradient sum in buckets overlapped with the backward (the default)
+#    and in one Allreduce after it (--allreduce flat) give the same bits:
+#    weights and AdamW moments, with one bucket per layer and with 1 MB;
 #  - resume across rank counts: 2 ranks stop at step 3, 1 rank resumes to 6,
 #    and 1 -> 2 the other way; both end at the straight run's weights;
 #  - rank 0 alone writes: rank 1 given another -o writes nothing there;
@@ -122,6 +125,24 @@ run_pair aux --objective refusion --aux-ar 0.5 --batch 8 --steps 4
 run_pair ar --objective ar --batch 8 --accum 2 --steps 6
 run_pair mdm --objective mdm --batch 8 --steps 4
 run_pair uneven --objective refusion --batch 7 --steps 4
+
+# ---- buckets == flat, bit for bit: each float is the same sum of the two ranks' values ---
+# (a bucket started before the backward finished it would miss the last layers' terms)
+# optsame A B: model.safetensors and optimizer.bin equal but for its elapsed seconds (bytes 80-87)
+optsame() {
+  cmp -s "$1/model.safetensors" "$2/model.safetensors" &&
+    cmp -s <(head -c 80 "$1/optimizer.bin") <(head -c 80 "$2/optimizer.bin") &&
+    cmp -s <(tail -c +89 "$1/optimizer.bin") <(tail -c +89 "$2/optimizer.bin")
+}
+B=(--objective refusion --aux-ar 0.5 --batch 8 --accum 2 --steps 3)
+"${MPI[@]}" -np 2 "$BIN" train "${COMMON[@]}" "${B[@]}" --allreduce flat -o "$T/flat" >"$T/out" 2>&1 ||
+  bad "--allreduce flat: $(cat "$T/out")"
+for mb in 0.0001 1; do
+  "${MPI[@]}" -np 2 "$BIN" train "${COMMON[@]}" "${B[@]}" --allreduce buckets --bucket-mb $mb -o "$T/bk$mb" \
+    >"$T/out" 2>&1 || bad "--allreduce buckets --bucket-mb $mb: $(cat "$T/out")"
+  optsame "$T/flat" "$T/bk$mb" && ok && echo "buckets of >= $mb MB: the same bits as flat" ||
+    bad "buckets of >= $mb MB differ from flat"
+done
 
 # ---- resume across rank counts ---------------------------------------------------------
 R=(--objective refusion --batch 8 --steps 6 --warmup 2)

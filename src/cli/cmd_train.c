@@ -67,6 +67,9 @@ static void usage(FILE *f) {
 "  -q, --quiet          no progress output\n"
 "  --json               at the end, the run's figures as one JSON object on stdout (rank 0)\n"
 "  --mpi                require an MPI launch (implied under mpirun when built with MPI)\n"
+"  --allreduce M        several processes: sum the gradients in buckets overlapped with\n"
+"                       the backward (buckets, default) or in one call after it (flat)\n"
+"  --bucket-mb X        buckets: whole layers, at least X MB each (default 1)\n"
 "\n"
 "This build: %s.\n", rf_dist_compiled() ? "with MPI (data-parallel training)" : "without MPI");
 }
@@ -302,6 +305,14 @@ int cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--stop-at")) { NUM(1, 1e12); o.stop_at = (long)x; }
         else if (!strcmp(a, "--init-std")) { NUM(0, 10); o.init_std = (float)x; }
         else if (!strcmp(a, "--log-every")) { NUM(1, 1e9); log_every = (int)x; }
+        else if (!strcmp(a, "--bucket-mb")) { NUM(1e-6, 1e6); o.bucket_mb = x; }
+        else if (!strcmp(a, "--allreduce")) {
+            if (strcmp(v, "flat") && strcmp(v, "buckets")) {
+                fprintf(stderr, "refusion: --allreduce: '%s' is not buckets or flat\n", v);
+                return 2;
+            }
+            o.flat_allreduce = !strcmp(v, "flat");
+        }
         else {
             fprintf(stderr, "refusion: train: unknown option %s (see --help)\n", a);
             return 2;

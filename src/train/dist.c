@@ -2,7 +2,8 @@
  * build found it (RF_HAVE_MPI, CMake's FindMPI), one process otherwise.
  *
  * The trainer needs four collectives, all on MPI_COMM_WORLD: a sum of the
- * gradient block (one flat float buffer, reduced in place), a sum of a few
+ * gradient block (one flat float buffer, reduced in place: in one call after
+ * the backward, or in buckets started during it), a sum of a few
  * doubles (losses, token counts, flags), a broadcast from rank 0 (weights,
  * optimizer state) and "did every rank succeed" (a min over ranks). Without
  * MPI, or before rf_dist_init, every call is the one-process identity.
@@ -47,6 +48,10 @@ int rf_dist_init(void) {
     int provided;
     if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
         return rf_set_error("MPI_Init failed"), -1;
+    if (provided < MPI_THREAD_FUNNELED) { /* OpenMP threads run between our MPI calls */
+        MPI_Finalize();
+        return rf_set_error("this MPI library does not support threads (MPI_THREAD_FUNNELED)"), -1;
+    }
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     g_on = 1;
@@ -123,3 +128,79 @@ double rf_dist_max(double x) {
 #endif
     return x;
 }
+
+/* ---- the gradient sum in buckets, overlapped with the backward -------------------- */
+
+struct rf_dist_buckets {
+    float *x;
+    size_t *edges;  /* [n + 1] */
+    int n, next;    /* next: the highest bucket not started yet (the backward ends at 0) */
+    double seconds; /* in MPI calls since _start */
+#ifdef RF_HAVE_MPI
+    MPI_Request *req; /* [n], MPI_REQUEST_NULL when not started or done */
+#endif
+};
+
+rf_dist_buckets *rf_dist_buckets_new(float *x, const size_t *edges, int n_buckets) {
+    rf_dist_buckets *b = rf_calloc(1, sizeof *b);
+    b->x = x;
+    b->n = n_buckets;
+    b->edges = rf_malloc(sizeof(size_t) * (size_t)(n_buckets + 1));
+    memcpy(b->edges, edges, sizeof(size_t) * (size_t)(n_buckets + 1));
+#ifdef RF_HAVE_MPI
+    b->req = rf_malloc(sizeof(MPI_Request) * (size_t)n_buckets);
+    for (int i = 0; i < n_buckets; i++) b->req[i] = MPI_REQUEST_NULL;
+#endif
+    b->next = -1;
+    return b;
+}
+
+void rf_dist_buckets_free(rf_dist_buckets *b) {
+    if (!b) return;
+    free(b->edges);
+#ifdef RF_HAVE_MPI
+    free(b->req);
+#endif
+    free(b);
+}
+
+void rf_dist_buckets_start(rf_dist_buckets *b) {
+    b->next = b->n - 1;
+    b->seconds = 0;
+}
+
+#ifdef RF_HAVE_MPI
+static void start_bucket(rf_dist_buckets *b, int i) {
+    MPI_Iallreduce(MPI_IN_PLACE, b->x + b->edges[i], (int)(b->edges[i + 1] - b->edges[i]), MPI_FLOAT,
+                   MPI_SUM, MPI_COMM_WORLD, &b->req[i]);
+}
+#endif
+
+void rf_dist_buckets_ready(rf_dist_buckets *b, size_t from) {
+#ifdef RF_HAVE_MPI
+    if (g_size < 2) return;
+    double t0 = rf_now();
+    while (b->next >= 0 && b->edges[b->next] >= from) start_bucket(b, b->next--);
+    /* Open MPI moves a non-blocking collective on only inside MPI calls
+     * (no progress thread in its default build): each test is a round */
+    int done;
+    MPI_Testall(b->n, b->req, &done, MPI_STATUSES_IGNORE);
+    b->seconds += rf_now() - t0;
+#else
+    (void)b, (void)from;
+#endif
+}
+
+void rf_dist_buckets_finish(rf_dist_buckets *b) {
+#ifdef RF_HAVE_MPI
+    if (g_size < 2) return;
+    double t0 = rf_now();
+    while (b->next >= 0) start_bucket(b, b->next--);
+    MPI_Waitall(b->n, b->req, MPI_STATUSES_IGNORE);
+    b->seconds += rf_now() - t0;
+#else
+    (void)b;
+#endif
+}
+
+double rf_dist_buckets_seconds(const rf_dist_buckets *b) { return b->seconds; }

@@ -344,6 +344,20 @@ static void head(rf_tmodel *m, rf_tacts *a, const rf_tbatch *b, int backward, rf
     }
 }
 
+/* Gradients [from, n_params) are final (see rf_tmodel.grads_final). Called
+ * again with the same from only to let a pending reduction progress. */
+static void grads_final(const rf_tmodel *m, size_t from) {
+    if (m->grads_final) m->grads_final(m->grads_user, from);
+}
+
+/* Where layer l's tensors start in the block (they are contiguous). */
+static size_t layer_start(const rf_tmodel *m, int l) {
+    size_t off = m->n_params;
+    for (int t = 0; t < m->n_tensors; t++)
+        if (m->tensors[t].layer == l && m->tensors[t].offset < off) off = m->tensors[t].offset;
+    return off;
+}
+
 static void backward(rf_tmodel *m, rf_tacts *a, const rf_tbatch *b) {
     const rf_config *c = &m->cfg;
     int N = b->n_tok, d = c->hidden_size, hd = c->head_dim, nh = c->n_heads;
@@ -353,6 +367,8 @@ static void backward(rf_tmodel *m, rf_tacts *a, const rf_tbatch *b) {
     memset(dres, 0, (size_t)N * d * sizeof(float));
     float *last = a->res + (size_t)c->n_layers * M * d;
     op_rmsnorm_bwd(dres, m->g.final_norm, a->dlnf, last, m->w.final_norm, a->rstdf, N, d);
+    size_t done = (size_t)(m->w.final_norm - m->params); /* final_norm and (untied) lm_head after it */
+    grads_final(m, done);
     for (int l = c->n_layers - 1; l >= 0; l--) {
         const rf_tlayer *w = &m->w.layers[l];
         rf_tlayer *g = &m->g.layers[l];
@@ -365,11 +381,13 @@ static void backward(rf_tmodel *m, rf_tacts *a, const rf_tbatch *b) {
         op_matmul_bwd(a->dln, g->gate, a->dgate, s.ln2, w->gate, N, d, f, 0); /* [N,f] -> [N,d] */
         op_matmul_bwd(a->dln, g->up, a->dup, s.ln2, w->up, N, d, f, 1);       /* += [N,d] */
         op_rmsnorm_bwd(dres, g->ffn_norm, a->dln, s.mid, w->ffn_norm, s.rstd2, N, d); /* += [N,d] */
+        grads_final(m, done);
         /* mid = res + att . Wo^T: dres flows on to res unchanged */
         float *datt = a->dqlin; /* scratch; dqlin is filled only after attention */
         op_matmul_bwd(datt, g->o, dres, s.att, w->o, N, qd, d, 0); /* [N,d] -> datt [N,qd] */
         op_attention_bwd(a->dq, a->dk, a->dv, datt, s.att, s.lse, s.q, s.k, s.v, b->off, b->n_seq,
                          nh, nkv, hd, b->bidirectional); /* -> dq [N,qd], dk dv [N,kvd] */
+        grads_final(m, done);
         op_rope_bwd(a->dq, a->cs, a->sn, N, nh, hd);   /* in place */
         op_rope_bwd(a->dk, a->cs, a->sn, N, nkv, hd);
         memset(a->dqlin, 0, (size_t)N * qd * sizeof(float));
@@ -380,12 +398,15 @@ static void backward(rf_tmodel *m, rf_tacts *a, const rf_tbatch *b) {
         op_matmul_bwd(a->dln, g->k, a->dklin, s.ln1, w->k, N, d, kvd, 1); /* += [N,d] */
         op_matmul_bwd(a->dln, g->v, a->dv, s.ln1, w->v, N, d, kvd, 1);    /* += [N,d] */
         op_rmsnorm_bwd(dres, g->attn_norm, a->dln, s.res, w->attn_norm, s.rstd1, N, d); /* += [N,d] */
+        done = layer_start(m, l);
+        grads_final(m, done);
     }
     for (int i = 0; i < N; i++) { /* embedding: serial, rows may repeat */
         float *ge = m->g.embed + (size_t)b->tokens[i] * d;
         const float *gi = dres + (size_t)i * d;
         for (int j = 0; j < d; j++) ge[j] += gi[j];
     }
+    grads_final(m, 0);
 }
 
 int rf_train_step_fb(rf_tmodel *m, rf_tacts *a, const rf_tbatch *b, int bwd, rf_tloss *out) {

@@ -61,6 +61,14 @@ typedef struct {
     size_t n_params;      /* floats in the block */
     float *params, *grads;
     rf_tweights w, g;     /* views of params / grads */
+    /* When set, the backward calls grads_final(grads_user, from) on the
+     * calling thread, outside any parallel region, a few times per layer:
+     * the gradients [from, n_params) are final for this backward (it
+     * finishes the block from the top down: lm_head, final_norm, the last
+     * layer ... the first, embed). A data-parallel run starts summing them
+     * over ranks there while the backward goes on (dist.c's buckets). */
+    void (*grads_final)(void *user, size_t from);
+    void *grads_user;
 } rf_tmodel;
 
 /* Allocate the blocks for cfg (params zero, grads zero). */
@@ -261,6 +269,24 @@ void rf_dist_bcast(void *p, size_t bytes); /* rank 0's bytes to every rank */
 int rf_dist_first_failed(int ok);
 double rf_dist_max(double x);
 
+/* The same sum as rf_dist_sum_f32 in buckets overlapped with the backward:
+ * bucket b is x[edges[b], edges[b+1]) (edges ascending, edges[0] = 0,
+ * edges[n_buckets] = n; each bucket below INT_MAX floats). Every rank must
+ * use the same edges. Per step: _start, then _ready(from) whenever
+ * x[from, n) is final (a non-blocking MPI_Iallreduce starts on each bucket
+ * that is now whole, and the outstanding ones are tested so that Open MPI,
+ * which has no progress thread here, moves them on), then _finish (starts
+ * the buckets not started yet, waits for all). An element's sum is the same
+ * as with the flat call when the reduction order over ranks is (always for
+ * 2 ranks). All calls on the thread that called rf_dist_init (MPI_THREAD_FUNNELED). */
+typedef struct rf_dist_buckets rf_dist_buckets;
+rf_dist_buckets *rf_dist_buckets_new(float *x, const size_t *edges, int n_buckets);
+void rf_dist_buckets_start(rf_dist_buckets *b);
+void rf_dist_buckets_ready(rf_dist_buckets *b, size_t from);
+void rf_dist_buckets_finish(rf_dist_buckets *b);
+double rf_dist_buckets_seconds(const rf_dist_buckets *b); /* in MPI calls since _start */
+void rf_dist_buckets_free(rf_dist_buckets *b);
+
 /* ---- the trainer (trainer.c) ------------------------------------------------- */
 
 typedef struct {
@@ -284,7 +310,12 @@ typedef struct {
     int slot_sizes[8], n_slot_sizes; /* 0: the reference's {4,8,16,32} */
     int mdm_pad;            /* mdm objective: EOS-pad responses to this length */
     float aux_ar, mask_floor; /* refusion variants, see rf_objcfg */
+    int flat_allreduce;     /* several ranks: sum the gradients in one MPI_Allreduce after
+                             * the backward instead of buckets overlapped with it */
+    double bucket_mb;       /* buckets: at least this many MB each (0: RF_BUCKET_MB_DEFAULT) */
 } rf_train_opts;
+
+#define RF_BUCKET_MB_DEFAULT 1.0
 
 void rf_train_opts_default(rf_train_opts *o);
 
@@ -308,7 +339,8 @@ typedef struct {
     double grad_norm;          /* before clipping */
     long tokens;               /* tokens of the global batch */
     double seconds;            /* wall time of the step */
-    double comm_seconds;       /* of it, in the gradient Allreduce (this rank) */
+    double comm_seconds;       /* of it, in the gradient sum's MPI calls (this rank; with
+                                * buckets: starting, testing and waiting for them) */
     int stop;                  /* some rank was asked to stop */
 } rf_step_info;
 

@@ -18,8 +18,12 @@
  * (cheap: token ids only) so each token's loss weight keeps the whole batch's
  * normalisation (1 / AR targets of the micro-batch, 1 / examples, ...); the
  * rank's gradient is then its share of the global gradient, the sum over
- * ranks (one MPI_Allreduce over the flat gradient block) is the gradient of
- * the one-process run, and every rank takes the same AdamW step. Rank 0
+ * ranks is the gradient of the one-process run, and every rank takes the
+ * same AdamW step. The sum runs in buckets of whole layers (at least
+ * --bucket-mb each), each started with MPI_Iallreduce as soon as the last
+ * micro-batch's backward has finished it, or (--allreduce flat) in one
+ * MPI_Allreduce after the backward; each float is the same sum of the
+ * ranks' values either way, so the two give the same bits. Rank 0
  * alone writes log.csv and checkpoints; a checkpoint holds nothing that
  * depends on N, so --resume works with any number of ranks. */
 #include <cblas.h>
@@ -62,6 +66,7 @@ struct rf_trainer {
     const rf_example **mb;    /* [batch] the micro-batch's examples */
     uint64_t *seeds;          /* [batch] their seeds */
     int rank, n_ranks, e0, e1; /* this rank trains on examples [e0, e1) of a micro-batch */
+    rf_dist_buckets *buckets; /* the gradient sum overlapped with the backward; NULL: flat */
     long n_clipped;
 };
 
@@ -117,12 +122,41 @@ static uint64_t hash_setup(const rf_train_opts *o, const rf_config *c, const rf_
                   (double)oc->warmup, oc->beta1, oc->beta2, oc->eps, oc->weight_decay, oc->clip,
                   (double)o->seed, o->init_std, o->n_slot_sizes, o->mdm_pad, o->aux_ar,
                   o->mask_floor, (double)o->save_every, (double)o->stop_at, o->resume,
-                  o->init != NULL, o->skip_long};
+                  o->init != NULL, o->skip_long, o->flat_allreduce, o->bucket_mb};
     h = fnv(h, v, sizeof v);
     return fnv(h, o->slot_sizes, sizeof o->slot_sizes);
 }
 
 /* ---- setup ------------------------------------------------------------------------ */
+
+/* Bucket edges of the gradient block for the overlapped sum: the backward
+ * finishes it from the top down (final_norm and lm_head, the last layer ...
+ * the first, embed), so the candidate edges are where a layer (or the
+ * model-wide tensors) begins; going down from the top, a bucket closes at
+ * the first candidate at least min_floats below its top (embed, finished
+ * last, is its own bucket). No bucket exceeds an MPI count. Ascending edges
+ * into edges[0 .. return]; edges has room for n_tensors + 1 + n / 2^30. */
+static int bucket_edges(const rf_tmodel *m, size_t min_floats, size_t *edges) {
+    const size_t max_floats = (size_t)1 << 30;
+    int n = 0;
+    size_t top = m->n_params;
+    edges[n++] = top;
+    for (int t = m->n_tensors - 1; t >= 0; t--) {
+        size_t c = m->tensors[t].offset;
+        int starts = t == 0 || m->tensors[t].layer != m->tensors[t - 1].layer;
+        if (!starts || (c > 0 && top - c < min_floats)) continue;
+        while (top - c > max_floats) edges[n++] = top -= max_floats;
+        edges[n++] = top = c;
+    }
+    for (int i = 0, j = n - 1; i < j; i++, j--) { /* ascending */
+        size_t x = edges[i];
+        edges[i] = edges[j];
+        edges[j] = x;
+    }
+    return n - 1;
+}
+
+static void grads_final(void *buckets, size_t from) { rf_dist_buckets_ready(buckets, from); }
 
 static int file_exists(const char *p) { return access(p, F_OK) == 0; }
 
@@ -306,6 +340,13 @@ rf_trainer *rf_trainer_open(const rf_train_opts *o, rf_trainer_info *info) {
     int64_t max_tok = (int64_t)(t->e1 - t->e0) * o->seq_len * rf_objcfg_seqs_per_example(&t->obj);
     if (all_ok(t, check_batch_memory(&cfg, max_tok, o) == 0, "to size its buffers")) goto fail;
     t->acts = rf_tacts_new(&cfg, (int)max_tok);
+    if (t->n_ranks > 1 && !o->flat_allreduce) {
+        double mb = o->bucket_mb > 0 ? o->bucket_mb : RF_BUCKET_MB_DEFAULT;
+        size_t *edges = rf_malloc(sizeof(size_t) * ((size_t)t->m.n_tensors + 2 + (t->m.n_params >> 30)));
+        int nb = bucket_edges(&t->m, (size_t)(mb * 1e6 / sizeof(float)), edges);
+        t->buckets = rf_dist_buckets_new(t->m.grads, edges, nb);
+        free(edges);
+    }
     t->perm = rf_malloc(sizeof(int) * (size_t)t->data.n);
     t->mb = rf_malloc(sizeof(*t->mb) * (size_t)o->batch);
     t->seeds = rf_malloc(sizeof(*t->seeds) * (size_t)o->batch);
@@ -330,6 +371,7 @@ void rf_trainer_close(rf_trainer *t) {
     rf_tbatch_free(&t->full);
     rf_tbatch_free(&t->shard);
     rf_tacts_free(t->acts);
+    rf_dist_buckets_free(t->buckets);
     if (t->opt.m) rf_adamw_free(&t->opt);
     if (t->have_model) rf_tmodel_free(&t->m);
     rf_dataset_free(&t->data);
@@ -365,6 +407,7 @@ int rf_trainer_step(rf_trainer *t, int stop, rf_step_info *s) {
     rf_tloss sum = {0};
     long ntok = 0;
     int ok = 1;
+    if (t->buckets) rf_dist_buckets_start(t->buckets);
     for (int a = 0; a < o->accum; a++) {
         next_examples(t);
         rf_tbatch_build_seeded(&t->full, &t->obj, t->mb, o->batch, 1.0f / (float)o->accum, t->seeds);
@@ -375,12 +418,20 @@ int rf_trainer_step(rf_trainer *t, int stop, rf_step_info *s) {
             mine = &t->shard;
         }
         rf_tloss l;
+        if (t->buckets && a == o->accum - 1) { /* the last backward completes the gradients */
+            m->grads_final = grads_final;
+            m->grads_user = t->buckets;
+        }
         if (ok && rf_train_step_fb(m, t->acts, mine, 1, &l) == 0)
             sum.loss += l.loss, sum.ar += l.ar, sum.mdm += l.mdm, sum.n_ar += l.n_ar, sum.n_mdm += l.n_mdm;
         else ok = 0;
+        m->grads_final = NULL;
     }
+    /* the buckets not started yet (all of them on a rank that failed: the
+     * ranks' collectives must match), and the wait for all */
+    if (t->buckets) rf_dist_buckets_finish(t->buckets);
     /* losses, failures and stop requests of all ranks in one small reduction,
-     * then the gradient block in one flat Allreduce */
+     * then (flat) the gradient block in one Allreduce */
     double red[7] = {sum.loss, sum.ar, sum.mdm, sum.n_ar, sum.n_mdm, !ok, stop != 0};
     rf_dist_sum_f64(red, 7);
     if (red[5] > 0) {
@@ -391,9 +442,14 @@ int rf_trainer_step(rf_trainer *t, int stop, rf_step_info *s) {
         }
         return -1;
     }
-    double tc = rf_now();
-    rf_dist_sum_f32(m->grads, m->n_params);
-    double comm = rf_now() - tc;
+    double comm;
+    if (t->buckets) {
+        comm = rf_dist_buckets_seconds(t->buckets);
+    } else {
+        double tc = rf_now();
+        rf_dist_sum_f32(m->grads, m->n_params);
+        comm = rf_now() - tc;
+    }
     sum = (rf_tloss){.loss = red[0], .ar = red[1], .mdm = red[2], .n_ar = (int)red[3], .n_mdm = (int)red[4]};
     g_error_shared = t->n_ranks > 1; /* from here on every rank fails alike */
     if (!isfinite(sum.loss))
