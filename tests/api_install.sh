@@ -7,16 +7,11 @@
 # the RF_API functions of include/refusion.h (all rf_*), has soname
 # librefusion.so.0; refusion.h compiles on its own as C99 and C++.
 set -u
-BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
 SRC=${REFUSION_SRC:?REFUSION_SRC must point at the source tree}
-BUILD=$(dirname "$BIN")
-T=$(mktemp -d /tmp/rf_api_install.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$SRC/tests/helpers/common.sh"
 . "$SRC/tests/helpers/small_model.sh"
+rf_test_setup api_install
+BUILD=$(dirname "$BIN")
 
 # a sanitizer build's library needs the same flags in the program
 SAN=$(sed -n 's/^CMAKE_C_FLAGS_ASAN:[A-Z]*=.*\(-fsanitize=[^ ]*\).*/\1/p' "$BUILD/CMakeCache.txt" 2>/dev/null)

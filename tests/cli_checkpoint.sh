@@ -5,21 +5,8 @@
 # crash: no exit status above 128), including a small header fuzz; info
 # --json parsed by node.
 set -u
-BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
-T=$(mktemp -d /tmp/rf_cli_ckpt.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-
-# run BIN with args; sets rc, out, err
-run() {
-  "$BIN" "$@" >"$T/out" 2>"$T/err"
-  rc=$?
-  out=$(cat "$T/out")
-  err=$(cat "$T/err")
-}
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup cli_ckpt
 
 # info on $1 must fail cleanly: rc 1, one stderr line starting "refusion: ",
 # containing $2 (if given)

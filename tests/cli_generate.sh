@@ -13,13 +13,8 @@
 #    1 or 2 with exactly one line "refusion: ..." on stderr.
 # JSON is read with node (a project dependency).
 set -u
-BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
-T=$(mktemp -d /tmp/rf_cli_gen.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup cli_gen
 run() { # generate runs single-threaded: the checks are about results, not speed
   if [ "$1" = generate ]; then shift; set -- generate --threads 1 "$@"; fi
   "$BIN" "$@" >"$T/out" 2>"$T/err"

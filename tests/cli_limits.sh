@@ -12,15 +12,9 @@
 # JSON, the NUL is encoded), and a non-UTF-8 prompt reported at its offset
 # in the user's text, not in the chat-templated text.
 set -u
-BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
-SRC=${REFUSION_SRC:-$(dirname "$0")/..}
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup cli_limits
 DEMO=$SRC/models/refusion-demo
-T=$(mktemp -d /tmp/rf_cli_limits.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
 # refused NEEDLE CMD...: non-zero exit, exactly one stderr line with NEEDLE
 refused() {

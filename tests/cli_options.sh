@@ -8,14 +8,8 @@
 #    history (the second prompt holds the first turn), /reset forgets it,
 #    Ctrl-C stops a long answer and the chat goes on, /exit ends it (0).
 set -u
-BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
-SRC=${REFUSION_SRC:-$(dirname "$0")/..}
-T=$(mktemp -d /tmp/rf_cli_options.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup cli_options
 
 # ---- one table, one set of defaults -------------------------------------------------------
 rows() { "$BIN" "$1" --help | sed -n '/^decoding/,/^$/p' | grep -v '^decoding' | grep -v '^ *$'; }

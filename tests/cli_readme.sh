@@ -11,20 +11,9 @@
 # code task's function, the streamed answer cut before the "return" stop,
 # /metrics counting the requests.
 set -u
-BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
-SRC=${REFUSION_SRC:-$(dirname "$0")/..}
 command -v curl >/dev/null || { echo "FAIL: curl is needed (scripts/install-deps.sh)" >&2; exit 1; }
-T=$(mktemp -d /tmp/rf_cli_readme.XXXXXX)
-SPID=""
-cleanup() {
-  [ -n "$SPID" ] && kill -KILL "$SPID" 2>/dev/null
-  rm -rf "$T"
-}
-trap cleanup EXIT
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup cli_readme
 
 W=$T/w
 mkdir -p "$W/build"

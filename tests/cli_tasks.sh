@@ -13,21 +13,9 @@
 #  - bad options and files give exit status 1/2 and one "refusion: " line.
 # JSON is inspected with node (a declared dependency).
 set -u
-BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
-T=$(mktemp -d /tmp/rf_cli_tasks.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup cli_tasks
 check() { if eval "$1"; then ok; else bad "$2"; fi; }
-
-run() {
-  "$BIN" "$@" >"$T/out" 2>"$T/err"
-  rc=$?
-  out=$(cat "$T/out")
-  err=$(cat "$T/err")
-}
 
 # expect_fail RC NEEDLE args...: exit RC, exactly one stderr line "refusion: ...NEEDLE..."
 expect_fail() {

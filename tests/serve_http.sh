@@ -15,21 +15,11 @@
 # Only 127.0.0.1, port chosen by the kernel (--port 0); every curl has a
 # time limit. JSON is checked with node (a project dependency).
 set -u
-BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
 for tool in curl node; do
   command -v $tool >/dev/null || { echo "FAIL: $tool is needed (scripts/install-deps.sh)" >&2; exit 1; }
 done
-T=$(mktemp -d /tmp/rf_serve_http.XXXXXX)
-SPID=""
-cleanup() {
-  [ -n "$SPID" ] && kill -KILL "$SPID" 2>/dev/null
-  rm -rf "$T"
-}
-trap cleanup EXIT
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup serve_http
 
 # ---- a checkpoint with a tokenizer: untied and peaked, so that answers are
 # varied text rather than one repeated token ------------------------------------------
@@ -42,20 +32,7 @@ done >"$T/corpus.txt"
 M=$T/m
 
 # ---- start the server -------------------------------------------------------------------
-"$BIN" serve -m "$M" --host 127.0.0.1 --port 0 --threads 1 -n 24 --max-body 8192 2>"$T/server.log" &
-SPID=$!
-PORT=""
-for _ in $(seq 1 100); do
-  PORT=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$T/server.log")
-  [ -n "$PORT" ] && break
-  kill -0 "$SPID" 2>/dev/null || break
-  sleep 0.1
-done
-if [ -z "$PORT" ]; then
-  echo "FAIL: the server did not start: $(cat "$T/server.log")" >&2
-  exit 1
-fi
-URL=http://127.0.0.1:$PORT
+rf_serve_start "$T/server.log" -m "$M" --threads 1 -n 24 --max-body 8192
 alive() { [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ]; }
 for _ in $(seq 1 50); do alive && break; sleep 0.1; done
 alive && ok || bad "/health not 200"

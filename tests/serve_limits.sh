@@ -18,21 +18,10 @@
 #     gets 503 instead of waiting behind a long generation.
 # Only 127.0.0.x, port chosen by the kernel; every curl has a time limit.
 set -u
-BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
-SRC=${REFUSION_SRC:-$(dirname "$0")/..}
 command -v curl >/dev/null || { echo "FAIL: curl is needed (scripts/install-deps.sh)" >&2; exit 1; }
-T=$(mktemp -d /tmp/rf_serve_limits.XXXXXX)
-SPID=""
-cleanup() {
-  [ -n "$SPID" ] && kill -KILL "$SPID" 2>/dev/null
-  rm -rf "$T"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup serve_limits
 trap "" PIPE # writes to connections the server refused
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
 # A random model with the demo tokenizer and a 4096-token context: its AR
 # answers run to max_tokens (no early EOS), long enough to leave or queue behind.
@@ -40,19 +29,7 @@ bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
   --seed 5 --tokenizer "$SRC/models/refusion-demo/tokenizer.json" >/dev/null 2>&1 || bad "init"
 M=$T/m
 
-start() { # args: extra serve options
-  "$BIN" serve -m "$M" --host 127.0.0.1 --port 0 --threads 1 "$@" 2>"$T/server.log" &
-  SPID=$!
-  PORT=""
-  for _ in $(seq 1 100); do
-    PORT=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$T/server.log")
-    [ -n "$PORT" ] && break
-    kill -0 "$SPID" 2>/dev/null || break
-    sleep 0.1
-  done
-  [ -n "$PORT" ] || { echo "FAIL: the server did not start: $(cat "$T/server.log")" >&2; exit 1; }
-  URL=http://127.0.0.1:$PORT
-}
+start() { rf_serve_start "$T/server.log" -m "$M" --threads 1 "$@"; } # args: extra serve options
 stop() { # SIGTERM lets the running generation finish: give it 30 s
   kill -TERM "$SPID" 2>/dev/null
   for _ in $(seq 1 300); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done

@@ -20,30 +20,13 @@
 #    server ran at least two at once (its requests_running_peak gauge).
 # Skipped (exit 77) only when the npm package cannot be installed.
 set -u
-BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
-SRC=${REFUSION_SRC:-$(dirname "$0")/..}
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup serve_openai
 PKG=$(bash "$SRC/scripts/serve/fetch_openai.sh") || {
   echo "serve_openai: SKIPPED: the openai npm package could not be installed"; exit 77; }
-T=$(mktemp -d /tmp/rf_serve_openai.XXXXXX)
-SPID=""
-cleanup() {
-  [ -n "$SPID" ] && kill -KILL "$SPID" 2>/dev/null
-  rm -rf "$T"
-}
-trap cleanup EXIT
 
 # 4 workers of one thread each: the concurrency check needs them in parallel
-"$BIN" serve -m "$SRC/models/refusion-demo" --host 127.0.0.1 --port 0 --parallel 4 --threads 1 \
-  --api-key sk-test-123 -n 64 2>"$T/server.log" &
-SPID=$!
-PORT=""
-for _ in $(seq 1 100); do
-  PORT=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$T/server.log")
-  [ -n "$PORT" ] && break
-  kill -0 "$SPID" 2>/dev/null || break
-  sleep 0.1
-done
-[ -n "$PORT" ] || { echo "FAIL: the server did not start: $(cat "$T/server.log")" >&2; exit 1; }
+rf_serve_start "$T/server.log" -m "$SRC/models/refusion-demo" --parallel 4 --threads 1 --api-key sk-test-123 -n 64
 
 OPENAI_PKG=$PKG BASE=http://127.0.0.1:$PORT timeout 300 node - <<'EOF'
 const OpenAI = require(process.env.OPENAI_PKG);

@@ -1,0 +1,52 @@
+# common.sh - the set-up the shell tests share, sourced after `set -u`:
+#   . "$(dirname "$0")/helpers/common.sh"; rf_test_setup NAME
+# gives BIN (REFUSION_BIN, required), SRC (REFUSION_SRC or the repository
+# above tests/), T (a scratch directory /tmp/rf_NAME.XXXXXX, removed at
+# exit after killing the server of rf_serve_start, if one runs), the
+# counters pass / fails with ok and bad, and run (a command's exit status,
+# stdout and stderr in rc, out, err; also in $T/out and $T/err).
+
+rf_test_setup() {
+  BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
+  SRC=${REFUSION_SRC:-$(dirname "$0")/..}
+  T=$(mktemp -d "/tmp/rf_$1.XXXXXX")
+  SPID=""
+  trap rf_test_cleanup EXIT
+  fails=0
+  pass=0
+}
+
+rf_test_cleanup() {
+  [ -n "$SPID" ] && kill -KILL "$SPID" 2>/dev/null
+  rm -rf "$T"
+}
+
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+run() {
+  "$BIN" "$@" >"$T/out" 2>"$T/err"
+  rc=$?
+  out=$(cat "$T/out")
+  err=$(cat "$T/err")
+}
+
+# rf_serve_start LOG SERVE-OPTIONS...: `refusion serve --host 127.0.0.1
+# --port 0 OPTIONS` in the background, its stderr in LOG; waits for the port
+# it prints and sets SPID, PORT and URL. The test ends (exit 1) when the
+# server does not start.
+rf_serve_start() {
+  local log=$1
+  shift
+  "$BIN" serve --host 127.0.0.1 --port 0 "$@" 2>"$log" &
+  SPID=$!
+  PORT=""
+  for _ in $(seq 1 100); do
+    PORT=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$log")
+    [ -n "$PORT" ] && break
+    kill -0 "$SPID" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$PORT" ] || { echo "FAIL: the server did not start: $(cat "$log")" >&2; exit 1; }
+  URL=http://127.0.0.1:$PORT
+}
