@@ -153,6 +153,10 @@ static enum MHD_Result send_health(struct MHD_Connection *c, request *q, rf_serv
                           "tokens_generated", (json_int_t)s->tokens_done, "uptime_s",
                           (json_int_t)(time(NULL) - s->started), "requests_cancelled", (json_int_t)s->n_cancelled,
                           "calls_after_cancel", (json_int_t)s->calls_after_cancel);
+    size_t held = 0;
+    for (int i = 0; i < s->cfg.workers; i++) held += s->buffer_bytes[i];
+    json_object_set_new(o, "buffer_allocs", json_integer((json_int_t)s->buffer_allocs));
+    json_object_set_new(o, "buffer_bytes", json_integer((json_int_t)held));
     pthread_mutex_unlock(&s->mu);
     return send_obj(c, s, q, stopping ? 503 : 200, o);
 }
@@ -525,6 +529,7 @@ static void stop_workers(rf_server *s) {
 static void free_workers(rf_server *s) {
     for (int i = 0; i < s->cfg.workers; i++) rf_session_free(s->workers[i].sess);
     free(s->workers);
+    free(s->buffer_bytes);
 }
 
 rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok, const rf_serve_config *c) {
@@ -548,6 +553,7 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
     pthread_cond_init(&s->queue_cv, NULL);
     if (s->cfg.workers < 1) s->cfg.workers = 1;
     s->workers = rf_calloc((size_t)s->cfg.workers, sizeof *s->workers);
+    s->buffer_bytes = rf_calloc((size_t)s->cfg.workers, sizeof *s->buffer_bytes);
     for (int i = 0; i < s->cfg.workers; i++) {
         s->workers[i].s = s;
         if (!(s->workers[i].sess = rf_session_new(m))) goto fail;

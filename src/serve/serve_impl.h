@@ -73,6 +73,11 @@ struct rf_server {
     unsigned long n_http[6];  /* HTTP answers by class: 1xx..5xx, [0] unused */
     unsigned long n_cancelled;
     long long calls_after_cancel;
+    /* the workers' sessions (/health): buffer allocations made while running
+     * jobs (flat once each worker has run its largest request), and the
+     * bytes they hold between jobs */
+    unsigned long long buffer_allocs;
+    size_t *buffer_bytes;     /* [cfg.workers] */
 };
 
 /* worker.c: the thread of an rf_worker */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api_internal.h" /* rf_session_allocs, for /health */
 #include "cli/api_params.h"
 #include "serve/serve_impl.h"
 #include "util/util.h"
@@ -321,7 +322,9 @@ static int run_choice(rf_server *s, refusion_session *sess, job *j, int index, r
  * and usage cover every choice: completion tokens, model calls, steps and
  * wall time are summed, TPF is the mean over all steps, hit_eos means every
  * choice ended with EOS. */
-static void run_job(rf_server *s, refusion_session *sess, job *j) {
+static void run_job(rf_server *s, rf_worker *w, job *j) {
+    refusion_session *sess = w->sess;
+    size_t allocs0 = rf_session_allocs(sess);
     int n = j->req.n_choices > 0 ? j->req.n_choices : 1;
     json_t *choices = json_array();
     rf_stats sum;
@@ -387,6 +390,8 @@ static void run_job(rf_server *s, refusion_session *sess, job *j) {
     j->state = JOB_DONE;
     s->n_done++;
     s->n_running--;
+    s->buffer_allocs += rf_session_allocs(sess) - allocs0;
+    s->buffer_bytes[w - s->workers] = rf_session_bytes(sess);
     if (!rc) {
         s->tokens_done += tokens;
         s->prompt_tokens += j->req.n_prompt;
@@ -444,7 +449,7 @@ void *rf_serve_worker_main(void *arg) {
             if (s->n_running > s->peak_running) s->peak_running = s->n_running;
             pthread_cond_broadcast(&j->cv); /* its connection waits for it to leave the queue */
             pthread_mutex_unlock(&s->mu);
-            run_job(s, w->sess, j);
+            run_job(s, w, j);
             pthread_mutex_lock(&s->mu);
         } else {
             j->state = JOB_DONE;
