@@ -263,27 +263,31 @@ RF_API int rf_detokenize(const refusion_tokenizer *t, const int32_t *ids, int n,
     return len > INT32_MAX ? INT32_MAX : (int)len;
 }
 
+rf_params rf_params_from_gen(const rf_gen_params *g, rf_method method, int mdm_steps) {
+    rf_params p;
+    memset(&p, 0, sizeof p);
+    p.method = method;
+    p.gen_length = g->gen_length;
+    p.slot_size = g->slot_size;
+    p.n_blocks = g->n_blocks;
+    p.slot_threshold = g->slot_threshold;
+    p.token_threshold = g->token_threshold;
+    p.ar_verify = g->ar_correct + 2 * g->ar_check_first;
+    p.mdm_steps = mdm_steps;
+    p.temperature = g->temperature;
+    p.top_k = g->top_k;
+    p.top_p = g->top_p;
+    p.seed = g->seed;
+    p.lookahead = g->lookahead;
+    p.jacobi = g->jacobi;
+    p.eos_id = g->eos_id == RF_ID_FROM_MODEL ? RF_TOKEN_FROM_MODEL : g->eos_id;
+    return p;
+}
+
 RF_API rf_params rf_params_default(void) {
     rf_gen_params g;
     rf_gen_params_default(&g);
-    rf_params p;
-    memset(&p, 0, sizeof p);
-    p.method = RF_METHOD_REFUSION;
-    p.gen_length = g.gen_length;
-    p.slot_size = g.slot_size;
-    p.n_blocks = g.n_blocks;
-    p.slot_threshold = g.slot_threshold;
-    p.token_threshold = g.token_threshold;
-    p.ar_verify = 0;
-    p.mdm_steps = 0;
-    p.temperature = g.temperature;
-    p.top_k = g.top_k;
-    p.top_p = g.top_p;
-    p.seed = g.seed;
-    p.lookahead = g.lookahead;
-    p.jacobi = g.jacobi;
-    p.eos_id = RF_TOKEN_FROM_MODEL;
-    return p;
+    return rf_params_from_gen(&g, RF_METHOD_REFUSION, 0);
 }
 
 RF_API refusion_session *rf_session_new(const refusion_model *m) {
