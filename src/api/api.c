@@ -56,16 +56,21 @@ _Static_assert(sizeof(int) == sizeof(int32_t) && (int)-1 == (int32_t)-1, "int is
     }
 #define END_CATCH() rf_die_catch(prev_)
 
+/* A zeroed handle, or NULL with the reason ("<what> is NULL" when arg, the
+ * argument it is made from, is NULL). */
+static void *new_handle(size_t size, const void *arg, const char *what) {
+    if (!arg) {
+        rf_set_error("%s is NULL", what);
+        return NULL;
+    }
+    void *h = calloc(1, size);
+    if (!h) rf_set_error("out of memory");
+    return h;
+}
+
 RF_API refusion_model *rf_model_open(const char *path) {
-    if (!path) {
-        rf_set_error("rf_model_open: path is NULL");
-        return NULL;
-    }
-    refusion_model *volatile h = calloc(1, sizeof *h);
-    if (!h) {
-        rf_set_error("out of memory");
-        return NULL;
-    }
+    refusion_model *volatile h = new_handle(sizeof *h, path, "rf_model_open: path");
+    if (!h) return NULL;
     CATCH_DIE(free(h); return NULL);
     int rc = rf_model_load(&h->m, path);
     if (!rc) h->path = rf_strdup(path);
@@ -96,10 +101,9 @@ RF_API refusion_tokenizer *rf_tokenizer_open(const refusion_model *m) {
     t = rf_tok_for_model(m->path, NULL);
     END_CATCH();
     if (!t) return NULL;
-    refusion_tokenizer *h = calloc(1, sizeof *h);
+    refusion_tokenizer *h = new_handle(sizeof *h, t, "rf_tokenizer_open: tokenizer");
     if (!h) {
         rf_tok_free(t);
-        rf_set_error("out of memory");
         return NULL;
     }
     h->t = t;
@@ -112,32 +116,15 @@ RF_API void rf_tokenizer_close(refusion_tokenizer *t) {
     free(t);
 }
 
-RF_API int rf_tokenize(const refusion_tokenizer *t, const char *text, int chat, int32_t *ids, int cap) {
-    if (!t || !text || cap < 0 || (cap > 0 && !ids)) {
-        rf_set_error("rf_tokenize: bad arguments");
-        return RF_ERR_INVALID;
-    }
-    char *volatile templated = NULL;
+/* The ids of text into ids[0 .. cap-1]; returns how many it has, or an
+ * rf_status. */
+static int encode_out(const rf_tokenizer *t, const char *text, int32_t *ids, int cap) {
     int *volatile v = NULL;
-    CATCH_DIE(return RF_ERR_INTERNAL);
-    int rc = 0, n = 0;
-    const char *src = text;
-    if (chat) {
-        /* bad UTF-8 is reported at its offset in the caller's text */
-        int *probe = NULL, np = 0;
-        rc = rf_tok_encode(t->t, text, strlen(text), &probe, &np);
-        free(probe);
-        if (!rc) {
-            templated = rf_chat_query(t->t, text);
-            if (!templated) rc = -1;
-            src = templated;
-        }
-    }
-    int *out = NULL;
-    if (!rc) rc = rf_tok_encode(t->t, src, strlen(src), &out, &n);
+    CATCH_DIE(free(v); return RF_ERR_INTERNAL);
+    int *out = NULL, n = 0;
+    int rc = rf_tok_encode(t, text, strlen(text), &out, &n);
     v = out;
     END_CATCH();
-    free(templated);
     if (rc) {
         free(v);
         return RF_ERR_INVALID;
@@ -145,6 +132,18 @@ RF_API int rf_tokenize(const refusion_tokenizer *t, const char *text, int chat, 
     for (int i = 0; i < n && i < cap; i++) ids[i] = v[i];
     free(v);
     return n;
+}
+
+RF_API int rf_tokenize(const refusion_tokenizer *t, const char *text, int chat, int32_t *ids, int cap) {
+    if (!t || !text || cap < 0 || (cap > 0 && !ids)) {
+        rf_set_error("rf_tokenize: bad arguments");
+        return RF_ERR_INVALID;
+    }
+    if (chat) { /* the prompt of a query (tokenizer/chat.c rf_chat_query) */
+        rf_chat_message msg = {"user", text};
+        return rf_tokenize_chat(t, &msg, 1, 1, ids, cap);
+    }
+    return encode_out(t->t, text, ids, cap);
 }
 
 RF_API int rf_tokenize_chat(const refusion_tokenizer *t, const rf_chat_message *msgs, int n, int think,
@@ -158,35 +157,21 @@ RF_API int rf_tokenize_chat(const refusion_tokenizer *t, const rf_chat_message *
             rf_set_error("rf_tokenize_chat: message %d has no role or content", i);
             return RF_ERR_INVALID;
         }
-    char *volatile text = NULL;
-    int *volatile v = NULL;
-    rf_chat_msg *volatile cm = NULL;
-    CATCH_DIE(free(text); free(v); free(cm); return RF_ERR_INTERNAL);
     /* bad UTF-8 is reported at its offset in what the user typed, not in
      * the templated text */
-    int *probe = NULL, np = 0;
-    int rc = rf_tok_encode(t->t, msgs[n - 1].content, strlen(msgs[n - 1].content), &probe, &np);
-    free(probe);
-    int nv = 0;
-    if (!rc) {
-        cm = rf_malloc((size_t)n * sizeof *cm);
-        for (int i = 0; i < n; i++) cm[i] = (rf_chat_msg){msgs[i].role, msgs[i].content};
-        text = rf_chat_apply(t->t, cm, n, 1, think);
-        if (!text) rc = -1;
-    }
-    int *out = NULL;
-    if (!rc) rc = rf_tok_encode(t->t, text, strlen(text), &out, &nv);
-    v = out;
+    int rc = encode_out(t->t, msgs[n - 1].content, NULL, 0);
+    if (rc < 0) return rc;
+    char *volatile text = NULL;
+    rf_chat_msg *volatile cm = NULL;
+    CATCH_DIE(free(text); free(cm); return RF_ERR_INTERNAL);
+    cm = rf_malloc((size_t)n * sizeof *cm);
+    for (int i = 0; i < n; i++) cm[i] = (rf_chat_msg){msgs[i].role, msgs[i].content};
+    text = rf_chat_apply(t->t, cm, n, 1, think);
     END_CATCH();
-    free(text);
     free(cm);
-    if (rc) {
-        free(v);
-        return RF_ERR_INVALID;
-    }
-    for (int i = 0; i < nv && i < cap; i++) ids[i] = v[i];
-    free(v);
-    return nv;
+    rc = text ? encode_out(t->t, text, ids, cap) : RF_ERR_INVALID;
+    free(text);
+    return rc;
 }
 
 RF_API int rf_token_id(const refusion_tokenizer *t, const char *piece) {
@@ -196,15 +181,8 @@ RF_API int rf_token_id(const refusion_tokenizer *t, const char *piece) {
 RF_API int rf_tokenizer_eos_id(const refusion_tokenizer *t) { return t ? rf_tok_eos_id(t->t) : -1; }
 
 RF_API refusion_text_stream *rf_text_stream_new(const refusion_tokenizer *t, int skip_special) {
-    if (!t) {
-        rf_set_error("rf_text_stream_new: tokenizer is NULL");
-        return NULL;
-    }
-    refusion_text_stream *volatile h = calloc(1, sizeof *h);
-    if (!h) {
-        rf_set_error("out of memory");
-        return NULL;
-    }
+    refusion_text_stream *volatile h = new_handle(sizeof *h, t, "rf_text_stream_new: tokenizer");
+    if (!h) return NULL;
     CATCH_DIE(free(h); return NULL);
     h->st = rf_tok_stream_new(t->t, skip_special);
     END_CATCH();
@@ -291,15 +269,8 @@ RF_API rf_params rf_params_default(void) {
 }
 
 RF_API refusion_session *rf_session_new(const refusion_model *m) {
-    if (!m) {
-        rf_set_error("rf_session_new: model is NULL");
-        return NULL;
-    }
-    refusion_session *s = calloc(1, sizeof *s);
-    if (!s) {
-        rf_set_error("out of memory");
-        return NULL;
-    }
+    refusion_session *volatile s = new_handle(sizeof *s, m, "rf_session_new: model");
+    if (!s) return NULL;
     CATCH_DIE(free(s); return NULL);
     s->ws = rf_workspace_new();
     END_CATCH();
