@@ -15,21 +15,6 @@
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup cli_tasks
-check() { if eval "$1"; then ok; else bad "$2"; fi; }
-
-# expect_fail RC NEEDLE args...: exit RC, exactly one stderr line "refusion: ...NEEDLE..."
-expect_fail() {
-  local want=$1 needle=$2
-  shift 2
-  run "$@"
-  local lines
-  lines=$(grep -c . "$T/err")
-  if [ "$rc" -ne "$want" ] || [ "$lines" -ne 1 ] || [[ "$err" != refusion:* ]] || [[ "$err" != *"$needle"* ]]; then
-    bad "'$*': exit $rc (want $want), stderr: $err"
-  else
-    ok
-  fi
-}
 
 # node -e script with the file as argv[1]; prints what the script prints
 js() { node -e "const d = JSON.parse(require('fs').readFileSync(process.argv[1], 'utf8')); $2" "$1"; }

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "helpers/favourite_token.h"
 #include "helpers/small_config.h"
 #include "decode/decode.h"
 #include "decode/mdm.h"
@@ -216,21 +217,6 @@ static void check_counts(const rf_model *m, const int *prompt, int P, rf_gen_par
                   log.rec[i].bidirectional, log.rec[i].ctx_main);
     rf_gen_result_free(&r);
     rf_call_log_free(&log);
-}
-
-/* a token the model produces often (greedy answer's most frequent id): as
- * the EOS it makes answers end early, with dropped slots */
-static int favourite_token(const rf_model *m, const int *prompt, int P) {
-    rf_gen_params p;
-    rf_gen_params_default(&p);
-    p.gen_length = 32, p.slot_size = 4, p.n_blocks = 2, p.eos_id = -1;
-    rf_gen_result r;
-    if (rf_generate_refusion(m, prompt, P, &p, &r)) return 0;
-    int cnt[V] = {0}, best = r.ids[0];
-    for (int i = 0; i < r.n_ids; i++)
-        if (++cnt[r.ids[i]] > cnt[best]) best = r.ids[i];
-    rf_gen_result_free(&r);
-    return best;
 }
 
 /* ---- 5. cancel -------------------------------------------------------------------- */

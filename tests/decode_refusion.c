@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "helpers/favourite_token.h"
 #include "helpers/small_config.h"
 #include "decode/decode.h"
 #include "model/forward.h"
@@ -258,20 +259,6 @@ static void same_as_without_lookahead(const rf_model *m, const int *prompt, int 
     CHECK(with.n_calls == without.n_calls - skipped, "%s: calls %d vs %d", what, with.n_calls, without.n_calls);
     la_saved += skipped;
     rf_gen_result_free(&with), rf_gen_result_free(&without);
-}
-
-/* a token the model produces often: greedy answer's most frequent id */
-static int favourite_token(const rf_model *m, const int *prompt, int P) {
-    rf_gen_params p;
-    rf_gen_params_default(&p);
-    p.gen_length = 32, p.slot_size = 4, p.n_blocks = 2, p.eos_id = -1;
-    rf_gen_result r;
-    if (rf_generate_refusion(m, prompt, P, &p, &r)) return 0;
-    int cnt[V] = {0}, best = r.ids[0];
-    for (int i = 0; i < r.n_ids; i++)
-        if (++cnt[r.ids[i]] > cnt[best]) best = r.ids[i];
-    rf_gen_result_free(&r);
-    return best;
 }
 
 static void test_fast_vs_naive(void) {

@@ -3,8 +3,9 @@
 # gives BIN (REFUSION_BIN, required), SRC (REFUSION_SRC or the repository
 # above tests/), T (a scratch directory /tmp/rf_NAME.XXXXXX, removed at
 # exit after killing the server of rf_serve_start, if one runs), the
-# counters pass / fails with ok and bad, and run (a command's exit status,
-# stdout and stderr in rc, out, err; also in $T/out and $T/err).
+# counters pass / fails with ok and bad, check CONDITION MESSAGE, run (a
+# command's exit status, stdout and stderr in rc, out, err; also in $T/out
+# and $T/err) and expect_fail.
 
 rf_test_setup() {
   BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
@@ -24,11 +25,27 @@ rf_test_cleanup() {
 ok() { pass=$((pass + 1)); }
 bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
+check() { if eval "$1"; then ok; else bad "$2"; fi; }
+
 run() {
   "$BIN" "$@" >"$T/out" 2>"$T/err"
   rc=$?
   out=$(cat "$T/out")
   err=$(cat "$T/err")
+}
+
+# expect_fail RC NEEDLE args...: exit RC, exactly one stderr line "refusion: ...NEEDLE..."
+expect_fail() {
+  local want=$1 needle=$2
+  shift 2
+  run "$@"
+  local lines
+  lines=$(grep -c . "$T/err")
+  if [ "$rc" -ne "$want" ] || [ "$lines" -ne 1 ] || [[ "$err" != refusion:* ]] || [[ "$err" != *"$needle"* ]]; then
+    bad "'$*': exit $rc (want $want), stderr: $err"
+  else
+    ok
+  fi
 }
 
 # rf_serve_start LOG SERVE-OPTIONS...: `refusion serve --host 127.0.0.1
