@@ -124,16 +124,17 @@ typedef enum {
 /* Newly final answer tokens, in order (up to and including the first EOS). */
 typedef void (*rf_token_cb)(const int32_t *ids, int n, void *user);
 
-/* What the decoder did in one step (for visualisation and call counting):
- * answer positions pos[i] (0-based in the answer) now hold ids[i]. One
- * PLAN, INFILL_ITER or AR_TOKEN event per model call after the prompt's. */
+/* What the decoder did (for visualisation and progress): answer positions
+ * pos[i] (0-based in the answer) now hold ids[i]. ReFusion reports a PLAN
+ * per planning step and an INFILL_ITER per infilling iteration (one or two
+ * model calls each), AR an AR_TOKEN per token, MDM nothing. */
 typedef enum {
     RF_EVENT_PLAN = 0,          /* slots chosen by a planning step: ids = their drafts */
     RF_EVENT_FAST_COMMIT = 1,   /* slots committed by global verification */
     RF_EVENT_INFILL_ITER = 2,   /* one draft+verify iteration: accepted[i] = 1 where verified */
     RF_EVENT_INFILL_COMMIT = 3, /* infilled slots committed */
     RF_EVENT_DROP = 4,          /* positions dropped behind a committed EOS (ids NULL) */
-    RF_EVENT_AR_TOKEN = 5,      /* one AR (or MDM) token */
+    RF_EVENT_AR_TOKEN = 5,      /* one AR token */
 } rf_event_type;
 typedef struct {
     rf_event_type type;
@@ -167,7 +168,8 @@ typedef struct {
     /* since 0.2 */
     int lookahead;         /* ReFusion: a global verification also feeds the next plan (same answer, fewer calls) */
     int jacobi;            /* ReFusion: an infilling iteration re-verifies the drafts instead of re-drafting */
-    int no_cache;          /* ReFusion: recompute the whole sequence every call (slow; checks the cache) */
+    int no_cache;          /* ReFusion: recompute the whole sequence every call (slow; checks the
+                              cache: the same answer, up to rounding in bf16 weights) */
     int eos_id;            /* the answer ends at this token: RF_TOKEN_FROM_MODEL, an id, or -1 (none) */
     rf_event_callback on_event; /* optional: decoder events (user is passed too) */
 } rf_params;
