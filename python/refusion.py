@@ -55,6 +55,10 @@ class _Params(ctypes.Structure):
     ]
 
 
+class _ChatMessage(ctypes.Structure):
+    _fields_ = [("role", ctypes.c_char_p), ("content", ctypes.c_char_p)]
+
+
 class _Stats(ctypes.Structure):
     _fields_ = [
         ("n_tokens", ctypes.c_int),
@@ -115,6 +119,9 @@ def load_library(path=None):
         "rf_tokenizer_close": (None, [P]),
         "rf_tokenize": (I, [P, C, I, I32P, I]),
         "rf_detokenize": (I, [P, I32P, I, I, C, I]),
+        "rf_tokenize_chat": (I, [P, ctypes.POINTER(_ChatMessage), I, I, I32P, I]),
+        "rf_token_id": (I, [P, C]),
+        "rf_tokenizer_eos_id": (I, [P]),
         "rf_params_default": (_Params, []),
         "rf_session_new": (P, [P]),
         "rf_session_free": (None, [P]),
@@ -185,6 +192,30 @@ class Model:
         buf = (ctypes.c_int32 * max(n, 1))()
         _lib.rf_tokenize(self._tok, b, int(chat), buf, n)
         return list(buf[:n])
+
+    def tokenize_chat(self, messages, think=True):
+        """Ids of a conversation [(role, content), ...] in the chat template,
+        with the generation prompt (think=False: enable_thinking=false)."""
+        self._need_tok()
+        msgs = (_ChatMessage * max(len(messages), 1))(
+            *[_ChatMessage(r.encode("utf-8"), c.encode("utf-8")) for r, c in messages])
+        n = _lib.rf_tokenize_chat(self._tok, msgs, len(messages), int(think), None, 0)
+        if n < 0:
+            raise _error()
+        buf = (ctypes.c_int32 * max(n, 1))()
+        _lib.rf_tokenize_chat(self._tok, msgs, len(messages), int(think), buf, n)
+        return list(buf[:n])
+
+    def token_id(self, piece):
+        """The id of one token given as its text, or -1."""
+        self._need_tok()
+        return _lib.rf_token_id(self._tok, piece.encode("utf-8"))
+
+    @property
+    def tokenizer_eos_id(self):
+        """The tokenizer's end-of-sequence token (e.g. <|im_end|>), or -1."""
+        self._need_tok()
+        return _lib.rf_tokenizer_eos_id(self._tok)
 
     def detokenize(self, ids, skip_special=True):
         self._need_tok()

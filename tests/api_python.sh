@@ -4,7 +4,8 @@
 # same answer ids as `refusion generate --json` for ReFusion (also AR-verified
 # and sampled), AR (greedy and sampled) and MDM; streamed tokens add up to
 # the answer; a session reused across calls of other sizes repeats its
-# answers; cancel and bad paths raise RefusionError. Exit 77 (skipped) when
+# answers; tokenize_chat (a system message: the CLI's --system prompt),
+# token_id, tokenizer_eos_id; cancel and bad paths raise RefusionError. Exit 77 (skipped) when
 # python3 is missing or the build is a sanitizer build (its .so cannot be
 # loaded into an uninstrumented python3).
 set -u
@@ -31,6 +32,7 @@ cli rf_temp -n 12 --blocks 2 --slot-size 2 --temp 0.8 -s 7
 cli ar --decoder ar -n 10
 cli ar_temp --decoder ar -n 10 --temp 0.9 --top-k 20 --top-p 0.9 -s 3
 cli mdm --decoder mdm -n 8 --blocks 2
+cli rf_sys -n 4 --blocks 1 --system "Be brief."
 
 OMP_NUM_THREADS=1 REFUSION_LIB="$BUILD/librefusion.so" PYTHONPATH="$SRC/python" python3 - "$T" "$Q" <<'PY'
 import ctypes, json, sys
@@ -50,6 +52,10 @@ def cli(name):
 m = refusion.Model(T + "/m")
 ids = m.tokenize(Q, chat=True)
 check(ids == cli("rf")["prompt_ids"], "tokenize: %s vs CLI %s" % (ids, cli("rf")["prompt_ids"]))
+check(m.tokenize_chat([("user", Q)]) == ids, "tokenize_chat of one user message")
+check(m.tokenize_chat([("system", "Be brief."), ("user", Q)]) == cli("rf_sys")["prompt_ids"], "tokenize_chat with a system message vs CLI --system")
+check(m.token_id("<|im_start|>") == ids[0] and m.token_id("<|nope|>") == -1, "token_id")
+check(m.tokenizer_eos_id == m.token_id("<|im_end|>"), "tokenizer_eos_id %d" % m.tokenizer_eos_id)
 s = m.session()
 cases = [
     ("rf", dict(gen_length=12, n_blocks=1)),
