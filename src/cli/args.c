@@ -40,6 +40,10 @@ const rf_opt rf_decode_table[] = {
     {"jacobi", 0, NULL, "jacobi", RF_OPT_FLAG, 0, 0, 0, 0, NULL, G(jacobi), NULL,
      "refusion, beyond the paper (REFUSION.md 3d; needs --ar-verify correct or both): infilling "
      "re-verifies its drafts without re-drafting them (one call per iteration, not two)"},
+    {"rolling", 0, NULL, "rolling", RF_OPT_FLAG, 0, 0, 0, 0, NULL, G(rolling), NULL,
+     "refusion, beyond the paper (decode/rolling.c): a rolling slot - every call verifies the drafts "
+     "with the AR head and drafts the next slot-size tokens with masks behind them; the answer is AR "
+     "decoding's (same --temp/--top-k/--top-p/--seed); uses --slot-size, --slot-threshold"},
     {"temp", 0, "temperature", "temperature", RF_OPT_FLOAT, 0, 1e6, 0, 0, NULL, G(temperature), "X",
      "sampling temperature, 0 = greedy (refusion: Gumbel-max planning)"},
     {"top-k", 0, NULL, "top_k", RF_OPT_INT, 0, 1000000000, 0, RF_HI_VOCAB, NULL, G(top_k), "N",

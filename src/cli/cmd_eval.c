@@ -79,6 +79,7 @@ static json_t *settings_json(const rf_eval_opts *o) {
         json_object_set_new(s, "ar_verify", json_string(rf_ar_verify_name(g->ar_correct, g->ar_check_first)));
         json_object_set_new(s, "lookahead", json_boolean(g->lookahead));
         json_object_set_new(s, "jacobi", json_boolean(g->jacobi));
+        json_object_set_new(s, "rolling", json_boolean(g->rolling));
     } else if (o->decoder == RF_DEC_AR) {
         json_object_set_new(s, "top_k", json_integer(g->top_k));
         json_object_set_new(s, "top_p", json_real(short_real(g->top_p)));

@@ -75,6 +75,9 @@ typedef struct {
     int jacobi;              /* ReFusion, beyond the paper: an infilling iteration verifies the
                                 current drafts again instead of re-drafting them first (one call
                                 per iteration, not two; REFUSION.md 3d) */
+    int rolling;             /* ReFusion, beyond the paper: a rolling slot (decode/rolling.c):
+                                every call verifies the drafts and drafts the next slot with masks
+                                behind them; the answer is AR decoding's (same sampling settings) */
     rf_tokens_cb on_tokens;  /* optional */
     rf_event_cb on_event;    /* optional */
     void *user;
@@ -139,6 +142,9 @@ int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_promp
                                const rf_gen_params *p, rf_gen_result *out);
 int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
                    rf_gen_result *out);
+/* p->rolling's decoder (rf_generate_refusion calls it when p->rolling is set) */
+int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+                        rf_gen_result *out);
 void rf_gen_result_free(rf_gen_result *r);
 
 /* ---- helpers shared by the decoders (decode_util.c) ---- */

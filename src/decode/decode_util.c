@@ -47,6 +47,24 @@ int gen_mask_id(const rf_model *m, const rf_gen_params *p) {
 
 static int bad_unit(float x) { return !(x >= 0.0f && x <= 1.0f); } /* NaN too */
 
+/* the rolling decoder's own settings (its sampling ones are AR's) */
+static int rolling_check(const rf_model *m, const rf_gen_params *p, int eos) {
+    if (p->slot_size < 1) {
+        rf_set_error("slot_size must be at least 1 (got %d)", p->slot_size);
+        return -1;
+    }
+    if (bad_unit(p->slot_threshold)) {
+        rf_set_error("slot_threshold must be in [0, 1] (got %g)", p->slot_threshold);
+        return -1;
+    }
+    int mask = gen_mask_id(m, p);
+    if (mask < 0 || mask >= m->cfg.vocab_size || mask == eos) {
+        rf_set_error("mask id %d is outside the vocabulary [0, %d) or is the EOS id", mask, m->cfg.vocab_size);
+        return -1;
+    }
+    return 0;
+}
+
 int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p, int ar) {
     const rf_config *c = &m->cfg;
     if (n_prompt < 1) {
@@ -82,6 +100,7 @@ int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_ge
             rf_set_error("top_p must be in (0, 1] (got %g)", p->top_p);
             return -1;
         }
+        if (p->rolling && rolling_check(m, p, eos)) return -1;
     } else {
         if (p->slot_size < 1) {
             rf_set_error("slot_size must be at least 1 (got %d)", p->slot_size);
@@ -148,6 +167,7 @@ int64_t rf_gen_mem_bytes(const rf_model *m, int n_prompt, const rf_gen_params *p
     if (ar) {
         G = p->gen_length > 0 ? p->gen_length : 1;
         T = P < 256 ? P : 256; /* prefill chunk */
+        if (p->rolling && T < 2 * (int64_t)p->slot_size) T = 2 * (int64_t)p->slot_size; /* rolling.c */
     } else {
         S = p->slot_size > 0 ? p->slot_size : 1;
         G = gen_padded64(p);

@@ -562,6 +562,7 @@ out:
 
 int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
                          rf_gen_result *out) {
+    if (p->rolling) return rf_generate_rolling(m, prompt, n_prompt, p, out);
     memset(out, 0, sizeof *out);
     if (rf_gen_check(m, prompt, n_prompt, p, 0)) return -1;
     fast f;

@@ -1,0 +1,210 @@
+/* decode_rolling.c - the rolling-slot decoder (decode/rolling.c).
+ *
+ *  1. Its answer is AR decoding's, token for token, for any sampling
+ *     settings: random models (flat and peaky), prompts of 1-9 tokens,
+ *     slot sizes 1-8, slot thresholds 0 / 0.5 / 1, greedy and sampled (with
+ *     top-k / top-p, several seeds), no EOS / the model's EOS / a frequent
+ *     token as EOS (early stops at every position), answer lengths 1-40;
+ *  2. its bookkeeping: every committed token is counted once in the accept
+ *     statistics, no call commits nothing, drafts are only fed while the
+ *     mask head's probability passes slot_threshold (threshold 1: never ->
+ *     one token per call);
+ *  3. on the shipped ReFusion demo model (a trained mask head) with its
+ *     chat format, questions of the task families: same answers as AR and
+ *     more than 1.5 tokens per call, i.e. drafts really pass.
+ *  4. bad settings are refused with a message. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "decode/decode.h"
+#include "tokenizer/tokenizer.h"
+
+#define V 512
+
+static rf_config cfg_small(void) {
+    rf_config c;
+    memset(&c, 0, sizeof c);
+    c.hidden_size = 64;
+    c.intermediate_size = 128;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 16;
+    c.vocab_size = V;
+    c.max_pos = 256;
+    c.rms_eps = 1e-6f;
+    c.rope_theta = 10000.0f;
+    c.bos_id = c.pad_id = -1;
+    c.eos_id = 510;
+    c.mask_id = 511;
+    c.bot_id = 509;
+    c.dtype = RF_F32;
+    return c;
+}
+
+static long n_runs, n_verified, n_calls_total, n_tokens_total;
+
+/* rolling vs AR on one setting; returns tokens per call of the rolling run */
+static double same_as_ar(const rf_model *m, const int *prompt, int P, const rf_gen_params *p, const char *what) {
+    rf_gen_result a, r;
+    rf_gen_params q = *p;
+    q.rolling = 0;
+    if (rf_generate_ar(m, prompt, P, &q, &a)) {
+        CHECK(0, "%s: ar: %s", what, rf_last_error());
+        return 0;
+    }
+    q.rolling = 1;
+    if (rf_generate_refusion(m, prompt, P, &q, &r)) {
+        CHECK(0, "%s: rolling: %s", what, rf_last_error());
+        rf_gen_result_free(&a);
+        return 0;
+    }
+    int same = a.n_ids == r.n_ids && a.hit_eos == r.hit_eos && !memcmp(a.ids, r.ids, (size_t)a.n_ids * sizeof(int));
+    CHECK(same, "%s: rolling answer (%d ids) differs from AR's (%d ids)", what, r.n_ids, a.n_ids);
+    const rf_accept_stats *s = &r.accept;
+    int counted = s->first_free + s->first_checked + s->first_replaced + s->verified + s->forced_draft + s->forced_ar;
+    CHECK(counted == r.n_tokens, "%s: accept statistics count %d of %d tokens", what, counted, r.n_tokens);
+    /* every call commits a token the AR head chose, except a last one that
+     * ends the answer on a passed draft */
+    CHECK(s->forced_ar == r.n_calls || s->forced_ar == r.n_calls - 1, "%s: %d calls, %d AR-chosen tokens", what,
+          r.n_calls, s->forced_ar);
+    int step_tokens = 0, empty = 0;
+    for (int i = 0; i < r.n_steps; i++) step_tokens += r.steps[i].tokens, empty += r.steps[i].tokens < 1;
+    CHECK(!empty, "%s: %d calls committed nothing", what, empty);
+    CHECK(step_tokens == r.n_tokens && r.n_steps == r.n_calls, "%s: steps %d / tokens %d, calls %d / tokens %d",
+          what, r.n_steps, step_tokens, r.n_calls, r.n_tokens);
+    if (p->slot_threshold >= 1.0f)
+        CHECK(s->verified == 0, "%s: a draft was fed at slot_threshold 1", what);
+    if (p->slot_size == 1) CHECK(s->verified == 0, "%s: slot size 1 has no drafts", what);
+    n_runs++, n_verified += s->verified, n_calls_total += r.n_calls, n_tokens_total += r.n_tokens;
+    double tpc = r.tokens_per_call;
+    rf_gen_result_free(&a), rf_gen_result_free(&r);
+    return tpc;
+}
+
+static void test_random_models(void) {
+    const int prompts[3][9] = {{5, 6, 7, 8, 9, 10, 11, 12, 13}, {300}, {1, 400, 2, 401}};
+    const int plen[3] = {9, 1, 4};
+    const int slots[] = {1, 2, 3, 4, 8};
+    const float thr[] = {0.0f, 0.5f, 1.0f};
+    for (int mi = 0; mi < 2; mi++) {
+        rf_config c = cfg_small();
+        rf_model m;
+        rf_model_init_random(&m, &c, RF_F32, mi ? 1.5f : 0.5f, 70 + mi);
+        /* a frequent token of this model as EOS: the AR answer's 3rd token */
+        rf_gen_params g;
+        rf_gen_params_default(&g);
+        g.gen_length = 3, g.eos_id = -1;
+        rf_gen_result a;
+        CHECK(rf_generate_ar(&m, prompts[0], plen[0], &g, &a) == 0, "ar: %s", rf_last_error());
+        const int eos_ids[3] = {-1, RF_ID_FROM_MODEL, a.n_ids == 3 ? a.ids[2] : 7};
+        rf_gen_result_free(&a);
+        for (int pi = 0; pi < 3; pi++)
+            for (int si = 0; si < 5; si++)
+                for (int ti = 0; ti < 3; ti++)
+                    for (int ei = 0; ei < 3; ei++)
+                        for (int mode = 0; mode < 4; mode++) {
+                            rf_gen_params p;
+                            rf_gen_params_default(&p);
+                            p.gen_length = (pi + si + ei) % 3 == 0 ? 40 : (pi + si) % 2 ? 7 : 1;
+                            p.slot_size = slots[si], p.slot_threshold = thr[ti], p.eos_id = eos_ids[ei];
+                            if (mode >= 1) p.temperature = 0.8f, p.seed = 11u * mode + pi;
+                            if (mode == 2) p.top_k = 5;
+                            if (mode == 3) p.top_p = 0.9f;
+                            char what[160];
+                            snprintf(what, sizeof what, "model %d prompt %d slot %d thr %.1f eos %d mode %d gen %d", mi,
+                                     pi, p.slot_size, p.slot_threshold, p.eos_id, mode, p.gen_length);
+                            same_as_ar(&m, prompts[pi], plen[pi], &p, what);
+                        }
+        rf_model_free(&m);
+    }
+    printf("random models: %ld runs, %ld drafts passed, %ld tokens in %ld calls\n", n_runs, n_verified,
+           n_tokens_total, n_calls_total);
+}
+
+/* The demo model with its tokenizer and chat format, on task questions of
+ * the three families it was trained on. */
+static void test_demo_model(void) {
+    const char *src = getenv("REFUSION_SRC");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/models/refusion-demo", src ? src : ".");
+    rf_model m;
+    if (rf_model_load(&m, dir)) {
+        CHECK(0, "%s: %s", dir, rf_last_error());
+        return;
+    }
+    rf_tokenizer *tok = rf_tok_for_model(dir, NULL);
+    CHECK(tok != NULL, "%s: no tokenizer: %s", dir, rf_last_error());
+    if (!tok) {
+        rf_model_free(&m);
+        return;
+    }
+    const char *questions[] = {
+        "Write a Python function f(x) that does this: start from x, add 5, square it, then return its absolute value.",
+        "Write a Python function f(x) that does this: start from x, multiply by 3, subtract 7, then return it.",
+        "Tom has 12 apples. He buys 7 more and gives 5 away. How many apples does he have?",
+        "A shop sells 4 boxes of 9 pens each and then 6 more pens. How many pens were sold?",
+        "Make a JSON record for a person named Ada, age 36, city London.",
+        "Make a JSON record for a book titled Dune, year 1965, author Frank Herbert."};
+    long calls = 0, tokens = 0;
+    for (int k = 0; k < 6; k++) {
+        int *prompt = NULL, P = 0;
+        if (rf_chat_query_ids(tok, questions[k], &prompt, &P)) {
+            CHECK(0, "question %d: %s", k, rf_last_error());
+            continue;
+        }
+        for (int w = 3; w <= 5; w++) {
+            rf_gen_params p;
+            rf_gen_params_default(&p);
+            p.gen_length = 64, p.slot_size = w, p.slot_threshold = 0.5f;
+            char what[96];
+            snprintf(what, sizeof what, "demo prompt %d slot %d", k, w);
+            long c0 = n_calls_total, t0 = n_tokens_total;
+            same_as_ar(&m, prompt, P, &p, what);
+            calls += n_calls_total - c0, tokens += n_tokens_total - t0;
+        }
+        free(prompt);
+    }
+    double tpc = calls ? (double)tokens / calls : 0;
+    printf("demo model: %ld tokens in %ld calls (%.2f tokens per call)\n", tokens, calls, tpc);
+    CHECK(tpc > 1.5, "demo model: %.2f tokens per call: the mask head's drafts hardly pass", tpc);
+    rf_tok_free(tok);
+    rf_model_free(&m);
+}
+
+static void test_bad_settings(void) {
+    rf_config c = cfg_small();
+    rf_model m;
+    rf_model_init_random(&m, &c, RF_F32, 0.5f, 3);
+    int prompt[2] = {4, 5};
+    rf_gen_result r;
+    struct {
+        const char *what, *msg;
+        int slot;
+        float thr;
+        int mask;
+    } bad[] = {{"slot 0", "slot_size", 0, 0.5f, RF_ID_FROM_MODEL},
+               {"threshold 2", "slot_threshold", 4, 2.0f, RF_ID_FROM_MODEL},
+               {"mask = eos", "mask id", 4, 0.5f, 510},
+               {"mask outside", "mask id", 4, 0.5f, V}};
+    for (int i = 0; i < 4; i++) {
+        rf_gen_params p;
+        rf_gen_params_default(&p);
+        p.rolling = 1, p.gen_length = 8, p.slot_size = bad[i].slot, p.slot_threshold = bad[i].thr;
+        p.mask_id = bad[i].mask;
+        int rc = rf_generate_refusion(&m, prompt, 2, &p, &r);
+        CHECK(rc == -1 && strstr(rf_last_error(), bad[i].msg), "%s: rc %d, \"%s\"", bad[i].what, rc, rf_last_error());
+    }
+    rf_model_free(&m);
+}
+
+int main(void) {
+    omp_set_num_threads(1); /* tiny models: threads only add spin-wait time on a busy machine */
+    test_random_models();
+    test_demo_model();
+    test_bad_settings();
+    return check_summary("decode_rolling");
+}
