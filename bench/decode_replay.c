@@ -4,6 +4,7 @@
  *                       [-8b DIR] [--no-06b] [--threads T]
  *                       [--gen-length 128] [--slot-size 8] [--blocks 2]
  *                       [--slot-threshold 0.9] [--token-threshold 0.4] [--clock wall|cpu]
+ *                       [--rolling-slot 4] [--rolling-threshold 0.5]
  *
  * The demo model (3.4M parameters) sits in the CPU cache: every call is
  * compute-bound and costs in proportion to its tokens. The 0.6B and 8B
@@ -14,7 +15,8 @@
  *  1. decodes the first N examples of a task file with the trained model and
  *     each decoder (AR; faithful ReFusion; AR-verified ReFusion, switch (a)
  *     and switches (a)+(b), (a)+(b) with jacobi infilling (the paper table's
- *     headline decoder), and with lookahead and jacobi,
+ *     headline decoder), with lookahead and jacobi, and the rolling slot
+ *     (decode/rolling.c, its own slot size and draft threshold),
  *     REFUSION.md 3c-3d), measuring the wall time, and records the shape
  *     of every forward call through the call log (model/forward.h): rows R,
  *     new tokens per row, cache length before the call (main + each row's
@@ -53,11 +55,12 @@
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
-enum { D_AR, D_REFUSION, D_VERIFIED_A, D_VERIFIED_AB, D_JACOBI, D_FAST, N_DEC };
+enum { D_AR, D_REFUSION, D_VERIFIED_A, D_VERIFIED_AB, D_JACOBI, D_FAST, D_ROLLING, N_DEC };
 static const char *const dec_name[N_DEC] = {"AR", "ReFusion", "ReFusion AR-verified (a)",
                                             "ReFusion AR-verified (a)+(b)",
                                             "ReFusion AR-verified (a)+(b), jacobi",
-                                            "ReFusion AR-verified (a)+(b), lookahead, jacobi"};
+                                            "ReFusion AR-verified (a)+(b), lookahead, jacobi",
+                                            "ReFusion rolling slot"};
 
 typedef struct {
     int n_prompt, tokens, calls;
@@ -147,7 +150,8 @@ static void usage(void) {
     fprintf(stderr,
             "usage: bench_decode_replay -m MODEL --data TASKS.json [-n 30] [--replay K] [--replay-8b K8]\n"
             "       [-8b DIR] [--no-06b] [--threads T] [--gen-length N] [--slot-size S] [--blocks B]\n"
-            "       [--slot-threshold X] [--token-threshold X] [--clock wall|cpu]\n");
+            "       [--slot-threshold X] [--token-threshold X] [--rolling-slot W] [--rolling-threshold X]\n"
+            "       [--clock wall|cpu]\n");
 }
 
 int main(int argc, char **argv) {
@@ -156,6 +160,8 @@ int main(int argc, char **argv) {
     rf_gen_params base;
     rf_gen_params_default(&base);
     base.gen_length = 128, base.slot_size = 8, base.n_blocks = 2;
+    int rolling_slot = 4; /* the rolling decoder's slot and draft threshold */
+    float rolling_thr = 0.5f;
     base.slot_threshold = 0.9f, base.token_threshold = 0.4f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -178,6 +184,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--gen-length")) base.gen_length = atoi(v);
         else if (!strcmp(a, "--slot-size")) base.slot_size = atoi(v);
         else if (!strcmp(a, "--blocks")) base.n_blocks = atoi(v);
+        else if (!strcmp(a, "--rolling-slot")) rolling_slot = atoi(v);
+        else if (!strcmp(a, "--rolling-threshold")) rolling_thr = (float)atof(v);
         else if (!strcmp(a, "--slot-threshold")) base.slot_threshold = (float)atof(v);
         else if (!strcmp(a, "--token-threshold")) base.token_threshold = (float)atof(v);
         else if (!strcmp(a, "--clock") && (!strcmp(v, "wall") || !strcmp(v, "cpu"))) use_cpu_clock = !strcmp(v, "cpu");
@@ -235,6 +243,7 @@ int main(int argc, char **argv) {
         p.ar_check_first = d == D_VERIFIED_AB || d == D_JACOBI || d == D_FAST;
         p.jacobi = d == D_JACOBI || d == D_FAST;
         p.lookahead = d == D_FAST;
+        if (d == D_ROLLING) p.rolling = 1, p.slot_size = rolling_slot, p.slot_threshold = rolling_thr;
         run[d].ex = rf_calloc((size_t)n_ex, sizeof(example_run));
         for (int i = 0; i < n_ex; i++) {
             rf_gen_result r;
