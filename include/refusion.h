@@ -172,6 +172,10 @@ typedef struct {
                               cache: the same answer, up to rounding in bf16 weights) */
     int eos_id;            /* the answer ends at this token: RF_TOKEN_FROM_MODEL, an id, or -1 (none) */
     rf_event_callback on_event; /* optional: decoder events (user is passed too) */
+    int rolling;           /* ReFusion, beyond the paper: a rolling slot - every call verifies the
+                              drafts with the AR head and drafts the next slot_size tokens with
+                              masks behind them (uses slot_size, slot_threshold; the answer is
+                              AR decoding's with the same sampling settings) */
 } rf_params;
 
 /* The defaults of `refusion generate`: ReFusion, 512 tokens, slots of 4,

@@ -52,6 +52,7 @@ class _Params(ctypes.Structure):
         ("no_cache", ctypes.c_int),
         ("eos_id", ctypes.c_int),
         ("on_event", ctypes.c_void_p),  # events are not offered in Python (NULL)
+        ("rolling", ctypes.c_int),
     ]
 
 
@@ -256,7 +257,7 @@ class Session:
         """Answer ids for prompt_ids. Keyword arguments are the rf_params fields
         (gen_length, slot_size, n_blocks, slot_threshold, token_threshold,
         mdm_steps, temperature, top_k, top_p, seed, lookahead, jacobi, no_cache,
-        eos_id). on_tokens(list_of_ids) is
+        eos_id, rolling). on_tokens(list_of_ids) is
         called as tokens become final. cancel: a ctypes.c_int that another
         thread may set to 1 to stop the generation."""
         p = _lib.rf_params_default()

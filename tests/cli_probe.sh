@@ -15,7 +15,6 @@
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup cli_probe
-js() { node -e "const d = JSON.parse(require('fs').readFileSync(process.argv[1], 'utf8')); $2" "$1"; }
 
 run tasks -o "$T/data" --seed 5 --train 200 --test 6
 check '[ $rc -eq 0 ]' "tasks: $err"

@@ -16,9 +16,6 @@ set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup cli_tasks
 
-# node -e script with the file as argv[1]; prints what the script prints
-js() { node -e "const d = JSON.parse(require('fs').readFileSync(process.argv[1], 'utf8')); $2" "$1"; }
-
 # ---- the suite ---------------------------------------------------------------------
 run tasks -o "$T/a" --seed 3 --train 600 --test 90
 check '[ $rc -eq 0 ] && [ -s "$T/a/train.json" ] && [ -s "$T/a/test.json" ]' "tasks: rc $rc $err"

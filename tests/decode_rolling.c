@@ -20,28 +20,14 @@
 
 #include "check.h"
 #include "decode/decode.h"
+#include "helpers/small_config.h"
 #include "tokenizer/tokenizer.h"
 
 #define V 512
 
 static rf_config cfg_small(void) {
-    rf_config c;
-    memset(&c, 0, sizeof c);
-    c.hidden_size = 64;
-    c.intermediate_size = 128;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 16;
-    c.vocab_size = V;
-    c.max_pos = 256;
-    c.rms_eps = 1e-6f;
-    c.rope_theta = 10000.0f;
-    c.bos_id = c.pad_id = -1;
-    c.eos_id = 510;
-    c.mask_id = 511;
-    c.bot_id = 509;
-    c.dtype = RF_F32;
+    rf_config c = rf_test_config(64, 128, 4, 2, 16, V, 256);
+    c.eos_id = 510, c.mask_id = 511, c.bot_id = 509;
     return c;
 }
 

@@ -258,6 +258,7 @@ rf_params rf_params_from_gen(const rf_gen_params *g, rf_method method, int mdm_s
     p.seed = g->seed;
     p.lookahead = g->lookahead;
     p.jacobi = g->jacobi;
+    p.rolling = g->rolling;
     p.eos_id = g->eos_id == RF_ID_FROM_MODEL ? RF_TOKEN_FROM_MODEL : g->eos_id;
     return p;
 }
@@ -339,6 +340,7 @@ static int gen_params(const rf_params *p, rf_gen_params *g, cb_bridge *bridge) {
     g->seed = p->seed;
     g->lookahead = p->lookahead;
     g->jacobi = p->jacobi;
+    g->rolling = p->rolling;
     g->eos_id = p->eos_id == RF_TOKEN_FROM_MODEL ? RF_ID_FROM_MODEL : p->eos_id;
     g->cancel = p->cancel;
     bridge->p = p;

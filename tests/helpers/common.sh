@@ -5,7 +5,7 @@
 # exit after killing the server of rf_serve_start, if one runs), the
 # counters pass / fails with ok and bad, check CONDITION MESSAGE, run (a
 # command's exit status, stdout and stderr in rc, out, err; also in $T/out
-# and $T/err) and expect_fail.
+# and $T/err), expect_fail and js.
 
 rf_test_setup() {
   BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
@@ -67,3 +67,6 @@ rf_serve_start() {
   [ -n "$PORT" ] || { echo "FAIL: the server did not start: $(cat "$log")" >&2; exit 1; }
   URL=http://127.0.0.1:$PORT
 }
+
+# js FILE SCRIPT: node runs SCRIPT with d = the JSON in FILE; prints what it prints
+js() { node -e "const d = JSON.parse(require('fs').readFileSync(process.argv[1], 'utf8')); $2" "$1"; }
