@@ -263,7 +263,8 @@ int main(int argc, char **argv) {
             e->n_prompt = plen[i];
             e->tokens = r.n_tokens;
             e->calls = r.n_calls;
-            int logged = rf_call_log_model_calls(&run[d].log, e->log_from, e->log_to, plen[i], d == D_AR);
+            int own_prefill = d == D_AR || d == D_ROLLING; /* both count the prefill as a call */
+            int logged = rf_call_log_model_calls(&run[d].log, e->log_from, e->log_to, plen[i], own_prefill);
             if (logged != r.n_calls) {
                 fprintf(stderr, "bench_decode_replay: %s, example %d: the log holds %d model calls, the decoder %d\n",
                         dec_name[d], i, logged, r.n_calls);
