@@ -59,6 +59,9 @@ GEN=${GEN_LENGTH:-128}
 VERIFIED="--slot-size 8 --blocks 16 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify both"
 FAST="$VERIFIED --jacobi"
 FAST4="--slot-size 4 --blocks 32 --slot-threshold 0.5 --token-threshold 0.5 --ar-verify both --jacobi"
+# ROLLING: the rolling slot (src/decode/rolling.c): verify and draft in one
+# call; the answer is AR decoding's
+ROLLING="--rolling --slot-size 4 --slot-threshold 0.5"
 HEAD_MODEL=${HEAD_MODEL:-refusion-aux8f7}
 EVALS=${EVALS:-"ar|ar|ar|
 ar-base|base|ar|
@@ -86,10 +89,11 @@ head-lookahead|$HEAD_MODEL|refusion|$VERIFIED --lookahead
 head-lookahead-jacobi|$HEAD_MODEL|refusion|$FAST --lookahead
 head-fast|$HEAD_MODEL|refusion|$FAST
 head-fast-s4|$HEAD_MODEL|refusion|$FAST4
+head-rolling|$HEAD_MODEL|refusion|$ROLLING
 mdm-128-steps|mdm|mdm|--blocks 4 --steps $GEN
 mdm-32-steps|mdm|mdm|--blocks 4 --steps 32"}
 # the ReFusion run the paper's comparisons (vs AR, vs MDM) are made with
-HEADLINE=${HEADLINE:-head-fast}
+HEADLINE=${HEADLINE:-head-rolling}
 LIMIT=${LIMIT:-0}
 STAGES=${STAGES:-"tasks tokenizer train convert eval probe table"}
 FORCE=${FORCE:-0}
