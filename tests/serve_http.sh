@@ -92,6 +92,8 @@ ref r_x1 --no-chat -p "$P" -n 20 --slot-size 2 --blocks 3 --slot-threshold 0.1 -
 # AR-verified with this project's call savers (REFUSION.md 3b-3d), from the request
 req v1 POST /v1/completions "{\"prompt\": \"$P\", \"max_tokens\": 20, \"slot_size\": 2, \"serial_num_blocks\": 10, \"token_threshold\": 0.5, \"ar_verify\": \"both\", \"lookahead\": true, \"jacobi\": true}"
 ref r_v1 --no-chat -p "$P" -n 20 --slot-size 2 --blocks 10 --token-threshold 0.5 --ar-verify both --lookahead --jacobi
+req ro1 POST /v1/completions "{\"prompt\": \"$P\", \"max_tokens\": 20, \"slot_size\": 3, \"rolling\": true}"
+ref r_ro1 --no-chat -p "$P" -n 20 --slot-size 3 --rolling
 # sampling with a seed is reproducible
 req t1 POST /v1/completions "{\"prompt\": \"$P\", \"temperature\": 0.8, \"seed\": 5}"
 ref r_t1 --no-chat -p "$P" -n 24 --temp 0.8 --seed 5
@@ -183,6 +185,10 @@ same('h1', 'r_h1', 'chat.completion');
 same('a1', 'r_a1', 'text_completion');
 same('x1', 'r_x1', 'text_completion');
 same('v1', 'r_v1', 'text_completion');
+same('ro1', 'r_ro1', 'text_completion');
+{ const v = json('v1.body'), r = json('ro1.body');
+  ok(v && r && v.refusion.settings.lookahead === true && v.refusion.settings.jacobi === true &&
+     r.refusion.settings.rolling === true && v.refusion.settings.rolling === false, 'flags echoed as set'); }
 same('t1', 'r_t1', 'text_completion');
 same('i1', 'r_i1', 'text_completion');
 for (const k of [1, 2, 3]) same('par' + k, 'r_c1', 'text_completion');

@@ -110,7 +110,7 @@ static json_t *stats_json(const job *j, const rf_stats *r) {
         rf_opt_format(row, &j->req.d, b, sizeof b);
         json_object_set_new(set, row->http, row->type == RF_OPT_FLOAT    ? json_real(strtod(b, NULL))
                                             : row->type == RF_OPT_CHOICE ? json_string(b)
-                                            : row->type == RF_OPT_FLAG   ? json_boolean(strtoll(b, NULL, 10))
+                                            : row->type == RF_OPT_FLAG   ? json_boolean(!strcmp(b, "on"))
                                                                          : json_integer(strtoll(b, NULL, 10)));
     }
     json_object_set_new(set, "max_tokens", json_integer(p->gen_length));
