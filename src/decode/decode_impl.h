@@ -5,6 +5,7 @@
 #define RF_DECODE_IMPL_H
 
 #include "decode/decode.h"
+#include "model/forward.h"
 
 typedef struct {
     const rf_gen_params *p;
@@ -40,6 +41,12 @@ rf_step_stat *ans_step(rf_answer *a, int block);
 int ans_finish(rf_answer *a, int n_prompt, rf_gen_result *out);
 void ans_event(const rf_answer *a, rf_event_kind kind, int step, int n, const int *apos,
                const int *tok, const unsigned char *accepted);
+
+/* AR-style prefill (ar.c, rolling.c): the prompt in chunks of `chunk`
+ * tokens (pos: chunk ints of scratch), the last prompt token's logits into
+ * logits; one model call in a new step of ans. 0, or -1 (error, cancel). */
+int gen_prefill(const rf_model *m, rf_kvcache *kv, rf_runstate *rs, const int *prompt, int n_prompt, int chunk,
+                int *pos, float *logits, rf_answer *ans);
 
 /* Before every model call: 0, or -1 with rf_last_error() "cancelled" when
  * the caller raised p->cancel. */

@@ -38,6 +38,21 @@ int gen_cancelled(const rf_gen_params *p) {
     return -1;
 }
 
+int gen_prefill(const rf_model *m, rf_kvcache *kv, rf_runstate *rs, const int *prompt, int n_prompt, int chunk,
+                int *pos, float *logits, rf_answer *ans) {
+    rf_step_stat *st = ans_step(ans, 0);
+    int rc = 0;
+    for (int s = 0; s < n_prompt && rc == 0; s += chunk) {
+        int c = n_prompt - s < chunk ? n_prompt - s : chunk, last = c - 1;
+        for (int i = 0; i < c; i++) pos[i] = s + i;
+        rf_batch b = {1, c, prompt + s, pos, 0, s + c == n_prompt, &last, logits};
+        rc = gen_cancelled(ans->p) ? -1 : rf_forward(m, kv, rs, &b);
+    }
+    ans->n_calls++;
+    st->calls++;
+    return rc;
+}
+
 int gen_eos_id(const rf_model *m, const rf_gen_params *p) {
     return p->eos_id == RF_ID_FROM_MODEL ? m->cfg.eos_id : p->eos_id;
 }
@@ -46,24 +61,6 @@ int gen_mask_id(const rf_model *m, const rf_gen_params *p) {
 }
 
 static int bad_unit(float x) { return !(x >= 0.0f && x <= 1.0f); } /* NaN too */
-
-/* the rolling decoder's own settings (its sampling ones are AR's) */
-static int rolling_check(const rf_model *m, const rf_gen_params *p, int eos) {
-    if (p->slot_size < 1) {
-        rf_set_error("slot_size must be at least 1 (got %d)", p->slot_size);
-        return -1;
-    }
-    if (bad_unit(p->slot_threshold)) {
-        rf_set_error("slot_threshold must be in [0, 1] (got %g)", p->slot_threshold);
-        return -1;
-    }
-    int mask = gen_mask_id(m, p);
-    if (mask < 0 || mask >= m->cfg.vocab_size || mask == eos) {
-        rf_set_error("mask id %d is outside the vocabulary [0, %d) or is the EOS id", mask, m->cfg.vocab_size);
-        return -1;
-    }
-    return 0;
-}
 
 int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p, int ar) {
     const rf_config *c = &m->cfg;
@@ -91,7 +88,7 @@ int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_ge
         return -1;
     }
     int64_t G = p->gen_length;
-    if (ar) {
+    if (ar) { /* AR's sampling (the rolling decoder's too) */
         if (p->top_k < 0) {
             rf_set_error("top_k must be >= 0 (got %d)", p->top_k);
             return -1;
@@ -100,26 +97,14 @@ int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_ge
             rf_set_error("top_p must be in (0, 1] (got %g)", p->top_p);
             return -1;
         }
-        if (p->rolling && rolling_check(m, p, eos)) return -1;
-    } else {
+    }
+    if (!ar || p->rolling) { /* slots and masks: ReFusion, the rolling decoder included */
         if (p->slot_size < 1) {
             rf_set_error("slot_size must be at least 1 (got %d)", p->slot_size);
             return -1;
         }
-        if (p->n_blocks < 1) {
-            rf_set_error("the number of blocks must be at least 1 (got %d)", p->n_blocks);
-            return -1;
-        }
         if (bad_unit(p->slot_threshold)) {
             rf_set_error("slot_threshold must be in [0, 1] (got %g)", p->slot_threshold);
-            return -1;
-        }
-        if (bad_unit(p->token_threshold)) {
-            rf_set_error("token_threshold must be in [0, 1] (got %g)", p->token_threshold);
-            return -1;
-        }
-        if (p->jacobi && !p->ar_correct) { /* it would force stale mask-head drafts through unchecked */
-            rf_set_error("jacobi infilling needs ar_correct (--ar-verify correct or both)");
             return -1;
         }
         int mask = gen_mask_id(m, p);
@@ -129,6 +114,20 @@ int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_ge
         }
         if (mask == eos) {
             rf_set_error("the mask id and the EOS id are the same (%d)", mask);
+            return -1;
+        }
+    }
+    if (!ar) { /* plan-and-infill */
+        if (p->n_blocks < 1) {
+            rf_set_error("the number of blocks must be at least 1 (got %d)", p->n_blocks);
+            return -1;
+        }
+        if (bad_unit(p->token_threshold)) {
+            rf_set_error("token_threshold must be in [0, 1] (got %g)", p->token_threshold);
+            return -1;
+        }
+        if (p->jacobi && !p->ar_correct) { /* it would force stale mask-head drafts through unchecked */
+            rf_set_error("jacobi infilling needs ar_correct (--ar-verify correct or both)");
             return -1;
         }
         G = gen_padded64(p);

@@ -64,18 +64,11 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
     rf_rng_seed(&rng, p->seed);
     rf_answer ans;
     ans_init(&ans, p, G, eos);
-    int rc = 0, n_ans = 0, done = 0, step = 0;
+    int n_ans = 0, done = 0, step = 0;
 
     /* prefill; the last prompt token's logits give the first answer token */
-    rf_step_stat *st = ans_step(&ans, 0);
-    for (int s = 0; s < n_prompt && rc == 0; s += chunk) {
-        int c = n_prompt - s < chunk ? n_prompt - s : chunk, last = c - 1;
-        for (int i = 0; i < c; i++) pos[i] = s + i;
-        rf_batch b = {1, c, prompt + s, pos, 0, s + c == n_prompt, &last, logits};
-        rc = gen_cancelled(p) ? -1 : rf_forward(m, &kv, rs, &b);
-    }
-    ans.n_calls++;
-    st->calls++;
+    int rc = gen_prefill(m, &kv, rs, prompt, n_prompt, chunk, pos, logits, &ans);
+    rf_step_stat *st = &ans.steps[ans.n_steps - 1];
     if (rc == 0) {
         int t = rf_sample_ar(logits, V, p->temperature, p->top_k, p->top_p, &rng);
         ans_fill(&ans, 0, t);
