@@ -33,6 +33,7 @@ cli ar --decoder ar -n 10
 cli ar_temp --decoder ar -n 10 --temp 0.9 --top-k 20 --top-p 0.9 -s 3
 cli mdm --decoder mdm -n 8 --blocks 2
 cli rf_sys -n 4 --blocks 1 --system "Be brief."
+cli rf_roll -n 12 --rolling --slot-size 3 --temp 0.7 -s 5
 
 OMP_NUM_THREADS=1 REFUSION_LIB="$BUILD/librefusion.so" PYTHONPATH="$SRC/python" python3 - "$T" "$Q" <<'PY'
 import ctypes, json, sys
@@ -64,6 +65,7 @@ cases = [
     ("ar", dict(method="ar", gen_length=10)),
     ("ar_temp", dict(method="ar", gen_length=10, temperature=0.9, top_k=20, top_p=0.9, seed=3)),
     ("mdm", dict(method="mdm", gen_length=8, n_blocks=2)),
+    ("rf_roll", dict(gen_length=12, rolling=1, slot_size=3, temperature=0.7, seed=5)),
 ]
 first = {}
 for rnd in range(2):  # the second round reuses the session after every other size
