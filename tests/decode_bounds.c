@@ -96,6 +96,23 @@ static void test_memory(const rf_model *m) {
         CHECK(est > prev, "G %d: estimate %lld does not grow (was %lld)", G, (long long)est, (long long)prev);
         prev = est;
     }
+    /* the rolling slot (rolling.c): calls of up to 2 slots, whatever the
+     * blocks say; a long slot and a short prompt need 2 * slot logits rows
+     * (a config-only model with a large vocabulary, so that they dominate) */
+    rf_model wide;
+    memset(&wide, 0, sizeof wide);
+    wide.cfg = cfg_small(4096);
+    wide.cfg.vocab_size = 1 << 16;
+    wide.cfg.eos_id = (1 << 16) - 2, wide.cfg.mask_id = (1 << 16) - 1;
+    p.rolling = 1, p.slot_size = 100, p.n_blocks = 1, p.gen_length = 100;
+    for (int ar = 0; ar < 2; ar++) {
+        const rf_config *w = &wide.cfg;
+        int64_t est = rf_gen_mem_bytes(&wide, 10, &p, ar);
+        int64_t need = 2LL * w->n_layers * 110 * w->n_kv_heads * w->head_dim * 4 + 200LL * w->vocab_size * 4;
+        CHECK(est >= need, "rolling (ar %d): estimate %lld below KV + logits %lld", ar, (long long)est,
+              (long long)need);
+    }
+    p.rolling = 0;
     /* A model whose generation cannot fit any machine: its config is only
      * read by rf_gen_check, no weight is ever touched. 2^24 vocabulary x 2^20
      * tokens of logits = 64 TiB. */

@@ -159,6 +159,7 @@ int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_ge
  * underestimate is not. All sizes are bounded by the config's limits
  * (dimensions <= 2^24, context <= 2^20, io/config.c), so 64 bits cannot wrap. */
 int64_t rf_gen_mem_bytes(const rf_model *m, int n_prompt, const rf_gen_params *p, int ar) {
+    if (p->rolling) ar = 1; /* rolling.c allocates as AR does, with calls of up to 2 slots */
     const rf_config *c = &m->cfg;
     int64_t L = c->n_layers, d = c->hidden_size, V = c->vocab_size, f = c->intermediate_size;
     int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
