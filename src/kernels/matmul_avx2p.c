@@ -49,6 +49,14 @@ static inline AI void store8(float *y, __m256 v, int m) {
     for (int ntt_ = ((n) + (tmax) - 1) / (tmax), i_ = 0, t0 = 0, T = (n) / ntt_ + (0 < (n) % ntt_); i_ < ntt_; \
          t0 += T, i_++, T = (n) / ntt_ + (i_ < (n) % ntt_))
 
+/* Groups per tile for T tokens and `left` rows: one token streams W,
+ * memory-bound, so 4 panels at once (8 groups: more streams in flight; the
+ * accumulators need 8 registers); more tokens: one panel (2 groups) */
+static inline int groups_for(int T, int left) {
+    if (T > 1) return 2;
+    return left > 48 ? 8 : left > 16 ? 4 : 2;
+}
+
 /* ---- bf16 ------------------------------------------------------------------- */
 
 /* G groups (2 or 4) x T tokens; H = 2: even and odd columns in separate
@@ -56,14 +64,14 @@ static inline AI void store8(float *y, __m256 v, int m) {
  * tile's first panel; panel: uint16 per panel; x: the first token's row. */
 static inline AI void bkern(const int G, const int T, const int H, const uint16_t *w, size_t panel, int cols,
                             const float *x, size_t ldx, float *y, size_t ldy, int rows_left) {
-    __m256 acc[4][4][2];
+    __m256 acc[8][4][2];
     for (int g = 0; g < G; g++)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < H; h++) acc[g][t][h] = _mm256_setzero_ps();
     const __m256i odd = _mm256_set1_epi32((int)0xFFFF0000);
     const int k2 = cols / 2; /* whole pairs */
     for (int j = 0; j < k2; j++) {
-        __m256 we[4], wo[4];
+        __m256 we[8], wo[8];
         for (int g = 0; g < G; g++) {
             __m256i v = _mm256_load_si256((const __m256i *)(w + (g >> 1) * panel + (size_t)j * 32 + (g & 1) * 16));
             we[g] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
@@ -94,7 +102,8 @@ static inline AI void bkern(const int G, const int T, const int H, const uint16_
 static void btile(int G, int T, const uint16_t *w, size_t panel, int cols, const float *x, size_t ldx, float *y,
                   size_t ldy, int rows_left) {
 #define BK(G_, T_, H_) bkern(G_, T_, H_, w, panel, cols, x, ldx, y, ldy, rows_left)
-    if (G == 4) BK(4, 1, 2);
+    if (G == 8) BK(8, 1, 1);
+    else if (G == 4) BK(4, 1, 2);
     else switch (T) {
         case 1: BK(2, 1, 2); break;
         case 2: BK(2, 2, 2); break;
@@ -110,7 +119,7 @@ void rf_bf16p_range_avx2(float *Y, size_t ldy, const float *X, const rf_mat *W, 
     const uint16_t *pk = W->packed;
     FOR_TOKEN_TILES(n, 4, T, t0) {
         for (int r = a; r < b;) {
-            int G = T == 1 && b - r > 16 ? 4 : 2;
+            int G = groups_for(T, b - r);
             btile(G, T, pk + (size_t)(r / 16) * panel, panel, cols, X + (size_t)t0 * cols, cols,
                   Y + (size_t)t0 * ldy + r, ldy, b - r);
             r += 8 * G;
@@ -126,16 +135,16 @@ static inline AI void qkern(const rf_dtype dt, const int G, const int T, const u
                             const rf_xq_avx2 *x, size_t ldx, float *y, size_t ldy, int rows_left) {
     const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK, scales = dt == RF_Q8_0 ? 512 : 256;
     const __m256i ones = _mm256_set1_epi16(1), top = _mm256_set1_epi8((char)0x80), m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[4][4];
+    __m256 acc[8][4];
     for (int g = 0; g < G; g++)
         for (int t = 0; t < T; t++) acc[g][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *wb = w + (size_t)b * block;
-        __m256i ia[4][4]; /* Q8_0: s32 dots; Q4_0: s16 pair sums */
+        __m256i ia[8][4]; /* Q8_0: s32 dots; Q4_0: s16 pair sums */
         for (int g = 0; g < G; g++)
             for (int t = 0; t < T; t++) ia[g][t] = _mm256_setzero_si256();
         for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
-            __m256i wa[4], wc[4]; /* Q8_0: |w|, w; Q4_0: the groups v and 4 + v */
+            __m256i wa[8], wc[8]; /* Q8_0: |w|, w; Q4_0: the groups v and 4 + v */
             for (int g = 0; g < G; g++) {
                 __m256i q = _mm256_load_si256((const __m256i *)(wb + (g >> 1) * panel + v * 64 + (g & 1) * 32));
                 if (dt == RF_Q8_0) {
@@ -182,7 +191,8 @@ static inline AI void qkern(const rf_dtype dt, const int G, const int T, const u
 #define QP_TMAX 4
 #define QK_T(DT)                                                                      \
     do {                                                                              \
-        if (G == 4) QK(DT, 4, 1);                                                     \
+        if (G == 8) QK(DT, 8, 1);                                                     \
+        else if (G == 4) QK(DT, 4, 1);                                                \
         else switch (T) {                                                             \
             case 1: QK(DT, 2, 1); break;                                              \
             case 2: QK(DT, 2, 2); break;                                              \
@@ -205,7 +215,7 @@ void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int
     const rf_xq_avx2 *X = xp;
     FOR_TOKEN_TILES(n, QP_TMAX, T, t0) {
         for (int r = a; r < b;) {
-            int G = T == 1 && b - r > 16 ? 4 : 2;
+            int G = groups_for(T, b - r);
             qtile(W->dtype, G, T, pk + (size_t)(r / 16) * panel, panel, nb, X + (size_t)t0 * nb, nb,
                   Y + (size_t)t0 * ldy + r, ldy, b - r);
             r += 8 * G;
