@@ -5,7 +5,7 @@
  * chosen at run time; REFUSION_CPU=avx2 forces the baseline):
  *   f32, f16          avx2: AVX2 FMA register tiles (matmul.c); avx512:
  *                     16-wide FMA, 4 rows x 6 tokens per tile
- *   bf16              avx2: AVX2 FMA; avx512: vdpbf16ps with the activations
+ *   bf16              avx2: AVX2 FMA (f32 products); avx512: vdpbf16ps with the activations
  *                     rounded to bf16 once (default: what llama.cpp and a
  *                     bf16 PyTorch model do; per-term relative error up to
  *                     2^-9) or, with REFUSION_BF16_ACT=split /
@@ -17,7 +17,9 @@
  *                     max|x|/127 in f32, round to nearest even), exact
  *                     integer block dots: avx2 maddubs (matmul_q.c), avx512
  *                     vpdpbusd (matmul_avx512.c, 3 rows x 6 tokens per
- *                     tile); f32 accumulation. cols must
+ *                     tile); f32 accumulation. bf16 / Q8_0 / Q4_0 with W
+ *                     packed (rf_mat_pack) at avx2: matmul_avx2p.c, each
+ *                     panel read as two 8-row halves. cols must
  *                     be a multiple of 32. Results differ from the f32 dot
  *                     product of the dequantised weights by the activation
  *                     rounding (<= |w| max|x_block| / 254 per term).
@@ -43,8 +45,9 @@
 #include "io/dtype.h" /* rf_dtype */
 
 /* A row-major weight matrix [rows, cols] (torch Linear: [out, in]).
- * packed: NULL, or a copy of a bf16, Q8_0 or Q4_0 W in the avx512 tier's
- * panel layout (rf_mat_pack), which its kernel then reads instead of data. */
+ * packed: NULL, or a copy of a bf16, Q8_0 or Q4_0 W in the panel layout
+ * (rf_mat_pack; the same at the avx2 and avx512 tiers), which their
+ * kernels then read instead of data. */
 typedef struct {
     rf_dtype dtype;
     const void *data;
@@ -53,8 +56,7 @@ typedef struct {
 } rf_mat;
 
 /* Bytes rf_mat_pack needs for W: non-zero only for bf16, Q8_0 and Q4_0
- * weights (cols % 32 == 0 for the quantised ones) on a CPU with the avx512
- * tier (whatever tier is active now); 6-11% more than the weights
+ * weights (cols % 32 == 0 for the quantised ones), whatever the tier; 6-11% more than the weights
  * themselves for Q8_0 / Q4_0 (the scales as f32). */
 size_t rf_mat_pack_bytes(const rf_mat *W);
 /* Writes W's packed copy into buf (rf_mat_pack_bytes(W) bytes, 64-byte

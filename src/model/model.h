@@ -39,8 +39,7 @@ int rf_model_load(rf_model *m, const char *dir);
 void rf_model_free(rf_model *m);
 
 /* model/pack.c: give the bf16 layer matrices and the lm head their packed
- * copies (kernels.h rf_mat_pack) when this CPU has the kernel for them (the
- * avx512 tier; otherwise nothing happens). The loaders call it; whoever
+ * copies (kernels.h rf_mat_pack; also Q8_0 / Q4_0 ones, at every tier). The loaders call it; whoever
  * changes the matrices in place afterwards calls rf_model_unpack first
  * (rf_model_quantize does). Returns 0. */
 int rf_model_pack(rf_model *m);

@@ -1,9 +1,10 @@
-/* pack.c - the bf16 and Q8_0 matrices' panel copies (kernels.h rf_mat_pack).
+/* pack.c - the bf16, Q8_0 and Q4_0 matrices' panel copies (kernels.h rf_mat_pack).
  *
- * On a CPU with the avx512 tier every bf16 or Q8_0 layer matrix and the lm
- * head get a copy in the panel layout its kernel reads without horizontal
- * sums (on
- * the demo model's shape a 16-token call drops from ~5x to ~2x the cost of
+ * Every bf16, Q8_0 or Q4_0 layer matrix and the lm head get a copy in the
+ * panel layout the avx2 and avx512 kernels read without horizontal sums
+ * (one layout for both tiers, kernels/matmul_pack.c, so REFUSION_CPU or
+ * rf_cpu_set_tier after loading needs no repacking; on the demo model's
+ * shape a 16-token call drops from ~5x to ~2x the cost of
  * a 1-token call; bench_kernels_matmul's "BF16p" rows). The kernels read the
  * copy only; the row-major originals stay where they are (the embedding
  * lookup, rf_model_save and the GGUF writer read them). Where an original
