@@ -4,8 +4,8 @@
 #    1 rank with the same global batch (--batch 8 --accum 2, and an uneven
 #    --batch 7 split 3 + 4): every logged loss and grad norm, and the final
 #    weights, to the tolerance below;
-#  - the gradient sum in buckets overlapped with the backward (the default)
-#    and in one Allreduce after it (--allreduce flat) give the same bits:
+#  - the gradient sum in one Allreduce after the backward (the default) and
+#    in buckets overlapped with it (--allreduce buckets) give the same bits:
 #    weights and AdamW moments, with one bucket per layer and with 1 MB;
 #  - resume across rank counts: 2 ranks stop at step 3, 1 rank resumes to 6,
 #    and 1 -> 2 the other way; both end at the straight run's weights;
@@ -125,6 +125,7 @@ run_pair aux --objective refusion --aux-ar 0.5 --batch 8 --steps 4
 run_pair ar --objective ar --batch 8 --accum 2 --steps 6
 run_pair mdm --objective mdm --batch 8 --steps 4
 run_pair uneven --objective refusion --batch 7 --steps 4
+run_pair buckets --objective refusion --batch 8 --accum 2 --steps 6 --allreduce buckets
 
 # ---- buckets == flat, bit for bit: each float is the same sum of the two ranks' values ---
 # (a bucket started before the backward finished it would miss the last layers' terms)

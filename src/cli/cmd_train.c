@@ -67,8 +67,8 @@ static void usage(FILE *f) {
 "  -q, --quiet          no progress output\n"
 "  --json               at the end, the run's figures as one JSON object on stdout (rank 0)\n"
 "  --mpi                require an MPI launch (implied under mpirun when built with MPI)\n"
-"  --allreduce M        several processes: sum the gradients in buckets overlapped with\n"
-"                       the backward (buckets, default) or in one call after it (flat)\n"
+"  --allreduce M        several processes: sum the gradients in one call after the\n"
+"                       backward (flat, default) or in buckets overlapped with it (buckets)\n"
 "  --bucket-mb X        buckets: whole layers, at least X MB each (default 1)\n"
 "\n"
 "This build: %s.\n", rf_dist_compiled() ? "with MPI (data-parallel training)" : "without MPI");
@@ -311,7 +311,7 @@ int cmd_train(int argc, char **argv) {
                 fprintf(stderr, "refusion: --allreduce: '%s' is not buckets or flat\n", v);
                 return 2;
             }
-            o.flat_allreduce = !strcmp(v, "flat");
+            o.bucketed_allreduce = !strcmp(v, "buckets");
         }
         else {
             fprintf(stderr, "refusion: train: unknown option %s (see --help)\n", a);

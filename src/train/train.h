@@ -310,8 +310,9 @@ typedef struct {
     int slot_sizes[8], n_slot_sizes; /* 0: the reference's {4,8,16,32} */
     int mdm_pad;            /* mdm objective: EOS-pad responses to this length */
     float aux_ar, mask_floor; /* refusion variants, see rf_objcfg */
-    int flat_allreduce;     /* several ranks: sum the gradients in one MPI_Allreduce after
-                             * the backward instead of buckets overlapped with it */
+    int bucketed_allreduce; /* several ranks: sum the gradients in buckets overlapped with
+                             * the backward instead of one MPI_Allreduce after it (flat,
+                             * the default: cheaper on one machine, see the README) */
     double bucket_mb;       /* buckets: at least this many MB each (0: RF_BUCKET_MB_DEFAULT) */
 } rf_train_opts;
 
@@ -339,8 +340,10 @@ typedef struct {
     double grad_norm;          /* before clipping */
     long tokens;               /* tokens of the global batch */
     double seconds;            /* wall time of the step */
-    double comm_seconds;       /* of it, in the gradient sum's MPI calls (this rank; with
-                                * buckets: starting, testing and waiting for them) */
+    double comm_seconds;       /* of it, in MPI calls after the forward (this rank): the
+                                * gradient sum (with buckets: starting, testing and waiting
+                                * for them) and the losses' sum; includes waiting for the
+                                * slowest rank */
     int stop;                  /* some rank was asked to stop */
 } rf_step_info;
 

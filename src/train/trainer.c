@@ -19,11 +19,11 @@
  * normalisation (1 / AR targets of the micro-batch, 1 / examples, ...); the
  * rank's gradient is then its share of the global gradient, the sum over
  * ranks is the gradient of the one-process run, and every rank takes the
- * same AdamW step. The sum runs in buckets of whole layers (at least
- * --bucket-mb each), each started with MPI_Iallreduce as soon as the last
- * micro-batch's backward has finished it, or (--allreduce flat) in one
- * MPI_Allreduce after the backward; each float is the same sum of the
- * ranks' values either way, so the two give the same bits. Rank 0
+ * same AdamW step. The sum runs in one MPI_Allreduce after the backward, or
+ * (--allreduce buckets) in buckets of whole layers (at least --bucket-mb
+ * each), each started with MPI_Iallreduce as soon as the last micro-batch's
+ * backward has finished it; each float is the same sum of the ranks' values
+ * either way, so the two give the same bits. Rank 0
  * alone writes log.csv and checkpoints; a checkpoint holds nothing that
  * depends on N, so --resume works with any number of ranks. */
 #include <cblas.h>
@@ -122,7 +122,7 @@ static uint64_t hash_setup(const rf_train_opts *o, const rf_config *c, const rf_
                   (double)oc->warmup, oc->beta1, oc->beta2, oc->eps, oc->weight_decay, oc->clip,
                   (double)o->seed, o->init_std, o->n_slot_sizes, o->mdm_pad, o->aux_ar,
                   o->mask_floor, (double)o->save_every, (double)o->stop_at, o->resume,
-                  o->init != NULL, o->skip_long, o->flat_allreduce, o->bucket_mb};
+                  o->init != NULL, o->skip_long, o->bucketed_allreduce, o->bucket_mb};
     h = fnv(h, v, sizeof v);
     return fnv(h, o->slot_sizes, sizeof o->slot_sizes);
 }
@@ -340,7 +340,7 @@ rf_trainer *rf_trainer_open(const rf_train_opts *o, rf_trainer_info *info) {
     int64_t max_tok = (int64_t)(t->e1 - t->e0) * o->seq_len * rf_objcfg_seqs_per_example(&t->obj);
     if (all_ok(t, check_batch_memory(&cfg, max_tok, o) == 0, "to size its buffers")) goto fail;
     t->acts = rf_tacts_new(&cfg, (int)max_tok);
-    if (t->n_ranks > 1 && !o->flat_allreduce) {
+    if (t->n_ranks > 1 && o->bucketed_allreduce) {
         double mb = o->bucket_mb > 0 ? o->bucket_mb : RF_BUCKET_MB_DEFAULT;
         size_t *edges = rf_malloc(sizeof(size_t) * ((size_t)t->m.n_tensors + 2 + (t->m.n_params >> 30)));
         int nb = bucket_edges(&t->m, (size_t)(mb * 1e6 / sizeof(float)), edges);
@@ -433,7 +433,9 @@ int rf_trainer_step(rf_trainer *t, int stop, rf_step_info *s) {
     /* losses, failures and stop requests of all ranks in one small reduction,
      * then (flat) the gradient block in one Allreduce */
     double red[7] = {sum.loss, sum.ar, sum.mdm, sum.n_ar, sum.n_mdm, !ok, stop != 0};
+    double tr = rf_now(); /* the first call that waits for the slowest rank (flat) */
     rf_dist_sum_f64(red, 7);
+    double comm = rf_now() - tr;
     if (red[5] > 0) {
         if (ok) {
             rf_set_error("%g of %d processes failed at step %ld (their messages are above)",
@@ -442,13 +444,12 @@ int rf_trainer_step(rf_trainer *t, int stop, rf_step_info *s) {
         }
         return -1;
     }
-    double comm;
     if (t->buckets) {
-        comm = rf_dist_buckets_seconds(t->buckets);
+        comm += rf_dist_buckets_seconds(t->buckets);
     } else {
         double tc = rf_now();
         rf_dist_sum_f32(m->grads, m->n_params);
-        comm = rf_now() - tc;
+        comm += rf_now() - tc;
     }
     sum = (rf_tloss){.loss = red[0], .ar = red[1], .mdm = red[2], .n_ar = (int)red[3], .n_mdm = (int)red[4]};
     g_error_shared = t->n_ranks > 1; /* from here on every rank fails alike */
