@@ -52,8 +52,50 @@ for run in flat1:flat buckets1:buckets buckets2:buckets flat2:flat; do
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
+# The two ways to sum a block the size of this model's gradient alone, no
+# training around them (10 rounds each, the best of 3 repetitions): what a
+# bucketed sum costs before any overlap can pay it back.
+cat >"$T/ar.c" <<'CEOF'
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    int prov, rank, nb = atoi(argv[2]);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &prov);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    long n = atol(argv[1]);
+    float *x = calloc((size_t)n, sizeof(float));
+    MPI_Request *q = malloc(sizeof(MPI_Request) * nb);
+    double best[2] = {1e9, 1e9};
+    for (int rep = 0; rep < 3; rep++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (int k = 0; k < 10; k++) MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        double t1 = MPI_Wtime();
+        for (int k = 0; k < 10; k++) {
+            for (int b = nb - 1; b >= 0; b--)
+                MPI_Iallreduce(MPI_IN_PLACE, x + n * b / nb, (int)(n * (b + 1) / nb - n * b / nb), MPI_FLOAT,
+                               MPI_SUM, MPI_COMM_WORLD, &q[b]);
+            MPI_Waitall(nb, q, MPI_STATUSES_IGNORE);
+        }
+        double t2 = MPI_Wtime();
+        if ((t1 - t0) / 10 < best[0]) best[0] = (t1 - t0) / 10;
+        if ((t2 - t1) / 10 < best[1]) best[1] = (t2 - t1) / 10;
+    }
+    if (rank == 0)
+        printf("  the sum alone (%ld floats, no training): one MPI_Allreduce %.2f ms, %d MPI_Iallreduce"
+               " + MPI_Waitall %.2f ms\n", n, best[0] * 1e3, nb, best[1] * 1e3);
+    MPI_Finalize();
+    return 0;
+}
+CEOF
+NF=$(python3 -c "import json,struct,sys;f=open(sys.argv[1],'rb');n=struct.unpack('<Q',f.read(8))[0];h=json.loads(f.read(n));print(sum(v['data_offsets'][1]-v['data_offsets'][0] for k,v in h.items() if k!='__metadata__')//4)" "$T/one/model.safetensors")
+if command -v mpicc >/dev/null && mpicc -O2 "$T/ar.c" -o "$T/ar"; then
+  mpirun -np 2 --oversubscribe "$T/ar" "$NF" 5 >"$T/alone.txt"
+fi
+
 python3 - "$T" <<'EOF'
-import json, struct, sys
+import json, os, struct, sys
 def run(d):  # tokens/s, s/step, Allreduce s/step, tokens/step over the steps after 2 warm-up steps
     dts, toks, comm = [], [], []
     prev = None
@@ -86,6 +128,8 @@ for mode, note in (('flat', 'one MPI_Allreduce after the backward'),
     print('  2 ranks %-7s: %8.0f tokens/s  %.3f s/step  (x%.2f)  in MPI calls after the forward %.2f ms/step'
           ' (%.1f%% of the step; %s)' % (mode, t2, s2, t2 / t1, c2 * 1e3, 100 * c2 / s2, note))
 print('  gradient per step: %.2f MB (f32), %.0f tokens per global batch' % (G / 1e6, tok))
+if os.path.exists(T + '/alone.txt'):
+    print(open(T + '/alone.txt').read().rstrip())
 print()
 print('PROJECTION (a cost model, not measured): each rank keeps the 1-rank run\'s batch (weak')
 print('scaling), compute = the measured 1-rank step, ring Allreduce of b bytes 2(N-1)/N * b / B + 2(N-1) * a.')
