@@ -33,6 +33,9 @@
 #include "kernels/matmul_impl.h"
 
 #define AI __attribute__((always_inline))
+#ifndef PF_BYTES
+#define PF_BYTES 2048 /* software prefetch distance of a 1-token tile, per panel (measured: 512 and 4096 slower) */
+#endif
 
 /* the 8 outputs of group g for a token: all, or the first m (< 8) of them */
 static inline AI void store8(float *y, __m256 v, int m) {
@@ -71,6 +74,17 @@ static inline AI void bkern(const int G, const int T, const int H, const uint16_
     const __m256i odd = _mm256_set1_epi32((int)0xFFFF0000);
     const int k2 = cols / 2; /* whole pairs */
     for (int j = 0; j < k2; j++) {
+        if (T == 1) { /* up to 8 groups: each converted and used at once (16 registers for all of them would spill) */
+            __m256 xe = _mm256_broadcast_ss(x + 2 * j), xo = _mm256_broadcast_ss(x + 2 * j + 1);
+            for (int g = 0; g < G; g += 2) /* each panel is a stream of its own: fetch ahead */
+                _mm_prefetch((const char *)(w + (g >> 1) * panel + (size_t)j * 32) + PF_BYTES, _MM_HINT_T0);
+            for (int g = 0; g < G; g++) {
+                __m256i v = _mm256_load_si256((const __m256i *)(w + (g >> 1) * panel + (size_t)j * 32 + (g & 1) * 16));
+                acc[g][0][0] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, acc[g][0][0]);
+                acc[g][0][H - 1] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, odd)), xo, acc[g][0][H - 1]);
+            }
+            continue;
+        }
         __m256 we[8], wo[8];
         for (int g = 0; g < G; g++) {
             __m256i v = _mm256_load_si256((const __m256i *)(w + (g >> 1) * panel + (size_t)j * 32 + (g & 1) * 16));
@@ -140,10 +154,33 @@ static inline AI void qkern(const rf_dtype dt, const int G, const int T, const u
         for (int t = 0; t < T; t++) acc[g][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *wb = w + (size_t)b * block;
+        if (T == 1) /* each panel is a stream of its own: fetch ahead */
+            for (int g = 0; g < G; g += 2)
+                for (size_t l = 0; l < block; l += 64) _mm_prefetch((const char *)wb + (g >> 1) * panel + PF_BYTES + l, _MM_HINT_T0);
         __m256i ia[8][4]; /* Q8_0: s32 dots; Q4_0: s16 pair sums */
         for (int g = 0; g < G; g++)
             for (int t = 0; t < T; t++) ia[g][t] = _mm256_setzero_si256();
         for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
+            if (T == 1) { /* up to 8 groups: each unpacked and used at once (as bkern) */
+                int32_t q4;
+                memcpy(&q4, x[b].q + 4 * v, 4);
+                __m256i xv = _mm256_set1_epi32(q4);
+                memcpy(&q4, x[b].q + 16 + 4 * v, 4);
+                __m256i xh = _mm256_set1_epi32(q4); /* (Q4_0 only) */
+                for (int g = 0; g < G; g++) {
+                    __m256i q = _mm256_load_si256((const __m256i *)(wb + (g >> 1) * panel + v * 64 + (g & 1) * 32));
+                    if (dt == RF_Q8_0) {
+                        __m256i ws = _mm256_xor_si256(q, top);
+                        ia[g][0] = _mm256_add_epi32(
+                            ia[g][0], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(ws), _mm256_sign_epi8(xv, ws)), ones));
+                    } else {
+                        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                        ia[g][0] = _mm256_add_epi16(ia[g][0], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xv),
+                                                                               _mm256_maddubs_epi16(hi, xh)));
+                    }
+                }
+                continue;
+            }
             __m256i wa[8], wc[8]; /* Q8_0: |w|, w; Q4_0: the groups v and 4 + v */
             for (int g = 0; g < G; g++) {
                 __m256i q = _mm256_load_si256((const __m256i *)(wb + (g >> 1) * panel + v * 64 + (g & 1) * 32));
