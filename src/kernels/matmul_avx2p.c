@@ -86,6 +86,8 @@ static inline AI void bkern(const int G, const int T, const int H, const uint16_
             continue;
         }
         __m256 we[8], wo[8];
+        for (int g = 0; g < G; g += 2)
+            _mm_prefetch((const char *)(w + (g >> 1) * panel + (size_t)j * 32) + PF_BYTES, _MM_HINT_T0);
         for (int g = 0; g < G; g++) {
             __m256i v = _mm256_load_si256((const __m256i *)(w + (g >> 1) * panel + (size_t)j * 32 + (g & 1) * 16));
             we[g] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
@@ -154,8 +156,8 @@ static inline AI void qkern(const rf_dtype dt, const int G, const int T, const u
         for (int t = 0; t < T; t++) acc[g][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *wb = w + (size_t)b * block;
-        if (T == 1) /* each panel is a stream of its own: fetch ahead */
-            for (int g = 0; g < G; g += 2)
+        /* each panel is a stream of its own: fetch ahead */
+        for (int g = 0; g < G; g += 2)
                 for (size_t l = 0; l < block; l += 64) _mm_prefetch((const char *)wb + (g >> 1) * panel + PF_BYTES + l, _MM_HINT_T0);
         __m256i ia[8][4]; /* Q8_0: s32 dots; Q4_0: s16 pair sums */
         for (int g = 0; g < G; g++)
