@@ -10,17 +10,15 @@
 #include "io/gguf.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/quant.h"
+#include "io/spans.h"
 #include "util/util.h"
 
 /* ggml's GGML_MAX_NAME: llama.cpp refuses longer tensor names */
@@ -192,14 +190,6 @@ static int rd_value(cursor *c, rf_gguf_kv *kv) {
     return 0;
 }
 
-typedef struct { uint64_t b, e; int idx; } span;
-
-static int span_cmp(const void *a, const void *b) {
-    const span *x = a, *y = b;
-    if (x->b != y->b) return x->b < y->b ? -1 : 1;
-    return x->e < y->e ? -1 : x->e > y->e;
-}
-
 static int str_cmp(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -268,44 +258,20 @@ static int rd_tensor_info(cursor *c, rf_gguf_tensor *t, int idx) {
 int rf_gguf_open(rf_gguf_file *f, const char *path) {
     memset(f, 0, sizeof *f);
     f->fd = -1;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        rf_set_error("%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rf_set_error("%s: not a regular file", path);
-        close(fd);
-        return -1;
-    }
-    uint64_t size = (uint64_t)st.st_size;
-    if (size < 24) {
-        rf_set_error("%s: truncated: %" PRIu64 " bytes is too short for a GGUF header", path, size);
-        close(fd);
-        return -1;
-    }
-    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        rf_set_error("%s: mmap failed: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    f->path = rf_strdup(path);
-    f->fd = fd;
-    f->map = map;
-    f->map_size = (size_t)size;
+    if (rf_map_file(path, 24, "GGUF", &f->path, &f->fd, &f->map, &f->map_size)) return -1;
+    uint64_t size = f->map_size;
+    const uint8_t *map = f->map;
     f->alignment = RF_GGUF_DEFAULT_ALIGNMENT;
 
     cursor c = {map, map, (const uint8_t *)map + size, path, "the header"};
-    span *spans = NULL;
+    rf_span *spans = NULL;
     char **names = NULL;
     if (memcmp(c.p, "GGUF", 4)) {
         rf_set_error("%s: not a GGUF file (the first 4 bytes are not \"GGUF\")", path);
         goto fail;
     }
     c.p += 4;
-    uint64_t n_tensors, n_kv;
+    uint64_t n_tensors = 0, n_kv = 0; /* the 24 bytes rf_map_file guarantees hold both */
     rd_u32(&c, &f->version);
     if (f->version != 2 && f->version != 3) {
         rf_set_error("%s: GGUF version %u is not supported (only 2 and 3)", path, f->version);
@@ -386,7 +352,7 @@ int rf_gguf_open(rf_gguf_file *f, const char *path) {
     }
     uint64_t data_size = f->data_offset < size ? size - f->data_offset : 0;
     const uint8_t *data = (const uint8_t *)map + f->data_offset;
-    spans = rf_calloc((size_t)(f->n_tensors ? f->n_tensors : 1), sizeof(span));
+    spans = rf_calloc((size_t)(f->n_tensors ? f->n_tensors : 1), sizeof(rf_span));
     for (int i = 0; i < f->n_tensors; i++) {
         rf_gguf_tensor *t = &f->tensors[i];
         if (t->offset % f->alignment) {
@@ -401,19 +367,14 @@ int rf_gguf_open(rf_gguf_file *f, const char *path) {
             goto fail;
         }
         t->data = data + t->offset;
-        spans[i] = (span){t->offset, t->offset + t->nbytes, i};
+        spans[i] = (rf_span){t->offset, t->offset + t->nbytes, i};
     }
-    qsort(spans, (size_t)f->n_tensors, sizeof(span), span_cmp);
-    int prev = -1;
-    for (int i = 0; i < f->n_tensors; i++) {
-        if (spans[i].b == spans[i].e) continue; /* empty tensors take no room */
-        if (prev >= 0 && spans[i].b < spans[prev].e) {
-            rf_set_error("%s: tensor '%s' [%" PRIu64 ", %" PRIu64 ") overlaps tensor '%s' [%" PRIu64
-                         ", %" PRIu64 ")", path, f->tensors[spans[i].idx].name, spans[i].b,
-                         spans[i].e, f->tensors[spans[prev].idx].name, spans[prev].b, spans[prev].e);
-            goto fail;
-        }
-        prev = i;
+    int prev = -1, i = rf_spans_overlap(spans, f->n_tensors, &prev);
+    if (i >= 0) {
+        rf_set_error("%s: tensor '%s' [%" PRIu64 ", %" PRIu64 ") overlaps tensor '%s' [%" PRIu64
+                     ", %" PRIu64 ")", path, f->tensors[spans[i].idx].name, spans[i].b,
+                     spans[i].e, f->tensors[spans[prev].idx].name, spans[prev].b, spans[prev].e);
+        goto fail;
     }
     free(spans);
     free(names);
@@ -433,9 +394,7 @@ void rf_gguf_close(rf_gguf_file *f) {
     free(f->kv);
     for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
     free(f->tensors);
-    if (f->map) munmap(f->map, f->map_size);
-    if (f->fd >= 0) close(f->fd);
-    free(f->path);
+    rf_unmap_file(f->path, f->fd, f->map, f->map_size);
     memset(f, 0, sizeof *f);
     f->fd = -1;
 }
@@ -615,11 +574,7 @@ void rf_gguf_w_tensor(rf_gguf_writer *w, const char *name, rf_dtype dtype, int n
                       const int64_t *ne, rf_gguf_fill_fn fill, void *ctx) {
     if (n_dims < 1 || n_dims > RF_GGUF_MAX_DIMS || strlen(name) >= RF_GGML_MAX_NAME)
         rf_die("gguf writer: tensor '%s' with %d dims", name, n_dims);
-    if (w->n_t == w->cap_t) {
-        w->cap_t = w->cap_t ? 2 * w->cap_t : 64;
-        w->t = realloc(w->t, (size_t)w->cap_t * sizeof(wtensor));
-        if (!w->t) rf_die("out of memory");
-    }
+    w->t = rf_grow(w->t, sizeof(wtensor), w->n_t, &w->cap_t, 64);
     wtensor *t = &w->t[w->n_t++];
     memset(t, 0, sizeof *t);
     t->name = rf_strdup(name);
@@ -651,21 +606,6 @@ void rf_gguf_writer_free(rf_gguf_writer *w) {
     free(w);
 }
 
-static int write_all(int fd, const void *p, size_t n, const char *path) {
-    const uint8_t *b = p;
-    while (n) {
-        ssize_t k = write(fd, b, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            rf_set_error("%s: write failed: %s", path, k < 0 ? strerror(errno) : "short write");
-            return -1;
-        }
-        b += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 static size_t align_up(size_t x) {
     return (x + RF_GGUF_DEFAULT_ALIGNMENT - 1) / RF_GGUF_DEFAULT_ALIGNMENT * RF_GGUF_DEFAULT_ALIGNMENT;
 }
@@ -695,18 +635,14 @@ int rf_gguf_writer_finish(rf_gguf_writer *w, const char *path) {
     for (int i = 0; i < 8; i++) head[16 + i] = (uint8_t)(w->n_kv >> (8 * i));
 
     static const uint8_t zeros[RF_GGUF_DEFAULT_ALIGNMENT];
-    char *tmp = rf_malloc(strlen(path) + 32);
-    sprintf(tmp, "%s.tmp.%d", path, (int)getpid());
+    char *tmp;
     uint8_t *buf = NULL;
     int rc = -1;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        rf_set_error("%s: cannot create: %s", tmp, strerror(errno));
-        goto done;
-    }
+    int fd = rf_atomic_create(path, &tmp);
+    if (fd < 0) goto done;
     size_t hdr = sizeof head + w->kv_len;
-    if (write_all(fd, head, sizeof head, tmp) || write_all(fd, w->kv, w->kv_len, tmp) ||
-        write_all(fd, zeros, align_up(hdr) - hdr, tmp))
+    if (rf_write_all(fd, head, sizeof head, tmp) || rf_write_all(fd, w->kv, w->kv_len, tmp) ||
+        rf_write_all(fd, zeros, align_up(hdr) - hdr, tmp))
         goto fail;
     for (int i = 0; i < w->n_t; i++) {
         const wtensor *t = &w->t[i];
@@ -718,30 +654,15 @@ int rf_gguf_writer_finish(rf_gguf_writer *w, const char *path) {
         for (int64_t r0 = 0; r0 < t->rows; r0 += chunk) {
             int64_t n = t->rows - r0 < chunk ? t->rows - r0 : chunk;
             t->fill(t->ctx, r0, n, buf);
-            if (write_all(fd, buf, (size_t)n * t->row_bytes, tmp)) goto fail;
+            if (rf_write_all(fd, buf, (size_t)n * t->row_bytes, tmp)) goto fail;
         }
         /* pad to the next tensor's aligned offset (none after the last) */
-        if (i + 1 < w->n_t && write_all(fd, zeros, align_up(t->nbytes) - t->nbytes, tmp)) goto fail;
+        if (i + 1 < w->n_t && rf_write_all(fd, zeros, align_up(t->nbytes) - t->nbytes, tmp)) goto fail;
     }
-    if (fsync(fd) != 0) {
-        rf_set_error("%s: fsync failed: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    if (close(fd) != 0) {
-        fd = -1;
-        rf_set_error("%s: close failed: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) {
-        rf_set_error("%s: rename failed: %s", path, strerror(errno));
-        goto fail;
-    }
-    rc = 0;
+    rc = rf_atomic_commit(fd, tmp, path);
     goto done;
 fail:
-    if (fd >= 0) close(fd);
-    unlink(tmp);
+    rf_atomic_abandon(fd, tmp);
 done:
     free(buf);
     free(tmp);

@@ -11,16 +11,14 @@
 #include "io/safetensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/spans.h"
 #include "util/util.h"
 
 /* The reference implementation refuses headers above 100 MB too. */
@@ -151,47 +149,12 @@ static int parse_tensor(rf_tensor *t, const char *path, const char *name, json_t
     return 0;
 }
 
-typedef struct { uint64_t b, e; int idx; } span;
-
-static int span_cmp(const void *a, const void *b) {
-    const span *x = a, *y = b;
-    if (x->b != y->b) return x->b < y->b ? -1 : 1;
-    return x->e < y->e ? -1 : x->e > y->e;
-}
-
 int rf_st_open(rf_st_file *f, const char *path) {
     memset(f, 0, sizeof *f);
     f->fd = -1;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        rf_set_error("%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rf_set_error("%s: not a regular file", path);
-        close(fd);
-        return -1;
-    }
-    uint64_t size = (uint64_t)st.st_size;
-    if (size < 8) {
-        rf_set_error("%s: truncated: %" PRIu64 " bytes is too short for a safetensors header",
-                     path, size);
-        close(fd);
-        return -1;
-    }
-    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        rf_set_error("%s: mmap failed: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    f->path = rf_strdup(path);
-    f->fd = fd;
-    f->map = map;
-    f->map_size = (size_t)size;
-
-    const uint8_t *p = map;
+    if (rf_map_file(path, 8, "safetensors", &f->path, &f->fd, &f->map, &f->map_size)) return -1;
+    uint64_t size = f->map_size;
+    const uint8_t *p = f->map;
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i]; /* little-endian on any host */
     if (hlen > size - 8) {
@@ -222,7 +185,7 @@ int rf_st_open(rf_st_file *f, const char *path) {
     uint64_t data_size = size - 8 - hlen;
     size_t cap = json_object_size(root);
     f->tensors = rf_calloc(cap ? cap : 1, sizeof(rf_tensor));
-    span *spans = rf_calloc(cap ? cap : 1, sizeof(span));
+    rf_span *spans = rf_calloc(cap ? cap : 1, sizeof(rf_span));
     const char *key;
     json_t *val;
     int bad = 0;
@@ -251,26 +214,18 @@ int rf_st_open(rf_st_file *f, const char *path) {
             break;
         }
         t->name = rf_strdup(key);
-        spans[f->n_tensors] = (span){b, e, f->n_tensors};
+        spans[f->n_tensors] = (rf_span){b, e, f->n_tensors};
         f->n_tensors++;
     }
     /* no two tensors may share bytes: sort by start, each must begin at or
      * after the previous end (empty tensors take no room and are skipped) */
-    if (!bad) {
-        qsort(spans, (size_t)f->n_tensors, sizeof(span), span_cmp);
-        int prev = -1;
-        for (int i = 0; i < f->n_tensors && !bad; i++) {
-            if (spans[i].b == spans[i].e) continue;
-            if (prev >= 0 && spans[i].b < spans[prev].e) {
-                const rf_tensor *a = &f->tensors[spans[prev].idx], *c = &f->tensors[spans[i].idx];
-                rf_set_error("%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
-                             ") overlap tensor '%s' [%" PRIu64 ", %" PRIu64 ")",
-                             path, c->name, spans[i].b, spans[i].e, a->name, spans[prev].b,
-                             spans[prev].e);
-                bad = 1;
-            }
-            prev = i;
-        }
+    int prev = -1, i = bad ? -1 : rf_spans_overlap(spans, f->n_tensors, &prev);
+    if (i >= 0) {
+        const rf_tensor *a = &f->tensors[spans[prev].idx], *c = &f->tensors[spans[i].idx];
+        rf_set_error("%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                     ") overlap tensor '%s' [%" PRIu64 ", %" PRIu64 ")",
+                     path, c->name, spans[i].b, spans[i].e, a->name, spans[prev].b, spans[prev].e);
+        bad = 1;
     }
     free(spans);
     json_decref(root);
@@ -283,9 +238,7 @@ fail:
 
 void rf_st_close(rf_st_file *f) {
     if (f->tensors) free_tensors(f->tensors, f->n_tensors);
-    if (f->map) munmap(f->map, f->map_size);
-    if (f->fd >= 0) close(f->fd);
-    free(f->path);
+    rf_unmap_file(f->path, f->fd, f->map, f->map_size);
     memset(f, 0, sizeof *f);
     f->fd = -1;
 }
@@ -319,11 +272,7 @@ rf_st_writer *rf_st_writer_new(void) { return rf_calloc(1, sizeof(rf_st_writer))
 static wtensor *writer_push(rf_st_writer *w, const char *name, rf_dtype dtype, int ndim,
                             const int64_t *shape) {
     if (ndim < 0 || ndim > RF_MAX_DIMS) rf_die("safetensors writer: %d dims for '%s'", ndim, name);
-    if (w->n == w->cap) {
-        w->cap = w->cap ? 2 * w->cap : 64;
-        w->t = realloc(w->t, (size_t)w->cap * sizeof(wtensor));
-        if (!w->t) rf_die("out of memory");
-    }
+    w->t = rf_grow(w->t, sizeof(wtensor), w->n, &w->cap, 64);
     wtensor *t = &w->t[w->n++];
     memset(t, 0, sizeof *t);
     t->name = rf_strdup(name);
@@ -362,23 +311,6 @@ static void writer_free(rf_st_writer *w) {
     free(w);
 }
 
-static int write_all(int fd, const void *buf, size_t n, const char *path) {
-    const char *p = buf;
-    while (n) {
-        /* Linux write() moves at most ~2 GiB per call */
-        size_t step = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
-        ssize_t k = write(fd, p, step);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            rf_set_error("%s: write failed: %s", path, strerror(errno));
-            return -1;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 /* The JSON header padded with spaces to a multiple of 8 bytes (as the HF
  * writer does) so the data section starts 8-byte aligned. */
 static char *build_header(const rf_st_writer *w, size_t *len_out) {
@@ -413,22 +345,18 @@ static char *build_header(const rf_st_writer *w, size_t *len_out) {
 int rf_st_writer_finish(rf_st_writer *w, const char *path) {
     size_t hlen;
     char *header = build_header(w, &hlen);
-    char *tmp = rf_malloc(strlen(path) + 32);
-    sprintf(tmp, "%s.tmp.%d", path, (int)getpid());
+    char *tmp;
     uint8_t *buf = NULL;
     int rc = -1;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        rf_set_error("%s: cannot create: %s", tmp, strerror(errno));
-        goto done;
-    }
+    int fd = rf_atomic_create(path, &tmp);
+    if (fd < 0) goto done;
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-    if (write_all(fd, len8, 8, tmp) || write_all(fd, header, hlen, tmp)) goto fail;
+    if (rf_write_all(fd, len8, 8, tmp) || rf_write_all(fd, header, hlen, tmp)) goto fail;
     for (int i = 0; i < w->n; i++) {
         const wtensor *t = &w->t[i];
         if (!t->fill) {
-            if (write_all(fd, t->data, t->nbytes, tmp)) goto fail;
+            if (rf_write_all(fd, t->data, t->nbytes, tmp)) goto fail;
             continue;
         }
         /* generated: RF_ST_FILL_CHUNK elements at a time through one buffer */
@@ -437,28 +365,13 @@ int rf_st_writer_finish(rf_st_writer *w, const char *path) {
         for (size_t e0 = 0; e0 < n_el; e0 += RF_ST_FILL_CHUNK) {
             size_t n = n_el - e0 < RF_ST_FILL_CHUNK ? n_el - e0 : RF_ST_FILL_CHUNK;
             t->fill(t->ctx, e0, n, buf);
-            if (write_all(fd, buf, n * es, tmp)) goto fail;
+            if (rf_write_all(fd, buf, n * es, tmp)) goto fail;
         }
     }
-    if (fsync(fd) != 0) {
-        rf_set_error("%s: fsync failed: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    if (close(fd) != 0) {
-        fd = -1;
-        rf_set_error("%s: close failed: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) {
-        rf_set_error("%s: rename failed: %s", path, strerror(errno));
-        goto fail;
-    }
-    rc = 0;
+    rc = rf_atomic_commit(fd, tmp, path);
     goto done;
 fail:
-    if (fd >= 0) close(fd);
-    unlink(tmp);
+    rf_atomic_abandon(fd, tmp);
 done:
     free(buf);
     free(tmp);

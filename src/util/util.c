@@ -3,10 +3,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -83,6 +85,14 @@ void *rf_try_realloc(void *p, size_t n) {
     return q;
 }
 
+void *rf_grow(void *p, size_t elem, int n, int *cap, int first) {
+    if (n < *cap) return p;
+    *cap = *cap ? 2 * *cap : first;
+    p = realloc(p, (size_t)*cap * elem);
+    if (!p) rf_die("out of memory");
+    return p;
+}
+
 uint64_t rf_phys_mem(void) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
@@ -147,30 +157,44 @@ float rf_rng_normal(rf_rng *r) {
 
 uint64_t rf_rng_below(rf_rng *r, uint64_t n) { return n ? rf_rng_next(r) % n : 0; }
 
-int rf_write_file_atomic(const char *path, const void *data, size_t n) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+int rf_atomic_create(const char *path, char **tmp_out) {
+    char *tmp = rf_malloc(strlen(path) + 32);
+    sprintf(tmp, "%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {
         rf_set_error("%s: cannot create: %s", tmp, strerror(errno));
-        return -1;
+        free(tmp);
+        tmp = NULL;
     }
-    const char *p = data;
-    size_t left = n;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            rf_set_error("%s: write failed: %s", tmp, strerror(errno));
-            close(fd);
-            unlink(tmp);
+    *tmp_out = tmp;
+    return fd;
+}
+
+int rf_write_all(int fd, const void *buf, size_t n, const char *path) {
+    const char *p = buf;
+    while (n) {
+        /* Linux write() moves at most ~2 GiB per call */
+        size_t step = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
+        ssize_t k = write(fd, p, step);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            rf_set_error("%s: write failed: %s", path, k < 0 ? strerror(errno) : "short write");
             return -1;
         }
-        p += w;
-        left -= (size_t)w;
+        p += k;
+        n -= (size_t)k;
     }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        rf_set_error("%s: flush failed: %s", tmp, strerror(errno));
+    return 0;
+}
+
+int rf_atomic_commit(int fd, const char *tmp, const char *path) {
+    if (fsync(fd) != 0) {
+        rf_set_error("%s: fsync failed: %s", tmp, strerror(errno));
+        rf_atomic_abandon(fd, tmp);
+        return -1;
+    }
+    if (close(fd) != 0) {
+        rf_set_error("%s: close failed: %s", tmp, strerror(errno));
         unlink(tmp);
         return -1;
     }
@@ -180,6 +204,65 @@ int rf_write_file_atomic(const char *path, const void *data, size_t n) {
         return -1;
     }
     return 0;
+}
+
+void rf_atomic_abandon(int fd, const char *tmp) {
+    close(fd);
+    unlink(tmp);
+}
+
+int rf_write_file_atomic(const char *path, const void *data, size_t n) {
+    char *tmp;
+    int fd = rf_atomic_create(path, &tmp);
+    if (fd < 0) return -1;
+    int rc = 0;
+    if (rf_write_all(fd, data, n, tmp)) {
+        rf_atomic_abandon(fd, tmp);
+        rc = -1;
+    } else {
+        rc = rf_atomic_commit(fd, tmp, path);
+    }
+    free(tmp);
+    return rc;
+}
+
+int rf_map_file(const char *path, uint64_t min_size, const char *format, char **path_out,
+                int *fd_out, void **map_out, size_t *size_out) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        rf_set_error("%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rf_set_error("%s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < min_size) {
+        rf_set_error("%s: truncated: %" PRIu64 " bytes is too short for a %s header", path, size,
+                     format);
+        close(fd);
+        return -1;
+    }
+    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        rf_set_error("%s: mmap failed: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    *path_out = rf_strdup(path);
+    *fd_out = fd;
+    *map_out = map;
+    *size_out = (size_t)size;
+    return 0;
+}
+
+void rf_unmap_file(char *path, int fd, void *map, size_t size) {
+    if (map) munmap(map, size);
+    if (fd >= 0) close(fd);
+    free(path);
 }
 
 char *rf_read_file_max(const char *path, size_t max, size_t *len_out) {

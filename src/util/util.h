@@ -37,6 +37,10 @@ char *rf_strdup(const char *s);
  * dying, so that a server or a loader can refuse and go on. */
 void *rf_try_malloc(size_t n);
 void *rf_try_realloc(void *p, size_t n);
+/* Room for element n of the array p (*cap elements of elem bytes): when n
+ * has reached *cap, *cap doubles (from `first`) and p is reallocated; dies
+ * when out of memory. Returns the (possibly moved) array. */
+void *rf_grow(void *p, size_t elem, int n, int *cap, int first);
 /* Physical memory of this machine in bytes (0 if unknown): the ceiling
  * against which sizes from requests and options are checked up front. */
 uint64_t rf_phys_mem(void);
@@ -84,6 +88,24 @@ static inline uint16_t rf_f32_to_f16(float f) { return _cvtss_sh(f, 0); }
 /* Write a whole file atomically: data goes to "<path>.tmp.<pid>", is fsync'd,
  * then renamed over path. Nothing half-written is ever left at path. */
 int rf_write_file_atomic(const char *path, const void *data, size_t n);
+/* The same in pieces, for files written as they are produced:
+ * rf_atomic_create opens "<path>.tmp.<pid>" (its malloc'd name in *tmp_out,
+ * NULL on failure) and returns the fd or -1; rf_write_all writes all n
+ * bytes (path names the file in the error); rf_atomic_commit fsyncs, closes
+ * and renames the temp file over path; rf_atomic_abandon closes and removes
+ * it after a failed write. Each failure sets the error and returns -1, and
+ * leaves no temp file behind once commit or abandon has run. */
+int rf_atomic_create(const char *path, char **tmp_out);
+int rf_write_all(int fd, const void *buf, size_t n, const char *path);
+int rf_atomic_commit(int fd, const char *tmp, const char *path);
+void rf_atomic_abandon(int fd, const char *tmp);
+/* mmap a whole regular file read-only (private pages); on success *path_out
+ * is a copy of path, and the four are released by rf_unmap_file (which takes
+ * fd < 0 and map NULL as "never opened"). A file shorter than min_size is
+ * refused: "truncated: N bytes is too short for a <format> header". */
+int rf_map_file(const char *path, uint64_t min_size, const char *format, char **path_out,
+                int *fd_out, void **map_out, size_t *size_out);
+void rf_unmap_file(char *path, int fd, void *map, size_t size);
 /* Read a whole file into a NUL-terminated malloc'd buffer. */
 char *rf_read_file(const char *path, size_t *len_out);
 /* The same, refusing (NULL, "<path>: larger than N MB") a file longer than
