@@ -37,7 +37,18 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
 static int irand(rf_rng *r, int lo, int hi) { /* inclusive */
     return lo + (int)rf_rng_below(r, (uint64_t)(hi - lo + 1));
 }
-#define PICK(r, arr) ((arr)[rf_rng_below((r), sizeof(arr) / sizeof((arr)[0]))])
+#define COUNT(arr) (sizeof(arr) / sizeof((arr)[0]))
+#define PICK(r, arr) ((arr)[rf_rng_below((r), COUNT(arr))])
+
+/* an index below n that is not among used[0..n_used): drawn again until new */
+static size_t pick_new(rf_rng *r, size_t n, const size_t *used, int n_used) {
+    for (;;) {
+        size_t k = (size_t)rf_rng_below(r, n);
+        int dup = 0;
+        for (int j = 0; j < n_used; j++) dup |= used[j] == k;
+        if (!dup) return k;
+    }
+}
 
 /* ---- word lists ---- */
 typedef struct { const char *name, *subj, *poss, *obj; } person;
@@ -74,6 +85,14 @@ static const char *cap(const char *s, char *buf) { /* "she" -> "She" */
 
 static json_t *example(const char *family, const char *query, const char *response) {
     return json_pack("{s:s, s:s, s:s}", "query", query, "response", response, "family", family);
+}
+
+/* example() with the checked answer attached (owned by it); frees the query */
+static json_t *example_answer(const char *family, sbuf *qs, const char *response, json_t *answer) {
+    json_t *e = example(family, qs->s, response);
+    json_object_set_new(e, "answer", answer);
+    free(qs->s);
+    return e;
 }
 
 /* ---- arith: word problems with worked steps ---- */
@@ -133,9 +152,7 @@ static json_t *arith_inventory(rf_rng *r) {
     }
     sb_printf(&qs, " How many %s does %s have now?", things, p->name);
     sb_printf(&rs, "#### %d", cur);
-    json_t *e = example("arith", qs.s, rs.s);
-    json_object_set_new(e, "answer", json_integer(cur));
-    free(qs.s);
+    json_t *e = example_answer("arith", &qs, rs.s, json_integer(cur));
     free(rs.s);
     return e;
 }
@@ -166,9 +183,7 @@ static json_t *arith_shopping(rf_rng *r) {
         sb_printf(&qs, " How many dollars does %s spend?", p->subj);
     }
     sb_printf(&rs, "#### %d", answer);
-    json_t *e = example("arith", qs.s, rs.s);
-    json_object_set_new(e, "answer", json_integer(answer));
-    free(qs.s);
+    json_t *e = example_answer("arith", &qs, rs.s, json_integer(answer));
     free(rs.s);
     return e;
 }
@@ -274,21 +289,23 @@ static json_t *func_chain(rf_rng *r) {
 
 /* ---- json: records described in prose, answered as a JSON list ---- */
 
+/* the response is the answer list written as JSON */
+static json_t *json_example(sbuf *qs, json_t *answer) {
+    char *resp = json_dumps(answer, JSON_PRESERVE_ORDER);
+    json_t *e = example_answer("json", qs, resp, answer);
+    free(resp);
+    return e;
+}
+
 static json_t *json_people(rf_rng *r) {
     sbuf qs = {0};
     sb_printf(&qs, "Write these people as a JSON list with the keys name, age, city and hobbies:");
     int n = irand(r, 2, 4);
-    const person *used[4];
+    size_t used[4];
     json_t *answer = json_array();
     for (int i = 0; i < n; i++) {
-        const person *p;
-        int dup;
-        do {
-            p = &PICK(r, people);
-            dup = 0;
-            for (int j = 0; j < i; j++) dup |= used[j] == p;
-        } while (dup);
-        used[i] = p;
+        used[i] = pick_new(r, COUNT(people), used, i);
+        const person *p = &people[used[i]];
         int age = irand(r, 18, 80);
         const char *city = PICK(r, cities), *h1 = PICK(r, hobbies), *h2 = h1;
         int n_h = irand(r, 1, 2);
@@ -301,29 +318,18 @@ static json_t *json_people(rf_rng *r) {
         json_array_append_new(answer, json_pack("{s:s, s:i, s:s, s:o}", "name", p->name, "age", age,
                                                 "city", city, "hobbies", hs));
     }
-    char *resp = json_dumps(answer, JSON_PRESERVE_ORDER);
-    json_t *e = example("json", qs.s, resp);
-    json_object_set_new(e, "answer", answer);
-    free(resp);
-    free(qs.s);
-    return e;
+    return json_example(&qs, answer);
 }
 
 static json_t *json_products(rf_rng *r) {
     sbuf qs = {0};
     sb_printf(&qs, "List this stock as JSON objects with the keys item, price and count:");
     int n = irand(r, 2, 4);
-    const noun *used[4];
+    size_t used[4];
     json_t *answer = json_array();
     for (int i = 0; i < n; i++) {
-        const noun *g;
-        int dup;
-        do {
-            g = &PICK(r, goods);
-            dup = 0;
-            for (int j = 0; j < i; j++) dup |= used[j] == g;
-        } while (dup);
-        used[i] = g;
+        used[i] = pick_new(r, COUNT(goods), used, i);
+        const noun *g = &goods[used[i]];
         int count = irand(r, 2, 40), price = irand(r, 1, 99);
         sb_printf(&qs, "%s %d %s at %d dollars", i == 0 ? "" : i == n - 1 ? " and" : ",", count,
                   g->many, price);
@@ -331,12 +337,7 @@ static json_t *json_products(rf_rng *r) {
                                                 "count", count));
     }
     sb_printf(&qs, ".");
-    char *resp = json_dumps(answer, JSON_PRESERVE_ORDER);
-    json_t *e = example("json", qs.s, resp);
-    json_object_set_new(e, "answer", answer);
-    free(resp);
-    free(qs.s);
-    return e;
+    return json_example(&qs, answer);
 }
 
 /* ---- families and the split ---- */
