@@ -241,24 +241,21 @@ RF_API int rf_detokenize(const refusion_tokenizer *t, const int32_t *ids, int n,
     return len > INT32_MAX ? INT32_MAX : (int)len;
 }
 
+/* the settings rf_params (public) and rf_gen_params (the decoders') both
+ * hold under one name; the others are converted one by one below */
+#define SAME_PARAMS(X)                                                                                                 \
+    X(gen_length) X(slot_size) X(n_blocks) X(slot_threshold) X(token_threshold) X(temperature) X(top_k) X(top_p)     \
+    X(seed) X(lookahead) X(jacobi) X(rolling)
+
 rf_params rf_params_from_gen(const rf_gen_params *g, rf_method method, int mdm_steps) {
     rf_params p;
     memset(&p, 0, sizeof p);
     p.method = method;
-    p.gen_length = g->gen_length;
-    p.slot_size = g->slot_size;
-    p.n_blocks = g->n_blocks;
-    p.slot_threshold = g->slot_threshold;
-    p.token_threshold = g->token_threshold;
+#define FROM_GEN(f) p.f = g->f;
+    SAME_PARAMS(FROM_GEN)
+#undef FROM_GEN
     p.ar_verify = g->ar_correct + 2 * g->ar_check_first;
     p.mdm_steps = mdm_steps;
-    p.temperature = g->temperature;
-    p.top_k = g->top_k;
-    p.top_p = g->top_p;
-    p.seed = g->seed;
-    p.lookahead = g->lookahead;
-    p.jacobi = g->jacobi;
-    p.rolling = g->rolling;
     p.eos_id = g->eos_id == RF_ID_FROM_MODEL ? RF_TOKEN_FROM_MODEL : g->eos_id;
     return p;
 }
@@ -327,20 +324,11 @@ static int gen_params(const rf_params *p, rf_gen_params *g, cb_bridge *bridge) {
         return RF_ERR_INVALID;
     }
     rf_gen_params_default(g);
-    g->gen_length = p->gen_length;
-    g->slot_size = p->slot_size;
-    g->n_blocks = p->n_blocks;
-    g->slot_threshold = p->slot_threshold;
-    g->token_threshold = p->token_threshold;
+#define TO_GEN(f) g->f = p->f;
+    SAME_PARAMS(TO_GEN)
+#undef TO_GEN
     g->ar_correct = p->ar_verify & 1;
     g->ar_check_first = p->ar_verify >> 1;
-    g->temperature = p->temperature;
-    g->top_k = p->top_k;
-    g->top_p = p->top_p;
-    g->seed = p->seed;
-    g->lookahead = p->lookahead;
-    g->jacobi = p->jacobi;
-    g->rolling = p->rolling;
     g->eos_id = p->eos_id == RF_TOKEN_FROM_MODEL ? RF_ID_FROM_MODEL : p->eos_id;
     g->cancel = p->cancel;
     bridge->p = p;
