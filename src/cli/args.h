@@ -72,6 +72,11 @@ typedef struct {
 
 extern const rf_opt rf_decode_table[];
 extern const int rf_decode_table_n;
+/* The rf_opt_group of the decoding options in generate, chat, eval and probe
+ * (values in d, defaults in def; serve has its own title). */
+#define RF_DECODE_GROUP(d, def)                                                                                  \
+    {"decoding (the same options and defaults in generate, chat, eval, probe and serve)", rf_decode_table,     \
+     rf_decode_table_n, (d), (def)}
 extern const char *const rf_decoder_names[3]; /* "refusion", "ar", "mdm" */
 
 /* rf_gen_params_default and the rest zero / refusion. */

@@ -41,15 +41,6 @@ static const rf_opt eval_opts[] = {
      .help = "mdm: run every step even after the EOS is final"},
 };
 
-/* the progress line after each example: "eval: [###...] 37/300  acc 45.9%  120 tok/s  eta 1m20s" */
-static void on_example(int done, int total, const rf_eval_agg *all, void *user) {
-    (void)total;
-    char extra[64];
-    snprintf(extra, sizeof extra, "acc %.1f%%  %.0f tok/s", all->n ? 100.0 * all->n_right / all->n : 0.0,
-             all->seconds > 0 ? all->tokens / all->seconds : 0.0);
-    rf_meter_update(user, done, extra);
-}
-
 static const char *base_name(const char *path) {
     size_t n = strlen(path);
     while (n > 1 && path[n - 1] == '/') n--;
@@ -103,8 +94,7 @@ int cmd_eval(int argc, char **argv) {
     def = d;
     const rf_opt_group groups[] = {
         {NULL, eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]), &a, &def_a},
-        {"decoding (the same options and defaults in generate, chat, eval, probe and serve)", rf_decode_table,
-         rf_decode_table_n, &d, &def},
+        RF_DECODE_GROUP(&d, &def),
     };
     int prc = rf_args_parse("eval", "-m MODEL [options]\n"
                             "Decode every example of a task file, check the answers, report accuracy\n"
@@ -152,15 +142,8 @@ int cmd_eval(int argc, char **argv) {
     rf_tokenizer *tok = NULL;
     int have_model = 0, rc = 1;
     if (!answers_path) {
-        if (rf_model_load(&m, model_dir)) goto fail;
+        if (rf_eval_load_model(&m, &tok, model_dir, tok_path)) goto fail;
         have_model = 1;
-        tok = rf_tok_for_model(model_dir, tok_path);
-        if (!tok) goto fail;
-        if (rf_tok_vocab_size(tok) > m.cfg.vocab_size) {
-            rf_set_error("%s: the tokenizer has %d ids but the model only %d", tok_path ? tok_path : model_dir,
-                         rf_tok_vocab_size(tok), m.cfg.vocab_size);
-            goto fail;
-        }
         /* the decoders take EOS and mask from the tokenizer the model was trained with */
         o.gen.eos_id = rf_tok_eos_id(tok);
         o.gen.mask_id = rf_tok_mask_id(tok);
@@ -179,7 +162,8 @@ int cmd_eval(int argc, char **argv) {
     rf_meter meter;
     int n_ex = (int)json_array_size(examples);
     rf_meter_init(&meter, "eval", a.limit > 0 && a.limit < n_ex ? a.limit : n_ex, a.quiet);
-    o.on_example = on_example, o.user = &meter;
+    /* "eval: [###...] 37/300  acc 45.9%  120 tok/s  eta 1m20s" */
+    o.on_example = rf_meter_eval_example, o.user = &meter;
     if (rf_eval_run(have_model ? &m : NULL, tok, examples, answers, &o, &rep)) {
         rf_meter_abort(&meter); /* end the line */
         rf_eval_report_free(&rep);

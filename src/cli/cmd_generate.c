@@ -432,8 +432,7 @@ static int generate_main(int argc, char **argv, int interactive) {
     gen_args def_a = g.a;
     const rf_opt_group groups[] = {
         {NULL, gen_opts, (int)(sizeof gen_opts / sizeof gen_opts[0]), &g.a, &def_a},
-        {"decoding (the same options and defaults in generate, chat, eval, probe and serve)", rf_decode_table,
-         rf_decode_table_n, &g.d, &def},
+        RF_DECODE_GROUP(&g.d, &def),
     };
     const char *synopsis =
         interactive ? "-m MODEL [options]\nChat with the model in the terminal (the chat template, history kept)."

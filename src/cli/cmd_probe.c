@@ -42,14 +42,6 @@ static void on_done(int done, int total, void *user) {
     rf_meter_update(user, done, NULL);
 }
 
-static void on_example(int done, int total, const rf_eval_agg *all, void *user) {
-    (void)total;
-    char extra[64];
-    snprintf(extra, sizeof extra, "acc %.1f%%  %.0f tok/s", all->n ? 100.0 * all->n_right / all->n : 0.0,
-             all->seconds > 0 ? all->tokens / all->seconds : 0.0);
-    rf_meter_update(user, done, extra);
-}
-
 int cmd_probe(int argc, char **argv) {
     probe_args a = {.data = "data/test.json"}, def_a = a;
     rf_decode_opts d, def;
@@ -57,8 +49,7 @@ int cmd_probe(int argc, char **argv) {
     def = d;
     const rf_opt_group groups[] = {
         {NULL, probe_opts, (int)(sizeof probe_opts / sizeof probe_opts[0]), &a, &def_a},
-        {"decoding (the same options and defaults in generate, chat, eval, probe and serve)", rf_decode_table,
-         rf_decode_table_n, &d, &def},
+        RF_DECODE_GROUP(&d, &def),
     };
     int pos = 0;
     int prc = rf_args_parse("probe", "-m MODEL --data FILE [options]\n"
@@ -103,15 +94,8 @@ int cmd_probe(int argc, char **argv) {
     char *table = NULL, *dec_table = NULL, *js = NULL;
     rf_eval_report rep;
     memset(&rep, 0, sizeof rep);
-    if (rf_model_load(&m, model_dir)) goto out;
+    if (rf_eval_load_model(&m, &tok, model_dir, tok_path)) goto out;
     have_model = 1;
-    tok = rf_tok_for_model(model_dir, tok_path);
-    if (!tok) goto out;
-    if (rf_tok_vocab_size(tok) > m.cfg.vocab_size) {
-        rf_set_error("%s: the tokenizer has %d ids but the model only %d", tok_path ? tok_path : model_dir,
-                     rf_tok_vocab_size(tok), m.cfg.vocab_size);
-        goto out;
-    }
 
     rf_probe_stats st;
     memset(&st, 0, sizeof st);
@@ -137,7 +121,7 @@ int cmd_probe(int argc, char **argv) {
         o.gen.mask_id = rf_tok_mask_id(tok);
         o.limit = (int)limit;
         rf_meter_init(&meter, "probe --decode", n_ex, quiet);
-        o.on_example = on_example, o.user = &meter;
+        o.on_example = rf_meter_eval_example, o.user = &meter;
         if (rf_eval_run(&m, tok, examples, NULL, &o, &rep)) {
             rf_meter_abort(&meter);
             goto out;

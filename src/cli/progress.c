@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tasks/eval.h"
 #include "util/util.h"
 
 struct rf_progress {
@@ -140,4 +141,12 @@ void rf_meter_update(rf_meter *m, int done, const char *extra) {
 void rf_meter_abort(rf_meter *m) {
     if (m->on && m->tty && m->last > 0) fputc('\n', stderr);
     m->on = 0;
+}
+
+void rf_meter_eval_example(int done, int total, const rf_eval_agg *all, void *meter) {
+    (void)total;
+    char extra[64];
+    snprintf(extra, sizeof extra, "acc %.1f%%  %.0f tok/s", all->n ? 100.0 * all->n_right / all->n : 0.0,
+             all->seconds > 0 ? all->tokens / all->seconds : 0.0);
+    rf_meter_update(meter, done, extra);
 }

@@ -38,5 +38,9 @@ void rf_meter_init(rf_meter *m, const char *what, int total, int quiet);
 void rf_meter_update(rf_meter *m, int done, const char *extra);
 /* End the terminal's line when the loop stopped before the last item. */
 void rf_meter_abort(rf_meter *m);
+/* rf_eval_opts.on_example (tasks/eval.h) for a meter passed as user: the
+ * accuracy and speed so far after the count, "acc 45.6%  120 tok/s". */
+struct rf_eval_agg;
+void rf_meter_eval_example(int done, int total, const struct rf_eval_agg *all, void *meter);
 
 #endif

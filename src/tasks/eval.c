@@ -5,6 +5,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+int rf_eval_load_model(rf_model *m, rf_tokenizer **tok, const char *model_dir, const char *tok_path) {
+    if (rf_model_load(m, model_dir)) return -1;
+    *tok = rf_tok_for_model(model_dir, tok_path);
+    if (*tok && rf_tok_vocab_size(*tok) > m->cfg.vocab_size) {
+        rf_set_error("%s: the tokenizer has %d ids but the model only %d", tok_path ? tok_path : model_dir,
+                     rf_tok_vocab_size(*tok), m->cfg.vocab_size);
+        rf_tok_free(*tok);
+        *tok = NULL;
+    }
+    if (!*tok) {
+        rf_model_free(m);
+        return -1;
+    }
+    return 0;
+}
+
 const char *rf_decoder_name(rf_decoder_kind d) {
     switch (d) {
     case RF_DEC_REFUSION: return "refusion";

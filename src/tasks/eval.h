@@ -55,6 +55,11 @@ typedef struct {
     json_t *examples;      /* per example: family, query, answer, right, tokens, calls, seconds, tpf */
 } rf_eval_report;
 
+/* Load the model at model_dir and its tokenizer (tok_path, or the one beside
+ * the model: rf_tok_for_model), refusing a tokenizer with more ids than the
+ * model. 0, or -1 with rf_last_error() and nothing left loaded. */
+int rf_eval_load_model(rf_model *m, rf_tokenizer **tok, const char *model_dir, const char *tok_path);
+
 /* Evaluate examples (a loaded, checker-validated task list). With decoder
  * RF_DEC_ANSWERS no model runs: answers[i] (strings, one per example) are
  * checked instead (m and tok may be NULL). 0, or -1 with rf_last_error()
