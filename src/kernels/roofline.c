@@ -41,13 +41,10 @@ double rf_measure_read_gbs(void) {
     return best;
 }
 
-double rf_measure_fma_gflops(void) {
-    /* 12 independent accumulator chains per thread cover FMA latency (4
-     * cycles) x 2 FMA ports with room to spare; acc = acc * m + c converges
-     * to c / (1 - m), so there are no overflows or denormals. The chains
-     * start from different values: identical chains would be merged into
-     * one by the compiler (which then measures FMA latency, not throughput). */
-    const long iters = 20 * 1000 * 1000;
+/* Best of 3 runs of body(iters) on every OpenMP thread at once, in G ops/s
+ * with ops_per_iter ops per iteration; body returns a sum of its results,
+ * which the (never true) sign test keeps alive. */
+static double best_of_3(double (*body)(long iters), long iters, double ops_per_iter) {
     double best = 0, sink = 0;
     for (int rep = 0; rep < 3; rep++) {
         int nt = 1;
@@ -56,57 +53,55 @@ double rf_measure_fma_gflops(void) {
         {
 #pragma omp single
             nt = omp_get_num_threads();
-            __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-6f);
-            __m256 a0 = _mm256_set1_ps(0.01f), a1 = _mm256_set1_ps(0.02f), a2 = _mm256_set1_ps(0.03f);
-            __m256 a3 = _mm256_set1_ps(0.04f), a4 = _mm256_set1_ps(0.05f), a5 = _mm256_set1_ps(0.06f);
-            __m256 a6 = _mm256_set1_ps(0.07f), a7 = _mm256_set1_ps(0.08f), a8 = _mm256_set1_ps(0.09f);
-            __m256 a9 = _mm256_set1_ps(0.10f), a10 = _mm256_set1_ps(0.11f), a11 = _mm256_set1_ps(0.12f);
-            for (long i = 0; i < iters; i++) {
-                a0 = _mm256_fmadd_ps(a0, m, c); a1 = _mm256_fmadd_ps(a1, m, c);
-                a2 = _mm256_fmadd_ps(a2, m, c); a3 = _mm256_fmadd_ps(a3, m, c);
-                a4 = _mm256_fmadd_ps(a4, m, c); a5 = _mm256_fmadd_ps(a5, m, c);
-                a6 = _mm256_fmadd_ps(a6, m, c); a7 = _mm256_fmadd_ps(a7, m, c);
-                a8 = _mm256_fmadd_ps(a8, m, c); a9 = _mm256_fmadd_ps(a9, m, c);
-                a10 = _mm256_fmadd_ps(a10, m, c); a11 = _mm256_fmadd_ps(a11, m, c);
-                /* an empty asm that claims to change m stops the compiler from
-                 * folding the loop */
-                __asm__ volatile("" : "+x"(m));
-            }
-            __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                                     _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-            s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
-            sink += _mm256_cvtss_f32(s);
+            sink += body(iters);
         }
-        double dt = rf_now() - t0;
-        double gf = (double)nt * iters * 12 * 8 * 2 / dt / 1e9;
-        if (gf > best) best = gf;
-    }
-    if (sink < 0) best = -best;
-    return best;
-}
-
-double rf_peak_i8_maddubs_avx2(void) {
-    /* acc += madd(maddubs(u8, s8), 1): 32 u8 x s8 products summed to 8 s32 */
-    const long iters = 10 * 1000 * 1000;
-    double best = 0, sink = 0;
-    for (int rep = 0; rep < 3; rep++) {
-        int nt = 1;
-        double t0 = rf_now();
-#pragma omp parallel reduction(+ : sink)
-        {
-#pragma omp single
-            nt = omp_get_num_threads();
-            __m256i u = _mm256_set1_epi8(3), s = _mm256_set1_epi8(-2), one = _mm256_set1_epi16(1), a[12];
-            for (int j = 0; j < 12; j++) a[j] = _mm256_set1_epi32(j);
-            for (long i = 0; i < iters; i++) {
-                for (int j = 0; j < 12; j++)
-                    a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), one));
-                __asm__ volatile("" : "+x"(u), "+x"(s));
-            }
-            for (int j = 0; j < 12; j++) sink += _mm256_extract_epi32(a[j], 0);
-        }
-        double g = (double)nt * iters * 12 * 64 / (rf_now() - t0) / 1e9;
+        double g = (double)nt * iters * ops_per_iter / (rf_now() - t0) / 1e9;
         if (g > best) best = g;
     }
     return sink < -1e300 ? -best : best;
 }
+
+/* 12 independent accumulator chains per thread cover FMA latency (4
+ * cycles) x 2 FMA ports with room to spare; acc = acc * m + c converges
+ * to c / (1 - m), so there are no overflows or denormals. The chains
+ * start from different values: identical chains would be merged into
+ * one by the compiler (which then measures FMA latency, not throughput). */
+static double fma_chains(long iters) {
+    __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-6f);
+    __m256 a0 = _mm256_set1_ps(0.01f), a1 = _mm256_set1_ps(0.02f), a2 = _mm256_set1_ps(0.03f);
+    __m256 a3 = _mm256_set1_ps(0.04f), a4 = _mm256_set1_ps(0.05f), a5 = _mm256_set1_ps(0.06f);
+    __m256 a6 = _mm256_set1_ps(0.07f), a7 = _mm256_set1_ps(0.08f), a8 = _mm256_set1_ps(0.09f);
+    __m256 a9 = _mm256_set1_ps(0.10f), a10 = _mm256_set1_ps(0.11f), a11 = _mm256_set1_ps(0.12f);
+    for (long i = 0; i < iters; i++) {
+        a0 = _mm256_fmadd_ps(a0, m, c); a1 = _mm256_fmadd_ps(a1, m, c);
+        a2 = _mm256_fmadd_ps(a2, m, c); a3 = _mm256_fmadd_ps(a3, m, c);
+        a4 = _mm256_fmadd_ps(a4, m, c); a5 = _mm256_fmadd_ps(a5, m, c);
+        a6 = _mm256_fmadd_ps(a6, m, c); a7 = _mm256_fmadd_ps(a7, m, c);
+        a8 = _mm256_fmadd_ps(a8, m, c); a9 = _mm256_fmadd_ps(a9, m, c);
+        a10 = _mm256_fmadd_ps(a10, m, c); a11 = _mm256_fmadd_ps(a11, m, c);
+        /* an empty asm that claims to change m stops the compiler from
+         * folding the loop */
+        __asm__ volatile("" : "+x"(m));
+    }
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+    return _mm256_cvtss_f32(s);
+}
+
+double rf_measure_fma_gflops(void) { return best_of_3(fma_chains, 20 * 1000 * 1000, 12 * 8 * 2); }
+
+/* acc += madd(maddubs(u8, s8), 1): 32 u8 x s8 products summed to 8 s32 */
+static double maddubs_chains(long iters) {
+    __m256i u = _mm256_set1_epi8(3), s = _mm256_set1_epi8(-2), one = _mm256_set1_epi16(1), a[12];
+    for (int j = 0; j < 12; j++) a[j] = _mm256_set1_epi32(j);
+    for (long i = 0; i < iters; i++) {
+        for (int j = 0; j < 12; j++) a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), one));
+        __asm__ volatile("" : "+x"(u), "+x"(s));
+    }
+    double sink = 0;
+    for (int j = 0; j < 12; j++) sink += _mm256_extract_epi32(a[j], 0);
+    return sink;
+}
+
+double rf_peak_i8_maddubs_avx2(void) { return best_of_3(maddubs_chains, 10 * 1000 * 1000, 12 * 64); }
