@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer/heap.h"
 #include "tokenizer/tok_internal.h"
 #include "util/util.h"
 
@@ -46,37 +47,7 @@ static int cand_less(const bpe_cand *x, const bpe_cand *y) {
     return x->rank < y->rank || (x->rank == y->rank && x->pos < y->pos);
 }
 
-static void heap_push(enc_ctx *c, bpe_cand v) {
-    if (c->hn == c->hcap) {
-        c->hcap = c->hcap ? 2 * c->hcap : 64;
-        c->heap = realloc(c->heap, c->hcap * sizeof *c->heap);
-        if (!c->heap) rf_die("out of memory");
-    }
-    size_t i = c->hn++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!cand_less(&v, &c->heap[p])) break;
-        c->heap[i] = c->heap[p];
-        i = p;
-    }
-    c->heap[i] = v;
-}
-
-static bpe_cand heap_pop(enc_ctx *c) {
-    bpe_cand top = c->heap[0], last = c->heap[--c->hn];
-    size_t i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        const bpe_cand *mv = &last;
-        if (l < c->hn && cand_less(&c->heap[l], mv)) m = l, mv = &c->heap[l];
-        if (r < c->hn && cand_less(&c->heap[r], mv)) m = r;
-        if (m == i) break;
-        c->heap[i] = c->heap[m];
-        i = m;
-    }
-    if (c->hn) c->heap[i] = last;
-    return top;
-}
+RF_HEAP_DEFINE(enc_ctx, bpe_cand, cand_less, 64)
 
 /* Queue the pair starting at symbol i, if it has a merge. */
 static void push_pair(enc_ctx *c, int i) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer/heap.h"
 #include "tokenizer/tok_internal.h"
 #include "util/util.h"
 
@@ -110,35 +111,7 @@ static int heap_better(const heap_item *x, const heap_item *y) {
     return x->a != y->a ? x->a < y->a : x->b < y->b;
 }
 
-static void heap_push(trainer *T, heap_item v) {
-    if (T->hn == T->hcap) {
-        T->hcap = T->hcap ? 2 * T->hcap : 1024;
-        T->heap = realloc(T->heap, T->hcap * sizeof *T->heap);
-        if (!T->heap) rf_die("out of memory");
-    }
-    size_t i = T->hn++;
-    while (i > 0 && heap_better(&v, &T->heap[(i - 1) / 2])) {
-        T->heap[i] = T->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    T->heap[i] = v;
-}
-
-static heap_item heap_pop(trainer *T) {
-    heap_item top = T->heap[0], last = T->heap[--T->hn];
-    size_t i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        const heap_item *mv = &last;
-        if (l < T->hn && heap_better(&T->heap[l], mv)) m = l, mv = &T->heap[l];
-        if (r < T->hn && heap_better(&T->heap[r], mv)) m = r;
-        if (m == i) break;
-        T->heap[i] = T->heap[m];
-        i = m;
-    }
-    if (T->hn) T->heap[i] = last;
-    return top;
-}
+RF_HEAP_DEFINE(trainer, heap_item, heap_better, 1024)
 
 static pair_info *get_pair(trainer *T, int a, int b, int create) {
     const rf_pair_slot *s = rf_pairmap_get(&T->pairs, a, b);
