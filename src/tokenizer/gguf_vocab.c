@@ -111,12 +111,7 @@ static rf_tokenizer *from_gguf(const rf_gguf_file *f) {
 
     rf_tokenizer *t = rf_calloc(1, sizeof *t);
     int cap = n + 2; /* room for <|beginoftext|> and <|mask|> */
-    t->n_vocab = cap;
-    t->piece = rf_calloc((size_t)cap, sizeof *t->piece);
-    t->bytes = rf_calloc((size_t)cap, sizeof *t->bytes);
-    t->nbytes = rf_calloc((size_t)cap, sizeof *t->nbytes);
-    t->special = rf_calloc((size_t)cap, 1);
-    rf_strmap_init(&t->vocab, (size_t)n + 64);
+    rf_tok_alloc_vocab(t, cap, (size_t)n + 64);
     int max_id = -1;
     char *s = NULL;
     for (int i = 0; i < n; i++) {

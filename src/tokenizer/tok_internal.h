@@ -93,6 +93,9 @@ struct rf_tokenizer {
 };
 
 /* ---- building a tokenizer from another source (gguf_vocab.c) ---- */
+/* t->n_vocab = cap with the per-id arrays allocated (zeroed) and the
+ * spelling map sized for `expected` entries */
+void rf_tok_alloc_vocab(rf_tokenizer *t, int cap, size_t expected);
 /* t->piece[id], bytes[id] from a vocab spelling (byte-level alphabet undone) */
 void rf_tok_set_piece(rf_tokenizer *t, int id, const char *s);
 /* register an added token (matched literally in raw text) */

@@ -225,12 +225,7 @@ static int parse_model(rf_tokenizer *t, json_t *root, const char *file) {
     int max_id;
     if (scan_ids(vocab, added, file, &max_id)) return -1;
     int cap = max_id + 3; /* room for <|beginoftext|> and <|mask|> */
-    t->n_vocab = cap;
-    t->piece = rf_calloc((size_t)cap, sizeof *t->piece);
-    t->bytes = rf_calloc((size_t)cap, sizeof *t->bytes);
-    t->nbytes = rf_calloc((size_t)cap, sizeof *t->nbytes);
-    t->special = rf_calloc((size_t)cap, 1);
-    rf_strmap_init(&t->vocab, json_object_size(vocab) + 64);
+    rf_tok_alloc_vocab(t, cap, json_object_size(vocab) + 64);
 
     const char *k;
     json_t *v;
@@ -457,6 +452,15 @@ int rf_tok_mask_id(const rf_tokenizer *t) { return t->mask_id; }
 
 /* for the GGUF vocabulary reader (gguf_vocab.c) */
 void rf_tok_set_piece(rf_tokenizer *t, int id, const char *s) { set_piece(t, id, s); }
+
+void rf_tok_alloc_vocab(rf_tokenizer *t, int cap, size_t expected) {
+    t->n_vocab = cap;
+    t->piece = rf_calloc((size_t)cap, sizeof *t->piece);
+    t->bytes = rf_calloc((size_t)cap, sizeof *t->bytes);
+    t->nbytes = rf_calloc((size_t)cap, sizeof *t->nbytes);
+    t->special = rf_calloc((size_t)cap, 1);
+    rf_strmap_init(&t->vocab, expected);
+}
 void rf_tok_add_added(rf_tokenizer *t, const char *content, int id, int special) {
     add_added(t, content, id, special, 0, 0);
 }
