@@ -17,12 +17,12 @@ fi
 CC=${CC:-clang}
 B=build-fuzz
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-CFLAGS="-std=c11 -O1 -g -mavx2 -mfma -mf16c -D_GNU_SOURCE -fopenmp -Isrc $SAN $(pkg-config --cflags jansson libpcre2-8 libutf8proc libmicrohttpd openblas)"
+CFLAGS="-std=c11 -O1 -g -mavx2 -mfma -mf16c -D_GNU_SOURCE -fopenmp -Iinclude -Isrc $SAN $(pkg-config --cflags jansson libpcre2-8 libutf8proc libmicrohttpd openblas)"
 LIBS="$(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd openblas) -lm -lpthread"
 mkdir -p "$B/obj" "$B/corpus/$name"
 # the library (everything but the CLI), once; rebuilt when a source or header is newer
 objs=()
-for src in src/{util,io,kernels,model,tokenizer,decode,train,tasks,serve}/*.c src/cli/args.c; do
+for src in src/{util,io,kernels,model,tokenizer,decode,train,tasks,api,serve}/*.c src/cli/args.c; do
   o="$B/obj/$(echo "${src#src/}" | tr / _).o"
   extra="" # the per-file flags of CMakeLists.txt
   case $src in
