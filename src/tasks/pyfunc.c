@@ -247,29 +247,32 @@ static int parse_unary(parser *p) {
     return r;
 }
 
-static int parse_term(parser *p) {
-    int a = parse_unary(p);
+/* one left-associative precedence level: operand (op operand)* with the
+ * operators ops[0..n_ops) */
+typedef struct {
+    const char *op;
+    node_kind kind;
+} binop;
+static int parse_left(parser *p, int (*operand)(parser *), const binop *ops, int n_ops) {
+    int a = operand(p);
     for (;;) {
-        node_kind k;
-        if (is_op(p, "*")) k = N_MUL;
-        else if (is_op(p, "//")) k = N_FLOORDIV;
-        else if (is_op(p, "%")) k = N_MOD;
-        else return a;
+        int k = -1;
+        for (int i = 0; i < n_ops && k < 0; i++)
+            if (is_op(p, ops[i].op)) k = i;
+        if (k < 0) return a;
         p->at++;
-        a = new_node(p, k, 0, a, parse_unary(p), -1);
+        a = new_node(p, ops[k].kind, 0, a, operand(p), -1);
     }
 }
 
+static int parse_term(parser *p) {
+    static const binop ops[] = {{"*", N_MUL}, {"//", N_FLOORDIV}, {"%", N_MOD}};
+    return parse_left(p, parse_unary, ops, 3);
+}
+
 static int parse_arith(parser *p) {
-    int a = parse_term(p);
-    for (;;) {
-        node_kind k;
-        if (is_op(p, "+")) k = N_ADD;
-        else if (is_op(p, "-")) k = N_SUB;
-        else return a;
-        p->at++;
-        a = new_node(p, k, 0, a, parse_term(p), -1);
-    }
+    static const binop ops[] = {{"+", N_ADD}, {"-", N_SUB}};
+    return parse_left(p, parse_term, ops, 2);
 }
 
 /* a < b <= c  ==  (a < b) and (b <= c); without side effects evaluating b
