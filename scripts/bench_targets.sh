@@ -26,7 +26,7 @@ B=${1:-build}
 [ "$B" = build ] && bash scripts/build.sh >/dev/null
 export OMP_NUM_THREADS=${THREADS:-2}
 echo "# $(date -u +%F' '%H:%M) UTC, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), OMP_NUM_THREADS=$OMP_NUM_THREADS"
-echo "# cpu tier: $("$B/refusion" info 2>/dev/null | grep -i 'tier' | tr -s ' ' | paste -sd';' || true)"
+echo "# $("$B/refusion" info -m models/refusion-demo 2>/dev/null | grep -i 'tier' | tr -s ' ' | paste -sd';' || true)"
 
 run() { echo; echo "\$ $*"; "$@"; }
 
