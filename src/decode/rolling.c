@@ -59,52 +59,19 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
      * that saw only accepted tokens */
     int *draft = rf_malloc((size_t)2 * W * sizeof(int)), nd = 0, fresh = 0;
     float *conf = rf_malloc((size_t)2 * W * sizeof(float));
-    int *ap = rf_malloc((size_t)2 * W * sizeof(int)), *got = rf_malloc((size_t)2 * W * sizeof(int));
+    int *ap = rf_malloc((size_t)2 * W * sizeof(int));
     rf_rng rng;
     rf_rng_seed(&rng, p->seed);
     rf_answer ans;
     ans_init(&ans, p, G, eos);
     int n_ans = 0, done = 0, step = 0;
 
-    /* prefill; the last prompt token's logits give the first answer token */
+    /* the prefill is the first call: no drafts, no masks; the last prompt
+     * token's logits give the first answer token */
     int rc = gen_prefill(m, &kv, rs, prompt, n_prompt, chunk, pos, logits, &ans);
     rf_step_stat *st = &ans.steps[ans.n_steps - 1];
-    if (rc == 0) {
-        int t = rf_sample_ar(logits, V, p->temperature, p->top_k, p->top_p, &rng);
-        ans_fill(&ans, 0, t);
-        ans_count_how(&ans, HOW_FORCED_AR);
-        ans_event(&ans, RF_EV_INFILL_COMMIT, step++, 1, &n_ans, &t, NULL);
-        n_ans = 1, st->tokens = 1, st->tpf_ref = 1.0;
-        ans_flush(&ans);
-        done = t == eos || n_ans >= G;
-    }
-    while (rc == 0 && !done) {
-        st = ans_step(&ans, 0);
-        /* feed: the last committed token, the drafts for the next answer
-         * positions (while confident; fewer when stale), W masks; nothing
-         * past the answer's end */
-        int room = G - n_ans, k = nd < W - 1 ? nd : W - 1;
-        if (!fresh && k > STALE_DRAFTS) k = STALE_DRAFTS;
-        if (k > room) k = room;
-        for (int i = 0; i < k; i++)
-            if (!(conf[i] > p->slot_threshold)) {
-                k = i;
-                break;
-            }
-        int w = room - k < W ? room - k : W, n = 1 + k + w, base = kv.len;
-        tok[0] = ans.tok[n_ans - 1];
-        memcpy(tok + 1, draft, (size_t)k * sizeof(int));
-        for (int i = 0; i < w; i++) tok[1 + k + i] = mask;
-        for (int i = 0; i < n; i++) pos[i] = n_prompt + n_ans - 1 + i, lidx[i] = i;
-        if (p->on_event) {
-            for (int i = 0; i < k; i++) ap[i] = n_ans + i;
-            ans_event(&ans, RF_EV_PLAN, step, k, ap, draft, NULL);
-        }
-        rf_batch b = {1, n, tok, pos, 0, n, lidx, logits};
-        rc = gen_cancelled(p) ? -1 : rf_forward(m, &kv, rs, &b);
-        if (rc) break;
-        ans.n_calls++;
-        st->calls++;
+    int k = 0, w = 0, base = kv.len - 1; /* as if the last prompt token were fed: nothing to crop */
+    while (rc == 0) {
         /* the AR head's token at each draft's position, drawn as AR decoding
          * draws it; drafts pass while they match. The first mismatch (or,
          * with every draft passed, the position after them) gets the drawn
@@ -115,7 +82,6 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
             int pass = j < k && draft[j] == t;
             ans_fill(&ans, n_ans, t);
             ans_count_how(&ans, pass ? HOW_VERIFIED : HOW_FORCED_AR);
-            got[j] = t;
             n_ans++;
             if (t == eos || n_ans >= G) done = 1;
             if (!pass || done) break;
@@ -125,7 +91,7 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
         st->tokens = n_new, st->tpf_ref = n_new;
         if (p->on_event) {
             for (int i = 0; i < n_new; i++) ap[i] = a0 + i;
-            ans_event(&ans, RF_EV_INFILL_COMMIT, step, n_new, ap, got, NULL);
+            ans_event(&ans, RF_EV_INFILL_COMMIT, step, n_new, ap, ans.tok + a0, NULL);
         }
         step++;
         ans_flush(&ans);
@@ -143,8 +109,37 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
             draft[nn] = s.argmax, conf[nn++] = (float)rf_logit_prob(l, &s, s.argmax);
         }
         nd = nn, fresh = j == k;
+
+        st = ans_step(&ans, 0);
+        /* feed: the last committed token, the drafts for the next answer
+         * positions (while confident; fewer when stale), W masks; nothing
+         * past the answer's end */
+        int room = G - n_ans;
+        k = nd < W - 1 ? nd : W - 1;
+        if (!fresh && k > STALE_DRAFTS) k = STALE_DRAFTS;
+        if (k > room) k = room;
+        for (int i = 0; i < k; i++)
+            if (!(conf[i] > p->slot_threshold)) {
+                k = i;
+                break;
+            }
+        w = room - k < W ? room - k : W, base = kv.len;
+        int n = 1 + k + w;
+        tok[0] = ans.tok[n_ans - 1];
+        memcpy(tok + 1, draft, (size_t)k * sizeof(int));
+        for (int i = 0; i < w; i++) tok[1 + k + i] = mask;
+        for (int i = 0; i < n; i++) pos[i] = n_prompt + n_ans - 1 + i, lidx[i] = i;
+        if (p->on_event) {
+            for (int i = 0; i < k; i++) ap[i] = n_ans + i;
+            ans_event(&ans, RF_EV_PLAN, step, k, ap, draft, NULL);
+        }
+        rf_batch b = {1, n, tok, pos, 0, n, lidx, logits};
+        rc = gen_cancelled(p) ? -1 : rf_forward(m, &kv, rs, &b);
+        if (rc) break;
+        ans.n_calls++;
+        st->calls++;
     }
-    free(logits), free(tok), free(pos), free(lidx), free(draft), free(conf), free(ap), free(got);
+    free(logits), free(tok), free(pos), free(lidx), free(draft), free(conf), free(ap);
     rf_runstate_free(rs);
     rf_kv_free(&kv);
     if (rc) {
