@@ -153,6 +153,23 @@ int main(void) {
         CHECK(!strcmp(streamed, whole), "method %d: streamed '%s' vs '%s'", method, streamed, whole);
     }
 
+    /* ---- the rolling slot through the API: AR's answer in fewer calls ---- */
+    {
+        rf_params p = rf_params_default();
+        p.method = RF_METHOD_AR;
+        p.gen_length = 32;
+        p.eos_id = eos;
+        rf_stats sa, sr;
+        int na_ar = rf_generate(s, a, na, &p, b, CAP, &sa);
+        p.method = RF_METHOD_REFUSION;
+        p.rolling = 1, p.slot_size = 4, p.slot_threshold = 0.5f;
+        int nr = rf_generate(s, a, na, &p, out, CAP, &sr);
+        CHECK(nr > 0 && nr == na_ar && !memcmp(out, b, (size_t)nr * sizeof *out), "rolling: %d ids vs AR's %d", nr,
+              na_ar);
+        CHECK(sr.verified > 0 && sr.n_calls < nr, "rolling: %d drafts passed, %d calls for %d tokens", sr.verified,
+              sr.n_calls, nr);
+    }
+
     /* ---- refused settings ---- */
     rf_params p = rf_params_default();
     p.slot_size = 0;
