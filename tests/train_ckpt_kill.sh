@@ -13,6 +13,26 @@
 #  - otherwise `train --resume` must succeed, and its final model.safetensors
 #    must equal the uninterrupted run's byte for byte;
 #  - no NAME.next, NAME.tmp.PID or checkpoint.commit may be left behind.
+#
+# Then a full disk during a save (issue 11: "disk full ends in the same
+# state"), simulated without root or mounts: in a subshell, `trap '' XFSZ`
+# (an ignored signal stays ignored across exec, so a write past the limit
+# returns EFBIG instead of killing the process) and `ulimit -f K` (K blocks of
+# 1024 bytes, the most any one file may hold). From a committed step-2
+# checkpoint, `train --resume` runs to step 4 and its save fails mid-write.
+# K walks the write points the limit can reach, taken from the reference
+# run's file sizes: model.safetensors (its header, mid-data, its last
+# tensor), optimizer.bin (the first block past model.safetensors' size, the
+# middle of its second moments, its last bytes), and one K where everything
+# fits (the run must then succeed). A per-file limit reaches no other write:
+# config.json, the tokenizer's files and the journal are smaller than
+# model.safetensors and written after it, and optimizer.bin's first moments
+# end before model.safetensors' size. For each failing K:
+#  - exit non-zero, and stderr is exactly one line, `refusion: `, naming the
+#    file that failed and the reason (strerror(EFBIG));
+#  - the directory holds the same files as before, the step-2 set byte for
+#    byte, and none of the save's leftovers;
+#  - a plain `train --resume` then ends bit-identical to the reference run.
 set -u
 BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
 T=$(mktemp -d /tmp/rf_ckpt_kill.XXXXXX)
@@ -68,5 +88,56 @@ done
 [ $resumed -ge 10 ] && ok || bad "only $resumed kill points left a checkpoint to resume"
 [ -z "$(leftovers "$T/ref")" ] && ok || bad "the uninterrupted run left: $(leftovers "$T/ref")"
 
-echo "train_ckpt_kill: $killed kill points ($resumed resumed, $fresh before any commit); $pass checks passed, $fails failed"
+# ---- a full disk during the step-4 save --------------------------------------------
+SET=(config.json model.safetensors tokenizer.json tokenizer_config.json optimizer.bin)
+# the limit mechanism itself: a write past K blocks is cut at K*1024 bytes, the
+# writer is not killed and gets an error
+( trap '' XFSZ; ulimit -f 1 && head -c 3000 /dev/zero >"$T/probe" ) 2>/dev/null
+probe_rc=$?
+[ $probe_rc -ne 0 ] && [ "$(wc -c <"$T/probe")" -eq 1024 ] && ok ||
+  bad "ulimit -f 1 with SIGXFSZ ignored: exit $probe_rc and $(wc -c <"$T/probe") bytes, not a failed write at 1024"
+
+"$BIN" train "${ARGS[@]}" -o "$T/s2" --stop-at 2 2>"$T/s2.err" || bad "the step-2 run failed: $(cat "$T/s2.err")"
+"$BIN" train "${ARGS[@]}" -o "$T/s2c" --stop-at 2 2>/dev/null && "$BIN" train "${ARGS[@]}" -o "$T/s2c" --resume 2>/dev/null &&
+  cmp -s "$T/s2c/model.safetensors" "$T/ref/model.safetensors" && ok ||
+  bad "a step-2 checkpoint resumed without a limit does not end as the reference run"
+msize=$(wc -c <"$T/ref/model.safetensors") osize=$(wc -c <"$T/ref/optimizer.bin")
+# K: model.safetensors' header (1 block is less than it), its middle, its last
+# block; optimizer.bin just past model.safetensors' size (its second moments),
+# its middle, its last bytes; all fits
+KS="1 $((msize / 2048)) $(((msize - 1) / 1024)) $((msize / 1024 + 1)) $(((msize + osize) / 2048)) $(((osize - 1) / 1024)) $((osize / 1024 + 1))"
+full=0
+for K in $KS; do
+  rm -rf "$T/run"
+  cp -R "$T/s2" "$T/run"
+  before=$(ls -a "$T/run" | tr '\n' ' ')
+  ( trap '' XFSZ; ulimit -f "$K" && exec "$BIN" train "${ARGS[@]}" -o "$T/run" --resume ) >/dev/null 2>"$T/full.err"
+  rc=$?
+  if [ $((K * 1024)) -ge "$osize" ]; then
+    # every file fits: the save succeeds under the limit
+    [ $rc -eq 0 ] && cmp -s "$T/run/model.safetensors" "$T/ref/model.safetensors" && ok ||
+      bad "ulimit -f $K (every file fits): exit $rc, $(cat "$T/full.err")"
+    continue
+  fi
+  full=$((full + 1))
+  if [ $((K * 1024)) -lt "$msize" ]; then want=model.safetensors; else want=optimizer.bin; fi
+  [ $rc -ne 0 ] && ok || bad "ulimit -f $K: a failed save exits 0"
+  [ "$(wc -l <"$T/full.err")" -eq 1 ] && grep -q "^refusion: .*/$want[.a-z0-9]*: .*File too large" "$T/full.err" && ok ||
+    bad "ulimit -f $K: want one 'refusion: ' line naming $want and the reason, got: $(cat "$T/full.err")"
+  for f in "${SET[@]}"; do
+    cmp -s "$T/run/$f" "$T/s2/$f" && ok || bad "ulimit -f $K: the failed save changed the step-2 checkpoint's $f"
+  done
+  left=$(leftovers "$T/run")
+  [ -z "$left" ] && ok || bad "ulimit -f $K: the failed save left behind: $left"
+  after=$(ls -a "$T/run" | tr '\n' ' ')
+  [ "$after" = "$before" ] && ok || bad "ulimit -f $K: the directory held '$before', now '$after'"
+  "$BIN" train "${ARGS[@]}" -o "$T/run" --resume 2>"$T/resume.err" || { bad "ulimit -f $K: the --resume after it failed: $(cat "$T/resume.err")"; continue; }
+  cmp -s "$T/run/model.safetensors" "$T/ref/model.safetensors" && ok ||
+    bad "ulimit -f $K: the resumed run's weights differ from the uninterrupted run's"
+  left=$(leftovers "$T/run")
+  [ -z "$left" ] && ok || bad "ulimit -f $K: the resumed run left behind: $left"
+done
+[ $full -eq 6 ] && ok || bad "$full of the 6 limits made the save fail"
+
+echo "train_ckpt_kill: $killed kill points ($resumed resumed, $fresh before any commit), $full full-disk points; $pass checks passed, $fails failed"
 [ $fails -eq 0 ]
