@@ -5,8 +5,8 @@
  * opaque handles; every function that can fail returns NULL or a negative
  * rf_status and leaves a one-line message for rf_last_error() (per thread).
  * The library never prints, never installs signal handlers and never calls
- * exit() (an allocation failure inside a call is returned as
- * RF_ERR_INTERNAL; memory that call had taken is then leaked).
+ * exit(): an allocation that fails inside a call makes it return
+ * RF_ERR_NOMEM (or NULL) after giving back the memory it had taken.
  *
  *   refusion_model *m = rf_model_open("models/refusion-demo");
  *   refusion_tokenizer *tok = rf_tokenizer_open(m);
@@ -49,7 +49,8 @@ typedef enum {
     RF_OK = 0,
     RF_ERR_INVALID = -1,   /* bad argument or parameter (message says which) */
     RF_ERR_CANCELLED = -2, /* *cancel was raised */
-    RF_ERR_INTERNAL = -3,  /* out of memory or an internal check failed */
+    RF_ERR_INTERNAL = -3,  /* an internal check failed */
+    RF_ERR_NOMEM = -4,     /* out of memory (the call's own memory was freed) */
 } rf_status;
 
 /* The message of the last failure on this thread ("" never: a default text). */

@@ -182,12 +182,12 @@ int main(void) {
           "cap 2");
 
     /* rf_die under a catch point is an error return, not an exit */
-    jmp_buf jb;
+    rf_catch cp;
     volatile int caught = 0;
-    jmp_buf *prev = rf_die_catch(&jb);
-    if (setjmp(jb) == 0) rf_die("boom %d", 7);
+    rf_catch_push(&cp);
+    if (setjmp(cp.jb) == 0) rf_die("boom %d", 7);
     else caught = 1;
-    rf_die_catch(prev);
+    rf_catch_pop(&cp);
     CHECK(caught && !strcmp(rf_last_error(), "boom 7"), "rf_die caught: %s", rf_last_error());
 
     rf_session_free(s);

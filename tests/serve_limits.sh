@@ -13,7 +13,8 @@
 #  5. a client that leaves: its queued job never runs, its running job is
 #     counted as cancelled (/health "requests_cancelled") and stops within a
 #     model call (the decoder's cancel flag: "calls_after_cancel" <= 1 each);
-#   - a fatal error inside one generation fails that request (500), not the server;
+#   - a fatal error inside one generation fails that request (500; 503 for a
+#     failed allocation), not the server;
 #  6. bounded queue wait: a request that cannot start within --queue-wait
 #     gets 503 instead of waiting behind a long generation.
 # Only 127.0.0.x, port chosen by the kernel; every curl has a time limit.
@@ -122,6 +123,13 @@ expect die1 500 "generation failed: REFUSION_TEST_DIE_ONCE"
 alive && ok || bad "the server died with its generation"
 post die2 /v1/completions '{"prompt":"x","max_tokens":8}'
 expect die2 200 '"completion_tokens":8'
+stop
+# an allocation that fails inside a generation: 503, and the server serves on
+REFUSION_TEST_DIE_ONCE=oom start
+post oom1 /v1/completions '{"prompt":"x","max_tokens":8}'
+expect oom1 503 "generation failed: out of memory allocating 1099511627776 bytes"
+post oom2 /v1/completions '{"prompt":"x","max_tokens":8}'
+expect oom2 200 '"completion_tokens":8'
 stop
 
 # a slower model (about 25M weights read per token) so that a 4,000-token

@@ -46,15 +46,17 @@ RF_API const char *rf_version(void) { return "0.2"; }
  * int arrays: the same type here, so they are passed through as they are */
 _Static_assert(sizeof(int) == sizeof(int32_t) && (int)-1 == (int32_t)-1, "int is int32_t");
 
-/* Run body with rf_die turned into an error return. */
-#define CATCH_DIE(on_die)                 \
-    jmp_buf jb_;                          \
-    jmp_buf *prev_ = rf_die_catch(&jb_); \
-    if (setjmp(jb_)) {                    \
-        rf_die_catch(prev_);              \
-        on_die;                           \
+/* Run body with rf_die turned into an error return; on_die runs after the
+ * scoped blocks allocated inside were freed (util.h), and DIED is the status
+ * to return: RF_ERR_NOMEM for a failed allocation, else RF_ERR_INTERNAL. */
+#define CATCH_DIE(on_die)     \
+    rf_catch c_;              \
+    rf_catch_push(&c_);       \
+    if (setjmp(c_.jb)) {      \
+        on_die;               \
     }
-#define END_CATCH() rf_die_catch(prev_)
+#define END_CATCH() rf_catch_pop(&c_)
+#define DIED (c_.oom ? RF_ERR_NOMEM : RF_ERR_INTERNAL)
 
 /* A zeroed handle, or NULL with the reason ("<what> is NULL" when arg, the
  * argument it is made from, is NULL). */
@@ -120,7 +122,7 @@ RF_API void rf_tokenizer_close(refusion_tokenizer *t) {
  * rf_status. */
 static int encode_out(const rf_tokenizer *t, const char *text, int32_t *ids, int cap) {
     int *volatile v = NULL;
-    CATCH_DIE(free(v); return RF_ERR_INTERNAL);
+    CATCH_DIE(free(v); return DIED);
     int *out = NULL, n = 0;
     int rc = rf_tok_encode(t, text, strlen(text), &out, &n);
     v = out;
@@ -163,7 +165,7 @@ RF_API int rf_tokenize_chat(const refusion_tokenizer *t, const rf_chat_message *
     if (rc < 0) return rc;
     char *volatile text = NULL;
     rf_chat_msg *volatile cm = NULL;
-    CATCH_DIE(free(text); free(cm); return RF_ERR_INTERNAL);
+    CATCH_DIE(free(text); free(cm); return DIED);
     cm = rf_malloc((size_t)n * sizeof *cm);
     for (int i = 0; i < n; i++) cm[i] = (rf_chat_msg){msgs[i].role, msgs[i].content};
     text = rf_chat_apply(t->t, cm, n, 1, think);
@@ -221,7 +223,7 @@ RF_API int rf_detokenize(const refusion_tokenizer *t, const int32_t *ids, int n,
         return RF_ERR_INVALID;
     }
     int *volatile v = NULL;
-    CATCH_DIE(return RF_ERR_INTERNAL);
+    CATCH_DIE(return DIED);
     v = rf_malloc((size_t)n * sizeof(int) + 1);
     for (int i = 0; i < n; i++) v[i] = ids[i];
     char *s = rf_tok_decode(t->t, v, n, skip_special);
@@ -406,7 +408,7 @@ RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt,
     rf_gen_result r;
     memset(&r, 0, sizeof r);
     rf_workspace *prev_ws = rf_workspace_attach(s->ws);
-    CATCH_DIE(rf_workspace_attach(prev_ws); rf_workspace_reset(s->ws); return RF_ERR_INTERNAL);
+    CATCH_DIE(rf_workspace_attach(prev_ws); rf_workspace_reset(s->ws); return DIED);
     int rc;
     if (p->method == RF_METHOD_AR) {
         rc = rf_generate_ar(m, ids, n_prompt, &g, &r);

@@ -20,8 +20,8 @@ int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_
     rf_kvcache kv;
     rf_kv_init(&kv, &m->cfg, n_prompt + G);
     rf_runstate *rs = rf_runstate_new(&m->cfg, chunk, n_prompt + G);
-    float *logits = rf_malloc((size_t)V * sizeof(float));
-    int *pos = rf_malloc((size_t)chunk * sizeof(int));
+    float *logits = rf_scoped_malloc((size_t)V * sizeof(float));
+    int *pos = rf_scoped_malloc((size_t)chunk * sizeof(int));
     rf_rng rng;
     rf_rng_seed(&rng, p->seed);
     rf_answer ans;
@@ -44,7 +44,7 @@ int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_
         ans.n_calls++;
         st->calls++;
     }
-    free(logits), free(pos);
+    rf_scoped_free(logits), rf_scoped_free(pos);
     rf_runstate_free(rs);
     rf_kv_free(&kv);
     if (rc) {

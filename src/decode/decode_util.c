@@ -27,8 +27,15 @@ int gen_cancelled(const rf_gen_params *p) {
     /* test hook: a fatal error inside a generation, once per process, so that
      * tests can check that a caller turning rf_die into an error return (the
      * server) survives it */
-    static _Atomic int die_once = -1;
-    if (die_once == -1) die_once = getenv("REFUSION_TEST_DIE_ONCE") != NULL;
+    static _Atomic int die_once = -1; /* 1: rf_die, 2: rf_oom ("oom") */
+    if (die_once == -1) {
+        const char *e = getenv("REFUSION_TEST_DIE_ONCE");
+        die_once = !e ? 0 : !strcmp(e, "oom") ? 2 : 1;
+    }
+    if (die_once == 2) {
+        die_once = 0;
+        rf_oom((size_t)1 << 40);
+    }
     if (die_once == 1) {
         die_once = 0;
         rf_die("REFUSION_TEST_DIE_ONCE: a fatal error inside the generation");
@@ -223,7 +230,7 @@ rf_logit_stats rf_logits_stats(const float *l, int V) {
  * u < 1 - 2^-53 bounds g below 37, so l + 37 T <= best score cannot win. */
 int rf_gumbel_argmax(const float *l, int V, double T, float max, rf_rng *rng) {
     const double GMAX = 37.0;
-    double *u = rf_malloc((size_t)V * sizeof(double));
+    double *u = rf_scoped_malloc((size_t)V * sizeof(double));
     for (int i = 0; i < V; i++) u[i] = rf_rng_uniform(rng);
     int best = -1;
     double bs = -INFINITY;
@@ -239,7 +246,7 @@ int rf_gumbel_argmax(const float *l, int V, double T, float max, rf_rng *rng) {
         double s = l[i] - T * log(-log(u[i]));
         if (s > bs) bs = s, best = i;
     }
-    free(u);
+    rf_scoped_free(u);
     return best < 0 ? 0 : best;
 }
 
@@ -257,7 +264,7 @@ static int by_prob_desc(const void *a, const void *b) {
 int rf_sample_ar(const float *l, int V, float T, int top_k, float top_p, rf_rng *rng) {
     rf_logit_stats st = rf_logits_stats(l, V);
     if (T <= 0.0f) return st.argmax;
-    prob_id *c = rf_malloc((size_t)V * sizeof *c);
+    prob_id *c = rf_scoped_malloc((size_t)V * sizeof *c);
     double sum = 0;
     for (int i = 0; i < V; i++) {
         c[i].p = (float)exp(((double)l[i] - st.max) / T);
@@ -287,7 +294,7 @@ int rf_sample_ar(const float *l, int V, float T, int top_k, float top_p, rf_rng 
             break;
         }
     }
-    free(c);
+    rf_scoped_free(c);
     return pick;
 }
 
@@ -297,14 +304,14 @@ void ans_init(rf_answer *a, const rf_gen_params *p, int G, int eos) {
     a->p = p;
     a->G = G;
     a->eos = eos;
-    a->tok = rf_malloc((size_t)G * sizeof(int));
+    a->tok = rf_scoped_malloc((size_t)G * sizeof(int));
     for (int i = 0; i < G; i++) a->tok[i] = -1;
     a->t0 = rf_now();
 }
 
 void ans_free(rf_answer *a) {
-    free(a->tok);
-    free(a->steps);
+    rf_scoped_free(a->tok);
+    rf_scoped_free(a->steps);
     memset(a, 0, sizeof *a);
 }
 
@@ -328,9 +335,9 @@ void ans_flush(rf_answer *a) {
 rf_step_stat *ans_step(rf_answer *a, int block) {
     if (a->n_steps == a->cap_steps) {
         a->cap_steps = a->cap_steps ? 2 * a->cap_steps : 64;
-        rf_step_stat *s = rf_malloc((size_t)a->cap_steps * sizeof *s);
+        rf_step_stat *s = rf_scoped_malloc((size_t)a->cap_steps * sizeof *s);
         if (a->n_steps) memcpy(s, a->steps, (size_t)a->n_steps * sizeof *s);
-        free(a->steps);
+        rf_scoped_free(a->steps);
         a->steps = s;
     }
     rf_step_stat *s = &a->steps[a->n_steps++];
@@ -361,7 +368,7 @@ int ans_finish(rf_answer *a, int n_prompt, rf_gen_result *out) {
     }
     out->n_prompt = n_prompt;
     out->n_ids = a->frontier;
-    out->ids = rf_malloc((size_t)(a->frontier + 1) * sizeof(int));
+    out->ids = rf_scoped_malloc((size_t)(a->frontier + 1) * sizeof(int));
     memcpy(out->ids, a->tok, (size_t)a->frontier * sizeof(int));
     out->hit_eos = a->stopped;
     out->n_calls = a->n_calls;
@@ -381,8 +388,8 @@ int ans_finish(rf_answer *a, int n_prompt, rf_gen_result *out) {
 }
 
 void rf_gen_result_free(rf_gen_result *r) {
-    free(r->ids);
-    free(r->steps);
+    rf_scoped_free(r->ids);
+    rf_scoped_free(r->steps);
     memset(r, 0, sizeof *r);
 }
 

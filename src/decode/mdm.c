@@ -47,11 +47,11 @@ int rf_generate_mdm(const rf_model *m, const int *prompt, int n_prompt, const rf
     q.slot_threshold = q.token_threshold = 0.0f;
     if (rf_gen_check(m, prompt, n_prompt, &q, 0)) return -1;
     const int G = p->gen_length, P = n_prompt, T = P + G, V = m->cfg.vocab_size;
-    int *first = rf_malloc((size_t)(G + 2) * sizeof(int));
+    int *first = rf_scoped_malloc((size_t)(G + 2) * sizeof(int));
     const int nb = rf_block_layout(G, p->n_blocks, first); /* blocks of whole positions */
     if (mp->steps < nb) {
         rf_set_error("mdm: steps (%d) must be at least the number of blocks (%d)", mp->steps, nb);
-        free(first);
+        rf_scoped_free(first);
         return -1;
     }
     int max_len = 0;
@@ -63,15 +63,15 @@ int rf_generate_mdm(const rf_model *m, const int *prompt, int n_prompt, const rf
     ans_init(&a, p, G, gen_eos_id(m, p));
 
     /* x: prompt then the answer region; pos: plain 0..T-1 */
-    int *tokens = rf_malloc((size_t)T * sizeof(int)), *pos = rf_malloc((size_t)T * sizeof(int));
+    int *tokens = rf_scoped_malloc((size_t)T * sizeof(int)), *pos = rf_scoped_malloc((size_t)T * sizeof(int));
     for (int i = 0; i < T; i++) {
         tokens[i] = i < P ? prompt[i] : mask;
         pos[i] = i;
     }
-    int *idx = rf_malloc((size_t)max_len * sizeof(int)), *draft = rf_malloc((size_t)max_len * sizeof(int));
-    int *order = rf_malloc((size_t)max_len * sizeof(int)), *sched = rf_malloc((size_t)max_len * sizeof(int));
-    double *conf = rf_malloc((size_t)max_len * sizeof(double));
-    float *logits = rf_malloc((size_t)max_len * V * sizeof(float));
+    int *idx = rf_scoped_malloc((size_t)max_len * sizeof(int)), *draft = rf_scoped_malloc((size_t)max_len * sizeof(int));
+    int *order = rf_scoped_malloc((size_t)max_len * sizeof(int)), *sched = rf_scoped_malloc((size_t)max_len * sizeof(int));
+    double *conf = rf_scoped_malloc((size_t)max_len * sizeof(double));
+    float *logits = rf_scoped_malloc((size_t)max_len * V * sizeof(float));
     rf_kvcache cache;
     rf_kv_init(&cache, &m->cfg, T);
     rf_runstate *rs = rf_runstate_new(&m->cfg, T, T);
@@ -135,15 +135,15 @@ int rf_generate_mdm(const rf_model *m, const int *prompt, int n_prompt, const rf
 
     rf_runstate_free(rs);
     rf_kv_free(&cache);
-    free(first);
-    free(tokens);
-    free(pos);
-    free(idx);
-    free(draft);
-    free(order);
-    free(sched);
-    free(conf);
-    free(logits);
+    rf_scoped_free(first);
+    rf_scoped_free(tokens);
+    rf_scoped_free(pos);
+    rf_scoped_free(idx);
+    rf_scoped_free(draft);
+    rf_scoped_free(order);
+    rf_scoped_free(sched);
+    rf_scoped_free(conf);
+    rf_scoped_free(logits);
     if (rc) {
         ans_free(&a);
         return -1;

@@ -176,12 +176,12 @@ static int call(fast *f, int R, int n, int n_logits) {
     if (f->prompt_pending) {
         for (int s = 0; s < f->P; s += f->max_tok) {
             int c = f->P - s < f->max_tok ? f->P - s : f->max_tok;
-            int *pp = rf_malloc((size_t)c * sizeof(int));
+            int *pp = rf_scoped_malloc((size_t)c * sizeof(int));
             for (int i = 0; i < c; i++) pp[i] = s + i;
             int last = c - 1, keep = f->arl && s + c == f->P; /* (b): the prompt's last logits */
             rf_batch pb = {1, c, f->prompt + s, pp, 0, keep, &last, f->arl};
             int rc = rf_forward(f->m, &f->kv, f->rs, &pb);
-            free(pp);
+            rf_scoped_free(pp);
             if (rc) return -1;
             if (keep) f->arl_ok[0] = 1;
         }
@@ -219,7 +219,7 @@ static int compact(int *rem, int n_rem, const unsigned char *gone) {
 /* Commit chosen rows' tokens to the answer and emit the event. */
 static void commit_tokens(fast *f, rf_event_kind kind, int step, int n, const int *slot_of, const int *toks,
                           const unsigned char *how) {
-    int *ap = rf_malloc((size_t)n * sizeof(int) + 1);
+    int *ap = rf_scoped_malloc((size_t)n * sizeof(int) + 1);
     for (int i = 0; i < n; i++) {
         ap[i] = slot_of[i / f->S] * f->S + i % f->S;
         ans_fill(&f->ans, ap[i], toks[i]);
@@ -227,17 +227,17 @@ static void commit_tokens(fast *f, rf_event_kind kind, int step, int n, const in
     }
     ans_event(&f->ans, kind, step, n, ap, toks, NULL);
     ans_flush(&f->ans);
-    free(ap);
+    rf_scoped_free(ap);
 }
 
 /* Emit RF_EV_DROP for the slots flagged in drop[] (not committed). */
 static void emit_drop(fast *f, int step, const int *rem, int n_rem, const unsigned char *drop) {
-    int *ap = rf_malloc((size_t)n_rem * f->S * sizeof(int) + 1), n = 0;
+    int *ap = rf_scoped_malloc((size_t)n_rem * f->S * sizeof(int) + 1), n = 0;
     for (int i = 0; i < n_rem; i++)
         if (drop[i])
             for (int j = 0; j < f->S; j++) ap[n++] = rem[i] * f->S + j;
     ans_event(&f->ans, RF_EV_DROP, step, n, ap, NULL, NULL);
-    free(ap);
+    rf_scoped_free(ap);
 }
 
 /* Parallel AR infilling of the K chosen slots (step 3 and 4). spec/tag/how
@@ -247,8 +247,8 @@ static int infill(fast *f, int step, rf_step_stat *st, const int *rem, const int
                   unsigned char *tag, unsigned char *how, int *eos_slot) {
     const int S = f->S, ar_fix = f->p->ar_correct, keep_last = f->arl != NULL;
     int R = K, a = 0, it = 0, eos_row = -1;
-    unsigned char *pm = rf_malloc((size_t)K * S), *old = rf_malloc((size_t)K * S);
-    int *stale = rf_malloc((size_t)K * sizeof(int));
+    unsigned char *pm = rf_scoped_malloc((size_t)K * S), *old = rf_scoped_malloc((size_t)K * S);
+    int *stale = rf_scoped_malloc((size_t)K * sizeof(int));
     rf_kv_fork(&f->kv, K, S);
     for (;; it++) {
         int done = 1;
@@ -337,10 +337,10 @@ static int infill(fast *f, int step, rf_step_stat *st, const int *rem, const int
             eos_row = r;
             memset(tag + r * S, 1, S);
             if (r + 1 < R) {
-                int *keep = rf_malloc((size_t)(r + 1) * sizeof(int));
+                int *keep = rf_scoped_malloc((size_t)(r + 1) * sizeof(int));
                 for (int q = 0; q <= r; q++) keep[q] = q;
                 rf_kv_select_rows(&f->kv, keep, r + 1);
-                free(keep);
+                rf_scoped_free(keep);
             }
             R = r + 1;
             break;
@@ -357,23 +357,23 @@ static int infill(fast *f, int step, rf_step_stat *st, const int *rem, const int
         for (int r = 0; r < R; r++) rf_kv_row_crop(&f->kv, r, a);
         st->infill_iters++;
         if (f->p->on_event) {
-            int *ap = rf_malloc((size_t)R * S * sizeof(int));
+            int *ap = rf_scoped_malloc((size_t)R * S * sizeof(int));
             for (int i = 0; i < R * S; i++) ap[i] = rem[ch[i / S]] * S + i % S;
             ans_event(&f->ans, RF_EV_INFILL_ITER, step, R * S, ap, spec, tag);
-            free(ap);
+            rf_scoped_free(ap);
         }
     }
     /* commit the rows in position order with their own K/V, cut after the
      * first EOS (which can only be in the EOS row: every accepted token was
      * scanned above, and rows before it hold none) */
-    int n_commit = 0, *slot_of = rf_malloc((size_t)R * sizeof(int));
+    int n_commit = 0, *slot_of = rf_scoped_malloc((size_t)R * sizeof(int));
     for (int r = 0; r < R; r++) {
         int cnt = S, hit = 0;
         for (int j = 0; j < S && !hit; j++)
             if (spec[r * S + j] == f->eos) cnt = j + 1, hit = 1;
         if (hit != (r == eos_row)) rf_die("refusion: EOS in infill row %d, expected row %d", r, eos_row);
         if (rf_kv_commit_row(&f->kv, r, 0, cnt)) {
-            free(slot_of);
+            rf_scoped_free(slot_of);
             goto fail;
         }
         slot_of[r] = rem[ch[r]];
@@ -384,11 +384,11 @@ static int infill(fast *f, int step, rf_step_stat *st, const int *rem, const int
     st->slots_infilled = R;
     st->tpf_ref = (double)S * K / (2.0 * st->infill_iters + 2.0);
     commit_tokens(f, RF_EV_INFILL_COMMIT, step, n_commit, slot_of, spec, how);
-    free(slot_of);
-    free(pm), free(old), free(stale);
+    rf_scoped_free(slot_of);
+    rf_scoped_free(pm), rf_scoped_free(old), rf_scoped_free(stale);
     return 0;
 fail:
-    free(pm), free(old), free(stale);
+    rf_scoped_free(pm), rf_scoped_free(old), rf_scoped_free(stale);
     return -1;
 }
 
@@ -429,11 +429,11 @@ static int next_plan_slots(const fast *f, int block, const int *rem, int n_rem, 
 static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag) {
     const int S = f->S, n = n_rem * S, stepi = f->ans.n_steps;
     rf_step_stat *st = ans_step(&f->ans, block);
-    int *draft = rf_malloc((size_t)n * sizeof(int)), *ch = rf_malloc((size_t)n_rem * sizeof(int));
-    float *conf = rf_malloc((size_t)n * sizeof(float));
-    int *spec = rf_malloc((size_t)n * sizeof(int));
-    unsigned char *tag = rf_malloc(n), *pm = rf_malloc(n), *how = rf_malloc(n),
-                  *gone = rf_calloc(n_rem, 1), *done = rf_calloc(n_rem, 1);
+    int *draft = rf_scoped_malloc((size_t)n * sizeof(int)), *ch = rf_scoped_malloc((size_t)n_rem * sizeof(int));
+    float *conf = rf_scoped_malloc((size_t)n * sizeof(float));
+    int *spec = rf_scoped_malloc((size_t)n * sizeof(int));
+    unsigned char *tag = rf_scoped_malloc(n), *pm = rf_scoped_malloc(n), *how = rf_scoped_malloc(n),
+                  *gone = rf_scoped_calloc(n_rem, 1), *done = rf_scoped_calloc(n_rem, 1);
     int rc = -1;
 
     /* 1. plan: every masked slot of the block, masks predict themselves
@@ -498,7 +498,7 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
     }
     /* lookahead: the next plan's masks behind the drafts (causal: they see
      * exactly the context a separate plan call would, if all K slots commit) */
-    int *la_slots = f->p->lookahead ? rf_malloc((size_t)(n_rem + f->max_tok / S) * sizeof(int)) : NULL;
+    int *la_slots = f->p->lookahead ? rf_scoped_malloc((size_t)(n_rem + f->max_tok / S) * sizeof(int)) : NULL;
     if (la_slots) {
         nla = next_plan_slots(f, block, rem, n_rem, ch, K, la_slots) * S;
         for (int i = 0; i < nla; i++) {
@@ -507,7 +507,7 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
             f->lidx[nl + i] = K * S + i;
         }
     }
-    free(la_slots);
+    rf_scoped_free(la_slots);
     if (call(f, 1, K * S + nla, nl + nla)) goto out;
     int base = f->kv.len - K * S - nla;
     for (int i = 0; i < K * S; i++)
@@ -518,7 +518,7 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
     for (int i = 0; i < prefix && eos_at < 0; i++)
         if (spec[i] == f->eos) eos_at = i;
 
-    int *slot_of = rf_malloc((size_t)K * sizeof(int)), eos_slot = -1;
+    int *slot_of = rf_scoped_malloc((size_t)K * sizeof(int)), eos_slot = -1;
     for (int k = 0; k < K; k++) slot_of[k] = rem[ch[k]];
     if (eos_at >= 0 || prefix >= S) {
         /* fast path: a prefix of this very pass is committed with its cache */
@@ -539,12 +539,12 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
         /* 3. + 4. parallel infilling of every chosen slot */
         rf_kv_crop(&f->kv, base);
         if (infill(f, stepi, st, rem, ch, K, spec, tag, how, &eos_slot)) {
-            free(slot_of);
+            rf_scoped_free(slot_of);
             goto out;
         }
         for (int k = 0; k < K; k++) done[ch[k]] = 1;
     }
-    free(slot_of);
+    rf_scoped_free(slot_of);
     for (int i = 0; i < n_rem; i++) {
         int dropped = eos_slot >= 0 && rem[i] >= eos_slot && !done[i];
         gone[i] = done[i] || dropped;
@@ -556,7 +556,7 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
     }
     rc = compact(rem, n_rem, gone);
 out:
-    free(draft), free(ch), free(conf), free(spec), free(tag), free(pm), free(how), free(gone), free(done);
+    rf_scoped_free(draft), rf_scoped_free(ch), rf_scoped_free(conf), rf_scoped_free(spec), rf_scoped_free(tag), rf_scoped_free(pm), rf_scoped_free(how), rf_scoped_free(gone), rf_scoped_free(done);
     return rc;
 }
 
@@ -580,7 +580,7 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
     rf_rng_seed(&f.rng, p->seed);
 
     int n_slots = f.G / f.S;
-    int *first = rf_malloc((size_t)(n_slots + 1) * sizeof(int));
+    int *first = rf_scoped_malloc((size_t)(n_slots + 1) * sizeof(int));
     int nb = rf_block_layout(n_slots, p->n_blocks, first), maxb = 0;
     for (int b = 0; b < nb; b++)
         if (first[b + 1] - first[b] > maxb) maxb = first[b + 1] - first[b];
@@ -589,21 +589,21 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
     if (f.max_tok < 256 && f.max_tok < f.P) f.max_tok = f.P < 256 ? f.P : 256; /* prefill chunk */
     rf_kv_init(&f.kv, &m->cfg, f.P + f.G);
     f.rs = rf_runstate_new(&m->cfg, f.max_tok, f.P + f.G + f.S);
-    f.logits = rf_malloc((size_t)f.max_tok * f.V * sizeof(float));
-    f.tok = rf_malloc((size_t)f.max_tok * sizeof(int));
-    f.pos = rf_malloc((size_t)f.max_tok * sizeof(int));
-    f.lidx = rf_malloc((size_t)f.max_tok * sizeof(int));
-    f.lq = rf_malloc((size_t)f.max_tok * sizeof(int));
+    f.logits = rf_scoped_malloc((size_t)f.max_tok * f.V * sizeof(float));
+    f.tok = rf_scoped_malloc((size_t)f.max_tok * sizeof(int));
+    f.pos = rf_scoped_malloc((size_t)f.max_tok * sizeof(int));
+    f.lidx = rf_scoped_malloc((size_t)f.max_tok * sizeof(int));
+    f.lq = rf_scoped_malloc((size_t)f.max_tok * sizeof(int));
     if (p->lookahead) {
-        f.la_draft = rf_malloc((size_t)f.max_tok * sizeof(int));
-        f.la_conf = rf_malloc((size_t)f.max_tok * sizeof(float));
+        f.la_draft = rf_scoped_malloc((size_t)f.max_tok * sizeof(int));
+        f.la_conf = rf_scoped_malloc((size_t)f.max_tok * sizeof(float));
     }
     if (p->ar_check_first) {
-        f.arl = rf_malloc((size_t)(maxb + 1) * f.V * sizeof(float));
-        f.arl_ok = rf_calloc((size_t)maxb + 1, 1);
+        f.arl = rf_scoped_malloc((size_t)(maxb + 1) * f.V * sizeof(float));
+        f.arl_ok = rf_scoped_calloc((size_t)maxb + 1, 1);
     }
     ans_init(&f.ans, p, f.G, f.eos);
-    int *rem = rf_malloc((size_t)n_slots * sizeof(int)), rc = 0, eos_flag = 0;
+    int *rem = rf_scoped_malloc((size_t)n_slots * sizeof(int)), rc = 0, eos_flag = 0;
 
     for (int b = 0; b < nb && !eos_flag && rc == 0; b++) {
         int n_rem = 0;
@@ -623,8 +623,8 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
             }
         }
     }
-    free(rem), free(first), free(f.logits), free(f.tok), free(f.pos), free(f.lidx), free(f.lq);
-    free(f.arl), free(f.arl_ok), free(f.la_draft), free(f.la_conf);
+    rf_scoped_free(rem), rf_scoped_free(first), rf_scoped_free(f.logits), rf_scoped_free(f.tok), rf_scoped_free(f.pos), rf_scoped_free(f.lidx), rf_scoped_free(f.lq);
+    rf_scoped_free(f.arl), rf_scoped_free(f.arl_ok), rf_scoped_free(f.la_draft), rf_scoped_free(f.la_conf);
     rf_runstate_free(f.rs);
     rf_kv_free(&f.kv);
     if (rc) {

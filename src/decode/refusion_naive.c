@@ -34,19 +34,27 @@ typedef struct {
     int *tok, *pos, *vis_end, *grp;
 } seq;
 
+/* *a (n ints) moved into a scoped block of cap ints */
+static int *grow_ints(int *a, int n, int cap) {
+    int *b = rf_scoped_malloc((size_t)cap * sizeof(int));
+    if (n) memcpy(b, a, (size_t)n * sizeof(int));
+    rf_scoped_free(a);
+    return b;
+}
+
 static void seq_push(seq *s, int tok, int pos, int vis_end, int grp) {
     if (s->n == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 256;
-        s->tok = realloc(s->tok, s->cap * sizeof(int));
-        s->pos = realloc(s->pos, s->cap * sizeof(int));
-        s->vis_end = realloc(s->vis_end, s->cap * sizeof(int));
-        s->grp = realloc(s->grp, s->cap * sizeof(int));
-        if (!s->tok || !s->pos || !s->vis_end || !s->grp) rf_die("out of memory");
+        int cap = s->cap ? 2 * s->cap : 256;
+        s->tok = grow_ints(s->tok, s->n, cap);
+        s->pos = grow_ints(s->pos, s->n, cap);
+        s->vis_end = grow_ints(s->vis_end, s->n, cap);
+        s->grp = grow_ints(s->grp, s->n, cap);
+        s->cap = cap;
     }
     s->tok[s->n] = tok, s->pos[s->n] = pos, s->vis_end[s->n] = vis_end, s->grp[s->n] = grp;
     s->n++;
 }
-static void seq_free(seq *s) { free(s->tok), free(s->pos), free(s->vis_end), free(s->grp); }
+static void seq_free(seq *s) { rf_scoped_free(s->tok), rf_scoped_free(s->pos), rf_scoped_free(s->vis_end), rf_scoped_free(s->grp); }
 
 typedef struct {
     const rf_model *m;
@@ -62,7 +70,7 @@ static float *run(naive *z, const seq *base, int n, const int *tok, const int *p
     seq s = {0};
     for (int i = 0; i < base->n; i++) seq_push(&s, base->tok[i], base->pos[i], base->vis_end[i], base->grp[i]);
     for (int i = 0; i < n; i++) seq_push(&s, tok[i], pos[i], 0, 0);
-    float *lg = rf_malloc((size_t)n * z->V * sizeof(float));
+    float *lg = rf_scoped_malloc((size_t)n * z->V * sizeof(float));
     if (rf_forward_masked_reference(z->m, s.n, s.tok, s.pos, s.vis_end, s.grp, n, lg)) rf_die("%s", rf_last_error());
     seq_free(&s);
     return lg;
@@ -83,7 +91,7 @@ static float *left_logits(const naive *z, int pos) {
     int e = 0;
     while (e < z->main.n && z->main.pos[e] != pos) e++;
     if (e == z->main.n) rf_die("naive: position %d is not committed", pos);
-    float *lg = rf_malloc((size_t)z->V * sizeof(float));
+    float *lg = rf_scoped_malloc((size_t)z->V * sizeof(float));
     if (rf_forward_masked_reference(z->m, e + 1, z->main.tok, z->main.pos, z->main.vis_end, z->main.grp, 1, lg))
         rf_die("%s", rf_last_error());
     return lg;
@@ -95,10 +103,10 @@ static int naive_infill(naive *z, rf_step_stat *st, const int *sl, int K, int *s
                         unsigned char *how) {
     const int S = z->S, ar_fix = z->p->ar_correct;
     int R = K, a = 0, eos_row = -1, iters = 0;
-    int *stale = rf_malloc((size_t)K * sizeof(int));
+    int *stale = rf_scoped_malloc((size_t)K * sizeof(int));
     int fork_len = z->main.n;
-    int *tk = rf_malloc(S * sizeof(int)), *ps = rf_malloc(S * sizeof(int));
-    unsigned char *old = rf_malloc((size_t)K * S);
+    int *tk = rf_scoped_malloc(S * sizeof(int)), *ps = rf_scoped_malloc(S * sizeof(int));
+    unsigned char *old = rf_scoped_malloc((size_t)K * S);
     for (;;) {
         int all = 1;
         for (int i = 0; i < R * S; i++) all &= tag[i];
@@ -123,7 +131,7 @@ static int naive_infill(naive *z, rf_step_stat *st, const int *sl, int K, int *s
                 lg = run(z, &mine, S - a, tk, ps);
                 for (int j = a; j < S; j++)
                     if (!tag[r * S + j]) spec[r * S + j] = rf_logits_stats(lg + (size_t)(j - a) * z->V, z->V).argmax;
-                free(lg);
+                rf_scoped_free(lg);
             }
             /* verify the window with the new drafts */
             for (int j = a; j < S; j++) tk[j - a] = spec[r * S + j];
@@ -141,7 +149,7 @@ static int naive_infill(naive *z, rf_step_stat *st, const int *sl, int K, int *s
                 tag[t] = ok;
                 if (ok && !old[t]) how[t] = forced ? (ar_fix ? HOW_FORCED_AR : HOW_FORCED_DRAFT) : HOW_VERIFIED;
             }
-            free(lg);
+            rf_scoped_free(lg);
             seq_free(&mine);
         }
         count_call(z);
@@ -182,7 +190,7 @@ static int naive_infill(naive *z, rf_step_stat *st, const int *sl, int K, int *s
     st->infill_iters = iters;
     st->slots_infilled = R;
     st->tpf_ref = (double)S * K / (2.0 * iters + 2.0);
-    free(tk), free(ps), free(old), free(stale);
+    rf_scoped_free(tk), rf_scoped_free(ps), rf_scoped_free(old), rf_scoped_free(stale);
     return eos_slot;
 }
 
@@ -199,12 +207,12 @@ int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_promp
     ans_init(&z.ans, p, G, z.eos);
     for (int i = 0; i < n_prompt; i++) seq_push(&z.main, prompt[i], i, 0, 0);
 
-    int *first = rf_malloc((size_t)(n_slots + 1) * sizeof(int));
+    int *first = rf_scoped_malloc((size_t)(n_slots + 1) * sizeof(int));
     int nb = rf_block_layout(n_slots, p->n_blocks, first);
-    unsigned char *masked = rf_malloc(n_slots); /* slot still masked? */
-    int *sl = rf_malloc(n_slots * sizeof(int)), *tk = rf_malloc(G * sizeof(int)), *ps = rf_malloc(G * sizeof(int));
-    int *spec = rf_malloc(G * sizeof(int));
-    unsigned char *tag = rf_malloc(G), *how = rf_malloc(G);
+    unsigned char *masked = rf_scoped_malloc(n_slots); /* slot still masked? */
+    int *sl = rf_scoped_malloc(n_slots * sizeof(int)), *tk = rf_scoped_malloc(G * sizeof(int)), *ps = rf_scoped_malloc(G * sizeof(int));
+    int *spec = rf_scoped_malloc(G * sizeof(int));
+    unsigned char *tag = rf_scoped_malloc(G), *how = rf_scoped_malloc(G);
     int eos_seen = 0, la_done = 0;
     for (int b = 0; b < nb && !eos_seen; b++) {
         for (int s = first[b]; s < first[b + 1]; s++) masked[s] = 1;
@@ -221,7 +229,7 @@ int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_promp
             la_done = 0;
             int K = 0, best = 0;
             double best_c = -1;
-            int *chosen = rf_malloc(nm * sizeof(int));
+            int *chosen = rf_scoped_malloc(nm * sizeof(int));
             for (int k = 0; k < nm; k++) {
                 for (int j = 0; j < S; j++) {
                     const float *l = lg + (size_t)(k * S + j) * z.V;
@@ -235,15 +243,15 @@ int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_promp
                     }
                 }
             }
-            free(lg);
+            rf_scoped_free(lg);
             if (K == 0) chosen[K++] = best;
             st->slots_planned = K;
-            int *csl = rf_malloc(K * sizeof(int));
+            int *csl = rf_scoped_malloc(K * sizeof(int));
             for (int k = 0; k < K; k++) {
                 csl[k] = sl[chosen[k]];
                 for (int j = 0; j < S; j++) spec[k * S + j] = tk[chosen[k] * S + j], ps[k * S + j] = pos_of(&z, csl[k], j);
             }
-            free(chosen);
+            rf_scoped_free(chosen);
             for (int i = 0; i < K * S; i++) how[i] = i % S ? HOW_VERIFIED : HOW_FIRST_FREE;
             for (int k = 0; p->ar_check_first && k < K; k++) { /* (b) */
                 if (csl[k] > 0 && masked[csl[k] - 1]) continue;
@@ -255,7 +263,7 @@ int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_promp
                     how[k * S] = HOW_FIRST_REPLACED;
                     spec[k * S] = ls.argmax;
                 }
-                free(l);
+                rf_scoped_free(l);
             }
             /* verify the concatenation */
             lg = run(&z, &z.main, K * S, spec, ps);
@@ -267,7 +275,7 @@ int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_promp
                 if (!pass) broken = 1;
                 if (!broken) prefix++;
             }
-            free(lg);
+            rf_scoped_free(lg);
             for (int i = 0; i < prefix; i++)
                 if (spec[i] == z.eos) {
                     eos_at = i;
@@ -293,14 +301,14 @@ int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_promp
                 eos_slot = naive_infill(&z, st, csl, K, spec, tag, how);
                 for (int k = 0; k < K; k++) masked[csl[k]] = 0;
             }
-            free(csl);
+            rf_scoped_free(csl);
             if (eos_slot >= 0) {
                 eos_seen = 1;
                 for (int s = eos_slot; s < first[b + 1]; s++) masked[s] = 0;
             }
         }
     }
-    free(first), free(masked), free(sl), free(tk), free(ps), free(spec), free(tag), free(how);
+    rf_scoped_free(first), rf_scoped_free(masked), rf_scoped_free(sl), rf_scoped_free(tk), rf_scoped_free(ps), rf_scoped_free(spec), rf_scoped_free(tag), rf_scoped_free(how);
     seq_free(&z.main);
     return ans_finish(&z.ans, n_prompt, out);
 }

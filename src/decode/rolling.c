@@ -52,14 +52,14 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
     rf_kvcache kv;
     rf_kv_init(&kv, &m->cfg, n_prompt + G);
     rf_runstate *rs = rf_runstate_new(&m->cfg, cap, n_prompt + G);
-    float *logits = rf_malloc((size_t)cap * V * sizeof(float));
-    int *tok = rf_malloc((size_t)cap * sizeof(int)), *pos = rf_malloc((size_t)cap * sizeof(int));
-    int *lidx = rf_malloc((size_t)cap * sizeof(int));
+    float *logits = rf_scoped_malloc((size_t)cap * V * sizeof(float));
+    int *tok = rf_scoped_malloc((size_t)cap * sizeof(int)), *pos = rf_scoped_malloc((size_t)cap * sizeof(int));
+    int *lidx = rf_scoped_malloc((size_t)cap * sizeof(int));
     /* drafts for answer positions n_ans, n_ans + 1, ...; fresh: made by masks
      * that saw only accepted tokens */
-    int *draft = rf_malloc((size_t)2 * W * sizeof(int)), nd = 0, fresh = 0;
-    float *conf = rf_malloc((size_t)2 * W * sizeof(float));
-    int *ap = rf_malloc((size_t)2 * W * sizeof(int));
+    int *draft = rf_scoped_malloc((size_t)2 * W * sizeof(int)), nd = 0, fresh = 0;
+    float *conf = rf_scoped_malloc((size_t)2 * W * sizeof(float));
+    int *ap = rf_scoped_malloc((size_t)2 * W * sizeof(int));
     rf_rng rng;
     rf_rng_seed(&rng, p->seed);
     rf_answer ans;
@@ -139,7 +139,7 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
         ans.n_calls++;
         st->calls++;
     }
-    free(logits), free(tok), free(pos), free(lidx), free(draft), free(conf), free(ap);
+    rf_scoped_free(logits), rf_scoped_free(tok), rf_scoped_free(pos), rf_scoped_free(lidx), rf_scoped_free(draft), rf_scoped_free(conf), rf_scoped_free(ap);
     rf_runstate_free(rs);
     rf_kv_free(&kv);
     if (rc) {

@@ -83,6 +83,10 @@ void rf_matmul_set_bf16_act(int single);
  * it at the end of a program (before a leak check); later rf_matmul calls
  * allocate them again. Not while other threads run rf_matmul. */
 void rf_kernels_shutdown(void);
+/* Bytes of scratch a matmul on this thread (the caller's, or thread 0 of a
+ * team) could not get since the last call, then 0; such a matmul computed
+ * nothing. rf_matmul checks it itself; rf_forward after its team region. */
+size_t rf_kernels_take_oom(void);
 
 /* Y[n, rows] = X[n, cols] . W[rows, cols]^T   (Y = X W^T, a Linear layer).
  * Threads over output rows with OpenMP; X rows are reused from cache. */

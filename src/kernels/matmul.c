@@ -212,7 +212,7 @@ static void matmul_range(float *Y, size_t ldy, const float *X, const rf_mat *W, 
                  * rounded up to 8); the other token tiles read buf. W is
                  * thus converted once, and streamed while the first tile
                  * computes. */
-                int buffered = W->dtype != RF_F32 && tb > DIRECT_MAX_T;
+                int buffered = buf && W->dtype != RF_F32 && tb > DIRECT_MAX_T; /* (no buf: out of memory) */
                 /* ceil(tb/4) token tiles of near-equal size (17 = 4+4+3+3+3,
                  * never a lone 1-token tile that would waste the registers) */
                 int ntt = (tb + 3) / 4;
@@ -258,14 +258,22 @@ static void scratch_free(void *p) {
 }
 static void scratch_key_init(void) { (void)pthread_key_create(&g_scratch_key, scratch_free); }
 
-/* *buf with at least `bytes`, grown (contents not kept) */
+/* A matmul whose scratch could not be allocated on the calling thread (set
+ * by prepare, read by rf_kernels_take_oom): it computed nothing. */
+static _Thread_local size_t t_oom_bytes;
+
+/* *buf with at least `bytes`, grown (contents not kept); NULL when out of
+ * memory. Called inside parallel regions, where rf_die could not unwind:
+ * the callers fall back (conv_buf) or skip the matmul and say so (prep_buf). */
 static void *scratch_get(void **buf, size_t *cap, size_t bytes) {
     if (bytes > *cap) {
         pthread_once(&g_scratch_once, scratch_key_init);
         /* registered once per thread: the destructor frees it at exit */
         if (!pthread_getspecific(g_scratch_key)) (void)pthread_setspecific(g_scratch_key, &t_scratch);
         free(*buf);
-        *buf = rf_aligned_alloc(bytes);
+        *cap = 0;
+        *buf = rf_try_aligned_alloc(bytes);
+        if (!*buf) return NULL;
         *cap = bytes;
     }
     return *buf;
@@ -273,7 +281,17 @@ static void *scratch_get(void **buf, size_t *cap, size_t bytes) {
 static float *conv_buf(size_t nfloats) {
     return scratch_get(&t_scratch.conv, &t_scratch.conv_cap, nfloats * sizeof(float));
 }
-static void *prep_buf(size_t bytes) { return scratch_get(&t_scratch.prep, &t_scratch.prep_cap, bytes); }
+static void *prep_buf(size_t bytes) {
+    void *b = scratch_get(&t_scratch.prep, &t_scratch.prep_cap, bytes);
+    if (!b) t_oom_bytes = bytes;
+    return b;
+}
+
+size_t rf_kernels_take_oom(void) {
+    size_t n = t_oom_bytes;
+    t_oom_bytes = 0;
+    return n;
+}
 
 void rf_kernels_shutdown(void) {
     scratch_free(&t_scratch);
@@ -284,7 +302,7 @@ void rf_kernels_shutdown(void) {
 }
 
 /* Which kernel a call runs: per weight dtype and the active CPU tier. */
-typedef enum { PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX512_BF16, PATH_AVX512_FLOAT, PATH_AVX512_Q, PATH_AMX_BF16 } mm_path;
+typedef enum { PATH_NONE, PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX512_BF16, PATH_AVX512_FLOAT, PATH_AVX512_Q, PATH_AMX_BF16 } mm_path;
 
 static mm_path choose_path(rf_dtype dt, int cols) {
     int avx512 = rf_cpu_tier_active() >= RF_CPU_AVX512;
@@ -323,24 +341,29 @@ static mm_prep prepare(const float *X, const rf_mat *W, int n) {
     mm_prep p = {choose_path(W->dtype, W->cols), X, 0};
     if (p.path == PATH_AVX2_Q) {
         void *b = prep_buf(rf_q_prep_avx2_bytes(n, W->cols));
+        if (!b) return (mm_prep){PATH_NONE, X, 0};
         rf_q_prep_avx2(b, X, n, W->cols);
         p.xp = b;
     } else if (p.path == PATH_AVX512_Q && W->packed) {
         void *b = prep_buf(rf_q8p_prep_avx512_bytes(n, W->cols));
+        if (!b) return (mm_prep){PATH_NONE, X, 0};
         rf_q8p_prep_avx512(b, X, n, W->cols, W->dtype);
         p.xp = b;
     } else if (p.path == PATH_AVX512_Q) {
         void *b = prep_buf(rf_q_prep_avx512_bytes(n, W->cols));
+        if (!b) return (mm_prep){PATH_NONE, X, 0};
         rf_q_prep_avx512(b, X, n, W->cols, W->dtype);
         p.xp = b;
     } else if (p.path == PATH_AVX512_BF16) {
         p.single = rf_matmul_bf16_act();
         void *b = prep_buf(rf_bf16_prep_avx512_bytes(n, W->cols, p.single));
+        if (!b) return (mm_prep){PATH_NONE, X, 0};
         rf_bf16_prep_avx512(b, X, n, W->cols, p.single);
         p.xp = b;
     } else if (p.path == PATH_AMX_BF16) {
         p.single = rf_matmul_bf16_act();
         void *b = prep_buf(rf_bf16_prep_amx_bytes(n, W->cols, p.single));
+        if (!b) return (mm_prep){PATH_NONE, X, 0};
         rf_bf16_prep_amx(b, X, n, W->cols, p.single);
         p.xp = b;
     }
@@ -360,6 +383,7 @@ static int chunk_rows(int nr, int nt, int packed) {
 /* output rows [a, b) of V (a view) for all n tokens, on this thread */
 static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, const rf_mat *V, int n, int a, int b) {
     switch (p->path) {
+    case PATH_NONE: break; /* out of memory for the prepared activations */
     case PATH_AVX2_Q:
         if (V->packed)
             rf_qp_range_avx2(Y, ldy, p->xp, V, n, a, b);
@@ -418,6 +442,7 @@ void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, in
         int a = c * chunk, b = a + chunk < nr ? a + chunk : nr;
         run_range(&p, Y, nr, X, &V, n, a, b);
     }
+    if (p.path == PATH_NONE && !omp_in_parallel()) rf_oom(rf_kernels_take_oom());
 }
 
 void rf_matmul_team(rf_team *team, int tid, int count, float *const *Y, const float *X, const rf_mat *const *W,

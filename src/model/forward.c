@@ -21,6 +21,7 @@
 
 struct rf_runstate {
     int max_tokens, max_ctx, n_threads;
+    int scoped;    /* a decoder's own (scoped blocks, util.h), not a workspace's */
     size_t bytes;
     float *x;      /* [T, d] residual stream */
     float *xb;     /* [T, d] normed input of a sub-block */
@@ -35,7 +36,7 @@ struct rf_runstate {
 rf_runstate *rf_runstate_new(const rf_config *cfg, int max_tokens, int max_ctx) {
     rf_workspace *w = rf_workspace_current();
     rf_runstate *s = w ? rf_workspace_lend_rs(w, cfg, max_tokens, max_ctx) : NULL;
-    return s ? s : rf_runstate_alloc(cfg, max_tokens, max_ctx);
+    return s ? s : rf_runstate_alloc(cfg, max_tokens, max_ctx, 1);
 }
 
 void rf_runstate_free(rf_runstate *s) {
@@ -50,39 +51,54 @@ int rf_runstate_fits(const rf_runstate *s, int max_tokens, int max_ctx) {
 
 size_t rf_runstate_bytes(const rf_runstate *s) { return s->bytes; }
 
-rf_runstate *rf_runstate_alloc(const rf_config *cfg, int max_tokens, int max_ctx) {
-    rf_runstate *s = rf_calloc(1, sizeof *s);
+/* scoped: from scoped blocks (an aborted call frees them); else plain
+ * buffers for a workspace, all or none: a failure frees what was made
+ * before dying, so the workspace never holds half a run state */
+static void *rs_alloc(int scoped, size_t bytes) { return scoped ? rf_scoped_aligned(bytes) : rf_try_aligned_alloc(bytes); }
+static void rs_free(int scoped, void *p) {
+    if (scoped) rf_scoped_free(p);
+    else free(p);
+}
+
+rf_runstate *rf_runstate_alloc(const rf_config *cfg, int max_tokens, int max_ctx, int scoped) {
+    rf_runstate *s = scoped ? rf_scoped_calloc(1, sizeof *s) : rf_calloc(1, sizeof *s);
     size_t T = (size_t)max_tokens, d = cfg->hidden_size, qd = (size_t)cfg->n_heads * cfg->head_dim,
            kvd = (size_t)cfg->n_kv_heads * cfg->head_dim, ffn = cfg->intermediate_size;
+    s->scoped = scoped;
     s->max_tokens = max_tokens;
     s->max_ctx = max_ctx;
     s->n_threads = omp_get_max_threads();
-    s->x = rf_aligned_alloc(T * d * sizeof(float));
-    s->xb = rf_aligned_alloc(T * d * sizeof(float));
-    s->q = rf_aligned_alloc(T * qd * sizeof(float));
-    s->k = rf_aligned_alloc(T * kvd * sizeof(float));
-    s->v = rf_aligned_alloc(T * kvd * sizeof(float));
-    s->att = rf_aligned_alloc(T * qd * sizeof(float));
-    s->hb = rf_aligned_alloc(T * ffn * sizeof(float));
-    s->hb2 = rf_aligned_alloc(T * ffn * sizeof(float));
-    s->scores = rf_aligned_alloc((size_t)s->n_threads * 2 * (max_ctx + T) * sizeof(float)); /* 2: a head pair */
+    s->x = rs_alloc(scoped, T * d * sizeof(float));
+    s->xb = rs_alloc(scoped, T * d * sizeof(float));
+    s->q = rs_alloc(scoped, T * qd * sizeof(float));
+    s->k = rs_alloc(scoped, T * kvd * sizeof(float));
+    s->v = rs_alloc(scoped, T * kvd * sizeof(float));
+    s->att = rs_alloc(scoped, T * qd * sizeof(float));
+    s->hb = rs_alloc(scoped, T * ffn * sizeof(float));
+    s->hb2 = rs_alloc(scoped, T * ffn * sizeof(float));
+    s->scores = rs_alloc(scoped, (size_t)s->n_threads * 2 * (max_ctx + T) * sizeof(float)); /* 2: a head pair */
     s->bytes = (2 * T * (d + qd + kvd + ffn) +
                 (size_t)s->n_threads * (max_ctx + T)) * sizeof(float);
+    if (!(s->x && s->xb && s->q && s->k && s->v && s->att && s->hb && s->hb2 && s->scores)) {
+        rf_runstate_release(s);
+        rf_oom(s->bytes);
+    }
     return s;
 }
 
 void rf_runstate_release(rf_runstate *s) {
     if (!s) return;
-    free(s->x);
-    free(s->xb);
-    free(s->q);
-    free(s->k);
-    free(s->v);
-    free(s->att);
-    free(s->hb);
-    free(s->hb2);
-    free(s->scores);
-    free(s);
+    int sc = s->scoped;
+    rs_free(sc, s->x);
+    rs_free(sc, s->xb);
+    rs_free(sc, s->q);
+    rs_free(sc, s->k);
+    rs_free(sc, s->v);
+    rs_free(sc, s->att);
+    rs_free(sc, s->hb);
+    rs_free(sc, s->hb2);
+    rs_free(sc, s->scores);
+    rs_free(sc, s);
 }
 
 /* The keys/values token (r, j) attends to, as up to two contiguous runs in
@@ -347,6 +363,11 @@ int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch 
             rf_matmul_team(&team, tid, 1, Y, xf, W, b->n_logits);
         }
     }
+
+    /* a matmul that found no memory for its scratch skipped its work: fail
+     * here, outside the parallel region, where rf_die can unwind */
+    size_t oom = rf_kernels_take_oom();
+    if (oom) rf_oom(oom);
 
     /* the new entries are now part of the cache, with their position ids */
     for (int r = 0; r < R; r++) {

@@ -76,11 +76,11 @@ static int ref_forward(const rf_model *m, int n, const int *tokens, const int *p
             rf_set_error("reference forward: token id %d outside the vocabulary", tokens[i]);
             return -1;
         }
-    float *x = rf_calloc((size_t)n * d, sizeof(float)), *xb = rf_calloc((size_t)n * d, sizeof(float));
-    float *q = rf_calloc((size_t)n * qd, sizeof(float)), *att = rf_calloc((size_t)n * qd, sizeof(float));
-    float *k = rf_calloc((size_t)n * kvd, sizeof(float)), *v = rf_calloc((size_t)n * kvd, sizeof(float));
-    float *g = rf_calloc((size_t)n * ffn, sizeof(float)), *u = rf_calloc((size_t)n * ffn, sizeof(float));
-    double *sc = rf_calloc((size_t)n, sizeof(double));
+    float *x = rf_scoped_calloc((size_t)n * d, sizeof(float)), *xb = rf_scoped_calloc((size_t)n * d, sizeof(float));
+    float *q = rf_scoped_calloc((size_t)n * qd, sizeof(float)), *att = rf_scoped_calloc((size_t)n * qd, sizeof(float));
+    float *k = rf_scoped_calloc((size_t)n * kvd, sizeof(float)), *v = rf_scoped_calloc((size_t)n * kvd, sizeof(float));
+    float *g = rf_scoped_calloc((size_t)n * ffn, sizeof(float)), *u = rf_scoped_calloc((size_t)n * ffn, sizeof(float));
+    double *sc = rf_scoped_calloc((size_t)n, sizeof(double));
 
     for (int i = 0; i < n; i++) rf_mat_row_f32(x + (size_t)i * d, &m->embed, tokens[i]);
     for (int l = 0; l < cfg->n_layers; l++) {
@@ -131,7 +131,7 @@ static int ref_forward(const rf_model *m, int n, const int *tokens, const int *p
     float *xo = x + (size_t)(n - n_out) * d; /* only the last n_out tokens */
     ref_rmsnorm(xo, m->final_norm, n_out, d, cfg->rms_eps);
     ref_matmul(logits, xo, &m->lm_head, n_out);
-    free(x), free(xb), free(q), free(att), free(k), free(v), free(g), free(u), free(sc);
+    rf_scoped_free(x), rf_scoped_free(xb), rf_scoped_free(q), rf_scoped_free(att), rf_scoped_free(k), rf_scoped_free(v), rf_scoped_free(g), rf_scoped_free(u), rf_scoped_free(sc);
     return 0;
 }
 

@@ -7,6 +7,17 @@
 #include "model/workspace.h"
 #include "util/util.h"
 
+/* A cache's own buffers are scoped blocks (util.h: an aborted generation
+ * frees them); a cache lent by a workspace uses and grows the workspace's
+ * plain ones. */
+static void *kv_alloc(const rf_kvcache *c, size_t bytes) {
+    return c->lender ? rf_aligned_alloc(bytes) : rf_scoped_aligned(bytes);
+}
+static void kv_release(const rf_kvcache *c, void *p) {
+    if (c->lender) free(p);
+    else rf_scoped_free(p);
+}
+
 #define main_off rf_kv_main_off
 #define row_off rf_kv_row_off
 
@@ -18,9 +29,9 @@ void rf_kv_init(rf_kvcache *c, const rf_config *cfg, int cap) {
     size_t n = (size_t)c->n_layers * cap * c->kv_dim;
     rf_workspace *w = rf_workspace_current();
     if (w && rf_workspace_lend_kv(w, c, n, (size_t)cap) == 0) return;
-    c->k = rf_aligned_alloc(n * sizeof(float));
-    c->v = rf_aligned_alloc(n * sizeof(float));
-    c->pos = rf_calloc((size_t)cap, sizeof(int));
+    c->k = rf_scoped_aligned(n * sizeof(float));
+    c->v = rf_scoped_aligned(n * sizeof(float));
+    c->pos = rf_scoped_calloc((size_t)cap, sizeof(int));
 }
 
 void rf_kv_free(rf_kvcache *c) {
@@ -29,13 +40,13 @@ void rf_kv_free(rf_kvcache *c) {
         memset(c, 0, sizeof *c);
         return;
     }
-    free(c->k);
-    free(c->v);
-    free(c->pos);
-    free(c->row_k);
-    free(c->row_v);
-    free(c->row_pos);
-    free(c->row_len);
+    kv_release(c, c->k);
+    kv_release(c, c->v);
+    kv_release(c, c->pos);
+    kv_release(c, c->row_k);
+    kv_release(c, c->row_v);
+    kv_release(c, c->row_pos);
+    kv_release(c, c->row_len);
     memset(c, 0, sizeof *c);
 }
 
@@ -51,17 +62,23 @@ void rf_kv_fork(rf_kvcache *c, int n_rows, int row_cap) {
     if (need > c->row_floats_alloc || n_rows > c->rows_alloc) {
         if (need < c->row_floats_alloc) need = c->row_floats_alloc;
         int rows = n_rows > c->rows_alloc ? n_rows : c->rows_alloc;
-        free(c->row_k);
-        free(c->row_v);
-        free(c->row_pos);
-        free(c->row_len);
-        c->row_k = rf_aligned_alloc(need * sizeof(float));
-        c->row_v = rf_aligned_alloc(need * sizeof(float));
-        c->row_pos = rf_calloc(need / ((size_t)c->n_layers * c->kv_dim) + 1, sizeof(int));
-        c->row_len = rf_calloc((size_t)rows, sizeof(int));
+        kv_release(c, c->row_k);
+        kv_release(c, c->row_v);
+        kv_release(c, c->row_pos);
+        kv_release(c, c->row_len);
+        c->row_k = c->row_v = NULL, c->row_pos = c->row_len = NULL;
+        c->rows_alloc = 0, c->row_floats_alloc = 0;
+        if (c->lender) rf_workspace_keep_rows(c->lender, c); /* none, should the next allocation fail */
+        c->row_k = kv_alloc(c, need * sizeof(float));
+        if (c->lender) rf_workspace_keep_rows(c->lender, c);
+        c->row_v = kv_alloc(c, need * sizeof(float));
+        if (c->lender) rf_workspace_keep_rows(c->lender, c);
+        c->row_pos = kv_alloc(c, (need / ((size_t)c->n_layers * c->kv_dim) + 1) * sizeof(int));
+        if (c->lender) rf_workspace_keep_rows(c->lender, c);
+        c->row_len = kv_alloc(c, (size_t)rows * sizeof(int));
         c->rows_alloc = rows;
         c->row_floats_alloc = need;
-        if (c->lender) rf_workspace_note_alloc(c->lender);
+        if (c->lender) rf_workspace_keep_rows(c->lender, c), rf_workspace_note_alloc(c->lender);
     }
     c->n_rows = n_rows;
     c->row_cap = row_cap;
@@ -79,10 +96,10 @@ void rf_kv_select_rows(rf_kvcache *c, const int *keep, int n_keep) {
     if (n_keep < 0 || n_keep > c->n_rows) rf_die("kv select %d of %d rows", n_keep, c->n_rows);
     /* Rows are moved through a scratch copy so any order (and repeats) works. */
     size_t row_floats = (size_t)c->n_layers * c->row_cap * c->kv_dim;
-    float *tk = rf_malloc((size_t)n_keep * row_floats * sizeof(float));
-    float *tv = rf_malloc((size_t)n_keep * row_floats * sizeof(float));
-    int *tp = rf_malloc((size_t)n_keep * c->row_cap * sizeof(int) + 1);
-    int *tl = rf_malloc((size_t)n_keep * sizeof(int) + 1);
+    float *tk = rf_scoped_malloc((size_t)n_keep * row_floats * sizeof(float));
+    float *tv = rf_scoped_malloc((size_t)n_keep * row_floats * sizeof(float));
+    int *tp = rf_scoped_malloc((size_t)n_keep * c->row_cap * sizeof(int) + 1);
+    int *tl = rf_scoped_malloc((size_t)n_keep * sizeof(int) + 1);
     for (int i = 0; i < n_keep; i++) {
         int r = keep[i];
         if (r < 0 || r >= c->n_rows) rf_die("kv select: row %d of %d", r, c->n_rows);
@@ -96,10 +113,10 @@ void rf_kv_select_rows(rf_kvcache *c, const int *keep, int n_keep) {
     memcpy(c->row_pos, tp, (size_t)n_keep * c->row_cap * sizeof(int));
     memcpy(c->row_len, tl, (size_t)n_keep * sizeof(int));
     c->n_rows = n_keep;
-    free(tk);
-    free(tv);
-    free(tp);
-    free(tl);
+    rf_scoped_free(tk);
+    rf_scoped_free(tv);
+    rf_scoped_free(tp);
+    rf_scoped_free(tl);
 }
 
 int rf_kv_commit_row(rf_kvcache *c, int r, int start, int count) {

@@ -24,8 +24,9 @@ rf_workspace *rf_workspace_new(void) { return rf_calloc(1, sizeof(rf_workspace))
 void rf_workspace_free(rf_workspace *w) {
     if (!w) return;
     if (current == w) current = NULL;
-    w->kv.lender = NULL;
-    rf_kv_free(&w->kv);
+    /* plain buffers (a cache's own are scoped: not rf_kv_free) */
+    free(w->kv.k), free(w->kv.v), free(w->kv.pos);
+    free(w->kv.row_k), free(w->kv.row_v), free(w->kv.row_pos), free(w->kv.row_len);
     rf_runstate_release(w->rs);
     free(w);
 }
@@ -38,6 +39,10 @@ rf_workspace *rf_workspace_attach(rf_workspace *w) {
 
 rf_workspace *rf_workspace_current(void) { return current; }
 size_t rf_workspace_allocs(const rf_workspace *w) { return w->allocs; }
+void rf_workspace_keep_rows(rf_workspace *w, const rf_kvcache *c) {
+    w->kv.row_k = c->row_k, w->kv.row_v = c->row_v, w->kv.row_pos = c->row_pos, w->kv.row_len = c->row_len;
+    w->kv.rows_alloc = c->rows_alloc, w->kv.row_floats_alloc = c->row_floats_alloc;
+}
 void rf_workspace_note_alloc(rf_workspace *w) { w->allocs++; }
 
 size_t rf_workspace_bytes(const rf_workspace *w) {
@@ -54,16 +59,20 @@ void rf_workspace_reset(rf_workspace *w) {
 
 int rf_workspace_lend_kv(rf_workspace *w, rf_kvcache *c, size_t kv_floats, size_t cap) {
     if (w->kv_lent) return -1;
+    /* each buffer is dropped before its bigger one is made, so a failed
+     * allocation (rf_die) leaves w empty there, never pointing at freed memory */
     if (kv_floats > w->kv_floats) {
-        free(w->kv.k);
-        free(w->kv.v);
-        w->kv.k = rf_aligned_alloc(kv_floats * sizeof(float));
-        w->kv.v = rf_aligned_alloc(kv_floats * sizeof(float));
-        w->kv_floats = kv_floats;
+        free(w->kv.k), free(w->kv.v);
+        w->kv.k = w->kv.v = NULL, w->kv_floats = 0;
+        float *k = rf_try_aligned_alloc(kv_floats * sizeof(float));
+        float *v = k ? rf_try_aligned_alloc(kv_floats * sizeof(float)) : NULL;
+        if (!v) free(k), rf_oom(kv_floats * sizeof(float));
+        w->kv.k = k, w->kv.v = v, w->kv_floats = kv_floats;
         w->allocs++;
     }
     if (cap > w->pos_cap) {
         free(w->kv.pos);
+        w->kv.pos = NULL, w->pos_cap = 0;
         w->kv.pos = rf_calloc(cap, sizeof(int));
         w->pos_cap = cap;
         w->allocs++;
@@ -92,7 +101,8 @@ rf_runstate *rf_workspace_lend_rs(rf_workspace *w, const rf_config *cfg, int max
         if (max_tokens > w->rs_tokens) w->rs_tokens = max_tokens;
         if (max_ctx > w->rs_ctx) w->rs_ctx = max_ctx;
         rf_runstate_release(w->rs);
-        w->rs = rf_runstate_alloc(cfg, w->rs_tokens, w->rs_ctx);
+        w->rs = NULL; /* (a failure below leaves none) */
+        w->rs = rf_runstate_alloc(cfg, w->rs_tokens, w->rs_ctx, 0);
         w->allocs++;
     }
     w->rs_lent = 1;

@@ -36,13 +36,17 @@ rf_workspace *rf_workspace_current(void);
  * when they are already lent (then c allocates its own). */
 int rf_workspace_lend_kv(rf_workspace *w, rf_kvcache *c, size_t kv_floats, size_t cap);
 void rf_workspace_return_kv(rf_workspace *w, rf_kvcache *c);
+/* A lent cache replaced its row buffers (rf_kv_fork): w takes them at once,
+ * so that after an aborted generation w holds no freed buffer. */
+void rf_workspace_keep_rows(rf_workspace *w, const rf_kvcache *c);
 void rf_workspace_note_alloc(rf_workspace *w); /* a lent cache grew its rows */
 /* A run state of at least these sizes, or NULL when w's is lent. */
 rf_runstate *rf_workspace_lend_rs(rf_workspace *w, const rf_config *cfg, int max_tokens, int max_ctx);
 /* 1 if s was w's (now returned), 0 if s is not w's. */
 int rf_workspace_return_rs(rf_workspace *w, rf_runstate *s);
 /* runstate internals for the workspace (forward.c) */
-rf_runstate *rf_runstate_alloc(const rf_config *cfg, int max_tokens, int max_ctx);
+/* scoped: a decoder's own (rf_scoped_*), else plain buffers for a workspace */
+rf_runstate *rf_runstate_alloc(const rf_config *cfg, int max_tokens, int max_ctx, int scoped);
 void rf_runstate_release(rf_runstate *s);
 int rf_runstate_fits(const rf_runstate *s, int max_tokens, int max_ctx);
 size_t rf_runstate_bytes(const rf_runstate *s);

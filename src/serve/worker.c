@@ -292,9 +292,11 @@ static int run_choice(rf_server *s, refusion_session *sess, job *j, int index, r
     if (gone) return -1;
     double t0 = rf_now();
     /* the answer arrives through on_tokens; a fatal error inside the
-     * decoder (an allocation that failed, a broken invariant) comes back as
-     * RF_ERR_INTERNAL and fails this request, not the server */
-    int rc = rf_generate(sess, j->req.prompt, j->req.n_prompt, &p, NULL, 0, r) < 0 ? -1 : 0;
+     * decoder comes back as RF_ERR_NOMEM (an allocation failed; the
+     * generation's memory was given back) or RF_ERR_INTERNAL (a broken
+     * invariant) and fails this request, not the server */
+    int rc = rf_generate(sess, j->req.prompt, j->req.n_prompt, &p, NULL, 0, r);
+    if (rc > 0) rc = 0;
     double wall = rf_now() - t0;
     if (rc && c->cut) { /* we stopped it: the answer so far is the answer */
         rc = 0;
@@ -363,7 +365,7 @@ static void run_job(rf_server *s, rf_worker *w, job *j) {
         fprintf(stderr, "refusion serve: %s: %s\n", j->id, msg);
         json_t *e = rf_serve_error_json(msg, "server_error", NULL, NULL);
         if (j->req.stream) sse_event(s, j, e);
-        else status = 500, body = json_dumps(e, JSON_COMPACT), json_decref(e);
+        else status = rc == RF_ERR_NOMEM ? 503 : 500, body = json_dumps(e, JSON_COMPACT), json_decref(e);
     } else {
         json_t *usage = json_pack("{s:i, s:i, s:i}", "prompt_tokens", j->req.n_prompt, "completion_tokens", tokens,
                                   "total_tokens", j->req.n_prompt + tokens);

@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,23 +28,144 @@ const char *rf_last_error(void) { return g_err[0] ? g_err : "unknown error"; }
 
 void rf_print_error(void) { fprintf(stderr, "refusion: %s\n", rf_last_error()); }
 
-static _Thread_local jmp_buf *g_die_catch;
+/* ---- fault injection ------------------------------------------------------- */
 
-jmp_buf *rf_die_catch(jmp_buf *j) {
-    jmp_buf *old = g_die_catch;
-    g_die_catch = j;
-    return old;
+static _Atomic long g_fail_in; /* allocations until the injected failure; <= 0: off or done */
+static _Atomic int g_fail_fired;
+static _Atomic long g_allocs;   /* allocations made (tried) so far */
+
+long rf_alloc_count(void) { return g_allocs; }
+
+void rf_fail_alloc_after(long n) {
+    g_fail_fired = 0;
+    g_fail_in = n > 0 ? n : 0;
+}
+int rf_fail_alloc_fired(void) { return g_fail_fired; }
+
+/* 1 when this allocation is the one to fail */
+static int fail_now(void) {
+    g_allocs++;
+    if (g_fail_in <= 0) return 0;
+    if (atomic_fetch_sub(&g_fail_in, 1) != 1) return 0;
+    g_fail_fired = 1;
+    return 1;
+}
+
+static void *sys_malloc(size_t n) { return fail_now() ? NULL : malloc(n ? n : 1); }
+static void *sys_aligned(size_t n) { /* 64-byte aligned, n rounded up; NULL on overflow */
+    size_t sz;
+    if (rf_add_size(n ? n : 1, 63, &sz)) return NULL;
+    return fail_now() ? NULL : aligned_alloc(64, sz & ~(size_t)63);
+}
+
+/* ---- scoped blocks ------------------------------------------------------------
+ * A 64-byte header before each block links it into one list in allocation
+ * order (a circular list around `g_scoped`, newest last), under a mutex:
+ * blocks are few (tens per generation) and a block may be freed on another
+ * thread than the one that made it. */
+
+typedef struct scoped_blk {
+    struct scoped_blk *prev, *next;
+    uint64_t seq;      /* allocation order */
+    const void *owner; /* &t_owner of the allocating thread */
+} scoped_blk;
+#define SCOPED_HDR 64
+_Static_assert(sizeof(scoped_blk) <= SCOPED_HDR, "scoped header");
+
+static pthread_mutex_t g_scoped_mu = PTHREAD_MUTEX_INITIALIZER;
+static scoped_blk g_scoped = {&g_scoped, &g_scoped, 0, NULL};
+static uint64_t g_scoped_seq;
+static long g_scoped_n;
+static _Thread_local char t_owner;
+
+static void *scoped_alloc(size_t n, int zero) {
+    size_t sz;
+    if (rf_add_size(n, SCOPED_HDR, &sz)) rf_oom(n);
+    scoped_blk *b = sys_aligned(sz);
+    if (!b) rf_oom(n);
+    if (zero) memset((char *)b + SCOPED_HDR, 0, n);
+    b->owner = &t_owner;
+    pthread_mutex_lock(&g_scoped_mu);
+    b->seq = ++g_scoped_seq;
+    b->prev = g_scoped.prev, b->next = &g_scoped;
+    g_scoped.prev->next = b, g_scoped.prev = b;
+    g_scoped_n++;
+    pthread_mutex_unlock(&g_scoped_mu);
+    return (char *)b + SCOPED_HDR;
+}
+
+void *rf_scoped_malloc(size_t n) { return scoped_alloc(n, 0); }
+void *rf_scoped_aligned(size_t n) { return scoped_alloc(n, 1); }
+void *rf_scoped_calloc(size_t n, size_t sz) {
+    size_t t;
+    if (rf_mul_size(n, sz, &t)) rf_oom(SIZE_MAX);
+    return scoped_alloc(t, 1);
+}
+
+static void scoped_unlink(scoped_blk *b) {
+    b->prev->next = b->next, b->next->prev = b->prev;
+    g_scoped_n--;
+}
+
+void rf_scoped_free(void *p) {
+    if (!p) return;
+    scoped_blk *b = (scoped_blk *)((char *)p - SCOPED_HDR);
+    pthread_mutex_lock(&g_scoped_mu);
+    scoped_unlink(b);
+    pthread_mutex_unlock(&g_scoped_mu);
+    free(b);
+}
+
+long rf_scoped_live(void) {
+    pthread_mutex_lock(&g_scoped_mu);
+    long n = g_scoped_n;
+    pthread_mutex_unlock(&g_scoped_mu);
+    return n;
+}
+
+/* free this thread's blocks allocated after mark (newest first) */
+static void scoped_release_since(uint64_t mark) {
+    pthread_mutex_lock(&g_scoped_mu);
+    for (scoped_blk *b = g_scoped.prev, *prev; b != &g_scoped && b->seq > mark; b = prev) {
+        prev = b->prev;
+        if (b->owner != &t_owner) continue;
+        scoped_unlink(b);
+        free(b);
+    }
+    pthread_mutex_unlock(&g_scoped_mu);
+}
+
+/* ---- fatal errors ------------------------------------------------------------- */
+
+static _Thread_local rf_catch *t_catch;
+static _Thread_local int t_oom; /* the rf_die under way is rf_oom's */
+
+void rf_catch_push(rf_catch *c) {
+    c->prev = t_catch;
+    c->oom = 0;
+    pthread_mutex_lock(&g_scoped_mu);
+    c->mark = g_scoped_seq;
+    pthread_mutex_unlock(&g_scoped_mu);
+    t_catch = c;
+}
+
+void rf_catch_pop(rf_catch *c) {
+    if (t_catch == c) t_catch = c->prev;
 }
 
 void rf_die(const char *fmt, ...) {
     va_list ap;
-    if (g_die_catch) { /* a library entry point takes it as an error return */
+    rf_catch *c = t_catch;
+    int oom = t_oom;
+    t_oom = 0;
+    if (c) { /* a library entry point takes it as an error return */
         va_start(ap, fmt);
         vsnprintf(g_err, sizeof g_err, fmt, ap);
         va_end(ap);
-        jmp_buf *j = g_die_catch;
-        g_die_catch = NULL;
-        longjmp(*j, 1);
+        t_catch = c->prev;
+        c->oom = oom;
+        scoped_release_since(c->mark);
+        longjmp(c->jb, 1);
     }
     va_start(ap, fmt);
     fprintf(stderr, "refusion: fatal: ");
@@ -52,45 +175,62 @@ void rf_die(const char *fmt, ...) {
     exit(2);
 }
 
+void rf_oom(size_t n) {
+    t_oom = 1;
+    rf_die("out of memory allocating %zu bytes", n);
+}
+
+/* ---- memory ---------------------------------------------------------------------- */
+
 void *rf_malloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) rf_die("out of memory allocating %zu bytes", n);
+    void *p = sys_malloc(n);
+    if (!p) rf_oom(n);
     return p;
 }
 
 void *rf_calloc(size_t n, size_t sz) {
-    void *p = calloc(n ? n : 1, sz ? sz : 1);
-    if (!p) rf_die("out of memory allocating %zu x %zu bytes", n, sz);
+    void *p = fail_now() ? NULL : calloc(n ? n : 1, sz ? sz : 1);
+    if (!p) rf_oom(n * sz);
+    return p;
+}
+
+void *rf_try_aligned_alloc(size_t n) {
+    void *p = sys_aligned(n);
+    if (!p) {
+        rf_set_error("out of memory allocating %zu bytes", n);
+        return NULL;
+    }
+    memset(p, 0, (n + 63) & ~(size_t)63);
     return p;
 }
 
 void *rf_aligned_alloc(size_t n) {
-    size_t sz = (n + 63) & ~(size_t)63;
-    if (sz == 0) sz = 64;
-    void *p = aligned_alloc(64, sz);
-    if (!p) rf_die("out of memory allocating %zu bytes", n);
-    memset(p, 0, sz);
+    void *p = rf_try_aligned_alloc(n);
+    if (!p) rf_oom(n);
     return p;
 }
 
 void *rf_try_malloc(size_t n) {
-    void *p = malloc(n ? n : 1);
+    void *p = sys_malloc(n);
     if (!p) rf_set_error("out of memory allocating %zu bytes", n);
     return p;
 }
 
 void *rf_try_realloc(void *p, size_t n) {
-    void *q = realloc(p, n ? n : 1);
+    void *q = fail_now() ? NULL : realloc(p, n ? n : 1);
     if (!q) rf_set_error("out of memory allocating %zu bytes", n);
     return q;
 }
 
 void *rf_grow(void *p, size_t elem, int n, int *cap, int first) {
     if (n < *cap) return p;
-    *cap = *cap ? 2 * *cap : first;
-    p = realloc(p, (size_t)*cap * elem);
-    if (!p) rf_die("out of memory");
-    return p;
+    int ncap = *cap ? 2 * *cap : first;
+    size_t bytes;
+    if (ncap <= n || rf_mul_size((size_t)ncap, elem, &bytes)) rf_oom(SIZE_MAX);
+    void *q = fail_now() ? NULL : realloc(p, bytes);
+    if (!q) rf_oom(bytes); /* p and *cap stay as they were: the caller's to free */
+    *cap = ncap;
+    return q;
 }
 
 uint64_t rf_phys_mem(void) {

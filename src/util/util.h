@@ -18,17 +18,29 @@ __attribute__((visibility("default"))) const char *rf_last_error(void);
 /* Print "refusion: <last error>" to stderr. */
 void rf_print_error(void);
 /* Abort with a message for "cannot happen" states and failed allocations:
- * print it and exit(2), or, while a catch point is set on this thread,
- * set it as the last error and longjmp there (the public API's entry points
- * do this, so the library never exits; what the aborted call had allocated
- * is leaked). */
+ * print it and exit(2), or, while a catch point is set on this thread
+ * (rf_catch_push), set it as the last error, free the scoped blocks this
+ * thread allocated since that point (rf_scoped_malloc below) and longjmp
+ * there. The public API's entry points do this, so the library never exits
+ * and an aborted call gives its scratch back. */
 void rf_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-/* Set this thread's catch point (NULL: none); returns the previous one. It
- * is cleared when taken. */
+/* rf_die for a failed allocation of n bytes: the catch point sees oom = 1. */
+void rf_oom(size_t n) __attribute__((noreturn));
 #include <setjmp.h>
-jmp_buf *rf_die_catch(jmp_buf *j);
+typedef struct rf_catch {
+    jmp_buf jb;
+    struct rf_catch *prev; /* the catch point set before this one */
+    uint64_t mark;         /* scoped blocks after this were allocated inside */
+    int oom;               /* set when taken: the abort was a failed allocation */
+} rf_catch;
+/* Set c as this thread's catch point (then setjmp(c->jb)); pop it when the
+ * protected code returns normally. rf_die pops it itself when it takes it. */
+void rf_catch_push(rf_catch *c);
+void rf_catch_pop(rf_catch *c);
 
-/* ---- memory -------------------------------------------------------------- */
+/* ---- memory --------------------------------------------------------------
+ * Every allocator here fails through rf_oom (or, rf_try_*, by returning
+ * NULL with the error set), and each one counts for rf_fail_alloc_after. */
 void *rf_malloc(size_t n);            /* dies on failure */
 void *rf_calloc(size_t n, size_t sz); /* dies on failure */
 void *rf_aligned_alloc(size_t n);     /* 64-byte aligned, zeroed; free with free() */
@@ -37,10 +49,29 @@ char *rf_strdup(const char *s);
  * dying, so that a server or a loader can refuse and go on. */
 void *rf_try_malloc(size_t n);
 void *rf_try_realloc(void *p, size_t n);
+void *rf_try_aligned_alloc(size_t n); /* as rf_aligned_alloc, NULL on failure */
 /* Room for element n of the array p (*cap elements of elem bytes): when n
  * has reached *cap, *cap doubles (from `first`) and p is reallocated; dies
  * when out of memory. Returns the (possibly moved) array. */
 void *rf_grow(void *p, size_t elem, int n, int *cap, int first);
+/* Scoped blocks: the scratch of one library call (a decoder's arrays, a KV
+ * cache or run state of its own). As rf_malloc (64-byte aligned; _calloc and
+ * _aligned zeroed), and recorded until rf_scoped_free, the only way to free
+ * them: when rf_die unwinds to a catch point, the blocks the same thread
+ * allocated after that point are freed, so an aborted generation leaks
+ * nothing. Any thread may free a block. */
+void *rf_scoped_malloc(size_t n);
+void *rf_scoped_calloc(size_t n, size_t sz);
+void *rf_scoped_aligned(size_t n);
+void rf_scoped_free(void *p);
+/* Scoped blocks now recorded (all threads): for tests. */
+long rf_scoped_live(void);
+/* Fault injection for tests: the n-th allocation from now, through any
+ * allocator above on any thread, fails as if the machine were out of memory
+ * (n <= 0: none). rf_fail_alloc_fired() says whether it has happened. */
+void rf_fail_alloc_after(long n);
+int rf_fail_alloc_fired(void);
+long rf_alloc_count(void); /* allocations tried so far, all threads */
 /* Physical memory of this machine in bytes (0 if unknown): the ceiling
  * against which sizes from requests and options are checked up front. */
 uint64_t rf_phys_mem(void);
