@@ -17,7 +17,7 @@
  *    its growth is among the allocations that fail.
  * A fresh session per walk step, so that the session's own buffers are
  * grown (and fail) inside the generation too. A generation making more than
- * WALK allocations (60 for the slow no-cache decoder) has the first half of
+ * WALK allocations (24 for the slow no-cache decoder) has the first half of
  * them failed one by one and the other half spread evenly over the rest
  * (the later ones repeat the same sites in the decoding loop). */
 #include <stdio.h>
@@ -70,7 +70,7 @@ int main(void) {
     q = p, q.rolling = 1;
     cases[n_cases++] = (gen_case){"rolling", q, 24, WALK};
     q = p, q.no_cache = 1, q.gen_length = 8, q.n_blocks = 1; /* slow: every call recomputes all */
-    cases[n_cases++] = (gen_case){"refusion no cache", q, 4, 60};
+    cases[n_cases++] = (gen_case){"refusion no cache", q, 4, 24};
     q = p, q.method = RF_METHOD_AR, q.temperature = 0.8f, q.top_p = 0.9f;
     cases[n_cases++] = (gen_case){"ar sampled", q, 24, WALK};
     q = p, q.method = RF_METHOD_MDM, q.mdm_steps = 8;

@@ -80,8 +80,9 @@ rf_runstate *rf_runstate_alloc(const rf_config *cfg, int max_tokens, int max_ctx
     s->bytes = (2 * T * (d + qd + kvd + ffn) +
                 (size_t)s->n_threads * (max_ctx + T)) * sizeof(float);
     if (!(s->x && s->xb && s->q && s->k && s->v && s->att && s->hb && s->hb2 && s->scores)) {
+        size_t bytes = s->bytes;
         rf_runstate_release(s);
-        rf_oom(s->bytes);
+        rf_oom(bytes);
     }
     return s;
 }
