@@ -53,6 +53,15 @@ ARGS=(--data "$T/data.jsonl" --tokenizer "$T/tok" --config tiny --batch 4 --seq-
 "$BIN" train "${ARGS[@]}" -o "$T/ref" 2>"$T/ref.err" || { echo "FAIL: uninterrupted run: $(cat "$T/ref.err")" >&2; exit 1; }
 
 leftovers() { (cd "$1" && ls -a | grep -E '\.next$|\.next\.tmp\.[0-9]+$|\.tmp\.[0-9]+$|^checkpoint\.commit' | tr '\n' ' '); }
+# ends_as_reference LABEL: the run in $T/run ended with the uninterrupted
+# run's weights, byte for byte, and left nothing staged behind
+ends_as_reference() {
+  cmp -s "$T/run/model.safetensors" "$T/ref/model.safetensors" && ok ||
+    bad "$1: the continued run's weights differ from the uninterrupted run's"
+  local left
+  left=$(leftovers "$T/run")
+  [ -z "$left" ] && ok || bad "$1: left behind: $left"
+}
 
 n=0 killed=0 fresh=0 resumed=0
 while [ $n -lt 100 ]; do
@@ -79,10 +88,7 @@ while [ $n -lt 100 ]; do
     "$BIN" train "${ARGS[@]}" -o "$T/run" 2>"$T/resume.err" || { bad "kill point $n: fresh run failed"; continue; }
     fresh=$((fresh + 1))
   fi
-  cmp -s "$T/run/model.safetensors" "$T/ref/model.safetensors" && ok ||
-    bad "kill point $n: the continued run's weights differ from the uninterrupted run's"
-  left=$(leftovers "$T/run")
-  [ -z "$left" ] && ok || bad "kill point $n: left behind: $left"
+  ends_as_reference "kill point $n"
 done
 [ $killed -ge 20 ] && ok || bad "only $killed kill points before the run finished (two saves have about 26)"
 [ $resumed -ge 10 ] && ok || bad "only $resumed kill points left a checkpoint to resume"
@@ -132,10 +138,7 @@ for K in $KS; do
   after=$(ls -a "$T/run" | tr '\n' ' ')
   [ "$after" = "$before" ] && ok || bad "ulimit -f $K: the directory held '$before', now '$after'"
   "$BIN" train "${ARGS[@]}" -o "$T/run" --resume 2>"$T/resume.err" || { bad "ulimit -f $K: the --resume after it failed: $(cat "$T/resume.err")"; continue; }
-  cmp -s "$T/run/model.safetensors" "$T/ref/model.safetensors" && ok ||
-    bad "ulimit -f $K: the resumed run's weights differ from the uninterrupted run's"
-  left=$(leftovers "$T/run")
-  [ -z "$left" ] && ok || bad "ulimit -f $K: the resumed run left behind: $left"
+  ends_as_reference "ulimit -f $K, then --resume"
 done
 [ $full -eq 6 ] && ok || bad "$full of the 6 limits made the save fail"
 

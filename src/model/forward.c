@@ -54,12 +54,6 @@ size_t rf_runstate_bytes(const rf_runstate *s) { return s->bytes; }
 /* scoped: from scoped blocks (an aborted call frees them); else plain
  * buffers for a workspace, all or none: a failure frees what was made
  * before dying, so the workspace never holds half a run state */
-static void *rs_alloc(int scoped, size_t bytes) { return scoped ? rf_scoped_aligned(bytes) : rf_try_aligned_alloc(bytes); }
-static void rs_free(int scoped, void *p) {
-    if (scoped) rf_scoped_free(p);
-    else free(p);
-}
-
 rf_runstate *rf_runstate_alloc(const rf_config *cfg, int max_tokens, int max_ctx, int scoped) {
     rf_runstate *s = scoped ? rf_scoped_calloc(1, sizeof *s) : rf_calloc(1, sizeof *s);
     size_t T = (size_t)max_tokens, d = cfg->hidden_size, qd = (size_t)cfg->n_heads * cfg->head_dim,
@@ -68,15 +62,15 @@ rf_runstate *rf_runstate_alloc(const rf_config *cfg, int max_tokens, int max_ctx
     s->max_tokens = max_tokens;
     s->max_ctx = max_ctx;
     s->n_threads = omp_get_max_threads();
-    s->x = rs_alloc(scoped, T * d * sizeof(float));
-    s->xb = rs_alloc(scoped, T * d * sizeof(float));
-    s->q = rs_alloc(scoped, T * qd * sizeof(float));
-    s->k = rs_alloc(scoped, T * kvd * sizeof(float));
-    s->v = rs_alloc(scoped, T * kvd * sizeof(float));
-    s->att = rs_alloc(scoped, T * qd * sizeof(float));
-    s->hb = rs_alloc(scoped, T * ffn * sizeof(float));
-    s->hb2 = rs_alloc(scoped, T * ffn * sizeof(float));
-    s->scores = rs_alloc(scoped, (size_t)s->n_threads * 2 * (max_ctx + T) * sizeof(float)); /* 2: a head pair */
+    s->x = rf_block_aligned(scoped, T * d * sizeof(float));
+    s->xb = rf_block_aligned(scoped, T * d * sizeof(float));
+    s->q = rf_block_aligned(scoped, T * qd * sizeof(float));
+    s->k = rf_block_aligned(scoped, T * kvd * sizeof(float));
+    s->v = rf_block_aligned(scoped, T * kvd * sizeof(float));
+    s->att = rf_block_aligned(scoped, T * qd * sizeof(float));
+    s->hb = rf_block_aligned(scoped, T * ffn * sizeof(float));
+    s->hb2 = rf_block_aligned(scoped, T * ffn * sizeof(float));
+    s->scores = rf_block_aligned(scoped, (size_t)s->n_threads * 2 * (max_ctx + T) * sizeof(float)); /* 2: a head pair */
     s->bytes = (2 * T * (d + qd + kvd + ffn) +
                 (size_t)s->n_threads * (max_ctx + T)) * sizeof(float);
     if (!(s->x && s->xb && s->q && s->k && s->v && s->att && s->hb && s->hb2 && s->scores)) {
@@ -90,16 +84,16 @@ rf_runstate *rf_runstate_alloc(const rf_config *cfg, int max_tokens, int max_ctx
 void rf_runstate_release(rf_runstate *s) {
     if (!s) return;
     int sc = s->scoped;
-    rs_free(sc, s->x);
-    rs_free(sc, s->xb);
-    rs_free(sc, s->q);
-    rs_free(sc, s->k);
-    rs_free(sc, s->v);
-    rs_free(sc, s->att);
-    rs_free(sc, s->hb);
-    rs_free(sc, s->hb2);
-    rs_free(sc, s->scores);
-    rs_free(sc, s);
+    rf_block_free(sc, s->x);
+    rf_block_free(sc, s->xb);
+    rf_block_free(sc, s->q);
+    rf_block_free(sc, s->k);
+    rf_block_free(sc, s->v);
+    rf_block_free(sc, s->att);
+    rf_block_free(sc, s->hb);
+    rf_block_free(sc, s->hb2);
+    rf_block_free(sc, s->scores);
+    rf_block_free(sc, s);
 }
 
 /* The keys/values token (r, j) attends to, as up to two contiguous runs in

@@ -9,14 +9,7 @@
 
 /* A cache's own buffers are scoped blocks (util.h: an aborted generation
  * frees them); a cache lent by a workspace uses and grows the workspace's
- * plain ones. */
-static void *kv_alloc(const rf_kvcache *c, size_t bytes) {
-    return c->lender ? rf_aligned_alloc(bytes) : rf_scoped_aligned(bytes);
-}
-static void kv_release(const rf_kvcache *c, void *p) {
-    if (c->lender) free(p);
-    else rf_scoped_free(p);
-}
+ * plain ones (rf_block_aligned / rf_block_free with scoped = !c->lender). */
 
 #define main_off rf_kv_main_off
 #define row_off rf_kv_row_off
@@ -40,13 +33,14 @@ void rf_kv_free(rf_kvcache *c) {
         memset(c, 0, sizeof *c);
         return;
     }
-    kv_release(c, c->k);
-    kv_release(c, c->v);
-    kv_release(c, c->pos);
-    kv_release(c, c->row_k);
-    kv_release(c, c->row_v);
-    kv_release(c, c->row_pos);
-    kv_release(c, c->row_len);
+    /* (a lent cache returned above: these are its own, scoped) */
+    rf_scoped_free(c->k);
+    rf_scoped_free(c->v);
+    rf_scoped_free(c->pos);
+    rf_scoped_free(c->row_k);
+    rf_scoped_free(c->row_v);
+    rf_scoped_free(c->row_pos);
+    rf_scoped_free(c->row_len);
     memset(c, 0, sizeof *c);
 }
 
@@ -62,20 +56,24 @@ void rf_kv_fork(rf_kvcache *c, int n_rows, int row_cap) {
     if (need > c->row_floats_alloc || n_rows > c->rows_alloc) {
         if (need < c->row_floats_alloc) need = c->row_floats_alloc;
         int rows = n_rows > c->rows_alloc ? n_rows : c->rows_alloc;
-        kv_release(c, c->row_k);
-        kv_release(c, c->row_v);
-        kv_release(c, c->row_pos);
-        kv_release(c, c->row_len);
+        const int own = !c->lender;
+        rf_block_free(own, c->row_k);
+        rf_block_free(own, c->row_v);
+        rf_block_free(own, c->row_pos);
+        rf_block_free(own, c->row_len);
         c->row_k = c->row_v = NULL, c->row_pos = c->row_len = NULL;
         c->rows_alloc = 0, c->row_floats_alloc = 0;
-        if (c->lender) rf_workspace_keep_rows(c->lender, c); /* none, should the next allocation fail */
-        c->row_k = kv_alloc(c, need * sizeof(float));
-        if (c->lender) rf_workspace_keep_rows(c->lender, c);
-        c->row_v = kv_alloc(c, need * sizeof(float));
-        if (c->lender) rf_workspace_keep_rows(c->lender, c);
-        c->row_pos = kv_alloc(c, (need / ((size_t)c->n_layers * c->kv_dim) + 1) * sizeof(int));
-        if (c->lender) rf_workspace_keep_rows(c->lender, c);
-        c->row_len = kv_alloc(c, (size_t)rows * sizeof(int));
+        if (c->lender) rf_workspace_keep_rows(c->lender, c); /* none, should an allocation below fail */
+        /* own: scoped, a failure dies (and the unwinding frees the others);
+         * lent: plain, all or none */
+        float *k = rf_block_aligned(own, need * sizeof(float)), *v = rf_block_aligned(own, need * sizeof(float));
+        int *pos = rf_block_aligned(own, (need / ((size_t)c->n_layers * c->kv_dim) + 1) * sizeof(int));
+        int *len = rf_block_aligned(own, (size_t)rows * sizeof(int));
+        if (!k || !v || !pos || !len) {
+            free(k), free(v), free(pos), free(len);
+            rf_oom(need * sizeof(float));
+        }
+        c->row_k = k, c->row_v = v, c->row_pos = pos, c->row_len = len;
         c->rows_alloc = rows;
         c->row_floats_alloc = need;
         if (c->lender) rf_workspace_keep_rows(c->lender, c), rf_workspace_note_alloc(c->lender);

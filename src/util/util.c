@@ -116,6 +116,12 @@ void rf_scoped_free(void *p) {
     free(b);
 }
 
+void *rf_block_aligned(int scoped, size_t n) { return scoped ? rf_scoped_aligned(n) : rf_try_aligned_alloc(n); }
+void rf_block_free(int scoped, void *p) {
+    if (scoped) rf_scoped_free(p);
+    else free(p);
+}
+
 long rf_scoped_live(void) {
     pthread_mutex_lock(&g_scoped_mu);
     long n = g_scoped_n;

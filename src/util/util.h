@@ -64,6 +64,13 @@ void *rf_scoped_malloc(size_t n);
 void *rf_scoped_calloc(size_t n, size_t sz);
 void *rf_scoped_aligned(size_t n);
 void rf_scoped_free(void *p);
+/* A 64-byte aligned, zeroed buffer whose owner decides its kind: scoped
+ * (rf_scoped_aligned: dies on failure) or, scoped = 0, plain
+ * (rf_try_aligned_alloc: NULL on failure, so that a long-lived owner can
+ * make a set of them all or none). For the buffers that are a decoder's own
+ * in one use and a session's in another (run state, KV cache). */
+void *rf_block_aligned(int scoped, size_t n);
+void rf_block_free(int scoped, void *p);
 /* Scoped blocks now recorded (all threads): for tests. */
 long rf_scoped_live(void);
 /* Fault injection for tests: the n-th allocation from now, through any
