@@ -335,10 +335,8 @@ void ans_flush(rf_answer *a) {
 rf_step_stat *ans_step(rf_answer *a, int block) {
     if (a->n_steps == a->cap_steps) {
         a->cap_steps = a->cap_steps ? 2 * a->cap_steps : 64;
-        rf_step_stat *s = rf_scoped_malloc((size_t)a->cap_steps * sizeof *s);
-        if (a->n_steps) memcpy(s, a->steps, (size_t)a->n_steps * sizeof *s);
-        rf_scoped_free(a->steps);
-        a->steps = s;
+        a->steps = rf_scoped_grow(a->steps, (size_t)a->n_steps * sizeof *a->steps,
+                                  (size_t)a->cap_steps * sizeof *a->steps);
     }
     rf_step_stat *s = &a->steps[a->n_steps++];
     memset(s, 0, sizeof *s);

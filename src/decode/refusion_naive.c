@@ -34,21 +34,14 @@ typedef struct {
     int *tok, *pos, *vis_end, *grp;
 } seq;
 
-/* *a (n ints) moved into a scoped block of cap ints */
-static int *grow_ints(int *a, int n, int cap) {
-    int *b = rf_scoped_malloc((size_t)cap * sizeof(int));
-    if (n) memcpy(b, a, (size_t)n * sizeof(int));
-    rf_scoped_free(a);
-    return b;
-}
-
 static void seq_push(seq *s, int tok, int pos, int vis_end, int grp) {
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 256;
-        s->tok = grow_ints(s->tok, s->n, cap);
-        s->pos = grow_ints(s->pos, s->n, cap);
-        s->vis_end = grow_ints(s->vis_end, s->n, cap);
-        s->grp = grow_ints(s->grp, s->n, cap);
+        size_t used = (size_t)s->n * sizeof(int), n = (size_t)cap * sizeof(int);
+        s->tok = rf_scoped_grow(s->tok, used, n);
+        s->pos = rf_scoped_grow(s->pos, used, n);
+        s->vis_end = rf_scoped_grow(s->vis_end, used, n);
+        s->grp = rf_scoped_grow(s->grp, used, n);
         s->cap = cap;
     }
     s->tok[s->n] = tok, s->pos[s->n] = pos, s->vis_end[s->n] = vis_end, s->grp[s->n] = grp;

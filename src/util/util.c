@@ -116,6 +116,13 @@ void rf_scoped_free(void *p) {
     free(b);
 }
 
+void *rf_scoped_grow(void *p, size_t used, size_t n) {
+    void *q = rf_scoped_malloc(n);
+    if (used) memcpy(q, p, used < n ? used : n);
+    rf_scoped_free(p);
+    return q;
+}
+
 void *rf_block_aligned(int scoped, size_t n) { return scoped ? rf_scoped_aligned(n) : rf_try_aligned_alloc(n); }
 void rf_block_free(int scoped, void *p) {
     if (scoped) rf_scoped_free(p);

@@ -64,6 +64,9 @@ void *rf_scoped_malloc(size_t n);
 void *rf_scoped_calloc(size_t n, size_t sz);
 void *rf_scoped_aligned(size_t n);
 void rf_scoped_free(void *p);
+/* p (a scoped block holding `used` bytes, or NULL) moved into a new one of n
+ * bytes; p is freed. */
+void *rf_scoped_grow(void *p, size_t used, size_t n);
 /* A 64-byte aligned, zeroed buffer whose owner decides its kind: scoped
  * (rf_scoped_aligned: dies on failure) or, scoped = 0, plain
  * (rf_try_aligned_alloc: NULL on failure, so that a long-lived owner can
