@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# cli_readme.sh - README.md stays true: every `./build/refusion ...` and
-# `curl ...` line of its command blocks runs as written (in a scratch
+# cli_readme.sh - README.md and docs/*.md stay true: every `./build/refusion ...`
+# and `curl ...` line of their command blocks runs as written (in a scratch
 # directory holding the repository's models/, with ./build/refusion the
 # binary under test) and exits 0, except the ones too big or slow for CI or
 # interactive: 0.6B / 8B checkpoints, training, the paper's checkpoint,
@@ -22,9 +22,13 @@ ln -s "$BIN" "$W/build/refusion"
 cd "$W" || exit 1
 
 # the command lines: indented four spaces, starting with the binary, a pipe into it, or curl
-grep -E '^    (\./build/refusion |echo .*\| \./build/refusion |curl )' "$SRC/README.md" | sed 's/^    //' >"$T/all"
+# README.md first, then docs/ in name order; a page's curl lines go to the
+# server its own serve line started
+for page in "$SRC/README.md" "$SRC"/docs/*.md; do
+  grep -E '^    (\./build/refusion |echo .*\| \./build/refusion |curl )' "$page" | sed 's/^    //'
+done >"$T/all"
 grep -vE -- '--preset (0\.6b|8b)|/tmp/qwen3-8b|runs/paper/| train | chat | eval | probe |scripts/' "$T/all" >"$T/run"
-[ "$(wc -l <"$T/run")" -ge 10 ] && ok || bad "only $(wc -l <"$T/run") README commands found"
+[ "$(wc -l <"$T/run")" -ge 10 ] && ok || bad "only $(wc -l <"$T/run") README/docs commands found"
 PORT=$((20000 + $$ % 20000))
 n=0
 while IFS= read -r line; do
@@ -32,6 +36,7 @@ while IFS= read -r line; do
   line=${line//8080/$PORT}
   case "$line" in
   *"serve "*"&"*)
+    if [ -n "$SPID" ]; then kill -TERM "$SPID"; wait "$SPID" 2>/dev/null; fi
     eval "${line%&} 2>\"$T/server.log\" &"
     SPID=$!
     for _ in $(seq 1 100); do grep -q "listening on" "$T/server.log" 2>/dev/null && break; sleep 0.1; done
