@@ -17,7 +17,7 @@
  *     and switches (a)+(b), (a)+(b) with jacobi infilling (the paper table's
  *     headline decoder), with lookahead and jacobi, and the rolling slot
  *     (decode/rolling.c, its own slot size and draft threshold),
- *     REFUSION.md 3c-3d), measuring the wall time, and records the shape
+ *     docs/refusion.md §4), measuring the wall time, and records the shape
  *     of every forward call through the call log (model/forward.h): rows R,
  *     new tokens per row, cache length before the call (main + each row's
  *     extension), logits rows, attention kind;

@@ -296,13 +296,13 @@ static void test_fast_vs_naive(void) {
             p.eos_id = favourite_token(&m, prompts[pi], plen[pi]);
             snprintf(what, sizeof what, "m%d cfg%d eos=%d", mi, ci, p.eos_id);
             compare(&m, prompts[pi], plen[pi], &p, &cov, what);
-            /* AR-verified: each switch and both (REFUSION.md 3b) */
+            /* AR-verified: each switch and both (docs/refusion.md §4) */
             for (int mode = 1; mode < 4; mode++) {
                 p.ar_correct = mode & 1, p.ar_check_first = mode >> 1;
                 snprintf(what, sizeof what, "m%d cfg%d eos=%d a=%d b=%d", mi, ci, p.eos_id, mode & 1, mode >> 1);
                 compare(&m, prompts[pi], plen[pi], &p, &cov, what);
             }
-            /* lookahead (REFUSION.md 3c): faithful and AR-verified; the same
+            /* lookahead (docs/refusion.md §4): faithful and AR-verified; the same
              * answer as without it, with no more calls */
             for (int mode = 0; mode < 4; mode += 3) {
                 p.ar_correct = p.ar_check_first = mode == 3;
@@ -310,7 +310,7 @@ static void test_fast_vs_naive(void) {
                 snprintf(what, sizeof what, "m%d cfg%d eos=%d lookahead mode %d", mi, ci, p.eos_id, mode);
                 compare(&m, prompts[pi], plen[pi], &p, &cov, what);
                 same_as_without_lookahead(&m, prompts[pi], plen[pi], &p, what);
-                /* jacobi (REFUSION.md 3d): infilling without re-drafts, with and without
+                /* jacobi (docs/refusion.md §4): infilling without re-drafts, with and without
                  * lookahead; it needs (a), whose forced tokens are the AR head's */
                 p.jacobi = 1;
                 if (mode == 0) {

@@ -1,6 +1,6 @@
 /* decode.h - text generation with a ReFusion checkpoint.
  *
- *  rf_generate_refusion        plan-and-infill decoding (REFUSION.md §3, the
+ *  rf_generate_refusion        plan-and-infill decoding (docs/refusion.md §3, the
  *                              authors' generate_refusion) on the KV cache:
  *                              committed tokens are never recomputed.
  *  rf_generate_refusion_naive  the same algorithm written a second time, as
@@ -65,16 +65,16 @@ typedef struct {
     uint64_t seed;
     int eos_id;              /* RF_ID_FROM_MODEL, or -1 for "no EOS" */
     int mask_id;             /* RF_ID_FROM_MODEL or an id */
-    /* AR-verified ReFusion (REFUSION.md 3b; both off = the reference) */
+    /* AR-verified ReFusion (docs/refusion.md §4; both off = the reference) */
     int ar_correct;          /* (a) a forced token is the AR head's choice, not the mask re-draft */
     int ar_check_first;      /* (b) a slot's first token is checked by the AR head when its
                                 left neighbour is committed */
     int lookahead;           /* ReFusion, beyond the paper: a global verification also feeds the
                                 next plan's masks; used when every chosen slot is committed
-                                (same answer, fewer calls; REFUSION.md 3c) */
+                                (same answer, fewer calls; docs/refusion.md §4) */
     int jacobi;              /* ReFusion, beyond the paper: an infilling iteration verifies the
                                 current drafts again instead of re-drafting them first (one call
-                                per iteration, not two; REFUSION.md 3d) */
+                                per iteration, not two; docs/refusion.md §4) */
     int rolling;             /* ReFusion, beyond the paper: a rolling slot (decode/rolling.c):
                                 every call verifies the drafts and drafts the next slot with masks
                                 behind them; the answer is AR decoding's (same sampling settings) */

@@ -90,7 +90,7 @@
  * 5. After a block in which an EOS was committed, stop. The answer is the
  *    committed tokens sorted by position.
  *
- * AR-verified mode (REFUSION.md 3b; both switches off by default, and then
+ * AR-verified mode (docs/refusion.md §4; both switches off by default, and then
  * every call and every number above is exactly the reference's):
  *  (a) ar_correct: in an infill verify, the token a row forces through (its
  *      first unaccepted one) becomes the AR head's argmax at that position -
@@ -113,7 +113,7 @@
  *  With both, one slot per block and token_threshold >= 0.5, every committed
  *  token is the AR argmax: the answer is greedy AR decoding's.
  *
- * Two call savers, also opt-in (REFUSION.md 3c, 3d):
+ * Two call savers, also opt-in (docs/refusion.md §4):
  *  lookahead: a global verification also feeds, behind the drafts, the masks
  *      the next plan would feed if every chosen slot commits (the block's
  *      other masked slots, or the next block's). Attention is causal, so
