@@ -25,27 +25,6 @@
 #include "model/tensors.h"
 #include "util/util.h"
 
-int rf_gguf_tensor_name(const char *hf, char *out, size_t cap) {
-    static const char *const top[][2] = {
-#define TOP(role, hf_name, gg_name, r, cl) {hf_name, gg_name},
-        RF_TOP_TENSORS(TOP)
-#undef TOP
-    };
-    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-        if (!strcmp(hf, top[i][0])) return snprintf(out, cap, "%s", top[i][1]) < (int)cap ? 0 : -1;
-    static const char *const layer[][2] = {
-#define LAYER(field, hf_suffix, gg_suffix, r, cl) {hf_suffix ".weight", gg_suffix ".weight"},
-        RF_LAYER_TENSORS(LAYER)
-#undef LAYER
-    };
-    int l, n = 0;
-    if (sscanf(hf, "model.layers.%d.%n", &l, &n) != 1 || n == 0 || l < 0) return -1;
-    for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
-        if (!strcmp(hf + n, layer[i][0]))
-            return snprintf(out, cap, "blk.%d.%s", l, layer[i][1]) < (int)cap ? 0 : -1;
-    return -1;
-}
-
 /* ---- loading ------------------------------------------------------------------ */
 
 /* an integer hyper-parameter in [lo, hi]; def when absent (required: error) */

@@ -51,9 +51,6 @@ void rf_model_unpack(rf_model *m);
  * tokenizer.ggml.* and refusion.* keys; tied embeddings = no output tensor.
  * Matrices may be F32/F16/BF16/Q8_0/Q4_0, norms F32/F16/BF16. */
 int rf_model_load_gguf(rf_model *m, const char *path);
-/* llama.cpp's name of a Hugging Face tensor name ("model.layers.3.mlp.up_proj.weight"
- * -> "blk.3.ffn_up.weight"); -1 if it is not a Qwen3 tensor. */
-int rf_gguf_tensor_name(const char *hf_name, char *out, size_t cap);
 /* Add the model's metadata (general.*, qwen3.*, the token ids) and its
  * tensors in dtype to w, as llama.cpp's converter lays them out: norms in
  * F32; for Q4_0 the output matrix (token_embd when tied) in Q8_0, where

@@ -327,23 +327,12 @@ int rf_ckpt_recover(const char *dir) {
     return rc;
 }
 
-int rf_tmodel_save(const rf_tmodel *m, const char *dir, const char *tok_src) {
-    return save_set(m, dir, tok_src, NULL, NULL);
-}
-
 int rf_ckpt_save(const rf_tmodel *m, const char *dir, const char *tok_src, rf_tstate *st, const rf_adamw *o) {
     st->params_hash = rf_hash_floats(m->params, m->n_params);
     return save_set(m, dir, tok_src, st, o);
 }
 
 /* ---- trainer state ------------------------------------------------------------- */
-
-int rf_tstate_save(const char *dir, const rf_tstate *s, const rf_adamw *o) {
-    char *path = rf_path_join(dir, "optimizer.bin");
-    int rc = write_tstate(path, s, o);
-    free(path);
-    return rc;
-}
 
 int rf_tstate_load(const char *dir, rf_tstate *s, rf_adamw *o) {
     char *path = rf_path_join(dir, "optimizer.bin");

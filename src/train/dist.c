@@ -122,13 +122,6 @@ int rf_dist_first_failed(int ok) {
     return ok ? -1 : g_rank;
 }
 
-double rf_dist_max(double x) {
-#ifdef RF_HAVE_MPI
-    if (g_size > 1) MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-#endif
-    return x;
-}
-
 /* ---- the gradient sum in buckets, overlapped with the backward -------------------- */
 
 struct rf_dist_buckets {

@@ -65,22 +65,6 @@ void rf_tmodel_init(rf_tmodel *m, const rf_config *cfg) {
     point_view(m, m->grads, &m->g);
 }
 
-int rf_tmodel_as_model(const rf_tmodel *m, rf_model *out) {
-    memset(out, 0, sizeof *out);
-    out->cfg = m->cfg;
-    out->cfg.dtype = RF_F32;
-    rf_tspec *ts;
-    int n = rf_model_tensor_list(out, &ts);
-    for (int i = 0; i < n; i++) {
-        float *p = m->params + m->tensors[i].offset;
-        if (ts[i].mat) *ts[i].mat = (rf_mat){RF_F32, p, ts[i].rows, ts[i].cols, NULL};
-        else *ts[i].vec = p;
-    }
-    free(ts);
-    if (out->cfg.tie_embeddings) out->lm_head = out->embed;
-    return 0;
-}
-
 void rf_tmodel_free(rf_tmodel *m) {
     free(m->tensors);
     free(m->params);

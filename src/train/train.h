@@ -77,10 +77,6 @@ void rf_tmodel_free(rf_tmodel *m);
 /* Matrices ~ N(0, std) (seeded), norm vectors = 1. */
 void rf_tmodel_randomize(rf_tmodel *m, float std, uint64_t seed);
 const rf_ptensor *rf_tmodel_find(const rf_tmodel *m, const char *name);
-/* The parameters as an inference model (f32 matrices pointing into
- * m->params, no copy): decode, save or evaluate the weights being trained.
- * Valid while m lives; free with rf_model_free (frees only the view). */
-int rf_tmodel_as_model(const rf_tmodel *m, rf_model *out);
 
 /* ---- one micro-batch, as built by an objective ------------------------------- */
 
@@ -226,9 +222,6 @@ void rf_dataset_free(rf_dataset *d);
 /* Load weights (any dtype, single file or shards) of dir into m, which must
  * have been initialised with dir's config. */
 int rf_tmodel_load_weights(rf_tmodel *m, const char *dir);
-/* Write config.json + model.safetensors (f32) + tokenizer files copied from
- * tok_dir (if non-NULL) into dir. */
-int rf_tmodel_save(const rf_tmodel *m, const char *dir, const char *tok_src);
 
 /* Trainer state saved beside the checkpoint (optimizer.bin). */
 typedef struct {
@@ -240,7 +233,6 @@ typedef struct {
 } rf_tstate;
 
 uint64_t rf_hash_floats(const float *x, size_t n);
-int rf_tstate_save(const char *dir, const rf_tstate *s, const rf_adamw *o);
 /* The whole checkpoint as one set (model files + optimizer.bin, with
  * st->params_hash set): a kill or an error at any point leaves the previous
  * checkpoint or the new one (see checkpoint.c). */
@@ -267,7 +259,6 @@ void rf_dist_sum_f64(double *x, int n);
 void rf_dist_bcast(void *p, size_t bytes); /* rank 0's bytes to every rank */
 /* Every rank calls with its own ok; returns the lowest failed rank, or -1. */
 int rf_dist_first_failed(int ok);
-double rf_dist_max(double x);
 
 /* The same sum as rf_dist_sum_f32 in buckets overlapped with the backward:
  * bucket b is x[edges[b], edges[b+1]) (edges ascending, edges[0] = 0,
@@ -358,8 +349,6 @@ rf_trainer *rf_trainer_open(const rf_train_opts *o, rf_trainer_info *info);
 int rf_trainer_step(rf_trainer *t, int stop, rf_step_info *s);
 /* The checkpoint set in o->out (rank 0 writes; every rank learns the result). */
 int rf_trainer_save(rf_trainer *t);
-long rf_trainer_steps_done(const rf_trainer *t);
-double rf_trainer_tokens_seen(const rf_trainer *t);
 void rf_trainer_close(rf_trainer *t);
 
 /* The whole run: steps until o->steps, o->stop_at or *stop, log.csv (one row

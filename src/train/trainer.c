@@ -379,8 +379,6 @@ void rf_trainer_close(rf_trainer *t) {
     free(t);
 }
 
-long rf_trainer_steps_done(const rf_trainer *t) { return t->st.step; }
-double rf_trainer_tokens_seen(const rf_trainer *t) { return t->st.tokens_seen; }
 
 /* ---- one step ----------------------------------------------------------------------- */
 
