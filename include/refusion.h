@@ -233,6 +233,21 @@ RF_API int64_t rf_generate_bytes(const refusion_model *m, int n_prompt, const rf
 RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt, const rf_params *p,
                        int32_t *out, int cap, rf_stats *stats);
 
+/* ---- logging ----------------------------------------------------------------
+ * What the library has to say beyond an error return (progress of long
+ * jobs such as tokenizer training) goes to one process-wide callback; none
+ * is set at start, and then nothing is said. Set it before using the
+ * library from several threads; cb may be called from any of them. */
+typedef enum {
+    RF_LOG_ERROR = 0,
+    RF_LOG_WARN = 1,
+    RF_LOG_INFO = 2,
+    RF_LOG_DEBUG = 3,
+} rf_log_level;
+typedef void (*rf_log_callback)(rf_log_level level, const char *text, void *user);
+/* Since 0.3. cb NULL: say nothing. text is one line without its newline. */
+RF_API void rf_log_set(rf_log_callback cb, void *user);
+
 #ifdef __cplusplus
 }
 #endif

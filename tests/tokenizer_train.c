@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "refusion.h"
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"
@@ -107,6 +108,29 @@ static int naive_train(const char *text, int n_merges, int (*out)[2]) {
 
 static char *dir_file(const char *dir, const char *name) { return rf_path_join(dir, name); }
 
+/* progress lines reach the log callback (rf_log_set), never stderr */
+static int g_log_lines, g_log_merges;
+static void count_log(rf_log_level level, const char *text, void *user) {
+    g_log_lines++;
+    if (level == RF_LOG_INFO && strstr(text, "merges") && user == &g_log_lines) g_log_merges++;
+}
+
+/* bytes written to fd 2 while training verbosely with the current callback */
+static long stderr_bytes_while_training(const char *text, const char *dir) {
+    fflush(stderr);
+    FILE *cap = tmpfile();
+    int saved = dup(2);
+    dup2(fileno(cap), 2);
+    int rc = rf_tok_train(text, strlen(text), 300, dir, 1);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    long n = -1;
+    if (rc == 0 && fseek(cap, 0, SEEK_END) == 0) n = ftell(cap);
+    fclose(cap);
+    return n;
+}
+
 int main(void) {
     char dir1[] = "/tmp/rf_tok_train_XXXXXX", dir2[] = "/tmp/rf_tok_train_XXXXXX";
     if (!mkdtemp(dir1) || !mkdtemp(dir2)) rf_die("mkdtemp failed");
@@ -185,6 +209,19 @@ int main(void) {
                (double)total_bytes / (double)total_ids);
         free(back), free(ids), free(sample);
         rf_tok_free(t);
+    }
+    /* logging: nothing on stderr, with or without a callback; lines to the callback */
+    {
+        char *text = make_corpus(9, 20000);
+        CHECK(stderr_bytes_while_training(text, dir2) == 0, "verbose training without a log callback wrote to stderr");
+        rf_log_set(count_log, &g_log_lines);
+        CHECK(stderr_bytes_while_training(text, dir2) == 0, "verbose training with a log callback wrote to stderr");
+        CHECK(g_log_merges >= 1, "the log callback got no progress line (%d lines)", g_log_lines);
+        rf_log_set(NULL, NULL);
+        int before = g_log_lines;
+        CHECK(rf_tok_train(text, strlen(text), 300, dir2, 1) == 0 && g_log_lines == before,
+              "lines reached a callback that was removed");
+        free(text);
     }
     /* bad input */
     CHECK(rf_tok_train("ab\xff", 3, 1000, dir2, 0) == -1 && strstr(rf_last_error(), "offset 2"), "invalid UTF-8 corpus");

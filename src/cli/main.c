@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "refusion.h"
+
 #include "cli/args.h"
 #include "cli/commands.h"
 
@@ -33,7 +35,16 @@ static void usage(FILE *f) {
         fprintf(f, "  %-16s %s\n", commands[i].name, commands[i].help);
 }
 
+/* The library's log lines (e.g. tokenizer-train -v progress) on stderr. An
+ * rf_die outside the API's catch points ends the program with one line and
+ * exit 2 (src/program/fatal.c, linked into every program). */
+static void log_to_stderr(rf_log_level level, const char *text, void *user) {
+    (void)user;
+    fprintf(stderr, "%s%s\n", level == RF_LOG_ERROR ? "refusion: " : level == RF_LOG_WARN ? "refusion: warning: " : "", text);
+}
+
 int main(int argc, char **argv) {
+    rf_log_set(log_to_stderr, NULL);
     if (argc == 2 && !strcmp(argv[1], "--version")) {
         printf("refusion %s\n", RF_VERSION);
         return 0;

@@ -16,6 +16,7 @@
 
 #include "tokenizer/heap.h"
 #include "tokenizer/tok_internal.h"
+#include "refusion.h"
 #include "util/util.h"
 
 static const char *const SPECIALS[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|beginoftext|>", "<|mask|>"};
@@ -313,7 +314,7 @@ int rf_tok_train(const char *text, size_t len, int vocab_size, const char *out_d
                 rf_strmap_put(&tokmap, nb, nl, c);
             }
             merges[nmerges][0] = h.a, merges[nmerges][1] = h.b, nmerges++;
-            if (verbose && nmerges % 500 == 0) fprintf(stderr, "tokenizer-train: %d merges, count %ld\n", nmerges, h.count);
+            if (verbose && nmerges % 500 == 0) rf_log(RF_LOG_INFO, "tokenizer-train: %d merges, count %ld", nmerges, h.count);
             /* the word list may grow while we walk it (new pairs are appended to other lists only) */
             int nwl = p->nwords, *wl = p->words;
             p->words = NULL, p->nwords = p->cap = 0;
@@ -327,7 +328,7 @@ int rf_tok_train(const char *text, size_t len, int vocab_size, const char *out_d
             p->count = 0; /* every occurrence is merged */
         }
         free(seen);
-        if (verbose) fprintf(stderr, "tokenizer-train: %d words, %d merges, %d tokens (+%d added)\n", T.nw, nmerges, ntok, n_extra);
+        if (verbose) rf_log(RF_LOG_INFO, "tokenizer-train: %d words, %d merges, %d tokens (+%d added)", T.nw, nmerges, ntok, n_extra);
         rc = write_files(out_dir, tok, tlen, ntok, (const int(*)[2])merges, nmerges);
     }
     for (int i = 0; i < ntok; i++) free(tok[i]);

@@ -1,5 +1,6 @@
 /* util.c - see util.h */
 #include "util/util.h"
+#include "refusion.h" /* rf_log_set is public */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +28,27 @@ void rf_set_error(const char *fmt, ...) {
 const char *rf_last_error(void) { return g_err[0] ? g_err : "unknown error"; }
 
 void rf_print_error(void) { fprintf(stderr, "refusion: %s\n", rf_last_error()); }
+
+/* ---- logging ----------------------------------------------------------------- */
+
+static _Atomic(rf_log_callback) g_log_fn;
+static void *_Atomic g_log_user;
+
+RF_API void rf_log_set(rf_log_callback cb, void *user) {
+    g_log_user = user;
+    g_log_fn = cb;
+}
+
+void rf_log(int level, const char *fmt, ...) {
+    rf_log_callback fn = g_log_fn;
+    if (!fn) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fn((rf_log_level)level, line, g_log_user);
+}
 
 /* ---- fault injection ------------------------------------------------------- */
 
@@ -151,6 +173,7 @@ static void scoped_release_since(uint64_t mark) {
 /* ---- fatal errors ------------------------------------------------------------- */
 
 static _Thread_local rf_catch *t_catch;
+static void (*_Atomic g_fatal)(const char *message); /* the program's: rf_set_fatal_handler */
 static _Thread_local int t_oom; /* the rf_die under way is rf_oom's */
 
 void rf_catch_push(rf_catch *c) {
@@ -181,12 +204,14 @@ void rf_die(const char *fmt, ...) {
         longjmp(c->jb, 1);
     }
     va_start(ap, fmt);
-    fprintf(stderr, "refusion: fatal: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
     va_end(ap);
-    exit(2);
+    void (*fatal)(const char *) = g_fatal;
+    if (fatal) fatal(g_err);
+    abort();
 }
+
+void rf_set_fatal_handler(void (*fn)(const char *message)) { g_fatal = fn; }
 
 void rf_oom(size_t n) {
     t_oom = 1;

@@ -15,15 +15,23 @@
 void rf_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* part of the public API (include/refusion.h): exported from librefusion.so */
 __attribute__((visibility("default"))) const char *rf_last_error(void);
-/* Print "refusion: <last error>" to stderr. */
+/* Print "refusion: <last error>" to stderr (for programs). */
 void rf_print_error(void);
-/* Abort with a message for "cannot happen" states and failed allocations:
- * print it and exit(2), or, while a catch point is set on this thread
- * (rf_catch_push), set it as the last error, free the scoped blocks this
- * thread allocated since that point (rf_scoped_malloc below) and longjmp
- * there. The public API's entry points do this, so the library never exits
- * and an aborted call gives its scratch back. */
+/* Abort with a message for "cannot happen" states and failed allocations.
+ * While a catch point is set on this thread (rf_catch_push): set it as the
+ * last error, free the scoped blocks this thread allocated since that point
+ * (rf_scoped_malloc below) and longjmp there. The public API's entry points
+ * do this, so an aborted call returns an error and gives its scratch back.
+ * Without a catch point (a program calling internals directly) the message
+ * becomes the last error and the program's fatal handler runs (the CLI's
+ * prints it and exits 2); without one, abort(). The library never exits. */
 void rf_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* The program's handler of an rf_die outside any catch point; it must not
+ * return (abort() follows if it does). NULL: abort() at once. */
+void rf_set_fatal_handler(void (*fn)(const char *message));
+/* One line to the log callback (rf_log_set in include/refusion.h), if any.
+ * level: an rf_log_level. */
+void rf_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* rf_die for a failed allocation of n bytes: the catch point sees oom = 1. */
 void rf_oom(size_t n) __attribute__((noreturn));
 #include <setjmp.h>
