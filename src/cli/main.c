@@ -1,8 +1,12 @@
 /* main.c - the refusion command-line program: dispatch to a subcommand. */
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "refusion.h"
+#include "util/util.h"
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -43,7 +47,41 @@ static void log_to_stderr(rf_log_level level, const char *text, void *user) {
     fprintf(stderr, "%s%s\n", level == RF_LOG_ERROR ? "refusion: " : level == RF_LOG_WARN ? "refusion: warning: " : "", text);
 }
 
+/* Failures the tests inject through the library's fault points (util.h):
+ *   REFUSION_TEST_DIE_ONCE=1|oom  the first model call of a generation in
+ *       this process fails (a broken invariant, or an allocation): a caller
+ *       that turns rf_die into an error return (the server) must survive it
+ *   REFUSION_TEST_KILL_AT=N  the process ends with _exit(86) right after the
+ *       N-th step of checkpoint saving (a file staged, half of optimizer.bin
+ *       written, the journal, a rename, ...), as a kill -9 at that moment would */
+static atomic_int g_die_once; /* 1: rf_die, 2: rf_oom; 0 once fired */
+static long g_kill_at, g_save_steps;
+
+static void die_once(void) {
+    int kind = atomic_exchange(&g_die_once, 0);
+    if (kind == 2) rf_oom((size_t)1 << 40);
+    if (kind == 1) rf_die("REFUSION_TEST_DIE_ONCE: a fatal error inside the generation");
+}
+
+static void kill_at(void) {
+    if (++g_save_steps == g_kill_at) _exit(86);
+}
+
+static void install_test_faults(void) {
+    const char *e = getenv("REFUSION_TEST_DIE_ONCE");
+    if (e) {
+        atomic_store(&g_die_once, !strcmp(e, "oom") ? 2 : 1);
+        rf_faults.generation_step = die_once;
+    }
+    e = getenv("REFUSION_TEST_KILL_AT");
+    if (e && atol(e) > 0) {
+        g_kill_at = atol(e);
+        rf_faults.checkpoint_step = kill_at;
+    }
+}
+
 int main(int argc, char **argv) {
+    install_test_faults();
     rf_log_set(log_to_stderr, NULL);
     if (argc == 2 && !strcmp(argv[1], "--version")) {
         printf("refusion %s\n", RF_VERSION);

@@ -24,22 +24,7 @@ void rf_gen_params_default(rf_gen_params *p) {
 }
 
 int gen_cancelled(const rf_gen_params *p) {
-    /* test hook: a fatal error inside a generation, once per process, so that
-     * tests can check that a caller turning rf_die into an error return (the
-     * server) survives it */
-    static _Atomic int die_once = -1; /* 1: rf_die, 2: rf_oom ("oom") */
-    if (die_once == -1) {
-        const char *e = getenv("REFUSION_TEST_DIE_ONCE");
-        die_once = !e ? 0 : !strcmp(e, "oom") ? 2 : 1;
-    }
-    if (die_once == 2) {
-        die_once = 0;
-        rf_oom((size_t)1 << 40);
-    }
-    if (die_once == 1) {
-        die_once = 0;
-        rf_die("REFUSION_TEST_DIE_ONCE: a fatal error inside the generation");
-    }
+    if (rf_faults.generation_step) rf_faults.generation_step();
     if (!p->cancel || !*p->cancel) return 0;
     rf_set_error("generation cancelled");
     return -1;

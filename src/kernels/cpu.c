@@ -52,7 +52,7 @@ static rf_cpu_tier runnable(rf_cpu_tier t) { return t > RF_CPU_AVX512 && !rf_amx
 static void init(void) {
     g_detected = detect();
     rf_cpu_tier want = g_detected;
-    const char *env = getenv("REFUSION_CPU");
+    const char *env = rf_env_cpu_tier();
     if (env && *env) {
         if (!strcmp(env, "avx2")) want = RF_CPU_AVX2;
         else if (!strcmp(env, "avx512")) want = RF_CPU_AVX512;

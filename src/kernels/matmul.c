@@ -319,7 +319,7 @@ static int g_bf16_single = -1;
 
 int rf_matmul_bf16_act(void) {
     if (g_bf16_single < 0) {
-        const char *e = getenv("REFUSION_BF16_ACT");
+        const char *e = rf_env_bf16_act();
         g_bf16_single = !(e && !strcmp(e, "split"));
     }
     return g_bf16_single;

@@ -67,17 +67,10 @@ static const char *const SET_FILES[] = {"config.json", "model.safetensors", "tok
 #define JOURNAL "checkpoint.commit"
 #define JOURNAL_MAGIC "refusion checkpoint set 1\n"
 
-/* Test hook: REFUSION_TEST_KILL_AT=N ends the process with _exit(86) right
- * after the N-th step of checkpoint saving in this process (a file staged,
- * half of optimizer.bin written, the journal, a rename, ...), as a kill -9 at
- * that moment would. tests/train_ckpt_kill.sh walks N over every step. */
+/* A test's kill -9 at this step of a save (rf_faults, util.h;
+ * tests/train_ckpt_kill.sh walks it over every step). */
 static void kill_point(void) {
-    static long at = -1, n = 0;
-    if (at < 0) {
-        const char *e = getenv("REFUSION_TEST_KILL_AT");
-        at = e ? atol(e) : 0;
-    }
-    if (at > 0 && ++n == at) _exit(86);
+    if (rf_faults.checkpoint_step) rf_faults.checkpoint_step();
 }
 
 static int is_dir(const char *p) {

@@ -46,6 +46,19 @@ typedef struct rf_catch {
 void rf_catch_push(rf_catch *c);
 void rf_catch_pop(rf_catch *c);
 
+/* ---- environment and test faults (env.c) ----------------------------------
+ * The REFUSION_* variables the library reads (NULL when unset). */
+const char *rf_env_cpu_tier(void);  /* REFUSION_CPU */
+const char *rf_env_bf16_act(void);  /* REFUSION_BF16_ACT */
+/* Points where a test makes the library fail on purpose. All NULL unless a
+ * program sets them (the refusion command does, from its REFUSION_TEST_*
+ * variables); the library only calls them. */
+typedef struct {
+    void (*generation_step)(void); /* before each model call of a generation (may rf_die) */
+    void (*checkpoint_step)(void); /* after each step of a checkpoint save (may end the process) */
+} rf_fault_points;
+extern rf_fault_points rf_faults;
+
 /* ---- memory --------------------------------------------------------------
  * Every allocator here fails through rf_oom (or, rf_try_*, by returning
  * NULL with the error set), and each one counts for rf_fail_alloc_after. */
