@@ -6,6 +6,7 @@
  * nothing at OUT. */
 #include <dirent.h>
 #include <errno.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,6 +182,12 @@ int cmd_grow(int argc, char **argv) {
         rf_model_free(&m);
         return 1;
     }
+    if (gguf && (dst.hidden_size % 32 || dst.intermediate_size % 32 || (dst.n_heads * dst.head_dim) % 32)) {
+        fprintf(stderr, "refusion: grow: %s needs every matrix's columns in blocks of 32 (hidden %d, FFN %d, "
+                "heads x head_dim %d)\n", dt, dst.hidden_size, dst.intermediate_size, dst.n_heads * dst.head_dim);
+        rf_model_free(&m);
+        return 1;
+    }
     /* the disk must hold the checkpoint (and, for GGUF, the temporary one beside it) */
     rf_dtype tmp_dtype = gguf ? (m.cfg.dtype == RF_F32 ? RF_F32 : RF_BF16) : dtype;
     double params = (double)rf_config_n_params(&dst), bytes = params * rf_dtype_size(tmp_dtype);
@@ -221,7 +228,17 @@ int cmd_grow(int argc, char **argv) {
         if (nl > 5 && !strcmp(name + nl - 5, ".gguf")) name[nl - 5] = 0;
         char *cv[] = {"convert", "-m", tmp, "-o", (char *)out, "--format", "gguf", "--dtype", (char *)dt,
                       "--name", name, progress > 0 ? "--progress" : "--no-progress", NULL};
-        rc = cmd_convert(12, cv);
+        /* a fatal error inside the conversion comes back here, so the
+         * temporary checkpoint is removed all the same */
+        rf_catch c;
+        rf_catch_push(&c);
+        if (setjmp(c.jb) == 0) {
+            rc = cmd_convert(12, cv);
+            rf_catch_pop(&c);
+        } else {
+            fprintf(stderr, "refusion: grow: %s\n", rf_last_error());
+            rc = 1;
+        }
         remove_dir(tmp);
         if (rc) return rc;
     } else {

@@ -262,6 +262,11 @@ int rf_model_grow(const rf_model *src, const rf_config *dst, const char *dir, rf
     const int w2[] = {s->n_heads * s->head_dim, s->intermediate_size};
     for (int i = 0; i < 2; i++) widest = w2[i] > widest ? w2[i] : widest;
     float *row = rf_malloc((size_t)widest * sizeof(float));
+    /* norms in f32 whatever the matrices' dtype: the scaled weights (sqrt(H/H'),
+     * 1/sqrt(r)) are rarely bf16 numbers, and rounding them would break the
+     * equality the growth is for (the loaders take any float dtype per tensor) */
+    rf_dtype *dts = rf_calloc((size_t)n, sizeof *dts);
+    for (int i = 0; i < n; i++) dts[i] = td[i].cols ? dtype : RF_F32;
     for (int i = 0; i < n; i++) {
         const rf_tdesc *t = &td[i];
         int ls = t->layer >= 0 ? p.layer_src[t->layer] : -1;
@@ -286,7 +291,7 @@ int rf_model_grow(const rf_model *src, const rf_config *dst, const char *dir, rf
                 v = grown_vec(w, head ? p.dim_src : p.hmap, t->rows, sc, head ? 1.0f : p.s);
             }
             }
-            vf[i] = (vec_fill){v, dtype};
+            vf[i] = (vec_fill){v, RF_F32};
             fill[i] = fill_vec;
             ctx[i] = &vf[i];
             continue;
@@ -326,7 +331,8 @@ int rf_model_grow(const rf_model *src, const rf_config *dst, const char *dir, rf
         f->rm = w == 0 ? p.qmap : w <= 2 ? p.kvmap : w == 3 || w == 6 ? p.hmap : p.fmap;
         f->cm = w == 3 ? p.qmap : w == 6 ? p.fmap : p.hmap;
     }
-    int rc = rf_model_write_tensors(&check, dir, dtype, 0, fill, ctx);
+    int rc = rf_model_write_tensors(&check, dir, dtype, dts, 0, fill, ctx);
+    free(dts);
     for (int i = 0; i < n; i++) free(vf[i].v);
     free(row);
     free(nf);

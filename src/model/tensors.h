@@ -93,12 +93,13 @@ float *rf_model_norm_block(rf_model *m, const rf_tspec *ts, int n);
 void rf_model_bind_norm(const rf_tspec *s, rf_dtype dtype, const void *data, float **dst);
 
 /* Write config.json (with dtype) and the table's tensors for cfg into dir:
- * tensor i's bytes (in dtype) come from fill[i](ctx[i], ...). One
+ * tensor i's bytes (in dtypes[i], or dtype for every tensor when dtypes is
+ * NULL) come from fill[i](ctx[i], ...). One
  * model.safetensors, or shards of at most shard_bytes each plus
  * model.safetensors.index.json when shard_bytes > 0; files of an earlier
  * checkpoint there that would shadow this one are removed. (save.c) */
-int rf_model_write_tensors(const rf_config *cfg, const char *dir, rf_dtype dtype, size_t shard_bytes,
-                           rf_st_fill_fn const *fill, void *const *ctx);
+int rf_model_write_tensors(const rf_config *cfg, const char *dir, rf_dtype dtype, const rf_dtype *dtypes,
+                           size_t shard_bytes, rf_st_fill_fn const *fill, void *const *ctx);
 
 /* The random writer's weights (write_random.c), for writers of other
  * checkpoints that hold random tensors: rf_fill_normal is an rf_st_fill_fn

@@ -134,7 +134,7 @@ int rf_model_write_random(const rf_config *cfg, const char *dir, rf_dtype dtype,
         fill[i] = td[i].cols ? fill_normal : fill_ones;
         ctx[i] = &g[i];
     }
-    int rc = rf_model_write_tensors(cfg, dir, dtype, shard_bytes, fill, ctx);
+    int rc = rf_model_write_tensors(cfg, dir, dtype, NULL, shard_bytes, fill, ctx);
     free(ctx);
     free(fill);
     free(g);
