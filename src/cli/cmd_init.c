@@ -18,7 +18,7 @@ static void usage(FILE *f) {
             "usage: refusion init -o DIR [options]\n"
             "Write a randomly initialised checkpoint (config.json + model.safetensors).\n\n"
             "  -o, --out DIR        output directory (created if needed)\n"
-            "  --preset NAME        tiny | small | 0.6b | 8b   (default tiny)\n"
+            "  --preset NAME        tiny | small | 0.6b | 1.7b | 4b | 8b (default tiny)\n"
             "  --hidden N  --layers N  --heads N  --kv-heads N  --head-dim N\n"
             "  --ffn N  --vocab N  --tied 0|1  --max-pos N  --theta X\n"
             "                       override the preset's shape (head-dim defaults to\n"

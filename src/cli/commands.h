@@ -6,6 +6,7 @@
 int cmd_init(int argc, char **argv);           /* write a random checkpoint */
 int cmd_info(int argc, char **argv);           /* load + describe a checkpoint */
 int cmd_convert(int argc, char **argv);        /* rewrite a checkpoint in another dtype */
+int cmd_grow(int argc, char **argv);           /* function-preserving growth to a larger shape */
 int cmd_tokenize(int argc, char **argv);       /* text <-> ids, chat template */
 int cmd_tokenizer_train(int argc, char **argv);/* train a small byte-level BPE */
 int cmd_generate(int argc, char **argv);       /* ReFusion / AR / mdm decoding */

@@ -21,6 +21,7 @@ static const command commands[] = {
     {"init", cmd_init, "write a randomly initialised checkpoint (HF layout)"},
     {"info", cmd_info, "load a checkpoint, check it and print its shape"},
     {"convert", cmd_convert, "rewrite a checkpoint in another dtype (e.g. f32 -> bf16)"},
+    {"grow", cmd_grow, "grow a checkpoint to a larger shape computing the same function"},
     {"tokenize", cmd_tokenize, "text -> ids (--decode: ids -> text, --chat: template)"},
     {"tokenizer-train", cmd_tokenizer_train, "train a byte-level BPE tokenizer.json"},
     {"generate", cmd_generate, "generate text with ReFusion or AR decoding"},

@@ -27,6 +27,8 @@ int rf_config_preset(rf_config *c, const char *name) {
         {"tiny", 64, 128, 2, 4, 2, 16, 512, 4096, 1},
         {"small", 256, 768, 4, 4, 2, 64, 4096, 4096, 1},
         {"0.6b", 1024, 3072, 28, 16, 8, 128, 151936, 40960, 1},
+        {"1.7b", 2048, 6144, 28, 16, 8, 128, 151936, 40960, 1},
+        {"4b", 2560, 9728, 36, 32, 8, 128, 151936, 40960, 1},
         {"8b", 4096, 12288, 36, 32, 8, 128, 151671, 40960, 0},
     };
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
@@ -51,7 +53,7 @@ int rf_config_preset(rf_config *c, const char *name) {
         default_special_ids(c);
         return 0;
     }
-    rf_set_error("unknown model preset '%s' (tiny, small, 0.6b, 8b)", name);
+    rf_set_error("unknown model preset '%s' (tiny, small, 0.6b, 1.7b, 4b, 8b)", name);
     return -1;
 }
 

@@ -53,12 +53,16 @@ static void remove_stale(const char *dir, int n_shards) {
     closedir(d);
 }
 
-int rf_model_write_tensors(const rf_config *cfg, const char *dir, rf_dtype dtype, size_t shard_bytes,
-                           rf_st_fill_fn const *fill, void *const *ctx) {
-    if (dtype != RF_F32 && dtype != RF_F16 && dtype != RF_BF16) {
-        rf_set_error("%s: safetensors checkpoints are written in f32, f16 or bf16, not %s", dir,
-                     rf_dtype_name(dtype));
-        return -1;
+int rf_model_write_tensors(const rf_config *cfg, const char *dir, rf_dtype dtype, const rf_dtype *dtypes,
+                           size_t shard_bytes, rf_st_fill_fn const *fill, void *const *ctx) {
+    int n = rf_tensor_count(cfg);
+    for (int i = -1; i < (dtypes ? n : 0); i++) {
+        rf_dtype t = i < 0 ? dtype : dtypes[i];
+        if (t != RF_F32 && t != RF_F16 && t != RF_BF16) {
+            rf_set_error("%s: safetensors checkpoints are written in f32, f16 or bf16, not %s", dir,
+                         rf_dtype_name(t));
+            return -1;
+        }
     }
     if (rf_mkdir_p(dir)) return -1;
     rf_config c = *cfg;
@@ -68,15 +72,15 @@ int rf_model_write_tensors(const rf_config *cfg, const char *dir, rf_dtype dtype
     free(cpath);
     if (rc) return -1;
 
-    int n = rf_tensor_count(cfg);
     rf_tdesc *ts = rf_calloc((size_t)n, sizeof *ts);
     rf_tensor_table(cfg, ts);
-    size_t es = rf_dtype_size(dtype), total = 0;
+    size_t total = 0;
     /* assign tensors to shards in order: a new shard starts when the next
      * tensor would push the current one past shard_bytes */
     int *shard = rf_calloc((size_t)n, sizeof(int)), n_shards = 1;
     size_t cur = 0;
     for (int i = 0; i < n; i++) {
+        size_t es = rf_dtype_size(dtypes ? dtypes[i] : dtype);
         size_t nb = (size_t)ts[i].rows * (ts[i].cols ? (size_t)ts[i].cols : 1) * es;
         if (shard_bytes > 0 && cur > 0 && cur + nb > shard_bytes) {
             n_shards++;
@@ -91,7 +95,8 @@ int rf_model_write_tensors(const rf_config *cfg, const char *dir, rf_dtype dtype
         for (int i = 0; i < n; i++) {
             if (shard[i] != s) continue;
             int64_t shape[2] = {ts[i].rows, ts[i].cols};
-            rf_st_writer_add_gen(w, ts[i].name, dtype, ts[i].cols ? 2 : 1, shape, fill[i], ctx[i]);
+            rf_st_writer_add_gen(w, ts[i].name, dtypes ? dtypes[i] : dtype, ts[i].cols ? 2 : 1, shape, fill[i],
+                                 ctx[i]);
         }
         char name[64];
         if (n_shards == 1)
@@ -166,7 +171,7 @@ int rf_model_save(const rf_model *m, const char *dir, rf_dtype dtype, size_t sha
         fill[i] = fill_converted;
         ctx[i] = &cc[i];
     }
-    if (!rc) rc = rf_model_write_tensors(&m->cfg, dir, dtype, shard_bytes, fill, ctx);
+    if (!rc) rc = rf_model_write_tensors(&m->cfg, dir, dtype, NULL, shard_bytes, fill, ctx);
     free(ctx);
     free(fill);
     free(cc);

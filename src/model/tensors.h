@@ -93,11 +93,24 @@ float *rf_model_norm_block(rf_model *m, const rf_tspec *ts, int n);
 void rf_model_bind_norm(const rf_tspec *s, rf_dtype dtype, const void *data, float **dst);
 
 /* Write config.json (with dtype) and the table's tensors for cfg into dir:
- * tensor i's bytes (in dtype) come from fill[i](ctx[i], ...). One
+ * tensor i's bytes (in dtypes[i], or dtype for every tensor when dtypes is
+ * NULL) come from fill[i](ctx[i], ...). One
  * model.safetensors, or shards of at most shard_bytes each plus
  * model.safetensors.index.json when shard_bytes > 0; files of an earlier
  * checkpoint there that would shadow this one are removed. (save.c) */
-int rf_model_write_tensors(const rf_config *cfg, const char *dir, rf_dtype dtype, size_t shard_bytes,
-                           rf_st_fill_fn const *fill, void *const *ctx);
+int rf_model_write_tensors(const rf_config *cfg, const char *dir, rf_dtype dtype, const rf_dtype *dtypes,
+                           size_t shard_bytes, rf_st_fill_fn const *fill, void *const *ctx);
+
+/* The random writer's weights (write_random.c), for writers of other
+ * checkpoints that hold random tensors: rf_fill_normal is an rf_st_fill_fn
+ * giving the N(0, std^2) elements rf_model_write_random(seed) writes for
+ * the tensor called name, in dtype (F32/F16/BF16). */
+typedef struct {
+    uint64_t seed; /* per tensor */
+    float std;
+    rf_dtype dtype;
+} rf_normal_fill;
+void rf_normal_fill_init(rf_normal_fill *g, uint64_t seed, const char *name, float std, rf_dtype dtype);
+void rf_fill_normal(void *ctx, size_t e0, size_t n, void *dst);
 
 #endif

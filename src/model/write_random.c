@@ -22,11 +22,7 @@
 
 #define RF_GEN_BLOCK ((size_t)1 << 16)
 
-typedef struct {
-    uint64_t seed; /* per-tensor */
-    float std;
-    rf_dtype dtype;
-} gen_ctx;
+typedef rf_normal_fill gen_ctx;
 
 static uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -73,6 +69,12 @@ static void fill_normal(void *vctx, size_t e0, size_t n, void *dst) {
         }
     }
 }
+
+void rf_normal_fill_init(rf_normal_fill *g, uint64_t seed, const char *name, float std, rf_dtype dtype) {
+    *g = (rf_normal_fill){tensor_seed(seed, name), std, dtype};
+}
+
+void rf_fill_normal(void *ctx, size_t e0, size_t n, void *dst) { fill_normal(ctx, e0, n, dst); }
 
 /* ---- in memory ----------------------------------------------------------------- */
 
@@ -132,7 +134,7 @@ int rf_model_write_random(const rf_config *cfg, const char *dir, rf_dtype dtype,
         fill[i] = td[i].cols ? fill_normal : fill_ones;
         ctx[i] = &g[i];
     }
-    int rc = rf_model_write_tensors(cfg, dir, dtype, shard_bytes, fill, ctx);
+    int rc = rf_model_write_tensors(cfg, dir, dtype, NULL, shard_bytes, fill, ctx);
     free(ctx);
     free(fill);
     free(g);
