@@ -256,6 +256,12 @@ static void relay(const char *dir, const char *python, const char *entry, const 
         put_flag(flags_fd, 'p');
         run_python(dir, python, entry, l, as_root, flags_fd);
     }
+    /* the caller kills the runner at the deadline: everything in the
+     * namespace dies with it, and this wait returns once it is all gone */
+    char msg[32];
+    int k = snprintf(msg, sizeof msg, "P%d;", (int)c);
+    if (write(flags_fd, msg, (size_t)k) < 0) { /* then the caller kills the whole group */
+    }
     close(flags_fd);
     int st;
     while (waitpid(c, &st, 0) < 0 && errno == EINTR) {
@@ -322,11 +328,16 @@ int rf_sandbox_run(const char *code, const char *tests, const char *entry_point,
         rf_set_error("sandbox: cannot run %s: %s (Debian: apt-get install python3)", python, strerror(errno));
         return -1;
     }
+    const char *tmp = l->tmp_base ? l->tmp_base : "/tmp";
+    struct stat bst;
+    if (geteuid() == 0 && (stat(tmp, &bst) || !(bst.st_mode & S_IXOTH))) {
+        rf_set_error("sandbox: %s must be a directory others may enter (the sample runs as nobody)", tmp);
+        return -1;
+    }
     char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/refusion-sandbox-XXXXXX", l->tmp_base ? l->tmp_base : "/tmp");
+    snprintf(dir, sizeof dir, "%s/refusion-sandbox-XXXXXX", tmp);
     if (!mkdtemp(dir)) {
-        rf_set_error("sandbox: cannot make a temporary directory in %s: %s", l->tmp_base ? l->tmp_base : "/tmp",
-                     strerror(errno));
+        rf_set_error("sandbox: cannot make a temporary directory in %s: %s", tmp, strerror(errno));
         return -1;
     }
     int rc = -1, fds[2] = {-1, -1};
@@ -354,16 +365,38 @@ int rf_sandbox_run(const char *code, const char *tests, const char *entry_point,
     close(fds[1]);
     fds[1] = -1;
     setpgid(pid, pid); /* also here: no window in which the group does not exist yet */
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    char flags[64];
+    size_t nf = 0;
     double deadline = rf_now() + l->wall_s;
-    int st = 0;
+    int st = 0, reaped = 0;
     for (;;) {
         pid_t w = waitpid(pid, &st, WNOHANG);
-        if (w == pid) break;
-        if (w < 0 && errno != EINTR) break;
+        if (w == pid || (w < 0 && errno != EINTR)) {
+            reaped = w == pid;
+            break;
+        }
+        ssize_t k = read(fds[0], flags + nf, sizeof flags - 1 - nf);
+        if (k > 0) nf += (size_t)k;
         if (rf_now() >= deadline) {
             res->timed_out = 1;
-            kill(-pid, SIGKILL);
-            while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+            flags[nf] = 0;
+            const char *P = strchr(flags, 'P');
+            int runner = P ? atoi(P + 1) : 0;
+            /* kill the namespace's init (all of it dies, the relay returns once
+             * it is gone); without a namespace, or if that does not end it
+             * within a second, the whole group */
+            if (runner > 0) kill(runner, SIGKILL);
+            else kill(-pid, SIGKILL);
+            double hard = rf_now() + 1.0;
+            while (!(reaped = waitpid(pid, &st, WNOHANG) == pid) && rf_now() < hard) {
+                struct timespec ts = {0, 2000000};
+                nanosleep(&ts, NULL);
+            }
+            if (!reaped) {
+                kill(-pid, SIGKILL);
+                while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+                }
             }
             break;
         }
@@ -371,9 +404,8 @@ int rf_sandbox_run(const char *code, const char *tests, const char *entry_point,
         nanosleep(&ts, NULL);
     }
     kill(-pid, SIGKILL); /* whatever is left of the group */
-    char flags[16];
-    ssize_t nf = read(fds[0], flags, sizeof flags - 1);
-    flags[nf > 0 ? nf : 0] = 0;
+    for (ssize_t k; nf < sizeof flags - 1 && (k = read(fds[0], flags + nf, sizeof flags - 1 - nf)) > 0;) nf += (size_t)k;
+    flags[nf] = 0;
     res->net_isolated = strchr(flags, 'n') != NULL;
     res->pid_isolated = strchr(flags, 'p') != NULL;
     res->fs_confined = strchr(flags, 'f') != NULL;
