@@ -185,9 +185,10 @@ int rf_paper_run(const rf_model *m, const rf_tokenizer *tok, const json_t *items
     memset(t, 0, sizeof *t);
     int total = (int)json_array_size(items);
     if (o->limit > 0 && o->limit < total) total = o->limit;
-    if (o->decoder == RF_DEC_ANSWERS && (int)json_array_size(answers) < total) {
-        rf_set_error("answers: %zu completions for %d samples (one line per data record, in order)",
-                     json_array_size(answers), total);
+    /* one completion per data record, so that a file of another data set or order stands out */
+    if (o->decoder == RF_DEC_ANSWERS && json_array_size(answers) != json_array_size(items)) {
+        rf_set_error("answers: %zu completions for %zu samples (one line per data record, in order)",
+                     json_array_size(answers), json_array_size(items));
         return -1;
     }
     int fd = open(o->samples_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
