@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode/presets.h"
 #include "util/util.h"
 
 /* ---- the shared decoding table ------------------------------------------------------ */
@@ -18,6 +19,9 @@
 const char *const rf_decoder_names[3] = {"refusion", "ar", "mdm"};
 
 const rf_opt rf_decode_table[] = {
+    {"preset", 0, NULL, NULL, RF_OPT_CHOICE, 0, 0, 0, 0, "none" RF_DECODE_PRESET_CHOICES, D(preset), "TASK",
+     "the paper's decoding settings for TASK (gen length, slot size, blocks, thresholds, greedy; "
+     "decode/presets.h); the options given with it override its values"},
     {"decoder", 0, "mode", "mode", RF_OPT_CHOICE, 0, 0, 0, 0, "refusion|ar|mdm", D(decoder), "NAME",
      "refusion (plan-and-infill), ar (autoregressive), mdm (LLaDA-style baseline, for models trained "
      "with the mdm objective)"},
@@ -240,6 +244,24 @@ void rf_args_usage(FILE *f, const char *cmd, const char *synopsis, const rf_opt_
 /* ---- the parser ------------------------------------------------------------------------------ */
 enum { VAL_HELP = 'h', VAL_VERSION = 1000, VAL_ROW = 1001 };
 
+/* --preset is applied before every other option, wherever it stands, so
+ * that the options given with it override its values (a bad value is left
+ * for the main pass to report) */
+static void apply_preset_first(const rf_opt_group *groups, int n_groups, const struct option *lo,
+                               const char *shorts, const rf_opt **row, void **row_base, int argc, char **argv) {
+    int pre = -1;
+    for (int r = 0, g = 0; g < n_groups; g++)
+        for (int i = 0; i < groups[g].n; i++, r++)
+            if (groups[g].opts == rf_decode_table && row[r]->offset == D(preset)) pre = r;
+    if (pre < 0) return;
+    optind = 0;
+    for (int c; (c = getopt_long(argc, argv, shorts, lo, NULL)) != -1;) {
+        rf_decode_opts *d = row_base[pre];
+        if (c != VAL_ROW + pre || opt_set_as(row[pre], d, optarg, NULL) || !d->preset) continue;
+        rf_decode_preset_apply(&rf_decode_presets[d->preset - 1], &d->gen);
+    }
+}
+
 int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
                   char **argv, int *first_pos) {
     int n_rows = 0;
@@ -268,6 +290,7 @@ int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *gro
     lo[nl++] = (struct option){"version", no_argument, NULL, VAL_VERSION};
     int rc = 0;
     opterr = 0;
+    apply_preset_first(groups, n_groups, lo, shorts, row, row_base, argc, argv);
     optind = 0; /* full re-initialisation (GNU): the parser may run more than once */
     for (;;) {
         int li = -1;

@@ -68,6 +68,7 @@ typedef struct {
     int steps;            /* mdm diffusion steps (0: gen_length) */
     int threads;          /* OpenMP threads (0: OpenMP's default) */
     int ctx_size;         /* prompt + answer limit (0: the model's context) */
+    int preset;           /* 0 none, else 1 + index into rf_decode_presets (decode/presets.h) */
 } rf_decode_opts;
 
 extern const rf_opt rf_decode_table[];

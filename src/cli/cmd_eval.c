@@ -1,7 +1,14 @@
 /* cmd_eval.c - `refusion eval`: run a model with a decoder on a task file,
  * check every answer, print the per-family table (--json: the JSON report
  * instead) and write it as <out>.md and <out>.json (metrics, settings and
- * every answer). */
+ * every answer).
+ *
+ * With --task NAME (one of the paper's benchmarks, tasks/paper.h) it reads
+ * that data set's own file instead, decodes with the task's preset as the
+ * default settings, appends every sample to <out>.samples.jsonl as it
+ * finishes (--resume continues a killed run) and writes the summary in
+ * lm-eval's shape as <out>.json and a table like the paper's as <out>.md
+ * (docs/eval.md). */
 #include <errno.h>
 #include <omp.h>
 #include <stddef.h>
@@ -13,11 +20,16 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "decode/presets.h"
 #include "tasks/eval.h"
+#include "tasks/paper_run.h"
 
 typedef struct {
     const char *model, *tokenizer, *data, *answers, *out;
     int limit, quiet, no_early_stop, json;
+    int task;         /* 0: the project's own suite, else 1 + a preset / paper task name */
+    int resume;
+    float code_timeout;
 } eval_args;
 
 #define A(f) offsetof(eval_args, f)
@@ -26,14 +38,23 @@ static const rf_opt eval_opts[] = {
      .help = "checkpoint dir or .gguf file (its tokenizer is used)"},
     {.name = "tokenizer", .type = RF_OPT_STR, .offset = A(tokenizer), .metavar = "PATH",
      .help = "tokenizer.json or folder (default: the model's)"},
+    {.name = "task", .type = RF_OPT_CHOICE, .choices = "suite" RF_DECODE_PRESET_CHOICES, .offset = A(task),
+     .metavar = "NAME", .help = "suite (the project's tasks) or one of the paper's benchmarks, read from --data in "
+                                "the data set's own format (JSON Lines or JSON); its --preset is the default"},
     {.name = "data", .type = RF_OPT_STR, .offset = A(data), .metavar = "FILE",
-     .help = "task file written by `refusion tasks`"},
+     .help = "task file written by `refusion tasks`, or the benchmark's data file"},
     {.name = "answers", .type = RF_OPT_STR, .offset = A(answers), .metavar = "FILE",
-     .help = "no model: check a JSON list of answer strings"},
+     .help = "no model: check a JSON list of answer strings (--task: a JSON Lines file of {\"completion\": TEXT}, "
+             "in the data file's order)"},
+    {.name = "resume", .type = RF_OPT_FLAG, .offset = A(resume),
+     .help = "--task: continue the run whose samples are in PATH.samples.jsonl"},
+    {.name = "code-timeout", .type = RF_OPT_FLOAT, .lo = 0, .hi = 3600, .open_lo = 1, .offset = A(code_timeout),
+     .metavar = "S", .help = "--task humaneval|mbpp: wall-clock seconds per program (CPU limit the same)"},
     {.name = "limit", .type = RF_OPT_INT, .lo = 0, .hi = 100000000, .offset = A(limit), .metavar = "N",
      .help = "only the first N examples (0 = all)"},
     {.name = "out", .letter = 'o', .type = RF_OPT_STR, .offset = A(out), .metavar = "PATH",
-     .help = "write PATH.md and PATH.json (default results/<model>-<decoder>)"},
+     .help = "write PATH.md and PATH.json (default results/<model>-<decoder>, --task: "
+             "results/<model>-<task>-<decoder>)"},
     {.name = "quiet", .type = RF_OPT_FLAG, .offset = A(quiet), .help = "no progress line on stderr (a terminal: redrawn 4 times a second; otherwise a line every 10%)"},
     {.name = "json", .type = RF_OPT_FLAG, .offset = A(json),
      .help = "print the report (as PATH.json: settings, metrics, every answer) on stdout instead of the table"},
@@ -87,8 +108,137 @@ static char *settings_line(const json_t *s) {
     return line ? line : rf_strdup("{}");
 }
 
+static void paper_progress(int done, int total, const rf_paper_totals *t, void *meter) {
+    char extra[96];
+    snprintf(extra, sizeof extra, "score %.1f%%  %.0f tok/s", t->n ? 100.0 * t->sum[0] / t->n : 0.0,
+             t->seconds > 0 ? t->tokens / t->seconds : 0.0);
+    rf_meter_update(meter, done, extra);
+}
+
+/* --task: one of the paper's benchmarks */
+static int eval_paper(const eval_args *a, const rf_decode_opts *d) {
+    int task = rf_paper_task_from_name(rf_decode_presets[a->task - 1].name);
+    const char *tname = rf_paper_task_name(task);
+    if (!a->data) {
+        fprintf(stderr, "refusion: eval: --task %s needs --data FILE (the data set's test split, JSON Lines or JSON)\n",
+                tname);
+        return 2;
+    }
+    if (!a->answers && !a->model) {
+        fprintf(stderr, "refusion: eval: -m MODEL is required (or --answers FILE)\n");
+        return 2;
+    }
+    rf_paper_run_opts o;
+    memset(&o, 0, sizeof o);
+    o.task = task;
+    o.decoder = a->answers ? RF_DEC_ANSWERS : (rf_decoder_kind)d->decoder;
+    o.gen = d->gen;
+    rf_mdm_params_default(&o.mdm, &o.gen);
+    if (d->steps > 0) o.mdm.steps = d->steps;
+    o.mdm.early_stop = !a->no_early_stop;
+    o.limit = a->limit;
+    o.resume = a->resume;
+    rf_sandbox_limits box;
+    rf_sandbox_default(&box);
+    if (a->code_timeout > 0) box.wall_s = a->code_timeout, box.cpu_s = (int)(a->code_timeout + 0.999f);
+    o.box = &box;
+
+    json_t *items = rf_paper_load(task, a->data), *answers = NULL;
+    if (!items) {
+        rf_print_error();
+        return 1;
+    }
+    if (a->answers && !(answers = rf_paper_load_answers(a->answers))) {
+        rf_print_error();
+        json_decref(items);
+        return 1;
+    }
+    rf_model m;
+    rf_tokenizer *tok = NULL;
+    int have_model = 0, rc = 1;
+    char *def_out = NULL, *samples = NULL, *md_path = NULL, *json_path = NULL, *dir = NULL, *table = NULL, *js = NULL;
+    json_t *doc = NULL;
+    if (!a->answers) {
+        if (rf_eval_load_model(&m, &tok, a->model, a->tokenizer)) goto fail;
+        have_model = 1;
+        o.gen.eos_id = rf_tok_eos_id(tok);
+        o.gen.mask_id = rf_tok_mask_id(tok);
+    }
+    const char *out = a->out;
+    if (!out) {
+        const char *base = base_name(a->answers ? a->answers : a->model);
+        size_t n = strlen(base) + 96;
+        def_out = rf_malloc(n);
+        snprintf(def_out, n, "results/%s-%s-%s", base, tname, rf_decoder_name(o.decoder));
+        out = def_out;
+    }
+    size_t n = strlen(out) + 16;
+    samples = rf_malloc(n), md_path = rf_malloc(n), json_path = rf_malloc(n), dir = rf_strdup(out);
+    snprintf(samples, n, "%s.samples.jsonl", out);
+    snprintf(md_path, n, "%s.md", out);
+    snprintf(json_path, n, "%s.json", out);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        if (rf_mkdir_p(dir)) goto fail;
+    }
+    o.samples_path = samples;
+
+    int n_items = (int)json_array_size(items);
+    rf_meter meter;
+    rf_meter_init(&meter, tname, a->limit > 0 && a->limit < n_items ? a->limit : n_items, a->quiet);
+    o.on_sample = paper_progress, o.user = &meter;
+    rf_eval_opts eo;
+    memset(&eo, 0, sizeof eo);
+    eo.decoder = o.decoder, eo.gen = o.gen, eo.mdm = o.mdm;
+    json_t *settings = settings_json(&eo);
+    if (a->task && d->preset == 0 && o.decoder != RF_DEC_ANSWERS)
+        json_object_set_new(settings, "preset", json_string(tname));
+    else if (d->preset && o.decoder != RF_DEC_ANSWERS)
+        json_object_set_new(settings, "preset", json_string(rf_decode_presets[d->preset - 1].name));
+    rf_paper_totals t;
+    if (rf_paper_run(have_model ? &m : NULL, tok, items, answers, &o, &t)) {
+        rf_meter_abort(&meter);
+        json_decref(settings);
+        goto fail;
+    }
+    json_t *config = json_pack("{s:s, s:s, s:s, s:s, s:s?, s:s, s:i, s:o}", "task", tname, "harness_task",
+                               rf_paper_harness_task(task), "model", a->answers ? a->answers : a->model, "decoder",
+                               rf_decoder_name(o.decoder), "tokenizer", a->tokenizer, "data", a->data, "limit",
+                               a->limit, "settings", settings);
+    json_object_set_new(config, "samples", json_string(samples));
+    doc = rf_paper_summary(task, &t, config);
+    table = rf_paper_markdown(task, &t);
+    js = json_dumps(doc, JSON_PRESERVE_ORDER | JSON_INDENT(1) | JSON_REAL_PRECISION(8));
+    char *sline = settings_line(json_object_get(config, "settings"));
+    size_t md_cap = strlen(table) + strlen(sline) + strlen(a->data) + strlen(samples) + 1024;
+    char *md = rf_malloc(md_cap);
+    snprintf(md, md_cap,
+             "# %s (%s), decoder %s\n\n- data: %s (%d samples)\n- settings: `%s`\n- per-sample results: %s\n"
+             "- score in %%, stderr in points (lm-eval's sample standard error); tokens/s = answer tokens / "
+             "decoder time; TPF as the decoder reports it; latency = mean decoder time per sample\n\n%s",
+             tname, rf_paper_harness_task(task), rf_decoder_name(o.decoder), a->data, t.n, sline, samples, table);
+    int ok = rf_write_file_atomic(md_path, md, strlen(md)) == 0 && rf_write_file_atomic(json_path, js, strlen(js)) == 0;
+    free(md), free(sline);
+    if (!ok) goto fail;
+    if (a->json) printf("%s\n", js);
+    else printf("%s", table);
+    fprintf(stderr, "refusion: wrote %s, %s and %s\n", samples, md_path, json_path);
+    rc = 0;
+    goto done;
+fail:
+    rf_print_error();
+done:
+    free(js), free(table), json_decref(doc);
+    free(def_out), free(samples), free(md_path), free(json_path), free(dir);
+    if (tok) rf_tok_free(tok);
+    if (have_model) rf_model_free(&m);
+    json_decref(items), json_decref(answers);
+    return rc;
+}
+
 int cmd_eval(int argc, char **argv) {
-    eval_args a = {.data = "data/test.json"}, def_a = a;
+    eval_args a = {.data = NULL}, def_a = a;
     rf_decode_opts d, def;
     rf_decode_opts_default(&d);
     def = d;
@@ -96,12 +246,24 @@ int cmd_eval(int argc, char **argv) {
         {NULL, eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]), &a, &def_a},
         RF_DECODE_GROUP(&d, &def),
     };
-    int prc = rf_args_parse("eval", "-m MODEL [options]\n"
-                            "Decode every example of a task file, check the answers, report accuracy\n"
-                            "and speed per task family and overall.",
-                            groups, 2, argc, argv, NULL);
+    const char *synopsis = "-m MODEL [options]\n"
+                           "Decode every example of a task file, check the answers, report accuracy\n"
+                           "and speed per task family and overall; --task NAME --data FILE: one of the\n"
+                           "paper's benchmarks (gsm8k, math, humaneval, mbpp, arc-c, mmlu-pro, gpqa).";
+    int prc = rf_args_parse("eval", synopsis, groups, 2, argc, argv, NULL);
     if (prc) return prc > 0 ? 0 : 2;
+    if (a.task && !d.preset) {
+        /* the task's preset is the default: parse again over it, so that the
+         * options given still override it */
+        int task = a.task;
+        rf_decode_opts_default(&d);
+        rf_decode_preset_apply(&rf_decode_presets[task - 1], &d.gen);
+        a = def_a;
+        if (rf_args_parse("eval", synopsis, groups, 2, argc, argv, NULL)) return 2;
+    }
     rf_decode_opts_finish(&d);
+    if (a.task) return eval_paper(&a, &d);
+    if (!a.data) a.data = "data/test.json";
     const char *model_dir = a.model, *tok_path = a.tokenizer, *data = a.data, *answers_path = a.answers,
                *out = a.out;
     if (d.threads > 0) omp_set_num_threads(d.threads);

@@ -1,0 +1,430 @@
+/* sandbox.c - see sandbox.h.
+ *
+ * Process layout: the caller forks a relay (its own process group) that
+ * enters new network + PID namespaces (plus a user namespace when not root)
+ * and forks the runner, PID 1 of the new namespace; when the runner dies the
+ * kernel kills everything the program started in it. The caller waits for
+ * the relay with a deadline and kills the whole group at the deadline (and
+ * once more afterwards, for anything left). The runner sets the limits,
+ * drops root, confines the file system with Landlock and execs python3 on
+ * the driver below, which sanitises the candidate (HumanEval), installs the
+ * guard and runs candidate + tests; exit status 0 is a pass. */
+#include "tasks/sandbox.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/util.h"
+
+void rf_sandbox_default(rf_sandbox_limits *l) {
+    memset(l, 0, sizeof *l);
+    l->wall_s = 10.0;
+    l->cpu_s = 10;
+    l->mem_bytes = (size_t)2 << 30;
+    l->file_bytes = (size_t)16 << 20;
+    l->procs = 32;
+}
+
+/* The driver run by python3 (argv[1]: the entry point, or ""). The
+ * sanitiser follows the rules of the authors' HumanEval filter
+ * (lm_eval/tasks/humaneval/sanitize_utils.py): tabs to spaces, the longest
+ * run of lines that parses, then the imports and the top-level classes,
+ * functions that return something and assignments that the entry point
+ * reaches through the names they mention. */
+static const char driver_py[] =
+    "import ast, builtins, os, sys, traceback\n"
+    "_exit = os._exit\n"
+    "def longest_valid(text):\n"
+    "    lines = text.splitlines()[:100]\n"
+    "    best, best_n = '', 0\n"
+    "    for i in range(len(lines)):\n"
+    "        for j in range(len(lines), i, -1):\n"
+    "            n = sum(1 for s in lines[i:j] if s.strip())\n"
+    "            if n <= best_n:\n"
+    "                break\n"
+    "            chunk = '\\n'.join(lines[i:j])\n"
+    "            try:\n"
+    "                ast.parse(chunk)\n"
+    "            except (SyntaxError, MemoryError, ValueError):\n"
+    "                continue\n"
+    "            best, best_n = chunk, n\n"
+    "            break\n"
+    "    return best\n"
+    "def mentions(node):\n"
+    "    out, todo = set(), [node]\n"
+    "    while todo:\n"
+    "        for c in ast.iter_child_nodes(todo.pop()):\n"
+    "            if isinstance(c, ast.Name):\n"
+    "                out.add(c.id)\n"
+    "            elif isinstance(c, ast.Attribute):\n"
+    "                out.add(c.attr)\n"
+    "            else:\n"
+    "                todo.append(c)\n"
+    "    return out\n"
+    "def sanitize(text, entry):\n"
+    "    text = text.replace('\\t', '    ').replace('\\r\\n', '\\n').replace('\\r', '\\n').strip() + '\\n'\n"
+    "    tree = ast.parse(longest_valid(text))\n"
+    "    imports, defs = [], {}\n"
+    "    for node in tree.body:\n"
+    "        if isinstance(node, (ast.Import, ast.ImportFrom)):\n"
+    "            imports.append(node)\n"
+    "        elif isinstance(node, ast.ClassDef):\n"
+    "            defs[node.name] = node\n"
+    "        elif isinstance(node, ast.FunctionDef):\n"
+    "            if any(isinstance(n, ast.Return) for n in ast.walk(node)):\n"
+    "                defs[node.name] = node\n"
+    "        elif isinstance(node, ast.Assign) and node.targets and isinstance(node.targets[0], ast.Name):\n"
+    "            defs[node.targets[0].id] = node\n"
+    "    uses = {k: mentions(v) for k, v in defs.items()}\n"
+    "    seen, todo = set(), [entry]\n"
+    "    while todo:\n"
+    "        k = todo.pop()\n"
+    "        if k not in seen:\n"
+    "            seen.add(k)\n"
+    "            todo.extend(uses.get(k, set()) - seen)\n"
+    "    keep = [ast.unparse(n) for n in imports] + [ast.unparse(v) for k, v in defs.items() if k in seen]\n"
+    "    return '\\n'.join(keep)\n"
+    "def guard():\n"
+    "    import shutil, subprocess\n"
+    "    for name in ('system', 'popen', 'execl', 'execle', 'execlp', 'execlpe', 'execv', 'execve', 'execvp',\n"
+    "                 'execvpe', 'spawnl', 'spawnle', 'spawnlp', 'spawnlpe', 'spawnv', 'spawnve', 'spawnvp',\n"
+    "                 'spawnvpe', 'posix_spawn', 'posix_spawnp', 'kill', 'killpg', '_exit', 'putenv',\n"
+    "                 'unsetenv', 'chroot', 'setuid', 'setgid', 'chown', 'lchown', 'fchown'):\n"
+    "        if hasattr(os, name):\n"
+    "            setattr(os, name, None)\n"
+    "    for name in ('Popen', 'run', 'call', 'check_call', 'check_output', 'getoutput', 'getstatusoutput'):\n"
+    "        setattr(subprocess, name, None)\n"
+    "    shutil.rmtree = shutil.move = shutil.chown = None\n"
+    "def main():\n"
+    "    with open('candidate.py', encoding='utf-8') as f:\n"
+    "        src = f.read()\n"
+    "    with open('tests.py', encoding='utf-8') as f:\n"
+    "        tests = f.read()\n"
+    "    entry = sys.argv[1] if len(sys.argv) > 1 else ''\n"
+    "    if entry:\n"
+    "        src = sanitize(src, entry)\n"
+    "    guard()\n"
+    "    code = compile(src + '\\n' + tests, 'sample.py', 'exec')\n"
+    "    exec(code, {'__name__': '__main__', '__builtins__': builtins})\n"
+    "try:\n"
+    "    main()\n"
+    "except BaseException:\n"
+    "    traceback.print_exc()\n"
+    "    sys.stderr.flush()\n"
+    "    _exit(1)\n"
+    "sys.stdout.flush()\n"
+    "sys.stderr.flush()\n"
+    "_exit(0)\n";
+
+/* ---- Landlock (linux/landlock.h, written out so that older headers do) ---- */
+#define LL_FS_EXECUTE (1ull << 0)
+#define LL_FS_WRITE_FILE (1ull << 1)
+#define LL_FS_READ_FILE (1ull << 2)
+#define LL_FS_READ_DIR (1ull << 3)
+#define LL_FS_ABI1_ALL ((1ull << 13) - 1) /* EXECUTE .. MAKE_SYM */
+#define LL_FS_REFER (1ull << 13)          /* ABI 2 */
+#define LL_FS_TRUNCATE (1ull << 14)       /* ABI 3 */
+#define LL_FS_IOCTL_DEV (1ull << 15)      /* ABI 5 */
+#define LL_NET_BIND_TCP (1ull << 0)       /* ABI 4 */
+#define LL_NET_CONNECT_TCP (1ull << 1)
+#define LL_SCOPE_ABSTRACT_UNIX (1ull << 0) /* ABI 6 */
+#define LL_SCOPE_SIGNAL (1ull << 1)
+struct ll_ruleset_attr {
+    uint64_t fs, net, scoped;
+};
+struct ll_path_beneath {
+    uint64_t allowed;
+    int32_t parent_fd;
+} __attribute__((packed));
+
+static int ll_allow(int ruleset, const char *path, uint64_t access) {
+    int fd = open(path, O_PATH | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct ll_path_beneath pb = {access, fd};
+    int rc = (int)syscall(SYS_landlock_add_rule, ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &pb, 0);
+    close(fd);
+    return rc;
+}
+
+/* Everything read-only (and executable) but dir; from ABI 4 no TCP, from
+ * ABI 6 no signals or abstract sockets out of the sandbox. 1 when in force. */
+static int landlock_confine(const char *dir) {
+    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1 /* LANDLOCK_CREATE_RULESET_VERSION */);
+    if (abi < 1) return 0;
+    struct ll_ruleset_attr attr = {LL_FS_ABI1_ALL, 0, 0};
+    size_t size = 8;
+    if (abi >= 2) attr.fs |= LL_FS_REFER;
+    if (abi >= 3) attr.fs |= LL_FS_TRUNCATE;
+    if (abi >= 5) attr.fs |= LL_FS_IOCTL_DEV;
+    if (abi >= 4) attr.net = LL_NET_BIND_TCP | LL_NET_CONNECT_TCP, size = 16;
+    if (abi >= 6) attr.scoped = LL_SCOPE_ABSTRACT_UNIX | LL_SCOPE_SIGNAL, size = 24;
+    int rs = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
+    if (rs < 0) return 0;
+    uint64_t file_rw = LL_FS_WRITE_FILE | LL_FS_READ_FILE | (abi >= 3 ? LL_FS_TRUNCATE : 0);
+    int ok = ll_allow(rs, "/", LL_FS_EXECUTE | LL_FS_READ_FILE | LL_FS_READ_DIR) == 0 &&
+             ll_allow(rs, dir, attr.fs) == 0;
+    if (ok) ll_allow(rs, "/dev/null", file_rw); /* optional */
+    ok = ok && syscall(SYS_landlock_restrict_self, rs, 0) == 0;
+    close(rs);
+    return ok;
+}
+
+/* ---- the child side (async-signal-safe calls only after fork) ---- */
+static void put_flag(int fd, char c) {
+    if (write(fd, &c, 1) < 0) { /* the caller then reports the protection as absent */
+    }
+}
+
+static int write_str(const char *path, const char *s) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = write(fd, s, strlen(s));
+    close(fd);
+    return n == (ssize_t)strlen(s) ? 0 : -1;
+}
+
+static void set_limit(int what, rlim_t v) {
+    struct rlimit r = {v, v};
+    setrlimit(what, &r);
+}
+
+/* the runner: never returns */
+static void run_python(const char *dir, const char *python, const char *entry, const rf_sandbox_limits *l,
+                       int as_root, int flags_fd) {
+    if (chdir(dir)) _exit(126);
+    int in = open("/dev/null", O_RDONLY), out = open("out.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(126);
+    set_limit(RLIMIT_CPU, (rlim_t)l->cpu_s);
+    set_limit(RLIMIT_AS, (rlim_t)l->mem_bytes);
+    set_limit(RLIMIT_FSIZE, (rlim_t)l->file_bytes);
+    set_limit(RLIMIT_NPROC, (rlim_t)l->procs);
+    set_limit(RLIMIT_NOFILE, 64);
+    set_limit(RLIMIT_CORE, 0);
+    if (as_root) {
+        /* root is exempt from RLIMIT_NPROC and may write anywhere: run as nobody */
+        if (setgroups(0, NULL) || setgid(65534) || setuid(65534)) _exit(126);
+        put_flag(flags_fd, 'r');
+    }
+    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    if (landlock_confine(dir)) put_flag(flags_fd, 'f');
+    close(flags_fd);
+    close_range(3, ~0u, 0);
+    char *const argv[] = {(char *)"python3", (char *)"-I", (char *)"-B", (char *)"driver.py", (char *)entry, NULL};
+    char *const envp[] = {NULL};
+    execve(python, argv, envp);
+    _exit(127);
+}
+
+/* the relay: never returns */
+static void relay(const char *dir, const char *python, const char *entry, const rf_sandbox_limits *l,
+                  int flags_fd) {
+    setpgid(0, 0);
+    int as_root = geteuid() == 0;
+    uid_t uid = getuid();
+    gid_t gid = getgid();
+    int ns = unshare(CLONE_NEWNET | CLONE_NEWPID | (as_root ? 0 : CLONE_NEWUSER)) == 0;
+    if (ns && !as_root) {
+        /* keep our own ids inside the user namespace (files stay ours) */
+        char map[64];
+        snprintf(map, sizeof map, "%u %u 1\n", (unsigned)uid, (unsigned)uid);
+        write_str("/proc/self/setgroups", "deny");
+        write_str("/proc/self/uid_map", map);
+        snprintf(map, sizeof map, "%u %u 1\n", (unsigned)gid, (unsigned)gid);
+        write_str("/proc/self/gid_map", map);
+    }
+    if (!ns) run_python(dir, python, entry, l, as_root, flags_fd);
+    put_flag(flags_fd, 'n');
+    pid_t c = fork();
+    if (c < 0) _exit(126);
+    if (c == 0) {
+        put_flag(flags_fd, 'p');
+        run_python(dir, python, entry, l, as_root, flags_fd);
+    }
+    /* the caller kills the runner at the deadline: everything in the
+     * namespace dies with it, and this wait returns once it is all gone */
+    char msg[32];
+    int k = snprintf(msg, sizeof msg, "P%d;", (int)c);
+    if (write(flags_fd, msg, (size_t)k) < 0) { /* then the caller kills the whole group */
+    }
+    close(flags_fd);
+    int st;
+    while (waitpid(c, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFEXITED(st)) _exit(WEXITSTATUS(st));
+    /* died of a signal: say which through the exit status (128 + n), as a shell does */
+    _exit(WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 126);
+}
+
+/* ---- the caller's side ---- */
+static int write_file(const char *dir, const char *name, const char *text) {
+    char *p = rf_path_join(dir, name);
+    FILE *f = fopen(p, "wb");
+    int ok = f && fwrite(text, 1, strlen(text), f) == strlen(text);
+    if (f && fclose(f)) ok = 0;
+    if (!ok) rf_set_error("sandbox: cannot write %s: %s", p, strerror(errno));
+    free(p);
+    return ok ? 0 : -1;
+}
+
+static int unlock_one(const char *p, const struct stat *st, int type, struct FTW *f) {
+    (void)st, (void)f;
+    if (type == FTW_D || type == FTW_DNR) chmod(p, 0700);
+    return 0;
+}
+static int remove_one(const char *p, const struct stat *st, int type, struct FTW *f) {
+    (void)st, (void)type, (void)f;
+    remove(p);
+    return 0;
+}
+/* the directory and everything in it, whatever modes the program set */
+static int remove_tree(const char *dir) {
+    nftw(dir, unlock_one, 16, FTW_PHYS);
+    nftw(dir, remove_one, 16, FTW_PHYS | FTW_DEPTH);
+    struct stat st;
+    return lstat(dir, &st) == 0 ? -1 : 0;
+}
+
+static void read_tail(const char *dir, char *tail, size_t cap) {
+    char *p = rf_path_join(dir, "out.txt");
+    tail[0] = 0;
+    FILE *f = fopen(p, "rb");
+    free(p);
+    if (!f) return;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    long from = n > (long)cap - 1 ? n - (long)cap + 1 : 0;
+    fseek(f, from, SEEK_SET);
+    size_t k = fread(tail, 1, cap - 1, f);
+    tail[k] = 0;
+    for (size_t i = 0; i < k; i++)
+        if (!tail[i]) tail[i] = ' ';
+    fclose(f);
+}
+
+int rf_sandbox_run(const char *code, const char *tests, const char *entry_point, const rf_sandbox_limits *l,
+                   rf_sandbox_result *res) {
+    rf_sandbox_limits def;
+    if (!l) rf_sandbox_default(&def), l = &def;
+    memset(res, 0, sizeof *res);
+    res->exit_code = -1;
+    const char *python = l->python ? l->python : "/usr/bin/python3";
+    if (access(python, X_OK)) {
+        rf_set_error("sandbox: cannot run %s: %s (Debian: apt-get install python3)", python, strerror(errno));
+        return -1;
+    }
+    const char *tmp = l->tmp_base ? l->tmp_base : "/tmp";
+    struct stat bst;
+    if (geteuid() == 0 && (stat(tmp, &bst) || !(bst.st_mode & S_IXOTH))) {
+        rf_set_error("sandbox: %s must be a directory others may enter (the sample runs as nobody)", tmp);
+        return -1;
+    }
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/refusion-sandbox-XXXXXX", tmp);
+    if (!mkdtemp(dir)) {
+        rf_set_error("sandbox: cannot make a temporary directory in %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    int rc = -1, fds[2] = {-1, -1};
+    if (write_file(dir, "driver.py", driver_py) || write_file(dir, "candidate.py", code) ||
+        write_file(dir, "tests.py", tests))
+        goto done;
+    if (geteuid() == 0 && chown(dir, 65534, 65534)) {
+        rf_set_error("sandbox: cannot hand %s to nobody: %s", dir, strerror(errno));
+        goto done;
+    }
+    if (pipe2(fds, O_CLOEXEC)) {
+        rf_set_error("sandbox: pipe: %s", strerror(errno));
+        goto done;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        rf_set_error("sandbox: fork: %s", strerror(errno));
+        goto done;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        relay(dir, python, entry_point ? entry_point : "", l, fds[1]);
+    }
+    close(fds[1]);
+    fds[1] = -1;
+    setpgid(pid, pid); /* also here: no window in which the group does not exist yet */
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    char flags[64];
+    size_t nf = 0;
+    double deadline = rf_now() + l->wall_s;
+    int st = 0, reaped = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid || (w < 0 && errno != EINTR)) {
+            reaped = w == pid;
+            break;
+        }
+        ssize_t k = read(fds[0], flags + nf, sizeof flags - 1 - nf);
+        if (k > 0) nf += (size_t)k;
+        if (rf_now() >= deadline) {
+            res->timed_out = 1;
+            flags[nf] = 0;
+            const char *P = strchr(flags, 'P');
+            int runner = P ? atoi(P + 1) : 0;
+            /* kill the namespace's init (all of it dies, the relay returns once
+             * it is gone); without a namespace, or if that does not end it
+             * within a second, the whole group */
+            if (runner > 0) kill(runner, SIGKILL);
+            else kill(-pid, SIGKILL);
+            double hard = rf_now() + 1.0;
+            while (!(reaped = waitpid(pid, &st, WNOHANG) == pid) && rf_now() < hard) {
+                struct timespec ts = {0, 2000000};
+                nanosleep(&ts, NULL);
+            }
+            if (!reaped) {
+                kill(-pid, SIGKILL);
+                while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+                }
+            }
+            break;
+        }
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    kill(-pid, SIGKILL); /* whatever is left of the group */
+    for (ssize_t k; nf < sizeof flags - 1 && (k = read(fds[0], flags + nf, sizeof flags - 1 - nf)) > 0;) nf += (size_t)k;
+    flags[nf] = 0;
+    res->net_isolated = strchr(flags, 'n') != NULL;
+    res->pid_isolated = strchr(flags, 'p') != NULL;
+    res->fs_confined = strchr(flags, 'f') != NULL;
+    res->dropped_root = strchr(flags, 'r') != NULL;
+    if (WIFEXITED(st)) {
+        res->exit_code = WEXITSTATUS(st);
+        if (res->exit_code > 128 && res->exit_code < 128 + 65) res->signal = res->exit_code - 128;
+    } else if (WIFSIGNALED(st)) {
+        res->signal = WTERMSIG(st);
+    }
+    res->passed = !res->timed_out && WIFEXITED(st) && res->exit_code == 0;
+    read_tail(dir, res->tail, sizeof res->tail);
+    rc = 0;
+done:
+    if (fds[0] >= 0) close(fds[0]);
+    if (fds[1] >= 0) close(fds[1]);
+    if (remove_tree(dir) && rc == 0) {
+        rf_set_error("sandbox: could not remove %s", dir);
+        rc = -1;
+    }
+    return rc;
+}
