@@ -24,6 +24,7 @@
  * Every figure is the best of the repetitions: on a shared machine the
  * minimum is the least disturbed. */
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -34,6 +35,14 @@
 #include "kernels/roofline.h"
 #include "model/forward.h"
 #include "util/util.h"
+
+/* Weights that fit in the last-level cache stream faster than the
+ * bandwidth probe's 1 GiB from memory: only larger ones can expose a probe
+ * bug by beating it. */
+static int beyond_llc(double bytes) {
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return bytes > 2.0 * (double)(l3 > 0 ? l3 : 32L << 20);
+}
 
 static double g_gbs, g_peak[3][5]; /* [tier][dtype]; amx: avx512's peaks (no AMX probe) */
 
@@ -144,8 +153,11 @@ static void bench_model(const rf_model *m, const char *what, int tier, const int
         double gbs = wb / t / 1e9, gf = call_flops(m, n, ctx) / t / 1e9;
         char ratio[16] = "";
         if (t1 > 0) snprintf(ratio, sizeof ratio, "%.2f", t / t1);
-        printf("%6d %10.*f %7s %10.1f %9.2f %6.0f%% %10.1f %6.0f%%\n", n, t < 0.01 ? 3 : 1, t * 1e3, ratio, n / t, gbs,
-               100 * gbs / g_gbs, gf, 100 * gf / pk);
+        printf("%6d %10.*f %7s %10.1f %9.2f %6.0f%% %10.1f %6.0f%%%s\n", n, t < 0.01 ? 3 : 1, t * 1e3, ratio, n / t, gbs,
+               100 * gbs / g_gbs, gf, 100 * gf / pk,
+               gf > pk                          ? "  PROBE BUG: above the measured compute peak"
+               : gbs > g_gbs && beyond_llc(wb) ? "  PROBE BUG: above the measured read bandwidth"
+                           : "");
         fflush(stdout);
     }
 }

@@ -5,6 +5,14 @@
 #include "kernels/roofline.h"
 #include "util/util.h"
 
+/* The read probe streams the way the packed matmul kernels do: each
+ * thread reads its own contiguous share as 4 interleaved streams (a 1-token
+ * tile reads 4 panels at once) with a software prefetch 2 KB ahead in each,
+ * and sums with 8 independent vector adds so the loads alone bound it. A
+ * single stream without prefetch (what this probe used to be) measured
+ * 35-60% of what the kernels then read: no ceiling. */
+#define BW_STREAMS 4
+#define BW_PF 2048
 double rf_measure_read_gbs(void) {
     size_t n = (size_t)1 << 28; /* 2^28 floats = 1 GiB: far beyond any cache */
     float *a = rf_aligned_alloc(n * sizeof(float));
@@ -15,25 +23,31 @@ double rf_measure_read_gbs(void) {
     double best = 0, sink = 0;
     for (int rep = 0; rep < 3; rep++) {
         double t0 = rf_now(), tot = 0;
-        /* four independent vector sums per thread: the loop is bound by the
-         * loads alone, not by an add chain */
 #pragma omp parallel reduction(+ : tot)
         {
-            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-#pragma omp for schedule(static)
-            for (size_t b = 0; b < n / 32; b++) { /* 32 floats = 2 cache lines */
-                const float *p = a + b * 32;
-                s0 = _mm256_add_ps(s0, _mm256_load_ps(p));
-                s1 = _mm256_add_ps(s1, _mm256_load_ps(p + 8));
-                s2 = _mm256_add_ps(s2, _mm256_load_ps(p + 16));
-                s3 = _mm256_add_ps(s3, _mm256_load_ps(p + 24));
+            int nt = omp_get_num_threads(), id = omp_get_thread_num();
+            size_t share = n / (size_t)nt / (BW_STREAMS * 64) * (BW_STREAMS * 64); /* whole 64-float steps */
+            const float *base = a + (size_t)id * share;
+            size_t len = share / BW_STREAMS; /* floats per stream */
+            __m256 s[2 * BW_STREAMS];
+            for (int k = 0; k < 2 * BW_STREAMS; k++) s[k] = _mm256_setzero_ps();
+            for (size_t off = 0; off < len; off += 16) { /* 16 floats = one 64-byte line per stream */
+                for (int k = 0; k < BW_STREAMS; k++) {
+                    const float *p = base + (size_t)k * len + off;
+                    _mm_prefetch((const char *)p + BW_PF, _MM_HINT_T0);
+                    s[2 * k] = _mm256_add_ps(s[2 * k], _mm256_load_ps(p));
+                    s[2 * k + 1] = _mm256_add_ps(s[2 * k + 1], _mm256_load_ps(p + 8));
+                }
             }
-            __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
-            tot += _mm256_cvtss_f32(s);
+            __m256 t = s[0];
+            for (int k = 1; k < 2 * BW_STREAMS; k++) t = _mm256_add_ps(t, s[k]);
+            tot += _mm256_cvtss_f32(t);
         }
         double dt = rf_now() - t0;
         sink += tot;
-        double gbs = n * sizeof(float) / dt / 1e9;
+        int nt = omp_get_max_threads();
+        double bytes = (double)(n / (size_t)nt / (BW_STREAMS * 64) * (BW_STREAMS * 64)) * nt * sizeof(float);
+        double gbs = bytes / dt / 1e9;
         if (gbs > best) best = gbs;
     }
     if (sink < 0) best = -best; /* keep the sums alive; never true */
@@ -91,13 +105,22 @@ static double fma_chains(long iters) {
 
 double rf_measure_fma_gflops(void) { return best_of_3(fma_chains, 20 * 1000 * 1000, 12 * 8 * 2); }
 
-/* acc += madd(maddubs(u8, s8), 1): 32 u8 x s8 products summed to 8 s32 */
+/* The avx2 Q8_0 kernel's step per weight vector and token (matmul_avx2p.c):
+ * acc += madd(maddubs(|w|, sign(x, w)), 1), 32 MACs in 4 instructions
+ * (|w| is computed once per weight vector and shared by the tile's tokens,
+ * so it is not counted). The empty asm on w inside the loop tells the
+ * compiler w changed, so sign and maddubs are recomputed for every chain:
+ * without it they were hoisted out of the 12 chains and the probe counted
+ * 12 maddubs where the CPU did one. */
 static double maddubs_chains(long iters) {
-    __m256i u = _mm256_set1_epi8(3), s = _mm256_set1_epi8(-2), one = _mm256_set1_epi16(1), a[12];
+    __m256i w = _mm256_set1_epi8(-3), x = _mm256_set1_epi8(2), one = _mm256_set1_epi16(1), a[12];
+    __m256i wa = _mm256_abs_epi8(w);
     for (int j = 0; j < 12; j++) a[j] = _mm256_set1_epi32(j);
     for (long i = 0; i < iters; i++) {
-        for (int j = 0; j < 12; j++) a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), one));
-        __asm__ volatile("" : "+x"(u), "+x"(s));
+        for (int j = 0; j < 12; j++) {
+            __asm__ volatile("" : "+x"(w));
+            a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(x, w)), one));
+        }
     }
     double sink = 0;
     for (int j = 0; j < 12; j++) sink += _mm256_extract_epi32(a[j], 0);
