@@ -37,8 +37,8 @@ extern "C" {
 #define RF_API
 #endif
 
-#define RF_VERSION_MAJOR 0
-#define RF_VERSION_MINOR 2
+/* RF_VERSION_MAJOR, RF_VERSION_MINOR, RF_VERSION_PATCH, RF_VERSION_STRING */
+#include "refusion_version.h"
 
 typedef struct refusion_model refusion_model;
 typedef struct refusion_tokenizer refusion_tokenizer;
@@ -55,7 +55,8 @@ typedef enum {
 
 /* The message of the last failure on this thread ("" never: a default text). */
 RF_API const char *rf_last_error(void);
-/* "major.minor" of the library actually loaded. */
+/* "major.minor.patch" of the library actually loaded (RF_VERSION_STRING of
+ * the header it was built with). */
 RF_API const char *rf_version(void);
 
 /* ---- model ---------------------------------------------------------------- */

@@ -40,7 +40,7 @@ struct refusion_text_stream {
 
 /* rf_last_error is util's (exported: see CMakeLists.txt's export list) */
 
-RF_API const char *rf_version(void) { return "0.2"; }
+RF_API const char *rf_version(void) { return RF_VERSION_STRING; }
 
 /* the public callbacks and events take int32_t arrays, the decoders hand out
  * int arrays: the same type here, so they are passed through as they are */

@@ -284,7 +284,7 @@ int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *gro
             break;
         }
         if (c == VAL_VERSION) {
-            printf("refusion %s\n", RF_VERSION);
+            printf("refusion %s\n", RF_VERSION_STRING);
             rc = 1;
             break;
         }

@@ -22,7 +22,7 @@
 
 #include "decode/decode.h"
 
-#define RF_VERSION "0.3.0"
+#include "refusion_version.h" /* RF_VERSION_STRING, for --version */
 
 typedef enum {
     RF_OPT_FLAG,   /* no value: sets an int to 1 (or to 0 with .lo = -1, e.g. --no-chat) */

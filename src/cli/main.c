@@ -35,7 +35,7 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--version")) {
-        printf("refusion %s\n", RF_VERSION);
+        printf("refusion %s\n", RF_VERSION_STRING);
         return 0;
     }
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
