@@ -53,6 +53,12 @@ class _Params(ctypes.Structure):
         ("eos_id", ctypes.c_int),
         ("on_event", ctypes.c_void_p),  # events are not offered in Python (NULL)
         ("rolling", ctypes.c_int),
+        # since 0.3
+        ("min_p", ctypes.c_float),
+        ("repeat_penalty", ctypes.c_float),
+        ("presence_penalty", ctypes.c_float),
+        ("frequency_penalty", ctypes.c_float),
+        ("penalty_last_n", ctypes.c_int),
     ]
 
 

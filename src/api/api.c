@@ -247,7 +247,8 @@ RF_API int rf_detokenize(const refusion_tokenizer *t, const int32_t *ids, int n,
  * hold under one name; the others are converted one by one below */
 #define SAME_PARAMS(X)                                                                                                 \
     X(gen_length) X(slot_size) X(n_blocks) X(slot_threshold) X(token_threshold) X(temperature) X(top_k) X(top_p)     \
-    X(seed) X(lookahead) X(jacobi) X(rolling)
+    X(seed) X(lookahead) X(jacobi) X(rolling) X(min_p) X(repeat_penalty) X(presence_penalty) X(frequency_penalty)   \
+    X(penalty_last_n)
 
 rf_params rf_params_from_gen(const rf_gen_params *g, rf_method method, int mdm_steps) {
     rf_params p;

@@ -12,8 +12,10 @@
  * printed by --help from the struct itself.
  *
  * Spellings follow llama.cpp where it has one: -t/--threads, --temp,
- * -s/--seed, -c/--ctx-size, -n/--n-predict, --top-k, --top-p, -f/--file;
- * --opt=value works for every long option. */
+ * -s/--seed, -c/--ctx-size, -n/--n-predict, --top-k, --top-p, -f/--file,
+ * --min-p, --repeat-penalty, --ignore-eos, -r/--reverse-prompt, and its
+ * multi-letter short options (-cnv, -np, -cb, -ngl, -hf: args.c's
+ * llama_shorts, for the rows a command has); --opt=value works for every long option. */
 #ifndef RF_ARGS_H
 #define RF_ARGS_H
 
@@ -31,6 +33,7 @@ typedef enum {
     RF_OPT_FLOAT,  /* float, in [lo, hi] (lo excluded when .open_lo) */
     RF_OPT_STR,    /* const char * (points into argv) */
     RF_OPT_CHOICE, /* one of .choices "a|b|c": stores its index as an int */
+    RF_OPT_LEN,    /* int, in [lo, hi], or -1 on the command line (no limit: -n -1); HTTP: [lo, hi] */
 } rf_opt_type;
 
 /* HTTP bounds that depend on the model: checked against them, not .hi */
@@ -59,7 +62,13 @@ typedef struct {
     const void *defaults; /* the same struct holding the defaults, for --help (NULL: none shown) */
 } rf_opt_group;
 
+/* Where a setting's value came from (rf_decode_opts.src, the --verbose and
+ * server echoes: rf_src_names). */
+enum { RF_SRC_DEFAULT, RF_SRC_CONFIG, RF_SRC_FLAG, RF_SRC_REQUEST };
+extern const char *const rf_src_names[4]; /* "default", "generation_config.json", "flag", "request" */
+
 /* The shared decoding options. */
+#define RF_DECODE_ROWS_MAX 48 /* rows rf_decode_table may have (checked where it is defined) */
 enum { RF_DECODER_REFUSION, RF_DECODER_AR, RF_DECODER_MDM }; /* = tasks/eval.h RF_DEC_* */
 typedef struct {
     rf_gen_params gen;    /* the decoder's settings */
@@ -68,6 +77,10 @@ typedef struct {
     int steps;            /* mdm diffusion steps (0: gen_length) */
     int threads;          /* OpenMP threads (0: OpenMP's default) */
     int ctx_size;         /* prompt + answer limit (0: the model's context) */
+    int ignore_eos;       /* the answer does not end at EOS (eos -1) */
+    const char *n_gpu_layers; /* llama.cpp's -ngl: accepted with a note (this build runs on the CPU) */
+    const char *hf_repo;  /* llama.cpp's -hf: refused (no downloads) */
+    unsigned char src[RF_DECODE_ROWS_MAX]; /* RF_SRC_* of each rf_decode_table row */
 } rf_decode_opts;
 
 extern const rf_opt rf_decode_table[];
@@ -81,8 +94,17 @@ extern const char *const rf_decoder_names[3]; /* "refusion", "ar", "mdm" */
 
 /* rf_gen_params_default and the rest zero / refusion. */
 void rf_decode_opts_default(rf_decode_opts *d);
-/* Copy the derived settings into gen (ar_verify -> ar_correct/ar_check_first). */
+/* Copy the derived settings into gen (ar_verify -> ar_correct/ar_check_first,
+ * ignore_eos -> eos_id -1). */
 void rf_decode_opts_finish(rf_decode_opts *d);
+/* The command line's checks of the llama.cpp habits, after parsing: -hf is
+ * refused (one error line, -1), -ngl gets a note line, --threads above the
+ * online CPUs a warning and the cap. Prints to stderr as "refusion: cmd: ...". */
+int rf_decode_opts_cli(const char *cmd, rf_decode_opts *d);
+/* The answer length -n -1 stands for: the rest of the context (ctx_size, or
+ * n_ctx when it is 0) after n_prompt tokens, in whole slots for
+ * plan-and-infill; other lengths unchanged. */
+int rf_decode_gen_length(const rf_decode_opts *d, int n_ctx, int n_prompt);
 
 /* Parse argv (argv[0] is the command name) against the groups. Positional
  * arguments are moved to argv[*first_pos .. argc-1] in order (pass NULL to
@@ -91,6 +113,10 @@ void rf_decode_opts_finish(rf_decode_opts *d);
  * printed (exit 0), -1 after a one-line error on stderr (exit 2). */
 int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
                   char **argv, int *first_pos);
+/* The same, noting where each value came from: src[g] (NULL, or one entry
+ * per row of groups[g]) is set to RF_SRC_FLAG where the command line set it. */
+int rf_args_parse_src(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
+                      char **argv, int *first_pos, unsigned char *const *src);
 /* The usage text rf_args_parse prints for --help. */
 void rf_args_usage(FILE *f, const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups);
 

@@ -102,6 +102,7 @@ int cmd_eval(int argc, char **argv) {
                             groups, 2, argc, argv, NULL);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&d);
+    if (rf_decode_opts_cli("eval", &d)) return 2;
     const char *model_dir = a.model, *tok_path = a.tokenizer, *data = a.data, *answers_path = a.answers,
                *out = a.out;
     if (d.threads > 0) omp_set_num_threads(d.threads);
@@ -145,7 +146,7 @@ int cmd_eval(int argc, char **argv) {
         if (rf_eval_load_model(&m, &tok, model_dir, tok_path)) goto fail;
         have_model = 1;
         /* the decoders take EOS and mask from the tokenizer the model was trained with */
-        o.gen.eos_id = rf_tok_eos_id(tok);
+        if (!d.ignore_eos) o.gen.eos_id = rf_tok_eos_id(tok);
         o.gen.mask_id = rf_tok_mask_id(tok);
     }
 

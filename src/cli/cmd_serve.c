@@ -20,7 +20,7 @@
 
 typedef struct {
     const char *model, *host, *name, *api_key, *cors;
-    int port, parallel, max_queue, max_connections, max_per_client, timeout, queue_wait, max_request_mb, quiet;
+    int port, parallel, cont_batching, max_queue, max_connections, max_per_client, timeout, queue_wait, max_request_mb, quiet;
     int64_t max_body;
 } serve_args;
 
@@ -35,6 +35,9 @@ static const rf_opt serve_opts[] = {
      .help = "model id in responses (default: the directory's name)"},
     {.name = "parallel", .alias = "workers", .type = RF_OPT_INT, .lo = 1, .hi = 256, .offset = A(parallel),
      .metavar = "N", .help = "requests decoded at the same time, one worker thread each (weights shared)"},
+    {.name = "cont-batching", .type = RF_OPT_FLAG, .offset = A(cont_batching),
+     .help = "accepted for llama.cpp's habit: the --parallel workers always take the next request as soon as "
+             "they finish one"},
     {.name = "api-key", .type = RF_OPT_STR, .offset = A(api_key), .metavar = "KEY",
      .help = "require \"Authorization: Bearer KEY\" on every request but /health (default: the "
              "REFUSION_API_KEY environment variable; none when unset)"},
@@ -90,6 +93,7 @@ int cmd_serve(int argc, char **argv) {
                             groups, 2, argc, argv, NULL);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&c.defaults);
+    if (rf_decode_opts_cli("serve", &c.defaults)) return 2;
     const char *model_dir = a.model;
     c.host = a.host, c.port = a.port, c.model_name = a.name, c.workers = a.parallel;
     c.api_key = a.api_key && *a.api_key ? a.api_key : NULL;
@@ -121,7 +125,8 @@ int cmd_serve(int argc, char **argv) {
         rf_model_close(m);
         return 1;
     }
-    if (tok && rf_tokenizer_eos_id(tok) >= 0) p->eos_id = rf_tokenizer_eos_id(tok); /* as `generate` does */
+    if (tok && rf_tokenizer_eos_id(tok) >= 0 && !c.defaults.ignore_eos)
+        p->eos_id = rf_tokenizer_eos_id(tok); /* as `generate` does */
     /* the server-wide defaults must be usable on their own (a one-token prompt) */
     int32_t probe = 0;
     rf_params probe_p = rf_params_from_opts(p, c.defaults.decoder, c.defaults.steps);
