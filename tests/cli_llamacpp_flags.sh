@@ -67,7 +67,7 @@ gen all --decoder ar -n -1
 gen ctx --decoder ar -n -1 --ignore-eos -c 80
 [ "$(field "$T/ctx.json" 'len(o["prompt_ids"]) + o["tokens"]')" = 80 ] && ok ||
   bad "-n -1 --ignore-eos -c 80: prompt + answer = $(field "$T/ctx.json" 'len(o["prompt_ids"]) + o["tokens"]')"
-gen ctxr --decoder refusion -n -1 --ignore-eos -c 80 --slot-size 8 --blocks 2
+gen ctxr --generation-config none --decoder refusion -n -1 --ignore-eos -c 80 --slot-size 8 --blocks 2
 [ "$(field "$T/ctxr.json" 'o["tokens"]')" = "$(field "$T/ctxr.json" '(80 - len(o["prompt_ids"])) // 8 * 8')" ] && ok ||
   bad "refusion -n -1 -c 80: $(field "$T/ctxr.json" 'o["tokens"]') tokens, want whole slots of 8 up to 80"
 expect_fail 2 "expects an integer in [1, 1000000] or -1, got '-2'" generate -m "$DEMO" -p "$Q" -n -2

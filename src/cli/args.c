@@ -3,11 +3,13 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/util.h"
@@ -74,6 +76,9 @@ const rf_opt rf_decode_table[] = {
      "prompt + answer limit in tokens (0 = the model's context)"},
     {"n-gpu-layers", 0, "gpu-layers", NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(n_gpu_layers), "N",
      "accepted for llama.cpp's habit and ignored, with a note: this build runs on the CPU"},
+    {"generation-config", 0, NULL, NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(generation_config), "FILE|none",
+     "the recommended settings to start from (default: the model directory's generation_config.json; "
+     "none: the built-in defaults); flags override them"},
     {"hf-repo", 0, NULL, NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(hf_repo), "REPO",
      "refused: nothing is downloaded (download the checkpoint yourself and give it with -m)"},
 };
@@ -101,12 +106,173 @@ void rf_decode_opts_default(rf_decode_opts *d) {
     memset(d, 0, sizeof *d);
     rf_gen_params_default(&d->gen);
     d->decoder = RF_DECODER_REFUSION;
+    d->config_eos = -1;
 }
 
 void rf_decode_opts_finish(rf_decode_opts *d) {
     d->gen.ar_correct = d->ar_verify & 1;
     d->gen.ar_check_first = d->ar_verify >> 1;
     if (d->ignore_eos) d->gen.eos_id = -1;
+}
+
+/* ---- generation_config.json ------------------------------------------------------------ */
+static int opt_set_as(const rf_opt *o, void *base, const char *s, const char *as);
+
+static int row_index(const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "%s", key);
+    for (char *c = k; *c; c++)
+        if (*c == '_') *c = '-';
+    for (int i = 0; i < rf_decode_table_n; i++) {
+        const rf_opt *o = &rf_decode_table[i];
+        char h[64] = "";
+        if (o->http) snprintf(h, sizeof h, "%s", o->http);
+        for (char *c = h; *c; c++)
+            if (*c == '_') *c = '-';
+        if (!strcmp(k, o->name) || (o->alias && !strcmp(k, o->alias)) || (*h && !strcmp(k, h))) return i;
+    }
+    return -1;
+}
+
+/* one JSON value into row i, unless a flag set it; what: "refusion.slot_size" */
+static int config_row(rf_decode_opts *d, int i, json_t *v, const char *what) {
+    const rf_opt *o = &rf_decode_table[i];
+    if (d->src[i] == RF_SRC_FLAG) return 0;
+    char text[64];
+    int ok = 1;
+    switch (o->type) {
+    case RF_OPT_FLAG:
+        if (!json_is_boolean(v)) ok = 0;
+        else *(int *)((char *)d + o->offset) = json_is_true(v) == (o->lo >= 0);
+        break;
+    case RF_OPT_INT:
+    case RF_OPT_LEN:
+    case RF_OPT_I64:
+        if (!json_is_integer(v)) ok = 0;
+        else snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
+        break;
+    case RF_OPT_FLOAT:
+        if (!json_is_number(v)) ok = 0;
+        else snprintf(text, sizeof text, "%.9g", json_number_value(v));
+        break;
+    case RF_OPT_CHOICE:
+    case RF_OPT_STR:
+        if (!json_is_string(v) || strlen(json_string_value(v)) >= sizeof text) ok = 0;
+        else snprintf(text, sizeof text, "%s", json_string_value(v));
+        break;
+    }
+    if (!ok) {
+        rf_set_error("\"%s\" must be %s", what,
+                     o->type == RF_OPT_FLAG ? "true or false" : o->type == RF_OPT_FLOAT ? "a number"
+                     : o->type == RF_OPT_CHOICE || o->type == RF_OPT_STR ? "a string" : "an integer");
+        return -1;
+    }
+    if (o->type == RF_OPT_STR) { /* no file names or downloads from a config */
+        rf_set_error("\"%s\" cannot be set in generation_config.json", what);
+        return -1;
+    }
+    if (o->type != RF_OPT_FLAG && opt_set_as(o, d, text, what)) return -1;
+    d->src[i] = RF_SRC_CONFIG;
+    return 0;
+}
+
+static int apply_config(rf_decode_opts *d, json_t *root, int tok_eos) {
+    if (!json_is_object(root)) {
+        rf_set_error("not a JSON object");
+        return -1;
+    }
+    /* Hugging Face's names -> this engine's rows */
+    static const char *const hf[][2] = {{"max_new_tokens", "gen-length"}, {"top_k", "top-k"}, {"top_p", "top-p"},
+                                        {"min_p", "min-p"}, {"repetition_penalty", "repeat-penalty"}};
+    json_t *v;
+    for (size_t k = 0; k < sizeof hf / sizeof *hf; k++)
+        if ((v = json_object_get(root, hf[k][0])) && !json_is_null(v) &&
+            config_row(d, row_index(hf[k][1]), v, hf[k][0]))
+            return -1;
+    /* do_sample false is greedy whatever temperature says (transformers);
+     * true without a temperature samples at transformers' default, 1 */
+    json_t *ds = json_object_get(root, "do_sample"), *t = json_object_get(root, "temperature");
+    if (ds && !json_is_boolean(ds)) {
+        rf_set_error("\"do_sample\" must be true or false");
+        return -1;
+    }
+    json_t *one = json_real(1.0), *zero = json_real(0.0);
+    int rc = 0;
+    if (ds && json_is_false(ds)) rc = config_row(d, row_index("temp"), zero, "do_sample");
+    else if (t && !json_is_null(t)) rc = config_row(d, row_index("temp"), t, "temperature");
+    else if (ds) rc = config_row(d, row_index("temp"), one, "do_sample");
+    json_decref(one), json_decref(zero);
+    if (rc) return -1;
+    if ((v = json_object_get(root, "eos_token_id")) && !json_is_null(v)) {
+        int n = json_is_array(v) ? (int)json_array_size(v) : 1, first = -1, listed = 0;
+        for (int k = 0; k < n; k++) {
+            json_t *e = json_is_array(v) ? json_array_get(v, (size_t)k) : v;
+            if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT32_MAX) {
+                rf_set_error("\"eos_token_id\" must be a token id or a list of them");
+                return -1;
+            }
+            if (k == 0) first = (int)json_integer_value(e);
+            listed |= json_integer_value(e) == tok_eos;
+        }
+        if (n) d->config_eos = listed ? tok_eos : first;
+    }
+    json_t *r = json_object_get(root, "refusion");
+    if (r && !json_is_object(r)) {
+        rf_set_error("\"refusion\" must be an object of decoding settings");
+        return -1;
+    }
+    const char *key;
+    json_object_foreach(r, key, v) {
+        char what[96];
+        snprintf(what, sizeof what, "refusion.%.60s", key);
+        int i = row_index(key);
+        if (i < 0) {
+            rf_set_error("unknown setting \"%s\" (see refusion generate --help)", what);
+            return -1;
+        }
+        if (config_row(d, i, v, what)) return -1;
+    }
+    return 0;
+}
+
+int rf_decode_opts_from_config(rf_decode_opts *d, const char *model_path, int tok_eos) {
+    char path[4096];
+    const char *file = d->generation_config;
+    if (file && !strcmp(file, "none")) return 0;
+    if (!file) {
+        struct stat st;
+        if (!model_path || stat(model_path, &st) || !S_ISDIR(st.st_mode)) return 0; /* a .gguf: no such file */
+        snprintf(path, sizeof path, "%s/generation_config.json", model_path);
+        if (access(path, F_OK)) return 0;
+        file = path;
+    }
+    json_error_t je;
+    json_t *root = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        rf_set_error("%s: line %d: %s", file, je.line, je.text);
+        return -1;
+    }
+    int rc = apply_config(d, root, tok_eos);
+    json_decref(root);
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", rf_last_error());
+        rf_set_error("%s: %s", file, why);
+        return -1;
+    }
+    rf_decode_opts_finish(d);
+    return 0;
+}
+
+void rf_decode_opts_print(FILE *f, const rf_decode_opts *d) {
+    for (int i = 0; i < rf_decode_table_n; i++) {
+        const rf_opt *o = &rf_decode_table[i];
+        if (o->type == RF_OPT_STR && !*(const char *const *)((const char *)d + o->offset)) continue;
+        char v[64];
+        rf_opt_format(o, d, v, sizeof v);
+        fprintf(f, "  --%-20s %-12s (%s)\n", o->name, v, rf_src_names[d->src[i]]);
+    }
+    if (d->config_eos >= 0) fprintf(f, "  %-22s %-12d (%s)\n", "eos_token_id", d->config_eos, rf_src_names[RF_SRC_CONFIG]);
 }
 
 int rf_decode_opts_cli(const char *cmd, rf_decode_opts *d) {

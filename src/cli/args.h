@@ -80,6 +80,8 @@ typedef struct {
     int ignore_eos;       /* the answer does not end at EOS (eos -1) */
     const char *n_gpu_layers; /* llama.cpp's -ngl: accepted with a note (this build runs on the CPU) */
     const char *hf_repo;  /* llama.cpp's -hf: refused (no downloads) */
+    const char *generation_config; /* --generation-config FILE|none (NULL: the model's) */
+    int config_eos;       /* generation_config.json's eos_token_id (-1: none given) */
     unsigned char src[RF_DECODE_ROWS_MAX]; /* RF_SRC_* of each rf_decode_table row */
 } rf_decode_opts;
 
@@ -97,6 +99,22 @@ void rf_decode_opts_default(rf_decode_opts *d);
 /* Copy the derived settings into gen (ar_verify -> ar_correct/ar_check_first,
  * ignore_eos -> eos_id -1). */
 void rf_decode_opts_finish(rf_decode_opts *d);
+/* A checkpoint's recommended settings, applied to the rows of d the command
+ * line did not set (d->src[i] != RF_SRC_FLAG), which become RF_SRC_CONFIG:
+ * d->generation_config, or else generation_config.json in the model
+ * directory (none for a .gguf file, or when the file is not there; "none":
+ * not read). Hugging Face's keys max_new_tokens, temperature, do_sample
+ * (false: greedy), top_k, top_p, min_p, repetition_penalty, eos_token_id (an
+ * id or a list: tok_eos when listed, else the first; d->config_eos); other
+ * Hugging Face keys are ignored. Its "refusion" object holds this engine's
+ * settings by their option or HTTP names ("decoder", "rolling",
+ * "slot_size", ...; '_' or '-'), typed as in a request body; an unknown key
+ * there is an error. Then rf_decode_opts_finish. 0, or -1 with the file and
+ * the key in rf_last_error(). */
+int rf_decode_opts_from_config(rf_decode_opts *d, const char *model_path, int tok_eos);
+/* One line per decoding setting with its value and where it came from
+ * (--verbose). */
+void rf_decode_opts_print(FILE *f, const rf_decode_opts *d);
 /* The command line's checks of the llama.cpp habits, after parsing: -hf is
  * refused (one error line, -1), -ngl gets a note line, --threads above the
  * online CPUs a warning and the cap. Prints to stderr as "refusion: cmd: ...". */

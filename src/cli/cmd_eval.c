@@ -96,13 +96,19 @@ int cmd_eval(int argc, char **argv) {
         {NULL, eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]), &a, &def_a},
         RF_DECODE_GROUP(&d, &def),
     };
-    int prc = rf_args_parse("eval", "-m MODEL [options]\n"
+    unsigned char *src[2] = {NULL, d.src};
+    int prc = rf_args_parse_src("eval", "-m MODEL [options]\n"
                             "Decode every example of a task file, check the answers, report accuracy\n"
                             "and speed per task family and overall.",
-                            groups, 2, argc, argv, NULL);
+                            groups, 2, argc, argv, NULL, src);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&d);
     if (rf_decode_opts_cli("eval", &d)) return 2;
+    /* the checkpoint's recommended settings under the flags (EOS: the tokenizer's, below) */
+    if (!a.answers && rf_decode_opts_from_config(&d, a.model, -1)) {
+        fprintf(stderr, "refusion: eval: %s\n", rf_last_error());
+        return 1;
+    }
     const char *model_dir = a.model, *tok_path = a.tokenizer, *data = a.data, *answers_path = a.answers,
                *out = a.out;
     if (d.threads > 0) omp_set_num_threads(d.threads);

@@ -227,7 +227,8 @@ typedef struct {
 } answer;
 
 static void print_json(const answer *r, const int32_t *prompt, int P, const char *text, const char *mode,
-                       const rf_gen_params *p) {
+                       const rf_decode_opts *d) {
+    const rf_gen_params *p = &d->gen;
     json_t *steps = json_array();
     for (int i = 0; i < r->st.n_steps; i++) {
         const rf_step *s = &r->st.steps[i];
@@ -262,6 +263,10 @@ static void print_json(const answer *r, const int32_t *prompt, int P, const char
                         json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "first_free", ac->first_free, "first_checked",
                                   ac->first_checked, "first_replaced", ac->first_replaced, "verified",
                                   ac->verified, "forced_draft", ac->forced_draft, "forced_ar", ac->forced_ar));
+    json_t *src = json_object(); /* the settings that are not the defaults: where they came from */
+    for (int i = 0; i < rf_decode_table_n; i++)
+        if (d->src[i] != RF_SRC_DEFAULT) json_object_set_new(src, rf_decode_table[i].name, json_string(rf_src_names[d->src[i]]));
+    json_object_set_new(o, "sources", src);
     json_object_set_new(o, "steps", steps);
     char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(6));
     puts(s);
@@ -272,7 +277,7 @@ static void print_json(const answer *r, const int32_t *prompt, int P, const char
 /* ---- the command ------------------------------------------------------------------- */
 typedef struct {
     const char *model, *prompt, *file, *ids, *system, *reverse_prompt;
-    int chat, no_chat, no_think, json, visualize, naive, interactive;
+    int chat, no_chat, no_think, json, visualize, naive, interactive, verbose;
 } gen_args;
 
 #define A(f) offsetof(gen_args, f)
@@ -303,6 +308,9 @@ static const rf_opt gen_opts[] = {
     {.name = "visualize", .type = RF_OPT_FLAG, .offset = A(visualize),
      .help = "show how the slots fill in, step by step"},
     {.name = "naive", .type = RF_OPT_FLAG, .offset = A(naive), .help = "ReFusion without a KV cache (slow; for checking)"},
+    {.name = "verbose", .letter = 'v', .type = RF_OPT_FLAG, .offset = A(verbose),
+     .help = "print the decoding settings on stderr first, each with where it came from (default, the "
+             "model's generation_config.json, or a flag)"},
 };
 
 /* what one generation needs, shared by the one-shot and the chat modes */
@@ -329,7 +337,9 @@ static void on_sigint(int sig) {
 static int run_decoder(gen_ctx *g, const int32_t *prompt, int P, ui *u, answer *r) {
     rf_params p = rf_params_from_opts(&g->d.gen, g->d.decoder, g->d.steps);
     int ar = g->d.decoder == RF_DECODER_AR, mdm = g->d.decoder == RF_DECODER_MDM;
-    if (g->tok && !g->d.ignore_eos) {
+    if (!g->d.ignore_eos && g->d.config_eos >= 0) {
+        p.eos_id = g->d.config_eos; /* generation_config.json's */
+    } else if (g->tok && !g->d.ignore_eos) {
         int e = rf_tokenizer_eos_id(g->tok);
         if (e >= 0) p.eos_id = e;
     }
@@ -517,7 +527,8 @@ static int generate_main(int argc, char **argv, int interactive) {
                     : "-m MODEL [-p TEXT | -f FILE | --ids IDS] [options]\n"
                       "Generate an answer with ReFusion plan-and-infill decoding (or AR / mdm decoding).\n"
                       "Text streams to stdout as it becomes final; statistics go to stderr.";
-    int prc = rf_args_parse(cmd, synopsis, groups, 2, argc, argv, NULL);
+    unsigned char *src[2] = {NULL, g.d.src};
+    int prc = rf_args_parse_src(cmd, synopsis, groups, 2, argc, argv, NULL, src);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&g.d);
     if (rf_decode_opts_cli(cmd, &g.d)) return 2;
@@ -543,7 +554,6 @@ static int generate_main(int argc, char **argv, int interactive) {
         g.a.file = "-";
     }
     if (g.a.prompt && !strcmp(g.a.prompt, "-")) g.a.prompt = NULL, g.a.file = "-";
-    if (g.d.threads > 0) omp_set_num_threads(g.d.threads);
 
     int rc = 1, P = 0;
     int32_t *prompt = NULL;
@@ -576,6 +586,16 @@ static int generate_main(int argc, char **argv, int interactive) {
     if (rf_model_has_tokenizer(g.m) && !(g.tok = rf_tokenizer_open(g.m))) {
         fprintf(stderr, "refusion: %s\n", rf_last_error());
         goto out;
+    }
+    /* the checkpoint's recommended settings under the flags */
+    if (rf_decode_opts_from_config(&g.d, g.a.model, g.tok ? rf_tokenizer_eos_id(g.tok) : -1)) {
+        fprintf(stderr, "refusion: %s: %s\n", cmd, rf_last_error());
+        goto out;
+    }
+    if (g.d.threads > 0) omp_set_num_threads(g.d.threads);
+    if (g.a.verbose) {
+        fprintf(stderr, "refusion %s: settings for %s:\n", cmd, g.a.model);
+        rf_decode_opts_print(stderr, &g.d);
     }
     if (!(g.sess = rf_session_new(g.m))) {
         fprintf(stderr, "refusion: %s\n", rf_last_error());
@@ -617,7 +637,7 @@ static int generate_main(int argc, char **argv, int interactive) {
     if (r.stop_text) answer_text = r.stop_text, r.stop_text = NULL;
     else if (g.tok) answer_text = detokenize(g.tok, r.ids, r.n, 1);
     if (g.a.json) {
-        print_json(&r, prompt, P, answer_text, mode, &g.d.gen);
+        print_json(&r, prompt, P, answer_text, mode, &g.d);
     } else {
         if (g.a.visualize) printf("%s\n", answer_text ? answer_text : "");
         fflush(stdout); /* the answer before the statistics line on stderr */

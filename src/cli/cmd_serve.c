@@ -86,11 +86,12 @@ int cmd_serve(int argc, char **argv) {
          "chat, eval, probe and serve; HTTP: the request field)",
          rf_decode_table, rf_decode_table_n, &c.defaults, &def},
     };
-    int prc = rf_args_parse("serve", "-m MODEL [options]\n"
+    unsigned char *src[2] = {NULL, c.defaults.src};
+    int prc = rf_args_parse_src("serve", "-m MODEL [options]\n"
                             "Serve the model over HTTP (OpenAI-compatible): GET /health, /metrics, /v1/models[/ID];\n"
                             "POST /v1/completions, /v1/chat/completions (\"stream\": true for Server-Sent Events).\n"
                             "--parallel requests are decoded at once, the rest wait in arrival order.",
-                            groups, 2, argc, argv, NULL);
+                            groups, 2, argc, argv, NULL, src);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&c.defaults);
     if (rf_decode_opts_cli("serve", &c.defaults)) return 2;
@@ -125,8 +126,29 @@ int cmd_serve(int argc, char **argv) {
         rf_model_close(m);
         return 1;
     }
-    if (tok && rf_tokenizer_eos_id(tok) >= 0 && !c.defaults.ignore_eos)
+    /* the checkpoint's recommended settings under the flags; requests override both */
+    if (rf_decode_opts_from_config(&c.defaults, model_dir, tok ? rf_tokenizer_eos_id(tok) : -1)) {
+        fprintf(stderr, "refusion: serve: %s\n", rf_last_error());
+        rf_tokenizer_close(tok);
+        rf_model_close(m);
+        return 1;
+    }
+    if (c.defaults.config_eos >= 0 && !c.defaults.ignore_eos) p->eos_id = c.defaults.config_eos;
+    else if (tok && rf_tokenizer_eos_id(tok) >= 0 && !c.defaults.ignore_eos)
         p->eos_id = rf_tokenizer_eos_id(tok); /* as `generate` does */
+    int from_config = 0;
+    for (int i = 0; i < rf_decode_table_n; i++) from_config |= c.defaults.src[i] == RF_SRC_CONFIG;
+    if (from_config) {
+        fprintf(stderr, "refusion serve: defaults from %s:",
+                c.defaults.generation_config ? c.defaults.generation_config : "the model's generation_config.json");
+        for (int i = 0; i < rf_decode_table_n; i++)
+            if (c.defaults.src[i] == RF_SRC_CONFIG) {
+                char v[64];
+                rf_opt_format(&rf_decode_table[i], &c.defaults, v, sizeof v);
+                fprintf(stderr, " %s=%s", rf_decode_table[i].http ? rf_decode_table[i].http : rf_decode_table[i].name, v);
+            }
+        fputc('\n', stderr);
+    }
     /* the server-wide defaults must be usable on their own (a one-token prompt) */
     int32_t probe = 0;
     rf_params probe_p = rf_params_from_opts(p, c.defaults.decoder, c.defaults.steps);

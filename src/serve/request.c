@@ -189,6 +189,7 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
             snprintf(r->err_param, sizeof r->err_param, "%s", k);
             return -1;
         }
+        if (v) d.src[i] = RF_SRC_REQUEST; /* over the server's default / generation_config.json / flag */
     }
     rf_decode_opts_finish(&d);
     r->d = d;
