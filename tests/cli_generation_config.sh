@@ -5,7 +5,8 @@
 #      decoding's, token for token, in fewer calls than tokens; --json
 #      "sources" and --verbose say the settings came from the file;
 #      --generation-config none is the built-in default (the reference
-#      decoder, another answer);
+#      decoder, another answer); --decoder refusion is plan-and-infill with
+#      the file's slot settings, without its rolling;
 #   2. Hugging Face's keys: max_new_tokens, temperature, top_k, do_sample
 #      (true; false: greedy whatever temperature says), eos_token_id as an id
 #      and as a list (the tokenizer's EOS when listed, else the first): the
@@ -38,6 +39,12 @@ gen ar "$DEMO" -p "$Q" --decoder ar
   bad "the demo's plain run: $(field "$T/plain.json" 'o["model_calls"], o["tokens"]') calls, tokens"
 [ "$(field "$T/plain.json" 'o["sources"].get("rolling"), o["sources"].get("slot-threshold")')" = \
   "('generation_config.json', 'generation_config.json')" ] && ok || bad "sources: $(field "$T/plain.json" 'o["sources"]')"
+# --decoder chooses without the file's rolling (its slot settings stay)
+gen dec "$DEMO" -p "$Q" --decoder refusion
+gen dec_ref "$DEMO" -p "$Q" --generation-config none --decoder refusion --slot-threshold 0.5
+[ "$(field "$T/dec.json" '"rolling" in o["sources"], o["sources"].get("slot-threshold"), o["answer_ids"]')" = \
+  "$(field "$T/dec_ref.json" 'False, "generation_config.json", o["answer_ids"]')" ] && ok ||
+  bad "--decoder refusion with the file: $(field "$T/dec.json" 'o["sources"], o["model_calls"]')"
 gen none "$DEMO" -p "$Q" --generation-config none
 [ "$(field "$T/none.json" 'o["sources"].get("generation-config"), "rolling" in o["sources"]')" = "('flag', False)" ] && ok ||
   bad "none: $(field "$T/none.json" 'o["sources"]')"

@@ -221,6 +221,9 @@ static int apply_config(rf_decode_opts *d, json_t *root, int tok_eos) {
         rf_set_error("\"refusion\" must be an object of decoding settings");
         return -1;
     }
+    /* the rolling slot is a choice of decoder: a --decoder on the command
+     * line chooses without the file's rolling */
+    int decoder_flag = d->src[row_index("decoder")] == RF_SRC_FLAG, rolling = row_index("rolling");
     const char *key;
     json_object_foreach(r, key, v) {
         char what[96];
@@ -230,6 +233,7 @@ static int apply_config(rf_decode_opts *d, json_t *root, int tok_eos) {
             rf_set_error("unknown setting \"%s\" (see refusion generate --help)", what);
             return -1;
         }
+        if (i == rolling && decoder_flag) continue;
         if (config_row(d, i, v, what)) return -1;
     }
     return 0;

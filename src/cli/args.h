@@ -109,7 +109,8 @@ void rf_decode_opts_finish(rf_decode_opts *d);
  * Hugging Face keys are ignored. Its "refusion" object holds this engine's
  * settings by their option or HTTP names ("decoder", "rolling",
  * "slot_size", ...; '_' or '-'), typed as in a request body; an unknown key
- * there is an error. Then rf_decode_opts_finish. 0, or -1 with the file and
+ * there is an error; its "rolling" is part of the choice of decoder, so it
+ * is not applied when --decoder was given. Then rf_decode_opts_finish. 0, or -1 with the file and
  * the key in rf_last_error(). */
 int rf_decode_opts_from_config(rf_decode_opts *d, const char *model_path, int tok_eos);
 /* One line per decoding setting with its value and where it came from
