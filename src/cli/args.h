@@ -90,7 +90,9 @@ extern const int rf_decode_table_n;
 /* The rf_opt_group of the decoding options in generate, chat, eval and probe
  * (values in d, defaults in def; serve has its own title). */
 #define RF_DECODE_GROUP(d, def)                                                                                  \
-    {"decoding (the same options and defaults in generate, chat, eval, probe and serve)", rf_decode_table,     \
+    {"decoding (the same options and defaults in generate, chat, eval, probe and serve; the model's "          \
+     "generation_config.json replaces the defaults, flags override it; generate -v shows where each came from)", \
+     rf_decode_table,                                                                                          \
      rf_decode_table_n, (d), (def)}
 extern const char *const rf_decoder_names[3]; /* "refusion", "ar", "mdm" */
 

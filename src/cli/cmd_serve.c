@@ -83,7 +83,8 @@ int cmd_serve(int argc, char **argv) {
     const rf_opt_group groups[] = {
         {NULL, serve_opts, (int)(sizeof serve_opts / sizeof serve_opts[0]), &a, &def_a},
         {"decoding: the defaults of requests that do not set them (the same options and defaults in generate, "
-         "chat, eval, probe and serve; HTTP: the request field)",
+         "chat, eval, probe and serve; the model's generation_config.json replaces the defaults, flags override "
+         "it; HTTP: the request field, which overrides both; responses say where each value came from)",
          rf_decode_table, rf_decode_table_n, &c.defaults, &def},
     };
     unsigned char *src[2] = {NULL, c.defaults.src};
