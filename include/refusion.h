@@ -37,8 +37,8 @@ extern "C" {
 #define RF_API
 #endif
 
-#define RF_VERSION_MAJOR 0
-#define RF_VERSION_MINOR 2
+/* RF_VERSION_MAJOR, RF_VERSION_MINOR, RF_VERSION_PATCH, RF_VERSION_STRING */
+#include "refusion_version.h"
 
 typedef struct refusion_model refusion_model;
 typedef struct refusion_tokenizer refusion_tokenizer;
@@ -55,7 +55,8 @@ typedef enum {
 
 /* The message of the last failure on this thread ("" never: a default text). */
 RF_API const char *rf_last_error(void);
-/* "major.minor" of the library actually loaded. */
+/* "major.minor.patch" of the library actually loaded (RF_VERSION_STRING of
+ * the header it was built with). */
 RF_API const char *rf_version(void);
 
 /* ---- model ---------------------------------------------------------------- */
@@ -177,11 +178,21 @@ typedef struct {
                               drafts with the AR head and drafts the next slot_size tokens with
                               masks behind them (uses slot_size, slot_threshold; the answer is
                               AR decoding's with the same sampling settings) */
+    /* since 0.3: AR sampling (method AR, or the rolling slot; refused by
+       plan-and-infill and MDM), as llama.cpp names them */
+    float min_p;             /* keep tokens with probability >= min_p * the top one's (0: off) */
+    float repeat_penalty;    /* a logit l of a token in the window: l / x (l * x when l <= 0) (1: off) */
+    float presence_penalty;  /* l - x for a token in the window (0: off) */
+    float frequency_penalty; /* l - x * (times it occurs in the window) (0: off) */
+    int penalty_last_n;      /* the window: the last N tokens of prompt + answer (-1: all, 0: none) */
 } rf_params;
 
 /* The defaults of `refusion generate`: ReFusion, 512 tokens, slots of 4,
  * 32 blocks, thresholds 0.6 / 0.3, ar_verify off, greedy, seed 0, the
- * model's EOS (`generate` uses the tokenizer's: rf_tokenizer_eos_id). */
+ * model's EOS (`generate` uses the tokenizer's: rf_tokenizer_eos_id), no
+ * min_p or penalties (repeat_penalty 1, window 64). A checkpoint's
+ * generation_config.json is not read here: `generate` and `serve` apply it
+ * on top of these (docs/settings.md). */
 RF_API rf_params rf_params_default(void);
 
 /* One planning step of ReFusion (AR and MDM: one per call). */

@@ -17,7 +17,14 @@ fi
 CC=${CC:-clang}
 B=build-fuzz
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-CFLAGS="-std=c11 -O1 -g -mavx2 -mfma -mf16c -D_GNU_SOURCE -fopenmp -Iinclude -Isrc $SAN $(pkg-config --cflags jansson libpcre2-8 libutf8proc libmicrohttpd openblas)"
+# include/refusion_version.h as CMake's configure_file writes it, from project(... VERSION x.y.z)
+V=$(sed -n 's/^project(refusion VERSION \([0-9]*\.[0-9]*\.[0-9]*\).*/\1/p' CMakeLists.txt)
+mkdir -p "$B/include"
+sed -e "s/@PROJECT_VERSION@/$V/" -e "s/@PROJECT_VERSION_MAJOR@/${V%%.*}/" -e "s/@PROJECT_VERSION_PATCH@/${V##*.}/" \
+  -e "s/@PROJECT_VERSION_MINOR@/$(echo "$V" | cut -d. -f2)/" include/refusion_version.h.in >"$B/include/refusion_version.h.tmp"
+cmp -s "$B/include/refusion_version.h.tmp" "$B/include/refusion_version.h" || mv "$B/include/refusion_version.h.tmp" "$B/include/refusion_version.h"
+rm -f "$B/include/refusion_version.h.tmp"
+CFLAGS="-std=c11 -O1 -g -mavx2 -mfma -mf16c -D_GNU_SOURCE -fopenmp -Iinclude -I$B/include -Isrc $SAN $(pkg-config --cflags jansson libpcre2-8 libutf8proc libmicrohttpd openblas)"
 LIBS="$(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd openblas) -lm -lpthread"
 mkdir -p "$B/obj" "$B/corpus/$name"
 # the library (everything but the CLI), once; rebuilt when a source or header is newer

@@ -69,5 +69,20 @@ LD_LIBRARY_PATH="$LIB" "$T/simple" "$T/nope" "x" >/dev/null 2>"$T/err"
 rc=$?
 [ $rc -eq 1 ] && [ "$(wc -l <"$T/err")" -eq 1 ] && grep -q "nope" "$T/err" && ok || bad "bad path: exit $rc: $(cat "$T/err")"
 
+# the installed Python package finds the installed library by itself (no
+# REFUSION_LIB), and pip installs it from there offline (not in a sanitizer
+# build: its .so cannot load into python3)
+if [ -z "$SAN" ]; then
+  PY=$P/share/refusion/python
+  got=$(cd "$T" && env -u REFUSION_LIB -u LD_LIBRARY_PATH PYTHONPATH="$PY" OMP_NUM_THREADS=1 python3 -c '
+import refusion, sys
+m = refusion.Model(sys.argv[1])
+print(refusion.load_library()._name, m.session().generate(m.tokenize(sys.argv[2], chat=True), gen_length=12, n_blocks=1))' \
+    "$T/m" "$Q" 2>&1)
+  [ "$got" = "$LIB/librefusion.so.0 [$(echo "$want" | sed 's/ /, /g')]" ] && ok || bad "installed Python package: '$got'"
+  python3 -m pip install --no-index --no-deps --target "$T/site" "$PY" >"$T/pip.log" 2>&1 && [ -f "$T/site/refusion/__init__.py" ] &&
+    ok || bad "pip install of the installed package: $(tail -3 "$T/pip.log")"
+fi
+
 echo "api_install: $pass passed, $fails failed"
 [ $fails -eq 0 ]

@@ -3,7 +3,8 @@
  *  1. Its answer is AR decoding's, token for token, for any sampling
  *     settings: random models (flat and peaky), prompts of 1-9 tokens,
  *     slot sizes 1-8, slot thresholds 0 / 0.5 / 1, greedy and sampled (with
- *     top-k / top-p, several seeds), no EOS / the model's EOS / a frequent
+ *     top-k / top-p, several seeds; with min-p and llama.cpp's repeat /
+ *     presence / frequency penalties over windows of 6 and all tokens), no EOS / the model's EOS / a frequent
  *     token as EOS (early stops at every position), answer lengths 1-40;
  *  2. its bookkeeping: every committed token is counted once in the accept
  *     statistics, no call commits nothing, drafts are only fed while the
@@ -92,7 +93,7 @@ static void test_random_models(void) {
             for (int si = 0; si < 5; si++)
                 for (int ti = 0; ti < 3; ti++)
                     for (int ei = 0; ei < 3; ei++)
-                        for (int mode = 0; mode < 4; mode++) {
+                        for (int mode = 0; mode < 6; mode++) {
                             rf_gen_params p;
                             rf_gen_params_default(&p);
                             p.gen_length = (pi + si + ei) % 3 == 0 ? 40 : (pi + si) % 2 ? 7 : 1;
@@ -100,6 +101,14 @@ static void test_random_models(void) {
                             if (mode >= 1) p.temperature = 0.8f, p.seed = 11u * mode + pi;
                             if (mode == 2) p.top_k = 5;
                             if (mode == 3) p.top_p = 0.9f;
+                            /* llama.cpp's penalties, which look at the answer before each
+                             * position, and min_p: greedy, then sampled */
+                            if (mode == 4)
+                                p.temperature = 0, p.repeat_penalty = 1.3f, p.frequency_penalty = 0.4f,
+                                p.presence_penalty = 0.2f, p.penalty_last_n = 6;
+                            if (mode == 5)
+                                p.min_p = 0.05f, p.repeat_penalty = 1.1f, p.presence_penalty = 0.5f,
+                                p.penalty_last_n = -1;
                             char what[160];
                             snprintf(what, sizeof what, "model %d prompt %d slot %d thr %.1f eos %d mode %d gen %d", mi,
                                      pi, p.slot_size, p.slot_threshold, p.eos_id, mode, p.gen_length);

@@ -40,7 +40,7 @@ struct refusion_text_stream {
 
 /* rf_last_error is util's (exported: see CMakeLists.txt's export list) */
 
-RF_API const char *rf_version(void) { return "0.2"; }
+RF_API const char *rf_version(void) { return RF_VERSION_STRING; }
 
 /* the public callbacks and events take int32_t arrays, the decoders hand out
  * int arrays: the same type here, so they are passed through as they are */
@@ -247,7 +247,8 @@ RF_API int rf_detokenize(const refusion_tokenizer *t, const int32_t *ids, int n,
  * hold under one name; the others are converted one by one below */
 #define SAME_PARAMS(X)                                                                                                 \
     X(gen_length) X(slot_size) X(n_blocks) X(slot_threshold) X(token_threshold) X(temperature) X(top_k) X(top_p)     \
-    X(seed) X(lookahead) X(jacobi) X(rolling)
+    X(seed) X(lookahead) X(jacobi) X(rolling) X(min_p) X(repeat_penalty) X(presence_penalty) X(frequency_penalty)   \
+    X(penalty_last_n)
 
 rf_params rf_params_from_gen(const rf_gen_params *g, rf_method method, int mdm_steps) {
     rf_params p;

@@ -3,11 +3,14 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "decode/presets.h"
 #include "util/util.h"
@@ -25,8 +28,9 @@ const rf_opt rf_decode_table[] = {
     {"decoder", 0, "mode", "mode", RF_OPT_CHOICE, 0, 0, 0, 0, "refusion|ar|mdm", D(decoder), "NAME",
      "refusion (plan-and-infill), ar (autoregressive), mdm (LLaDA-style baseline, for models trained "
      "with the mdm objective)"},
-    {"gen-length", 'n', "n-predict", "max_tokens", RF_OPT_INT, 1, 1000000, 0, RF_HI_CONTEXT, NULL, D(gen.gen_length),
-     "N", "answer length in tokens (ReFusion decodes whole slots; the server cuts the answer to N)"},
+    {"gen-length", 'n', "n-predict", "max_tokens", RF_OPT_LEN, 1, 1000000, 0, RF_HI_CONTEXT, NULL, D(gen.gen_length),
+     "N", "answer length in tokens (ReFusion decodes whole slots; the server cuts the answer to N); -1: until "
+     "EOS or the end of the context"},
     {"slot-size", 0, NULL, "slot_size", RF_OPT_INT, 1, 1000000, 0, RF_HI_CONTEXT, NULL, G(slot_size), "N",
      "refusion: tokens per slot"},
     {"blocks", 0, NULL, "blocks", RF_OPT_INT, 1, 1000000, 0, RF_HI_CONTEXT, NULL, G(n_blocks), "N",
@@ -54,6 +58,19 @@ const rf_opt rf_decode_table[] = {
      "ar sampling: keep the N most likely tokens (0 = off)"},
     {"top-p", 0, NULL, "top_p", RF_OPT_FLOAT, 0, 1, 1, 0, NULL, G(top_p), "X",
      "ar sampling: keep the smallest set with probability mass >= X (1 = off)"},
+    {"min-p", 0, NULL, "min_p", RF_OPT_FLOAT, 0, 1, 0, 0, NULL, G(min_p), "X",
+     "ar sampling (also --rolling): keep the tokens whose probability >= X times the top one's (0 = off)"},
+    {"repeat-penalty", 0, NULL, NULL, RF_OPT_FLOAT, 0, 1e6, 1, 0, NULL, G(repeat_penalty), "X",
+     "ar sampling (also --rolling): divide the logits of the tokens in the last --repeat-last-n tokens "
+     "by X (multiply the negative ones; 1 = off)"},
+    {"presence-penalty", 0, NULL, NULL, RF_OPT_FLOAT, -2, 2, 0, 0, NULL, G(presence_penalty), "X",
+     "ar sampling (also --rolling): subtract X from the logits of the tokens in that window (0 = off)"},
+    {"frequency-penalty", 0, NULL, NULL, RF_OPT_FLOAT, -2, 2, 0, 0, NULL, G(frequency_penalty), "X",
+     "ar sampling (also --rolling): subtract X times its count in that window from a token's logit (0 = off)"},
+    {"repeat-last-n", 0, NULL, NULL, RF_OPT_INT, -1, 1000000000, 0, 0, NULL, G(penalty_last_n), "N",
+     "the penalties' window: the last N tokens of prompt + answer (-1 = all, 0 = none)"},
+    {"ignore-eos", 0, NULL, "ignore_eos", RF_OPT_FLAG, 0, 0, 0, 0, NULL, D(ignore_eos), NULL,
+     "the answer does not end at the end-of-sequence token: it runs to --gen-length"},
     {"seed", 's', NULL, "seed", RF_OPT_I64, 0, (double)INT64_MAX, 0, 0, NULL, G(seed), "N", "sampling seed"},
     {"steps", 0, NULL, "steps", RF_OPT_INT, 0, 1000000, 0, RF_HI_CONTEXT, NULL, D(steps), "N",
      "mdm: diffusion steps over the answer (0 = the answer length)"},
@@ -61,18 +78,238 @@ const rf_opt rf_decode_table[] = {
      "OpenMP threads (0 = OpenMP's default; serve: per worker)"},
     {"ctx-size", 'c', NULL, NULL, RF_OPT_INT, 0, 100000000, 0, 0, NULL, D(ctx_size), "N",
      "prompt + answer limit in tokens (0 = the model's context)"},
+    {"n-gpu-layers", 0, "gpu-layers", NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(n_gpu_layers), "N",
+     "accepted for llama.cpp's habit and ignored, with a note: this build runs on the CPU"},
+    {"generation-config", 0, NULL, NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(generation_config), "FILE|none",
+     "the recommended settings to start from (default: the model directory's generation_config.json; "
+     "none: the built-in defaults); flags override them"},
+    {"hf-repo", 0, NULL, NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(hf_repo), "REPO",
+     "refused: nothing is downloaded (download the checkpoint yourself and give it with -m)"},
 };
 const int rf_decode_table_n = (int)(sizeof rf_decode_table / sizeof rf_decode_table[0]);
+_Static_assert(sizeof rf_decode_table / sizeof rf_decode_table[0] <= RF_DECODE_ROWS_MAX,
+               "rf_decode_opts.src needs a larger RF_DECODE_ROWS_MAX");
+
+const char *const rf_src_names[5] = {"default", "generation_config.json", "flag", "request", "preset"};
+
+/* llama.cpp's multi-letter short options, for the rows whose long name they
+ * stand for (a command without the row does not know the spelling either) */
+static const struct {
+    const char *spelling, *name;
+} llama_shorts[] = {
+    {"cnv", "interactive"}, {"np", "parallel"}, {"cb", "cont-batching"}, {"ngl", "n-gpu-layers"}, {"hf", "hf-repo"},
+};
+
+static const char *llama_short(const rf_opt *o) {
+    for (size_t i = 0; i < sizeof llama_shorts / sizeof *llama_shorts; i++)
+        if (!strcmp(o->name, llama_shorts[i].name)) return llama_shorts[i].spelling;
+    return NULL;
+}
 
 void rf_decode_opts_default(rf_decode_opts *d) {
     memset(d, 0, sizeof *d);
     rf_gen_params_default(&d->gen);
     d->decoder = RF_DECODER_REFUSION;
+    d->config_eos = -1;
 }
 
 void rf_decode_opts_finish(rf_decode_opts *d) {
     d->gen.ar_correct = d->ar_verify & 1;
     d->gen.ar_check_first = d->ar_verify >> 1;
+    if (d->ignore_eos) d->gen.eos_id = -1;
+}
+
+/* ---- generation_config.json ------------------------------------------------------------ */
+static int opt_set_as(const rf_opt *o, void *base, const char *s, const char *as);
+
+static int row_index(const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "%s", key);
+    for (char *c = k; *c; c++)
+        if (*c == '_') *c = '-';
+    for (int i = 0; i < rf_decode_table_n; i++) {
+        const rf_opt *o = &rf_decode_table[i];
+        char h[64] = "";
+        if (o->http) snprintf(h, sizeof h, "%s", o->http);
+        for (char *c = h; *c; c++)
+            if (*c == '_') *c = '-';
+        if (!strcmp(k, o->name) || (o->alias && !strcmp(k, o->alias)) || (*h && !strcmp(k, h))) return i;
+    }
+    return -1;
+}
+
+/* one JSON value into row i, unless a flag set it; what: "refusion.slot_size" */
+static int config_row(rf_decode_opts *d, int i, json_t *v, const char *what) {
+    const rf_opt *o = &rf_decode_table[i];
+    if (d->src[i] == RF_SRC_FLAG || d->src[i] == RF_SRC_PRESET) return 0;
+    char text[64];
+    int ok = 1;
+    switch (o->type) {
+    case RF_OPT_FLAG:
+        if (!json_is_boolean(v)) ok = 0;
+        else *(int *)((char *)d + o->offset) = json_is_true(v) == (o->lo >= 0);
+        break;
+    case RF_OPT_INT:
+    case RF_OPT_LEN:
+    case RF_OPT_I64:
+        if (!json_is_integer(v)) ok = 0;
+        else snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
+        break;
+    case RF_OPT_FLOAT:
+        if (!json_is_number(v)) ok = 0;
+        else snprintf(text, sizeof text, "%.9g", json_number_value(v));
+        break;
+    case RF_OPT_CHOICE:
+    case RF_OPT_STR:
+        if (!json_is_string(v) || strlen(json_string_value(v)) >= sizeof text) ok = 0;
+        else snprintf(text, sizeof text, "%s", json_string_value(v));
+        break;
+    }
+    if (!ok) {
+        rf_set_error("\"%s\" must be %s", what,
+                     o->type == RF_OPT_FLAG ? "true or false" : o->type == RF_OPT_FLOAT ? "a number"
+                     : o->type == RF_OPT_CHOICE || o->type == RF_OPT_STR ? "a string" : "an integer");
+        return -1;
+    }
+    if (o->type == RF_OPT_STR) { /* no file names or downloads from a config */
+        rf_set_error("\"%s\" cannot be set in generation_config.json", what);
+        return -1;
+    }
+    if (o->type != RF_OPT_FLAG && opt_set_as(o, d, text, what)) return -1;
+    d->src[i] = RF_SRC_CONFIG;
+    return 0;
+}
+
+static int apply_config(rf_decode_opts *d, json_t *root, int tok_eos) {
+    if (!json_is_object(root)) {
+        rf_set_error("not a JSON object");
+        return -1;
+    }
+    /* Hugging Face's names -> this engine's rows */
+    static const char *const hf[][2] = {{"max_new_tokens", "gen-length"}, {"top_k", "top-k"}, {"top_p", "top-p"},
+                                        {"min_p", "min-p"}, {"repetition_penalty", "repeat-penalty"}};
+    json_t *v;
+    for (size_t k = 0; k < sizeof hf / sizeof *hf; k++)
+        if ((v = json_object_get(root, hf[k][0])) && !json_is_null(v) &&
+            config_row(d, row_index(hf[k][1]), v, hf[k][0]))
+            return -1;
+    /* do_sample false is greedy whatever temperature says (transformers);
+     * true without a temperature samples at transformers' default, 1 */
+    json_t *ds = json_object_get(root, "do_sample"), *t = json_object_get(root, "temperature");
+    if (ds && !json_is_boolean(ds)) {
+        rf_set_error("\"do_sample\" must be true or false");
+        return -1;
+    }
+    json_t *one = json_real(1.0), *zero = json_real(0.0);
+    int rc = 0;
+    if (ds && json_is_false(ds)) rc = config_row(d, row_index("temp"), zero, "do_sample");
+    else if (t && !json_is_null(t)) rc = config_row(d, row_index("temp"), t, "temperature");
+    else if (ds) rc = config_row(d, row_index("temp"), one, "do_sample");
+    json_decref(one), json_decref(zero);
+    if (rc) return -1;
+    if ((v = json_object_get(root, "eos_token_id")) && !json_is_null(v)) {
+        int n = json_is_array(v) ? (int)json_array_size(v) : 1, first = -1, listed = 0;
+        for (int k = 0; k < n; k++) {
+            json_t *e = json_is_array(v) ? json_array_get(v, (size_t)k) : v;
+            if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT32_MAX) {
+                rf_set_error("\"eos_token_id\" must be a token id or a list of them");
+                return -1;
+            }
+            if (k == 0) first = (int)json_integer_value(e);
+            listed |= json_integer_value(e) == tok_eos;
+        }
+        if (n) d->config_eos = listed ? tok_eos : first;
+    }
+    json_t *r = json_object_get(root, "refusion");
+    if (r && !json_is_object(r)) {
+        rf_set_error("\"refusion\" must be an object of decoding settings");
+        return -1;
+    }
+    /* the rolling slot is a choice of decoder: a --decoder on the command
+     * line, or a task preset (the paper's plan-and-infill settings), chooses
+     * without the file's rolling */
+    int decoder_flag = d->src[row_index("decoder")] == RF_SRC_FLAG || d->preset, rolling = row_index("rolling");
+    const char *key;
+    json_object_foreach(r, key, v) {
+        char what[96];
+        snprintf(what, sizeof what, "refusion.%.60s", key);
+        int i = row_index(key);
+        if (i < 0) {
+            rf_set_error("unknown setting \"%s\" (see refusion generate --help)", what);
+            return -1;
+        }
+        if (i == rolling && decoder_flag) continue;
+        if (config_row(d, i, v, what)) return -1;
+    }
+    return 0;
+}
+
+int rf_decode_opts_from_config(rf_decode_opts *d, const char *model_path, int tok_eos) {
+    char path[4096];
+    const char *file = d->generation_config;
+    if (file && !strcmp(file, "none")) return 0;
+    if (!file) {
+        struct stat st;
+        if (!model_path || stat(model_path, &st) || !S_ISDIR(st.st_mode)) return 0; /* a .gguf: no such file */
+        snprintf(path, sizeof path, "%s/generation_config.json", model_path);
+        if (access(path, F_OK)) return 0;
+        file = path;
+    }
+    json_error_t je;
+    json_t *root = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        rf_set_error("%s: line %d: %s", file, je.line, je.text);
+        return -1;
+    }
+    int rc = apply_config(d, root, tok_eos);
+    json_decref(root);
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", rf_last_error());
+        rf_set_error("%s: %s", file, why);
+        return -1;
+    }
+    rf_decode_opts_finish(d);
+    return 0;
+}
+
+void rf_decode_opts_print(FILE *f, const rf_decode_opts *d) {
+    for (int i = 0; i < rf_decode_table_n; i++) {
+        const rf_opt *o = &rf_decode_table[i];
+        if (o->type == RF_OPT_STR && !*(const char *const *)((const char *)d + o->offset)) continue;
+        char v[64];
+        rf_opt_format(o, d, v, sizeof v);
+        fprintf(f, "  --%-20s %-12s (%s)\n", o->name, v, rf_src_names[d->src[i]]);
+    }
+    if (d->config_eos >= 0) fprintf(f, "  %-22s %-12d (%s)\n", "eos_token_id", d->config_eos, rf_src_names[RF_SRC_CONFIG]);
+}
+
+int rf_decode_opts_cli(const char *cmd, rf_decode_opts *d) {
+    if (d->hf_repo) {
+        fprintf(stderr, "refusion: %s: -hf %s: this build downloads nothing; fetch the checkpoint yourself "
+                        "(e.g. `huggingface-cli download %s --local-dir DIR`) and give it with -m DIR\n",
+                cmd, d->hf_repo, d->hf_repo);
+        return -1;
+    }
+    if (d->n_gpu_layers)
+        fprintf(stderr, "refusion: %s: note: -ngl %s ignored: this build runs on the CPU\n", cmd, d->n_gpu_layers);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && d->threads > cpus) {
+        /* more OpenMP threads than CPUs only makes them wait for each other
+         * at every barrier: slower by orders of magnitude, never faster */
+        fprintf(stderr, "refusion: %s: warning: --threads %d is more than the %ld online CPUs; using %ld\n", cmd,
+                d->threads, cpus, cpus);
+        d->threads = (int)cpus;
+    }
+    return 0;
+}
+
+int rf_decode_gen_length(const rf_decode_opts *d, int n_ctx, int n_prompt) {
+    if (d->gen.gen_length != -1) return d->gen.gen_length;
+    int limit = d->ctx_size > 0 && d->ctx_size < n_ctx ? d->ctx_size : n_ctx, n = limit - n_prompt;
+    if (d->decoder == RF_DECODER_REFUSION && !d->gen.rolling && d->gen.slot_size > 0)
+        n = n / d->gen.slot_size * d->gen.slot_size; /* whole slots that fit */
+    return n;
 }
 
 /* ---- one value ------------------------------------------------------------------------ */
@@ -131,17 +368,20 @@ static int opt_set_as(const rf_opt *o, void *base, const char *s, const char *as
         return 0;
     }
     case RF_OPT_INT:
+    case RF_OPT_LEN:
     case RF_OPT_I64: {
         errno = 0;
         long long v = strtoll(s, &end, 10);
         int over = errno == ERANGE || (o->hi < 9e18 && v > (long long)o->hi);
-        if (!*s || *end || over || v < (long long)o->lo) {
-            if (o->hi >= 9e18) rf_set_error("%s expects an integer >= %.0f, got '%.40s'", nm, o->lo, s);
-            else rf_set_error("%s expects an integer in [%.0f, %.0f], got '%.40s'", nm, o->lo, o->hi, s);
+        int minus_one = o->type == RF_OPT_LEN && *s && !*end && !over && v == -1;
+        if (!minus_one && (!*s || *end || over || v < (long long)o->lo)) {
+            const char *or_m1 = o->type == RF_OPT_LEN ? " or -1" : "";
+            if (o->hi >= 9e18) rf_set_error("%s expects an integer >= %.0f%s, got '%.40s'", nm, o->lo, or_m1, s);
+            else rf_set_error("%s expects an integer in [%.0f, %.0f]%s, got '%.40s'", nm, o->lo, o->hi, or_m1, s);
             return -1;
         }
-        if (o->type == RF_OPT_INT) *(int *)p = (int)v;
-        else *(int64_t *)p = (int64_t)v;
+        if (o->type == RF_OPT_I64) *(int64_t *)p = (int64_t)v;
+        else *(int *)p = (int)v;
         return 0;
     }
     case RF_OPT_FLOAT: {
@@ -167,7 +407,8 @@ void rf_opt_format(const rf_opt *o, const void *base, char *buf, size_t cap) {
     case RF_OPT_FLAG: snprintf(buf, cap, "%s", *(const int *)p ? "on" : "off"); break;
     case RF_OPT_STR: snprintf(buf, cap, "%s", *(const char *const *)p ? *(const char *const *)p : ""); break;
     case RF_OPT_CHOICE: choice_name(o->choices, *(const int *)p, buf, cap); break;
-    case RF_OPT_INT: snprintf(buf, cap, "%d", *(const int *)p); break;
+    case RF_OPT_INT:
+    case RF_OPT_LEN: snprintf(buf, cap, "%d", *(const int *)p); break;
     case RF_OPT_I64: snprintf(buf, cap, "%lld", (long long)*(const int64_t *)p); break;
     case RF_OPT_FLOAT: fmt_real(*(const float *)p, buf, cap); break;
     }
@@ -217,6 +458,8 @@ void rf_args_usage(FILE *f, const char *cmd, const char *synopsis, const rf_opt_
             char head[96], help[640], def[64] = "";
             char letter[8] = "    ";
             if (o->letter) snprintf(letter, sizeof letter, "-%c, ", o->letter);
+            const char *sh = llama_short(o);
+            if (sh) snprintf(letter, sizeof letter, "-%s, ", sh);
             int k = snprintf(head, sizeof head, "  %s--%s", letter, o->name);
             if (o->type != RF_OPT_FLAG) snprintf(head + k, sizeof head - k, " %s", o->metavar ? o->metavar : "VALUE");
             if (gr->defaults && o->type != RF_OPT_FLAG) {
@@ -258,18 +501,34 @@ static void apply_preset_first(const rf_opt_group *groups, int n_groups, const s
     for (int c; (c = getopt_long(argc, argv, shorts, lo, NULL)) != -1;) {
         rf_decode_opts *d = row_base[pre];
         if (c != VAL_ROW + pre || opt_set_as(row[pre], d, optarg, NULL) || !d->preset) continue;
-        rf_decode_preset_apply(&rf_decode_presets[d->preset - 1], &d->gen);
+        rf_decode_opts_preset(d, d->preset);
+    }
+}
+
+void rf_decode_opts_preset(rf_decode_opts *d, int preset) {
+    d->preset = preset;
+    rf_decode_preset_apply(&rf_decode_presets[preset - 1], &d->gen);
+    static const char *const rows[] = {"gen-length", "slot-size", "blocks", "slot-threshold", "token-threshold", "temp"};
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        int i = row_index(rows[k]);
+        if (i >= 0 && d->src[i] != RF_SRC_FLAG) d->src[i] = RF_SRC_PRESET;
     }
 }
 
 int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
                   char **argv, int *first_pos) {
+    return rf_args_parse_src(cmd, synopsis, groups, n_groups, argc, argv, first_pos, NULL);
+}
+
+int rf_args_parse_src(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
+                      char **argv, int *first_pos, unsigned char *const *src) {
     int n_rows = 0;
     for (int g = 0; g < n_groups; g++) n_rows += groups[g].n;
     /* each row: its name and its alias; + help, version, terminator */
     struct option *lo = rf_calloc((size_t)(2 * n_rows + 3), sizeof *lo);
     const rf_opt **row = rf_calloc((size_t)n_rows + 1, sizeof *row);
     void **row_base = rf_calloc((size_t)n_rows + 1, sizeof *row_base);
+    unsigned char **row_src = rf_calloc((size_t)n_rows + 1, sizeof *row_src);
     char *shorts = rf_calloc((size_t)(3 * n_rows + 4), 1);
     int nl = 0, r = 0, ns = 0;
     shorts[ns++] = ':'; /* ':' for a missing value, '?' for an unknown option */
@@ -277,7 +536,7 @@ int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *gro
     for (int g = 0; g < n_groups; g++)
         for (int i = 0; i < groups[g].n; i++, r++) {
             const rf_opt *o = &groups[g].opts[i];
-            row[r] = o, row_base[r] = groups[g].base;
+            row[r] = o, row_base[r] = groups[g].base, row_src[r] = src && src[g] ? &src[g][i] : NULL;
             int has = o->type == RF_OPT_FLAG ? no_argument : required_argument;
             lo[nl++] = (struct option){o->name, has, NULL, VAL_ROW + r};
             if (o->alias) lo[nl++] = (struct option){o->alias, has, NULL, VAL_ROW + r};
@@ -288,6 +547,30 @@ int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *gro
         }
     lo[nl++] = (struct option){"help", no_argument, NULL, VAL_HELP};
     lo[nl++] = (struct option){"version", no_argument, NULL, VAL_VERSION};
+    /* llama.cpp's multi-letter short options (-cnv, -ngl 99) become their
+     * long spelling for getopt, which would read them as clusters of
+     * one-letter options; argv gets its own strings back at the end. An
+     * option's value (-p -cnv) is left alone. */
+    char **spelled = rf_calloc((size_t)argc + 1, sizeof *spelled), **was = rf_calloc((size_t)argc + 1, sizeof *was);
+    int n_spelled = 0;
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+        const char *a = argv[i];
+        if (a[0] != '-' || a[1] == '-' || !a[1]) continue;
+        const rf_opt *o = NULL;
+        for (int j = 0; j < n_rows && !o; j++)
+            if (llama_short(row[j]) && !strcmp(a + 1, llama_short(row[j]))) o = row[j];
+        if (o) {
+            size_t len = strlen(o->name) + 3;
+            spelled[n_spelled] = rf_malloc(len);
+            snprintf(spelled[n_spelled], len, "--%s", o->name);
+            was[n_spelled] = argv[i];
+            argv[i] = spelled[n_spelled++];
+        } else if (!a[2]) { /* -x: its value may be the next argument */
+            for (int j = 0; j < n_rows && !o; j++)
+                if (row[j]->letter == a[1]) o = row[j];
+        }
+        if (o && o->type != RF_OPT_FLAG) i++;
+    }
     int rc = 0;
     opterr = 0;
     apply_preset_first(groups, n_groups, lo, shorts, row, row_base, argc, argv);
@@ -307,7 +590,7 @@ int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *gro
             break;
         }
         if (c == VAL_VERSION) {
-            printf("refusion %s\n", RF_VERSION);
+            printf("refusion %s\n", RF_VERSION_STRING);
             rc = 1;
             break;
         }
@@ -334,7 +617,13 @@ int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *gro
             rc = -1;
             break;
         }
+        if (row_src[k]) *row_src[k] = RF_SRC_FLAG;
     }
+    for (int i = 0; i < argc; i++) /* getopt may have moved them */
+        for (int j = 0; j < n_spelled; j++)
+            if (argv[i] == spelled[j]) argv[i] = was[j];
+    for (int j = 0; j < n_spelled; j++) free(spelled[j]);
+    free(spelled), free(was);
     if (rc == 0) {
         if (first_pos) *first_pos = optind;
         else if (optind < argc) {
@@ -342,7 +631,7 @@ int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *gro
             rc = -1;
         }
     }
-    free(lo), free(row), free(row_base), free(shorts);
+    free(lo), free(row), free(row_base), free(row_src), free(shorts);
     return rc;
 }
 

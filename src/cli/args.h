@@ -12,8 +12,10 @@
  * printed by --help from the struct itself.
  *
  * Spellings follow llama.cpp where it has one: -t/--threads, --temp,
- * -s/--seed, -c/--ctx-size, -n/--n-predict, --top-k, --top-p, -f/--file;
- * --opt=value works for every long option. */
+ * -s/--seed, -c/--ctx-size, -n/--n-predict, --top-k, --top-p, -f/--file,
+ * --min-p, --repeat-penalty, --ignore-eos, -r/--reverse-prompt, and its
+ * multi-letter short options (-cnv, -np, -cb, -ngl, -hf: args.c's
+ * llama_shorts, for the rows a command has); --opt=value works for every long option. */
 #ifndef RF_ARGS_H
 #define RF_ARGS_H
 
@@ -22,7 +24,7 @@
 
 #include "decode/decode.h"
 
-#define RF_VERSION "0.3.0"
+#include "refusion_version.h" /* RF_VERSION_STRING, for --version */
 
 typedef enum {
     RF_OPT_FLAG,   /* no value: sets an int to 1 (or to 0 with .lo = -1, e.g. --no-chat) */
@@ -31,6 +33,7 @@ typedef enum {
     RF_OPT_FLOAT,  /* float, in [lo, hi] (lo excluded when .open_lo) */
     RF_OPT_STR,    /* const char * (points into argv) */
     RF_OPT_CHOICE, /* one of .choices "a|b|c": stores its index as an int */
+    RF_OPT_LEN,    /* int, in [lo, hi], or -1 on the command line (no limit: -n -1); HTTP: [lo, hi] */
 } rf_opt_type;
 
 /* HTTP bounds that depend on the model: checked against them, not .hi */
@@ -59,7 +62,13 @@ typedef struct {
     const void *defaults; /* the same struct holding the defaults, for --help (NULL: none shown) */
 } rf_opt_group;
 
+/* Where a setting's value came from (rf_decode_opts.src, the --verbose and
+ * server echoes: rf_src_names). */
+enum { RF_SRC_DEFAULT, RF_SRC_CONFIG, RF_SRC_FLAG, RF_SRC_REQUEST, RF_SRC_PRESET };
+extern const char *const rf_src_names[5]; /* "default", "generation_config.json", "flag", "request", "preset" */
+
 /* The shared decoding options. */
+#define RF_DECODE_ROWS_MAX 48 /* rows rf_decode_table may have (checked where it is defined) */
 enum { RF_DECODER_REFUSION, RF_DECODER_AR, RF_DECODER_MDM }; /* = tasks/eval.h RF_DEC_* */
 typedef struct {
     rf_gen_params gen;    /* the decoder's settings */
@@ -69,6 +78,12 @@ typedef struct {
     int threads;          /* OpenMP threads (0: OpenMP's default) */
     int ctx_size;         /* prompt + answer limit (0: the model's context) */
     int preset;           /* 0 none, else 1 + index into rf_decode_presets (decode/presets.h) */
+    int ignore_eos;       /* the answer does not end at EOS (eos -1) */
+    const char *n_gpu_layers; /* llama.cpp's -ngl: accepted with a note (this build runs on the CPU) */
+    const char *hf_repo;  /* llama.cpp's -hf: refused (no downloads) */
+    const char *generation_config; /* --generation-config FILE|none (NULL: the model's) */
+    int config_eos;       /* generation_config.json's eos_token_id (-1: none given) */
+    unsigned char src[RF_DECODE_ROWS_MAX]; /* RF_SRC_* of each rf_decode_table row */
 } rf_decode_opts;
 
 extern const rf_opt rf_decode_table[];
@@ -76,14 +91,46 @@ extern const int rf_decode_table_n;
 /* The rf_opt_group of the decoding options in generate, chat, eval and probe
  * (values in d, defaults in def; serve has its own title). */
 #define RF_DECODE_GROUP(d, def)                                                                                  \
-    {"decoding (the same options and defaults in generate, chat, eval, probe and serve)", rf_decode_table,     \
+    {"decoding (the same options and defaults in generate, chat, eval, probe and serve; the model's "          \
+     "generation_config.json replaces the defaults, flags override it; generate -v shows where each came from)", \
+     rf_decode_table,                                                                                          \
      rf_decode_table_n, (d), (def)}
 extern const char *const rf_decoder_names[3]; /* "refusion", "ar", "mdm" */
 
 /* rf_gen_params_default and the rest zero / refusion. */
 void rf_decode_opts_default(rf_decode_opts *d);
-/* Copy the derived settings into gen (ar_verify -> ar_correct/ar_check_first). */
+/* Copy the derived settings into gen (ar_verify -> ar_correct/ar_check_first,
+ * ignore_eos -> eos_id -1). */
 void rf_decode_opts_finish(rf_decode_opts *d);
+/* Task preset number preset (1 + index into rf_decode_presets) into d: its
+ * values in the rows the command line did not set, which become
+ * RF_SRC_PRESET. */
+void rf_decode_opts_preset(rf_decode_opts *d, int preset);
+/* A checkpoint's recommended settings, applied to the rows of d neither the
+ * command line nor a preset set (RF_SRC_FLAG, RF_SRC_PRESET), which become RF_SRC_CONFIG:
+ * d->generation_config, or else generation_config.json in the model
+ * directory (none for a .gguf file, or when the file is not there; "none":
+ * not read). Hugging Face's keys max_new_tokens, temperature, do_sample
+ * (false: greedy), top_k, top_p, min_p, repetition_penalty, eos_token_id (an
+ * id or a list: tok_eos when listed, else the first; d->config_eos); other
+ * Hugging Face keys are ignored. Its "refusion" object holds this engine's
+ * settings by their option or HTTP names ("decoder", "rolling",
+ * "slot_size", ...; '_' or '-'), typed as in a request body; an unknown key
+ * there is an error; its "rolling" is part of the choice of decoder, so it
+ * is not applied when --decoder or a preset was given. Then rf_decode_opts_finish. 0, or -1 with the file and
+ * the key in rf_last_error(). */
+int rf_decode_opts_from_config(rf_decode_opts *d, const char *model_path, int tok_eos);
+/* One line per decoding setting with its value and where it came from
+ * (--verbose). */
+void rf_decode_opts_print(FILE *f, const rf_decode_opts *d);
+/* The command line's checks of the llama.cpp habits, after parsing: -hf is
+ * refused (one error line, -1), -ngl gets a note line, --threads above the
+ * online CPUs a warning and the cap. Prints to stderr as "refusion: cmd: ...". */
+int rf_decode_opts_cli(const char *cmd, rf_decode_opts *d);
+/* The answer length -n -1 stands for: the rest of the context (ctx_size, or
+ * n_ctx when it is 0) after n_prompt tokens, in whole slots for
+ * plan-and-infill; other lengths unchanged. */
+int rf_decode_gen_length(const rf_decode_opts *d, int n_ctx, int n_prompt);
 
 /* Parse argv (argv[0] is the command name) against the groups. Positional
  * arguments are moved to argv[*first_pos .. argc-1] in order (pass NULL to
@@ -92,6 +139,10 @@ void rf_decode_opts_finish(rf_decode_opts *d);
  * printed (exit 0), -1 after a one-line error on stderr (exit 2). */
 int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
                   char **argv, int *first_pos);
+/* The same, noting where each value came from: src[g] (NULL, or one entry
+ * per row of groups[g]) is set to RF_SRC_FLAG where the command line set it. */
+int rf_args_parse_src(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
+                      char **argv, int *first_pos, unsigned char *const *src);
 /* The usage text rf_args_parse prints for --help. */
 void rf_args_usage(FILE *f, const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups);
 

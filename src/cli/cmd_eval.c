@@ -250,18 +250,26 @@ int cmd_eval(int argc, char **argv) {
                            "Decode every example of a task file, check the answers, report accuracy\n"
                            "and speed per task family and overall; --task NAME --data FILE: one of the\n"
                            "paper's benchmarks (gsm8k, math, humaneval, mbpp, arc-c, mmlu-pro, gpqa).";
-    int prc = rf_args_parse("eval", synopsis, groups, 2, argc, argv, NULL);
+    unsigned char *src[2] = {NULL, d.src};
+    int prc = rf_args_parse_src("eval", synopsis, groups, 2, argc, argv, NULL, src);
     if (prc) return prc > 0 ? 0 : 2;
     if (a.task && !d.preset) {
         /* the task's preset is the default: parse again over it, so that the
          * options given still override it */
         int task = a.task;
         rf_decode_opts_default(&d);
-        rf_decode_preset_apply(&rf_decode_presets[task - 1], &d.gen);
+        rf_decode_opts_preset(&d, task);
         a = def_a;
-        if (rf_args_parse("eval", synopsis, groups, 2, argc, argv, NULL)) return 2;
+        if (rf_args_parse_src("eval", synopsis, groups, 2, argc, argv, NULL, src)) return 2;
     }
     rf_decode_opts_finish(&d);
+    if (rf_decode_opts_cli("eval", &d)) return 2;
+    /* the checkpoint's recommended settings under the flags and the preset
+     * (EOS: the tokenizer's, below) */
+    if (!a.answers && rf_decode_opts_from_config(&d, a.model, -1)) {
+        fprintf(stderr, "refusion: eval: %s\n", rf_last_error());
+        return 1;
+    }
     if (a.task) return eval_paper(&a, &d);
     if (!a.data) a.data = "data/test.json";
     const char *model_dir = a.model, *tok_path = a.tokenizer, *data = a.data, *answers_path = a.answers,
@@ -307,7 +315,7 @@ int cmd_eval(int argc, char **argv) {
         if (rf_eval_load_model(&m, &tok, model_dir, tok_path)) goto fail;
         have_model = 1;
         /* the decoders take EOS and mask from the tokenizer the model was trained with */
-        o.gen.eos_id = rf_tok_eos_id(tok);
+        if (!d.ignore_eos) o.gen.eos_id = rf_tok_eos_id(tok);
         o.gen.mask_id = rf_tok_mask_id(tok);
     }
 

@@ -63,10 +63,62 @@ typedef struct {
     int G;
     int32_t *cell_tok;  /* [G] */
     unsigned char *cell;/* [G] C_* */
+    /* -r TEXT: the answer's text so far (acc, of which printed bytes are
+     * out) and its ids; stopped once acc holds TEXT (acc is cut there) */
+    const char *stop;
+    char *acc;
+    size_t acc_len, acc_cap, printed;
+    int32_t *got;
+    int n_got, cap_got, stopped;
 } ui;
+
+static volatile int g_cancel;
+
+/* -r: text s joins the answer; print what can no longer be the start of the
+ * stop text, and stop the decoder when the text holds it */
+static void stop_text(ui *u, const char *s) {
+    size_t n = strlen(s), L = strlen(u->stop);
+    if (u->acc_len + n + 1 > u->acc_cap) {
+        size_t cap = 2 * (u->acc_len + n + 1);
+        char *g = rf_malloc(cap);
+        memcpy(g, u->acc, u->acc_len);
+        free(u->acc);
+        u->acc = g, u->acc_cap = cap;
+    }
+    memcpy(u->acc + u->acc_len, s, n + 1);
+    u->acc_len += n;
+    /* bytes before printed were checked with L bytes after them already */
+    char *hit = strstr(u->acc + u->printed, u->stop);
+    size_t upto = hit ? (size_t)(hit - u->acc) : u->acc_len >= L - 1 ? u->acc_len - (L - 1) : 0;
+    if (upto > u->printed && !u->quiet) fwrite(u->acc + u->printed, 1, upto - u->printed, stdout);
+    if (upto > u->printed) u->printed = upto;
+    if (hit) {
+        *hit = 0;
+        u->acc_len = (size_t)(hit - u->acc);
+        u->stopped = 1;
+        g_cancel = 1; /* the decoder stops before its next model call */
+    }
+}
 
 static void on_tokens(const int32_t *ids, int n, void *user) {
     ui *u = user;
+    if (u->stopped) return; /* the rest of the last call's tokens */
+    if (u->stop) {
+        for (int i = 0; i < n && !u->stopped; i++) {
+            if (u->n_got == u->cap_got) {
+                u->cap_got = u->cap_got ? 2 * u->cap_got : 64;
+                int32_t *g = rf_malloc((size_t)u->cap_got * sizeof *g);
+                if (u->n_got) memcpy(g, u->got, (size_t)u->n_got * sizeof *g);
+                free(u->got);
+                u->got = g;
+            }
+            u->got[u->n_got++] = ids[i];
+            const char *s = rf_text_stream_put(u->stream, ids[i]);
+            if (s) stop_text(u, s);
+        }
+        fflush(stdout);
+        return;
+    }
     if (u->quiet) return;
     for (int i = 0; i < n; i++) {
         if (u->stream) {
@@ -171,10 +223,12 @@ typedef struct {
     int32_t *ids;
     int n;
     rf_stats st;
+    char *stop_text; /* -r: the text, cut before the stop text, when it was found (st is then empty) */
 } answer;
 
 static void print_json(const answer *r, const int32_t *prompt, int P, const char *text, const char *mode,
-                       const rf_gen_params *p) {
+                       const rf_decode_opts *d) {
+    const rf_gen_params *p = &d->gen;
     json_t *steps = json_array();
     for (int i = 0; i < r->st.n_steps; i++) {
         const rf_step *s = &r->st.steps[i];
@@ -209,6 +263,10 @@ static void print_json(const answer *r, const int32_t *prompt, int P, const char
                         json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "first_free", ac->first_free, "first_checked",
                                   ac->first_checked, "first_replaced", ac->first_replaced, "verified",
                                   ac->verified, "forced_draft", ac->forced_draft, "forced_ar", ac->forced_ar));
+    json_t *src = json_object(); /* the settings that are not the defaults: where they came from */
+    for (int i = 0; i < rf_decode_table_n; i++)
+        if (d->src[i] != RF_SRC_DEFAULT) json_object_set_new(src, rf_decode_table[i].name, json_string(rf_src_names[d->src[i]]));
+    json_object_set_new(o, "sources", src);
     json_object_set_new(o, "steps", steps);
     char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(6));
     puts(s);
@@ -218,8 +276,8 @@ static void print_json(const answer *r, const int32_t *prompt, int P, const char
 
 /* ---- the command ------------------------------------------------------------------- */
 typedef struct {
-    const char *model, *prompt, *file, *ids, *system;
-    int chat, no_chat, no_think, json, visualize, naive, interactive;
+    const char *model, *prompt, *file, *ids, *system, *reverse_prompt;
+    int chat, no_chat, no_think, json, visualize, naive, interactive, verbose;
 } gen_args;
 
 #define A(f) offsetof(gen_args, f)
@@ -239,14 +297,20 @@ static const rf_opt gen_opts[] = {
     {.name = "no-chat", .type = RF_OPT_FLAG, .offset = A(no_chat), .help = "the prompt is raw text"},
     {.name = "no-think", .type = RF_OPT_FLAG, .offset = A(no_think),
      .help = "chat template with enable_thinking=false"},
-    {.name = "interactive", .letter = 'i', .type = RF_OPT_FLAG, .offset = A(interactive),
+    {.name = "interactive", .letter = 'i', .alias = "conversation", .type = RF_OPT_FLAG, .offset = A(interactive),
      .help = "multi-turn chat in the terminal (as `refusion chat`): /reset clears the history, /exit "
              "quits, Ctrl-C stops the answer"},
+    {.name = "reverse-prompt", .letter = 'r', .type = RF_OPT_STR, .offset = A(reverse_prompt), .metavar = "TEXT",
+     .help = "stop the answer where its text contains TEXT (cut before it; the decoder stops at its next "
+             "model call)"},
     {.name = "json", .type = RF_OPT_FLAG, .offset = A(json),
      .help = "print prompt/answer ids, text and statistics as JSON"},
     {.name = "visualize", .type = RF_OPT_FLAG, .offset = A(visualize),
      .help = "show how the slots fill in, step by step"},
     {.name = "naive", .type = RF_OPT_FLAG, .offset = A(naive), .help = "ReFusion without a KV cache (slow; for checking)"},
+    {.name = "verbose", .letter = 'v', .type = RF_OPT_FLAG, .offset = A(verbose),
+     .help = "print the decoding settings on stderr first, each with where it came from (default, the "
+             "model's generation_config.json, or a flag)"},
 };
 
 /* what one generation needs, shared by the one-shot and the chat modes */
@@ -260,8 +324,8 @@ typedef struct {
 } gen_ctx;
 
 /* Ctrl-C in the chat: stops the running answer (the decoders look at the
- * flag before every model call); at the prompt it ends the chat. */
-static volatile int g_cancel;
+ * flag before every model call); at the prompt it ends the chat. -r raises
+ * it too (g_cancel, above). */
 static void on_sigint(int sig) {
     (void)sig;
     g_cancel = 1;
@@ -273,11 +337,19 @@ static void on_sigint(int sig) {
 static int run_decoder(gen_ctx *g, const int32_t *prompt, int P, ui *u, answer *r) {
     rf_params p = rf_params_from_opts(&g->d.gen, g->d.decoder, g->d.steps);
     int ar = g->d.decoder == RF_DECODER_AR, mdm = g->d.decoder == RF_DECODER_MDM;
-    if (g->tok) {
+    if (!g->d.ignore_eos && g->d.config_eos >= 0) {
+        p.eos_id = g->d.config_eos; /* generation_config.json's */
+    } else if (g->tok && !g->d.ignore_eos) {
         int e = rf_tokenizer_eos_id(g->tok);
         if (e >= 0) p.eos_id = e;
     }
     memset(r, 0, sizeof *r);
+    p.gen_length = rf_decode_gen_length(&g->d, rf_model_n_ctx(g->m), P); /* -n -1: the rest of the context */
+    if (p.gen_length < 1) {
+        rf_set_error("no room for an answer: the prompt (%d tokens) fills the context (%d tokens)", P,
+                     g->d.ctx_size > 0 ? g->d.ctx_size : rf_model_n_ctx(g->m));
+        return -1;
+    }
     if (g->d.ctx_size > 0 && (long)P + p.gen_length > g->d.ctx_size) {
         rf_set_error("prompt (%d tokens) + answer (%d) exceed --ctx-size %d", P, p.gen_length, g->d.ctx_size);
         return -1;
@@ -286,7 +358,8 @@ static int run_decoder(gen_ctx *g, const int32_t *prompt, int P, ui *u, answer *
     memset(u, 0, sizeof *u);
     u->tok = g->tok;
     u->quiet = g->a.json || g->a.visualize;
-    u->stream = g->tok && !u->quiet ? rf_text_stream_new(g->tok, 1) : NULL;
+    u->stop = g->tok && g->a.reverse_prompt && *g->a.reverse_prompt ? g->a.reverse_prompt : NULL;
+    u->stream = g->tok && (!u->quiet || u->stop) ? rf_text_stream_new(g->tok, 1) : NULL;
     /* ReFusion answers whole slots: the answer may run past gen_length */
     int G = (ar || mdm) ? p.gen_length : (p.gen_length + p.slot_size - 1) / p.slot_size * p.slot_size;
     if (g->a.visualize) {
@@ -301,17 +374,32 @@ static int run_decoder(gen_ctx *g, const int32_t *prompt, int P, ui *u, answer *
     p.no_cache = g->a.naive;
     r->ids = rf_malloc((size_t)G * sizeof(int32_t) + 1);
     int n = rf_generate(g->sess, prompt, P, &p, r->ids, G, &r->st);
-    if (u->stream) {
+    if (u->stop && !u->stopped) { /* the rest, which cannot hold the stop text now */
         const char *rest = rf_text_stream_flush(u->stream);
-        if (rest) fputs(rest, stdout);
-        fputc('\n', stdout);
-    } else if (!u->quiet) {
-        fputc('\n', stdout);
+        if (rest) stop_text(u, rest);
+        if (!u->stopped && !u->quiet) fwrite(u->acc + u->printed, 1, u->acc_len - u->printed, stdout);
     }
+    if (u->stream && !u->stop) {
+        const char *rest = rf_text_stream_flush(u->stream);
+        if (rest && !u->quiet) fputs(rest, stdout);
+    }
+    if (!u->quiet) fputc('\n', stdout);
     fflush(stdout);
     rf_text_stream_free(u->stream);
     free(u->cell_tok), free(u->cell);
     u->stream = NULL, u->cell_tok = NULL, u->cell = NULL;
+    if (u->stopped) { /* the stop text's cancel: the answer is what came before it */
+        g_cancel = 0;
+        memset(&r->st, 0, sizeof r->st);
+        r->n = u->n_got < G ? u->n_got : G;
+        memcpy(r->ids, u->got, (size_t)r->n * sizeof(int32_t));
+        r->st.n_tokens = r->n;
+        r->stop_text = u->acc;
+        u->acc = NULL;
+    }
+    free(u->acc), free(u->got);
+    u->acc = NULL, u->got = NULL;
+    if (u->stopped) return 0;
     if (n < 0) return -1;
     r->n = n < G ? n : G;
     return 0;
@@ -407,7 +495,7 @@ static int chat_repl(gen_ctx *g) {
             free(r.ids);
             continue;
         }
-        char *text = detokenize(g->tok, r.ids, r.n, 1);
+        char *text = r.stop_text ? r.stop_text : detokenize(g->tok, r.ids, r.n, 1);
         if (g->a.visualize) printf("%s\n", text ? text : "");
         fflush(stdout);
         fprintf(stderr, "[%s: prompt %d tokens, answer %d tokens, %d model calls, %.2f s]\n",
@@ -439,9 +527,11 @@ static int generate_main(int argc, char **argv, int interactive) {
                     : "-m MODEL [-p TEXT | -f FILE | --ids IDS] [options]\n"
                       "Generate an answer with ReFusion plan-and-infill decoding (or AR / mdm decoding).\n"
                       "Text streams to stdout as it becomes final; statistics go to stderr.";
-    int prc = rf_args_parse(cmd, synopsis, groups, 2, argc, argv, NULL);
+    unsigned char *src[2] = {NULL, g.d.src};
+    int prc = rf_args_parse_src(cmd, synopsis, groups, 2, argc, argv, NULL, src);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&g.d);
+    if (rf_decode_opts_cli(cmd, &g.d)) return 2;
     interactive |= g.a.interactive;
     g.think = !g.a.no_think;
     int chat = g.a.no_chat ? 0 : g.a.chat ? 1 : -1;
@@ -464,7 +554,6 @@ static int generate_main(int argc, char **argv, int interactive) {
         g.a.file = "-";
     }
     if (g.a.prompt && !strcmp(g.a.prompt, "-")) g.a.prompt = NULL, g.a.file = "-";
-    if (g.d.threads > 0) omp_set_num_threads(g.d.threads);
 
     int rc = 1, P = 0;
     int32_t *prompt = NULL;
@@ -497,6 +586,16 @@ static int generate_main(int argc, char **argv, int interactive) {
     if (rf_model_has_tokenizer(g.m) && !(g.tok = rf_tokenizer_open(g.m))) {
         fprintf(stderr, "refusion: %s\n", rf_last_error());
         goto out;
+    }
+    /* the checkpoint's recommended settings under the flags */
+    if (rf_decode_opts_from_config(&g.d, g.a.model, g.tok ? rf_tokenizer_eos_id(g.tok) : -1)) {
+        fprintf(stderr, "refusion: %s: %s\n", cmd, rf_last_error());
+        goto out;
+    }
+    if (g.d.threads > 0) omp_set_num_threads(g.d.threads);
+    if (g.a.verbose) {
+        fprintf(stderr, "refusion %s: settings for %s:\n", cmd, g.a.model);
+        rf_decode_opts_print(stderr, &g.d);
     }
     if (!(g.sess = rf_session_new(g.m))) {
         fprintf(stderr, "refusion: %s\n", rf_last_error());
@@ -535,14 +634,19 @@ static int generate_main(int argc, char **argv, int interactive) {
         goto out;
     }
     const char *mode = rf_decoder_names[g.d.decoder];
-    if (g.tok) answer_text = detokenize(g.tok, r.ids, r.n, 1);
+    if (r.stop_text) answer_text = r.stop_text, r.stop_text = NULL;
+    else if (g.tok) answer_text = detokenize(g.tok, r.ids, r.n, 1);
     if (g.a.json) {
-        print_json(&r, prompt, P, answer_text, mode, &g.d.gen);
+        print_json(&r, prompt, P, answer_text, mode, &g.d);
     } else {
         if (g.a.visualize) printf("%s\n", answer_text ? answer_text : "");
         fflush(stdout); /* the answer before the statistics line on stderr */
-        fprintf(stderr, "[%s: %d tokens, %d model calls, TPF %.2f, %.2f tokens/call, %.1f tokens/s, %.2f s]\n",
-                mode, r.st.n_tokens, r.st.n_calls, r.st.tpf, r.st.tokens_per_call, r.st.tokens_per_s, r.st.seconds);
+        if (g.a.reverse_prompt && !r.st.n_calls) /* stopped at the stop text: no statistics */
+            fprintf(stderr, "[%s: %d tokens, stopped at the reverse prompt]\n", mode, r.n);
+        else
+            fprintf(stderr, "[%s: %d tokens, %d model calls, TPF %.2f, %.2f tokens/call, %.1f tokens/s, %.2f s]\n",
+                    mode, r.st.n_tokens, r.st.n_calls, r.st.tpf, r.st.tokens_per_call, r.st.tokens_per_s,
+                    r.st.seconds);
     }
     rc = 0;
 out:

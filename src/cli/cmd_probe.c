@@ -61,6 +61,7 @@ int cmd_probe(int argc, char **argv) {
                             groups, 2, argc, argv, &pos);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&d);
+    if (rf_decode_opts_cli("probe", &d)) return 2;
     /* --json FILE: the file is the one positional argument */
     const char *json_path = NULL;
     if (pos < argc && a.json && pos + 1 == argc) json_path = argv[pos++];

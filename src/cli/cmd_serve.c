@@ -20,7 +20,7 @@
 
 typedef struct {
     const char *model, *host, *name, *api_key, *cors;
-    int port, parallel, max_queue, max_connections, max_per_client, timeout, queue_wait, max_request_mb, quiet;
+    int port, parallel, cont_batching, max_queue, max_connections, max_per_client, timeout, queue_wait, max_request_mb, quiet;
     int64_t max_body;
 } serve_args;
 
@@ -35,6 +35,9 @@ static const rf_opt serve_opts[] = {
      .help = "model id in responses (default: the directory's name)"},
     {.name = "parallel", .alias = "workers", .type = RF_OPT_INT, .lo = 1, .hi = 256, .offset = A(parallel),
      .metavar = "N", .help = "requests decoded at the same time, one worker thread each (weights shared)"},
+    {.name = "cont-batching", .type = RF_OPT_FLAG, .offset = A(cont_batching),
+     .help = "accepted for llama.cpp's habit: the --parallel workers always take the next request as soon as "
+             "they finish one"},
     {.name = "api-key", .type = RF_OPT_STR, .offset = A(api_key), .metavar = "KEY",
      .help = "require \"Authorization: Bearer KEY\" on every request but /health (default: the "
              "REFUSION_API_KEY environment variable; none when unset)"},
@@ -80,16 +83,19 @@ int cmd_serve(int argc, char **argv) {
     const rf_opt_group groups[] = {
         {NULL, serve_opts, (int)(sizeof serve_opts / sizeof serve_opts[0]), &a, &def_a},
         {"decoding: the defaults of requests that do not set them (the same options and defaults in generate, "
-         "chat, eval, probe and serve; HTTP: the request field)",
+         "chat, eval, probe and serve; the model's generation_config.json replaces the defaults, flags override "
+         "it; HTTP: the request field, which overrides both; responses say where each value came from)",
          rf_decode_table, rf_decode_table_n, &c.defaults, &def},
     };
-    int prc = rf_args_parse("serve", "-m MODEL [options]\n"
+    unsigned char *src[2] = {NULL, c.defaults.src};
+    int prc = rf_args_parse_src("serve", "-m MODEL [options]\n"
                             "Serve the model over HTTP (OpenAI-compatible): GET /health, /metrics, /v1/models[/ID];\n"
                             "POST /v1/completions, /v1/chat/completions (\"stream\": true for Server-Sent Events).\n"
                             "--parallel requests are decoded at once, the rest wait in arrival order.",
-                            groups, 2, argc, argv, NULL);
+                            groups, 2, argc, argv, NULL, src);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&c.defaults);
+    if (rf_decode_opts_cli("serve", &c.defaults)) return 2;
     const char *model_dir = a.model;
     c.host = a.host, c.port = a.port, c.model_name = a.name, c.workers = a.parallel;
     c.api_key = a.api_key && *a.api_key ? a.api_key : NULL;
@@ -121,7 +127,29 @@ int cmd_serve(int argc, char **argv) {
         rf_model_close(m);
         return 1;
     }
-    if (tok && rf_tokenizer_eos_id(tok) >= 0) p->eos_id = rf_tokenizer_eos_id(tok); /* as `generate` does */
+    /* the checkpoint's recommended settings under the flags; requests override both */
+    if (rf_decode_opts_from_config(&c.defaults, model_dir, tok ? rf_tokenizer_eos_id(tok) : -1)) {
+        fprintf(stderr, "refusion: serve: %s\n", rf_last_error());
+        rf_tokenizer_close(tok);
+        rf_model_close(m);
+        return 1;
+    }
+    if (c.defaults.config_eos >= 0 && !c.defaults.ignore_eos) p->eos_id = c.defaults.config_eos;
+    else if (tok && rf_tokenizer_eos_id(tok) >= 0 && !c.defaults.ignore_eos)
+        p->eos_id = rf_tokenizer_eos_id(tok); /* as `generate` does */
+    int from_config = 0;
+    for (int i = 0; i < rf_decode_table_n; i++) from_config |= c.defaults.src[i] == RF_SRC_CONFIG;
+    if (from_config) {
+        fprintf(stderr, "refusion serve: defaults from %s:",
+                c.defaults.generation_config ? c.defaults.generation_config : "the model's generation_config.json");
+        for (int i = 0; i < rf_decode_table_n; i++)
+            if (c.defaults.src[i] == RF_SRC_CONFIG) {
+                char v[64];
+                rf_opt_format(&rf_decode_table[i], &c.defaults, v, sizeof v);
+                fprintf(stderr, " %s=%s", rf_decode_table[i].http ? rf_decode_table[i].http : rf_decode_table[i].name, v);
+            }
+        fputc('\n', stderr);
+    }
     /* the server-wide defaults must be usable on their own (a one-token prompt) */
     int32_t probe = 0;
     rf_params probe_p = rf_params_from_opts(p, c.defaults.decoder, c.defaults.steps);

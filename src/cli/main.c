@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
     install_test_faults();
     rf_log_set(log_to_stderr, NULL);
     if (argc == 2 && !strcmp(argv[1], "--version")) {
-        printf("refusion %s\n", RF_VERSION);
+        printf("refusion %s\n", RF_VERSION_STRING);
         return 0;
     }
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {

@@ -4,7 +4,8 @@
  * (in chunks, counted as one model call whose last logits give the first
  * answer token); then each call feeds the token just produced. Stops after
  * gen_length tokens or after an EOS (which is part of the answer). Sampling:
- * greedy at temperature 0, else softmax(l / T) cut to top_k / top_p. */
+ * greedy at temperature 0, else softmax(l / T) cut to top_k / top_p / min_p;
+ * the penalties first (rf_sample_token). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,7 +32,7 @@ int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_
     int rc = gen_prefill(m, &kv, rs, prompt, n_prompt, chunk, pos, logits, &ans);
     rf_step_stat *st = &ans.steps[ans.n_steps - 1];
     for (int i = 0; i < G && rc == 0; i++) {
-        int t = rf_sample_ar(logits, V, p->temperature, p->top_k, p->top_p, &rng);
+        int t = rf_sample_token(logits, V, p, prompt, n_prompt, ans.tok, i, &rng);
         ans_fill(&ans, i, t);
         st->tpf_ref = 1.0;
         ans_event(&ans, RF_EV_AR_TOKEN, i, 1, &i, &t, NULL);

@@ -78,6 +78,12 @@ typedef struct {
     int rolling;             /* ReFusion, beyond the paper: a rolling slot (decode/rolling.c):
                                 every call verifies the drafts and drafts the next slot with masks
                                 behind them; the answer is AR decoding's (same sampling settings) */
+    /* AR sampling (ar and the rolling slot), as llama.cpp names them */
+    float min_p;             /* keep tokens with probability >= min_p * the top one's (0 = off) */
+    float repeat_penalty;    /* l /= x (l *= x when l <= 0) for tokens seen in the window (1 = off) */
+    float presence_penalty;  /* l -= x for tokens seen in the window (0 = off) */
+    float frequency_penalty; /* l -= x * count for tokens seen in the window (0 = off) */
+    int penalty_last_n;      /* the window: last N tokens of prompt + answer (-1: all, 0: none) */
     rf_tokens_cb on_tokens;  /* optional */
     rf_event_cb on_event;    /* optional */
     void *user;
@@ -171,5 +177,11 @@ int rf_gumbel_argmax(const float *l, int vocab, double temperature, float max, r
 /* AR sampling: softmax(l / T) restricted to the top_k most likely tokens and
  * to the smallest set whose mass reaches top_p; T == 0 is argmax. */
 int rf_sample_ar(const float *l, int vocab, float temperature, int top_k, float top_p, rf_rng *rng);
+/* AR decoding's draw of the next token: p's penalties (over the window of
+ * prompt ++ answer[0 .. n_answer)), then rf_sample_ar's steps and min_p. */
+int rf_sample_token(const float *l, int vocab, const rf_gen_params *p, const int *prompt, int n_prompt,
+                    const int *answer, int n_answer, rf_rng *rng);
+/* 1 when p has a repeat / presence / frequency penalty */
+int rf_gen_has_penalties(const rf_gen_params *p);
 
 #endif

@@ -21,6 +21,8 @@ void rf_gen_params_default(rf_gen_params *p) {
     p->seed = 0;
     p->eos_id = RF_ID_FROM_MODEL;
     p->mask_id = RF_ID_FROM_MODEL;
+    p->repeat_penalty = 1.0f;
+    p->penalty_last_n = 64;
 }
 
 int gen_cancelled(const rf_gen_params *p) {
@@ -89,6 +91,26 @@ int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_ge
             rf_set_error("top_p must be in (0, 1] (got %g)", p->top_p);
             return -1;
         }
+        if (bad_unit(p->min_p)) {
+            rf_set_error("min_p must be in [0, 1] (got %g)", p->min_p);
+            return -1;
+        }
+        if (!(p->repeat_penalty > 0.0f) || isinf(p->repeat_penalty) || !isfinite(p->presence_penalty) ||
+            !isfinite(p->frequency_penalty)) {
+            rf_set_error("repeat_penalty must be a finite number > 0, presence/frequency penalties finite "
+                         "(got %g, %g, %g)", p->repeat_penalty, p->presence_penalty, p->frequency_penalty);
+            return -1;
+        }
+        if (p->penalty_last_n < -1) {
+            rf_set_error("penalty_last_n must be -1 (all tokens) or >= 0 (got %d)", p->penalty_last_n);
+            return -1;
+        }
+    } else if (!p->rolling && (rf_gen_has_penalties(p) || p->min_p != 0.0f)) {
+        /* plan-and-infill drafts whole slots with the mask head: a per-token
+         * penalty over the tokens before it has no defined place there */
+        rf_set_error("min_p and the repeat / presence / frequency penalties are AR sampling settings: "
+                     "use the ar decoder or the rolling slot (--rolling)");
+        return -1;
     }
     if (!ar || p->rolling) { /* slots and masks: ReFusion, the rolling decoder included */
         if (p->slot_size < 1) {
@@ -245,8 +267,8 @@ static int by_prob_desc(const void *a, const void *b) {
     return x->id - y->id;
 }
 
-/* temperature, then top-k, then top-p (the Hugging Face order) */
-int rf_sample_ar(const float *l, int V, float T, int top_k, float top_p, rf_rng *rng) {
+/* temperature, then top-k, then top-p, then min-p (the Hugging Face order) */
+static int sample_core(const float *l, int V, float T, int top_k, float top_p, float min_p, rf_rng *rng) {
     rf_logit_stats st = rf_logits_stats(l, V);
     if (T <= 0.0f) return st.argmax;
     prob_id *c = rf_scoped_malloc((size_t)V * sizeof *c);
@@ -270,8 +292,19 @@ int rf_sample_ar(const float *l, int V, float T, int top_k, float top_p, rf_rng 
             sum = cum;
         }
     }
+    int last = n - 1; /* the fallback pick when rounding leaves r >= the total */
+    if (min_p > 0.0f) {
+        /* c[i].p is the probability relative to the most likely token's
+         * (exp((l - max) / T), 1 at the max): drop the tokens below min_p of
+         * it, in place (the max itself always stays) */
+        sum = 0;
+        for (int i = 0; i < n; i++) {
+            if (c[i].p < min_p) c[i].p = 0;
+            else sum += c[i].p, last = i;
+        }
+    }
     double r = rf_rng_uniform(rng) * sum, cum = 0;
-    int pick = c[n - 1].id;
+    int pick = c[last].id;
     for (int i = 0; i < n; i++) {
         cum += c[i].p;
         if (r < cum) {
@@ -280,6 +313,51 @@ int rf_sample_ar(const float *l, int V, float T, int top_k, float top_p, rf_rng 
         }
     }
     rf_scoped_free(c);
+    return pick;
+}
+
+int rf_sample_ar(const float *l, int V, float T, int top_k, float top_p, rf_rng *rng) {
+    return sample_core(l, V, T, top_k, top_p, 0.0f, rng);
+}
+
+int rf_gen_has_penalties(const rf_gen_params *p) {
+    return p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+}
+
+static int by_id(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* llama.cpp's penalties over the last penalty_last_n tokens of prompt +
+ * answer (-1: all of them), each distinct token t seen c times there:
+ * l[t] /= repeat (l[t] * repeat when l[t] <= 0), then
+ * l[t] -= c * frequency + presence. Then AR sampling as rf_sample_ar with
+ * min_p. Deterministic in (logits, history, settings, RNG state), which is
+ * what lets the rolling slot reproduce AR decoding token for token. */
+int rf_sample_token(const float *l, int V, const rf_gen_params *p, const int *prompt, int n_prompt,
+                    const int *answer, int n_answer, rf_rng *rng) {
+    if (!rf_gen_has_penalties(p)) return sample_core(l, V, p->temperature, p->top_k, p->top_p, p->min_p, rng);
+    int64_t n_all = (int64_t)n_prompt + n_answer;
+    int64_t w = p->penalty_last_n < 0 || p->penalty_last_n > n_all ? n_all : p->penalty_last_n;
+    float *pl = rf_scoped_malloc((size_t)V * sizeof(float));
+    int *win = rf_scoped_malloc((size_t)(w + 1) * sizeof(int));
+    memcpy(pl, l, (size_t)V * sizeof(float));
+    for (int64_t i = 0; i < w; i++) {
+        int64_t k = n_all - w + i; /* position in prompt ++ answer */
+        win[i] = k < n_prompt ? prompt[k] : answer[k - n_prompt];
+    }
+    qsort(win, (size_t)w, sizeof *win, by_id);
+    for (int64_t i = 0; i < w;) {
+        int64_t j = i;
+        while (j < w && win[j] == win[i]) j++;
+        int t = win[i];
+        if (t >= 0 && t < V) {
+            float x = pl[t];
+            x = x <= 0.0f ? x * p->repeat_penalty : x / p->repeat_penalty;
+            pl[t] = x - (float)(j - i) * p->frequency_penalty - p->presence_penalty;
+        }
+        i = j;
+    }
+    int pick = sample_core(pl, V, p->temperature, p->top_k, p->top_p, p->min_p, rng);
+    rf_scoped_free(win), rf_scoped_free(pl);
     return pick;
 }
 

@@ -17,8 +17,9 @@
  *
  * A draft passes when it IS the token AR decoding would commit at its
  * position: the AR head's token is drawn there exactly as rf_generate_ar
- * draws it (argmax at temperature 0, else rf_sample_ar with the same RNG,
- * one draw per answer position in order), and the draft is compared with it.
+ * draws it (rf_sample_token with the same settings, the same history - prompt
+ * and the answer before it - and the same RNG, one draw per answer position
+ * in order), and the draft is compared with it.
  * The answer is therefore identical to AR decoding's with the same settings
  * and seed, token for token: ReFusion here only changes how many tokens one
  * call yields (tests/decode_rolling.c checks this on random models).
@@ -78,7 +79,7 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
          * token. */
         int j = 0, a0 = n_ans;
         for (;;) {
-            int t = rf_sample_ar(logits + (size_t)j * V, V, p->temperature, p->top_k, p->top_p, &rng);
+            int t = rf_sample_token(logits + (size_t)j * V, V, p, prompt, n_prompt, ans.tok, n_ans, &rng);
             int pass = j < k && draft[j] == t;
             ans_fill(&ans, n_ans, t);
             ans_count_how(&ans, pass ? HOW_VERIFIED : HOW_FORCED_AR);

@@ -107,6 +107,7 @@ static int parse_row(json_t *v, const char *key, const rf_opt *row, const rf_mod
                       : row->hi_from == RF_HI_VOCAB ? " (the vocabulary)" : "";
     switch (row->type) {
     case RF_OPT_INT:
+    case RF_OPT_LEN: /* -1 (no limit) is the command line's only: [lo, hi] here */
     case RF_OPT_I64: {
         long long x = json_is_integer(v) ? (long long)json_integer_value(v) : 0;
         if (!json_is_integer(v) || x < (long long)row->lo || (hi < 9e18 && x > (long long)hi)) {
@@ -114,8 +115,8 @@ static int parse_row(json_t *v, const char *key, const rf_opt *row, const rf_mod
             else rf_set_error("\"%s\" must be an integer in [%.0f, %.0f]%s", key, row->lo, hi, why);
             return -1;
         }
-        if (row->type == RF_OPT_INT) *(int *)dst = (int)x;
-        else *(int64_t *)dst = x;
+        if (row->type == RF_OPT_I64) *(int64_t *)dst = x;
+        else *(int *)dst = (int)x;
         return 0;
     }
     case RF_OPT_FLOAT: {
@@ -188,6 +189,7 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
             snprintf(r->err_param, sizeof r->err_param, "%s", k);
             return -1;
         }
+        if (v) d.src[i] = RF_SRC_REQUEST; /* over the server's default / generation_config.json / flag */
     }
     rf_decode_opts_finish(&d);
     r->d = d;

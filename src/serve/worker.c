@@ -115,6 +115,12 @@ static json_t *stats_json(const job *j, const rf_stats *r) {
     }
     json_object_set_new(set, "max_tokens", json_integer(p->gen_length));
     json_object_set_new(o, "settings", set);
+    /* where each of them came from: default, generation_config.json, flag (the server's) or request */
+    json_t *src = json_object();
+    for (int i = 0; i < rf_decode_table_n; i++)
+        if (rf_decode_table[i].http)
+            json_object_set_new(src, rf_decode_table[i].http, json_string(rf_src_names[j->req.d.src[i]]));
+    json_object_set_new(o, "settings_source", src);
     return o;
 }
 
