@@ -108,11 +108,16 @@ static char *settings_line(const json_t *s) {
     return line ? line : rf_strdup("{}");
 }
 
+/* the meter counts this run's samples only (resumed ones are done already),
+ * so that its ETA is this run's pace */
 static void paper_progress(int done, int total, const rf_paper_totals *t, void *meter) {
-    char extra[96];
-    snprintf(extra, sizeof extra, "score %.1f%%  %.0f tok/s", t->n ? 100.0 * t->sum[0] / t->n : 0.0,
-             t->seconds > 0 ? t->tokens / t->seconds : 0.0);
-    rf_meter_update(meter, done, extra);
+    rf_meter *m = meter;
+    char extra[128];
+    int k = snprintf(extra, sizeof extra, "score %.1f%%  %.0f tok/s", t->n ? 100.0 * t->sum[0] / t->n : 0.0,
+                     t->seconds > 0 ? t->tokens / t->seconds : 0.0);
+    if (t->n_resumed) snprintf(extra + k, sizeof extra - (size_t)k, "  (+%d resumed)", t->n_resumed);
+    m->total = total - t->n_resumed;
+    if (done > t->n_resumed) rf_meter_update(m, done - t->n_resumed, extra);
 }
 
 /* --task: one of the paper's benchmarks */
@@ -140,7 +145,7 @@ static int eval_paper(const eval_args *a, const rf_decode_opts *d) {
     o.resume = a->resume;
     rf_sandbox_limits box;
     rf_sandbox_default(&box);
-    if (a->code_timeout > 0) box.wall_s = a->code_timeout, box.cpu_s = (int)(a->code_timeout + 0.999f);
+    box.wall_s = a->code_timeout, box.cpu_s = (int)(a->code_timeout + 0.999f);
     o.box = &box;
 
     json_t *items = rf_paper_load(task, a->data), *answers = NULL;
@@ -238,7 +243,9 @@ done:
 }
 
 int cmd_eval(int argc, char **argv) {
-    eval_args a = {.data = NULL}, def_a = a;
+    rf_sandbox_limits sb;
+    rf_sandbox_default(&sb);
+    eval_args a = {.code_timeout = (float)sb.wall_s}, def_a = a;
     rf_decode_opts d, def;
     rf_decode_opts_default(&d);
     def = d;
