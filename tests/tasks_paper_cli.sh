@@ -6,7 +6,7 @@
 #  - the task's preset is the default, --preset and explicit options override
 #    it in any order;
 #  - the demo model over every fixture: the report's shape and counts (its
-#    scores mean nothing on a 3.4M model);
+#    scores mean nothing on a 3.4M model), and --table over the seven runs;
 #  - a run killed mid-way (and its last line cut short) resumes with
 #    --resume and ends with the samples of an uninterrupted run;
 #  - bad options and files: one "refusion: " line and exit status 1 or 2.
@@ -88,6 +88,14 @@ sb=$(node -e "
   const l = require('fs').readFileSync(process.argv[1], 'utf8').trim().split('\n').map(JSON.parse);
   console.log(l.every(x => x.sandbox && typeof x.sandbox.passed === 'boolean'))" "$T/demo-mbpp.samples.jsonl")
 check '[ "$sb" = true ]' "code samples carry the sandbox's verdict"
+
+# the seven runs as one table in the paper's layout: one row, a cell per task
+run eval --table "$T"/demo-*.json
+row=$(grep -c "^| $DEMO, ar |\( [0-9.]* ([0-9.]* tok/s) |\)\{7\}\$" "$T/out")
+head=$(head -n 1 "$T/out")
+check '[ $rc -eq 0 ] && [ "$row" = 1 ] && [ "$head" = "| model, decoder | humaneval | mbpp | gsm8k | math | gpqa | mmlu-pro | arc-c |" ]' \
+  "--table: $out $err"
+expect_fail 1 "not the summary" eval --table "$T/demo-gsm8k.json" "$SRC/models/refusion-demo/config.json"
 
 # ---- resume after a kill ---------------------------------------------------------------
 for _ in $(seq 6); do cat "$F/gsm8k.jsonl"; done >"$T/g30.jsonl"
