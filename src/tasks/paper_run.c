@@ -83,7 +83,6 @@ static int resume_samples(int fd, const char *path, int task, const json_t *item
     }
     buf[n] = 0;
     int nm, done = 0;
-    rf_paper_metrics(task, &nm);
     const char *const *names = rf_paper_metrics(task, &nm);
     size_t keep = 0;
     for (char *s = buf; s < buf + n;) {
