@@ -6,7 +6,7 @@
 #  - the task's preset is the default, --preset and explicit options override
 #    it in any order;
 #  - the demo model over every fixture: the report's shape and counts (its
-#    scores mean nothing on a 3.4M model);
+#    scores mean nothing on a 3.4M model), and --table over the seven runs;
 #  - a run killed mid-way (and its last line cut short) resumes with
 #    --resume and ends with the samples of an uninterrupted run;
 #  - bad options and files: one "refusion: " line and exit status 1 or 2.
@@ -50,23 +50,27 @@ run eval --task gsm8k --data "$F/gsm8k.jsonl" --answers "$F/gsm8k.answers.jsonl"
 got=$(js "$T/lim.json" "console.log(d['n-samples'].gsm8k.effective, d.results.gsm8k['exact_match,strict-match'])")
 check '[ "$got" = "2 0.5" ]' "--limit 2: $got"
 
+# progress on stderr (not a terminal: a line per tenth), with the score and the ETA
+run eval --task arc-c --data "$F/arc.jsonl" --answers "$F/arc.answers.jsonl" -o "$T/prog"
+check '[[ "$err" == *"arc-c: ["*"] 1/5  score 100.0%"*"eta "* ]] && [[ "$err" == *"5/5  score 60.0%"* ]]' "progress: $err"
+
 # ---- presets ---------------------------------------------------------------------------
 settings() { js "$1" "const s = d.config.settings; console.log(s.slot_size, s.blocks, s.slot_threshold, s.token_threshold, s.temperature, s.preset)"; }
-run eval -m "$DEMO" --task math --data "$F/math.jsonl" --limit 1 -n 4 -o "$T/p1" --quiet
+run eval -t 1 -m "$DEMO" --task math --data "$F/math.jsonl" --limit 1 -n 4 -o "$T/p1" --quiet
 check '[ $rc -eq 0 ] && [ "$(settings "$T/p1.json")" = "32 8 0.8 0.6 0 math" ]' "math preset: $(settings "$T/p1.json") $err"
-run eval -m "$DEMO" --slot-size 4 --task math --data "$F/math.jsonl" --limit 1 -n 4 --temp 0.5 -o "$T/p2" --quiet
+run eval -t 1 -m "$DEMO" --slot-size 4 --task math --data "$F/math.jsonl" --limit 1 -n 4 --temp 0.5 -o "$T/p2" --quiet
 check '[ "$(settings "$T/p2.json")" = "4 8 0.8 0.6 0.5 math" ]' "explicit options over the task preset: $(settings "$T/p2.json")"
-run eval -m "$DEMO" --slot-size 4 --task gsm8k --preset arc-c --data "$F/gsm8k.jsonl" --limit 1 -n 4 -o "$T/p3" --quiet
+run eval -t 1 -m "$DEMO" --slot-size 4 --task gsm8k --preset arc-c --data "$F/gsm8k.jsonl" --limit 1 -n 4 -o "$T/p3" --quiet
 check '[ "$(settings "$T/p3.json")" = "4 64 0.8 0.1 0 arc-c" ]' "--preset over the task's, options over both: $(settings "$T/p3.json")"
 gl=$(js "$T/p3.json" "console.log(d.config.settings.gen_length)")
 check '[ "$gl" = 4 ]' "-n 4 kept: $gl"
-run eval -m "$DEMO" --preset gpqa --data "$SRC/tests/data/none.json" --help
+run eval -t 1 -m "$DEMO" --preset gpqa --data "$SRC/tests/data/none.json" --help
 check '[ $rc -eq 0 ] && [[ "$out" == *"--preset TASK"* ]]' "--help lists --preset"
 
 # ---- the demo model over every fixture -------------------------------------------------
 for spec in gsm8k:gsm8k math:math humaneval:humaneval mbpp:mbpp arc-c:arc mmlu-pro:mmlu_pro gpqa:gpqa; do
   task=${spec%%:*} stem=${spec#*:}
-  run eval -m "$DEMO" --task "$task" --data "$F/$stem.jsonl" --decoder ar -n 4 --limit 2 -o "$T/demo-$task" --quiet
+  run eval -t 1 -m "$DEMO" --task "$task" --data "$F/$stem.jsonl" --decoder ar -n 4 --limit 2 -o "$T/demo-$task" --quiet
   check '[ $rc -eq 0 ]' "demo $task: rc $rc $err"
   shape=$(js "$T/demo-$task.json" "
     const r = d.results['$task'], s = d.speed['$task'];
@@ -85,11 +89,19 @@ sb=$(node -e "
   console.log(l.every(x => x.sandbox && typeof x.sandbox.passed === 'boolean'))" "$T/demo-mbpp.samples.jsonl")
 check '[ "$sb" = true ]' "code samples carry the sandbox's verdict"
 
+# the seven runs as one table in the paper's layout: one row, a cell per task
+run eval --table "$T"/demo-*.json
+row=$(grep -c "^| $DEMO, ar |\( [0-9.]* ([0-9.]* tok/s) |\)\{7\}\$" "$T/out")
+head=$(head -n 1 "$T/out")
+check '[ $rc -eq 0 ] && [ "$row" = 1 ] && [ "$head" = "| model, decoder | humaneval | mbpp | gsm8k | math | gpqa | mmlu-pro | arc-c |" ]' \
+  "--table: $out $err"
+expect_fail 1 "not the summary" eval --table "$T/demo-gsm8k.json" "$SRC/models/refusion-demo/config.json"
+
 # ---- resume after a kill ---------------------------------------------------------------
-for _ in $(seq 8); do cat "$F/gsm8k.jsonl"; done >"$T/g40.jsonl"
-common=(-m "$DEMO" --task gsm8k --data "$T/g40.jsonl" --decoder ar -n 12 --quiet)
+for _ in $(seq 6); do cat "$F/gsm8k.jsonl"; done >"$T/g30.jsonl"
+common=(-t 1 -m "$DEMO" --task gsm8k --data "$T/g30.jsonl" --decoder ar -n 6 --quiet)
 run eval "${common[@]}" -o "$T/whole"
-check '[ $rc -eq 0 ] && [ "$(wc -l <"$T/whole.samples.jsonl")" = 40 ]' "uninterrupted run: rc $rc $err"
+check '[ $rc -eq 0 ] && [ "$(wc -l <"$T/whole.samples.jsonl")" = 30 ]' "uninterrupted run: rc $rc $err"
 "$BIN" eval "${common[@]}" -o "$T/cut" 2>/dev/null &
 pid=$!
 for _ in $(seq 1 600); do
@@ -100,7 +112,7 @@ kill -KILL $pid 2>/dev/null
 wait $pid 2>/dev/null
 k=$(wc -l <"$T/cut.samples.jsonl")
 check '[ "$k" -ge 3 ]' "killed after $k samples"
-if [ "$k" -ge 40 ]; then # it finished before the kill landed: keep what a kill after 5 would have left
+if [ "$k" -ge 30 ]; then # it finished before the kill landed: keep what a kill after 5 would have left
   head -n 5 "$T/whole.samples.jsonl" >"$T/cut.samples.jsonl"
   k=5
 fi
@@ -114,12 +126,12 @@ same=$(node -e "
   console.log(a.length === b.length && a.every((x, i) => x === b[i]))" "$T/whole.samples.jsonl" "$T/cut.samples.jsonl")
 check '[ "$same" = true ]' "the resumed samples differ from the uninterrupted run's"
 res=$(js "$T/cut.json" "console.log(d['n-samples'].gsm8k.effective, d['n-samples'].gsm8k.resumed)")
-check '[ "$res" = "40 $k" ]' "resumed counts: $res (killed after $k)"
+check '[ "$res" = "30 $k" ]' "resumed counts: $res (killed after $k)"
 a1=$(js "$T/whole.json" "console.log(JSON.stringify(d.results))")
 a2=$(js "$T/cut.json" "console.log(JSON.stringify(d.results))")
 check '[ "$a1" = "$a2" ]' "resumed results differ: $a1 / $a2"
 # samples of another task or data are refused
-expect_fail 1 "not sample" eval -m "$DEMO" --task gsm8k --data "$F/gsm8k.jsonl" --decoder ar -n 4 -o "$T/cut" --resume --quiet
+expect_fail 1 "not sample" eval -t 1 -m "$DEMO" --task gsm8k --data "$F/gsm8k.jsonl" --decoder ar -n 4 -o "$T/cut" --resume --quiet
 
 # ---- bad input -------------------------------------------------------------------------
 expect_fail 2 "needs --data" eval --task gsm8k --answers "$F/gsm8k.answers.jsonl" -o "$T/x"

@@ -28,7 +28,7 @@ typedef struct {
     const char *model, *tokenizer, *data, *answers, *out;
     int limit, quiet, no_early_stop, json;
     int task;         /* 0: the project's own suite, else 1 + a preset / paper task name */
-    int resume;
+    int resume, table;
     float code_timeout;
 } eval_args;
 
@@ -48,6 +48,9 @@ static const rf_opt eval_opts[] = {
              "in the data file's order)"},
     {.name = "resume", .type = RF_OPT_FLAG, .offset = A(resume),
      .help = "--task: continue the run whose samples are in PATH.samples.jsonl"},
+    {.name = "table", .type = RF_OPT_FLAG, .offset = A(table),
+     .help = "no run: print the summaries PATH.json given as arguments (runs of --task) as one table in "
+             "the paper's layout (a row per model and decoder, a column per task)"},
     {.name = "code-timeout", .type = RF_OPT_FLOAT, .lo = 0, .hi = 3600, .open_lo = 1, .offset = A(code_timeout),
      .metavar = "S", .help = "--task humaneval|mbpp: wall-clock seconds per program (CPU limit the same)"},
     {.name = "limit", .type = RF_OPT_INT, .lo = 0, .hi = 100000000, .offset = A(limit), .metavar = "N",
@@ -108,11 +111,16 @@ static char *settings_line(const json_t *s) {
     return line ? line : rf_strdup("{}");
 }
 
+/* the meter counts this run's samples only (resumed ones are done already),
+ * so that its ETA is this run's pace */
 static void paper_progress(int done, int total, const rf_paper_totals *t, void *meter) {
-    char extra[96];
-    snprintf(extra, sizeof extra, "score %.1f%%  %.0f tok/s", t->n ? 100.0 * t->sum[0] / t->n : 0.0,
-             t->seconds > 0 ? t->tokens / t->seconds : 0.0);
-    rf_meter_update(meter, done, extra);
+    rf_meter *m = meter;
+    char extra[128];
+    int k = snprintf(extra, sizeof extra, "score %.1f%%  %.0f tok/s", t->n ? 100.0 * t->sum[0] / t->n : 0.0,
+                     t->seconds > 0 ? t->tokens / t->seconds : 0.0);
+    if (t->n_resumed) snprintf(extra + k, sizeof extra - (size_t)k, "  (+%d resumed)", t->n_resumed);
+    m->total = total - t->n_resumed;
+    if (done > t->n_resumed) rf_meter_update(m, done - t->n_resumed, extra);
 }
 
 /* --task: one of the paper's benchmarks */
@@ -140,7 +148,7 @@ static int eval_paper(const eval_args *a, const rf_decode_opts *d) {
     o.resume = a->resume;
     rf_sandbox_limits box;
     rf_sandbox_default(&box);
-    if (a->code_timeout > 0) box.wall_s = a->code_timeout, box.cpu_s = (int)(a->code_timeout + 0.999f);
+    box.wall_s = a->code_timeout, box.cpu_s = (int)(a->code_timeout + 0.999f);
     o.box = &box;
 
     json_t *items = rf_paper_load(task, a->data), *answers = NULL;
@@ -237,8 +245,39 @@ done:
     return rc;
 }
 
+/* --table FILE...: the summaries of several runs as one table */
+static int eval_table(int argc, char **argv, int first) {
+    int n = argc - first, rc = 1;
+    if (n < 1) {
+        fprintf(stderr, "refusion: eval: --table needs the PATH.json files of `eval --task` runs\n");
+        return 2;
+    }
+    json_t **docs = rf_calloc((size_t)n, sizeof *docs);
+    for (int i = 0; i < n; i++) {
+        json_error_t e;
+        if (!(docs[i] = json_load_file(argv[first + i], 0, &e))) {
+            fprintf(stderr, "refusion: %s: line %d: %s\n", argv[first + i], e.line, e.text);
+            goto done;
+        }
+    }
+    char *t = rf_paper_table(docs, (const char *const *)(argv + first), n);
+    if (!t) {
+        rf_print_error();
+        goto done;
+    }
+    fputs(t, stdout);
+    free(t);
+    rc = 0;
+done:
+    for (int i = 0; i < n; i++) json_decref(docs[i]);
+    free(docs);
+    return rc;
+}
+
 int cmd_eval(int argc, char **argv) {
-    eval_args a = {.data = NULL}, def_a = a;
+    rf_sandbox_limits sb;
+    rf_sandbox_default(&sb);
+    eval_args a = {.code_timeout = (float)sb.wall_s}, def_a = a;
     rf_decode_opts d, def;
     rf_decode_opts_default(&d);
     def = d;
@@ -251,8 +290,14 @@ int cmd_eval(int argc, char **argv) {
                            "and speed per task family and overall; --task NAME --data FILE: one of the\n"
                            "paper's benchmarks (gsm8k, math, humaneval, mbpp, arc-c, mmlu-pro, gpqa).";
     unsigned char *src[2] = {NULL, d.src};
-    int prc = rf_args_parse_src("eval", synopsis, groups, 2, argc, argv, NULL, src);
+    int first = argc;
+    int prc = rf_args_parse_src("eval", synopsis, groups, 2, argc, argv, &first, src);
     if (prc) return prc > 0 ? 0 : 2;
+    if (a.table) return eval_table(argc, argv, first);
+    if (first < argc) {
+        fprintf(stderr, "refusion: eval: unexpected argument '%s' (see --help)\n", argv[first]);
+        return 2;
+    }
     if (a.task && !d.preset) {
         /* the task's preset is the default: parse again over it, so that the
          * options given still override it */
@@ -260,7 +305,7 @@ int cmd_eval(int argc, char **argv) {
         rf_decode_opts_default(&d);
         rf_decode_opts_preset(&d, task);
         a = def_a;
-        if (rf_args_parse_src("eval", synopsis, groups, 2, argc, argv, NULL, src)) return 2;
+        if (rf_args_parse_src("eval", synopsis, groups, 2, argc, argv, &first, src)) return 2;
     }
     rf_decode_opts_finish(&d);
     if (rf_decode_opts_cli("eval", &d)) return 2;

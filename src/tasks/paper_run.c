@@ -83,7 +83,6 @@ static int resume_samples(int fd, const char *path, int task, const json_t *item
     }
     buf[n] = 0;
     int nm, done = 0;
-    rf_paper_metrics(task, &nm);
     const char *const *names = rf_paper_metrics(task, &nm);
     size_t keep = 0;
     for (char *s = buf; s < buf + n;) {
@@ -318,5 +317,59 @@ char *rf_paper_markdown(int task, const rf_paper_totals *t) {
                 t->calls ? (double)t->tokens / t->calls : 0.0, t->n ? t->seconds / t->n : 0.0);
     }
     if (fclose(f) || !out) rf_oom(n);
+    return out;
+}
+
+char *rf_paper_table(json_t *const *summaries, const char *const *paths, int n) {
+    static const int order[RF_PAPER_N] = {RF_PAPER_HUMANEVAL, RF_PAPER_MBPP,     RF_PAPER_GSM8K, RF_PAPER_MATH,
+                                          RF_PAPER_GPQA,      RF_PAPER_MMLU_PRO, RF_PAPER_ARC_C};
+    /* rows: the distinct "model, decoder" in the order first seen */
+    json_t *rows = json_array(), *cells = json_object();
+    for (int i = 0; i < n; i++) {
+        const json_t *cfg = json_object_get(summaries[i], "config"), *tab = json_object_get(summaries[i], "table");
+        const char *task = json_string_value(json_object_get(cfg, "task")),
+                   *model = json_string_value(json_object_get(cfg, "model")),
+                   *dec = json_string_value(json_object_get(cfg, "decoder"));
+        const json_t *head = json_array_get(tab, 0),
+                     *speed = json_object_get(json_object_get(summaries[i], "speed"), task ? task : "");
+        if (!task || rf_paper_task_from_name(task) < 0 || !model || !dec || !json_is_number(json_object_get(head, "value"))) {
+            rf_set_error("%s: not the summary of an `eval --task` run", paths[i]);
+            json_decref(rows), json_decref(cells);
+            return NULL;
+        }
+        char key[1024];
+        snprintf(key, sizeof key, "%s, %s", model, dec);
+        json_t *row = json_object_get(cells, key);
+        if (!row) {
+            row = json_object();
+            json_object_set_new(cells, key, row);
+            json_array_append_new(rows, json_string(key));
+        }
+        char cell[96];
+        snprintf(cell, sizeof cell, "%.2f (%.1f tok/s)", 100 * json_number_value(json_object_get(head, "value")),
+                 json_number_value(json_object_get(speed, "tokens_per_s")));
+        json_object_set_new(row, task, json_string(cell));
+    }
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!f) rf_oom(0);
+    fputs("| model, decoder |", f);
+    for (int k = 0; k < RF_PAPER_N; k++) fprintf(f, " %s |", rf_paper_task_name(order[k]));
+    fputs("\n|---|", f);
+    for (int k = 0; k < RF_PAPER_N; k++) fputs("---:|", f);
+    fputc('\n', f);
+    for (size_t r = 0; r < json_array_size(rows); r++) {
+        const char *key = json_string_value(json_array_get(rows, r));
+        const json_t *row = json_object_get(cells, key);
+        fprintf(f, "| %s |", key);
+        for (int k = 0; k < RF_PAPER_N; k++) {
+            const char *c = json_string_value(json_object_get(row, rf_paper_task_name(order[k])));
+            fprintf(f, " %s |", c ? c : "-");
+        }
+        fputc('\n', f);
+    }
+    if (fclose(f) || !out) rf_oom(len);
+    json_decref(rows), json_decref(cells);
     return out;
 }

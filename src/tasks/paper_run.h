@@ -58,4 +58,11 @@ json_t *rf_paper_summary(int task, const rf_paper_totals *t, json_t *config);
 /* | task | lm-eval task | metric | score | stderr | n | tokens/s | TPF | tokens/call | latency | (malloc'd) */
 char *rf_paper_markdown(int task, const rf_paper_totals *t);
 
+/* Several runs' summaries (rf_paper_summary's JSON, as read back from
+ * PATH.json) as one table in the paper's layout: a row per model and decoder,
+ * a column per task in the paper's order (HumanEval, MBPP, GSM8K, MATH, GPQA,
+ * MMLU-Pro, ARC-C), each cell the headline score in % and tokens/s.
+ * malloc'd, or NULL with the error set (a JSON that is not a summary). */
+char *rf_paper_table(json_t *const *summaries, const char *const *paths, int n);
+
 #endif

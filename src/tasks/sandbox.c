@@ -403,7 +403,13 @@ int rf_sandbox_run(const char *code, const char *tests, const char *entry_point,
         struct timespec ts = {0, 2000000};
         nanosleep(&ts, NULL);
     }
-    kill(-pid, SIGKILL); /* whatever is left of the group */
+    /* whatever is left of the group (without a PID namespace, what the
+     * program forked), and wait until it is gone, for at most two seconds */
+    kill(-pid, SIGKILL);
+    for (double until = rf_now() + 2.0; rf_now() < until && !(kill(-pid, 0) < 0 && errno == ESRCH);) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
     for (ssize_t k; nf < sizeof flags - 1 && (k = read(fds[0], flags + nf, sizeof flags - 1 - nf)) > 0;) nf += (size_t)k;
     flags[nf] = 0;
     res->net_isolated = strchr(flags, 'n') != NULL;
