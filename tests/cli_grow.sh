@@ -69,6 +69,13 @@ got=$(answer "$T/g8.gguf" "${prompts[1]}" --decoder ar | cut -d' ' -f1)
 check '[ -n "$got" ] && [ "$got" != "[]" ]' "the q8_0 grown model does not answer ('$got')"
 check '! ls "$T" | grep -q grow-tmp' "the q8_0 growth left its temporary checkpoint behind"
 
+# OUT with a trailing slash is the directory; a .gguf name with a float dtype is a GGUF file
+run grow -m "$DEMO" -o "$T/slash/" --layers 5
+check '[ $rc = 0 ] && [ -f "$T/slash/config.json" ] && ! ls "$T" | grep -q grow-tmp' "trailing slash: rc $rc, $err"
+run grow -m "$DEMO" -o "$T/g.gguf" --layers 5 --dtype bf16
+check '[ $rc = 0 ] && [ -f "$T/g.gguf" ] && "$BIN" info -m "$T/g.gguf" | grep -q "layers 5"' "bf16 gguf: rc $rc, $err"
+rm -rf "$T/slash" "$T/g.gguf"
+
 # bad targets: one line, a non-zero exit, nothing written
 one_line() { [ "$(printf '%s\n' "$err" | wc -l)" = 1 ] && [ "${err#refusion: }" != "$err" ]; }
 run grow -m "$DEMO" -o "$T/x" --hidden 128
