@@ -94,6 +94,8 @@ run grow -m "$DEMO" -o "$T/g16" --layers 5
 check '[ $rc = 2 ] && one_line && echo "$err" | grep -q "exists"' "existing output: $rc $err"
 run grow -m "$T/missing" -o "$T/x" --layers 5
 check '[ $rc = 1 ] && one_line' "missing source: $rc $err"
+run grow -m "$DEMO" -o "$T/x" --preset 8b --hidden 16384 --ffn 65536 --layers 4096
+check '[ $rc = 1 ] && one_line && echo "$err" | grep -q "needs 27772.88 GB of disk"' "28 TB target not refused: $rc $err"
 check '[ ! -e "$T/x" ]' "a failed growth left $T/x"
 # Q4_0 needs columns in blocks of 32
 run grow -m "$DEMO" -o "$T/bad.gguf" --ffn 1000 --dtype q4_0
