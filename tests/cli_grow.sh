@@ -69,6 +69,16 @@ got=$(answer "$T/g8.gguf" "${prompts[1]}" --decoder ar | cut -d' ' -f1)
 check '[ -n "$got" ] && [ "$got" != "[]" ]' "the q8_0 grown model does not answer ('$got')"
 check '! ls "$T" | grep -q grow-tmp' "the q8_0 growth left its temporary checkpoint behind"
 
+# a Q8_0 GGUF source (dequantised while grown): the same answer ids
+"$BIN" convert -m "$DEMO" -o "$T/d8.gguf" --dtype q8_0 >/dev/null
+run grow -m "$T/d8.gguf" -o "$T/gq" --hidden 320 --head-dim 128 --vocab 900
+check '[ $rc = 0 ] && echo "$err" | grep -q "tokenizer .* is not carried over"' "grow from gguf: rc $rc, $err"
+pids=$("$BIN" generate -m "$T/d8.gguf" -p "${prompts[1]}" -n 1 --decoder ar --json | js /dev/stdin 'console.log(d.prompt_ids.join(","))')
+want=$("$BIN" generate -m "$T/d8.gguf" --ids "$pids" -n 64 --decoder ar --json | js /dev/stdin 'console.log(JSON.stringify(d.answer_ids))')
+got=$("$BIN" generate -m "$T/gq" --ids "$pids" -n 64 --decoder ar --json | js /dev/stdin 'console.log(JSON.stringify(d.answer_ids))')
+check '[ -n "$want" ] && [ "$got" = "$want" ]' "grown from gguf: '$got' vs '$want'"
+rm -rf "$T/gq" "$T/d8.gguf"
+
 # OUT with a trailing slash is the directory; a .gguf name with a float dtype is a GGUF file
 run grow -m "$DEMO" -o "$T/slash/" --layers 5
 check '[ $rc = 0 ] && [ -f "$T/slash/config.json" ] && ! ls "$T" | grep -q grow-tmp' "trailing slash: rc $rc, $err"

@@ -19,6 +19,7 @@
 #include "io/config.h"
 #include "model/grow.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
 static void usage(FILE *f) {
@@ -245,6 +246,9 @@ int cmd_grow(int argc, char **argv) {
         if (access(f, R_OK) == 0) rc = rf_copy_file_into(f, tmp, tok_files[i]);
         free(f);
     }
+    if (rc == 0 && m.gguf && rf_tok_model_has_tokenizer(in))
+        fprintf(stderr, "refusion: grow: note: the tokenizer in %s's GGUF metadata is not carried over (give "
+                "prompts as --ids, or copy a tokenizer.json into %s)\n", in, out);
     rf_model_free(&m);
     if (rc) {
         fprintf(stderr, "refusion: grow: %s\n", rf_last_error());
