@@ -8,7 +8,9 @@
 #
 #   bash scripts/grow_ab.sh [LIMIT]            # default 300 test examples
 #
-# Environment: SHAPES ("0.6b"; add 8b for the 8B Q4_0 row), DTYPES
+# Environment: SLOTS ("4": the rolling slot sizes, i.e. draft lengths, to
+# try; "4 8 16" shows where wider drafts pay at memory-bound shapes),
+# SHAPES ("0.6b"; add 8b for the 8B Q4_0 row), DTYPES
 # ("bf16 q8_0 q4_0"), THREADS ("1 2"), GEN (128), DATA (the paper table's
 # test set, made when missing), RESULTS (results: grow_ab.txt and one JSON
 # per run under grow_ab/), MODELS (runs/grow: the grown checkpoints, kept
@@ -21,14 +23,14 @@ SHAPES=${SHAPES:-0.6b}
 DTYPES=${DTYPES:-bf16 q8_0 q4_0}
 THREADS=${THREADS:-1 2}
 GEN=${GEN:-128}
-DATA=${DATA:-runs/rvsa/data/test.json}
+DATA=${DATA:-runs/grow/data/test.json}
 RESULTS=${RESULTS:-results}
 MODELS=${MODELS:-runs/grow}
 BIN=${REFUSION_BIN:-build/refusion}
 AB=$(dirname "$BIN")/bench_decode_ab
 DEMO=models/refusion-demo
 A_OPTS="--decoder ar -n $GEN"
-B_OPTS="--rolling --slot-size 4 --slot-threshold 0.5 -n $GEN"
+SLOTS=${SLOTS:-4}
 export OMP_PROC_BIND=${OMP_PROC_BIND:-true}
 [ -x "$BIN" ] && [ -x "$AB" ] || bash scripts/build.sh >&2
 if [ ! -e "$DATA" ]; then # the paper table's test set (seed 1, 300): it depends only on --seed and --test
@@ -49,7 +51,7 @@ grown() {
 
 {
   echo "# $(date -u +%F' '%H:%M) UTC; $CPU; tier $TIER; load $(cut -d' ' -f1-3 /proc/loadavg); $LIMIT examples of $DATA; OMP_PROC_BIND=$OMP_PROC_BIND"
-  echo "# A: $A_OPTS   B: $B_OPTS   (bench_decode_ab, ABBA, the same model for A and B; time ratio B/A < 1 = ReFusion faster)"
+  echo "# A: $A_OPTS   B: --rolling --slot-size S --slot-threshold 0.5 -n $GEN, S in $SLOTS   (bench_decode_ab, ABBA, the same model for A and B; time ratio B/A < 1 = ReFusion faster)"
 } | tee "$TXT"
 rows=("demo bf16 $DEMO")
 for shape in $SHAPES; do
@@ -59,15 +61,18 @@ done
 for row in "${rows[@]}"; do
   read -r shape dt model <<<"$row"
   for t in $THREADS; do
-    js=$RESULTS/grow_ab/$shape-$dt-t$t.json
-    cmd="$AB -m $model --data $DATA --limit $LIMIT --threads $t --a \"$A_OPTS\" --b \"$B_OPTS\" --json $js"
-    "$AB" -m "$model" --data "$DATA" --limit "$LIMIT" --threads "$t" --a "$A_OPTS" --b "$B_OPTS" --json "$js" >/dev/null
-    node -e '
-const d = require(process.argv[1]), [shape, dt, t, when, cpu, tier, cmd] = process.argv.slice(2);
+    for slot in $SLOTS; do
+      B_OPTS="--rolling --slot-size $slot --slot-threshold 0.5 -n $GEN"
+      js=$RESULTS/grow_ab/$shape-$dt-t$t-s$slot.json
+      cmd="$AB -m $model --data $DATA --limit $LIMIT --threads $t --a \"$A_OPTS\" --b \"$B_OPTS\" --json $js"
+      "$AB" -m "$model" --data "$DATA" --limit "$LIMIT" --threads "$t" --a "$A_OPTS" --b "$B_OPTS" --json "$js" >/dev/null
+      node -e '
+const d = require(process.argv[1]), [shape, dt, t, slot, when, cpu, tier, cmd] = process.argv.slice(2);
 const ar = d.a_tokens / d.a_total_s, rf = d.b_tokens / d.b_total_s;
-console.log(`${shape} ${dt} t${t}: AR ${ar.toFixed(1)} tok/s, rolling ${rf.toFixed(1)} tok/s, speed-up ${(1 / d.ratio_total).toFixed(3)}x ` +
+console.log(`${shape} ${dt} t${t} slot ${slot}: AR ${ar.toFixed(1)} tok/s, rolling ${rf.toFixed(1)} tok/s, speed-up ${(1 / d.ratio_total).toFixed(3)}x ` +
   `(median per-example time ratio ${d.ratio_median.toFixed(3)} [${d.ratio_ci_lo.toFixed(3)}, ${d.ratio_ci_hi.toFixed(3)}]), ` +
   `${(d.b_tokens / d.b_calls).toFixed(2)} tokens/call, answers identical ${d.same}/${d.examples}; ${when}; ${cpu}; tier ${tier}; threads ${t}; ${cmd}`);
-' "$js" "$shape" "$dt" "$t" "$(date -u +%F' '%H:%M)" "$CPU" "$TIER" "$cmd" | tee -a "$TXT"
+' "$js" "$shape" "$dt" "$t" "$slot" "$(date -u +%F' '%H:%M)" "$CPU" "$TIER" "$cmd" | tee -a "$TXT"
+    done
   done
 done

@@ -17,7 +17,7 @@ LIMIT=${1:-300}
 SHAPE=${SHAPE:-0.6b}
 BIN=${REFUSION_BIN:-build/refusion}
 AB=$(dirname "$BIN")/bench_decode_ab
-DATA=${DATA:-runs/rvsa/data/test.json}
+DATA=${DATA:-runs/grow/data/test.json}
 DEMO=models/refusion-demo
 T=$(mktemp -d /tmp/rf_grow_check.XXXXXX)
 trap 'rm -rf "$T"' EXIT

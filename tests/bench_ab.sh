@@ -10,7 +10,7 @@ set -u
 rf_test_setup bench_ab
 AB=$(dirname "$BIN")/bench_decode_ab
 DEMO=$SRC/models/refusion-demo
-"$BIN" tasks --seed 7 --train 1 --test 8 -o "$T/data" >/dev/null
+"$BIN" tasks --seed 7 --train 1 --test 8 -o "$T/data" >/dev/null 2>&1
 
 "$AB" -m "$DEMO" --data "$T/data/test.json" --a "--decoder ar -n 32" --b "--decoder ar -n 32" --slow-b 100 \
   --threads 2 --json "$T/slow.json" >"$T/out" 2>"$T/err"

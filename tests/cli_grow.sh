@@ -69,6 +69,23 @@ got=$(answer "$T/g8.gguf" "${prompts[1]}" --decoder ar | cut -d' ' -f1)
 check '[ -n "$got" ] && [ "$got" != "[]" ]' "the q8_0 grown model does not answer ('$got')"
 check '! ls "$T" | grep -q grow-tmp' "the q8_0 growth left its temporary checkpoint behind"
 
+# a Q8_0 GGUF source (dequantised while grown): the same answer ids
+"$BIN" convert -m "$DEMO" -o "$T/d8.gguf" --dtype q8_0 >/dev/null
+run grow -m "$T/d8.gguf" -o "$T/gq" --hidden 320 --head-dim 128 --vocab 900
+check '[ $rc = 0 ] && echo "$err" | grep -q "tokenizer .* is not carried over"' "grow from gguf: rc $rc, $err"
+pids=$("$BIN" generate -m "$T/d8.gguf" -p "${prompts[1]}" -n 1 --decoder ar --json | js /dev/stdin 'console.log(d.prompt_ids.join(","))')
+want=$("$BIN" generate -m "$T/d8.gguf" --ids "$pids" -n 64 --decoder ar --json | js /dev/stdin 'console.log(JSON.stringify(d.answer_ids))')
+got=$("$BIN" generate -m "$T/gq" --ids "$pids" -n 64 --decoder ar --json | js /dev/stdin 'console.log(JSON.stringify(d.answer_ids))')
+check '[ -n "$want" ] && [ "$got" = "$want" ]' "grown from gguf: '$got' vs '$want'"
+rm -rf "$T/gq" "$T/d8.gguf"
+
+# OUT with a trailing slash is the directory; a .gguf name with a float dtype is a GGUF file
+run grow -m "$DEMO" -o "$T/slash/" --layers 5
+check '[ $rc = 0 ] && [ -f "$T/slash/config.json" ] && ! ls "$T" | grep -q grow-tmp' "trailing slash: rc $rc, $err"
+run grow -m "$DEMO" -o "$T/g.gguf" --layers 5 --dtype bf16
+check '[ $rc = 0 ] && [ -f "$T/g.gguf" ] && "$BIN" info -m "$T/g.gguf" | grep -q "layers 5"' "bf16 gguf: rc $rc, $err"
+rm -rf "$T/slash" "$T/g.gguf"
+
 # bad targets: one line, a non-zero exit, nothing written
 one_line() { [ "$(printf '%s\n' "$err" | wc -l)" = 1 ] && [ "${err#refusion: }" != "$err" ]; }
 run grow -m "$DEMO" -o "$T/x" --hidden 128
@@ -87,6 +104,8 @@ run grow -m "$DEMO" -o "$T/g16" --layers 5
 check '[ $rc = 2 ] && one_line && echo "$err" | grep -q "exists"' "existing output: $rc $err"
 run grow -m "$T/missing" -o "$T/x" --layers 5
 check '[ $rc = 1 ] && one_line' "missing source: $rc $err"
+run grow -m "$DEMO" -o "$T/x" --preset 8b --hidden 16384 --ffn 65536 --layers 4096
+check '[ $rc = 1 ] && one_line && echo "$err" | grep -q "needs 27772.88 GB of disk"' "28 TB target not refused: $rc $err"
 check '[ ! -e "$T/x" ]' "a failed growth left $T/x"
 # Q4_0 needs columns in blocks of 32
 run grow -m "$DEMO" -o "$T/bad.gguf" --ffn 1000 --dtype q4_0

@@ -19,6 +19,7 @@
 #include "io/config.h"
 #include "model/grow.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
 static void usage(FILE *f) {
@@ -27,7 +28,8 @@ static void usage(FILE *f) {
             "Grow a checkpoint to a larger Qwen3 shape, computing the same function: the\n"
             "grown model gives SMALL's logits at every position (docs/growth.md).\n\n"
             "  -m, --model SMALL    source checkpoint (directory or .gguf)\n"
-            "  -o, --out BIG        output: a directory (f32/f16/bf16) or a .gguf file (q8_0/q4_0);\n"
+            "  -o, --out BIG        output: a directory (f32/f16/bf16) or a GGUF file (q8_0/q4_0, or\n"
+            "                       any dtype when BIG ends in .gguf);\n"
             "                       must not exist (an empty directory is fine)\n"
             "  --preset NAME        target shape: 0.6b | 1.7b | 4b | 8b (the shapes of `refusion init`)\n"
             "  --hidden N  --layers N  --heads N  --kv-heads N  --head-dim N  --ffn N  --vocab N\n"
@@ -97,6 +99,29 @@ static double free_bytes(const char *path) {
     return r;
 }
 
+/* the temporary checkpoint tmp -> the GGUF file out, by `refusion convert`;
+ * a fatal error inside the conversion comes back here (a catch point), so
+ * the caller removes tmp all the same */
+static int convert_gguf(const char *tmp, const char *out, const char *dt, int progress) {
+    /* general.name: OUT's base name, not the temporary directory's */
+    const char *base = strrchr(out, '/') ? strrchr(out, '/') + 1 : out;
+    char name[4096];
+    snprintf(name, sizeof name, "%.255s", base);
+    size_t nl = strlen(name);
+    if (nl > 5 && !strcmp(name + nl - 5, ".gguf")) name[nl - 5] = 0;
+    char *cv[] = {"convert", "-m", (char *)tmp, "-o", (char *)out, "--format", "gguf", "--dtype", (char *)dt,
+                  "--name", name, progress > 0 ? "--progress" : "--no-progress", NULL};
+    rf_catch c;
+    rf_catch_push(&c);
+    if (setjmp(c.jb)) {
+        fprintf(stderr, "refusion: grow: %s\n", rf_last_error());
+        return 1;
+    }
+    int rc = cmd_convert(12, cv);
+    rf_catch_pop(&c);
+    return rc;
+}
+
 int cmd_grow(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *preset = NULL, *dt = "bf16";
     long hidden = -1, layers = -1, heads = -1, kv = -1, hd = -1, ffn = -1, vocab = -1, tied = -1, seed = 0;
@@ -151,7 +176,14 @@ int cmd_grow(int argc, char **argv) {
         fprintf(stderr, "refusion: grow: --dtype must be f32, f16, bf16, q8_0 or q4_0, got '%s'\n", dt);
         return 2;
     }
-    int gguf = dtype == RF_Q8_0 || dtype == RF_Q4_0;
+    /* "runs/x/" names the directory runs/x: the temporary one goes beside it */
+    static char out_buf[4096];
+    snprintf(out_buf, sizeof out_buf, "%s", out);
+    for (size_t l = strlen(out_buf); l > 1 && out_buf[l - 1] == '/'; l--) out_buf[l - 1] = 0;
+    out = out_buf;
+    size_t ol = strlen(out);
+    int quant = dtype == RF_Q8_0 || dtype == RF_Q4_0;
+    int gguf = quant || (ol > 5 && !strcmp(out + ol - 5, ".gguf"));
     rf_config shape;
     if (preset && rf_config_preset(&shape, preset)) {
         fprintf(stderr, "refusion: grow: %s\n", rf_last_error());
@@ -189,9 +221,10 @@ int cmd_grow(int argc, char **argv) {
         return 1;
     }
     /* the disk must hold the checkpoint (and, for GGUF, the temporary one beside it) */
-    rf_dtype tmp_dtype = gguf ? (m.cfg.dtype == RF_F32 ? RF_F32 : RF_BF16) : dtype;
+    rf_dtype tmp_dtype = quant ? (m.cfg.dtype == RF_F32 ? RF_F32 : RF_BF16) : dtype;
     double params = (double)rf_config_n_params(&dst), bytes = params * rf_dtype_size(tmp_dtype);
-    double need = bytes + (gguf ? params * (dtype == RF_Q8_0 ? 34.0 / 32 : 18.0 / 32) : 0);
+    double gguf_per = dtype == RF_Q8_0 ? 34.0 / 32 : dtype == RF_Q4_0 ? 18.0 / 32 : (double)rf_dtype_size(dtype);
+    double need = bytes + (gguf ? params * gguf_per : 0);
     double have = free_bytes(out);
     if (have >= 0 && need * 1.01 > have) {
         fprintf(stderr, "refusion: grow: %s needs %.2f GB of disk (%s%s), %.2f GB are free there\n", out, need / 1e9,
@@ -213,6 +246,9 @@ int cmd_grow(int argc, char **argv) {
         if (access(f, R_OK) == 0) rc = rf_copy_file_into(f, tmp, tok_files[i]);
         free(f);
     }
+    if (rc == 0 && m.gguf && rf_tok_model_has_tokenizer(in))
+        fprintf(stderr, "refusion: grow: note: the tokenizer in %s's GGUF metadata is not carried over (give "
+                "prompts as --ids, or copy a tokenizer.json into %s)\n", in, out);
     rf_model_free(&m);
     if (rc) {
         fprintf(stderr, "refusion: grow: %s\n", rf_last_error());
@@ -220,25 +256,7 @@ int cmd_grow(int argc, char **argv) {
         return 1;
     }
     if (gguf) {
-        /* general.name: OUT's base name, not the temporary directory's */
-        char name[256];
-        const char *base = strrchr(out, '/') ? strrchr(out, '/') + 1 : out;
-        snprintf(name, sizeof name, "%s", base);
-        size_t nl = strlen(name);
-        if (nl > 5 && !strcmp(name + nl - 5, ".gguf")) name[nl - 5] = 0;
-        char *cv[] = {"convert", "-m", tmp, "-o", (char *)out, "--format", "gguf", "--dtype", (char *)dt,
-                      "--name", name, progress > 0 ? "--progress" : "--no-progress", NULL};
-        /* a fatal error inside the conversion comes back here, so the
-         * temporary checkpoint is removed all the same */
-        rf_catch c;
-        rf_catch_push(&c);
-        if (setjmp(c.jb) == 0) {
-            rc = cmd_convert(12, cv);
-            rf_catch_pop(&c);
-        } else {
-            fprintf(stderr, "refusion: grow: %s\n", rf_last_error());
-            rc = 1;
-        }
+        rc = convert_gguf(tmp, out, dt, progress);
         remove_dir(tmp);
         if (rc) return rc;
     } else {
