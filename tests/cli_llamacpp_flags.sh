@@ -106,6 +106,10 @@ done
 gen rj --decoder ar -n 64 -r "####"
 [ "$(field "$T/rj.json" 'o["text"]')" = "${full%%####*}" ] && [ "$(field "$T/rj.json" 'o["tokens"] < '"$n_ar")" = True ] && ok ||
   bad "-r with --json: text '$(field "$T/rj.json" 'o["text"]')', $(field "$T/rj.json" 'o["tokens"]') tokens"
+# in the chat (-cnv) too: the turn ends at the stop text
+out=$(printf '%s\n/exit\n' "$Q" | "$BIN" generate -m "$DEMO" -cnv --decoder ar -n 64 --threads 1 -r "####" 2>"$T/rc.err")
+[[ "$out" == *"${full%%####*}"* ]] && [[ "$out" != *"####"* ]] && grep -q "stopped at the reverse prompt" "$T/rc.err" && ok ||
+  bad "-cnv -r '####': stdout '$out', stderr $(cat "$T/rc.err")"
 # a stop text the answer never holds changes nothing
 out=$("$BIN" generate -m "$DEMO" -p "$Q" --decoder ar -n 64 --threads 1 -r "never there" 2>/dev/null)
 [ "$out" = "$full" ] && ok || bad "-r 'never there': '$out', want '$full'"

@@ -498,8 +498,12 @@ static int chat_repl(gen_ctx *g) {
         char *text = r.stop_text ? r.stop_text : detokenize(g->tok, r.ids, r.n, 1);
         if (g->a.visualize) printf("%s\n", text ? text : "");
         fflush(stdout);
-        fprintf(stderr, "[%s: prompt %d tokens, answer %d tokens, %d model calls, %.2f s]\n",
-                rf_decoder_names[g->d.decoder], P, r.st.n_tokens, r.st.n_calls, r.st.seconds);
+        if (r.stop_text) /* cancelled at the stop text: no statistics */
+            fprintf(stderr, "[%s: prompt %d tokens, answer %d tokens, stopped at the reverse prompt]\n",
+                    rf_decoder_names[g->d.decoder], P, r.n);
+        else
+            fprintf(stderr, "[%s: prompt %d tokens, answer %d tokens, %d model calls, %.2f s]\n",
+                    rf_decoder_names[g->d.decoder], P, r.st.n_tokens, r.st.n_calls, r.st.seconds);
         h[n + 1] = (rf_chat_message){"assistant", text ? text : rf_strdup("")};
         n += 2;
         free(r.ids);
