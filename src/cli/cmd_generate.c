@@ -81,7 +81,7 @@ static void stop_text(ui *u, const char *s) {
     if (u->acc_len + n + 1 > u->acc_cap) {
         size_t cap = 2 * (u->acc_len + n + 1);
         char *g = rf_malloc(cap);
-        memcpy(g, u->acc, u->acc_len);
+        if (u->acc_len) memcpy(g, u->acc, u->acc_len);
         free(u->acc);
         u->acc = g, u->acc_cap = cap;
     }
