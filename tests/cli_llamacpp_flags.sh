@@ -65,7 +65,7 @@ gen all --decoder ar -n -1
 [ "$(field "$T/all.json" 'o["answer_ids"]')" = "$(field "$T/ar.json" 'o["answer_ids"]')" ] && ok ||
   bad "-n -1 should end at EOS as -n 64 does"
 gen ctx --decoder ar -n -1 --ignore-eos -c 80
-[ "$(field "$T/ctx.json" 'len(o["prompt_ids"]) + o["tokens"]')" = 80 ] && ok ||
+[ "$(field "$T/ctx.json" 'len(o["prompt_ids"]) + o["tokens"], len(o["prompt_ids"]) + o["settings"]["gen_length"]')" = "(80, 80)" ] && ok ||
   bad "-n -1 --ignore-eos -c 80: prompt + answer = $(field "$T/ctx.json" 'len(o["prompt_ids"]) + o["tokens"]')"
 gen ctxr --generation-config none --decoder refusion -n -1 --ignore-eos -c 80 --slot-size 8 --blocks 2
 [ "$(field "$T/ctxr.json" 'o["tokens"]')" = "$(field "$T/ctxr.json" '(80 - len(o["prompt_ids"])) // 8 * 8')" ] && ok ||
