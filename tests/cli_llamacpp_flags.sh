@@ -65,7 +65,7 @@ gen all --decoder ar -n -1
 [ "$(field "$T/all.json" 'o["answer_ids"]')" = "$(field "$T/ar.json" 'o["answer_ids"]')" ] && ok ||
   bad "-n -1 should end at EOS as -n 64 does"
 gen ctx --decoder ar -n -1 --ignore-eos -c 80
-[ "$(field "$T/ctx.json" 'len(o["prompt_ids"]) + o["tokens"]')" = 80 ] && ok ||
+[ "$(field "$T/ctx.json" 'len(o["prompt_ids"]) + o["tokens"], len(o["prompt_ids"]) + o["settings"]["gen_length"]')" = "(80, 80)" ] && ok ||
   bad "-n -1 --ignore-eos -c 80: prompt + answer = $(field "$T/ctx.json" 'len(o["prompt_ids"]) + o["tokens"]')"
 gen ctxr --generation-config none --decoder refusion -n -1 --ignore-eos -c 80 --slot-size 8 --blocks 2
 [ "$(field "$T/ctxr.json" 'o["tokens"]')" = "$(field "$T/ctxr.json" '(80 - len(o["prompt_ids"])) // 8 * 8')" ] && ok ||
@@ -106,6 +106,10 @@ done
 gen rj --decoder ar -n 64 -r "####"
 [ "$(field "$T/rj.json" 'o["text"]')" = "${full%%####*}" ] && [ "$(field "$T/rj.json" 'o["tokens"] < '"$n_ar")" = True ] && ok ||
   bad "-r with --json: text '$(field "$T/rj.json" 'o["text"]')', $(field "$T/rj.json" 'o["tokens"]') tokens"
+# in the chat (-cnv) too: the turn ends at the stop text
+out=$(printf '%s\n/exit\n' "$Q" | "$BIN" generate -m "$DEMO" -cnv --decoder ar -n 64 --threads 1 -r "####" 2>"$T/rc.err")
+[[ "$out" == *"${full%%####*}"* ]] && [[ "$out" != *"####"* ]] && grep -q "stopped at the reverse prompt" "$T/rc.err" && ok ||
+  bad "-cnv -r '####': stdout '$out', stderr $(cat "$T/rc.err")"
 # a stop text the answer never holds changes nothing
 out=$("$BIN" generate -m "$DEMO" -p "$Q" --decoder ar -n 64 --threads 1 -r "never there" 2>/dev/null)
 [ "$out" = "$full" ] && ok || bad "-r 'never there': '$out', want '$full'"

@@ -81,7 +81,7 @@ static void stop_text(ui *u, const char *s) {
     if (u->acc_len + n + 1 > u->acc_cap) {
         size_t cap = 2 * (u->acc_len + n + 1);
         char *g = rf_malloc(cap);
-        memcpy(g, u->acc, u->acc_len);
+        if (u->acc_len) memcpy(g, u->acc, u->acc_len);
         free(u->acc);
         u->acc = g, u->acc_cap = cap;
     }
@@ -224,6 +224,7 @@ typedef struct {
     int n;
     rf_stats st;
     char *stop_text; /* -r: the text, cut before the stop text, when it was found (st is then empty) */
+    int gen_length;  /* the answer length asked for (-n -1 resolved) */
 } answer;
 
 static void print_json(const answer *r, const int32_t *prompt, int P, const char *text, const char *mode,
@@ -250,7 +251,7 @@ static void print_json(const answer *r, const int32_t *prompt, int P, const char
     json_object_set_new(o, "tokens_per_s", json_real(r->st.tokens_per_s));
     json_object_set_new(o, "wall_s", json_real(r->st.seconds));
     json_object_set_new(o, "settings",
-                        json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:I}", "gen_length", p->gen_length,
+                        json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:I}", "gen_length", r->gen_length,
                                   "slot_size", p->slot_size, "blocks", p->n_blocks, "slot_threshold",
                                   (double)p->slot_threshold, "token_threshold", (double)p->token_threshold,
                                   "temperature", (double)p->temperature, "top_k", p->top_k, "top_p",
@@ -350,6 +351,7 @@ static int run_decoder(gen_ctx *g, const int32_t *prompt, int P, ui *u, answer *
                      g->d.ctx_size > 0 ? g->d.ctx_size : rf_model_n_ctx(g->m));
         return -1;
     }
+    r->gen_length = p.gen_length;
     if (g->d.ctx_size > 0 && (long)P + p.gen_length > g->d.ctx_size) {
         rf_set_error("prompt (%d tokens) + answer (%d) exceed --ctx-size %d", P, p.gen_length, g->d.ctx_size);
         return -1;
@@ -498,8 +500,12 @@ static int chat_repl(gen_ctx *g) {
         char *text = r.stop_text ? r.stop_text : detokenize(g->tok, r.ids, r.n, 1);
         if (g->a.visualize) printf("%s\n", text ? text : "");
         fflush(stdout);
-        fprintf(stderr, "[%s: prompt %d tokens, answer %d tokens, %d model calls, %.2f s]\n",
-                rf_decoder_names[g->d.decoder], P, r.st.n_tokens, r.st.n_calls, r.st.seconds);
+        if (r.stop_text) /* cancelled at the stop text: no statistics */
+            fprintf(stderr, "[%s: prompt %d tokens, answer %d tokens, stopped at the reverse prompt]\n",
+                    rf_decoder_names[g->d.decoder], P, r.n);
+        else
+            fprintf(stderr, "[%s: prompt %d tokens, answer %d tokens, %d model calls, %.2f s]\n",
+                    rf_decoder_names[g->d.decoder], P, r.st.n_tokens, r.st.n_calls, r.st.seconds);
         h[n + 1] = (rf_chat_message){"assistant", text ? text : rf_strdup("")};
         n += 2;
         free(r.ids);
