@@ -89,7 +89,7 @@ req a1s POST /v1/completions "{\"prompt\": \"$P\", \"mode\": \"ar\", \"max_token
 # ReFusion settings from the request
 req x1 POST /v1/completions "{\"prompt\": \"$P\", \"max_tokens\": 20, \"slot_size\": 2, \"serial_num_blocks\": 3, \"slot_threshold\": 0.1, \"token_threshold\": 0.2}"
 ref r_x1 --no-chat -p "$P" -n 20 --slot-size 2 --blocks 3 --slot-threshold 0.1 --token-threshold 0.2
-# AR-verified with this project's call savers (REFUSION.md 3b-3d), from the request
+# AR-verified with this project's call savers (docs/refusion.md §4), from the request
 req v1 POST /v1/completions "{\"prompt\": \"$P\", \"max_tokens\": 20, \"slot_size\": 2, \"serial_num_blocks\": 10, \"token_threshold\": 0.5, \"ar_verify\": \"both\", \"lookahead\": true, \"jacobi\": true}"
 ref r_v1 --no-chat -p "$P" -n 20 --slot-size 2 --blocks 10 --token-threshold 0.5 --ar-verify both --lookahead --jacobi
 req ro1 POST /v1/completions "{\"prompt\": \"$P\", \"max_tokens\": 20, \"slot_size\": 3, \"rolling\": true}"

@@ -40,13 +40,13 @@ const rf_opt rf_decode_table[] = {
     {"token-threshold", 0, NULL, "token_threshold", RF_OPT_FLOAT, 0, 1, 0, 0, NULL, G(token_threshold), "X",
      "refusion: accept a drafted token when its AR probability > X"},
     {"ar-verify", 0, NULL, "ar_verify", RF_OPT_CHOICE, 0, 0, 0, 0, "off|correct|first|both", D(ar_verify), "MODE",
-     "refusion, beyond the paper (REFUSION.md 3b): correct = a rejected token becomes the AR head's "
+     "refusion, beyond the paper (docs/refusion.md §4): correct = a rejected token becomes the AR head's "
      "choice, first = a slot's first token is checked by the AR head, both"},
     {"lookahead", 0, NULL, "lookahead", RF_OPT_FLAG, 0, 0, 0, 0, NULL, G(lookahead), NULL,
-     "refusion, beyond the paper (REFUSION.md 3c): a global verification also feeds the next plan's "
+     "refusion, beyond the paper (docs/refusion.md §4): a global verification also feeds the next plan's "
      "masks (same answer, fewer but wider calls)"},
     {"jacobi", 0, NULL, "jacobi", RF_OPT_FLAG, 0, 0, 0, 0, NULL, G(jacobi), NULL,
-     "refusion, beyond the paper (REFUSION.md 3d; needs --ar-verify correct or both): infilling "
+     "refusion, beyond the paper (docs/refusion.md §4; needs --ar-verify correct or both): infilling "
      "re-verifies its drafts without re-drafting them (one call per iteration, not two)"},
     {"rolling", 0, NULL, "rolling", RF_OPT_FLAG, 0, 0, 0, 0, NULL, G(rolling), NULL,
      "refusion, beyond the paper (decode/rolling.c): a rolling slot - every call verifies the drafts "
@@ -683,29 +683,7 @@ int rf_arg_long(const char *cmd, const char *opt, const char *s, long lo, long h
     return 0;
 }
 
-int rf_arg_float(const char *cmd, const char *opt, const char *s, float *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (!*s || *end) {
-        fprintf(stderr, "refusion: %s: %s expects a number, got '%s'\n", cmd, opt, s);
-        return -1;
-    }
-    *out = (float)v;
-    return 0;
-}
-
 static const char *const ar_verify_names[4] = {"off", "correct", "first", "both"}; /* index a + 2b */
-
-int rf_arg_ar_verify(const char *cmd, const char *opt, const char *s, int *ar_correct, int *ar_check_first) {
-    for (int i = 0; i < 4; i++)
-        if (!strcmp(s, ar_verify_names[i])) {
-            *ar_correct = i & 1;
-            *ar_check_first = i >> 1;
-            return 0;
-        }
-    fprintf(stderr, "refusion: %s: %s expects off, correct, first or both, got '%s'\n", cmd, opt, s);
-    return -1;
-}
 
 const char *rf_ar_verify_name(int ar_correct, int ar_check_first) {
     return ar_verify_names[(ar_correct ? 1 : 0) + (ar_check_first ? 2 : 0)];

@@ -159,8 +159,6 @@ char *rf_read_text(const char *path);
 
 /* kept for the commands that still parse by hand */
 int rf_arg_long(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out);
-int rf_arg_float(const char *cmd, const char *opt, const char *s, float *out);
-int rf_arg_ar_verify(const char *cmd, const char *opt, const char *s, int *ar_correct, int *ar_check_first);
 const char *rf_ar_verify_name(int ar_correct, int ar_check_first);
 
 #endif
