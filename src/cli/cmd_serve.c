@@ -21,7 +21,7 @@
 typedef struct {
     const char *model, *host, *name, *api_key, *cors;
     int port, parallel, max_queue, max_connections, max_per_client, timeout, queue_wait, max_request_mb, quiet;
-    int64_t max_body;
+    int64_t max_body, max_request_positions;
 } serve_args;
 
 #define A(f) offsetof(serve_args, f)
@@ -54,6 +54,9 @@ static const rf_opt serve_opts[] = {
      .help = "a request not started after S seconds gets 503"},
     {.name = "max-request-mb", .type = RF_OPT_INT, .lo = 0, .hi = 1 << 30, .offset = A(max_request_mb),
      .metavar = "N", .help = "working memory of one generation; larger requests get 400 (0 = half the RAM)"},
+    {.name = "max-request-positions", .type = RF_OPT_I64, .lo = 1, .hi = 1e15, .offset = A(max_request_positions),
+     .metavar = "N", .help = "positions one generation may feed the model (an upper bound from prompt, "
+     "max_tokens, slot_size, steps and n); more get 400"},
     {.name = "quiet", .letter = 'q', .type = RF_OPT_FLAG, .offset = A(quiet), .help = "no log line per request"},
 };
 
@@ -73,7 +76,7 @@ int cmd_serve(int argc, char **argv) {
     serve_args a = {.host = c.host, .port = c.port, .parallel = c.workers, .cors = c.cors_origin,
                     .max_body = (int64_t)c.max_body, .max_queue = c.max_queue, .max_connections = c.max_connections,
                     .max_per_client = c.max_per_client, .timeout = c.timeout_s, .queue_wait = c.queue_wait_s,
-                    .api_key = getenv("REFUSION_API_KEY")};
+                    .max_request_positions = c.max_request_positions, .api_key = getenv("REFUSION_API_KEY")};
     serve_args def_a = a;
     def_a.api_key = NULL; /* never print a key in --help */
     rf_decode_opts def = c.defaults;
@@ -97,6 +100,7 @@ int cmd_serve(int argc, char **argv) {
     c.max_body = (size_t)a.max_body, c.max_queue = a.max_queue, c.max_connections = a.max_connections;
     c.max_per_client = a.max_per_client, c.timeout_s = a.timeout, c.queue_wait_s = a.queue_wait;
     c.max_request_bytes = (size_t)a.max_request_mb << 20;
+    c.max_request_positions = a.max_request_positions;
     c.verbose = !a.quiet;
     rf_gen_params *p = &c.defaults.gen;
     if (!model_dir) {

@@ -37,6 +37,7 @@ void rf_serve_config_default(rf_serve_config *c) {
     c->timeout_s = 10;
     c->queue_wait_s = 300;
     c->max_request_bytes = 0;
+    c->max_request_positions = 1LL << 23;
     c->verbose = 1;
     c->workers = 2;
     c->cors_origin = "*";
@@ -92,8 +93,14 @@ static void count_status(rf_server *s, int status) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* txt: malloc'd, taken over; NULL (a JSON body that could not be built)
+ * answers 500 with a fixed error body instead */
 static enum MHD_Result send_text(struct MHD_Connection *c, rf_server *s, request *q, int status, char *txt,
                                  const char *type) {
+    if (!txt) {
+        txt = rf_serve_error_body("the reply could not be built", "server_error", NULL, NULL);
+        status = 500, type = "application/json";
+    }
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(txt);
@@ -116,7 +123,7 @@ static enum MHD_Result send_json(struct MHD_Connection *c, rf_server *s, request
 }
 
 static enum MHD_Result send_obj(struct MHD_Connection *c, rf_server *s, request *q, int status, json_t *o) {
-    char *txt = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     json_decref(o);
     return send_json(c, s, q, status, txt);
 }
@@ -136,12 +143,12 @@ static enum MHD_Result send_error_p(struct MHD_Connection *c, rf_server *s, requ
     for (char *p = msg; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
     const char *type = status >= 500 ? "server_error" : status == 401 ? "authentication_error" : "invalid_request_error";
-    json_t *utf8 = json_string(msg); /* NULL: not UTF-8, keep the ASCII */
+    json_t *utf8 = json_string(msg); /* NULL: not UTF-8 (cut, or from the URL), keep the ASCII */
     if (!utf8)
         for (char *p = msg; *p; p++)
             if ((unsigned char)*p >= 0x80) *p = '?';
     json_decref(utf8);
-    return send_obj(c, s, q, status, rf_serve_error_json(msg, type, param, code));
+    return send_json(c, s, q, status, rf_serve_error_body(msg, type, param, code));
 }
 #define send_error(c, s, q, status, ...) send_error_p(c, s, q, status, NULL, NULL, __VA_ARGS__)
 
@@ -341,6 +348,16 @@ static enum MHD_Result generate(struct MHD_Connection *c, request *q, rf_server 
                           "this request needs about %.0f MB of working memory; the server allows %.0f MB per "
                           "request (fewer tokens, or --max-request-mb)",
                           need / 1e6, s->cfg.max_request_bytes / 1e6);
+    }
+    /* the work, against the per-request budget: a few parameters must not
+     * buy minutes of model calls */
+    int64_t fed = rf_serve_work_positions(&req);
+    if (fed > s->cfg.max_request_positions) {
+        rf_serve_req_free(&req);
+        return send_error(c, s, q, 400,
+                          "this request may feed the model up to %lld positions (prompt, max_tokens, slot_size, "
+                          "steps, n); the server allows %lld per request (--max-request-positions)",
+                          (long long)fed, s->cfg.max_request_positions);
     }
     job *j = rf_serve_submit(s, &req);
     if (!j) {
@@ -542,6 +559,12 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
     if (s->cfg.queue_wait_s < 1) s->cfg.queue_wait_s = 1;
     if (!s->cfg.max_request_bytes) s->cfg.max_request_bytes = rf_phys_mem() ? rf_phys_mem() / 2 : (size_t)1 << 31;
     s->model_name = c->model_name ? rf_strdup(c->model_name) : basename_of(s->m->dir ? s->m->dir : "refusion");
+    /* the id goes into every answer's JSON: refuse one that cannot */
+    if (rf_serve_check_id(s->model_name, c->model_name ? "--name" : "the model directory's name (give --name)")) {
+        free(s->model_name);
+        free(s);
+        return NULL;
+    }
     s->started = time(NULL);
     int v6 = 0;
     if (listen_on(c->host ? c->host : "127.0.0.1", c->port, &s->listen_fd, &s->port, &v6)) {

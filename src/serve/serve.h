@@ -27,6 +27,7 @@
 #define RF_SERVE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cli/args.h"
 #include "decode/decode.h"
@@ -49,14 +50,16 @@ typedef struct {
     int timeout_s;           /* a connection idle this long while sending its request is closed */
     int queue_wait_s;        /* a request still queued after this long gets 503 */
     size_t max_request_bytes;/* a generation's working memory (rf_gen_mem_bytes); 0: half the RAM */
+    long long max_request_positions; /* positions a generation may feed the model (rf_serve_work_positions) */
     int verbose;             /* 1: one log line per request on stderr */
     rf_decode_opts defaults; /* decoding settings when a request does not say (threads: per worker) */
 } rf_serve_config;
 
 /* Sensible defaults: 127.0.0.1:8080, 4 MiB bodies, queue of 64, 256
  * connections of which 16 per client, 10 s to send a request, 300 s in the
- * queue, half the RAM per generation, 2 workers, CORS for any origin, no
- * API key, the shared decoding defaults (rf_decode_opts_default), verbose. */
+ * queue, half the RAM and 2^23 fed positions per generation, 2 workers, CORS
+ * for any origin, no API key, the shared decoding defaults
+ * (rf_decode_opts_default), verbose. */
 void rf_serve_config_default(rf_serve_config *c);
 
 typedef struct rf_server rf_server;
@@ -110,5 +113,22 @@ typedef struct {
 int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_model *m,
                    const rf_tokenizer *tok, const rf_decode_opts *defaults, rf_serve_req *out);
 void rf_serve_req_free(rf_serve_req *r);
+/* An upper bound of the positions the request's decoder feeds the model
+ * (prompt and every call's window, over all its choices), from the same
+ * sizes the decoders use: what the server's per-request budget
+ * (--max-request-positions) is checked against. */
+int64_t rf_serve_work_positions(const rf_serve_req *r);
+/* dst = src cut to at most n - 1 bytes (n >= 1) on a UTF-8 character
+ * boundary, so that valid UTF-8 stays valid. */
+void rf_serve_utf8_cut(char *dst, size_t n, const char *src);
+/* A string the server may put into JSON output: valid UTF-8, no control
+ * characters, 1 .. 256 bytes (model ids). 0, or -1 with the reason in
+ * rf_last_error() (what names it: what, e.g. "--name"). */
+int rf_serve_check_id(const char *id, const char *what);
+/* OpenAI's error body {"error": {"message", "type", "param", "code"}} as
+ * compact JSON text (malloc'd, never NULL): a message, param or code that
+ * is not UTF-8 is replaced, and should building the JSON fail, a fixed
+ * body takes its place. param and code may be NULL (JSON null). */
+char *rf_serve_error_body(const char *msg, const char *type, const char *param, const char *code);
 
 #endif
