@@ -7,7 +7,15 @@
 #  - client errors are 400 before anything is queued: mdm steps below the
 #    number of blocks (a stream too never starts with 200);
 #  - work bounded by the answer: a slot larger than max_tokens is refused,
-#    and so is a request past --max-request-positions.
+#    and so is a request past --max-request-positions;
+#  - safe local defaults: no CORS header unless --cors, no model id in
+#    /health without the key, a warning when listening beyond loopback
+#    without a key;
+#  - connections: keep-alive up to --keepalive-requests, pipelined requests
+#    answered in order, a NUL byte in the request target answered 400 once;
+#    300 slow senders from 20 addresses (scripts/serve/slow_senders.py, a
+#    short run) while /health answers within 1 s, all of them closed by
+#    --request-timeout although none is ever idle.
 # Only 127.0.0.1, port chosen by the kernel; every curl has a time limit.
 set -u
 command -v curl >/dev/null || { echo "FAIL: curl is needed (scripts/install-deps.sh)" >&2; exit 1; }
@@ -74,7 +82,7 @@ expect mdm_ok 200 '"completion_tokens":8'
 
 # ---- work bounded by what the client gets -------------------------------------------------------------
 post slot /v1/completions '{"prompt":"Hello","max_tokens":1,"slot_size":4000}'
-expect slot 400 "(4000) must not exceed max_tokens (1)"
+expect slot 400 "(4000) must not exceed 32 (max_tokens, or 32 for any length)"
 post slot_ok /v1/completions '{"prompt":"Hello","max_tokens":1}'
 expect slot_ok 200 '"completion_tokens":1'
 # 400 answer tokens in 2 slots of 200: 2 x (2 x 200 + 2 x 200 x 201) > 100000
@@ -85,6 +93,57 @@ expect budget_n 200 '"completion_tokens"' # 8 x 3001 positions fit
 post budget_mdm /v1/completions '{"prompt":"Hello","max_tokens":400,"mode":"mdm"}'
 expect budget_mdm 400 'allows 100000 per request'
 alive && ok || bad "server dead at the end"
+
+# ---- safe defaults: no CORS header, nothing about the model without the key ----------------
+curl -s -m 5 -D "$T/h.hdr" -o /dev/null -H 'Origin: http://example.com' "$URL/health"
+grep -qi '^access-control' "$T/h.hdr" && bad "a CORS header by default: $(cat "$T/h.hdr")" || ok
+curl -s -m 5 -D "$T/o.hdr" -o /dev/null -X OPTIONS -H 'Origin: http://example.com' "$URL/v1/completions"
+grep -qi '^access-control' "$T/o.hdr" && bad "a CORS preflight answer by default: $(cat "$T/o.hdr")" || ok
+
+# ---- keep-alive, pipelining, the request target ------------------------------------------------
+# raw NAME BYTES: BYTES (printf format) on one connection; the reply in NAME.out
+raw() {
+  exec 3<>"/dev/tcp/127.0.0.1/$PORT"
+  printf "$2" >&3
+  timeout 10 cat <&3 >"$T/$1.out"
+  exec 3<&-
+}
+raw pipe 'GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'
+[ "$(grep -ao 'HTTP/1.1 200' "$T/pipe.out" | wc -l)" = 2 ] && grep -q '"object":"list"' "$T/pipe.out" && ok ||
+  bad "two pipelined requests: $(head -c 600 "$T/pipe.out")"
+raw nul 'GET /health\x00 HTTP/1.1\r\nHost: x\r\n\r\n'
+[ "$(grep -ao 'HTTP/1.1 ' "$T/nul.out" | wc -l)" = 1 ] && grep -q '^HTTP/1.1 400' "$T/nul.out" && grep -q 'NUL byte' "$T/nul.out" && ok ||
+  bad "a NUL in the target: $(head -c 300 "$T/nul.out")"
+# curl re-uses its connection when the answers allow it
+curl -sv -m 10 "$URL/health" "$URL/health" -o /dev/null -o /dev/null 2>"$T/ka.err"
+grep -q 'Re-using existing connection' "$T/ka.err" && ok || bad "no keep-alive for GET: $(grep -i 'connection' "$T/ka.err")"
+curl -sv -m 30 --data-binary '{"prompt":"x","max_tokens":2}' "$URL/v1/completions" --next --data-binary \
+  '{"prompt":"x","max_tokens":2}' "$URL/v1/completions" -o /dev/null -o /dev/null 2>"$T/kap.err"
+grep -q 'Re-using existing connection' "$T/kap.err" && ok || bad "no keep-alive for POST: $(grep -i 'connection' "$T/kap.err")"
+stop
+
+# ---- --keepalive-requests, --cors, slow senders, the warning beyond loopback -------------------------
+rf_serve_start "$T/server.log" -m "$M" --threads 1 -n 8 --keepalive-requests 2 --cors http://localhost:3000 \
+  --request-timeout 2 -q
+curl -sv -m 10 "$URL/health" "$URL/health" "$URL/health" -o /dev/null -o /dev/null -o /dev/null 2>"$T/ka2.err"
+[ "$(grep -c 'Connected to' "$T/ka2.err")" = 2 ] && grep -qi '^< Connection: close' "$T/ka2.err" && ok ||
+  bad "--keepalive-requests 2: $(grep -i 'connect' "$T/ka2.err")"
+curl -s -m 5 -D "$T/c.hdr" -o /dev/null "$URL/health"
+grep -qi '^Access-Control-Allow-Origin: http://localhost:3000' "$T/c.hdr" && ok || bad "--cors: $(cat "$T/c.hdr")"
+if command -v python3 >/dev/null; then
+  # 4 s of one byte each 0.5 s: never idle, yet past the 2 s request deadline
+  python3 "$SRC/scripts/serve/slow_senders.py" --port "$PORT" --duration 4 --interval 0.5 --probe 0.25 >"$T/slow.out" 2>&1
+  src=$?
+  [ $src -eq 0 ] && grep -q ' 300 closed by the server, 0 still open' "$T/slow.out" && ok || bad "slow senders: $(cat "$T/slow.out")"
+else
+  bad "python3 is needed for scripts/serve/slow_senders.py"
+fi
+alive && ok || bad "server dead after the slow senders"
+stop
+"$BIN" serve -m "$M" --host 0.0.0.0 --port 0 >/dev/null 2>"$T/wide.log" &
+SPID=$!
+for _ in $(seq 1 100); do grep -q 'listening on' "$T/wide.log" && break; sleep 0.1; done
+grep -q 'warning: listening on 0.0.0.0 without an API key' "$T/wide.log" && ok || bad "no warning: $(cat "$T/wide.log")"
 stop
 
 echo "serve_hostile: $pass checks passed, $fails failed"

@@ -345,7 +345,8 @@ static void test_hardening(void) {
         {"{\"prompt\": \"x\", \"max_tokens\": 16, \"mode\": \"mdm\", \"steps\": 3, \"blocks\": 4}", "[4, 16]"},
         {"{\"prompt\": \"x\", \"max_tokens\": 8, \"mode\": \"mdm\", \"steps\": 9}", "\"steps\" (9)"},
         {"{\"prompt\": \"x\", \"max_tokens\": 1, \"slot_size\": 200}", "\"slot_size\" (200) must not exceed"},
-        {"{\"prompt\": \"x\", \"max_tokens\": 5, \"slot_size\": 6, \"rolling\": true}", "must not exceed"},
+        {"{\"prompt\": \"x\", \"max_tokens\": 5, \"slot_size\": 33, \"rolling\": true}", "must not exceed"},
+        {"{\"prompt\": \"x\", \"max_tokens\": 40, \"slot_size\": 41}", "(41) must not exceed 40 (max_tokens, or 32"},
     };
     for (size_t i = 0; i < sizeof fails / sizeof fails[0]; i++) {
         rc = parse(fails[i][0], RF_REQ_COMPLETION, &r);
@@ -357,6 +358,7 @@ static void test_hardening(void) {
         "{\"prompt\": \"x\", \"max_tokens\": 8, \"mode\": \"mdm\", \"steps\": 2, \"blocks\": 2}",
         "{\"prompt\": \"x\", \"max_tokens\": 8, \"slot_size\": 8}",
         "{\"prompt\": \"x\", \"max_tokens\": 1}",               /* the server's default slot size */
+        "{\"prompt\": \"x\", \"max_tokens\": 1, \"slot_size\": 32}", /* a small slot */
         "{\"prompt\": \"x\", \"max_tokens\": 1, \"slot_size\": 200, \"mode\": \"ar\"}", /* AR: no slots */
     };
     for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {

@@ -411,14 +411,16 @@ static int check_work(json_t *o, const rf_decode_opts *defaults, rf_serve_req *r
         }
     }
     /* ReFusion (the rolling slot too) decodes whole slots: a slot larger
-     * than the answer pads it with work that is thrown away. The server's
-     * own default slot size is always allowed. */
+     * than the answer pads it with work that is thrown away. Small slots
+     * (RF_SERVE_SMALL_SLOT, and the server's own default) are always
+     * allowed, so that a client may keep one slot size for every length. */
     int slots = r->d.decoder == RF_DECODER_REFUSION || p->rolling;
-    int cap = p->gen_length > defaults->gen.slot_size ? p->gen_length : defaults->gen.slot_size;
+    int small = defaults->gen.slot_size > RF_SERVE_SMALL_SLOT ? defaults->gen.slot_size : RF_SERVE_SMALL_SLOT;
+    int cap = p->gen_length > small ? p->gen_length : small;
     if (slots && p->slot_size > cap) {
         set_param(r, field(o, "slot_size") ? "slot_size" : "max_tokens");
-        rf_set_error("\"slot_size\" (%d) must not exceed max_tokens (%d): the answer is decoded in whole slots",
-                     p->slot_size, p->gen_length);
+        rf_set_error("\"slot_size\" (%d) must not exceed %d (max_tokens, or %d for any length): the answer is "
+                     "decoded in whole slots", p->slot_size, cap, small);
         return -1;
     }
     return 0;
