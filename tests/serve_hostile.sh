@@ -117,8 +117,8 @@ raw nul 'GET /health\x00 HTTP/1.1\r\nHost: x\r\n\r\n'
 # curl re-uses its connection when the answers allow it
 curl -sv -m 10 "$URL/health" "$URL/health" -o /dev/null -o /dev/null 2>"$T/ka.err"
 grep -q 'Re-using existing connection' "$T/ka.err" && ok || bad "no keep-alive for GET: $(grep -i 'connection' "$T/ka.err")"
-curl -sv -m 30 --data-binary '{"prompt":"x","max_tokens":2}' "$URL/v1/completions" --next --data-binary \
-  '{"prompt":"x","max_tokens":2}' "$URL/v1/completions" -o /dev/null -o /dev/null 2>"$T/kap.err"
+curl -sv -m 30 -o /dev/null --data-binary '{"prompt":"x","max_tokens":2}' "$URL/v1/completions" --next -o /dev/null \
+  --data-binary '{"prompt":"x","max_tokens":2}' "$URL/v1/completions" 2>"$T/kap.err"
 grep -q 'Re-using existing connection' "$T/kap.err" && ok || bad "no keep-alive for POST: $(grep -i 'connection' "$T/kap.err")"
 stop
 
