@@ -139,6 +139,9 @@ else
   bad "python3 is needed for scripts/serve/slow_senders.py"
 fi
 alive && ok || bad "server dead after the slow senders"
+curl -s -m 5 "$URL/metrics" >"$T/metrics.txt"
+n=$(sed -n 's/^refusion_request_timeouts_total \([0-9]*\)$/\1/p' "$T/metrics.txt")
+[ -n "$n" ] && [ "$n" -ge 300 ] && ok || bad "/metrics request_timeouts_total: '$n'"
 stop
 "$BIN" serve -m "$M" --host 0.0.0.0 --port 0 >/dev/null 2>"$T/wide.log" &
 SPID=$!

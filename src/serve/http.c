@@ -253,6 +253,10 @@ static enum MHD_Result send_metrics(struct MHD_Connection *c, request *q, rf_ser
     M("requests_running", "gauge", "Generations running now.", " %d", s->n_running);
     M("requests_running_peak", "gauge", "The most generations running at once since start.", " %d", s->peak_running);
     M("workers", "gauge", "Worker threads (requests served in parallel).", " %d", s->n_workers);
+    M("connections_open", "gauge", "Open HTTP connections.", " %d", s->n_conns);
+    M("connections_refused_total", "counter", "Connections closed at once: over --max-connections.", " %lu",
+      s->n_refused);
+    M("request_timeouts_total", "counter", "Connections closed by --request-timeout.", " %lu", s->n_request_timeouts);
 #undef M
     pthread_mutex_unlock(&s->mu);
     fclose(f);
