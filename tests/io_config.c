@@ -118,6 +118,7 @@ static void test_errors(void) {
     expect_bad("invalid JSON", "{\"hidden_size\": 64,", "invalid JSON");
     expect_bad("missing key", "{\"intermediate_size\": 128}", "\"hidden_size\"");
     expect_bad("kv heads", "{" BASE ", \"num_key_value_heads\": 3}", "num_key_value_heads");
+    expect_bad("rope_theta beyond float", "{" BASE ", \"rope_theta\": 1e308}", "\"rope_theta\" must be a number > 1 and at most");
     expect_bad("odd head_dim", "{" BASE ", \"head_dim\": 15}", "head_dim");
     expect_bad("zero layers", "{\"hidden_size\": 64, \"intermediate_size\": 128, "
                               "\"num_hidden_layers\": 0, \"num_attention_heads\": 4, "

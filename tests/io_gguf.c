@@ -242,6 +242,10 @@ static void test_corrupt(void) {
     expect_fail("duplicate key", &s, "occurs twice");
     s = valid_spec(), s.alignment_key = 24;
     expect_fail("alignment not a power of two", &s, "general.alignment");
+    s = valid_spec(), s.alignment_key = 1; /* offsets that make f32 loads misaligned */
+    expect_fail("alignment 1", &s, "general.alignment 1 is not supported");
+    s = valid_spec(), s.alignment_key = 4;
+    expect_fail("alignment 4", &s, "general.alignment 4 is not supported");
     s = valid_spec(), s.alignment_key = 32, s.alignment_as_i32 = 1;
     expect_fail("alignment of the wrong type", &s, "general.alignment");
     s = valid_spec(), s.n_dims = 0;

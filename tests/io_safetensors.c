@@ -204,6 +204,8 @@ static void test_corruptions(void) {
             "{\"a\\nb\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
             "control characters", NULL);
     corrupt("rawnewline.safetensors", "{\"a\nb\": 1}", 4, "not valid JSON", NULL);
+    /* a header of odd length: the F32 data would start at an odd address */
+    corrupt("oddheader.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}   ", 4, "not aligned to its 4-byte elements", NULL);
     char *missing = tmp_path("does-not-exist.safetensors");
     expect_fail("missing file", missing, "cannot open", NULL);
     free(missing);

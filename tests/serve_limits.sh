@@ -7,9 +7,9 @@
 #  2. a request needing more working memory than --max-request-mb gets 400;
 #  3. a garbage request line gets 400; one that never ends is dropped after
 #     --timeout;
-#  4. slowloris: 300 half-sent requests from 127.0.0.1 (more than the 256
-#     connections in all) do not stop /health answering 127.0.0.2 (per-client
-#     limit), and they are closed after --timeout;
+#  4. slowloris: 300 half-sent requests from 127.0.0.1 do not stop /health
+#     answering 127.0.0.2 (the per-client limit closes all but 16 at once),
+#     and they are closed after --timeout (serve_hostile.sh: 20 addresses);
 #  5. a client that leaves: its queued job never runs, its running job is
 #     counted as cancelled (/health "requests_cancelled") and stops within a
 #     model call (the decoder's cancel flag: "calls_after_cancel" <= 1 each);

@@ -26,7 +26,7 @@ PKG=$(bash "$SRC/scripts/serve/fetch_openai.sh") || {
   echo "serve_openai: SKIPPED: the openai npm package could not be installed"; exit 77; }
 
 # 4 workers of one thread each: the concurrency check needs them in parallel
-rf_serve_start "$T/server.log" -m "$SRC/models/refusion-demo" --parallel 4 --threads 1 --api-key sk-test-123 -n 64
+rf_serve_start "$T/server.log" -m "$SRC/models/refusion-demo" --parallel 4 --threads 1 --api-key sk-test-123 -n 64 --cors '*'
 
 OPENAI_PKG=$PKG BASE=http://127.0.0.1:$PORT timeout 300 node - <<'EOF'
 const OpenAI = require(process.env.OPENAI_PKG);
@@ -169,7 +169,11 @@ async function status(f) { try { await f(); return 200; } catch (e) { return e; 
      /POST/.test(pre.headers.get('access-control-allow-methods')) && /authorization/i.test(pre.headers.get('access-control-allow-headers')),
      `preflight ${pre.status} ${[...pre.headers].join(' ')}`);
   const h = await fetch(base + '/health');
-  ok(h.status === 200 && h.headers.get('access-control-allow-origin') === '*', '/health without a key, with CORS');
+  const hj = await h.json();
+  ok(h.status === 200 && h.headers.get('access-control-allow-origin') === '*' && hj.status === 'ok' && !('model' in hj),
+     '/health without a key, with --cors *, no model id: ' + JSON.stringify(hj));
+  const hk = await (await fetch(base + '/health', { headers: { Authorization: 'Bearer sk-test-123' } })).json();
+  ok(hk.model === model, '/health with the key names the model: ' + JSON.stringify(hk));
   const met = await (await fetch(base + '/metrics', { headers: { Authorization: 'Bearer sk-test-123' } })).text();
   const metric = n => Number((met.match(new RegExp('^refusion_' + n + ' (\\S+)$', 'm')) || [])[1]);
   ok(metric('requests_total') >= 15 && metric('completion_tokens_total') > 100 && metric('queue_depth') === 0 &&

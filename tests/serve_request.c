@@ -3,6 +3,7 @@
  * equal what the tokenizer / chat template give on their own, each kind of
  * bad request is refused with one line naming the problem, the context limit
  * is enforced at the exact boundary, and mangled bodies never crash. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,6 +298,97 @@ static void test_fuzz(void) {
     printf("fuzz: %d accepted, %d refused\n", n_ok, n_bad);
 }
 
+/* ---- 7. error replies that cannot fail; work bounded by the answer -------------- */
+static int is_utf8(const char *t) {
+    json_t *v = json_string(t);
+    json_decref(v);
+    return v != NULL;
+}
+
+static void test_hardening(void) {
+    /* an unknown field whose name is 62 'a's and an e-acute: cut into the
+     * 64-byte err_param it once ended inside the character */
+    char body[256], name[80];
+    memset(name, 'a', 62);
+    strcpy(name + 62, "\xc3\xa9");
+    snprintf(body, sizeof body, "{\"prompt\": \"hi\", \"%s\": 1}", name);
+    rf_serve_req r;
+    int rc = parse(body, RF_REQ_COMPLETION, &r);
+    CHECK(rc == -1 && r.err_unsupported, "62 a + e-acute field accepted");
+    CHECK(is_utf8(r.err_param) && strlen(r.err_param) == 62, "err_param not cut on a character boundary: '%s'",
+          r.err_param);
+    CHECK(is_utf8(rf_last_error()), "the message is not UTF-8: %s", rf_last_error());
+    char dst[5];
+    rf_serve_utf8_cut(dst, sizeof dst, "ab\xe2\x82\xac"); /* a b EURO: 5 bytes into 4 */
+    CHECK(!strcmp(dst, "ab"), "utf8_cut: '%s'", dst);
+    rf_serve_utf8_cut(dst, sizeof dst, "abcd");
+    CHECK(!strcmp(dst, "abcd"), "utf8_cut exact: '%s'", dst);
+
+    /* the error body: valid JSON whatever it is given */
+    const char *bad = "bad\xffname";
+    char *e = rf_serve_error_body(bad, "invalid_request_error", bad, bad);
+    json_error_t err;
+    json_t *o = json_loads(e, 0, &err);
+    json_t *eo = o ? json_object_get(o, "error") : NULL;
+    const char *type = json_string_value(json_object_get(eo, "type"));
+    CHECK(json_is_string(json_object_get(eo, "message")) && type && !strcmp(type, "invalid_request_error"),
+          "error body from invalid UTF-8: %s", e);
+    json_decref(o);
+    free(e);
+    CHECK(rf_serve_check_id(bad, "--name") == -1 && strstr(rf_last_error(), "--name"), "bad id accepted");
+    CHECK(rf_serve_check_id("", "--name") == -1 && rf_serve_check_id("a\nb", "--name") == -1, "empty / control id");
+    CHECK(rf_serve_check_id("refusion-demo \xc3\xa9", "--name") == 0, "good id refused: %s", rf_last_error());
+
+    /* the decoders' own checks, before anything is queued */
+    const char *fails[][2] = {
+        {"{\"prompt\": \"x\", \"max_tokens\": 8, \"mode\": \"mdm\", \"steps\": 1}", "\"steps\" (1) must be in [8, 8]"},
+        {"{\"prompt\": \"x\", \"max_tokens\": 16, \"mode\": \"mdm\", \"steps\": 3, \"blocks\": 4}", "[4, 16]"},
+        {"{\"prompt\": \"x\", \"max_tokens\": 8, \"mode\": \"mdm\", \"steps\": 9}", "\"steps\" (9)"},
+        {"{\"prompt\": \"x\", \"max_tokens\": 1, \"slot_size\": 200}", "\"slot_size\" (200) must not exceed"},
+        {"{\"prompt\": \"x\", \"max_tokens\": 5, \"slot_size\": 33, \"rolling\": true}", "must not exceed"},
+        {"{\"prompt\": \"x\", \"max_tokens\": 40, \"slot_size\": 41}", "(41) must not exceed 40 (max_tokens, or 32"},
+    };
+    for (size_t i = 0; i < sizeof fails / sizeof fails[0]; i++) {
+        rc = parse(fails[i][0], RF_REQ_COMPLETION, &r);
+        CHECK(rc == -1 && strstr(rf_last_error(), fails[i][1]), "%s: rc %d, '%s'", fails[i][0], rc,
+              rc ? rf_last_error() : "accepted");
+        if (!rc) rf_serve_req_free(&r);
+    }
+    const char *fine[] = {
+        "{\"prompt\": \"x\", \"max_tokens\": 8, \"mode\": \"mdm\", \"steps\": 2, \"blocks\": 2}",
+        "{\"prompt\": \"x\", \"max_tokens\": 8, \"slot_size\": 8}",
+        "{\"prompt\": \"x\", \"max_tokens\": 1}",               /* the server's default slot size */
+        "{\"prompt\": \"x\", \"max_tokens\": 1, \"slot_size\": 32}", /* a small slot */
+        "{\"prompt\": \"x\", \"max_tokens\": 1, \"slot_size\": 200, \"mode\": \"ar\"}", /* AR: no slots */
+    };
+    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+        rc = parse(fine[i], RF_REQ_COMPLETION, &r);
+        CHECK(rc == 0, "%s refused: %s", fine[i], rf_last_error());
+        if (!rc) rf_serve_req_free(&r);
+    }
+
+    /* the work bound: each decoder's worst case from its sizes */
+    struct {
+        const char *body;
+        long long want;
+    } w[] = {
+        {"{\"prompt\": [1, 2, 3], \"max_tokens\": 10, \"mode\": \"ar\"}", 3 + 10},
+        {"{\"prompt\": [1, 2, 3], \"max_tokens\": 10, \"mode\": \"ar\", \"n\": 3}", 3 * 13},
+        {"{\"prompt\": [1, 2, 3], \"max_tokens\": 10, \"mode\": \"mdm\", \"steps\": 5, \"blocks\": 1}", 5 * 13},
+        {"{\"prompt\": [1, 2, 3], \"max_tokens\": 10, \"slot_size\": 3, \"rolling\": true}", 3 + 10 * 7},
+        /* 10 -> 12 = 4 slots of 3 in 2 blocks of 2: 4 x (2 x 6 + 2 x 3 x 4) */
+        {"{\"prompt\": [1, 2, 3], \"max_tokens\": 10, \"slot_size\": 3, \"blocks\": 2}", 3 + 4 * (12 + 24)},
+    };
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
+        rc = parse(w[i].body, RF_REQ_COMPLETION, &r);
+        CHECK(rc == 0, "%s: %s", w[i].body, rf_last_error());
+        if (rc) continue;
+        CHECK(rf_serve_work_positions(&r) == w[i].want, "%s: %lld positions, want %lld", w[i].body,
+              (long long)rf_serve_work_positions(&r), w[i].want);
+        rf_serve_req_free(&r);
+    }
+}
+
 int main(void) {
     /* a small tokenizer trained here, and a random model over its vocabulary */
     char dir[] = "/tmp/rf_serve_req.XXXXXX";
@@ -342,6 +434,7 @@ int main(void) {
     test_context();
     test_no_tokenizer();
     test_fuzz();
+    test_hardening();
 
     rf_model_free(&m);
     rf_tok_free(tok);

@@ -117,6 +117,15 @@ int cmd_info(int argc, char **argv) {
     size_t bytes = m.gguf ? m.gguf->map_size : 0;
     for (int k = 0; k < m.n_files; k++) bytes += m.files[k].map_size;
     const char *tokenizer = !rf_tok_model_has_tokenizer(dir) ? NULL : m.gguf ? "gguf" : "tokenizer.json";
+    if (tokenizer && !m.gguf) { /* a tokenizer.json that does not load is an error, not "tokenizer.json" */
+        rf_tokenizer *tk = rf_tok_load(dir);
+        if (!tk) {
+            rf_print_error();
+            rf_model_free(&m);
+            return 1;
+        }
+        rf_tok_free(tk);
+    }
     if (a.json) {
         json_t *doc = info_json(&m, dir, tokenizer, bytes, t_load);
         if (do_verify) {

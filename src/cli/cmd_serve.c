@@ -20,8 +20,9 @@
 
 typedef struct {
     const char *model, *host, *name, *api_key, *cors;
-    int port, parallel, cont_batching, max_queue, max_connections, max_per_client, timeout, queue_wait, max_request_mb, quiet;
-    int64_t max_body;
+    int port, parallel, cont_batching, max_queue, max_connections, max_per_client, timeout, request_timeout,
+        keepalive_requests, http_threads, queue_wait, max_request_mb, quiet;
+    int64_t max_body, max_request_positions;
 } serve_args;
 
 #define A(f) offsetof(serve_args, f)
@@ -42,21 +43,31 @@ static const rf_opt serve_opts[] = {
      .help = "require \"Authorization: Bearer KEY\" on every request but /health (default: the "
              "REFUSION_API_KEY environment variable; none when unset)"},
     {.name = "cors", .type = RF_OPT_STR, .offset = A(cors), .metavar = "ORIGIN",
-     .help = "Access-Control-Allow-Origin of every answer; \"\" = no CORS headers"},
+     .help = "Access-Control-Allow-Origin of every answer, for web pages of that origin (\"*\": any page may "
+             "read the answers); default: no CORS headers"},
     {.name = "max-body", .type = RF_OPT_I64, .lo = 1, .hi = 17179869184.0, .offset = A(max_body), .metavar = "BYTES",
      .help = "larger request bodies get 413"},
     {.name = "max-queue", .type = RF_OPT_INT, .lo = 1, .hi = 100000, .offset = A(max_queue), .metavar = "N",
      .help = "requests queued or running before 503"},
     {.name = "max-connections", .type = RF_OPT_INT, .lo = 1, .hi = 10000, .offset = A(max_connections),
-     .metavar = "N", .help = "open connections in all, one thread each"},
+     .metavar = "N", .help = "open connections in all; more are closed at once"},
     {.name = "max-per-client", .type = RF_OPT_INT, .lo = 1, .hi = 10000, .offset = A(max_per_client), .metavar = "N",
-     .help = "open connections from one IP address"},
+     .help = "open connections from one IP address; more are closed at once"},
     {.name = "timeout", .type = RF_OPT_INT, .lo = 1, .hi = 3600, .offset = A(timeout), .metavar = "S",
-     .help = "seconds a client may stall while sending a request"},
+     .help = "seconds a connection may stay idle"},
+    {.name = "request-timeout", .type = RF_OPT_INT, .lo = 1, .hi = 3600, .offset = A(request_timeout), .metavar = "S",
+     .help = "seconds to send a whole request (headers and body), however steadily"},
+    {.name = "keepalive-requests", .type = RF_OPT_INT, .lo = 1, .hi = 1000000, .offset = A(keepalive_requests),
+     .metavar = "N", .help = "requests on one connection (keep-alive); the last answer closes it"},
+    {.name = "http-threads", .type = RF_OPT_INT, .lo = 1, .hi = 64, .offset = A(http_threads), .metavar = "N",
+     .help = "event-loop threads serving the connections"},
     {.name = "queue-wait", .type = RF_OPT_INT, .lo = 1, .hi = 86400, .offset = A(queue_wait), .metavar = "S",
      .help = "a request not started after S seconds gets 503"},
     {.name = "max-request-mb", .type = RF_OPT_INT, .lo = 0, .hi = 1 << 30, .offset = A(max_request_mb),
      .metavar = "N", .help = "working memory of one generation; larger requests get 400 (0 = half the RAM)"},
+    {.name = "max-request-positions", .type = RF_OPT_I64, .lo = 1, .hi = 1e15, .offset = A(max_request_positions),
+     .metavar = "N", .help = "positions one generation may feed the model (an upper bound from prompt, "
+     "max_tokens, slot_size, steps and n); more get 400"},
     {.name = "quiet", .letter = 'q', .type = RF_OPT_FLAG, .offset = A(quiet), .help = "no log line per request"},
 };
 
@@ -76,7 +87,9 @@ int cmd_serve(int argc, char **argv) {
     serve_args a = {.host = c.host, .port = c.port, .parallel = c.workers, .cors = c.cors_origin,
                     .max_body = (int64_t)c.max_body, .max_queue = c.max_queue, .max_connections = c.max_connections,
                     .max_per_client = c.max_per_client, .timeout = c.timeout_s, .queue_wait = c.queue_wait_s,
-                    .api_key = getenv("REFUSION_API_KEY")};
+                    .request_timeout = c.request_timeout_s, .keepalive_requests = c.keepalive_requests,
+                    .http_threads = c.http_threads,
+                    .max_request_positions = c.max_request_positions, .api_key = getenv("REFUSION_API_KEY")};
     serve_args def_a = a;
     def_a.api_key = NULL; /* never print a key in --help */
     rf_decode_opts def = c.defaults;
@@ -99,10 +112,13 @@ int cmd_serve(int argc, char **argv) {
     const char *model_dir = a.model;
     c.host = a.host, c.port = a.port, c.model_name = a.name, c.workers = a.parallel;
     c.api_key = a.api_key && *a.api_key ? a.api_key : NULL;
-    c.cors_origin = a.cors;
+    c.cors_origin = a.cors && *a.cors ? a.cors : NULL;
+    c.request_timeout_s = a.request_timeout, c.keepalive_requests = a.keepalive_requests;
+    c.http_threads = a.http_threads;
     c.max_body = (size_t)a.max_body, c.max_queue = a.max_queue, c.max_connections = a.max_connections;
     c.max_per_client = a.max_per_client, c.timeout_s = a.timeout, c.queue_wait_s = a.queue_wait;
     c.max_request_bytes = (size_t)a.max_request_mb << 20;
+    c.max_request_positions = a.max_request_positions;
     c.verbose = !a.quiet;
     rf_gen_params *p = &c.defaults.gen;
     if (!model_dir) {
@@ -197,6 +213,9 @@ int cmd_serve(int argc, char **argv) {
             model_dir, rf_decoder_names[c.defaults.decoder], tok ? "" : ", no tokenizer", c.workers,
             c.defaults.threads, c.api_key ? ", API key" : "", bracket ? "[" : "", h, bracket ? "]" : "",
             rf_serve_port(s));
+    if (!c.api_key && !rf_serve_loopback(s))
+        fprintf(stderr, "refusion serve: warning: listening on %s without an API key: anyone who can reach it can "
+                "use the model (--api-key or REFUSION_API_KEY)\n", h);
     fflush(stderr);
 
     unsigned char sig = 0;

@@ -3,7 +3,9 @@
 #include "io/config.h"
 
 #include <errno.h>
+#include <float.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,8 +146,8 @@ static int validate(const rf_config *c, const char *path) {
         rf_set_error("%s: \"rms_norm_eps\" must be in (0, 1)", path);
         return -1;
     }
-    if (!(c->rope_theta > 1)) {
-        rf_set_error("%s: \"rope_theta\" must be > 1", path);
+    if (!(c->rope_theta > 1) || isinf(c->rope_theta)) { /* inf: a value beyond float's range */
+        rf_set_error("%s: \"rope_theta\" must be a number > 1 and at most %g", path, (double)FLT_MAX);
         return -1;
     }
     const struct { const char *key; int v; } ids[] = {

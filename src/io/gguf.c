@@ -321,8 +321,11 @@ int rf_gguf_open(rf_gguf_file *f, const char *path) {
     const rf_gguf_kv *al = rf_gguf_find(f, "general.alignment");
     if (al) {
         uint32_t a = al->type == RF_GGUF_UINT32 ? le32(al->val) : 0;
-        if (a == 0 || (a & (a - 1)) || a > (1u << 20)) {
-            rf_set_error("%s: general.alignment must be a uint32 power of two (at most 2^20)", path);
+        /* below 8, f32 / f16 / quantized blocks may start at odd addresses
+         * (misaligned loads, as the weights are used in place) */
+        if (a < 8 || (a & (a - 1)) || a > (1u << 20)) {
+            rf_set_error("%s: general.alignment %u is not supported: it must be a uint32 power of two in [8, 2^20]",
+                         path, a);
             goto fail;
         }
         f->alignment = a;

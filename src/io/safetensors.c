@@ -144,6 +144,15 @@ static int parse_tensor(rf_tensor *t, const char *path, const char *name, json_t
     }
     t->nbytes = (size_t)want;
     t->data = data + b;
+    /* the weights are used in place: an element that is not aligned to its
+     * size (an odd header length, or an odd offset) would be a misaligned
+     * load (undefined behaviour, and slow where it works) */
+    if ((uintptr_t)t->data % rf_dtype_size(t->dtype)) {
+        rf_set_error("%s: tensor '%s': its data (data_offsets %" PRId64 " after the header) is not aligned to its "
+                     "%zu-byte elements: the header length or the offset is odd (re-save the file; safetensors "
+                     "pads its header to 8 bytes)", path, name, b, rf_dtype_size(t->dtype));
+        return -1;
+    }
     *begin_out = (uint64_t)b;
     *end_out = (uint64_t)e;
     return 0;

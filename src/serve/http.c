@@ -1,10 +1,24 @@
-/* http.c - libmicrohttpd glue: the listening socket, routing, request
- * bodies, JSON / SSE responses, start and stop.
+/* http.c - libmicrohttpd glue: the listening socket, connections, routing,
+ * request bodies, JSON / SSE responses, start and stop.
  *
- * MHD runs one thread per connection, so a handler may block: a plain
- * generation request waits for its job to finish, a streamed one blocks in
- * the content reader until the worker has produced more events. */
+ * Connections are served the way an event-driven server (nginx) serves
+ * them: a small pool of MHD threads, each with its own epoll loop, runs
+ * every connection, and no handler ever blocks. A generation request is
+ * queued and its connection suspended (MHD_suspend_connection); a watcher
+ * thread resumes it when its job leaves the queue, produces more of a
+ * stream, finishes, outlives its queue wait, or its client leaves. So a few
+ * hundred connections that send slowly cost a few bytes each, not a thread.
+ *
+ * Limits, each refused at once rather than left in the listen backlog: the
+ * total number of connections (the accept policy callback), connections
+ * per client address (MHD's per-IP limit), a connection idle for --timeout
+ * (MHD's timeout), a request not complete --request-timeout after its
+ * connection was ready for it (the watcher shuts the socket: a sender of one
+ * byte every few seconds is never idle but still cannot hold a connection),
+ * and --keepalive-requests requests on one connection (the last answer
+ * says "Connection: close"). */
 #include <errno.h>
+#include <limits.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -32,14 +46,18 @@ void rf_serve_config_default(rf_serve_config *c) {
     c->port = 8080;
     c->max_body = 4u << 20;
     c->max_queue = 64;
-    c->max_connections = 256;
+    c->max_connections = 512;
     c->max_per_client = 16;
     c->timeout_s = 10;
+    c->request_timeout_s = 30;
+    c->keepalive_requests = 100;
+    c->http_threads = 2;
     c->queue_wait_s = 300;
     c->max_request_bytes = 0;
+    c->max_request_positions = 1LL << 23;
     c->verbose = 1;
     c->workers = 2;
-    c->cors_origin = "*";
+    c->cors_origin = NULL;
     rf_decode_opts_default(&c->defaults);
 }
 
@@ -57,17 +75,50 @@ static const struct {
     [R_CHAT] = {"/v1/chat/completions", "POST", 0},
 };
 
-/* Per-connection request state (MHD's con_cls). */
-typedef struct {
+/* A connection suspended while its job runs, until the watcher resumes it. */
+typedef enum { W_START, W_DONE, W_STREAM } wait_kind;
+typedef struct rf_waiter {
+    struct MHD_Connection *c;
+    job *j;
+    int fd;
+    wait_kind kind;  /* W_START: while queued; W_DONE: until done; W_STREAM: until more output */
+    int armed;       /* suspended: the watcher may resume it */
+    int linked;      /* in s->waiters */
+    double deadline; /* rf_now() after which the wait ends (0: none) */
+    struct rf_waiter *prev, *next;
+} waiter;
+
+/* One connection (MHD's socket context), in s->conns. */
+typedef struct rf_conn {
+    int fd;
+    double ready_at;         /* rf_now() when it became ready for its next request */
+    int busy;                /* a complete request is being answered: no request deadline */
+    int shut;                /* the deadline shut it */
+    int n_requests;          /* requests begun on it */
+    struct request *q;       /* the request being read or answered */
+    struct rf_conn *prev, *next;
+} conn;
+
+/* Per-request state (MHD's con_cls), made by the URI log callback. */
+typedef struct request {
     route_id route;
+    int started;           /* the handler has seen the headers */
     char *body;
     size_t len;
     int too_large;
     int no_memory;         /* the body could not be stored */
     int status;            /* what we answered, for the log */
+    int last;              /* the last request allowed on its connection: answer "Connection: close" */
     double t0;
     char method[8], url[72];
     const char *model_id;  /* R_MODEL: the {id} (points into MHD's url) */
+    const char *raw_uri;   /* the request target as received (MHD's buffer), and its length */
+    size_t raw_len;
+    conn *k;               /* its connection */
+    job *job;              /* a generation: queued or running, not yet answered */
+    int fd;
+    double queue_deadline;
+    waiter w;
 } request;
 
 /* for the log: what the client sent, cut to size, control characters as '?' */
@@ -79,7 +130,8 @@ static void copy_printable(char *dst, size_t n, const char *src) {
 
 /* ---- responses ------------------------------------------------------------------ */
 /* the server, for the headers every answer carries (set at start) */
-static void add_common_headers(const rf_server *s, struct MHD_Response *r) {
+static void add_common_headers(const rf_server *s, const request *q, struct MHD_Response *r) {
+    if (q->last) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     if (s->cfg.cors_origin && *s->cfg.cors_origin) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", s->cfg.cors_origin);
         if (strcmp(s->cfg.cors_origin, "*")) MHD_add_response_header(r, "Vary", "Origin");
@@ -92,15 +144,21 @@ static void count_status(rf_server *s, int status) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* txt: malloc'd, taken over; NULL (a JSON body that could not be built)
+ * answers 500 with a fixed error body instead */
 static enum MHD_Result send_text(struct MHD_Connection *c, rf_server *s, request *q, int status, char *txt,
                                  const char *type) {
+    if (!txt) {
+        txt = rf_serve_error_body("the reply could not be built", "server_error", NULL, NULL);
+        status = 500, type = "application/json";
+    }
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(txt);
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    add_common_headers(s, r);
+    add_common_headers(s, q, r);
     if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, routes[q->route].method);
@@ -116,7 +174,7 @@ static enum MHD_Result send_json(struct MHD_Connection *c, rf_server *s, request
 }
 
 static enum MHD_Result send_obj(struct MHD_Connection *c, rf_server *s, request *q, int status, json_t *o) {
-    char *txt = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     json_decref(o);
     return send_json(c, s, q, status, txt);
 }
@@ -136,20 +194,22 @@ static enum MHD_Result send_error_p(struct MHD_Connection *c, rf_server *s, requ
     for (char *p = msg; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
     const char *type = status >= 500 ? "server_error" : status == 401 ? "authentication_error" : "invalid_request_error";
-    json_t *utf8 = json_string(msg); /* NULL: not UTF-8, keep the ASCII */
+    json_t *utf8 = json_string(msg); /* NULL: not UTF-8 (cut, or from the URL), keep the ASCII */
     if (!utf8)
         for (char *p = msg; *p; p++)
             if ((unsigned char)*p >= 0x80) *p = '?';
     json_decref(utf8);
-    return send_obj(c, s, q, status, rf_serve_error_json(msg, type, param, code));
+    return send_json(c, s, q, status, rf_serve_error_body(msg, type, param, code));
 }
 #define send_error(c, s, q, status, ...) send_error_p(c, s, q, status, NULL, NULL, __VA_ARGS__)
 
-static enum MHD_Result send_health(struct MHD_Connection *c, request *q, rf_server *s) {
+/* show_model: 0 when a key is set and the client did not send it (the
+ * model's id is what /v1/models guards) */
+static enum MHD_Result send_health(struct MHD_Connection *c, request *q, rf_server *s, int show_model) {
     pthread_mutex_lock(&s->mu);
     int stopping = s->stopping;
-    json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I}", "status", stopping ? "stopping" : "ok", "model",
-                          s->model_name, "active", s->n_active, "requests_done", (json_int_t)s->n_done,
+    json_t *o = json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I}", "status", stopping ? "stopping" : "ok",
+                          "active", s->n_active, "requests_done", (json_int_t)s->n_done,
                           "tokens_generated", (json_int_t)s->tokens_done, "uptime_s",
                           (json_int_t)(time(NULL) - s->started), "requests_cancelled", (json_int_t)s->n_cancelled,
                           "calls_after_cancel", (json_int_t)s->calls_after_cancel);
@@ -157,6 +217,7 @@ static enum MHD_Result send_health(struct MHD_Connection *c, request *q, rf_serv
     for (int i = 0; i < s->cfg.workers; i++) held += s->buffer_bytes[i];
     json_object_set_new(o, "buffer_allocs", json_integer((json_int_t)s->buffer_allocs));
     json_object_set_new(o, "buffer_bytes", json_integer((json_int_t)held));
+    if (show_model) json_object_set_new(o, "model", json_string(s->model_name));
     pthread_mutex_unlock(&s->mu);
     return send_obj(c, s, q, stopping ? 503 : 200, o);
 }
@@ -192,6 +253,10 @@ static enum MHD_Result send_metrics(struct MHD_Connection *c, request *q, rf_ser
     M("requests_running", "gauge", "Generations running now.", " %d", s->n_running);
     M("requests_running_peak", "gauge", "The most generations running at once since start.", " %d", s->peak_running);
     M("workers", "gauge", "Worker threads (requests served in parallel).", " %d", s->n_workers);
+    M("connections_open", "gauge", "Open HTTP connections.", " %d", s->n_conns);
+    M("connections_refused_total", "counter", "Connections closed at once: over --max-connections.", " %lu",
+      s->n_refused);
+    M("request_timeouts_total", "counter", "Connections closed by --request-timeout.", " %lu", s->n_request_timeouts);
 #undef M
     pthread_mutex_unlock(&s->mu);
     fclose(f);
@@ -221,7 +286,7 @@ static enum MHD_Result send_models(struct MHD_Connection *c, request *q, rf_serv
 static enum MHD_Result send_preflight(struct MHD_Connection *c, request *q, rf_server *s) {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
-    add_common_headers(s, r);
+    add_common_headers(s, q, r);
     if (s->cfg.cors_origin && *s->cfg.cors_origin) {
         MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
         const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
@@ -267,43 +332,120 @@ static int connection_fd(struct MHD_Connection *c) {
     return ci ? ci->connect_fd : -1;
 }
 
-typedef enum { WAIT_OK, WAIT_GONE, WAIT_LATE } wait_result;
+/* ---- suspended connections and the watcher ------------------------------------- */
+static void unlink_waiter_locked(rf_server *s, waiter *w) {
+    if (!w->linked) return;
+    if (w->prev) w->prev->next = w->next;
+    else s->waiters = w->next;
+    if (w->next) w->next->prev = w->prev;
+    w->prev = w->next = NULL;
+    w->linked = w->armed = 0;
+}
 
-/* Wait (s->mu held) until the job has left the queue (until_done = 0) or is
- * done (1), looking at the client's socket every 100 ms: a client that left
- * cancels its job. deadline: rf_now() after which waiting gives up (0: none). */
-static wait_result wait_job(rf_server *s, job *j, int fd, int until_done, double deadline) {
-    while (until_done ? j->state != JOB_DONE : j->state == JOB_QUEUED) {
-        if (client_gone(fd)) {
-            rf_serve_cancel_locked(s, j);
-            return WAIT_GONE;
-        }
-        if (deadline > 0 && rf_now() > deadline) return WAIT_LATE;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&j->cv, &s->mu, &ts);
+/* Park the connection until its wait is over (the watcher resumes it and
+ * MHD calls the handler, or the content reader, again). Called from the
+ * handler or the content reader, without s->mu: MHD's own locks are never
+ * taken under ours. The waiter is only armed once suspended, so the watcher
+ * never resumes a connection that is not. */
+static void park(rf_server *s, struct MHD_Connection *c, waiter *w, job *j, int fd, wait_kind kind,
+                 double deadline) {
+    pthread_mutex_lock(&s->mu);
+    w->c = c, w->j = j, w->fd = fd, w->kind = kind, w->deadline = deadline, w->armed = 0;
+    w->prev = NULL, w->next = s->waiters;
+    if (s->waiters) s->waiters->prev = w;
+    s->waiters = w;
+    w->linked = 1;
+    pthread_mutex_unlock(&s->mu);
+    MHD_suspend_connection(c);
+    pthread_mutex_lock(&s->mu);
+    if (w->linked) w->armed = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Is the wait over? s->mu held. check_gone: look at the socket too. */
+static int wait_over_locked(rf_server *s, const waiter *w, int check_gone, double now) {
+    const job *j = w->j;
+    if (s->stopping && j->state == JOB_DONE) return 1;
+    switch (w->kind) {
+    case W_START: if (j->state != JOB_QUEUED) return 1; break;
+    case W_DONE: if (j->state == JOB_DONE) return 1; break;
+    case W_STREAM: if (j->out_sent < j->out_len || j->state == JOB_DONE) return 1; break;
     }
-    return WAIT_OK;
+    if (w->deadline > 0 && now > w->deadline) return 1;
+    return check_gone && client_gone(w->fd);
+}
+
+/* The watcher: every 10 ms, resumes the parked connections whose wait is
+ * over (the sockets are looked at every 100 ms, to notice clients that
+ * left), and every 250 ms shuts the connections whose request is not
+ * complete request_timeout_s after they became ready for it. */
+static void *watcher_main(void *arg) {
+    rf_server *s = arg;
+    struct MHD_Connection **wake = NULL;
+    size_t cap = 0;
+    for (unsigned long tick = 0;; tick++) {
+        size_t n = 0;
+        double now = rf_now();
+        pthread_mutex_lock(&s->mu);
+        if (s->watcher_stop && !s->waiters) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        for (waiter *w = s->waiters, *next; w; w = next) {
+            next = w->next;
+            if (!w->armed || !wait_over_locked(s, w, tick % 10 == 0 || s->watcher_stop, now)) continue;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 64;
+                struct MHD_Connection **g = rf_malloc(cap * sizeof *g);
+                if (n) memcpy(g, wake, n * sizeof *g);
+                free(wake);
+                wake = g;
+            }
+            wake[n++] = w->c;
+            unlink_waiter_locked(s, w);
+        }
+        if (tick % 25 == 0)
+            for (conn *k = s->conns; k; k = k->next)
+                if (!k->busy && !k->shut && now - k->ready_at > s->cfg.request_timeout_s) {
+                    /* MHD sees the end of the stream and closes it; the fd
+                     * stays valid until the CLOSED notification unlinks k */
+                    shutdown(k->fd, SHUT_RDWR);
+                    k->shut = 1;
+                    s->n_request_timeouts++;
+                }
+        pthread_mutex_unlock(&s->mu);
+        /* a parked connection is only closed by MHD_stop_daemon, which
+         * runs after this thread has ended: resuming outside the lock is safe */
+        for (size_t i = 0; i < n; i++) MHD_resume_connection(wake[i]);
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    free(wake);
+    return NULL;
 }
 
 /* ---- streaming: MHD pulls SSE bytes from the job ---------------------------- */
 typedef struct {
     rf_server *s;
     job *j;
+    struct MHD_Connection *c;
     int fd; /* the client's socket, to notice it leaving between events */
+    waiter w;
 } stream_ref;
 
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ref *r = cls;
     job *j = r->j;
+    (void)pos;
     pthread_mutex_lock(&r->s->mu);
-    while (j->out_sent == j->out_len && j->state != JOB_DONE) {
-        if (wait_job(r->s, j, r->fd, 1, 0) == WAIT_GONE) {
-            pthread_mutex_unlock(&r->s->mu);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
+    if (j->out_sent == j->out_len && j->state != JOB_DONE) {
+        int gone = client_gone(r->fd);
+        if (gone) rf_serve_cancel_locked(r->s, j);
+        pthread_mutex_unlock(&r->s->mu);
+        if (gone) return MHD_CONTENT_READER_END_WITH_ERROR;
+        /* nothing yet: MHD's prescribed pattern is to suspend and return 0 */
+        park(r->s, r->c, &r->w, j, r->fd, W_STREAM, 0);
+        return 0;
     }
     size_t n = j->out_len - j->out_sent;
     if (n > max) n = max;
@@ -317,6 +459,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void sse_free(void *cls) {
     stream_ref *r = cls;
     pthread_mutex_lock(&r->s->mu);
+    unlink_waiter_locked(r->s, &r->w);
     rf_serve_cancel_locked(r->s, r->j); /* nothing when the job is done */
     r->j->abandoned = 1;
     rf_serve_job_unref_locked(r->j);
@@ -325,7 +468,8 @@ static void sse_free(void *cls) {
 }
 
 /* ---- generation requests ---------------------------------------------------- */
-static enum MHD_Result generate(struct MHD_Connection *c, request *q, rf_server *s) {
+/* The body is complete: check the request and queue its job. */
+static enum MHD_Result generate_start(struct MHD_Connection *c, request *q, rf_server *s) {
     rf_serve_req req;
     rf_req_kind kind = q->route == R_CHAT ? RF_REQ_CHAT : RF_REQ_COMPLETION;
     if (rf_serve_parse(q->body ? q->body : "", q->len, kind, s->m, s->tok, &s->cfg.defaults, &req)) {
@@ -342,27 +486,59 @@ static enum MHD_Result generate(struct MHD_Connection *c, request *q, rf_server 
                           "request (fewer tokens, or --max-request-mb)",
                           need / 1e6, s->cfg.max_request_bytes / 1e6);
     }
+    /* the work, against the per-request budget: a few parameters must not
+     * buy minutes of model calls */
+    int64_t fed = rf_serve_work_positions(&req);
+    if (fed > s->cfg.max_request_positions) {
+        rf_serve_req_free(&req);
+        return send_error(c, s, q, 400,
+                          "this request may feed the model up to %lld positions (prompt, max_tokens, slot_size, "
+                          "steps, n); the server allows %lld per request (--max-request-positions)",
+                          (long long)fed, s->cfg.max_request_positions);
+    }
     job *j = rf_serve_submit(s, &req);
     if (!j) {
         rf_serve_req_free(&req);
         return send_error(c, s, q, 503, "%s", rf_last_error());
     }
-    int fd = connection_fd(c);
+    q->job = j;
+    q->fd = connection_fd(c);
     /* bounded queue wait: a request is not kept waiting forever behind others */
+    q->queue_deadline = rf_now() + s->cfg.queue_wait_s;
+    park(s, c, &q->w, j, q->fd, W_START, q->queue_deadline);
+    return MHD_YES;
+}
+
+/* Resumed (or spuriously called again): answer, or park again. */
+static enum MHD_Result generate_continue(struct MHD_Connection *c, request *q, rf_server *s) {
+    job *j = q->job;
     pthread_mutex_lock(&s->mu);
-    wait_result w = wait_job(s, j, fd, 0, rf_now() + s->cfg.queue_wait_s);
-    if (w != WAIT_OK) {
-        if (w == WAIT_LATE) rf_serve_cancel_locked(s, j);
+    if (j->state != JOB_DONE && client_gone(q->fd)) {
+        rf_serve_cancel_locked(s, j);
         rf_serve_job_unref_locked(j);
+        q->job = NULL;
         pthread_mutex_unlock(&s->mu);
-        if (w == WAIT_GONE) return MHD_NO; /* nobody to answer: close */
+        q->status = 499; /* for the log: the client closed the connection */
+        return MHD_NO;   /* nobody to answer: close */
+    }
+    if (j->state == JOB_QUEUED) {
+        if (rf_now() <= q->queue_deadline) {
+            pthread_mutex_unlock(&s->mu);
+            park(s, c, &q->w, j, q->fd, W_START, q->queue_deadline);
+            return MHD_YES;
+        }
+        rf_serve_cancel_locked(s, j);
+        rf_serve_job_unref_locked(j);
+        q->job = NULL;
+        pthread_mutex_unlock(&s->mu);
         return send_error(c, s, q, 503, "the request waited %d s in the queue without starting; try again later",
                           s->cfg.queue_wait_s);
     }
-    pthread_mutex_unlock(&s->mu);
     if (j->req.stream) {
-        stream_ref *r = rf_malloc(sizeof *r);
-        r->s = s, r->j = j, r->fd = fd;
+        pthread_mutex_unlock(&s->mu);
+        stream_ref *r = rf_calloc(1, sizeof *r);
+        r->s = s, r->j = j, r->c = c, r->fd = q->fd;
+        q->job = NULL; /* its reference is the stream's now */
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, r, sse_free);
         if (!resp) {
             sse_free(r);
@@ -370,38 +546,84 @@ static enum MHD_Result generate(struct MHD_Connection *c, request *q, rf_server 
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        add_common_headers(s, resp);
+        add_common_headers(s, q, resp);
         enum MHD_Result rc = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp); /* sse_free runs when MHD is done with it */
         q->status = 200;
         count_status(s, 200);
         return rc;
     }
-    pthread_mutex_lock(&s->mu);
-    if (wait_job(s, j, fd, 1, 0) == WAIT_GONE) {
-        rf_serve_job_unref_locked(j);
+    if (j->state != JOB_DONE) {
         pthread_mutex_unlock(&s->mu);
-        q->status = 499; /* for the log: the client closed the connection */
-        return MHD_NO;
+        park(s, c, &q->w, j, q->fd, W_DONE, 0);
+        return MHD_YES;
     }
     char *body = j->out;
     int status = j->status;
     j->out = NULL;
     j->abandoned = 1;
     rf_serve_job_unref_locked(j);
+    q->job = NULL;
     pthread_mutex_unlock(&s->mu);
     return send_json(c, s, q, status, body);
 }
 
+/* "Content-Length": decimal digits only, as RFC 9110 has it (MHD 0.9.75
+ * answers a negative or overflowing one with a broken reply of its own, so
+ * such a header must not get that far: see on_request). 0, or -1. */
+static int content_length(const char *v, unsigned long long *out) {
+    unsigned long long x = 0;
+    if (!v || !*v) return -1;
+    for (const char *p = v; *p; p++) {
+        if (*p < '0' || *p > '9' || x > (ULLONG_MAX - 9) / 10) return -1;
+        x = 10 * x + (unsigned)(*p - '0');
+    }
+    *out = x;
+    return 0;
+}
+
+/* The URI log callback: called once per request, before MHD parses it, with
+ * the request target as received. The request state is made here (and is
+ * con_cls from then on), so that the handler can tell a target that held a
+ * NUL byte (MHD's strings end there: "GET /health\0x" would be /health). */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    rf_server *s = cls;
+    request *q = rf_calloc(1, sizeof *q);
+    q->raw_uri = uri, q->raw_len = uri ? strlen(uri) : 0;
+    q->fd = -1;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    q->k = ci ? ci->socket_context : NULL;
+    if (q->k) {
+        pthread_mutex_lock(&s->mu);
+        q->k->q = q;
+        q->last = ++q->k->n_requests >= s->cfg.keepalive_requests;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return q;
+}
+
+static void set_busy(rf_server *s, request *q, int busy) {
+    if (!q->k) return;
+    pthread_mutex_lock(&s->mu);
+    q->k->busy = busy;
+    if (!busy) q->k->ready_at = rf_now();
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* MHD calls this first with the headers, then once per piece of body, then
- * once more with *up_size == 0 when the body is complete. */
+ * once more with *up_size == 0 when the body is complete (and again each
+ * time a parked generation is resumed). */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *up, size_t *up_size, void **con_cls) {
     rf_server *s = cls;
     request *q = *con_cls;
-    if (!q) {
-        q = rf_calloc(1, sizeof *q);
-        *con_cls = q;
+    if (!q) *con_cls = q = on_uri(s, NULL, c);
+    if (!q->started) {
+        /* the headers: only what must not wait for the body is answered now
+         * (the connection then closes). Everything else is answered once
+         * the request is complete: MHD 0.9.75 closes a connection whose
+         * answer was queued before that, so keep-alive needs the wait. */
+        q->started = 1;
         q->t0 = rf_now();
         copy_printable(q->method, sizeof q->method, method);
         copy_printable(q->url, sizeof q->url, url);
@@ -412,28 +634,28 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                  : !strcmp(url, routes[i].path))
                 q->route = (route_id)i, q->model_id = url + n;
         }
-        if (!strcmp(method, "OPTIONS")) return send_preflight(c, q, s);
-        if (q->route == R_NONE)
-            return send_error_p(c, s, q, 404, NULL, "not_found", "no such endpoint: %s %.100s", method, url);
-        /* every route but /health needs the key, when there is one */
-        if (s->cfg.api_key && q->route != R_HEALTH && !key_ok(c, s->cfg.api_key))
-            return send_error_p(c, s, q, 401, NULL, "invalid_api_key",
-                                "missing or wrong API key (send the header \"Authorization: Bearer <key>\")");
-        const char *want = routes[q->route].method;
-        int is_get = !strcmp(want, "GET");
-        if (strcmp(method, want) && !(is_get && !strcmp(method, "HEAD")))
-            return send_error(c, s, q, MHD_HTTP_METHOD_NOT_ALLOWED, "%s takes %s, not %.16s", routes[q->route].path,
-                              want, method);
-        if (q->route == R_HEALTH) return send_health(c, q, s);
-        if (q->route == R_METRICS) return send_metrics(c, q, s);
-        if (q->route == R_MODELS || q->route == R_MODEL) return send_models(c, q, s);
-        /* refuse an announced oversized body before reading it */
+        /* MHD cuts the line into method, target and version in place: the
+         * version follows the target's end unless a NUL byte ended it early */
+        if (q->raw_uri && version != q->raw_uri + q->raw_len + 1) {
+            q->route = R_NONE, q->last = 1;
+            return send_error(c, s, q, 400, "the request target holds a NUL byte");
+        }
+        /* a body length MHD would mishandle is refused before it reads one */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body)
+        unsigned long long body_len = 0;
+        if (cl && content_length(cl, &body_len)) {
+            q->last = 1;
+            return send_error(c, s, q, 400, "Content-Length must be a decimal number of bytes");
+        }
+        /* refuse an announced oversized body before reading it */
+        if (cl && body_len > s->cfg.max_body) {
+            q->last = 1; /* the body is not read: the connection cannot carry another request */
             return send_error(c, s, q, MHD_HTTP_CONTENT_TOO_LARGE, "the request body is larger than %zu bytes",
                               s->cfg.max_body);
+        }
         return MHD_YES;
     }
+    if (q->job) return generate_continue(c, q, s);
     if (q->status) { /* answered early: discard the rest */
         *up_size = 0;
         return MHD_YES;
@@ -456,29 +678,110 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *up_size = 0;
         return MHD_YES;
     }
+    /* the request is complete */
+    if (!strcmp(method, "OPTIONS")) return send_preflight(c, q, s);
+    if (q->route == R_NONE)
+        return send_error_p(c, s, q, 404, NULL, "not_found", "no such endpoint: %s %.100s", method, url);
+    /* every route but /health needs the key, when there is one */
+    int keyed = !s->cfg.api_key || key_ok(c, s->cfg.api_key);
+    if (!keyed && q->route != R_HEALTH)
+        return send_error_p(c, s, q, 401, NULL, "invalid_api_key",
+                            "missing or wrong API key (send the header \"Authorization: Bearer <key>\")");
+    const char *want = routes[q->route].method;
+    int is_get = !strcmp(want, "GET");
+    if (strcmp(method, want) && !(is_get && !strcmp(method, "HEAD")))
+        return send_error(c, s, q, MHD_HTTP_METHOD_NOT_ALLOWED, "%s takes %s, not %.16s", routes[q->route].path,
+                          want, method);
     if (q->no_memory) return send_error(c, s, q, 503, "out of memory storing the request body");
     if (q->too_large)
         return send_error(c, s, q, MHD_HTTP_CONTENT_TOO_LARGE, "the request body is larger than %zu bytes",
                           s->cfg.max_body);
-    return generate(c, q, s);
+    if (q->route == R_HEALTH) return send_health(c, q, s, keyed);
+    if (q->route == R_METRICS) return send_metrics(c, q, s);
+    if (q->route == R_MODELS || q->route == R_MODEL) return send_models(c, q, s);
+    set_busy(s, q, 1); /* the request is complete: its deadline is over */
+    return generate_start(c, q, s);
+}
+
+static void request_free_locked(rf_server *s, request *q) {
+    unlink_waiter_locked(s, &q->w);
+    if (q->job) { /* closed while its job was queued or running */
+        rf_serve_cancel_locked(s, q->job);
+        rf_serve_job_unref_locked(q->job);
+    }
+    if (q->k && q->k->q == q) q->k->q = NULL;
+    free(q->body);
+    free(q);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
     rf_server *s = cls;
     request *q = *con_cls;
+    (void)c;
     if (!q) return;
-    if (s->cfg.verbose)
+    if (s->cfg.verbose && q->started)
         fprintf(stderr, "refusion serve: %s %s -> %d%s (%.3f s)\n", q->method, q->url, q->status,
                 why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : ", connection closed early", rf_now() - q->t0);
-    free(q->body);
-    free(q);
+    set_busy(s, q, 0); /* ready for the next request: its deadline starts */
+    pthread_mutex_lock(&s->mu);
+    request_free_locked(s, q);
+    pthread_mutex_unlock(&s->mu);
     *con_cls = NULL;
+}
+
+/* Connections in and out of s->conns (the count is what the accept policy
+ * checks; the list is what the request deadline walks). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode what) {
+    rf_server *s = cls;
+    if (what == MHD_CONNECTION_NOTIFY_STARTED) {
+        conn *k = rf_calloc(1, sizeof *k);
+        k->fd = connection_fd(c);
+        k->ready_at = rf_now();
+        pthread_mutex_lock(&s->mu);
+        k->next = s->conns;
+        if (s->conns) s->conns->prev = k;
+        s->conns = k;
+        s->n_conns++;
+        pthread_mutex_unlock(&s->mu);
+        *socket_context = k;
+    } else if (what == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+        conn *k = *socket_context;
+        pthread_mutex_lock(&s->mu);
+        if (k->q) request_free_locked(s, k->q); /* a request MHD never reported complete */
+        if (k->prev) k->prev->next = k->next;
+        else s->conns = k->next;
+        if (k->next) k->next->prev = k->prev;
+        s->n_conns--;
+        pthread_mutex_unlock(&s->mu);
+        free(k);
+        *socket_context = NULL;
+    }
+}
+
+/* Accept policy: over the total, a new connection is closed at once (not
+ * left waiting in the listen backlog). */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t len) {
+    rf_server *s = cls;
+    (void)addr, (void)len;
+    pthread_mutex_lock(&s->mu);
+    int ok = s->n_conns < s->cfg.max_connections;
+    if (!ok) s->n_refused++;
+    pthread_mutex_unlock(&s->mu);
+    return ok ? MHD_YES : MHD_NO;
 }
 
 /* ---- start / stop ------------------------------------------------------------- */
 /* A listening socket on host:port, so that failures get a clear message
  * (MHD would only print its own) and port 0 tells us what it picked. */
-static int listen_on(const char *host, int port, int *fd_out, int *port_out, int *v6) {
+static int is_loopback(const struct sockaddr *sa) {
+    if (sa->sa_family == AF_INET) return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family != AF_INET6) return 0;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+static int listen_on(const char *host, int port, int *fd_out, int *port_out, int *v6, int *loopback) {
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
@@ -489,13 +792,14 @@ static int listen_on(const char *host, int port, int *fd_out, int *port_out, int
     }
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol), one = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-        bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 64)) {
+        bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, SOMAXCONN)) {
         rf_set_error("cannot listen on %s:%d: %s", host, port, strerror(errno));
         if (fd >= 0) close(fd);
         freeaddrinfo(ai);
         return -1;
     }
     *v6 = ai->ai_family == AF_INET6;
+    *loopback = is_loopback(ai->ai_addr);
     freeaddrinfo(ai);
     struct sockaddr_storage sa;
     socklen_t n = sizeof sa;
@@ -526,6 +830,17 @@ static void stop_workers(rf_server *s) {
     for (int i = 0; i < s->n_workers; i++) pthread_join(s->workers[i].thread, NULL);
 }
 
+/* the watcher resumes every parked connection (their jobs are done once
+ * the workers have stopped), then ends */
+static void stop_watcher(rf_server *s) {
+    if (!s->watcher_started) return;
+    pthread_mutex_lock(&s->mu);
+    s->watcher_stop = 1;
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->watcher, NULL);
+    s->watcher_started = 0;
+}
+
 static void free_workers(rf_server *s) {
     for (int i = 0; i < s->cfg.workers; i++) rf_session_free(s->workers[i].sess);
     free(s->workers);
@@ -539,12 +854,21 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
     if (s->cfg.max_queue < 1) s->cfg.max_queue = 1;
     if (s->cfg.max_connections < 1) s->cfg.max_connections = 1;
     if (s->cfg.timeout_s < 1) s->cfg.timeout_s = 1;
+    if (s->cfg.request_timeout_s < 1) s->cfg.request_timeout_s = 1;
+    if (s->cfg.keepalive_requests < 1) s->cfg.keepalive_requests = 1;
+    if (s->cfg.http_threads < 1) s->cfg.http_threads = 1;
     if (s->cfg.queue_wait_s < 1) s->cfg.queue_wait_s = 1;
     if (!s->cfg.max_request_bytes) s->cfg.max_request_bytes = rf_phys_mem() ? rf_phys_mem() / 2 : (size_t)1 << 31;
     s->model_name = c->model_name ? rf_strdup(c->model_name) : basename_of(s->m->dir ? s->m->dir : "refusion");
+    /* the id goes into every answer's JSON: refuse one that cannot */
+    if (rf_serve_check_id(s->model_name, c->model_name ? "--name" : "the model directory's name (give --name)")) {
+        free(s->model_name);
+        free(s);
+        return NULL;
+    }
     s->started = time(NULL);
     int v6 = 0;
-    if (listen_on(c->host ? c->host : "127.0.0.1", c->port, &s->listen_fd, &s->port, &v6)) {
+    if (listen_on(c->host ? c->host : "127.0.0.1", c->port, &s->listen_fd, &s->port, &v6, &s->loopback)) {
         free(s->model_name);
         free(s);
         return NULL;
@@ -564,20 +888,26 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
             stop_workers(s);
             goto fail;
         }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | (v6 ? MHD_USE_IPv6 : 0);
-    /* Every connection is a thread: the total and the share of one client
-     * are capped, and a client that stops sending its request for timeout_s
-     * is dropped, so half-sent requests cannot hold every slot (slowloris)
-     * and /health keeps answering. A running generation is not affected: its
-     * connection thread waits in our handler, not in MHD's reads. */
-    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                                 (unsigned)s->cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                                 (unsigned)(s->cfg.max_per_client > 0 ? s->cfg.max_per_client : 0),
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.timeout_s, MHD_OPTION_END);
+    if (pthread_create(&s->watcher, NULL, watcher_main, s)) {
+        rf_set_error("cannot start the connection watcher thread");
+        stop_workers(s);
+        goto fail;
+    }
+    s->watcher_started = 1;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | (v6 ? MHD_USE_IPv6 : 0);
+    /* MHD's own total is a backstop above ours (on_accept refuses at once;
+     * at MHD's limit new clients would wait in the backlog instead) */
+    s->daemon = MHD_start_daemon(
+        flags, 0, on_accept, s, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)s->cfg.max_connections + 64, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)(s->cfg.max_per_client > 0 ? s->cfg.max_per_client : 0), MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)s->cfg.timeout_s, MHD_OPTION_END);
     if (!s->daemon) {
         rf_set_error("cannot start the HTTP server (libmicrohttpd) on %s:%d", c->host, s->port);
         stop_workers(s);
+        stop_watcher(s);
         goto fail;
     }
     return s;
@@ -592,13 +922,17 @@ fail:
 }
 
 int rf_serve_port(const rf_server *s) { return s->port; }
+int rf_serve_loopback(const rf_server *s) { return s->loopback; }
 
 void rf_serve_stop(rf_server *s) {
     if (!s) return;
     /* 1. no new jobs; the workers finish the running ones and fail the
      *    queued ones, so no connection thread is left waiting on a job */
     stop_workers(s);
-    /* 2. close the connections and join their threads (MHD closes the
+    /* 2. answer the parked requests: MHD must not stop with a suspended
+     *    connection */
+    stop_watcher(s);
+    /* 3. close the connections and join MHD's threads (MHD closes the
      *    listening socket it was given too) */
     MHD_stop_daemon(s->daemon);
     pthread_cond_destroy(&s->queue_cv);

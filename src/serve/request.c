@@ -19,6 +19,34 @@
 #include "serve/serve.h"
 #include "util/util.h"
 
+/* dst = src cut to at most n - 1 bytes on a UTF-8 character boundary: the
+ * field names of a body are valid UTF-8 (jansson checks), and a name cut
+ * inside a character would no longer be, so the error reply that quotes it
+ * could not be built. */
+void rf_serve_utf8_cut(char *dst, size_t n, const char *src) {
+    size_t k = strlen(src);
+    if (k > n - 1) {
+        k = n - 1;
+        while (k > 0 && ((unsigned char)src[k] & 0xC0) == 0x80) k--; /* src[k]: a continuation byte */
+    }
+    memcpy(dst, src, k);
+    dst[k] = 0;
+}
+int rf_serve_check_id(const char *id, const char *what) {
+    size_t n = strlen(id);
+    json_t *v = json_string(id); /* NULL: not UTF-8 */
+    json_decref(v);
+    int ctl = 0;
+    for (size_t i = 0; i < n; i++) ctl |= (unsigned char)id[i] < 0x20 || id[i] == 0x7f;
+    if (!v || ctl || n == 0 || n > 256) {
+        rf_set_error("%s: a model id must be 1 to 256 bytes of UTF-8 text without control characters", what);
+        return -1;
+    }
+    return 0;
+}
+
+#define set_param(r, key) rf_serve_utf8_cut((r)->err_param, sizeof (r)->err_param, key)
+
 /* The field's value, or NULL when it is absent or null. */
 static json_t *field(json_t *o, const char *key) {
     json_t *v = json_object_get(o, key);
@@ -43,7 +71,7 @@ static const char *const harmless[] = {"model", "user", "metadata", "store", "se
  * otherwise refused with a message naming them. */
 static int check_unsupported(json_t *o, rf_serve_req *r) {
     json_t *v;
-#define REFUSE(key, ...) do { snprintf(r->err_param, sizeof r->err_param, "%s", key); \
+#define REFUSE(key, ...) do { set_param(r, key); \
         r->err_unsupported = 1; rf_set_error(__VA_ARGS__); return -1; } while (0)
     if ((v = field(o, "logprobs")) && !json_is_false(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
         REFUSE("logprobs", "\"logprobs\" is not supported (no token log-probabilities are reported)");
@@ -170,9 +198,11 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
         for (int i = 0; own[i] && !known; i++) known = !strcmp(key, own[i]);
         for (int i = 0; harmless[i] && !known; i++) known = !strcmp(key, harmless[i]);
         if (!known) {
-            snprintf(r->err_param, sizeof r->err_param, "%s", key);
+            set_param(r, key);
             r->err_unsupported = 1;
-            rf_set_error("unsupported field \"%.60s\"", key);
+            char shown[61];
+            rf_serve_utf8_cut(shown, sizeof shown, key);
+            rf_set_error("unsupported field \"%s\"%s", shown, strlen(key) >= sizeof shown ? " (cut)" : "");
             return -1;
         }
     }
@@ -186,7 +216,7 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
         if (!strcmp(k, "max_tokens") && field(o, "max_completion_tokens")) k = "max_completion_tokens";
         if (!strcmp(k, "blocks") && !field(o, k) && field(o, "serial_num_blocks")) k = "serial_num_blocks";
         if ((v = field(o, k)) && parse_row(v, k, row, m, &d)) {
-            snprintf(r->err_param, sizeof r->err_param, "%s", k);
+            set_param(r, k);
             return -1;
         }
         if (v) d.src[i] = RF_SRC_REQUEST; /* over the server's default / generation_config.json / flag */
@@ -209,14 +239,14 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
         }
     }
     if (parse_stop(o, r)) {
-        snprintf(r->err_param, sizeof r->err_param, "stop");
+        set_param(r, "stop");
         return -1;
     }
     /* "n": choices, each its own generation (worker.c: choice i samples
      * with seed + i) */
     if ((v = field(o, "n"))) {
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > RF_SERVE_MAX_N) {
-            snprintf(r->err_param, sizeof r->err_param, "n");
+            set_param(r, "n");
             rf_set_error("\"n\" must be an integer in [1, %d] (the number of choices)", RF_SERVE_MAX_N);
             return -1;
         }
@@ -364,6 +394,65 @@ done:
     free(msgs);
     return rc;
 }
+/* What the decoders would only find out while running (an error after the
+ * job started, or a stream already answered 200), and work the client never
+ * gets back: checked here so that it is a 400 before anything is queued. */
+static int check_work(json_t *o, const rf_decode_opts *defaults, rf_serve_req *r) {
+    const rf_gen_params *p = &r->p;
+    if (r->d.decoder == RF_DECODER_MDM) {
+        /* mdm.c: the answer is cut into min(blocks, max_tokens) blocks, each
+         * needs a step; more steps than answer tokens unmask nothing */
+        int steps = r->d.steps > 0 ? r->d.steps : p->gen_length;
+        int nb = p->n_blocks < p->gen_length ? p->n_blocks : p->gen_length;
+        if (nb < 1) nb = 1;
+        if (steps < nb || steps > p->gen_length) {
+            set_param(r, "steps");
+            rf_set_error("\"steps\" (%d) must be in [%d, %d]: at least one per block (\"blocks\") and at most "
+                         "one per answer token (max_tokens)", steps, nb, p->gen_length);
+            return -1;
+        }
+    }
+    /* ReFusion (the rolling slot too) decodes whole slots: a slot larger
+     * than the answer pads it with work that is thrown away. Small slots
+     * (RF_SERVE_SMALL_SLOT, and the server's own default) are always
+     * allowed, so that a client may keep one slot size for every length. */
+    int slots = r->d.decoder == RF_DECODER_REFUSION || p->rolling;
+    int small = defaults->gen.slot_size > RF_SERVE_SMALL_SLOT ? defaults->gen.slot_size : RF_SERVE_SMALL_SLOT;
+    int cap = p->gen_length > small ? p->gen_length : small;
+    if (slots && p->slot_size > cap) {
+        set_param(r, field(o, "slot_size") ? "slot_size" : "max_tokens");
+        rf_set_error("\"slot_size\" (%d) must not exceed %d (max_tokens, or %d for any length): the answer is "
+                     "decoded in whole slots", p->slot_size, cap, small);
+        return -1;
+    }
+    return 0;
+}
+
+int64_t rf_serve_work_positions(const rf_serve_req *r) {
+    const rf_gen_params *p = &r->p;
+    int64_t P = r->n_prompt, G = p->gen_length, S = p->slot_size > 0 ? p->slot_size : 1, one;
+    if (r->d.decoder == RF_DECODER_MDM) {
+        /* no cache: every step feeds prompt and answer */
+        one = (int64_t)(r->d.steps > 0 ? r->d.steps : p->gen_length) * (P + G);
+    } else if (p->rolling) {
+        /* a call per kept token at worst, each feeding the draft window of
+         * two slots behind it */
+        one = P + G * (2 * S + 1);
+    } else if (r->ar) {
+        one = P + G;
+    } else {
+        /* plan-and-infill: a plan commits at least one slot and feeds the
+         * block's masks (and, with lookahead, the next plan's: twice); a
+         * slot's infilling accepts at least one token per draft + verify
+         * pair of S-position calls (the re-feed: S + 1) */
+        int64_t Gp = (G + S - 1) / S * S, n_slots = Gp / S, nb = p->n_blocks < 1 ? 1 : p->n_blocks;
+        if (nb > n_slots) nb = n_slots;
+        int64_t block = (n_slots - (nb - 1) * (n_slots / nb)) * S; /* the largest, as rf_block_layout cuts */
+        one = P + n_slots * (2 * block + 2 * S * (S + 1));
+    }
+    return one * (r->n_choices > 0 ? r->n_choices : 1);
+}
+
 int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_model *m,
                    const rf_tokenizer *tok, const rf_decode_opts *defaults, rf_serve_req *out) {
     memset(out, 0, sizeof *out);
@@ -399,6 +488,7 @@ int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_mode
         goto out;
     }
     if (rf_gen_check(m, out->prompt, out->n_prompt, &out->p, out->d.decoder != RF_DECODER_REFUSION)) goto out;
+    if (check_work(o, defaults, out)) goto out;
     rc = 0;
 out:
     json_decref(o);

@@ -12,8 +12,9 @@
  * threads (--parallel): each runs one generation at a time through the
  * public API (include/refusion.h) on its own session (KV cache, run state,
  * kept from one request to the next) and OpenMP threads; the weights are
- * shared read-only. HTTP connections each get their own thread
- * (libmicrohttpd thread-per-connection) and wait for their job. "stream":
+ * shared read-only. HTTP connections are served by a small pool of
+ * libmicrohttpd event loops (http.c): a connection waiting for its job is
+ * suspended, not a blocked thread. "stream":
  * true answers with Server-Sent Events as answer tokens become final (every
  * position before them is filled). "n" > 1 runs the job's choices one after
  * the other in its worker, choice i sampled with seed + i. A client that
@@ -27,6 +28,7 @@
 #define RF_SERVE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cli/args.h"
 #include "decode/decode.h"
@@ -42,20 +44,27 @@ typedef struct {
     int max_queue;           /* waiting + running generations; more get 503 */
     int workers;             /* generations run in parallel, each in its own thread (--parallel) */
     const char *api_key;     /* non-NULL: every request but /health and OPTIONS needs "Bearer <key>" */
-    const char *cors_origin; /* Access-Control-Allow-Origin on every answer (NULL: no CORS headers) */
+    const char *cors_origin; /* Access-Control-Allow-Origin on every answer (NULL: none, the default: a web
+                                page of another origin cannot read the answers) */
     /* resource limits (see README "Reliability") */
     int max_connections;     /* open connections in all (each is a thread) */
     int max_per_client;      /* open connections from one IP address */
-    int timeout_s;           /* a connection idle this long while sending its request is closed */
+    int timeout_s;           /* a connection idle this long is closed */
+    int request_timeout_s;   /* a request (headers and body) not complete this long after its connection was
+                                ready for it is closed, however steadily it trickles in */
+    int keepalive_requests;  /* requests on one connection; the last answer says "Connection: close" */
+    int http_threads;        /* MHD's thread pool: event loops that serve every connection */
     int queue_wait_s;        /* a request still queued after this long gets 503 */
     size_t max_request_bytes;/* a generation's working memory (rf_gen_mem_bytes); 0: half the RAM */
+    long long max_request_positions; /* positions a generation may feed the model (rf_serve_work_positions) */
     int verbose;             /* 1: one log line per request on stderr */
     rf_decode_opts defaults; /* decoding settings when a request does not say (threads: per worker) */
 } rf_serve_config;
 
-/* Sensible defaults: 127.0.0.1:8080, 4 MiB bodies, queue of 64, 256
- * connections of which 16 per client, 10 s to send a request, 300 s in the
- * queue, half the RAM per generation, 2 workers, CORS for any origin, no
+/* Sensible defaults: 127.0.0.1:8080, 4 MiB bodies, queue of 64, 512
+ * connections of which 16 per client, 10 s idle, 30 s to send a request,
+ * 100 requests per connection, 2 HTTP threads, 300 s in the queue, half the
+ * RAM and 2^23 fed positions per generation, 2 workers, no CORS headers, no
  * API key, the shared decoding defaults (rf_decode_opts_default), verbose. */
 void rf_serve_config_default(rf_serve_config *c);
 
@@ -67,6 +76,8 @@ typedef struct rf_server rf_server;
 rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok, const rf_serve_config *c);
 /* The port actually bound (useful with port 0). */
 int rf_serve_port(const rf_server *s);
+/* 1 when the bound address is a loopback one (127.0.0.0/8, ::1). */
+int rf_serve_loopback(const rf_server *s);
 /* Stop: refuse new requests (503), finish the running generation, fail the
  * queued ones, close every connection, join all threads, free. */
 /* Counters for tests and the load test (also in /health). */
@@ -85,6 +96,7 @@ typedef enum { RF_REQ_COMPLETION, RF_REQ_CHAT } rf_req_kind;
 #define RF_SERVE_MAX_STOP 4
 #define RF_SERVE_STOP_LEN 64
 #define RF_SERVE_MAX_N 8     /* "n": at most this many choices per request */
+#define RF_SERVE_SMALL_SLOT 32 /* a slot_size allowed whatever max_tokens is (larger ones: up to max_tokens) */
 typedef struct {
     rf_req_kind kind;
     int *prompt;             /* [n_prompt] token ids (malloc'd) */
@@ -110,5 +122,22 @@ typedef struct {
 int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_model *m,
                    const rf_tokenizer *tok, const rf_decode_opts *defaults, rf_serve_req *out);
 void rf_serve_req_free(rf_serve_req *r);
+/* An upper bound of the positions the request's decoder feeds the model
+ * (prompt and every call's window, over all its choices), from the same
+ * sizes the decoders use: what the server's per-request budget
+ * (--max-request-positions) is checked against. */
+int64_t rf_serve_work_positions(const rf_serve_req *r);
+/* dst = src cut to at most n - 1 bytes (n >= 1) on a UTF-8 character
+ * boundary, so that valid UTF-8 stays valid. */
+void rf_serve_utf8_cut(char *dst, size_t n, const char *src);
+/* A string the server may put into JSON output: valid UTF-8, no control
+ * characters, 1 .. 256 bytes (model ids). 0, or -1 with the reason in
+ * rf_last_error() (what names it: what, e.g. "--name"). */
+int rf_serve_check_id(const char *id, const char *what);
+/* OpenAI's error body {"error": {"message", "type", "param", "code"}} as
+ * compact JSON text (malloc'd, never NULL): a message, param or code that
+ * is not UTF-8 is replaced, and should building the JSON fail, a fixed
+ * body takes its place. param and code may be NULL (JSON null). */
+char *rf_serve_error_body(const char *msg, const char *type, const char *param, const char *code);
 
 #endif

@@ -77,6 +77,15 @@ struct rf_server {
      * jobs (flat once each worker has run its largest request), and the
      * bytes they hold between jobs */
     unsigned long long buffer_allocs;
+    /* http.c: open connections, the parked (suspended) requests, the
+     * watcher thread that resumes them and enforces request deadlines */
+    struct rf_conn *conns;
+    int n_conns;
+    struct rf_waiter *waiters;
+    pthread_t watcher;
+    int watcher_started, watcher_stop;
+    unsigned long n_refused, n_request_timeouts;
+    int loopback;             /* the bound address is a loopback one */
     size_t *buffer_bytes;     /* [cfg.workers] */
 };
 

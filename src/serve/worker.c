@@ -37,8 +37,9 @@ static void out_append(job *j, const char *p, size_t n) {
 /* One SSE event "data: <compact json>\n\n" (o is consumed); floats with 6
  * significant digits, as in a plain answer (0.6, not 0.59999999999999998). */
 static void sse_append_locked(job *j, json_t *o) {
-    char *txt = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     json_decref(o);
+    if (!txt) txt = rf_serve_error_body("an event of the answer could not be built", "server_error", NULL, NULL);
     out_append(j, "data: ", 6);
     out_append(j, txt, strlen(txt));
     out_append(j, "\n\n", 2);
@@ -124,13 +125,35 @@ static json_t *stats_json(const job *j, const rf_stats *r) {
     return o;
 }
 
-/* OpenAI's error body: {"error": {"message", "type", "param", "code"}} */
+/* OpenAI's error body: {"error": {"message", "type", "param", "code"}}.
+ * Never NULL: every string that is not UTF-8 is replaced (json_string
+ * refuses it), and a failed allocation leaves a smaller object, not none. */
+static json_t *str_or(const char *s, const char *fallback) {
+    json_t *v = s ? json_string(s) : NULL;
+    return v ? v : fallback ? json_string(fallback) : json_null();
+}
 json_t *rf_serve_error_json(const char *msg, const char *type, const char *param, const char *code) {
-    json_t *m = json_string(msg);
-    if (!m) m = json_string("(an error message that is not UTF-8)");
-    return json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", m, "type", type, "param",
-                     param && *param ? json_string(param) : json_null(), "code",
-                     code ? json_string(code) : json_null());
+    json_t *e = json_object(), *o = json_object();
+    if (!e || !o) {
+        json_decref(e);
+        json_decref(o);
+        return NULL;
+    }
+    json_object_set_new(e, "message", str_or(msg, "(an error message that is not UTF-8)"));
+    json_object_set_new(e, "type", str_or(type, "server_error"));
+    json_object_set_new(e, "param", param && *param ? str_or(param, NULL) : json_null());
+    json_object_set_new(e, "code", str_or(code, NULL));
+    json_object_set_new(o, "error", e);
+    return o;
+}
+
+char *rf_serve_error_body(const char *msg, const char *type, const char *param, const char *code) {
+    json_t *o = rf_serve_error_json(msg, type, param, code);
+    char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return txt ? txt
+               : rf_strdup("{\"error\":{\"message\":\"the error reply could not be built\",\"type\":"
+                           "\"server_error\",\"param\":null,\"code\":null}}");
 }
 
 /* ---- running one job ------------------------------------------------------------------ */
@@ -369,9 +392,18 @@ static void run_job(rf_server *s, rf_worker *w, job *j) {
         char msg[300];
         snprintf(msg, sizeof msg, "generation failed: %s", rf_last_error());
         fprintf(stderr, "refusion serve: %s: %s\n", j->id, msg);
-        json_t *e = rf_serve_error_json(msg, "server_error", NULL, NULL);
-        if (j->req.stream) sse_event(s, j, e);
-        else status = rc == RF_ERR_NOMEM ? 503 : 500, body = json_dumps(e, JSON_COMPACT), json_decref(e);
+        body = rf_serve_error_body(msg, "server_error", NULL, NULL);
+        if (j->req.stream) {
+            pthread_mutex_lock(&s->mu);
+            out_append(j, "data: ", 6);
+            out_append(j, body, strlen(body));
+            out_append(j, "\n\n", 2);
+            pthread_mutex_unlock(&s->mu);
+            free(body);
+            body = NULL;
+        } else {
+            status = rc == RF_ERR_NOMEM ? 503 : 500;
+        }
     } else {
         json_t *usage = json_pack("{s:i, s:i, s:i}", "prompt_tokens", j->req.n_prompt, "completion_tokens", tokens,
                                   "total_tokens", j->req.n_prompt + tokens);
@@ -422,9 +454,7 @@ static void run_job(rf_server *s, rf_worker *w, job *j) {
 
 /* A queued job that will never run (shutdown): answer 503. s->mu held. */
 static void fail_job_locked(job *j, const char *msg) {
-    json_t *e = rf_serve_error_json(msg, "server_error", NULL, "server_shutting_down");
-    char *txt = json_dumps(e, JSON_COMPACT);
-    json_decref(e);
+    char *txt = rf_serve_error_body(msg, "server_error", NULL, "server_shutting_down");
     if (j->req.stream) {
         out_append(j, "data: ", 6);
         out_append(j, txt, strlen(txt));

@@ -224,6 +224,14 @@ static int same_as_rank0(const rf_trainer *t, uint64_t mine, const char *what) {
 static int open_inputs(rf_trainer *t, rf_config *cfg, rf_trainer_info *info) {
     const rf_train_opts *o = &t->o;
     const char *src = o->resume ? o->out : o->init;
+    if (o->resume) { /* say what is missing, not which of its files cannot be opened */
+        char *p = rf_path_join(o->out, "config.json");
+        int saved = file_exists(p);
+        free(p);
+        if (!saved)
+            return rf_set_error("--resume: %s holds no checkpoint yet (the run stopped before its first save); "
+                                "start it again without --resume", o->out), -1;
+    }
     t->tok_src = o->tokenizer ? o->tokenizer : src;
     if (!t->tok_src) return rf_set_error("a new model needs --tokenizer"), -1;
     if (!(t->tok = rf_tok_load(t->tok_src))) return -1;
