@@ -233,6 +233,8 @@ static rf_tokenizer *from_gguf(const rf_gguf_file *f) {
     if (r == 0) {
         t->chat_template = strndup(tpl.s, tpl.len);
         if (!t->chat_template) rf_die("out of memory");
+        t->chat_template_from = rf_malloc(strlen(path) + 32);
+        sprintf(t->chat_template_from, "%s: tokenizer.chat_template", path);
     }
     return t;
 fail:

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "tokenizer/jinja.h"
 #include "tokenizer/tok_internal.h"
 #include "util/util.h"
 
@@ -38,6 +39,8 @@ void rf_tok_free(rf_tokenizer *t) {
     rf_pairmap_free(&t->merges);
     if (t->re) pcre2_code_free(t->re);
     free(t->chat_template);
+    free(t->chat_template_from);
+    json_decref(t->special_strings);
     free(t->pretok_pattern);
     free(t);
 }
@@ -317,8 +320,16 @@ static int ensure_token(rf_tokenizer *t, const char *content, int *max_id) {
     return nid;
 }
 
-/* tokenizer_config.json: eos_token (string or {"content": ...}) and
- * chat_template (string, or a list of {name, template}). */
+/* A special token's text in tokenizer_config.json: "..." or {"content": "..."}. */
+static const char *token_text(json_t *v) {
+    if (json_is_object(v)) v = json_object_get(v, "content");
+    return json_string_value(v);
+}
+
+/* tokenizer_config.json: eos_token, the special tokens transformers passes
+ * to the chat template (bos_token, eos_token, unk_token, pad_token,
+ * additional_special_tokens: the ones that are set), and chat_template (a
+ * string, or a list of {name, template} of which "default" is taken). */
 static int parse_config(rf_tokenizer *t, const char *cfg_path, char **eos_out) {
     struct stat st;
     if (stat(cfg_path, &st) != 0) return 0; /* optional */
@@ -329,23 +340,89 @@ static int parse_config(rf_tokenizer *t, const char *cfg_path, char **eos_out) {
         json_decref(cfg);
         return rf_set_error("%s: not a JSON object", cfg_path), -1;
     }
-    json_t *eos = json_object_get(cfg, "eos_token");
-    if (json_is_object(eos)) eos = json_object_get(eos, "content");
-    if (json_is_string(eos)) *eos_out = rf_strdup(json_string_value(eos));
+    const char *eos = token_text(json_object_get(cfg, "eos_token"));
+    if (eos) *eos_out = rf_strdup(eos);
+    json_t *sp = json_object();
+    static const char *const names[] = {"bos_token", "eos_token", "unk_token", "pad_token"};
+    for (int k = 0; k < 4; k++) {
+        const char *v = token_text(json_object_get(cfg, names[k]));
+        if (v) json_object_set_new(sp, names[k], json_string(v));
+    }
+    json_t *extra = json_object_get(cfg, "additional_special_tokens"), *e;
+    size_t i;
+    if (json_is_array(extra)) {
+        json_t *list = json_array();
+        json_array_foreach(extra, i, e) if (token_text(e)) json_array_append_new(list, json_string(token_text(e)));
+        if (json_array_size(list)) json_object_set_new(sp, "additional_special_tokens", list);
+        else json_decref(list);
+    }
+    json_decref(t->special_strings);
+    t->special_strings = sp;
     json_t *tpl = json_object_get(cfg, "chat_template");
     if (json_is_array(tpl)) {
-        size_t i;
-        json_t *e, *pick = NULL;
+        json_t *pick = NULL;
         json_array_foreach(tpl, i, e) {
             const char *name = json_string_value(json_object_get(e, "name"));
             if (!pick || (name && !strcmp(name, "default"))) pick = json_object_get(e, "template");
         }
         tpl = pick;
     }
-    if (json_is_string(tpl)) t->chat_template = rf_strdup(json_string_value(tpl));
+    if (json_is_string(tpl) && !t->chat_template) {
+        t->chat_template = rf_strdup(json_string_value(tpl));
+        t->chat_template_from = rf_strdup(cfg_path);
+    }
     json_decref(cfg);
     return 0;
 }
+
+/* DIR/chat_template.jinja beside the tokenizer config (transformers >= 4.43
+ * saves the template there; it wins over tokenizer_config.json's). */
+static int read_template_file(rf_tokenizer *t, const char *cfg_path) {
+    const char *slash = strrchr(cfg_path, '/');
+    char *dir = slash ? strndup(cfg_path, (size_t)(slash - cfg_path)) : rf_strdup(".");
+    if (!dir) rf_die("out of memory");
+    char *p = rf_path_join(dir, "chat_template.jinja");
+    free(dir);
+    struct stat st;
+    int rc = 0;
+    if (stat(p, &st) == 0) {
+        size_t len;
+        char *text = rf_read_file_max(p, RF_CHAT_TEMPLATE_MAX, &len);
+        if (!text) rc = -1;
+        else {
+            t->chat_template = text;
+            t->chat_template_from = p;
+            p = NULL;
+        }
+    }
+    free(p);
+    return rc;
+}
+
+int rf_tok_set_chat_template(rf_tokenizer *t, const char *spec) {
+    if (!strcmp(spec, "builtin")) {
+        t->chat_builtin = 1;
+        return 0;
+    }
+    size_t len;
+    char *text = rf_read_file_max(spec, RF_CHAT_TEMPLATE_MAX, &len);
+    if (!text) return -1;
+    if (rf_jinja_check(text, len)) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s: %s", spec, rf_last_error());
+        rf_set_error("%s", msg);
+        free(text);
+        return -1;
+    }
+    free(t->chat_template);
+    free(t->chat_template_from);
+    t->chat_template = text;
+    t->chat_template_from = rf_strdup(spec);
+    t->chat_builtin = 0;
+    return 0;
+}
+
+const char *rf_tok_chat_template(const rf_tokenizer *t) { return t->chat_builtin ? NULL : t->chat_template; }
 
 void rf_tok_files(const char *path, char **json, char **cfg) {
     struct stat st;
@@ -411,7 +488,7 @@ rf_tokenizer *rf_tok_load(const char *path) {
     t->n_vocab = max_id + 1;
     qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added_len);
 
-    if (parse_config(t, cfg_path, &eos)) goto fail;
+    if (read_template_file(t, cfg_path) || parse_config(t, cfg_path, &eos)) goto fail;
     const char *eos_name = eos ? eos : "<|endoftext|>";
     t->eos_id = rf_tok_id(t, eos_name);
     if (eos && t->eos_id < 0) {

@@ -57,17 +57,39 @@ int rf_tok_is_special(const rf_tokenizer *t, int id);
 int rf_tok_eos_id(const rf_tokenizer *t);   /* tokenizer_config eos, e.g. <|im_end|> */
 int rf_tok_mask_id(const rf_tokenizer *t);  /* <|mask|> */
 
-/* ---- chat template (Qwen3's, for plain conversations) ---- */
+/* ---- chat templates ----
+ * A tokenizer carries the model's Jinja chat template when it has one: the
+ * checkpoint's chat_template.jinja, else tokenizer_config.json's
+ * chat_template (a string, or the "default" of a named list), or a GGUF
+ * file's tokenizer.chat_template. It is rendered by tokenizer/jinja.c as
+ * transformers' apply_chat_template renders it. Without one (or after
+ * rf_tok_set_chat_template(t, "builtin")) the built-in renderer of Qwen3's
+ * template for plain conversations (chat.c) is used. */
+#define RF_CHAT_TEMPLATE_MAX (1u << 20) /* template files larger than this are refused */
+/* spec: "builtin", or a Jinja template file that replaces the model's
+ * (checked for syntax errors now). 0, or -1 with the error set. */
+int rf_tok_set_chat_template(rf_tokenizer *t, const char *spec);
+/* The Jinja source in use, NULL when the built-in renderer is. */
+const char *rf_tok_chat_template(const rf_tokenizer *t);
+
+struct json_t;
+/* The prompt for a conversation: conv is a JSON array of messages (objects
+ * with role, content and whatever else the template reads: tool_calls,
+ * reasoning_content, ...), or an object with "messages" and more template
+ * variables (tools, documents, enable_thinking, ... - they override the
+ * defaults). The template sees messages, tools = None, documents = None,
+ * add_generation_prompt, the tokenizer config's special tokens (bos_token,
+ * eos_token, ...), and enable_thinking = false when enable_thinking is 0
+ * (1 leaves it undefined: the template's default). malloc'd text, or NULL
+ * with one line in rf_last_error(). t may be NULL (the built-in renderer). */
+char *rf_chat_render(const rf_tokenizer *t, const struct json_t *conv, int add_generation_prompt,
+                     int enable_thinking);
+
 typedef struct {
-    const char *role;    /* "system" | "user" | "assistant" */
+    const char *role;    /* "system" | "user" | "assistant" | "tool" */
     const char *content;
 } rf_chat_msg;
-/* malloc'd prompt text, identical to what tokenizer_config.json's Jinja
- * template renders for these messages (Qwen3's template, or the one
- * tokenizer-train writes). enable_thinking: 1 = the template default, 0 =
- * enable_thinking=false (empty <think> block after the generation prompt).
- * t may be NULL; NULL (error set) if the tokenizer's config has a template
- * that is not ChatML-style. */
+/* rf_chat_render of plain role / content messages. */
 char *rf_chat_apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n,
                     int add_generation_prompt, int enable_thinking);
 
