@@ -46,7 +46,7 @@ int rf_tok_model_has_tokenizer(const char *model_path) {
     }
     char *p = rf_path_join(model_path, "tokenizer.json");
     struct stat st;
-    int has = stat(p, &st) == 0;
+    int has = stat(p, &st) == 0 || rf_tok_dir_has_slow(model_path);
     free(p);
     return has;
 }

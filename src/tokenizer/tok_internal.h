@@ -98,6 +98,9 @@ struct rf_tokenizer {
     char *pretok_pattern;    /* the Split regex as given (GGUF export names it), or NULL */
 };
 
+/* 1 if dir holds the slow layout (vocab.json + merges.txt; tokenizer.c) */
+int rf_tok_dir_has_slow(const char *dir);
+
 /* ---- building a tokenizer from another source (gguf_vocab.c) ---- */
 /* t->n_vocab = cap with the per-id arrays allocated (zeroed) and the
  * spelling map sized for `expected` entries */

@@ -1,6 +1,7 @@
 /* tokenizer.h - byte-level BPE tokenizer read from a Hugging Face
- * tokenizer.json (Qwen3's, or a small one trained by this project), the Qwen3
- * chat template, and a streaming decoder. */
+ * tokenizer.json (Qwen3's, or a small one trained by this project) or the
+ * slow vocab.json + merges.txt layout, chat templates (the model's Jinja
+ * template or the built-in Qwen3 one), and a streaming decoder. */
 #ifndef RF_TOKENIZER_H
 #define RF_TOKENIZER_H
 
@@ -9,8 +10,10 @@
 typedef struct rf_tokenizer rf_tokenizer;
 
 /* path: a tokenizer.json file or a model directory holding tokenizer.json
- * (and optionally tokenizer_config.json, which supplies eos / chat template
- * settings). <|beginoftext|> and <|mask|> are added when the file lacks them
+ * or the slow layout (vocab.json + merges.txt + added_tokens.json and / or
+ * tokenizer_config.json's added_tokens_decoder), and optionally
+ * tokenizer_config.json (eos, special tokens, chat template) and
+ * chat_template.jinja. <|beginoftext|> and <|mask|> are added when the file lacks them
  * (ids 151669 / 151670 for the Qwen3 vocabulary, else the next free ids).
  * NULL on error with rf_last_error() set. */
 rf_tokenizer *rf_tok_load(const char *path);
@@ -23,7 +26,8 @@ void rf_tok_free(rf_tokenizer *t);
 rf_tokenizer *rf_tok_load_gguf(const char *path);
 int rf_tok_is_gguf(const char *path);
 /* 1 if a model path (checkpoint directory or .gguf) carries a tokenizer:
- * DIR/tokenizer.json, or tokenizer.ggml.tokens in the GGUF file. */
+ * DIR/tokenizer.json, DIR/vocab.json + merges.txt, or tokenizer.ggml.tokens
+ * in the GGUF file. */
 int rf_tok_model_has_tokenizer(const char *model_path);
 /* THE rule for where a tokenizer's files are. path: a tokenizer.json or a
  * directory (a checkpoint) holding one; *json = that tokenizer.json, *cfg =
