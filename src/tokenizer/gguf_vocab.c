@@ -304,7 +304,7 @@ int rf_tok_gguf_add(const rf_tokenizer *t, rf_gguf_writer *w, int n_vocab) {
     rf_gguf_w_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)tok, NULL, (size_t)n_vocab);
     rf_gguf_w_i32_arr(w, "tokenizer.ggml.token_type", type, (size_t)n_vocab);
     rf_gguf_w_str_arr(w, "tokenizer.ggml.merges", (const char *const *)mstr, NULL, nm);
-    rf_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", 0);
+    rf_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", t->add_bos);
     if (t->chat_template) rf_gguf_w_str(w, "tokenizer.chat_template", t->chat_template);
     for (int i = 0; i < n_vocab; i++)
         if (type[i] == TT_UNUSED) free(tok[i]);

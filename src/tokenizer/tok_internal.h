@@ -89,6 +89,8 @@ struct rf_tokenizer {
     pcre2_code *re;          /* the Split pre-tokenizer regex; NULL = whole segment */
     int nfc;                 /* NFC normaliser on */
     int eos_id, mask_id, bot_id;
+    int add_bos;             /* tokenizer_config.json add_bos_token / GGUF tokenizer.ggml.add_bos_token (written
+                              * back as is; nothing here prepends a BOS) */
     char *chat_template;     /* the model's Jinja chat template (chat_template.jinja, tokenizer_config.json
                               * or GGUF tokenizer.chat_template), or a --chat-template file; NULL if none */
     char *chat_template_from; /* the file it came from, for messages */

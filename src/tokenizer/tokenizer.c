@@ -340,6 +340,7 @@ static int parse_config(rf_tokenizer *t, const char *cfg_path, char **eos_out) {
         json_decref(cfg);
         return rf_set_error("%s: not a JSON object", cfg_path), -1;
     }
+    t->add_bos = json_is_true(json_object_get(cfg, "add_bos_token"));
     const char *eos = token_text(json_object_get(cfg, "eos_token"));
     if (eos) *eos_out = rf_strdup(eos);
     json_t *sp = json_object();
