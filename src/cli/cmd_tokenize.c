@@ -248,7 +248,7 @@ int cmd_tokenize(int argc, char **argv) {
     }
 
     /* the input: argument, --file, or stdin (not needed for a chat built from arguments) */
-    const char *src = file ? file : text_arg ? "argument" : "stdin";
+    const char *src = file ? file : text_arg ? "argument" : chat && json_array_size(arg_msgs) ? "arguments" : "stdin";
     size_t len = 0;
     if (text_arg) {
         input = rf_strdup(text_arg);
