@@ -80,6 +80,13 @@ RF_API int rf_model_has_tokenizer(const refusion_model *m);
  * NULL (with the reason) when the model has none. */
 RF_API refusion_tokenizer *rf_tokenizer_open(const refusion_model *m);
 RF_API void rf_tokenizer_close(refusion_tokenizer *t);
+/* The chat template rf_tokenize_chat renders with: by default the model's
+ * Jinja template (chat_template.jinja, tokenizer_config.json's
+ * chat_template or the GGUF file's tokenizer.chat_template), else the
+ * built-in Qwen3 renderer. spec: a Jinja template file to use instead, or
+ * "builtin". 0, or RF_ERR_INVALID (unreadable file, syntax error: the
+ * message names the line). Not while other threads use t. */
+RF_API int rf_tokenizer_set_chat_template(refusion_tokenizer *t, const char *spec);
 /* Token ids of text (UTF-8); chat = 1 wraps it as one user turn of the chat
  * template with the generation prompt. Writes at most cap ids; returns the
  * number of ids the text has (more than cap: call again with a larger

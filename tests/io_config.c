@@ -93,11 +93,11 @@ static void test_round_trip(void) {
 
 static void test_defaults(void) {
     rf_config c;
-    char *p = write_json("d.json", "{" BASE ", \"eos_token_id\": [7, 9], \"bos_token_id\": null}");
+    char *p = write_json("d.json", "{" BASE ", \"eos_token_id\": [7, 9], \"bos_token_id\": null, \"mask_token_id\": 500}");
     CHECK(rf_config_load(&c, p) == 0, "minimal config loads: %s", rf_last_error());
     CHECK(c.n_kv_heads == 4 && c.head_dim == 16, "kv heads default to heads, head_dim to d/heads");
     CHECK(c.eos_id == 7 && c.bos_id == -1 && c.pad_id == -1, "eos list -> first; null -> -1");
-    CHECK(c.mask_id == 511 && c.bot_id == 510, "small vocab: mask/bot are the last ids");
+    CHECK(c.mask_id == 500 && c.bot_id == -1, "small vocab: the mask id as given, no <|beginoftext|> guessed");
     CHECK(!c.tie_embeddings && c.dtype == RF_BF16, "untied, bf16 by default");
     CHECK(fabsf(c.rms_eps - 1e-6f) < 1e-12f && c.rope_theta == 10000.0f, "eps / theta defaults");
     free(p);
@@ -109,7 +109,23 @@ static void test_defaults(void) {
     CHECK(c.mask_id == 151670 && c.bot_id == 151669 && c.dtype == RF_F16 && c.tie_embeddings,
           "Qwen vocab: default ReFusion ids, f16, tied");
     free(p);
-    p = write_json("d3.json", "{" BASE ", \"rope_scaling\": {\"rope_type\": \"default\"}}");
+    /* a vocabulary of at most 151,670 ids has no room for ReFusion's usual
+     * <|mask|> id: its last ids are real tokens, never taken as the mask */
+    p = write_json("d4.json", "{" BASE "}");
+    CHECK(rf_config_load(&c, p) != 0 && strstr(rf_last_error(), "no \"mask_token_id\""),
+          "small vocab without mask_token_id: an error naming it (%s)", rf_last_error());
+    free(p);
+    p = write_json("d5.json", "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, "
+                              "\"num_attention_heads\": 4, \"vocab_size\": 151670}");
+    CHECK(rf_config_load(&c, p) != 0 && strstr(rf_last_error(), "mask_token_id"),
+          "vocab 151670 without mask_token_id: an error (%s)", rf_last_error());
+    free(p);
+    p = write_json("d6.json", "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, "
+                              "\"num_attention_heads\": 4, \"vocab_size\": 151671, \"bos_token_id\": 151669}");
+    CHECK(rf_config_load(&c, p) == 0 && c.mask_id == 151670 && c.bot_id == 151669 && c.bos_id == 151669,
+          "the released layout (vocab 151671): mask 151670, bot 151669 (%s)", rf_last_error());
+    free(p);
+    p = write_json("d3.json", "{" BASE ", \"mask_token_id\": 511, \"rope_scaling\": {\"rope_type\": \"default\"}}");
     CHECK(rf_config_load(&c, p) == 0, "default rope_scaling accepted: %s", rf_last_error());
     free(p);
 }

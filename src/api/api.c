@@ -112,6 +112,18 @@ RF_API refusion_tokenizer *rf_tokenizer_open(const refusion_model *m) {
     return h;
 }
 
+RF_API int rf_tokenizer_set_chat_template(refusion_tokenizer *t, const char *spec) {
+    if (!t || !spec) {
+        rf_set_error("rf_tokenizer_set_chat_template: bad arguments");
+        return RF_ERR_INVALID;
+    }
+    int rc;
+    CATCH_DIE(return DIED);
+    rc = rf_tok_set_chat_template(t->t, spec);
+    END_CATCH();
+    return rc ? RF_ERR_INVALID : 0;
+}
+
 RF_API void rf_tokenizer_close(refusion_tokenizer *t) {
     if (!t) return;
     rf_tok_free(t->t);

@@ -106,6 +106,15 @@ static const char *llama_short(const rf_opt *o) {
     return NULL;
 }
 
+const rf_opt rf_chat_template_table[] = {
+    {"chat-template", 0, NULL, NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, offsetof(rf_chat_template_opts, chat_template),
+     "FILE|builtin", "render prompts with this Jinja template instead of the model's (chat_template.jinja, "
+     "tokenizer_config.json or GGUF), or with the built-in Qwen3 renderer"},
+    {"jinja", 0, NULL, NULL, RF_OPT_FLAG, 0, 0, 0, 0, NULL, offsetof(rf_chat_template_opts, jinja), NULL,
+     "use the model's Jinja chat template (the default; llama.cpp's spelling)"},
+};
+const int rf_chat_template_table_n = (int)(sizeof rf_chat_template_table / sizeof rf_chat_template_table[0]);
+
 void rf_decode_opts_default(rf_decode_opts *d) {
     memset(d, 0, sizeof *d);
     rf_gen_params_default(&d->gen);

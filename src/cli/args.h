@@ -97,6 +97,15 @@ extern const int rf_decode_table_n;
      rf_decode_table_n, (d), (def)}
 extern const char *const rf_decoder_names[3]; /* "refusion", "ar", "mdm" */
 
+/* Which chat template renders the prompts (generate, chat, serve). */
+typedef struct {
+    const char *chat_template; /* --chat-template FILE|builtin, or NULL: the model's */
+    int jinja;                 /* --jinja: llama.cpp's spelling for "the model's template" */
+} rf_chat_template_opts;
+extern const rf_opt rf_chat_template_table[];
+extern const int rf_chat_template_table_n;
+#define RF_CHAT_TEMPLATE_GROUP(c) {"chat template", rf_chat_template_table, rf_chat_template_table_n, (c), NULL}
+
 /* rf_gen_params_default and the rest zero / refusion. */
 void rf_decode_opts_default(rf_decode_opts *d);
 /* Copy the derived settings into gen (ar_verify -> ar_correct/ar_check_first,

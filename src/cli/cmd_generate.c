@@ -524,8 +524,10 @@ static int generate_main(int argc, char **argv, int interactive) {
     rf_decode_opts_default(&g.d);
     rf_decode_opts def = g.d;
     gen_args def_a = g.a;
+    rf_chat_template_opts tpl = {0};
     const rf_opt_group groups[] = {
         {NULL, gen_opts, (int)(sizeof gen_opts / sizeof gen_opts[0]), &g.a, &def_a},
+        RF_CHAT_TEMPLATE_GROUP(&tpl),
         RF_DECODE_GROUP(&g.d, &def),
     };
     const char *synopsis =
@@ -533,14 +535,14 @@ static int generate_main(int argc, char **argv, int interactive) {
                     : "-m MODEL [-p TEXT | -f FILE | --ids IDS] [options]\n"
                       "Generate an answer with ReFusion plan-and-infill decoding (or AR / mdm decoding).\n"
                       "Text streams to stdout as it becomes final; statistics go to stderr.";
-    unsigned char *src[2] = {NULL, g.d.src};
-    int prc = rf_args_parse_src(cmd, synopsis, groups, 2, argc, argv, NULL, src);
+    unsigned char *src[3] = {NULL, g.d.src, NULL};
+    int prc = rf_args_parse_src(cmd, synopsis, groups, 3, argc, argv, NULL, src);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&g.d);
     if (rf_decode_opts_cli(cmd, &g.d)) return 2;
     interactive |= g.a.interactive;
     g.think = !g.a.no_think;
-    int chat = g.a.no_chat ? 0 : g.a.chat ? 1 : -1;
+    int chat = g.a.no_chat ? 0 : g.a.chat || tpl.chat_template || tpl.jinja ? 1 : -1;
     int n_src = (g.a.prompt != NULL) + (g.a.file != NULL) + (g.a.ids != NULL);
     if (!g.a.model || n_src > 1 || (interactive && n_src)) {
         fprintf(stderr, "refusion: %s: need -m MODEL and %s\n", cmd,
@@ -602,6 +604,10 @@ static int generate_main(int argc, char **argv, int interactive) {
     if (g.a.verbose) {
         fprintf(stderr, "refusion %s: settings for %s:\n", cmd, g.a.model);
         rf_decode_opts_print(stderr, &g.d);
+    }
+    if (tpl.chat_template && g.tok && rf_tokenizer_set_chat_template(g.tok, tpl.chat_template)) {
+        fprintf(stderr, "refusion: %s\n", rf_last_error());
+        goto out;
     }
     if (!(g.sess = rf_session_new(g.m))) {
         fprintf(stderr, "refusion: %s\n", rf_last_error());

@@ -93,19 +93,21 @@ int cmd_serve(int argc, char **argv) {
     serve_args def_a = a;
     def_a.api_key = NULL; /* never print a key in --help */
     rf_decode_opts def = c.defaults;
+    rf_chat_template_opts tpl = {0};
     const rf_opt_group groups[] = {
         {NULL, serve_opts, (int)(sizeof serve_opts / sizeof serve_opts[0]), &a, &def_a},
         {"decoding: the defaults of requests that do not set them (the same options and defaults in generate, "
          "chat, eval, probe and serve; the model's generation_config.json replaces the defaults, flags override "
          "it; HTTP: the request field, which overrides both; responses say where each value came from)",
          rf_decode_table, rf_decode_table_n, &c.defaults, &def},
+        RF_CHAT_TEMPLATE_GROUP(&tpl),
     };
-    unsigned char *src[2] = {NULL, c.defaults.src};
+    unsigned char *src[3] = {NULL, c.defaults.src, NULL};
     int prc = rf_args_parse_src("serve", "-m MODEL [options]\n"
                             "Serve the model over HTTP (OpenAI-compatible): GET /health, /metrics, /v1/models[/ID];\n"
                             "POST /v1/completions, /v1/chat/completions (\"stream\": true for Server-Sent Events).\n"
                             "--parallel requests are decoded at once, the rest wait in arrival order.",
-                            groups, 2, argc, argv, NULL, src);
+                            groups, 3, argc, argv, NULL, src);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&c.defaults);
     if (rf_decode_opts_cli("serve", &c.defaults)) return 2;
@@ -138,8 +140,10 @@ int cmd_serve(int argc, char **argv) {
     }
     refusion_tokenizer *tok = NULL;
     int have_tok = rf_model_has_tokenizer(m); /* tokenizer.json or GGUF metadata */
-    if (have_tok && !(tok = rf_tokenizer_open(m))) {
+    if (have_tok && (!(tok = rf_tokenizer_open(m)) ||
+                     (tpl.chat_template && rf_tokenizer_set_chat_template(tok, tpl.chat_template)))) {
         rf_print_error();
+        rf_tokenizer_close(tok);
         rf_model_close(m);
         return 1;
     }

@@ -20,8 +20,12 @@ static void usage(FILE *f) {
             "  -f, --file FILE         read the input from FILE\n"
             "  --decode                the input is token ids (separated by spaces or commas): print the text\n"
             "  --skip-special          with --decode: drop special tokens\n"
-            "  --chat                  the input is a JSON array of {\"role\", \"content\"} messages: apply the\n"
-            "                          chat template (Qwen3's), then encode\n"
+            "  --chat                  the input is a JSON array of messages, or an object with \"messages\" and\n"
+            "                          other template variables (\"tools\", ...): apply the chat template, then encode\n"
+            "  --chat-template FILE|builtin\n"
+            "                          render with this Jinja template instead of the model's, or with the\n"
+            "                          built-in Qwen3 renderer (default: the model's template, else built-in)\n"
+            "  --jinja                 use the model's Jinja template (the default; llama.cpp's spelling)\n"
             "  --system S, --user S, --assistant S\n"
             "                          build the chat from arguments instead (repeatable, kept in order)\n"
             "  --no-generation-prompt  with --chat: do not append \"<|im_start|>assistant\\n\"\n"
@@ -33,7 +37,8 @@ static void usage(FILE *f) {
             "  --jsonl                 batch mode: every stdin line is a JSON object, answered by one line:\n"
             "                            {\"text\": S}                    -> {\"ids\": [...]}\n"
             "                            {\"ids\": [...], \"skip_special\": B} -> {\"text\": S}\n"
-            "                            {\"messages\": [...], \"add_generation_prompt\": B, \"enable_thinking\": B}\n"
+            "                            {\"messages\": [...], \"add_generation_prompt\": B, \"enable_thinking\": B,\n"
+            "                             other template variables}\n"
             "                                                           -> {\"text\": prompt, \"ids\": [...]}\n"
             "  --roundtrip             with --jsonl: text lines also get \"decoded\" (decode of the ids) and\n"
             "                          \"streamed\" (the same through the streaming decoder)\n");
@@ -43,28 +48,6 @@ static json_t *ids_json(const int *ids, int n) {
     json_t *a = json_array();
     for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
     return a;
-}
-
-/* JSON messages -> rf_chat_msg array (strings borrowed from the JSON). */
-static rf_chat_msg *parse_messages(json_t *arr, int *n, const char *src) {
-    if (json_is_object(arr)) arr = json_object_get(arr, "messages");
-    if (!json_is_array(arr)) {
-        rf_set_error("%s: chat input must be a JSON array of {\"role\", \"content\"} messages", src);
-        return NULL;
-    }
-    *n = (int)json_array_size(arr);
-    rf_chat_msg *m = rf_calloc((size_t)*n + 1, sizeof *m);
-    for (int i = 0; i < *n; i++) {
-        json_t *e = json_array_get(arr, (size_t)i);
-        m[i].role = json_string_value(json_object_get(e, "role"));
-        m[i].content = json_string_value(json_object_get(e, "content"));
-        if (!m[i].role || !m[i].content) {
-            rf_set_error("%s: message %d needs string \"role\" and \"content\"", src, i);
-            free(m);
-            return NULL;
-        }
-    }
-    return m;
 }
 
 /* ids from "1 2, 3" or "[1,2,3]" */
@@ -141,13 +124,8 @@ static json_t *batch_line(const rf_tokenizer *t, json_t *in, int roundtrip) {
         free(d);
         return o;
     }
-    if (msgs) {
-        int n;
-        rf_chat_msg *m = parse_messages(msgs, &n, "stdin");
-        if (!m) return NULL;
-        json_t *agp = json_object_get(in, "add_generation_prompt"), *think = json_object_get(in, "enable_thinking");
-        char *p = rf_chat_apply(t, m, n, json_is_true(agp), !json_is_false(think));
-        free(m);
+    if (msgs) { /* the line's other keys are template variables */
+        char *p = rf_chat_render(t, in, json_is_true(json_object_get(in, "add_generation_prompt")), 1);
         if (!p) return NULL;
         int *v, nv;
         if (rf_tok_encode(t, p, strlen(p), &v, &nv)) {
@@ -191,7 +169,7 @@ static int run_batch(const rf_tokenizer *t, int roundtrip) {
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *file = NULL, *text_arg = NULL;
+    const char *model = NULL, *file = NULL, *text_arg = NULL, *chat_template = NULL;
     int decode = 0, skip_special = 0, chat = 0, gen_prompt = 1, think = 1, print_text = 0;
     int as_json = 0, pieces = 0, info = 0, batch = 0, roundtrip = 0;
     json_t *arg_msgs = json_array();
@@ -208,6 +186,9 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--decode")) decode = 1;
         else if (!strcmp(a, "--skip-special")) skip_special = 1;
         else if (!strcmp(a, "--chat")) chat = 1;
+        else if (!strcmp(a, "--chat-template") && more) chat_template = argv[++i];
+        else if (!strncmp(a, "--chat-template=", 16)) chat_template = a + 16;
+        else if (!strcmp(a, "--jinja")) continue;
         else if ((!strcmp(a, "--system") || !strcmp(a, "--user") || !strcmp(a, "--assistant")) && more) {
             json_array_append_new(arg_msgs, json_pack("{s:s, s:s}", "role", a + 2, "content", argv[++i]));
             chat = 1;
@@ -235,7 +216,7 @@ int cmd_tokenize(int argc, char **argv) {
     rf_tokenizer *t = rf_tok_load(model);
     char *input = NULL;
     int *ids = NULL, n = 0;
-    if (!t) goto fail;
+    if (!t || (chat_template && rf_tok_set_chat_template(t, chat_template))) goto fail;
     if (info && as_json) { /* the same as one JSON object */
         json_t *sp = json_array();
         for (int i = 0; i < rf_tok_vocab_size(t); i++)
@@ -267,7 +248,7 @@ int cmd_tokenize(int argc, char **argv) {
     }
 
     /* the input: argument, --file, or stdin (not needed for a chat built from arguments) */
-    const char *src = file ? file : text_arg ? "argument" : "stdin";
+    const char *src = file ? file : text_arg ? "argument" : chat && json_array_size(arg_msgs) ? "arguments" : "stdin";
     size_t len = 0;
     if (text_arg) {
         input = rf_strdup(text_arg);
@@ -305,11 +286,13 @@ int cmd_tokenize(int argc, char **argv) {
                 goto fail;
             }
         }
-        int nm;
-        rf_chat_msg *m = parse_messages(msgs, &nm, src);
-        char *p = m ? rf_chat_apply(t, m, nm, gen_prompt, think) : NULL;
-        free(m);
+        char *p = rf_chat_render(t, msgs, gen_prompt, think);
         json_decref(msgs);
+        if (!p) {
+            char msg[1100];
+            snprintf(msg, sizeof msg, "%s: %s", src, rf_last_error());
+            rf_set_error("%s", msg);
+        }
         if (!p) goto fail;
         free(input);
         input = p;

@@ -161,7 +161,8 @@ static int validate(const rf_config *c, const char *path) {
             return -1;
         }
     if (c->mask_id < 0) {
-        rf_set_error("%s: \"mask_token_id\" must be set", path);
+        rf_set_error("%s: no \"mask_token_id\" (the id of ReFusion's <|mask|> token), and vocab_size %d is too small "
+                     "for its usual id %d: set \"mask_token_id\"", path, c->vocab_size, RF_QWEN_MASK_ID);
         return -1;
     }
     return 0;
@@ -170,6 +171,15 @@ static int validate(const rf_config *c, const char *path) {
 int rf_config_check(const rf_config *c, const char *where) { return validate(c, where); }
 
 void rf_config_default_special_ids(rf_config *c) { default_special_ids(c); }
+
+/* An existing checkpoint's ReFusion ids when it does not name them: only
+ * ReFusion's own ids past Qwen3's tokens (151669 / 151670), when the
+ * vocabulary reaches them. A smaller vocabulary's last ids are real tokens,
+ * so they are never taken: the ids stay -1 and validation asks for them. */
+void rf_config_known_special_ids(rf_config *c) {
+    c->mask_id = c->vocab_size > RF_QWEN_MASK_ID ? RF_QWEN_MASK_ID : -1;
+    c->bot_id = c->vocab_size > RF_QWEN_BOT_ID ? RF_QWEN_BOT_ID : -1;
+}
 
 int rf_config_load(rf_config *c, const char *path) {
     memset(c, 0, sizeof *c);
@@ -210,7 +220,7 @@ int rf_config_load(rf_config *c, const char *path) {
         goto done;
     }
     if (get_int(root, path, "head_dim", 0, c->hidden_size / c->n_heads, &c->head_dim)) goto done;
-    default_special_ids(c);
+    rf_config_known_special_ids(c);
     if (get_int(root, path, "mask_token_id", 0, c->mask_id, &c->mask_id) ||
         get_int(root, path, "bot_token_id", 0, c->bot_id, &c->bot_id))
         goto done;

@@ -36,6 +36,9 @@ int rf_config_check(const rf_config *c, const char *where);
 /* The default ids of ReFusion's <|mask|> / <|beginoftext|> for a vocabulary
  * of c->vocab_size (used when a checkpoint does not name them). */
 void rf_config_default_special_ids(rf_config *c);
+/* For a checkpoint read from disk that does not name them: 151670 / 151669
+ * when the vocabulary is larger, else -1 (never a guess among real tokens). */
+void rf_config_known_special_ids(rf_config *c);
 /* Write config.json (atomically) in the Hugging Face Qwen3 layout. */
 int rf_config_save(const rf_config *c, const char *path);
 /* Parameter count of the whole model (lm_head counted once if tied). */

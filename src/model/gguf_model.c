@@ -130,7 +130,7 @@ static int config_from_gguf(rf_config *c, const rf_gguf_file *f) {
         hparam(f, "refusion.eos_token_id", 0, c->eos_id, -1, top, &c->eos_id) ||
         hparam(f, "tokenizer.ggml.padding_token_id", 0, none, -1, top, &c->pad_id))
         return -1;
-    rf_config_default_special_ids(c);
+    rf_config_known_special_ids(c);
     int mask = find_token(f, "<|mask|>"), bot = find_token(f, "<|beginoftext|>");
     if (mask >= 0) c->mask_id = mask;
     if (bot >= 0) c->bot_id = bot;

@@ -1,6 +1,8 @@
-/* chat.c - Qwen3's chat template for plain conversations.
+/* chat.c - conversations to prompt text: the model's Jinja template
+ * (tokenizer/jinja.c) with the variables transformers' apply_chat_template
+ * passes, or, when the model has none, the built-in renderer below.
  *
- * This renders what Qwen3's Jinja template in tokenizer_config.json renders
+ * The built-in renderer renders what Qwen3's Jinja template renders
  * for messages with roles system / user / assistant / tool and no tool
  * definitions or tool calls:
  *   - a leading system message becomes "<|im_start|>system\n...<|im_end|>\n";
@@ -14,9 +16,11 @@
  *   - add_generation_prompt appends "<|im_start|>assistant\n", and
  *     enable_thinking == 0 then appends an empty "<think>\n\n</think>\n\n".
  * Python's str.strip('\n') family strips only newlines; so do we. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer/jinja.h"
 #include "tokenizer/tok_internal.h"
 #include "util/util.h"
 
@@ -70,14 +74,7 @@ static void render_assistant(rf_buf *o, const char *content, int keep_reasoning,
     rf_buf_puts(o, "<|im_end|>\n");
 }
 
-char *rf_chat_apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n, int add_generation_prompt,
-                    int enable_thinking) {
-    /* The rendering is Qwen3's (ChatML); refuse a checkpoint whose own
-     * template is something else rather than render the wrong prompt. */
-    if (t && t->chat_template && !strstr(t->chat_template, "<|im_start|>")) {
-        rf_set_error("tokenizer_config.json has a chat template that is not Qwen/ChatML style (no <|im_start|>); not supported");
-        return NULL;
-    }
+static char *builtin_render(const rf_chat_msg *msgs, int n, int add_generation_prompt, int enable_thinking) {
     for (int i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content) {
             rf_set_error("chat message %d has no %s", i, msgs[i].role ? "content" : "role");
@@ -121,6 +118,86 @@ char *rf_chat_apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n, int a
         if (!enable_thinking) rf_buf_puts(&o, "<think>\n\n</think>\n\n");
     }
     return rf_buf_cstr(&o);
+}
+
+/* The built-in renderer takes plain conversations only: say what it cannot
+ * render rather than drop it. */
+static char *builtin_json(const json_t *msgs, const json_t *conv, int add_generation_prompt, int enable_thinking) {
+    json_t *tools = json_is_object(conv) ? json_object_get(conv, "tools") : NULL;
+    if (tools && !json_is_null(tools) && !(json_is_array(tools) && !json_array_size(tools)))
+        return rf_set_error("the model has no chat template and the built-in one renders no tools "
+                            "(give a template with --chat-template FILE)"), NULL;
+    json_t *think = json_is_object(conv) ? json_object_get(conv, "enable_thinking") : NULL;
+    if (think) enable_thinking = !json_is_false(think);
+    json_t *agp = json_is_object(conv) ? json_object_get(conv, "add_generation_prompt") : NULL;
+    if (agp) add_generation_prompt = json_is_true(agp);
+    size_t n = json_array_size(msgs);
+    rf_chat_msg *m = rf_calloc(n + 1, sizeof *m);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(msgs, i);
+        m[i].role = json_string_value(json_object_get(e, "role"));
+        m[i].content = json_string_value(json_object_get(e, "content"));
+        const char *bad = !json_is_object(e) ? "is not an object"
+                          : !m[i].role ? "has no string \"role\""
+                          : !m[i].content ? "has no string \"content\" (the built-in template renders text only)"
+                          : json_object_get(e, "tool_calls") ? "has tool_calls (the built-in template renders none)"
+                          : NULL;
+        if (bad) {
+            free(m);
+            return rf_set_error("chat message %zu %s", i, bad), NULL;
+        }
+    }
+    char *text = builtin_render(m, (int)n, add_generation_prompt, enable_thinking);
+    free(m);
+    return text;
+}
+
+char *rf_chat_render(const rf_tokenizer *t, const json_t *conv, int add_generation_prompt, int enable_thinking) {
+    const json_t *msgs = json_is_array(conv) ? conv : json_object_get(conv, "messages");
+    if (!json_is_array(msgs))
+        return rf_set_error("a conversation is a JSON array of messages, or an object with \"messages\""), NULL;
+    const char *tpl = t ? rf_tok_chat_template(t) : NULL;
+    if (!tpl) return builtin_json(msgs, conv, add_generation_prompt, enable_thinking);
+    /* what apply_chat_template renders with: the special tokens map, then
+     * messages / tools / documents / add_generation_prompt, then the
+     * caller's keyword arguments over them */
+    json_t *vars = t->special_strings ? json_deep_copy(t->special_strings) : json_object();
+    json_object_set(vars, "messages", (json_t *)msgs);
+    json_object_set_new(vars, "tools", json_null());
+    json_object_set_new(vars, "documents", json_null());
+    json_object_set_new(vars, "add_generation_prompt", json_boolean(add_generation_prompt));
+    if (!enable_thinking) json_object_set_new(vars, "enable_thinking", json_false());
+    if (json_is_object(conv)) json_object_update(vars, (json_t *)conv);
+    char *text = rf_jinja_render(tpl, strlen(tpl), vars, NULL, NULL);
+    json_decref(vars);
+    if (!text && t->chat_template_from) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s: %s", t->chat_template_from, rf_last_error());
+        rf_set_error("%s", msg);
+    }
+    return text;
+}
+
+char *rf_chat_apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n, int add_generation_prompt,
+                    int enable_thinking) {
+    for (int i = 0; i < n; i++)
+        if (!msgs[i].role || !msgs[i].content) {
+            rf_set_error("chat message %d has no %s", i, msgs[i].role ? "content" : "role");
+            return NULL;
+        }
+    if (!t || !rf_tok_chat_template(t)) return builtin_render(msgs, n, add_generation_prompt, enable_thinking);
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *m = json_pack("{s:s, s:s}", "role", msgs[i].role, "content", msgs[i].content);
+        if (!m) { /* jansson refuses strings that are not UTF-8 */
+            json_decref(arr);
+            return rf_set_error("chat message %d is not valid UTF-8", i), NULL;
+        }
+        json_array_append_new(arr, m);
+    }
+    char *text = rf_chat_render(t, arr, add_generation_prompt, enable_thinking);
+    json_decref(arr);
+    return text;
 }
 
 char *rf_chat_query(const rf_tokenizer *t, const char *query) {

@@ -46,7 +46,7 @@ int rf_tok_model_has_tokenizer(const char *model_path) {
     }
     char *p = rf_path_join(model_path, "tokenizer.json");
     struct stat st;
-    int has = stat(p, &st) == 0;
+    int has = stat(p, &st) == 0 || rf_tok_dir_has_slow(model_path);
     free(p);
     return has;
 }
@@ -233,6 +233,8 @@ static rf_tokenizer *from_gguf(const rf_gguf_file *f) {
     if (r == 0) {
         t->chat_template = strndup(tpl.s, tpl.len);
         if (!t->chat_template) rf_die("out of memory");
+        t->chat_template_from = rf_malloc(strlen(path) + 32);
+        sprintf(t->chat_template_from, "%s: tokenizer.chat_template", path);
     }
     return t;
 fail:
@@ -302,7 +304,7 @@ int rf_tok_gguf_add(const rf_tokenizer *t, rf_gguf_writer *w, int n_vocab) {
     rf_gguf_w_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)tok, NULL, (size_t)n_vocab);
     rf_gguf_w_i32_arr(w, "tokenizer.ggml.token_type", type, (size_t)n_vocab);
     rf_gguf_w_str_arr(w, "tokenizer.ggml.merges", (const char *const *)mstr, NULL, nm);
-    rf_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", 0);
+    rf_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", t->add_bos);
     if (t->chat_template) rf_gguf_w_str(w, "tokenizer.chat_template", t->chat_template);
     for (int i = 0; i < n_vocab; i++)
         if (type[i] == TT_UNUSED) free(tok[i]);

@@ -5,6 +5,7 @@
 #define RF_TOK_INTERNAL_H
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <jansson.h>
 #include <pcre2.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -88,9 +89,19 @@ struct rf_tokenizer {
     pcre2_code *re;          /* the Split pre-tokenizer regex; NULL = whole segment */
     int nfc;                 /* NFC normaliser on */
     int eos_id, mask_id, bot_id;
-    char *chat_template;     /* from tokenizer_config.json, NULL if none */
+    int add_bos;             /* tokenizer_config.json add_bos_token / GGUF tokenizer.ggml.add_bos_token (written
+                              * back as is; nothing here prepends a BOS) */
+    char *chat_template;     /* the model's Jinja chat template (chat_template.jinja, tokenizer_config.json
+                              * or GGUF tokenizer.chat_template), or a --chat-template file; NULL if none */
+    char *chat_template_from; /* the file it came from, for messages */
+    int chat_builtin;        /* 1: render with the built-in Qwen3 renderer even when there is a template */
+    json_t *special_strings; /* {"bos_token": "...", "eos_token": ...}: tokenizer_config's special tokens as
+                              * transformers hands them to the template (NULL: none) */
     char *pretok_pattern;    /* the Split regex as given (GGUF export names it), or NULL */
 };
+
+/* 1 if dir holds the slow layout (vocab.json + merges.txt; tokenizer.c) */
+int rf_tok_dir_has_slow(const char *dir);
 
 /* ---- building a tokenizer from another source (gguf_vocab.c) ---- */
 /* t->n_vocab = cap with the per-id arrays allocated (zeroed) and the

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "tokenizer/jinja.h"
 #include "tokenizer/tok_internal.h"
 #include "util/util.h"
 
@@ -38,6 +39,8 @@ void rf_tok_free(rf_tokenizer *t) {
     rf_pairmap_free(&t->merges);
     if (t->re) pcre2_code_free(t->re);
     free(t->chat_template);
+    free(t->chat_template_from);
+    json_decref(t->special_strings);
     free(t->pretok_pattern);
     free(t);
 }
@@ -317,8 +320,16 @@ static int ensure_token(rf_tokenizer *t, const char *content, int *max_id) {
     return nid;
 }
 
-/* tokenizer_config.json: eos_token (string or {"content": ...}) and
- * chat_template (string, or a list of {name, template}). */
+/* A special token's text in tokenizer_config.json: "..." or {"content": "..."}. */
+static const char *token_text(json_t *v) {
+    if (json_is_object(v)) v = json_object_get(v, "content");
+    return json_string_value(v);
+}
+
+/* tokenizer_config.json: eos_token, the special tokens transformers passes
+ * to the chat template (bos_token, eos_token, unk_token, pad_token,
+ * additional_special_tokens: the ones that are set), and chat_template (a
+ * string, or a list of {name, template} of which "default" is taken). */
 static int parse_config(rf_tokenizer *t, const char *cfg_path, char **eos_out) {
     struct stat st;
     if (stat(cfg_path, &st) != 0) return 0; /* optional */
@@ -329,23 +340,90 @@ static int parse_config(rf_tokenizer *t, const char *cfg_path, char **eos_out) {
         json_decref(cfg);
         return rf_set_error("%s: not a JSON object", cfg_path), -1;
     }
-    json_t *eos = json_object_get(cfg, "eos_token");
-    if (json_is_object(eos)) eos = json_object_get(eos, "content");
-    if (json_is_string(eos)) *eos_out = rf_strdup(json_string_value(eos));
+    t->add_bos = json_is_true(json_object_get(cfg, "add_bos_token"));
+    const char *eos = token_text(json_object_get(cfg, "eos_token"));
+    if (eos) *eos_out = rf_strdup(eos);
+    json_t *sp = json_object();
+    static const char *const names[] = {"bos_token", "eos_token", "unk_token", "pad_token"};
+    for (int k = 0; k < 4; k++) {
+        const char *v = token_text(json_object_get(cfg, names[k]));
+        if (v) json_object_set_new(sp, names[k], json_string(v));
+    }
+    json_t *extra = json_object_get(cfg, "additional_special_tokens"), *e;
+    size_t i;
+    if (json_is_array(extra)) {
+        json_t *list = json_array();
+        json_array_foreach(extra, i, e) if (token_text(e)) json_array_append_new(list, json_string(token_text(e)));
+        if (json_array_size(list)) json_object_set_new(sp, "additional_special_tokens", list);
+        else json_decref(list);
+    }
+    json_decref(t->special_strings);
+    t->special_strings = sp;
     json_t *tpl = json_object_get(cfg, "chat_template");
     if (json_is_array(tpl)) {
-        size_t i;
-        json_t *e, *pick = NULL;
+        json_t *pick = NULL;
         json_array_foreach(tpl, i, e) {
             const char *name = json_string_value(json_object_get(e, "name"));
             if (!pick || (name && !strcmp(name, "default"))) pick = json_object_get(e, "template");
         }
         tpl = pick;
     }
-    if (json_is_string(tpl)) t->chat_template = rf_strdup(json_string_value(tpl));
+    if (json_is_string(tpl) && !t->chat_template) {
+        t->chat_template = rf_strdup(json_string_value(tpl));
+        t->chat_template_from = rf_strdup(cfg_path);
+    }
     json_decref(cfg);
     return 0;
 }
+
+/* DIR/chat_template.jinja beside the tokenizer config (transformers >= 4.43
+ * saves the template there; it wins over tokenizer_config.json's). */
+static int read_template_file(rf_tokenizer *t, const char *cfg_path) {
+    const char *slash = strrchr(cfg_path, '/');
+    char *dir = slash ? strndup(cfg_path, (size_t)(slash - cfg_path)) : rf_strdup(".");
+    if (!dir) rf_die("out of memory");
+    char *p = rf_path_join(dir, "chat_template.jinja");
+    free(dir);
+    struct stat st;
+    int rc = 0;
+    if (stat(p, &st) == 0) {
+        size_t len;
+        char *text = rf_read_file_max(p, RF_CHAT_TEMPLATE_MAX, &len);
+        if (!text) rc = -1;
+        else {
+            t->chat_template = text;
+            t->chat_template_from = p;
+            p = NULL;
+        }
+    }
+    free(p);
+    return rc;
+}
+
+int rf_tok_set_chat_template(rf_tokenizer *t, const char *spec) {
+    if (!strcmp(spec, "builtin")) {
+        t->chat_builtin = 1;
+        return 0;
+    }
+    size_t len;
+    char *text = rf_read_file_max(spec, RF_CHAT_TEMPLATE_MAX, &len);
+    if (!text) return -1;
+    if (rf_jinja_check(text, len)) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s: %s", spec, rf_last_error());
+        rf_set_error("%s", msg);
+        free(text);
+        return -1;
+    }
+    free(t->chat_template);
+    free(t->chat_template_from);
+    t->chat_template = text;
+    t->chat_template_from = rf_strdup(spec);
+    t->chat_builtin = 0;
+    return 0;
+}
+
+const char *rf_tok_chat_template(const rf_tokenizer *t) { return t->chat_builtin ? NULL : t->chat_template; }
 
 void rf_tok_files(const char *path, char **json, char **cfg) {
     struct stat st;
@@ -361,10 +439,181 @@ void rf_tok_files(const char *path, char **json, char **cfg) {
     }
 }
 
+/* ---- the slow layout -------------------------------------------------------
+ * What save_pretrained writes for a Python ("slow") Qwen2Tokenizer or
+ * GPT2Tokenizer: vocab.json ({spelling: id}), merges.txt ("#version" line,
+ * then "a b" per line), added_tokens.json ({content: id}) and/or
+ * tokenizer_config.json's added_tokens_decoder ({"id": {content, special,
+ * lstrip, rstrip, ...}}). It is the same tokenizer transformers' converter
+ * would write as tokenizer.json, so it is built as that JSON and read by the
+ * code above: Qwen2Tokenizer is NFC + Qwen's split regex + byte-level BPE,
+ * GPT2Tokenizer byte-level BPE with GPT-2's regex. */
+static int file_exists(const char *dir, const char *name) {
+    char *p = rf_path_join(dir, name);
+    struct stat st;
+    int ok = stat(p, &st) == 0 && S_ISREG(st.st_mode);
+    free(p);
+    return ok;
+}
+
+int rf_tok_dir_has_slow(const char *dir) { return file_exists(dir, "vocab.json") && file_exists(dir, "merges.txt"); }
+
+static json_t *load_json_max(const char *path, size_t max) {
+    size_t len;
+    char *text = rf_read_file_max(path, max, &len);
+    if (!text) return NULL;
+    json_error_t je;
+    json_t *j = json_loadb(text, len, 0, &je);
+    free(text);
+    if (!j) rf_set_error("%s: not valid JSON: line %d column %d: %s", path, je.line, je.column, je.text);
+    else if (!json_is_object(j)) {
+        rf_set_error("%s: not a JSON object", path);
+        json_decref(j);
+        j = NULL;
+    }
+    return j;
+}
+
+/* A token of added_tokens.json that added_tokens_decoder does not describe
+ * is special when tokenizer_config.json names it as a special token
+ * (bos / eos / unk / pad_token, additional_special_tokens), as transformers
+ * decides for that legacy file. */
+static int config_names_special(json_t *cfg, const char *s) {
+    static const char *const names[] = {"bos_token", "eos_token", "unk_token", "pad_token"};
+    for (int k = 0; cfg && k < 4; k++) {
+        const char *v = token_text(json_object_get(cfg, names[k]));
+        if (v && !strcmp(v, s)) return 1;
+    }
+    json_t *extra = cfg ? json_object_get(cfg, "additional_special_tokens") : NULL, *e;
+    size_t i;
+    json_array_foreach(extra, i, e) if (token_text(e) && !strcmp(token_text(e), s)) return 1;
+    return 0;
+}
+
+static json_t *slow_as_tokenizer_json(const char *dir, const char *cfg_path) {
+    char *vp = rf_path_join(dir, "vocab.json"), *mp = rf_path_join(dir, "merges.txt");
+    char *ap = rf_path_join(dir, "added_tokens.json");
+    json_t *root = NULL, *vocab = NULL, *cfg = NULL, *added_json = NULL, *merges = json_array(), *added = json_array();
+    char *mtext = NULL;
+    struct stat st;
+    if (!(vocab = load_json_max(vp, RF_TOKENIZER_JSON_MAX))) goto fail;
+    size_t mlen;
+    if (!(mtext = rf_read_file_max(mp, RF_TOKENIZER_JSON_MAX, &mlen))) goto fail;
+    /* merges.txt as Qwen2Tokenizer reads it: each line stripped, a first
+     * "#version:" line and empty lines skipped */
+    size_t line = 0;
+    for (char *p = mtext, *end = mtext + mlen; p < end;) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        char *e = nl ? nl : end, *a = p;
+        line++;
+        while (a < e && (*a == ' ' || *a == '\t' || *a == '\r')) a++;
+        while (e > a && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) e--;
+        if (e > a && !(line == 1 && !strncmp(a, "#version:", 9))) {
+            json_t *m = json_stringn(a, (size_t)(e - a));
+            if (!m) {
+                rf_set_error("%s: line %zu is not valid UTF-8", mp, line);
+                goto fail;
+            }
+            json_array_append_new(merges, m);
+        }
+        p = nl ? nl + 1 : end;
+    }
+    /* the added tokens: tokenizer_config.json's added_tokens_decoder, then
+     * added_tokens.json for any it does not list */
+    json_t *byid = json_object(); /* "id" -> entry */
+    if (stat(cfg_path, &st) == 0) {
+        if (!(cfg = load_json_max(cfg_path, RF_TOKENIZER_JSON_MAX))) goto fail_byid;
+        json_t *dec = json_object_get(cfg, "added_tokens_decoder"), *e;
+        const char *k;
+        if (dec && !json_is_object(dec)) {
+            rf_set_error("%s: added_tokens_decoder is not an object", cfg_path);
+            goto fail_byid;
+        }
+        json_object_foreach(dec, k, e) {
+            char *endp;
+            long id = strtol(k, &endp, 10);
+            if (*endp || endp == k || id < 0 || id >= MAX_VOCAB || !json_is_string(json_object_get(e, "content"))) {
+                rf_set_error("%s: added_tokens_decoder[\"%.40s\"]: needs an id key and a string \"content\"", cfg_path, k);
+                goto fail_byid;
+            }
+            json_object_set_new(byid, k, json_pack("{s:I, s:O, s:b, s:b, s:b}", "id", (json_int_t)id, "content",
+                                                   json_object_get(e, "content"), "special",
+                                                   json_is_true(json_object_get(e, "special")), "lstrip",
+                                                   json_is_true(json_object_get(e, "lstrip")), "rstrip",
+                                                   json_is_true(json_object_get(e, "rstrip"))));
+        }
+    }
+    if (stat(ap, &st) == 0) {
+        if (!(added_json = load_json_max(ap, RF_TOKENIZER_JSON_MAX))) goto fail_byid;
+        const char *k;
+        json_t *v;
+        json_object_foreach(added_json, k, v) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= MAX_VOCAB) {
+                rf_set_error("%s: \"%.40s\": id must be an integer in [0, %d)", ap, k, MAX_VOCAB);
+                goto fail_byid;
+            }
+            char key[24];
+            snprintf(key, sizeof key, "%lld", (long long)json_integer_value(v));
+            json_t *have = json_object_get(byid, key);
+            if (have) {
+                if (strcmp(json_string_value(json_object_get(have, "content")), k)) {
+                    rf_set_error("%s: \"%.40s\" has id %s, which tokenizer_config.json's added_tokens_decoder gives to \"%.40s\"",
+                                 ap, k, key, json_string_value(json_object_get(have, "content")));
+                    goto fail_byid;
+                }
+                continue;
+            }
+            json_object_set_new(byid, key, json_pack("{s:I, s:s, s:b, s:b, s:b}", "id", json_integer_value(v), "content", k,
+                                                     "special", config_names_special(cfg, k), "lstrip", 0, "rstrip", 0));
+        }
+    }
+    {
+        const char *k;
+        json_t *e;
+        json_object_foreach(byid, k, e) json_array_append(added, e);
+    }
+    json_decref(byid);
+    const char *cls = cfg ? json_string_value(json_object_get(cfg, "tokenizer_class")) : NULL;
+    json_t *pre;
+    int nfc;
+    if (!cls || !strncmp(cls, "Qwen2Tokenizer", 14)) {
+        nfc = 1;
+        pre = json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]}", "type", "Sequence", "pretokenizers",
+                        "type", "Split", "pattern", "Regex", RF_QWEN_PRETOK_PATTERN, "behavior", "Isolated", "invert", 0,
+                        "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0);
+    } else if (!strncmp(cls, "GPT2Tokenizer", 13)) {
+        nfc = 0;
+        pre = json_pack("{s:s, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0, "use_regex", 1);
+    } else {
+        rf_set_error("%s: tokenizer_class \"%.60s\" with vocab.json + merges.txt is not supported "
+                     "(Qwen2Tokenizer or GPT2Tokenizer)", cfg_path, cls);
+        goto fail;
+    }
+    root = json_pack("{s:{s:s, s:O, s:O}, s:O, s:o, s:o, s:{s:s}}", "model", "type", "BPE", "vocab", vocab, "merges",
+                     merges, "added_tokens", added, "normalizer", nfc ? json_pack("{s:s}", "type", "NFC") : json_null(),
+                     "pre_tokenizer", pre, "decoder", "type", "ByteLevel");
+    goto done;
+fail_byid:
+    json_decref(byid);
+fail:
+    root = NULL;
+done:
+    json_decref(vocab);
+    json_decref(cfg);
+    json_decref(added_json);
+    json_decref(merges);
+    json_decref(added);
+    free(mtext);
+    free(vp);
+    free(mp);
+    free(ap);
+    return root;
+}
+
 rf_tokenizer *rf_tok_for_model(const char *model_path, const char *override) {
     if (override) return rf_tok_load(override);
     if (!rf_tok_model_has_tokenizer(model_path))
-        return rf_set_error("%s: no tokenizer (tokenizer.json or GGUF tokenizer metadata)", model_path), NULL;
+        return rf_set_error("%s: no tokenizer (tokenizer.json, vocab.json + merges.txt, or GGUF tokenizer metadata)", model_path), NULL;
     return rf_tok_load(model_path);
 }
 
@@ -378,15 +627,21 @@ rf_tokenizer *rf_tok_load(const char *path) {
     char *eos = NULL;
     json_t *root = NULL;
     size_t len;
-    /* the real Qwen3 tokenizer.json is 11 MB: refuse a huge file before reading it */
-    char *text = rf_read_file_max(json_path, (size_t)RF_TOKENIZER_JSON_MAX, &len);
-    if (!text) goto fail;
-    json_error_t je;
-    root = json_loadb(text, len, 0, &je);
-    free(text);
-    if (!root) {
-        rf_set_error("%s: not valid JSON: line %d column %d: %s", json_path, je.line, je.column, je.text);
-        goto fail;
+    if (S_ISDIR(st.st_mode) && !file_exists(path, "tokenizer.json") && rf_tok_dir_has_slow(path)) {
+        free(json_path);
+        json_path = rf_path_join(path, "vocab.json"); /* what messages name */
+        if (!(root = slow_as_tokenizer_json(path, cfg_path))) goto fail;
+    } else {
+        /* the real Qwen3 tokenizer.json is 11 MB: refuse a huge file before reading it */
+        char *text = rf_read_file_max(json_path, (size_t)RF_TOKENIZER_JSON_MAX, &len);
+        if (!text) goto fail;
+        json_error_t je;
+        root = json_loadb(text, len, 0, &je);
+        free(text);
+        if (!root) {
+            rf_set_error("%s: not valid JSON: line %d column %d: %s", json_path, je.line, je.column, je.text);
+            goto fail;
+        }
     }
     if (!json_is_object(root)) {
         rf_set_error("%s: not a JSON object", json_path);
@@ -411,7 +666,7 @@ rf_tokenizer *rf_tok_load(const char *path) {
     t->n_vocab = max_id + 1;
     qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added_len);
 
-    if (parse_config(t, cfg_path, &eos)) goto fail;
+    if (read_template_file(t, cfg_path) || parse_config(t, cfg_path, &eos)) goto fail;
     const char *eos_name = eos ? eos : "<|endoftext|>";
     t->eos_id = rf_tok_id(t, eos_name);
     if (eos && t->eos_id < 0) {

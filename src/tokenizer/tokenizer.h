@@ -1,6 +1,7 @@
 /* tokenizer.h - byte-level BPE tokenizer read from a Hugging Face
- * tokenizer.json (Qwen3's, or a small one trained by this project), the Qwen3
- * chat template, and a streaming decoder. */
+ * tokenizer.json (Qwen3's, or a small one trained by this project) or the
+ * slow vocab.json + merges.txt layout, chat templates (the model's Jinja
+ * template or the built-in Qwen3 one), and a streaming decoder. */
 #ifndef RF_TOKENIZER_H
 #define RF_TOKENIZER_H
 
@@ -9,8 +10,10 @@
 typedef struct rf_tokenizer rf_tokenizer;
 
 /* path: a tokenizer.json file or a model directory holding tokenizer.json
- * (and optionally tokenizer_config.json, which supplies eos / chat template
- * settings). <|beginoftext|> and <|mask|> are added when the file lacks them
+ * or the slow layout (vocab.json + merges.txt + added_tokens.json and / or
+ * tokenizer_config.json's added_tokens_decoder), and optionally
+ * tokenizer_config.json (eos, special tokens, chat template) and
+ * chat_template.jinja. <|beginoftext|> and <|mask|> are added when the file lacks them
  * (ids 151669 / 151670 for the Qwen3 vocabulary, else the next free ids).
  * NULL on error with rf_last_error() set. */
 rf_tokenizer *rf_tok_load(const char *path);
@@ -23,7 +26,8 @@ void rf_tok_free(rf_tokenizer *t);
 rf_tokenizer *rf_tok_load_gguf(const char *path);
 int rf_tok_is_gguf(const char *path);
 /* 1 if a model path (checkpoint directory or .gguf) carries a tokenizer:
- * DIR/tokenizer.json, or tokenizer.ggml.tokens in the GGUF file. */
+ * DIR/tokenizer.json, DIR/vocab.json + merges.txt, or tokenizer.ggml.tokens
+ * in the GGUF file. */
 int rf_tok_model_has_tokenizer(const char *model_path);
 /* THE rule for where a tokenizer's files are. path: a tokenizer.json or a
  * directory (a checkpoint) holding one; *json = that tokenizer.json, *cfg =
@@ -57,17 +61,39 @@ int rf_tok_is_special(const rf_tokenizer *t, int id);
 int rf_tok_eos_id(const rf_tokenizer *t);   /* tokenizer_config eos, e.g. <|im_end|> */
 int rf_tok_mask_id(const rf_tokenizer *t);  /* <|mask|> */
 
-/* ---- chat template (Qwen3's, for plain conversations) ---- */
+/* ---- chat templates ----
+ * A tokenizer carries the model's Jinja chat template when it has one: the
+ * checkpoint's chat_template.jinja, else tokenizer_config.json's
+ * chat_template (a string, or the "default" of a named list), or a GGUF
+ * file's tokenizer.chat_template. It is rendered by tokenizer/jinja.c as
+ * transformers' apply_chat_template renders it. Without one (or after
+ * rf_tok_set_chat_template(t, "builtin")) the built-in renderer of Qwen3's
+ * template for plain conversations (chat.c) is used. */
+#define RF_CHAT_TEMPLATE_MAX (1u << 20) /* template files larger than this are refused */
+/* spec: "builtin", or a Jinja template file that replaces the model's
+ * (checked for syntax errors now). 0, or -1 with the error set. */
+int rf_tok_set_chat_template(rf_tokenizer *t, const char *spec);
+/* The Jinja source in use, NULL when the built-in renderer is. */
+const char *rf_tok_chat_template(const rf_tokenizer *t);
+
+struct json_t;
+/* The prompt for a conversation: conv is a JSON array of messages (objects
+ * with role, content and whatever else the template reads: tool_calls,
+ * reasoning_content, ...), or an object with "messages" and more template
+ * variables (tools, documents, enable_thinking, ... - they override the
+ * defaults). The template sees messages, tools = None, documents = None,
+ * add_generation_prompt, the tokenizer config's special tokens (bos_token,
+ * eos_token, ...), and enable_thinking = false when enable_thinking is 0
+ * (1 leaves it undefined: the template's default). malloc'd text, or NULL
+ * with one line in rf_last_error(). t may be NULL (the built-in renderer). */
+char *rf_chat_render(const rf_tokenizer *t, const struct json_t *conv, int add_generation_prompt,
+                     int enable_thinking);
+
 typedef struct {
-    const char *role;    /* "system" | "user" | "assistant" */
+    const char *role;    /* "system" | "user" | "assistant" | "tool" */
     const char *content;
 } rf_chat_msg;
-/* malloc'd prompt text, identical to what tokenizer_config.json's Jinja
- * template renders for these messages (Qwen3's template, or the one
- * tokenizer-train writes). enable_thinking: 1 = the template default, 0 =
- * enable_thinking=false (empty <think> block after the generation prompt).
- * t may be NULL; NULL (error set) if the tokenizer's config has a template
- * that is not ChatML-style. */
+/* rf_chat_render of plain role / content messages. */
 char *rf_chat_apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n,
                     int add_generation_prompt, int enable_thinking);
 
