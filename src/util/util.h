@@ -113,6 +113,7 @@ uint64_t rf_phys_mem(void);
 static inline int rf_mul_size(size_t a, size_t b, size_t *out) { return __builtin_mul_overflow(a, b, out) ? -1 : 0; }
 static inline int rf_add_size(size_t a, size_t b, size_t *out) { return __builtin_add_overflow(a, b, out) ? -1 : 0; }
 static inline int rf_mul_i64(int64_t a, int64_t b, int64_t *out) { return __builtin_mul_overflow(a, b, out) ? -1 : 0; }
+static inline int rf_add_i64(int64_t a, int64_t b, int64_t *out) { return __builtin_add_overflow(a, b, out) ? -1 : 0; }
 
 /* ---- time ---------------------------------------------------------------- */
 double rf_now(void); /* seconds, monotonic */
