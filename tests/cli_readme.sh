@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cli_readme.sh - README.md and docs/*.md stay true: every `./build/refusion ...`
 # and `curl ...` line of their command blocks runs as written (in a scratch
-# directory holding the repository's models/, with ./build/refusion the
+# directory holding the repository's models/ and tests/, with ./build/refusion the
 # binary under test) and exits 0, except the ones too big or slow for CI or
 # interactive: 0.6B / 8B checkpoints, training, the paper's checkpoint,
 # `eval` and `probe` over 30 examples (minutes on a loaded 2-core machine;
@@ -18,6 +18,7 @@ rf_test_setup cli_readme
 W=$T/w
 mkdir -p "$W/build"
 ln -s "$(cd "$SRC" && pwd)/models" "$W/models"
+ln -s "$(cd "$SRC" && pwd)/tests" "$W/tests" # the fixtures some examples read (templates, task files)
 ln -s "$BIN" "$W/build/refusion"
 cd "$W" || exit 1
 
