@@ -198,6 +198,61 @@ static void test_added_tokens(void) {
     free(js), free(path);
 }
 
+/* Many added tokens sharing prefixes (2-6 of "<>|=", which no token of the
+ * random BPE spells: those are made of "abc "): the encoder's longest
+ * match at every position (a trie walk) against a scan of every token. */
+static void test_added_trie(void) {
+    enum { NA = 300, BASE = 10000 };
+    static char content[NA][8];
+    rf_rng r;
+    rf_rng_seed(&r, 11);
+    json_t *arr = json_array();
+    for (int k = 0; k < NA; k++) {
+        for (;;) {
+            int len = 2 + (int)rf_rng_below(&r, 5), dup = 0;
+            for (int i = 0; i < len; i++) content[k][i] = "<>|="[rf_rng_below(&r, 4)];
+            content[k][len] = 0;
+            for (int j = 0; j < k && !dup; j++) dup = !strcmp(content[j], content[k]);
+            if (!dup) break;
+        }
+        json_array_append_new(arr, json_pack("{s:i, s:s, s:b}", "id", BASE + k, "content", content[k], "special", 1));
+    }
+    char *added = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+    char *js = bpe_json(1, added), *path = write_tmp("trie.json", js);
+    rf_tokenizer *t = rf_tok_load(path);
+    CHECK(t != NULL, "load with %d added tokens: %s", NA, rf_last_error());
+    if (!t) return;
+    int same = 1, matched = 0;
+    for (int trial = 0; trial < 200 && same; trial++) {
+        char text[128];
+        int len = 1 + (int)rf_rng_below(&r, 120);
+        for (int i = 0; i < len; i++) text[i] = "<>|=a"[rf_rng_below(&r, 5)];
+        text[len] = 0;
+        int want[128], nw = 0;
+        for (int pos = 0; pos < len;) {
+            int best = -1, bl = 0;
+            for (int k = 0; k < NA; k++) {
+                int l = (int)strlen(content[k]);
+                if (l > bl && l <= len - pos && !memcmp(text + pos, content[k], (size_t)l)) best = k, bl = l;
+            }
+            if (best < 0) pos++;
+            else want[nw++] = BASE + best, pos += bl;
+        }
+        int *ids, n, got[128], ng = 0;
+        rf_tok_encode(t, text, (size_t)len, &ids, &n);
+        for (int i = 0; i < n; i++)
+            if (ids[i] >= BASE && ng < 128) got[ng++] = ids[i];
+        same = ng == nw && !memcmp(got, want, sizeof(int) * (size_t)nw);
+        matched += nw;
+        if (!same) fprintf(stderr, "text \"%s\": %d added tokens, the scan finds %d\n", text, ng, nw);
+        free(ids);
+    }
+    CHECK(same && matched > 1000, "added tokens' longest matches differ from a scan of every token (%d matched)", matched);
+    rf_tok_free(t);
+    free(js), free(path), free(added);
+}
+
 static void test_invalid_utf8(void) {
     char *js = bpe_json(1, NULL), *path = write_tmp("u8.json", js);
     rf_tokenizer *t = rf_tok_load(path);
@@ -373,11 +428,12 @@ int main(void) {
     if (!mkdtemp(tmpdir)) rf_die("mkdtemp failed");
     test_bpe_vs_naive();
     test_added_tokens();
+    test_added_trie();
     test_invalid_utf8();
     test_malformed();
     test_decode_stream();
     test_chat();
-    const char *names[] = {"bpe_str.json", "bpe_arr.json", "added.json", "u8.json", "bad.json", "tokenizer.json", "dec.json"};
+    const char *names[] = {"bpe_str.json", "bpe_arr.json", "added.json", "trie.json", "u8.json", "bad.json", "tokenizer.json", "dec.json"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char *p = rf_path_join(tmpdir, names[i]);
         unlink(p);

@@ -66,6 +66,14 @@ void rf_buf_put(rf_buf *b, const void *data, size_t n);
 void rf_buf_puts(rf_buf *b, const char *s);
 char *rf_buf_cstr(rf_buf *b); /* NUL-terminates and hands the storage over */
 
+/* A node of the added tokens' byte trie: its first child, its next sibling,
+ * the byte that leads to it and the added token (index into added) that
+ * ends here, or -1. Node 0 is the root. */
+typedef struct {
+    int child, sibling, token;
+    unsigned char byte;
+} rf_trie_node;
+
 /* An added token: matched literally in raw text before normalisation. */
 typedef struct {
     char *content;
@@ -86,6 +94,9 @@ struct rf_tokenizer {
     rf_added_token *added;   /* [n_added] sorted longest content first */
     int n_added;
     unsigned char added_first[256]; /* 1 if some added token starts with this byte */
+    rf_trie_node *added_trie; /* [n_trie] the added tokens' contents as a byte trie (rf_tok_sort_added):
+                               * the longest match at a position costs its length, not n_added */
+    int n_trie;
     pcre2_code *re;          /* the Split pre-tokenizer regex; NULL = whole segment */
     int nfc;                 /* NFC normaliser on */
     int eos_id, mask_id, bot_id;

@@ -35,6 +35,7 @@ void rf_tok_free(rf_tokenizer *t) {
     free(t->special);
     for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
     free(t->added);
+    free(t->added_trie);
     rf_strmap_free(&t->vocab);
     rf_pairmap_free(&t->merges);
     if (t->re) pcre2_code_free(t->re);
@@ -664,7 +665,7 @@ rf_tokenizer *rf_tok_load(const char *path) {
         free(t->bytes[i]);
     }
     t->n_vocab = max_id + 1;
-    qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added_len);
+    rf_tok_sort_added(t);
 
     if (read_template_file(t, cfg_path) || parse_config(t, cfg_path, &eos)) goto fail;
     const char *eos_name = eos ? eos : "<|endoftext|>";
@@ -719,7 +720,32 @@ void rf_tok_alloc_vocab(rf_tokenizer *t, int cap, size_t expected) {
 void rf_tok_add_added(rf_tokenizer *t, const char *content, int id, int special) {
     add_added(t, content, id, special, 0, 0);
 }
+/* a trie node for byte b under node parent (found or made) */
+static int trie_step(rf_tokenizer *t, int parent, unsigned char b, int *cap) {
+    int c = t->added_trie[parent].child;
+    while (c >= 0 && t->added_trie[c].byte != b) c = t->added_trie[c].sibling;
+    if (c >= 0) return c;
+    t->added_trie = rf_grow(t->added_trie, sizeof *t->added_trie, t->n_trie, cap, 64);
+    c = t->n_trie++;
+    t->added_trie[c] = (rf_trie_node){.child = -1, .sibling = t->added_trie[parent].child, .token = -1, .byte = b};
+    t->added_trie[parent].child = c;
+    return c;
+}
+
 void rf_tok_sort_added(rf_tokenizer *t) {
     qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added_len);
+    /* the trie: a content's last node names the first token in this order
+     * with that content, as a scan of the sorted list would find it */
+    free(t->added_trie);
+    t->added_trie = NULL;
+    t->n_trie = 0;
+    int cap = 0;
+    t->added_trie = rf_grow(t->added_trie, sizeof *t->added_trie, t->n_trie, &cap, 64);
+    t->added_trie[t->n_trie++] = (rf_trie_node){.child = -1, .sibling = -1, .token = -1};
+    for (int k = 0; k < t->n_added; k++) {
+        int node = 0;
+        for (int i = 0; i < t->added[k].len; i++) node = trie_step(t, node, (unsigned char)t->added[k].content[i], &cap);
+        if (t->added_trie[node].token < 0) t->added_trie[node].token = k;
+    }
 }
 const char *rf_tok_gpt2_pattern(void) { return GPT2_PATTERN; }
