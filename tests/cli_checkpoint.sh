@@ -71,6 +71,7 @@ cat >"$T/tok/tokenizer.json" <<'EOF'
 {"version": "1.0", "added_tokens": [
   {"id": 5, "content": "<|endoftext|>", "special": true},
   {"id": 6, "content": "<|im_end|>", "special": true}],
+ "pre_tokenizer": {"type": "ByteLevel"},
  "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "abc": 4}, "merges": []}}
 EOF
 echo '{"eos_token": "<|im_end|>", "pad_token": {"content": "<|endoftext|>"}}' >"$T/tok/tokenizer_config.json"

@@ -535,7 +535,7 @@ static int generate_main(int argc, char **argv, int interactive) {
                     : "-m MODEL [-p TEXT | -f FILE | --ids IDS] [options]\n"
                       "Generate an answer with ReFusion plan-and-infill decoding (or AR / mdm decoding).\n"
                       "Text streams to stdout as it becomes final; statistics go to stderr.";
-    unsigned char *src[3] = {NULL, g.d.src, NULL};
+    unsigned char *src[3] = {NULL, NULL, g.d.src};
     int prc = rf_args_parse_src(cmd, synopsis, groups, 3, argc, argv, NULL, src);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&g.d);
