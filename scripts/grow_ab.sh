@@ -67,7 +67,7 @@ for row in "${rows[@]}"; do
       cmd="$AB -m $model --data $DATA --limit $LIMIT --threads $t --a \"$A_OPTS\" --b \"$B_OPTS\" --json $js"
       "$AB" -m "$model" --data "$DATA" --limit "$LIMIT" --threads "$t" --a "$A_OPTS" --b "$B_OPTS" --json "$js" >/dev/null
       node -e '
-const d = require(process.argv[1]), [shape, dt, t, slot, when, cpu, tier, cmd] = process.argv.slice(2);
+const d = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")), [shape, dt, t, slot, when, cpu, tier, cmd] = process.argv.slice(2);
 const ar = d.a_tokens / d.a_total_s, rf = d.b_tokens / d.b_total_s;
 console.log(`${shape} ${dt} t${t} slot ${slot}: AR ${ar.toFixed(1)} tok/s, rolling ${rf.toFixed(1)} tok/s, speed-up ${(1 / d.ratio_total).toFixed(3)}x ` +
   `(median per-example time ratio ${d.ratio_median.toFixed(3)} [${d.ratio_ci_lo.toFixed(3)}, ${d.ratio_ci_hi.toFixed(3)}]), ` +
