@@ -124,6 +124,10 @@ void rf_softmax(float *x, int n);
 /* sum of e^(x[i] - shift), i < n: 8 f32 lanes of vectorised exp, summed
  * in double (the log-sum-exp of a logits row, shift = its max) */
 double rf_sum_exp(const float *x, int n, float shift);
+/* the first index of the max of x[0..n), n >= 1 (NaNs never win; x[0]
+ * NaN gives 0, as a scalar `x[i] > max` loop does); *max_out = that max
+ * when max_out is not NULL */
+int rf_argmax(const float *x, int n, float *max_out);
 /* y += x */
 void rf_add(float *y, const float *x, size_t n);
 /* dot product with AVX2 */

@@ -228,25 +228,34 @@ static void ptile(int single, int P, int T, const uint16_t *w, size_t panel, int
     }
 }
 
+/* Panel groups outside, token tiles inside: a group of G panels (G =
+ * panels_for(the largest tile)) is streamed from memory by the first token
+ * tile and meets the call's other tiles from L2 (G x 16 rows x cols x 2
+ * bytes: 96 KB at cols 1024), so each weight is read from memory once per
+ * call whatever n is. (Token tiles outside walked a thread's whole chunk
+ * per tile: the lm head's chunks, ~19 MB, came from memory again for each
+ * 8 tokens.) */
 void rf_bf16p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single) {
     const int cols = W->cols, k2 = (cols + 1) / 2;
     const size_t ldx = (size_t)bf16_chunks(cols) * (single ? 16 : 32); /* in 32-bit pairs */
     const size_t panel = (size_t)k2 * 32;                               /* in uint16 */
     const uint16_t *pk = W->packed;
     const uint32_t *X = xp;
-    /* token tiles of up to 8 outside, panels inside: a tile's activations
-     * stay in L1 while the range's panels (a thread's chunk: ~100s of KB)
-     * come from L2 for the second and later token tiles */
-    for (int t0 = 0, ntt = (n + 7) / 8, i = 0; i < ntt; i++) { /* near-equal tiles: 10 = 5 + 5 */
-        int T = n / ntt + (i < n % ntt);
-        for (int r = a; r < b;) {
-            int left = (b - r + 15) / 16, P = panels_for(T);
-            if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 ? 2 : 1;
-            ptile(single, P, T, pk + (size_t)(r / 16) * panel, panel, k2, X + (size_t)t0 * ldx, ldx,
-                  Y + (size_t)t0 * ldy + r, ldy, b - r);
-            r += 16 * P;
+    const int ntt = (n + 7) / 8, tmax = (n + ntt - 1) / ntt; /* near-equal tiles of up to 8: 10 = 5 + 5 */
+    const int group = 16 * panels_for(tmax);
+    for (int g = a; g < b; g += group) {
+        const int ge = b - g < group ? b : g + group;
+        for (int t0 = 0, i = 0; i < ntt; i++) {
+            int T = n / ntt + (i < n % ntt);
+            for (int r = g; r < ge;) {
+                int left = (ge - r + 15) / 16, P = panels_for(T);
+                if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 ? 2 : 1;
+                ptile(single, P, T, pk + (size_t)(r / 16) * panel, panel, k2, X + (size_t)t0 * ldx, ldx,
+                      Y + (size_t)t0 * ldy + r, ldy, b - r);
+                r += 16 * P;
+            }
+            t0 += T;
         }
-        t0 += T;
     }
 }
 
@@ -609,20 +618,27 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
     }
 }
 
+/* Panel groups outside, token tiles inside, as rf_bf16p_range_avx512 (each
+ * weight read from memory once per call, the later tiles from L2). */
 void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
     const int nb = W->cols / RF_QK;
     const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
     const uint8_t *pk = W->packed;
     const xq_block *X = xp;
-    for (int t0 = 0, ntt = (n + 7) / 8, i = 0; i < ntt; i++) { /* near-equal token tiles of up to 8 */
-        int T = n / ntt + (i < n % ntt);
-        for (int r = a; r < b;) {
-            int left = (b - r + 15) / 16, P = QP_PANELS(W->dtype, T);
-            if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 && P > 2 ? 2 : 1;
-            qptile(W->dtype, P, T, pk + (size_t)(r / 16) * panel, panel, nb, X + (size_t)t0 * nb, nb,
-                   Y + (size_t)t0 * ldy + r, ldy, b - r);
-            r += 16 * P;
+    const int ntt = (n + 7) / 8, tmax = (n + ntt - 1) / ntt; /* near-equal token tiles of up to 8 */
+    const int group = 16 * QP_PANELS(W->dtype, tmax) * (tmax > 4 ? 2 : 1);
+    for (int g = a; g < b; g += group) {
+        const int ge = b - g < group ? b : g + group;
+        for (int t0 = 0, i = 0; i < ntt; i++) {
+            int T = n / ntt + (i < n % ntt);
+            for (int r = g; r < ge;) {
+                int left = (ge - r + 15) / 16, P = QP_PANELS(W->dtype, T);
+                if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 && P > 2 ? 2 : 1;
+                qptile(W->dtype, P, T, pk + (size_t)(r / 16) * panel, panel, nb, X + (size_t)t0 * nb, nb,
+                       Y + (size_t)t0 * ldy + r, ldy, b - r);
+                r += 16 * P;
+            }
+            t0 += T;
         }
-        t0 += T;
     }
 }
