@@ -159,32 +159,59 @@ void rf_bf16_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W,
 /* ---- bf16, packed panels ------------------------------------------------------ */
 
 /* The layout (matmul_pack.c): 16-row panels, vector j holding row r's
- * column pair j in lane r. One vdpbf16ps of that vector with the token's
- * pair (x[2j], x[2j + 1]) broadcast to all lanes adds the pair's products
- * to 16 output rows at once: the accumulators hold outputs, not partial
- * sums, so there is no horizontal sum and each weight vector serves all T
- * tokens of the tile (T broadcasts come from L1, the weights stream once). */
+ * column pair (2j, 2j + 1) in lane r (2j in the low half). The kernel
+ * widens each vector to two f32 vectors (column 2j: a shift, 2j + 1: a
+ * mask; bf16 is the top half of an f32, so both are exact) and multiplies
+ * them with the token's x[2j], x[2j + 1] broadcast: 16-wide FMAs whose
+ * accumulators hold 16 outputs, no horizontal sums, each widened vector
+ * shared by all T tokens of the tile.
+ * Why FMAs and not vdpbf16ps (32 multiply-adds per instruction): on the
+ * Xeon this was measured on (Emerald Rapids, avx512_bf16) vdpbf16ps
+ * retires ~0.8 G/s per core against ~3 G/s for 16-wide FMAs, so the FMAs
+ * do ~2x the multiply-adds per second once a call is compute-bound (and
+ * the activations stay f32: f32-grade sums either way). */
 
-/* P panels x T tokens. x holds each token's prepared activations (the
- * layout rf_bf16_prep_avx512 writes, read as 32-bit pairs): single, pair j
- * at j; split, hi pair j at (j / 16) * 32 + j % 16 and lo 16 further. */
-static inline __attribute__((always_inline)) void pkern(const int S, const int P, const int T, const uint16_t *w,
-                                                        size_t panel, int k2, const uint32_t *x, size_t ldx,
-                                                        float *y, size_t ldy, int rows_left) {
-    __m512 acc[8][8];
+size_t rf_bf16p_prep_avx512_bytes(int n, int cols) { return (size_t)n * ((cols + 1) / 2 * 2) * sizeof(float); }
+
+/* per token 2 * ceil(cols / 2) floats (a zero pads an odd cols): x itself
+ * (split: f32-grade), or x rounded to bf16 (single: the documented
+ * rounding of rf_matmul_bf16_act, the same numbers at every n) */
+void rf_bf16p_prep_avx512(void *xp, const float *X, int n, int cols, int single) {
+    const int ld = (cols + 1) / 2 * 2;
+    float *o = xp;
+    for (int t = 0; t < n; t++, o += ld) {
+        const float *x = X + (size_t)t * cols;
+        for (int c = 0; c < cols; c += 16) {
+            int m = cols - c;
+            __mmask16 k = m >= 16 ? 0xFFFF : (__mmask16)((1u << m) - 1);
+            __m512 v = _mm512_maskz_loadu_ps(k, x + c);
+            if (single) /* round to nearest even bf16 and back: the top 16 bits */
+                v = _mm512_castsi512_ps(
+                    _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
+            _mm512_mask_storeu_ps(o + c, k, v);
+        }
+        if (cols & 1) o[cols] = 0.0f;
+    }
+}
+
+/* P panels x T tokens; x rows ldx floats apart */
+static inline __attribute__((always_inline)) void pkern(const int P, const int T, const uint16_t *w, size_t panel,
+                                                        int k2, const float *x, size_t ldx, float *y, size_t ldy,
+                                                        int rows_left) {
+    __m512 acc[6][8];
     for (int p = 0; p < P; p++)
         for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
+    const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
     for (int j = 0; j < k2; j++) {
-        __m512bh wv[8];
-        for (int p = 0; p < P; p++) wv[p] = (__m512bh)_mm512_load_si512(w + p * panel + (size_t)j * 32);
-        const size_t xo = S ? (size_t)(j >> 4) * 32 + (j & 15) : (size_t)j;
+        __m512 we[6], wo[6];
+        for (int p = 0; p < P; p++) {
+            __m512i v = _mm512_load_si512(w + p * panel + (size_t)j * 32);
+            we[p] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); /* column 2j */
+            wo[p] = _mm512_castsi512_ps(_mm512_and_si512(v, top)); /* column 2j + 1 */
+        }
         for (int t = 0; t < T; t++) {
-            __m512bh xh = (__m512bh)_mm512_set1_epi32((int)x[t * ldx + xo]);
-            for (int p = 0; p < P; p++) acc[p][t] = _mm512_dpbf16_ps(acc[p][t], wv[p], xh);
-            if (S) {
-                __m512bh xl = (__m512bh)_mm512_set1_epi32((int)x[t * ldx + xo + 16]);
-                for (int p = 0; p < P; p++) acc[p][t] = _mm512_dpbf16_ps(acc[p][t], wv[p], xl);
-            }
+            __m512 xe = _mm512_set1_ps(x[t * ldx + 2 * j]), xo = _mm512_set1_ps(x[t * ldx + 2 * j + 1]);
+            for (int p = 0; p < P; p++) acc[p][t] = _mm512_fmadd_ps(wo[p], xo, _mm512_fmadd_ps(we[p], xe, acc[p][t]));
         }
     }
     for (int p = 0; p < P; p++) {
@@ -194,63 +221,58 @@ static inline __attribute__((always_inline)) void pkern(const int S, const int P
     }
 }
 
-/* Panels per tile for T tokens: as many as the 32 zmm registers allow
- * (P*T accumulators + P weights + the broadcast), at most 8. */
-static inline int panels_for(int T) { return T <= 2 ? 8 : T == 3 ? 6 : T == 4 ? 5 : T <= 6 ? 4 : 3; }
+/* Panels per tile for T tokens: P*T accumulators + 2P widened weights + 2
+ * broadcasts within the 32 registers. One expression, so that the
+ * dispatch can use it as a constant. */
+#define BP_PANELS(T) ((T) <= 2 ? 6 : (T) == 3 ? 5 : (T) == 4 ? 4 : (T) <= 6 ? 3 : 2)
 
-#define PK(S, P, T) pkern(S, P, T, w, panel, k2, x, ldx, y, ldy, rows_left)
-#define PK_P(S, T)                                                                                  \
-    do {                                                                                            \
-        enum { PM_ = T <= 2 ? 8 : T == 3 ? 6 : T == 4 ? 5 : T <= 6 ? 4 : 3 }; /* panels_for(T) */ \
-        if (P == PM_) PK(S, PM_, T);                                                                \
-        else if (P == 4) PK(S, 4 < PM_ ? 4 : PM_, T);                                               \
-        else if (P == 2) PK(S, 2, T);                                                               \
-        else PK(S, 1, T);                                                                           \
+#define PK(P, T) pkern(P, T, w, panel, k2, x, ldx, y, ldy, rows_left)
+#define PK_P(T)                                                \
+    do {                                                       \
+        enum { PM_ = BP_PANELS(T) };                           \
+        if (P == PM_) PK(PM_, T);                              \
+        else if (P == 4) PK(4 < PM_ ? 4 : PM_, T);             \
+        else if (P == 2) PK(2, T);                             \
+        else PK(1, T);                                         \
     } while (0)
-#define PK_T(S)                         \
-    switch (T) {                        \
-    case 1: PK_P(S, 1); break;          \
-    case 2: PK_P(S, 2); break;          \
-    case 3: PK_P(S, 3); break;          \
-    case 4: PK_P(S, 4); break;          \
-    case 5: PK_P(S, 5); break;          \
-    case 6: PK_P(S, 6); break;          \
-    case 7: PK_P(S, 7); break;          \
-    default: PK_P(S, 8); break;         \
-    }
-/* P is panels_for(T), or 4, 2, 1 for a range's last panels */
-static void ptile(int single, int P, int T, const uint16_t *w, size_t panel, int k2, const uint32_t *x, size_t ldx,
-                  float *y, size_t ldy, int rows_left) {
-    if (single) {
-        PK_T(0);
-    } else {
-        PK_T(1);
+/* P is BP_PANELS(T), or 4, 2, 1 for a group's last panels */
+static void ptile(int P, int T, const uint16_t *w, size_t panel, int k2, const float *x, size_t ldx, float *y,
+                  size_t ldy, int rows_left) {
+    switch (T) {
+    case 1: PK_P(1); break;
+    case 2: PK_P(2); break;
+    case 3: PK_P(3); break;
+    case 4: PK_P(4); break;
+    case 5: PK_P(5); break;
+    case 6: PK_P(6); break;
+    case 7: PK_P(7); break;
+    default: PK_P(8); break;
     }
 }
 
 /* Panel groups outside, token tiles inside: a group of G panels (G =
- * panels_for(the largest tile)) is streamed from memory by the first token
+ * BP_PANELS(the largest tile)) is streamed from memory by the first token
  * tile and meets the call's other tiles from L2 (G x 16 rows x cols x 2
- * bytes: 96 KB at cols 1024), so each weight is read from memory once per
+ * bytes: 64 KB at cols 1024), so each weight is read from memory once per
  * call whatever n is. (Token tiles outside walked a thread's whole chunk
  * per tile: the lm head's chunks, ~19 MB, came from memory again for each
  * 8 tokens.) */
-void rf_bf16p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single) {
+void rf_bf16p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
     const int cols = W->cols, k2 = (cols + 1) / 2;
-    const size_t ldx = (size_t)bf16_chunks(cols) * (single ? 16 : 32); /* in 32-bit pairs */
-    const size_t panel = (size_t)k2 * 32;                               /* in uint16 */
+    const size_t ldx = (size_t)k2 * 2;      /* floats */
+    const size_t panel = (size_t)k2 * 32;   /* in uint16 */
     const uint16_t *pk = W->packed;
-    const uint32_t *X = xp;
+    const float *X = xp;
     const int ntt = (n + 7) / 8, tmax = (n + ntt - 1) / ntt; /* near-equal tiles of up to 8: 10 = 5 + 5 */
-    const int group = 16 * panels_for(tmax);
+    const int group = 16 * BP_PANELS(tmax);
     for (int g = a; g < b; g += group) {
         const int ge = b - g < group ? b : g + group;
         for (int t0 = 0, i = 0; i < ntt; i++) {
             int T = n / ntt + (i < n % ntt);
             for (int r = g; r < ge;) {
-                int left = (ge - r + 15) / 16, P = panels_for(T);
+                int left = (ge - r + 15) / 16, P = BP_PANELS(T);
                 if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 ? 2 : 1;
-                ptile(single, P, T, pk + (size_t)(r / 16) * panel, panel, k2, X + (size_t)t0 * ldx, ldx,
+                ptile(P, T, pk + (size_t)(r / 16) * panel, panel, k2, X + (size_t)t0 * ldx, ldx,
                       Y + (size_t)t0 * ldy + r, ldy, b - r);
                 r += 16 * P;
             }
