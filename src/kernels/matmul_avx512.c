@@ -647,7 +647,12 @@ void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, i
     const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
     const uint8_t *pk = W->packed;
     const xq_block *X = xp;
-    const int ntt = (n + 7) / 8, tmax = (n + ntt - 1) / ntt; /* near-equal token tiles of up to 8 */
+    /* near-equal token tiles of up to 4 (Q8_0) or 6 (Q4_0): measured on
+     * one core of the Xeon (512 x 1024, n = 8..32, L2-resident), Q8_0
+     * reached 520 G ops/s (83% of the vpdpbusd peak) with tiles of 4 against
+     * 450 with tiles of 8, Q4_0 455 with 6 against 430 with 8 or 4 */
+    const int tcap = W->dtype == RF_Q8_0 ? 4 : 6;
+    const int ntt = (n + tcap - 1) / tcap, tmax = (n + ntt - 1) / ntt;
     const int group = 16 * QP_PANELS(W->dtype, tmax) * (tmax > 4 ? 2 : 1);
     for (int g = a; g < b; g += group) {
         const int ge = b - g < group ? b : g + group;
