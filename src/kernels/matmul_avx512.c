@@ -570,9 +570,10 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
             for (int p = 0; p < P; p++) ia[p][t] = init;
         }
         const uint8_t *wb = w + (size_t)b * block;
-        if (pf && b % pmod == prem) /* this tile's share of the next group's panels, into L2 */
+        if (pf) /* this tile's share (every pmod-th line) of the next group's block b, into L2: a few per block */
             for (int p = 0; p < P; p++)
-                for (size_t l = 0; l < block; l += 64) _mm_prefetch((const char *)pf + p * panel + b * block + l, _MM_HINT_T1);
+                for (size_t l = (size_t)prem * 64; l < block; l += (size_t)pmod * 64)
+                    _mm_prefetch((const char *)pf + p * panel + b * block + l, _MM_HINT_T1);
         /* Q8_0: 8 vectors, one group each; Q4_0: 4 vectors, groups v and 4 + v */
         for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
             __m512i lo[8], hi[8];
