@@ -14,9 +14,10 @@
  * For every (shape, tier, dtype, n): ms per call, GB/s of weight streaming
  * (and % of the measured read bandwidth), G ops/s (a multiply-add = 2) and %
  * of the measured peak of the instruction the kernel is built on at that
- * tier (roofline.h): f32 FMA (f32/f16, and bf16 at avx2), bf16 vdpbf16ps
- * (avx512 bf16: its kernel issues two per weight, hi and lo activations, so
- * it tops out at 50%), int8 maddubs (avx2 Q8_0/Q4_0) or vpdpbusd (avx512).
+ * tier (roofline.h): f32 FMA (f32/f16, bf16 at avx2, packed bf16 at avx512),
+ * bf16 vdpbf16ps (row-major bf16 at avx512: with hi and lo activations it
+ * issues two per weight and tops out at 50%), int8 maddubs (avx2
+ * Q8_0/Q4_0) or vpdpbusd (avx512).
  * Each figure is the fastest of the calls that fill ~0.15 s (at least 2,
  * after one warm-up call): on a shared machine the minimum is the least
  * disturbed measurement. Default: everything in well under a minute.
@@ -220,6 +221,7 @@ int main(int argc, char **argv) {
                     } while (now() - t0 < target || reps < 2);
                     if (n == 1) s1 = s;
                     double gbs = wbytes / s / 1e9, gf = 2.0 * nw * n / s / 1e9, pk = g_peak[tier][dt];
+                    if (lay && dt == RF_BF16 && tier >= 1) pk = g_peak[1][RF_F32]; /* packed bf16 at avx512: f32 FMAs */
                     char shs[32], ratio[16] = "";
                     snprintf(shs, sizeof shs, "%dx%d", sh->rows, sh->cols);
                     if (s1 > 0) snprintf(ratio, sizeof ratio, "%.2f", s / s1);

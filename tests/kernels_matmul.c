@@ -190,6 +190,46 @@ static double test_tier(void) {
     return worst;
 }
 
+/* Every call width 1..33 on packed bf16 weights whose rows span several
+ * panel groups of the wide-call loop (panel groups outside, token tiles
+ * inside) with a ragged last panel: each token tile must meet every panel
+ * of every group exactly once. Both activation modes at avx512 (single
+ * against the naive product of bf16-rounded activations). */
+static void test_token_sweep(void) {
+    rf_rng g;
+    rf_rng_seed(&g, 777);
+    const int shp[][2] = {{113, 70}, {37, 160}};
+    scale_for(RF_BF16);
+    for (int single = 0; single < (rf_cpu_tier_active() >= RF_CPU_AVX512 ? 2 : 1); single++) {
+        rf_matmul_set_bf16_act(single);
+        for (size_t k = 0; k < sizeof shp / sizeof *shp; k++) {
+            int rows = shp[k][0], cols = shp[k][1], bad = 0;
+            uint16_t *wd = rand_weights(&g, RF_BF16, rows, cols);
+            rf_mat W = {RF_BF16, wd, rows, cols, NULL};
+            void *pk = pack_if_any(&W, 1);
+            double worst = 0, tol = single ? 5e-5 * (1.0 + cols / 1000.0) : tol_for(cols);
+            for (int n = 1; n <= 33; n++) {
+                float *X = malloc(sizeof(float) * n * cols), *Y = malloc(sizeof(float) * n * rows),
+                      *R = malloc(sizeof(float) * n * rows);
+                for (int i = 0; i < n * cols; i++) {
+                    X[i] = rf_rng_normal(&g);
+                    if (single) X[i] = rf_bf16_to_f32(rf_f32_to_bf16(X[i]));
+                }
+                rf_matmul(Y, X, &W, n);
+                rf_matmul_naive(R, X, &W, n);
+                double e = check_rel_err(Y, R, (size_t)n * rows);
+                worst = e > worst ? e : worst;
+                bad += !(e <= tol);
+                free(X), free(Y), free(R);
+            }
+            CHECK(!bad, "%s BF16 packed%s rows=%d cols=%d n=1..33: %d widths beyond rel err %.3g (worst %.3g)",
+                  g_tier, single ? " bf16-act" : "", rows, cols, bad, tol, worst);
+            free(wd), free(pk);
+        }
+    }
+    rf_matmul_set_bf16_act(0);
+}
+
 /* avx512 and up: the bf16 kernel with single-rounded bf16 activations */
 static void test_bf16_single(void) {
     rf_rng g;
@@ -244,6 +284,7 @@ int main(void) {
         double worst = test_tier();
         printf("%s: worst relative error %.3g\n", g_tier, worst);
         if (t >= RF_CPU_AVX512) test_bf16_single();
+        test_token_sweep();
     }
     rf_kernels_shutdown(); /* nothing left for LeakSanitizer */
     return check_summary("kernels_matmul");

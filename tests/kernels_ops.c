@@ -236,6 +236,32 @@ static void test_attention(rf_rng *g, const char *tier, int exact2) {
         }
 }
 
+/* rf_argmax against the scalar first-index-of-the-max loop: random rows of
+ * every length 1..80 and a vocabulary row, with ties (values rounded to a
+ * coarse grid), the max first, last, in the tail, and NaNs (never the max;
+ * x[0] NaN answers 0) */
+static void test_argmax(rf_rng *g) {
+    int bad = 0, cases = 0;
+    float *x = malloc(sizeof(float) * 151936);
+    for (int trial = 0; trial < 400; trial++) {
+        int n = trial < 320 ? 1 + trial % 80 : 151936 - trial % 7;
+        for (int i = 0; i < n; i++) x[i] = trial % 2 ? rf_rng_normal(g) : (float)(int)(4 * rf_rng_normal(g));
+        if (trial % 5 == 1) x[n - 1] = 100;
+        if (trial % 5 == 2) x[0] = 100;
+        if (trial % 7 == 3) x[(trial * 31) % n] = NAN;
+        if (trial % 11 == 4) x[0] = NAN;
+        float want_m = x[0], got_m = 0;
+        int want = 0;
+        for (int i = 1; i < n; i++)
+            if (x[i] > want_m) want_m = x[i], want = i;
+        int got = rf_argmax(x, n, &got_m);
+        cases++;
+        bad += got != want || !(got_m == want_m || (got_m != got_m && want_m != want_m));
+    }
+    CHECK(!bad, "rf_argmax: %d of %d rows differ from the scalar loop", bad, cases);
+    free(x);
+}
+
 int main(void) {
     rf_rng g;
     rf_rng_seed(&g, 99);
@@ -243,6 +269,7 @@ int main(void) {
     test_rope(&g);
     test_silu_softmax_add_dot(&g);
     test_silu_sweep();
+    test_argmax(&g);
     for (int t = RF_CPU_AVX2; t <= RF_CPU_AVX512; t++) {
         if (rf_cpu_set_tier((rf_cpu_tier)t) != 0) {
             printf("SKIPPED: attention at %s (cpu lacks it)\n", rf_cpu_tier_str((rf_cpu_tier)t));

@@ -324,6 +324,55 @@ static double test_matmuls(const char *tier) {
     return worst;
 }
 
+/* Every call width 1..33 on weights whose rows span several panel groups
+ * of the wide-call loop (panel groups outside, token tiles inside) with a
+ * ragged last panel, packed and row-major: each token tile must meet every
+ * panel exactly once (a tile skipped, repeated or shifted breaks the
+ * check a. above at some width). */
+static void test_token_sweep(const char *tier) {
+    rf_rng g;
+    rf_rng_seed(&g, 8765);
+    const int shp[][2] = {{113, 96}, {37, 160}};
+    for (int q = 0; q < 2; q++)
+        for (size_t k = 0; k < sizeof shp / sizeof *shp; k++) {
+            rf_dtype dt = q ? RF_Q4_0 : RF_Q8_0;
+            int rows = shp[k][0], cols = shp[k][1];
+            size_t rb = rf_dtype_row_bytes(dt, cols);
+            uint8_t *wd = malloc(rb * rows);
+            float *tmp = malloc(sizeof(float) * cols);
+            for (int r = 0; r < rows; r++) {
+                for (int c = 0; c < cols; c++) tmp[c] = rf_rng_normal(&g) * (1 + r % 3);
+                if (q) my_q4_0(tmp, wd + r * rb, cols);
+                else my_q8_0(tmp, wd + r * rb, cols);
+            }
+            rf_mat W = {dt, wd, rows, cols, NULL};
+            void *pk = aligned_alloc(64, (rf_mat_pack_bytes(&W) + 63) / 64 * 64);
+            rf_mat_pack(&W, pk);
+            for (int pass = 0; pass < 2; pass++) {
+                W.packed = pass ? pk : NULL;
+                int bad = 0;
+                double worst = 0, tol = 1e-5 * (1 + cols / 1000.0);
+                for (int n = 1; n <= 33; n++) {
+                    float *X = malloc(sizeof(float) * n * cols), *Y = malloc(sizeof(float) * n * rows);
+                    double *R = malloc(sizeof(double) * n * rows), *B = malloc(sizeof(double) * n * rows),
+                           *A = malloc(sizeof(double) * n * rows);
+                    for (int i = 0; i < n * cols; i++) X[i] = rf_rng_normal(&g);
+                    rf_matmul(Y, X, &W, n);
+                    ref_quant_acts(&W, X, n, R, B, A);
+                    double e = 0;
+                    for (size_t i = 0; i < (size_t)n * rows; i++)
+                        e = Y[i] != Y[i] ? INFINITY : fmax(e, fabs(Y[i] - R[i]) / (A[i] + 1e-30));
+                    worst = fmax(worst, e);
+                    bad += !(e <= tol);
+                    free(X), free(Y), free(R), free(B), free(A);
+                }
+                CHECK(!bad, "%s rf_matmul %s%s rows=%d cols=%d n=1..33: %d widths beyond rel err %.3g (worst %.3g)", tier,
+                      rf_dtype_name(dt), pass ? " packed" : "", rows, cols, bad, tol, worst);
+            }
+            free(wd), free(tmp), free(pk);
+        }
+}
+
 int main(void) {
     test_formats();
     for (int t = RF_CPU_AVX2; t <= RF_CPU_AMX; t++) {
@@ -337,6 +386,7 @@ int main(void) {
             continue;
         }
         printf("%s: worst relative error vs the quantised-activation reference %.3g\n", tier, test_matmuls(tier));
+        test_token_sweep(tier);
     }
     rf_kernels_shutdown(); /* nothing left for LeakSanitizer */
     return check_summary("kernels_quant");

@@ -221,11 +221,10 @@ int rf_block_layout(int n_slots, int n_blocks, int *first) {
 /* ---- probabilities ---------------------------------------------------------- */
 
 /* argmax (first index of the max) and log-sum-exp of one logits row: two
- * passes over the vocab, one vectorised exp per entry. */
+ * vectorised passes over the vocab (rf_argmax, rf_sum_exp). */
 rf_logit_stats rf_logits_stats(const float *l, int V) {
     rf_logit_stats s = {0, l[0], 0.0};
-    for (int i = 1; i < V; i++)
-        if (l[i] > s.max) s.max = l[i], s.argmax = i;
+    s.argmax = rf_argmax(l, V, &s.max);
     s.lse = s.max + log(rf_sum_exp(l, V, s.max));
     return s;
 }

@@ -5,14 +5,16 @@
  * chosen at run time; REFUSION_CPU=avx2 forces the baseline):
  *   f32, f16          avx2: AVX2 FMA register tiles (matmul.c); avx512:
  *                     16-wide FMA, 4 rows x 6 tokens per tile
- *   bf16              avx2: AVX2 FMA (f32 products); avx512: vdpbf16ps with the activations
+ *   bf16              avx2: AVX2 FMA (f32 products); avx512: the activations
  *                     rounded to bf16 once (default: what llama.cpp and a
  *                     bf16 PyTorch model do; per-term relative error up to
  *                     2^-9) or, with REFUSION_BF16_ACT=split /
- *                     rf_matmul_set_bf16_act(0), split into bf16 hi + lo
- *                     (f32-grade results, twice the vdpbf16ps); W packed in
- *                     16-row panels (rf_mat_pack; the loaders do it) or
- *                     row-major, 4 rows x 6 tokens per tile
+ *                     rf_matmul_set_bf16_act(0), kept f32-grade. W packed
+ *                     in 16-row panels (rf_mat_pack; the loaders do it):
+ *                     16-wide f32 FMAs on the weights widened in registers
+ *                     (matmul_avx512.c says why not vdpbf16ps); W row-major:
+ *                     vdpbf16ps (split: bf16 hi + lo, twice the
+ *                     instructions), 4 rows x 6 tokens per tile
  *   Q8_0, Q4_0        activations quantised per 32-block to int8 (scale
  *                     max|x|/127 in f32, round to nearest even), exact
  *                     integer block dots: avx2 maddubs (matmul_q.c), avx512
@@ -32,9 +34,10 @@
  *  - rf_matmul with n = 1 is memory-bound: it must stream W once at full
  *    speed (4 rows in flight).
  *  - with n tokens it streams W once and reuses every loaded weight vector
- *    for a tile of up to 4 (avx2) or 6 (avx512) tokens, tokens in blocks
- *    that stay in L2, so n =
- *    4..64 costs little more than n = 1 until it turns compute-bound.
+ *    for a tile of up to 4 (avx2) or 4-8 (avx512) tokens; packed W: a group
+ *    of panels meets all the call's token tiles (the later ones from L2)
+ *    before the next group is read, so n = 4..64 costs little more than
+ *    n = 1 until it turns compute-bound.
  * Rooflines: kernels/roofline.h measures read bandwidth and the per-tier
  * compute peaks; bench/kernels_matmul.c prints both per kernel. */
 #ifndef RF_KERNELS_H
@@ -124,6 +127,10 @@ void rf_softmax(float *x, int n);
 /* sum of e^(x[i] - shift), i < n: 8 f32 lanes of vectorised exp, summed
  * in double (the log-sum-exp of a logits row, shift = its max) */
 double rf_sum_exp(const float *x, int n, float shift);
+/* the first index of the max of x[0..n), n >= 1 (NaNs never win; x[0]
+ * NaN gives 0, as a scalar `x[i] > max` loop does); *max_out = that max
+ * when max_out is not NULL */
+int rf_argmax(const float *x, int n, float *max_out);
 /* y += x */
 void rf_add(float *y, const float *x, size_t n);
 /* dot product with AVX2 */

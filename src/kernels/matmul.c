@@ -354,6 +354,12 @@ static mm_prep prepare(const float *X, const rf_mat *W, int n) {
         if (!b) return (mm_prep){PATH_NONE, X, 0};
         rf_q_prep_avx512(b, X, n, W->cols, W->dtype);
         p.xp = b;
+    } else if (p.path == PATH_AVX512_BF16 && W->packed) {
+        p.single = rf_matmul_bf16_act();
+        void *b = prep_buf(rf_bf16p_prep_avx512_bytes(n, W->cols));
+        if (!b) return (mm_prep){PATH_NONE, X, 0};
+        rf_bf16p_prep_avx512(b, X, n, W->cols, p.single);
+        p.xp = b;
     } else if (p.path == PATH_AVX512_BF16) {
         p.single = rf_matmul_bf16_act();
         void *b = prep_buf(rf_bf16_prep_avx512_bytes(n, W->cols, p.single));
@@ -398,7 +404,7 @@ static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, co
         break;
     case PATH_AVX512_BF16:
         if (V->packed)
-            rf_bf16p_range_avx512(Y, ldy, p->xp, V, n, a, b, p->single);
+            rf_bf16p_range_avx512(Y, ldy, p->xp, V, n, a, b);
         else
             rf_bf16_range_avx512(Y, ldy, p->xp, V, n, a, b, p->single);
         break;

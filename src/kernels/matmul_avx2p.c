@@ -60,6 +60,14 @@ static inline int groups_for(int T, int left) {
     return left > 48 ? 8 : left > 16 ? 4 : 2;
 }
 
+/* Rows of a panel group when a call has more than one token tile: the
+ * group's panels (4 x 16 rows; 128 KB of bf16 at cols 1024) are streamed
+ * from memory by the first token tile and meet the other tiles from L2,
+ * so each weight is read from memory once per call (token tiles outside
+ * walked a thread's whole chunk per tile: the lm head's, ~19 MB, came from
+ * memory again for every 4 tokens). */
+#define PANEL_GROUP_ROWS 64
+
 /* ---- bf16 ------------------------------------------------------------------- */
 
 /* G groups (2 or 4) x T tokens; H = 2: even and odd columns in separate
@@ -133,12 +141,16 @@ void rf_bf16p_range_avx2(float *Y, size_t ldy, const float *X, const rf_mat *W, 
     const int cols = W->cols;
     const size_t panel = (size_t)((cols + 1) / 2) * 32; /* in uint16 */
     const uint16_t *pk = W->packed;
-    FOR_TOKEN_TILES(n, 4, T, t0) {
-        for (int r = a; r < b;) {
-            int G = groups_for(T, b - r);
-            btile(G, T, pk + (size_t)(r / 16) * panel, panel, cols, X + (size_t)t0 * cols, cols,
-                  Y + (size_t)t0 * ldy + r, ldy, b - r);
-            r += 8 * G;
+    const int group = n > 4 ? PANEL_GROUP_ROWS : b - a; /* one token tile: the whole range, 4 panels in flight */
+    for (int g = a; g < b; g += group) {
+        const int ge = b - g < group ? b : g + group;
+        FOR_TOKEN_TILES(n, 4, T, t0) {
+            for (int r = g; r < ge;) {
+                int G = groups_for(T, ge - r);
+                btile(G, T, pk + (size_t)(r / 16) * panel, panel, cols, X + (size_t)t0 * cols, cols,
+                      Y + (size_t)t0 * ldy + r, ldy, b - r);
+                r += 8 * G;
+            }
         }
     }
 }
@@ -252,12 +264,16 @@ void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int
     const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
     const uint8_t *pk = W->packed;
     const rf_xq_avx2 *X = xp;
-    FOR_TOKEN_TILES(n, QP_TMAX, T, t0) {
-        for (int r = a; r < b;) {
-            int G = groups_for(T, b - r);
-            qtile(W->dtype, G, T, pk + (size_t)(r / 16) * panel, panel, nb, X + (size_t)t0 * nb, nb,
-                  Y + (size_t)t0 * ldy + r, ldy, b - r);
-            r += 8 * G;
+    const int group = n > QP_TMAX ? PANEL_GROUP_ROWS : b - a; /* as rf_bf16p_range_avx2 */
+    for (int g = a; g < b; g += group) {
+        const int ge = b - g < group ? b : g + group;
+        FOR_TOKEN_TILES(n, QP_TMAX, T, t0) {
+            for (int r = g; r < ge;) {
+                int G = groups_for(T, ge - r);
+                qtile(W->dtype, G, T, pk + (size_t)(r / 16) * panel, panel, nb, X + (size_t)t0 * nb, nb,
+                      Y + (size_t)t0 * ldy + r, ldy, b - r);
+                r += 8 * G;
+            }
         }
     }
 }

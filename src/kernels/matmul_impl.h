@@ -48,8 +48,12 @@ void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int
 size_t rf_bf16_prep_avx512_bytes(int n, int cols, int single);
 void rf_bf16_prep_avx512(void *xp, const float *X, int n, int cols, int single);
 void rf_bf16_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
-/* the same with W in 16-row panels (rf_mat_pack); a is a multiple of 16 */
-void rf_bf16p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
+/* bf16 W in 16-row panels (rf_mat_pack): 16-wide f32 FMAs on the widened
+ * weights, the activations f32 (split) or rounded to bf16 (single) by the
+ * prep; a is a multiple of 16 */
+size_t rf_bf16p_prep_avx512_bytes(int n, int cols);
+void rf_bf16p_prep_avx512(void *xp, const float *X, int n, int cols, int single);
+void rf_bf16p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 /* Q8_0 / Q4_0 with W in 16-row panels (rf_mat_pack) and the activations
  * per token and block (the same rounding as rf_q_prep_avx512; the prep
  * depends on the weight dtype); a is a multiple of 16 */

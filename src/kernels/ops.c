@@ -123,6 +123,40 @@ void rf_softmax(float *x, int n) {
     for (; i < n; i++) x[i] *= _mm256_cvtss_f32(inv);
 }
 
+/* Two passes: the max with 4 x 8 lanes of compares (a NaN never wins a
+ * compare, as in the scalar loop), then the first index holding it (the
+ * max is usually met long before the end). A vocabulary row of 152k
+ * entries took ~150k dependent scalar compares. */
+int rf_argmax(const float *x, int n, float *max_out) {
+    float m = x[0];
+    int i = 0;
+    if (n >= 32) {
+        __m256 m0 = _mm256_set1_ps(m), m1 = m0, m2 = m0, m3 = m0;
+        for (; i + 32 <= n; i += 32) { /* m = x > m ? x : m: a NaN x leaves m */
+            __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+            __m256 c = _mm256_loadu_ps(x + i + 16), d = _mm256_loadu_ps(x + i + 24);
+            m0 = _mm256_blendv_ps(m0, a, _mm256_cmp_ps(a, m0, _CMP_GT_OQ));
+            m1 = _mm256_blendv_ps(m1, b, _mm256_cmp_ps(b, m1, _CMP_GT_OQ));
+            m2 = _mm256_blendv_ps(m2, c, _mm256_cmp_ps(c, m2, _CMP_GT_OQ));
+            m3 = _mm256_blendv_ps(m3, d, _mm256_cmp_ps(d, m3, _CMP_GT_OQ));
+        }
+        float l[32];
+        _mm256_storeu_ps(l, m0), _mm256_storeu_ps(l + 8, m1), _mm256_storeu_ps(l + 16, m2), _mm256_storeu_ps(l + 24, m3);
+        for (int k = 0; k < 32; k++) m = l[k] > m ? l[k] : m;
+    }
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    if (max_out) *max_out = m;
+    if (m != m) return 0; /* x[0] is NaN: the scalar loop's answer */
+    const __m256 vm = _mm256_set1_ps(m);
+    for (i = 0; i + 8 <= n; i += 8) {
+        int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vm, _CMP_EQ_OQ));
+        if (hit) return i + __builtin_ctz((unsigned)hit);
+    }
+    for (; i < n; i++)
+        if (x[i] == m) return i;
+    return 0;
+}
+
 void rf_add(float *y, const float *x, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));

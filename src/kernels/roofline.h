@@ -6,14 +6,16 @@
 #define RF_ROOFLINE_H
 
 /* GB/s (1e9 bytes) summing a 1 GiB f32 array with AVX2 as the packed
- * kernels stream their weights (4 prefetched streams per thread), best of 3
+ * kernels stream their weights (4 prefetched streams per thread), best of 8
  * passes. A kernel reading faster than this is a probe bug. */
 double rf_measure_read_gbs(void);
-/* GFLOP/s (FMA = 2 flops) of a register-only 8-wide FMA loop, best of 3. */
+/* GFLOP/s (FMA = 2 flops) of a register-only 8-wide FMA loop (each
+ * thread's fastest of 200 short bursts, summed over the threads). */
 double rf_measure_fma_gflops(void);
 
 /* Compute peaks per CPU tier and kind, in G ops/s (a multiply-add = 2 ops),
- * from register-only loops of 12 independent chains per thread, best of 3:
+ * from register-only loops of 12 independent chains per thread, each
+ * thread's fastest of 200 short bursts, summed over the threads:
  *   avx2:   f32 FMA (rf_measure_fma_gflops); int8 sign + maddubs + madd + add
  *           (the AVX2 Q8_0 kernel's step: 32 MACs per 4 instructions)
  *   avx512: f32 FMA (16-wide), bf16 vdpbf16ps (32 MACs), int8 vpdpbusd (64).
