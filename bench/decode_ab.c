@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "common/args.h"
 #include "decode/decode.h"
 #include "tasks/eval.h"
 #include "tasks/tasks.h"

@@ -1,5 +1,5 @@
 /* api_internal.h - hidden (not exported from the .so): for tests, for the
- * option table of the CLI and the server (cli/api_params.h), and for the
+ * option table of the CLI and the server (common/api_params.h), and for the
  * server's request parser, which checks requests against the model's
  * configuration and tokenizer (serve/request.c). */
 #ifndef RF_API_INTERNAL_H

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/args.h"
+#include "common/args.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "decode/presets.h"
@@ -282,16 +282,15 @@ int cmd_eval(int argc, char **argv) {
     rf_decode_opts_default(&d);
     def = d;
     const rf_opt_group groups[] = {
-        {NULL, eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]), &a, &def_a},
+        {NULL, eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]), &a, NULL, &def_a},
         RF_DECODE_GROUP(&d, &def),
     };
     const char *synopsis = "-m MODEL [options]\n"
                            "Decode every example of a task file, check the answers, report accuracy\n"
                            "and speed per task family and overall; --task NAME --data FILE: one of the\n"
                            "paper's benchmarks (gsm8k, math, humaneval, mbpp, arc-c, mmlu-pro, gpqa).";
-    unsigned char *src[2] = {NULL, d.src};
     int first = argc;
-    int prc = rf_args_parse_src("eval", synopsis, groups, 2, argc, argv, &first, src);
+    int prc = rf_args_parse("eval", synopsis, groups, 2, argc, argv, &first);
     if (prc) return prc > 0 ? 0 : 2;
     if (a.table) return eval_table(argc, argv, first);
     if (first < argc) {
@@ -305,7 +304,7 @@ int cmd_eval(int argc, char **argv) {
         rf_decode_opts_default(&d);
         rf_decode_opts_preset(&d, task);
         a = def_a;
-        if (rf_args_parse_src("eval", synopsis, groups, 2, argc, argv, &first, src)) return 2;
+        if (rf_args_parse("eval", synopsis, groups, 2, argc, argv, &first)) return 2;
     }
     rf_decode_opts_finish(&d);
     if (rf_decode_opts_cli("eval", &d)) return 2;

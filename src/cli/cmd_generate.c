@@ -19,8 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/api_params.h"
-#include "cli/args.h"
+#include "common/api_params.h"
+#include "common/args.h"
 #include "cli/commands.h"
 #include "refusion.h"
 #include "util/util.h" /* rf_malloc & co: the program's allocation helpers */
@@ -526,7 +526,7 @@ static int generate_main(int argc, char **argv, int interactive) {
     gen_args def_a = g.a;
     rf_chat_template_opts tpl = {0};
     const rf_opt_group groups[] = {
-        {NULL, gen_opts, (int)(sizeof gen_opts / sizeof gen_opts[0]), &g.a, &def_a},
+        {NULL, gen_opts, (int)(sizeof gen_opts / sizeof gen_opts[0]), &g.a, NULL, &def_a},
         RF_CHAT_TEMPLATE_GROUP(&tpl),
         RF_DECODE_GROUP(&g.d, &def),
     };
@@ -535,8 +535,7 @@ static int generate_main(int argc, char **argv, int interactive) {
                     : "-m MODEL [-p TEXT | -f FILE | --ids IDS] [options]\n"
                       "Generate an answer with ReFusion plan-and-infill decoding (or AR / mdm decoding).\n"
                       "Text streams to stdout as it becomes final; statistics go to stderr.";
-    unsigned char *src[3] = {NULL, NULL, g.d.src};
-    int prc = rf_args_parse_src(cmd, synopsis, groups, 3, argc, argv, NULL, src);
+    int prc = rf_args_parse(cmd, synopsis, groups, 3, argc, argv, NULL);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&g.d);
     if (rf_decode_opts_cli(cmd, &g.d)) return 2;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "common/args.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "tasks/eval.h"
@@ -48,7 +48,7 @@ int cmd_probe(int argc, char **argv) {
     rf_decode_opts_default(&d);
     def = d;
     const rf_opt_group groups[] = {
-        {NULL, probe_opts, (int)(sizeof probe_opts / sizeof probe_opts[0]), &a, &def_a},
+        {NULL, probe_opts, (int)(sizeof probe_opts / sizeof probe_opts[0]), &a, NULL, &def_a},
         RF_DECODE_GROUP(&d, &def),
     };
     int pos = 0;

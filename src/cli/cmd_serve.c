@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/api_params.h"
-#include "cli/args.h"
+#include "common/api_params.h"
+#include "common/args.h"
 #include "cli/commands.h"
 #include "refusion.h"
 #include "serve/serve.h"
@@ -95,19 +95,18 @@ int cmd_serve(int argc, char **argv) {
     rf_decode_opts def = c.defaults;
     rf_chat_template_opts tpl = {0};
     const rf_opt_group groups[] = {
-        {NULL, serve_opts, (int)(sizeof serve_opts / sizeof serve_opts[0]), &a, &def_a},
+        {NULL, serve_opts, (int)(sizeof serve_opts / sizeof serve_opts[0]), &a, NULL, &def_a},
         {"decoding: the defaults of requests that do not set them (the same options and defaults in generate, "
          "chat, eval, probe and serve; the model's generation_config.json replaces the defaults, flags override "
          "it; HTTP: the request field, which overrides both; responses say where each value came from)",
-         rf_decode_table, rf_decode_table_n, &c.defaults, &def},
+         rf_decode_table, rf_decode_table_n, &c.defaults, c.defaults.src, &def},
         RF_CHAT_TEMPLATE_GROUP(&tpl),
     };
-    unsigned char *src[3] = {NULL, c.defaults.src, NULL};
-    int prc = rf_args_parse_src("serve", "-m MODEL [options]\n"
+    int prc = rf_args_parse("serve", "-m MODEL [options]\n"
                             "Serve the model over HTTP (OpenAI-compatible): GET /health, /metrics, /v1/models[/ID];\n"
                             "POST /v1/completions, /v1/chat/completions (\"stream\": true for Server-Sent Events).\n"
                             "--parallel requests are decoded at once, the rest wait in arrival order.",
-                            groups, 3, argc, argv, NULL, src);
+                            groups, 3, argc, argv, NULL);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&c.defaults);
     if (rf_decode_opts_cli("serve", &c.defaults)) return 2;

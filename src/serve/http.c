@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "api/api_internal.h"
-#include "cli/api_params.h"
+#include "common/api_params.h"
 #include "serve/serve_impl.h"
 #include "util/util.h"
 

@@ -3,7 +3,7 @@
  * Everything a client can get wrong is caught here, before the request is
  * queued, and reported as one line naming the field: the HTTP layer turns it
  * into 400 {"error": {"message", "param", ...}}. Every field must be known:
- * the decoding settings are the rows of the shared option table (cli/args.h,
+ * the decoding settings are the rows of the shared option table (common/args.h,
  * the same names, ranges and defaults as the command line); OpenAI fields we
  * do not implement are accepted only at their neutral value (logprobs false,
  * penalties 0, ...); anything else is refused, naming it. null means
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "common/args.h"
 #include "serve/serve.h"
 #include "util/util.h"
 
@@ -124,7 +124,7 @@ static int parse_stop(json_t *o, rf_serve_req *r) {
     return 0;
 }
 
-/* One row of the shared option table (cli/args.h) as a request field: the
+/* One row of the shared option table (common/args.h) as a request field: the
  * same name, type and range as the command-line option; lengths bounded by
  * the model's context and top_k by its vocabulary before anything is
  * computed from them, so rf_gen_check works on sizes that cannot overflow. */

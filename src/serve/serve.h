@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cli/args.h"
+#include "common/args.h"
 #include "decode/decode.h"
 #include "model/model.h"
 #include "refusion.h"

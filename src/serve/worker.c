@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "api/api_internal.h" /* rf_session_allocs, for /health */
-#include "cli/api_params.h"
+#include "common/api_params.h"
 #include "serve/serve_impl.h"
 #include "util/util.h"
 

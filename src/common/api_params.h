@@ -6,7 +6,7 @@
 #define RF_API_PARAMS_H
 
 #include "api/api_internal.h"
-#include "cli/args.h"
+#include "common/args.h"
 #include "refusion.h"
 
 /* g: the settings (d->gen, or a request's copy of it); decoder: RF_DECODER_*;

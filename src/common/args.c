@@ -1,5 +1,5 @@
 /* args.c - see args.h */
-#include "cli/args.h"
+#include "common/args.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -526,11 +526,6 @@ void rf_decode_opts_preset(rf_decode_opts *d, int preset) {
 
 int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
                   char **argv, int *first_pos) {
-    return rf_args_parse_src(cmd, synopsis, groups, n_groups, argc, argv, first_pos, NULL);
-}
-
-int rf_args_parse_src(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
-                      char **argv, int *first_pos, unsigned char *const *src) {
     int n_rows = 0;
     for (int g = 0; g < n_groups; g++) n_rows += groups[g].n;
     /* each row: its name and its alias; + help, version, terminator */
@@ -545,7 +540,7 @@ int rf_args_parse_src(const char *cmd, const char *synopsis, const rf_opt_group 
     for (int g = 0; g < n_groups; g++)
         for (int i = 0; i < groups[g].n; i++, r++) {
             const rf_opt *o = &groups[g].opts[i];
-            row[r] = o, row_base[r] = groups[g].base, row_src[r] = src && src[g] ? &src[g][i] : NULL;
+            row[r] = o, row_base[r] = groups[g].base, row_src[r] = groups[g].src ? &groups[g].src[i] : NULL;
             int has = o->type == RF_OPT_FLAG ? no_argument : required_argument;
             lo[nl++] = (struct option){o->name, has, NULL, VAL_ROW + r};
             if (o->alias) lo[nl++] = (struct option){o->alias, has, NULL, VAL_ROW + r};

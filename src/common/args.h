@@ -59,6 +59,8 @@ typedef struct {
     const rf_opt *opts;
     int n;
     void *base;           /* the struct the offsets point into */
+    unsigned char *src;   /* NULL, or one RF_SRC_* per row: RF_SRC_FLAG where the command line set it
+                             (beside base, so that a group's sources travel with its values) */
     const void *defaults; /* the same struct holding the defaults, for --help (NULL: none shown) */
 } rf_opt_group;
 
@@ -94,7 +96,7 @@ extern const int rf_decode_table_n;
     {"decoding (the same options and defaults in generate, chat, eval, probe and serve; the model's "          \
      "generation_config.json replaces the defaults, flags override it; generate -v shows where each came from)", \
      rf_decode_table,                                                                                          \
-     rf_decode_table_n, (d), (def)}
+     rf_decode_table_n, (d), (d)->src, (def)}
 extern const char *const rf_decoder_names[3]; /* "refusion", "ar", "mdm" */
 
 /* Which chat template renders the prompts (generate, chat, serve). */
@@ -104,7 +106,7 @@ typedef struct {
 } rf_chat_template_opts;
 extern const rf_opt rf_chat_template_table[];
 extern const int rf_chat_template_table_n;
-#define RF_CHAT_TEMPLATE_GROUP(c) {"chat template", rf_chat_template_table, rf_chat_template_table_n, (c), NULL}
+#define RF_CHAT_TEMPLATE_GROUP(c) {"chat template", rf_chat_template_table, rf_chat_template_table_n, (c), NULL, NULL}
 
 /* rf_gen_params_default and the rest zero / refusion. */
 void rf_decode_opts_default(rf_decode_opts *d);
@@ -143,15 +145,12 @@ int rf_decode_gen_length(const rf_decode_opts *d, int n_ctx, int n_prompt);
 
 /* Parse argv (argv[0] is the command name) against the groups. Positional
  * arguments are moved to argv[*first_pos .. argc-1] in order (pass NULL to
- * refuse them). --help prints the usage (synopsis + the groups' rows) and
- * --version the version. Returns 0 to go on, 1 when --help / --version was
- * printed (exit 0), -1 after a one-line error on stderr (exit 2). */
+ * refuse them). A group's src, when set, notes where each value came from.
+ * --help prints the usage (synopsis + the groups' rows) and --version the
+ * version. Returns 0 to go on, 1 when --help / --version was printed (exit
+ * 0), -1 after a one-line error on stderr (exit 2). */
 int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
                   char **argv, int *first_pos);
-/* The same, noting where each value came from: src[g] (NULL, or one entry
- * per row of groups[g]) is set to RF_SRC_FLAG where the command line set it. */
-int rf_args_parse_src(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
-                      char **argv, int *first_pos, unsigned char *const *src);
 /* The usage text rf_args_parse prints for --help. */
 void rf_args_usage(FILE *f, const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups);
 
