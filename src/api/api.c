@@ -11,7 +11,6 @@
 
 #include "decode/decode.h"
 #include "decode/decode_impl.h" /* rf_gen_mem_bytes */
-#include "decode/mdm.h"
 #include "model/model.h"
 #include "api/api_internal.h"
 #include "model/workspace.h"
@@ -260,17 +259,15 @@ RF_API int rf_detokenize(const refusion_tokenizer *t, const int32_t *ids, int n,
 #define SAME_PARAMS(X)                                                                                                 \
     X(gen_length) X(slot_size) X(n_blocks) X(slot_threshold) X(token_threshold) X(temperature) X(top_k) X(top_p)     \
     X(seed) X(lookahead) X(jacobi) X(rolling) X(min_p) X(repeat_penalty) X(presence_penalty) X(frequency_penalty)   \
-    X(penalty_last_n)
+    X(penalty_last_n) X(method) X(mdm_steps) X(no_cache)
 
-rf_params rf_params_from_gen(const rf_gen_params *g, rf_method method, int mdm_steps) {
+rf_params rf_params_from_gen(const rf_gen_params *g) {
     rf_params p;
     memset(&p, 0, sizeof p);
-    p.method = method;
 #define FROM_GEN(f) p.f = g->f;
     SAME_PARAMS(FROM_GEN)
 #undef FROM_GEN
     p.ar_verify = g->ar_correct + 2 * g->ar_check_first;
-    p.mdm_steps = mdm_steps;
     p.eos_id = g->eos_id == RF_ID_FROM_MODEL ? RF_TOKEN_FROM_MODEL : g->eos_id;
     return p;
 }
@@ -278,7 +275,7 @@ rf_params rf_params_from_gen(const rf_gen_params *g, rf_method method, int mdm_s
 RF_API rf_params rf_params_default(void) {
     rf_gen_params g;
     rf_gen_params_default(&g);
-    return rf_params_from_gen(&g, RF_METHOD_REFUSION, 0);
+    return rf_params_from_gen(&g);
 }
 
 RF_API refusion_session *rf_session_new(const refusion_model *m) {
@@ -326,7 +323,7 @@ _Static_assert((int)RF_EVENT_PLAN == (int)RF_EV_PLAN && (int)RF_EVENT_FAST_COMMI
 /* p as the decoders' settings; 0, or RF_ERR_INVALID for a setting they
  * have no field to refuse */
 static int gen_params(const rf_params *p, rf_gen_params *g, cb_bridge *bridge) {
-    if (p->method != RF_METHOD_REFUSION && p->method != RF_METHOD_AR && p->method != RF_METHOD_MDM) {
+    if (!rf_method_name(p->method)) {
         rf_set_error("unknown method %d", (int)p->method);
         return RF_ERR_INVALID;
     }
@@ -422,19 +419,7 @@ RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt,
     memset(&r, 0, sizeof r);
     rf_workspace *prev_ws = rf_workspace_attach(s->ws);
     CATCH_DIE(rf_workspace_attach(prev_ws); rf_workspace_reset(s->ws); return DIED);
-    int rc;
-    if (p->method == RF_METHOD_AR) {
-        rc = rf_generate_ar(m, ids, n_prompt, &g, &r);
-    } else if (p->method == RF_METHOD_MDM) {
-        rf_mdm_params mp;
-        rf_mdm_params_default(&mp, &g);
-        if (p->mdm_steps > 0) mp.steps = p->mdm_steps;
-        rc = rf_generate_mdm(m, ids, n_prompt, &g, &mp, &r);
-    } else if (p->no_cache) {
-        rc = rf_generate_refusion_naive(m, ids, n_prompt, &g, &r);
-    } else {
-        rc = rf_generate_refusion(m, ids, n_prompt, &g, &r);
-    }
+    int rc = rf_decode(m, ids, n_prompt, &g, NULL, &r);
     if (!rc) keep_steps(s, &r);
     END_CATCH();
     rf_workspace_attach(prev_ws);

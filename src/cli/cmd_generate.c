@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/api_params.h"
+#include "api/api_internal.h"
 #include "common/args.h"
 #include "cli/commands.h"
 #include "refusion.h"
@@ -336,8 +336,8 @@ static void on_sigint(int sig) {
  * with the reason printed to nobody yet: rf_last_error(). r is filled on
  * success (free r->ids). */
 static int run_decoder(gen_ctx *g, const int32_t *prompt, int P, ui *u, answer *r) {
-    rf_params p = rf_params_from_opts(&g->d.gen, g->d.decoder, g->d.steps);
-    int ar = g->d.decoder == RF_DECODER_AR, mdm = g->d.decoder == RF_DECODER_MDM;
+    rf_params p = rf_params_from_gen(&g->d.gen);
+    int ar = p.method == RF_METHOD_AR, mdm = p.method == RF_METHOD_MDM;
     if (!g->d.ignore_eos && g->d.config_eos >= 0) {
         p.eos_id = g->d.config_eos; /* generation_config.json's */
     } else if (g->tok && !g->d.ignore_eos) {
@@ -447,7 +447,7 @@ static int chat_repl(gen_ctx *g) {
     if (g->a.system) h[n++] = (rf_chat_message){"system", rf_strdup(g->a.system)};
     int n_fixed = n;
     fprintf(stderr, "refusion chat: %s (%s). /reset clears the history, /exit quits; Ctrl-C stops an answer.\n",
-            g->a.model, rf_decoder_names[g->d.decoder]);
+            g->a.model, rf_method_name(g->d.gen.method));
     char *line = NULL;
     size_t line_cap = 0;
     int rc = 0;
@@ -502,10 +502,10 @@ static int chat_repl(gen_ctx *g) {
         fflush(stdout);
         if (r.stop_text) /* cancelled at the stop text: no statistics */
             fprintf(stderr, "[%s: prompt %d tokens, answer %d tokens, stopped at the reverse prompt]\n",
-                    rf_decoder_names[g->d.decoder], P, r.n);
+                    rf_method_name(g->d.gen.method), P, r.n);
         else
             fprintf(stderr, "[%s: prompt %d tokens, answer %d tokens, %d model calls, %.2f s]\n",
-                    rf_decoder_names[g->d.decoder], P, r.st.n_tokens, r.st.n_calls, r.st.seconds);
+                    rf_method_name(g->d.gen.method), P, r.st.n_tokens, r.st.n_calls, r.st.seconds);
         h[n + 1] = (rf_chat_message){"assistant", text ? text : rf_strdup("")};
         n += 2;
         free(r.ids);
@@ -644,7 +644,7 @@ static int generate_main(int argc, char **argv, int interactive) {
         fprintf(stderr, "refusion: generate: %s\n", rf_last_error());
         goto out;
     }
-    const char *mode = rf_decoder_names[g.d.decoder];
+    const char *mode = rf_method_name(g.d.gen.method);
     if (r.stop_text) answer_text = r.stop_text, r.stop_text = NULL;
     else if (g.tok) answer_text = detokenize(g.tok, r.ids, r.n, 1);
     if (g.a.json) {

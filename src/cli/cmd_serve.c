@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/api_params.h"
+#include "api/api_internal.h"
 #include "common/args.h"
 #include "cli/commands.h"
 #include "refusion.h"
@@ -171,7 +171,7 @@ int cmd_serve(int argc, char **argv) {
     }
     /* the server-wide defaults must be usable on their own (a one-token prompt) */
     int32_t probe = 0;
-    rf_params probe_p = rf_params_from_opts(p, c.defaults.decoder, c.defaults.steps);
+    rf_params probe_p = rf_params_from_gen(p);
     if (rf_params_check(m, &probe, 1, &probe_p)) {
         fprintf(stderr, "refusion: serve: default settings (see --help): %s\n", rf_last_error());
         rf_tokenizer_close(tok);
@@ -213,7 +213,7 @@ int cmd_serve(int argc, char **argv) {
     const char *h = c.host;
     int bracket = strchr(h, ':') != NULL; /* IPv6 literal */
     fprintf(stderr, "refusion serve: %s (%s%s, %d workers x %d threads%s) listening on http://%s%s%s:%d\n",
-            model_dir, rf_decoder_names[c.defaults.decoder], tok ? "" : ", no tokenizer", c.workers,
+            model_dir, rf_method_name(c.defaults.gen.method), tok ? "" : ", no tokenizer", c.workers,
             c.defaults.threads, c.api_key ? ", API key" : "", bracket ? "[" : "", h, bracket ? "]" : "",
             rf_serve_port(s));
     if (!c.api_key && !rf_serve_loopback(s))

@@ -71,12 +71,9 @@ extern const char *const rf_src_names[5]; /* "default", "generation_config.json"
 
 /* The shared decoding options. */
 #define RF_DECODE_ROWS_MAX 48 /* rows rf_decode_table may have (checked where it is defined) */
-enum { RF_DECODER_REFUSION, RF_DECODER_AR, RF_DECODER_MDM }; /* = tasks/eval.h RF_DEC_* */
 typedef struct {
-    rf_gen_params gen;    /* the decoder's settings */
-    int decoder;          /* RF_DECODER_* */
+    rf_gen_params gen;    /* the decoder's settings: --decoder is gen.method, --steps gen.mdm_steps */
     int ar_verify;        /* off, correct, first, both (index: correct + 2 * first) */
-    int steps;            /* mdm diffusion steps (0: gen_length) */
     int threads;          /* OpenMP threads (0: OpenMP's default) */
     int ctx_size;         /* prompt + answer limit (0: the model's context) */
     int preset;           /* 0 none, else 1 + index into rf_decode_presets (decode/presets.h) */
@@ -97,7 +94,6 @@ extern const int rf_decode_table_n;
      "generation_config.json replaces the defaults, flags override it; generate -v shows where each came from)", \
      rf_decode_table,                                                                                          \
      rf_decode_table_n, (d), (d)->src, (def)}
-extern const char *const rf_decoder_names[3]; /* "refusion", "ar", "mdm" */
 
 /* Which chat template renders the prompts (generate, chat, serve). */
 typedef struct {
@@ -108,7 +104,7 @@ extern const rf_opt rf_chat_template_table[];
 extern const int rf_chat_template_table_n;
 #define RF_CHAT_TEMPLATE_GROUP(c) {"chat template", rf_chat_template_table, rf_chat_template_table_n, (c), NULL, NULL}
 
-/* rf_gen_params_default and the rest zero / refusion. */
+/* rf_gen_params_default and the rest zero. */
 void rf_decode_opts_default(rf_decode_opts *d);
 /* Copy the derived settings into gen (ar_verify -> ar_correct/ar_check_first,
  * ignore_eos -> eos_id -1). */

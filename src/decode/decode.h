@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "model/model.h"
+#include "refusion.h" /* rf_method: the one list of decoders */
 #include "util/util.h"
 
 /* eos_id / mask_id value meaning "take it from the model's config". */
@@ -54,6 +55,7 @@ typedef void (*rf_tokens_cb)(const int *ids, int n, void *user);
 typedef void (*rf_event_cb)(const rf_decode_event *ev, void *user);
 
 typedef struct {
+    rf_method method;        /* the decoder rf_decode runs (RF_METHOD_REFUSION, _AR, _MDM) */
     int gen_length;          /* answer length; ReFusion pads it up to a multiple of slot_size */
     int slot_size;           /* ReFusion */
     int n_blocks;            /* ReFusion: serial blocks (whole slots; the last takes the rest) */
@@ -78,6 +80,9 @@ typedef struct {
     int rolling;             /* ReFusion, beyond the paper: a rolling slot (decode/rolling.c):
                                 every call verifies the drafts and drafts the next slot with masks
                                 behind them; the answer is AR decoding's (same sampling settings) */
+    int no_cache;            /* ReFusion: rf_generate_refusion_naive (every call recomputes the
+                                whole sequence; the same answer, for checking the cache) */
+    int mdm_steps;           /* MDM: diffusion steps over the answer (0: gen_length) */
     /* AR sampling (ar and the rolling slot), as llama.cpp names them */
     float min_p;             /* keep tokens with probability >= min_p * the top one's (0 = off) */
     float repeat_penalty;    /* l /= x (l *= x when l <= 0) for tokens seen in the window (1 = off) */
@@ -132,9 +137,30 @@ typedef struct {
     rf_accept_stats accept;  /* ReFusion only (AR: all zero) */
 } rf_gen_result;
 
-/* The reference example's settings: gen 512, slot 4, 32 blocks, 0.6 / 0.3,
- * greedy; AR: top_k 0, top_p 1; eos/mask from the model. */
+/* The reference example's settings: ReFusion, gen 512, slot 4, 32 blocks,
+ * 0.6 / 0.3, greedy; AR: top_k 0, top_p 1; eos/mask from the model. */
 void rf_gen_params_default(rf_gen_params *p);
+
+/* MDM's step budget (decode/mdm.h). */
+typedef struct {
+    int steps;      /* total diffusion steps over the answer (LLaDA's `steps`);
+                     * block b gets steps / n_blocks (+1 for the first
+                     * steps % n_blocks blocks), at most one per token */
+    int early_stop; /* stop once every position up to the first EOS is
+                     * unmasked. Unmasked tokens never change, so the answer
+                     * is identical to running every step; only calls are
+                     * saved. 0 = run all steps as LLaDA does. */
+} rf_mdm_params;
+
+/* The one place that chooses a decoder: p->method's (ReFusion: the no-cache
+ * twin with p->no_cache, the rolling slot with p->rolling). mp: MDM's
+ * budget, NULL for rf_mdm_params_default's with p->mdm_steps when set.
+ * 0, or -1 with rf_last_error(). */
+int rf_decode(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p, const rf_mdm_params *mp,
+              rf_gen_result *out);
+/* "refusion", "ar", "mdm" (the --decoder / HTTP "mode" names), or NULL for
+ * a value outside rf_method. */
+const char *rf_method_name(rf_method method);
 
 /* Check params against the model and prompt (ids in the vocabulary, slot_size
  * >= 1, thresholds in [0, 1], prompt + answer within the context, ...).

@@ -10,6 +10,7 @@
 
 void rf_gen_params_default(rf_gen_params *p) {
     memset(p, 0, sizeof *p);
+    p->method = RF_METHOD_REFUSION;
     p->gen_length = 512;
     p->slot_size = 4;
     p->n_blocks = 32;
