@@ -251,6 +251,27 @@ RF_API int64_t rf_generate_bytes(const refusion_model *m, int n_prompt, const rf
 RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt, const rf_params *p,
                        int32_t *out, int cap, rf_stats *stats);
 
+/* ---- struct layouts, for bindings ------------------------------------------------
+ * The fields of rf_params and rf_stats as this library lays them out, for a
+ * binding that declares the structs itself (python/refusion builds its
+ * ctypes structures from them instead of keeping a copy). Since 0.4. */
+typedef enum {
+    RF_FIELD_INT = 0,    /* int, or an enum stored as an int */
+    RF_FIELD_FLOAT = 1,  /* float */
+    RF_FIELD_DOUBLE = 2, /* double */
+    RF_FIELD_U64 = 3,    /* uint64_t */
+    RF_FIELD_PTR = 4,    /* a data or function pointer */
+} rf_field_kind;
+typedef struct {
+    const char *name; /* NULL ends the table */
+    rf_field_kind kind;
+    size_t offset;
+} rf_field;
+/* Every field in order of offset; *size (when size is not NULL): sizeof
+ * the struct. */
+RF_API const rf_field *rf_params_fields(size_t *size);
+RF_API const rf_field *rf_stats_fields(size_t *size);
+
 /* ---- logging ----------------------------------------------------------------
  * What the library has to say beyond an error return (progress of long
  * jobs such as tokenizer training) goes to one process-wide callback; none

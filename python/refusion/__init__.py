@@ -40,62 +40,42 @@ class RefusionError(RuntimeError):
 _TOKEN_CB = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_int32), ctypes.c_int, ctypes.c_void_p)
 
 
-class _Params(ctypes.Structure):
-    _fields_ = [
-        ("method", ctypes.c_int),
-        ("gen_length", ctypes.c_int),
-        ("slot_size", ctypes.c_int),
-        ("n_blocks", ctypes.c_int),
-        ("slot_threshold", ctypes.c_float),
-        ("token_threshold", ctypes.c_float),
-        ("ar_verify", ctypes.c_int),
-        ("mdm_steps", ctypes.c_int),
-        ("temperature", ctypes.c_float),
-        ("top_k", ctypes.c_int),
-        ("top_p", ctypes.c_float),
-        ("seed", ctypes.c_uint64),
-        ("on_tokens", _TOKEN_CB),
-        ("user", ctypes.c_void_p),
-        ("cancel", ctypes.POINTER(ctypes.c_int)),
-        # since 0.2
-        ("lookahead", ctypes.c_int),
-        ("jacobi", ctypes.c_int),
-        ("no_cache", ctypes.c_int),
-        ("eos_id", ctypes.c_int),
-        ("on_event", ctypes.c_void_p),  # events are not offered in Python (NULL)
-        ("rolling", ctypes.c_int),
-        # since 0.3
-        ("min_p", ctypes.c_float),
-        ("repeat_penalty", ctypes.c_float),
-        ("presence_penalty", ctypes.c_float),
-        ("frequency_penalty", ctypes.c_float),
-        ("penalty_last_n", ctypes.c_int),
-    ]
+class _Field(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int), ("offset", ctypes.c_size_t)]
+
+
+# rf_field_kind -> ctypes; the two pointers this binding sets get their types
+_KINDS = {0: ctypes.c_int, 1: ctypes.c_float, 2: ctypes.c_double, 3: ctypes.c_uint64, 4: ctypes.c_void_p}
+_POINTERS = {"on_tokens": _TOKEN_CB, "cancel": ctypes.POINTER(ctypes.c_int)}
+
+
+def _layout(lib, fn, name):
+    """A ctypes structure laid out as the library says (rf_params_fields /
+    rf_stats_fields), checked against its offsets and size."""
+    f = getattr(lib, fn)
+    f.restype = ctypes.POINTER(_Field)
+    f.argtypes = [ctypes.POINTER(ctypes.c_size_t)]
+    size = ctypes.c_size_t(0)
+    table = f(ctypes.byref(size))
+    fields, offsets = [], []
+    i = 0
+    while table[i].name:
+        n = table[i].name.decode()
+        fields.append((n, _POINTERS.get(n, _KINDS[table[i].kind])))
+        offsets.append(table[i].offset)
+        i += 1
+    cls = type(name, (ctypes.Structure,), {"_fields_": fields})
+    if ctypes.sizeof(cls) != size.value or any(getattr(cls, n).offset != o for (n, _), o in zip(fields, offsets)):
+        raise RefusionError("%s: the library's layout is not one ctypes can declare" % fn)
+    return cls
+
+
+_Params = None
+_Stats = None
 
 
 class _ChatMessage(ctypes.Structure):
     _fields_ = [("role", ctypes.c_char_p), ("content", ctypes.c_char_p)]
-
-
-class _Stats(ctypes.Structure):
-    _fields_ = [
-        ("n_tokens", ctypes.c_int),
-        ("hit_eos", ctypes.c_int),
-        ("n_calls", ctypes.c_int),
-        ("seconds", ctypes.c_double),
-        # since 0.2
-        ("tpf", ctypes.c_double),
-        ("tokens_per_call", ctypes.c_double),
-        ("tokens_per_s", ctypes.c_double),
-        ("n_steps", ctypes.c_int),
-        ("steps", ctypes.c_void_p),
-        ("first_free", ctypes.c_int),
-        ("first_checked", ctypes.c_int),
-        ("first_replaced", ctypes.c_int),
-        ("verified", ctypes.c_int),
-        ("forced_draft", ctypes.c_int),
-        ("forced_ar", ctypes.c_int),
-    ]
 
 
 _lib = None
@@ -133,6 +113,9 @@ def load_library(path=None):
             err = e
     else:
         raise RefusionError("librefusion not found (set REFUSION_LIB): %s" % err)
+    global _Params, _Stats
+    _Params = _layout(lib, "rf_params_fields", "_Params")
+    _Stats = _layout(lib, "rf_stats_fields", "_Stats")
     P, I, C = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
     I32P = ctypes.POINTER(ctypes.c_int32)
     sig = {

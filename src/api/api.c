@@ -435,6 +435,41 @@ RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt,
     return n;
 }
 
+/* ---- rf_params_fields, rf_stats_fields ----
+ * offsetof checks each name against the struct; tests/api_layout.c checks
+ * that the fields tile the struct (none left out) */
+#define FIELD(type, kind, f) {#f, RF_FIELD_##kind, offsetof(type, f)},
+static const rf_field params_fields[] = {
+    FIELD(rf_params, INT, method) FIELD(rf_params, INT, gen_length) FIELD(rf_params, INT, slot_size)
+    FIELD(rf_params, INT, n_blocks) FIELD(rf_params, FLOAT, slot_threshold) FIELD(rf_params, FLOAT, token_threshold)
+    FIELD(rf_params, INT, ar_verify) FIELD(rf_params, INT, mdm_steps) FIELD(rf_params, FLOAT, temperature)
+    FIELD(rf_params, INT, top_k) FIELD(rf_params, FLOAT, top_p) FIELD(rf_params, U64, seed)
+    FIELD(rf_params, PTR, on_tokens) FIELD(rf_params, PTR, user) FIELD(rf_params, PTR, cancel)
+    FIELD(rf_params, INT, lookahead) FIELD(rf_params, INT, jacobi) FIELD(rf_params, INT, no_cache)
+    FIELD(rf_params, INT, eos_id) FIELD(rf_params, PTR, on_event) FIELD(rf_params, INT, rolling)
+    FIELD(rf_params, FLOAT, min_p) FIELD(rf_params, FLOAT, repeat_penalty) FIELD(rf_params, FLOAT, presence_penalty)
+    FIELD(rf_params, FLOAT, frequency_penalty) FIELD(rf_params, INT, penalty_last_n)
+    {NULL, 0, 0}};
+static const rf_field stats_fields[] = {
+    FIELD(rf_stats, INT, n_tokens) FIELD(rf_stats, INT, hit_eos) FIELD(rf_stats, INT, n_calls)
+    FIELD(rf_stats, DOUBLE, seconds) FIELD(rf_stats, DOUBLE, tpf) FIELD(rf_stats, DOUBLE, tokens_per_call)
+    FIELD(rf_stats, DOUBLE, tokens_per_s) FIELD(rf_stats, INT, n_steps) FIELD(rf_stats, PTR, steps)
+    FIELD(rf_stats, INT, first_free) FIELD(rf_stats, INT, first_checked) FIELD(rf_stats, INT, first_replaced)
+    FIELD(rf_stats, INT, verified) FIELD(rf_stats, INT, forced_draft) FIELD(rf_stats, INT, forced_ar)
+    {NULL, 0, 0}};
+#undef FIELD
+_Static_assert(sizeof(rf_method) == sizeof(int), "rf_params.method is laid out as an int");
+
+RF_API const rf_field *rf_params_fields(size_t *size) {
+    if (size) *size = sizeof(rf_params);
+    return params_fields;
+}
+
+RF_API const rf_field *rf_stats_fields(size_t *size) {
+    if (size) *size = sizeof(rf_stats);
+    return stats_fields;
+}
+
 size_t rf_session_allocs(const refusion_session *s) { return rf_workspace_allocs(s->ws); }
 
 const rf_model *rf_api_model(const refusion_model *m) { return &m->m; }
