@@ -460,15 +460,12 @@ static const rf_field stats_fields[] = {
 #undef FIELD
 _Static_assert(sizeof(rf_method) == sizeof(int), "rf_params.method is laid out as an int");
 
-RF_API const rf_field *rf_params_fields(size_t *size) {
-    if (size) *size = sizeof(rf_params);
-    return params_fields;
+static const rf_field *fields(const rf_field *table, size_t struct_size, size_t *size) {
+    if (size) *size = struct_size;
+    return table;
 }
-
-RF_API const rf_field *rf_stats_fields(size_t *size) {
-    if (size) *size = sizeof(rf_stats);
-    return stats_fields;
-}
+RF_API const rf_field *rf_params_fields(size_t *size) { return fields(params_fields, sizeof(rf_params), size); }
+RF_API const rf_field *rf_stats_fields(size_t *size) { return fields(stats_fields, sizeof(rf_stats), size); }
 
 size_t rf_session_allocs(const refusion_session *s) { return rf_workspace_allocs(s->ws); }
 

@@ -270,9 +270,7 @@ int rf_decode_opts_from_config(rf_decode_opts *d, const char *model_path, int to
     int rc = apply_config(d, root, tok_eos);
     json_decref(root);
     if (rc) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", rf_last_error());
-        rf_set_error("%s: %s", file, why);
+        rf_prefix_error("%s", file);
         return -1;
     }
     rf_decode_opts_finish(d);

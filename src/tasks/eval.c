@@ -100,9 +100,7 @@ int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *exampl
             secs = rf_now() - ts;
             free(ids);
             if (rc) {
-                char why[512];
-                snprintf(why, sizeof why, "%s", rf_last_error());
-                rf_set_error("example %d: %s", i, why);
+                rf_prefix_error("example %d", i);
                 return -1;
             }
             answer = rf_tok_decode(tok, r.ids, r.n_ids, 1);
@@ -114,9 +112,7 @@ int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *exampl
         }
         int right = rf_task_check(ex, answer);
         if (right < 0) {
-            char why[512];
-            snprintf(why, sizeof why, "%s", rf_last_error());
-            rf_set_error("example %d: %s", i, why);
+            rf_prefix_error("example %d", i);
             free(answer);
             rf_gen_result_free(&r);
             return -1;

@@ -158,9 +158,7 @@ static int decode_one(const rf_model *m, const rf_tokenizer *tok, const json_t *
     *secs = rf_now() - ts;
     free(ids);
     if (rc) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", rf_last_error());
-        rf_set_error("sample %d: %s", index, why);
+        rf_prefix_error("sample %d", index);
         return -1;
     }
     /* eval.py decodes, cuts at the stop sequences and drops the special
@@ -224,9 +222,7 @@ int rf_paper_run(const rf_model *m, const rf_tokenizer *tok, const json_t *items
         double v[3] = {0};
         json_t *detail = NULL;
         if (rf_paper_score(o->task, item, c, o->box, v, &detail)) {
-            char why[512];
-            snprintf(why, sizeof why, "%s", rf_last_error());
-            rf_set_error("sample %d: %s", i, why);
+            rf_prefix_error("sample %d", i);
             free(raw), free(c), rf_gen_result_free(&r), close(fd);
             return -1;
         }
