@@ -1,8 +1,9 @@
 /* api.c - the public API (include/refusion.h) over the internal modules:
  * handles wrap rf_model / rf_tokenizer; a session owns a workspace
- * (model/workspace.h) that the decoders borrow their KV cache and run state
- * from; every entry point that allocates catches rf_die so the library
- * returns an error instead of exiting. */
+ * (model/workspace.h) that rf_generate hands the decoder (rf_gen_params.ws)
+ * to borrow its KV cache and run state from; every entry point that
+ * allocates catches rf_die so the library returns an error instead of
+ * exiting. */
 #include "refusion.h"
 
 #include <setjmp.h>
@@ -417,12 +418,11 @@ RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt,
     const int *ids = (const int *)prompt;
     rf_gen_result r;
     memset(&r, 0, sizeof r);
-    rf_workspace *prev_ws = rf_workspace_attach(s->ws);
-    CATCH_DIE(rf_workspace_attach(prev_ws); rf_workspace_reset(s->ws); return DIED);
+    g.ws = s->ws;
+    CATCH_DIE(rf_workspace_reset(s->ws); return DIED);
     int rc = rf_decode(m, ids, n_prompt, &g, NULL, &r);
     if (!rc) keep_steps(s, &r);
     END_CATCH();
-    rf_workspace_attach(prev_ws);
     if (rc) {
         int cancelled = p->cancel && *p->cancel;
         rf_gen_result_free(&r);

@@ -95,6 +95,9 @@ typedef struct {
     /* optional: when *cancel becomes non-zero the decoder stops before its
      * next model call and returns -1 ("cancelled"); another thread may set it */
     const volatile int *cancel;
+    /* optional: the KV cache and run state a session lends the decoder
+     * (model/workspace.h); NULL: the decoder allocates its own */
+    struct rf_workspace *ws;
 } rf_gen_params;
 
 /* Statistics of one planning step of ReFusion (one per AR token for AR). */

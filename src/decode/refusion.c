@@ -587,8 +587,8 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
     f.max_tok = maxb * f.S * (p->lookahead ? 2 : 1); /* lookahead: a verification + the next plan */
     f.first = first, f.nb = nb;
     if (f.max_tok < 256 && f.max_tok < f.P) f.max_tok = f.P < 256 ? f.P : 256; /* prefill chunk */
-    rf_kv_init(&f.kv, &m->cfg, f.P + f.G);
-    f.rs = rf_runstate_new(&m->cfg, f.max_tok, f.P + f.G + f.S);
+    rf_workspace_kv_init(p->ws, &f.kv, &m->cfg, f.P + f.G);
+    f.rs = rf_workspace_runstate(p->ws, &m->cfg, f.max_tok, f.P + f.G + f.S);
     f.logits = rf_scoped_malloc((size_t)f.max_tok * f.V * sizeof(float));
     f.tok = rf_scoped_malloc((size_t)f.max_tok * sizeof(int));
     f.pos = rf_scoped_malloc((size_t)f.max_tok * sizeof(int));
@@ -625,7 +625,7 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
     }
     rf_scoped_free(rem), rf_scoped_free(first), rf_scoped_free(f.logits), rf_scoped_free(f.tok), rf_scoped_free(f.pos), rf_scoped_free(f.lidx), rf_scoped_free(f.lq);
     rf_scoped_free(f.arl), rf_scoped_free(f.arl_ok), rf_scoped_free(f.la_draft), rf_scoped_free(f.la_conf);
-    rf_runstate_free(f.rs);
+    rf_workspace_runstate_free(p->ws, f.rs);
     rf_kv_free(&f.kv);
     if (rc) {
         ans_free(&f.ans);
