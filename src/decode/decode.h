@@ -182,7 +182,7 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
                         rf_gen_result *out);
 void rf_gen_result_free(rf_gen_result *r);
 
-/* ---- helpers shared by the decoders (decode_util.c) ---- */
+/* ---- helpers shared by the decoders (the block layout: params.c; probabilities and sampling: sample.c) ---- */
 
 /* Serial blocks as ranges of whole slots: block b covers slots
  * [first[b], first[b+1]). Returns the number of blocks (n_blocks clamped to
