@@ -29,7 +29,8 @@ __all__ = ["Model", "Session", "RefusionError", "load_library", "version", "METH
 METHODS = {"refusion": 0, "ar": 1, "mdm": 2}
 """The decoders by name (rf_method)."""
 AR_VERIFY = {"off": 0, "correct": 1, "first": 2, "both": 3}
-"""ReFusion's AR verification modes by name (rf_params.ar_verify)."""
+"""ReFusion's AR verification modes by name: ar_correct + 2 * ar_check_first
+(the rf_params fields they set)."""
 
 
 class RefusionError(RuntimeError):
@@ -491,10 +492,12 @@ class Session:
 
     def generate(self, prompt_ids, method="refusion", on_tokens=None, cancel=None, ar_verify="off", **kw):
         """Answer ids for prompt_ids. method: "refusion", "ar" or "mdm";
-        ar_verify: "off", "correct", "first", "both". Keyword arguments are
-        the rf_params fields (gen_length, slot_size, n_blocks, slot_threshold,
-        token_threshold, mdm_steps, temperature, top_k, top_p, seed,
-        lookahead, jacobi, no_cache, eos_id, rolling, min_p, repeat_penalty,
+        ar_verify: "off", "correct", "first", "both" (or 0..3), which sets
+        the fields ar_correct and ar_check_first. Keyword arguments are the
+        other rf_params fields (gen_length, slot_size, n_blocks,
+        slot_threshold, token_threshold, temperature, top_k, top_p, seed,
+        eos_id, mask_id, ar_correct, ar_check_first, lookahead, jacobi,
+        rolling, no_cache, mdm_steps, min_p, repeat_penalty,
         presence_penalty, frequency_penalty, penalty_last_n). on_tokens(list
         of ids) is called as tokens become final. cancel: a ctypes.c_int that
         another thread may set to 1 to stop the generation. An exception in
@@ -504,15 +507,17 @@ class Session:
         call are in self.stats."""
         if method not in METHODS:
             raise RefusionError("method must be one of %s (got %r)" % (", ".join(METHODS), method))
-        if isinstance(ar_verify, str) and ar_verify not in AR_VERIFY:
+        v = AR_VERIFY.get(ar_verify, -1) if isinstance(ar_verify, str) else ar_verify
+        if not isinstance(v, int) or not 0 <= v <= 3:
             raise RefusionError("ar_verify must be one of %s (got %r)" % (", ".join(AR_VERIFY), ar_verify))
         p = _lib.rf_params_default()
         p.method = METHODS[method]
-        p.ar_verify = AR_VERIFY[ar_verify] if isinstance(ar_verify, str) else int(ar_verify)
+        p.ar_correct, p.ar_check_first = v & 1, v >> 1
         fields = dict(_Params._fields_)
+        internal = ("method", "on_tokens", "user", "cancel", "on_event", "ws")
         for k, v in kw.items():
-            if k not in fields or k in ("method", "on_tokens", "user", "cancel", "on_event", "ar_verify"):
-                known = [f for f in fields if f not in ("method", "on_tokens", "user", "cancel", "on_event")]
+            if k not in fields or k in internal:
+                known = ["ar_verify"] + [f for f in fields if f not in internal]
                 raise RefusionError("unknown generate setting %r (the settings: %s)" % (k, ", ".join(known)))
             try:
                 setattr(p, k, v)

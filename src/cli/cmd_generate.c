@@ -186,24 +186,24 @@ static void on_event(const rf_event *ev, void *user) {
     if (!u->vis) return;
     const char *what = "";
     for (int i = 0; i < ev->n; i++) {
-        int a = ev->pos[i];
+        int a = ev->apos[i];
         if (a < 0 || a >= u->G) continue;
-        switch (ev->type) {
-        case RF_EVENT_PLAN: u->cell[a] = C_PLAN, u->cell_tok[a] = ev->ids[i], what = "plan"; break;
-        case RF_EVENT_FAST_COMMIT: u->cell[a] = C_FAST, u->cell_tok[a] = ev->ids[i], what = "fast"; break;
+        switch (ev->kind) {
+        case RF_EVENT_PLAN: u->cell[a] = C_PLAN, u->cell_tok[a] = ev->tok[i], what = "plan"; break;
+        case RF_EVENT_FAST_COMMIT: u->cell[a] = C_FAST, u->cell_tok[a] = ev->tok[i], what = "fast"; break;
         case RF_EVENT_INFILL_ITER:
-            u->cell[a] = ev->accepted[i] ? C_VERIFIED : C_DRAFT, u->cell_tok[a] = ev->ids[i], what = "infill";
+            u->cell[a] = ev->accepted[i] ? C_VERIFIED : C_DRAFT, u->cell_tok[a] = ev->tok[i], what = "infill";
             break;
-        case RF_EVENT_INFILL_COMMIT: u->cell[a] = C_INFILL, u->cell_tok[a] = ev->ids[i], what = "commit"; break;
+        case RF_EVENT_INFILL_COMMIT: u->cell[a] = C_INFILL, u->cell_tok[a] = ev->tok[i], what = "commit"; break;
         case RF_EVENT_DROP: u->cell[a] = C_DROP, what = "eos-cut"; break;
-        case RF_EVENT_AR_TOKEN: u->cell[a] = C_FAST, u->cell_tok[a] = ev->ids[i], what = "ar"; break;
+        case RF_EVENT_AR_TOKEN: u->cell[a] = C_FAST, u->cell_tok[a] = ev->tok[i], what = "ar"; break;
         }
     }
-    if (ev->type == RF_EVENT_DROP && ev->n > 0) {
+    if (ev->kind == RF_EVENT_DROP && ev->n > 0) {
         /* the cells between the committed EOS and the first dropped slot belong
          * to the EOS's own slot: truncated after the EOS, so dropped too */
         int a0 = u->G;
-        for (int i = 0; i < ev->n; i++) a0 = ev->pos[i] < a0 ? ev->pos[i] : a0;
+        for (int i = 0; i < ev->n; i++) a0 = ev->apos[i] < a0 ? ev->apos[i] : a0;
         for (int a = a0 - 1; a >= 0 && (u->cell[a] == C_PLAN || u->cell[a] == C_DRAFT || u->cell[a] == C_VERIFIED);
              a--)
             u->cell[a] = C_DROP;
@@ -336,7 +336,7 @@ static void on_sigint(int sig) {
  * with the reason printed to nobody yet: rf_last_error(). r is filled on
  * success (free r->ids). */
 static int run_decoder(gen_ctx *g, const int32_t *prompt, int P, ui *u, answer *r) {
-    rf_params p = rf_params_from_gen(&g->d.gen);
+    rf_params p = g->d.gen; /* this prompt's EOS and answer length on top of the options */
     int ar = p.method == RF_METHOD_AR, mdm = p.method == RF_METHOD_MDM;
     if (!g->d.ignore_eos && g->d.config_eos >= 0) {
         p.eos_id = g->d.config_eos; /* generation_config.json's */

@@ -171,8 +171,7 @@ int cmd_serve(int argc, char **argv) {
     }
     /* the server-wide defaults must be usable on their own (a one-token prompt) */
     int32_t probe = 0;
-    rf_params probe_p = rf_params_from_gen(p);
-    if (rf_params_check(m, &probe, 1, &probe_p)) {
+    if (rf_params_check(m, &probe, 1, p)) {
         fprintf(stderr, "refusion: serve: default settings (see --help): %s\n", rf_last_error());
         rf_tokenizer_close(tok);
         rf_model_close(m);

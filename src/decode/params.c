@@ -33,10 +33,23 @@ int gen_mask_id(const rf_model *m, const rf_gen_params *p) {
     return p->mask_id == RF_ID_FROM_MODEL ? m->cfg.mask_id : p->mask_id;
 }
 
+int rf_gen_check_settings(const rf_gen_params *p) {
+    if (!rf_method_name(p->method)) {
+        rf_set_error("unknown method %d", (int)p->method);
+        return -1;
+    }
+    if (p->eos_id < RF_ID_FROM_MODEL) {
+        rf_set_error("eos_id must be a token id, -1 (none) or RF_TOKEN_FROM_MODEL, got %d", p->eos_id);
+        return -1;
+    }
+    return 0;
+}
+
 static int bad_unit(float x) { return !(x >= 0.0f && x <= 1.0f); } /* NaN too */
 
 int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p, int ar) {
     const rf_config *c = &m->cfg;
+    if (rf_gen_check_settings(p)) return -1;
     if (n_prompt < 1) {
         rf_set_error("the prompt is empty (at least one token is needed)");
         return -1;

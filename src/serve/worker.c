@@ -242,7 +242,7 @@ static void stream_pending(run_ctx *c, int final, const char *finish) {
  * cost of a generation whose client left is known (/health, the log). */
 static void on_event(const rf_event *ev, void *user) {
     run_ctx *c = user;
-    if (ev->type != RF_EVENT_PLAN && ev->type != RF_EVENT_INFILL_ITER && ev->type != RF_EVENT_AR_TOKEN) return;
+    if (ev->kind != RF_EVENT_PLAN && ev->kind != RF_EVENT_INFILL_ITER && ev->kind != RF_EVENT_AR_TOKEN) return;
     pthread_mutex_lock(&c->s->mu);
     c->j->calls_now++;
     pthread_mutex_unlock(&c->s->mu);
@@ -304,7 +304,7 @@ static int run_choice(rf_server *s, refusion_session *sess, job *j, int index, r
     memset(r, 0, sizeof *r);
     c->s = s, c->j = j, c->index = index;
     if (s->tokenizer && !(c->ts = rf_text_stream_new(s->tokenizer, 1))) return -1;
-    rf_params p = rf_params_from_gen(&j->req.p);
+    rf_params p = j->req.p; /* this choice's seed and callbacks */
     p.seed += (uint64_t)index;
     c->eos = p.eos_id == RF_TOKEN_FROM_MODEL ? rf_model_eos_id(s->model) : p.eos_id;
     for (int i = 0; i < j->req.n_stop; i++)
