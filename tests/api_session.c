@@ -160,6 +160,14 @@ int main(void) {
     p = rf_params_default();
     p.method = (rf_method)7;
     CHECK(rf_generate(s, prompt, 10, &p, out, 64, NULL) == RF_ERR_INVALID, "unknown method");
+    /* the checks that need no model call: rf_params_check and the memory estimate make them too */
+    CHECK(rf_params_check(model, prompt, 10, &p) == RF_ERR_INVALID &&
+              strstr(rf_last_error(), "method"), "rf_params_check: unknown method: %s", rf_last_error());
+    CHECK(rf_generate_bytes(model, 10, &p) == RF_ERR_INVALID, "rf_generate_bytes: unknown method");
+    p = rf_params_default();
+    p.eos_id = -3;
+    CHECK(rf_generate_bytes(model, 10, &p) == RF_ERR_INVALID && strstr(rf_last_error(), "eos_id"),
+          "rf_generate_bytes: eos_id -3: %s", rf_last_error());
     prompt[3] = c.vocab_size + 5;
     p = rf_params_default();
     CHECK(rf_generate(s, prompt, 10, &p, out, 64, NULL) == RF_ERR_INVALID && strstr(rf_last_error(), "vocab"),
