@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "common/args.h"
 #include "decode/decode.h"
 #include "tasks/eval.h"
 #include "tasks/tasks.h"
@@ -62,7 +62,7 @@ static int parse_setting(const char *label, const char *text, rf_decode_opts *d)
     rf_decode_opts def = *d;
     rf_opt_group g[] = {RF_DECODE_GROUP(d, &def)};
     if (rf_args_parse(label, "\"DECODING OPTIONS\"", g, 1, argc, argv, NULL)) return -1;
-    if (d->decoder == RF_DECODER_MDM) {
+    if (d->gen.method == RF_METHOD_MDM) {
         fprintf(stderr, "decode_ab: %s: the mdm decoder is not compared here (refusion or ar)\n", label);
         return -1;
     }
@@ -72,8 +72,7 @@ static int parse_setting(const char *label, const char *text, rf_decode_opts *d)
 
 static int generate(setting *s, const int *ids, int n, rf_gen_result *r, double *secs) {
     double t0 = rf_now();
-    int rc = s->d.decoder == RF_DECODER_AR ? rf_generate_ar(s->m, ids, n, &s->d.gen, r)
-                                           : rf_generate_refusion(s->m, ids, n, &s->d.gen, r);
+    int rc = rf_decode(s->m, ids, n, &s->d.gen, NULL, r);
     *secs = rf_now() - t0;
     return rc;
 }

@@ -134,81 +134,102 @@ typedef enum {
 typedef void (*rf_token_cb)(const int32_t *ids, int n, void *user);
 
 /* What the decoder did (for visualisation and progress): answer positions
- * pos[i] (0-based in the answer) now hold ids[i]. ReFusion reports a PLAN
+ * apos[i] (0-based in the answer) now hold tok[i]. ReFusion reports a PLAN
  * per planning step and an INFILL_ITER per infilling iteration (one or two
  * model calls each), AR an AR_TOKEN per token, MDM nothing. */
 typedef enum {
-    RF_EVENT_PLAN = 0,          /* slots chosen by a planning step: ids = their drafts */
-    RF_EVENT_FAST_COMMIT = 1,   /* slots committed by global verification */
-    RF_EVENT_INFILL_ITER = 2,   /* one draft+verify iteration: accepted[i] = 1 where verified */
-    RF_EVENT_INFILL_COMMIT = 3, /* infilled slots committed */
-    RF_EVENT_DROP = 4,          /* positions dropped behind a committed EOS (ids NULL) */
+    RF_EVENT_PLAN = 0,          /* slots chosen by a planning step: tok = their drafts */
+    RF_EVENT_FAST_COMMIT = 1,   /* slots committed by global verification's fast path */
+    RF_EVENT_INFILL_ITER = 2,   /* one draft+verify iteration: tok = the current drafts,
+                                   accepted[i] = 1 where verified so far */
+    RF_EVENT_INFILL_COMMIT = 3, /* infilled slots committed (truncated after an EOS) */
+    RF_EVENT_DROP = 4,          /* positions dropped behind a committed EOS (tok NULL) */
     RF_EVENT_AR_TOKEN = 5,      /* one AR token */
 } rf_event_type;
 typedef struct {
-    rf_event_type type;
-    int step;                      /* planning step (AR: token index) */
+    rf_event_type kind;
+    int step;                      /* 0-based planning step (AR: token index) */
     int n;                         /* entries below */
-    const int32_t *pos;            /* [n] */
-    const int32_t *ids;            /* [n], NULL for RF_EVENT_DROP */
+    const int32_t *apos;           /* [n] answer positions */
+    const int32_t *tok;            /* [n] tokens, NULL for RF_EVENT_DROP */
     const unsigned char *accepted; /* [n] for RF_EVENT_INFILL_ITER, else NULL */
 } rf_event;
 typedef void (*rf_event_callback)(const rf_event *ev, void *user);
 
-/* eos_id: the model config's end-of-sequence token */
+/* eos_id / mask_id: the model config's token */
 #define RF_TOKEN_FROM_MODEL (-2)
 
+/* The session's buffers that rf_generate lends the decoder (library-owned). */
+struct rf_workspace;
+
+/* The settings of one generation: what rf_generate, the CLI's option table,
+ * the server and the decoders all read, as they are. Since 0.5 the decoders'
+ * own fields (mask_id; ar_correct and ar_check_first in place of 0.4's
+ * ar_verify = ar_correct + 2 * ar_check_first). Start from
+ * rf_params_default(); rf_params_check says what is wrong with a value. */
 typedef struct {
-    rf_method method;
-    int gen_length;        /* answer tokens (ReFusion pads it to whole slots) */
-    int slot_size;         /* ReFusion */
-    int n_blocks;          /* ReFusion and MDM: serial blocks */
-    float slot_threshold;  /* ReFusion: plan a slot when its first token's prob > this */
-    float token_threshold; /* ReFusion: accept a token when its AR prob > this */
-    int ar_verify;         /* ReFusion: 0 off (the paper), 1 AR correct, 2 check first, 3 both */
-    int mdm_steps;         /* MDM: diffusion steps (0: gen_length) */
-    float temperature;     /* 0: greedy */
-    int top_k;             /* AR sampling, 0: off */
-    float top_p;           /* AR sampling, 1: off */
+    rf_method method;        /* the decoder (RF_METHOD_REFUSION, _AR, _MDM) */
+    int gen_length;          /* answer tokens (ReFusion pads it up to whole slots) */
+    int slot_size;           /* ReFusion */
+    int n_blocks;            /* ReFusion and MDM: serial blocks (whole slots; the last takes the rest) */
+    float slot_threshold;    /* ReFusion: plan a slot when its first token's prob > this */
+    float token_threshold;   /* ReFusion: accept a token when its AR prob > this */
+    float temperature;       /* 0: greedy */
+    int top_k;               /* AR sampling, 0: off */
+    float top_p;             /* AR sampling, 1: off */
     uint64_t seed;
-    rf_token_cb on_tokens; /* optional streaming */
-    void *user;
-    const volatile int *cancel; /* optional: non-zero stops before the next model call */
-    /* since 0.2 */
-    int lookahead;         /* ReFusion: a global verification also feeds the next plan (same answer, fewer calls) */
-    int jacobi;            /* ReFusion: an infilling iteration re-verifies the drafts instead of re-drafting */
-    int no_cache;          /* ReFusion: recompute the whole sequence every call (slow; checks the
-                              cache: the same answer, up to rounding in bf16 weights) */
-    int eos_id;            /* the answer ends at this token: RF_TOKEN_FROM_MODEL, an id, or -1 (none) */
-    rf_event_callback on_event; /* optional: decoder events (user is passed too) */
-    int rolling;           /* ReFusion, beyond the paper: a rolling slot - every call verifies the
-                              drafts with the AR head and drafts the next slot_size tokens with
-                              masks behind them (uses slot_size, slot_threshold; the answer is
-                              AR decoding's with the same sampling settings) */
-    /* since 0.3: AR sampling (method AR, or the rolling slot; refused by
-       plan-and-infill and MDM), as llama.cpp names them */
+    int eos_id;              /* the answer ends at this token: RF_TOKEN_FROM_MODEL, an id, or -1 (none) */
+    int mask_id;             /* the mask token: RF_TOKEN_FROM_MODEL or an id */
+    /* AR-verified ReFusion (docs/refusion.md §4; both 0: the paper's algorithm) */
+    int ar_correct;          /* a forced token is the AR head's choice, not the mask head's re-draft */
+    int ar_check_first;      /* a slot's first token is checked by the AR head when its left
+                                neighbour is committed */
+    int lookahead;           /* ReFusion: a global verification also feeds the next plan (same answer,
+                                fewer calls) */
+    int jacobi;              /* ReFusion: an infilling iteration re-verifies the drafts instead of
+                                re-drafting them first (one call per iteration, not two) */
+    int rolling;             /* ReFusion, beyond the paper: a rolling slot - every call verifies the
+                                drafts with the AR head and drafts the next slot_size tokens with
+                                masks behind them (uses slot_size, slot_threshold; the answer is
+                                AR decoding's with the same sampling settings) */
+    int no_cache;            /* ReFusion: recompute the whole sequence every call (slow; checks the
+                                cache: the same answer, up to rounding in bf16 weights) */
+    int mdm_steps;           /* MDM: diffusion steps over the answer (0: gen_length) */
+    /* AR sampling (method AR, or the rolling slot; refused by plan-and-infill
+       and MDM), as llama.cpp names them */
     float min_p;             /* keep tokens with probability >= min_p * the top one's (0: off) */
     float repeat_penalty;    /* a logit l of a token in the window: l / x (l * x when l <= 0) (1: off) */
     float presence_penalty;  /* l - x for a token in the window (0: off) */
     float frequency_penalty; /* l - x * (times it occurs in the window) (0: off) */
     int penalty_last_n;      /* the window: the last N tokens of prompt + answer (-1: all, 0: none) */
+    rf_token_cb on_tokens;   /* optional streaming */
+    rf_event_callback on_event; /* optional: decoder events */
+    void *user;              /* passed to on_tokens and on_event */
+    const volatile int *cancel; /* optional: non-zero stops before the next model call (any thread) */
+    struct rf_workspace *ws; /* NULL: rf_generate lends the session's buffers through it; a decoder
+                                called without a session allocates its own */
 } rf_params;
 
 /* The defaults of `refusion generate`: ReFusion, 512 tokens, slots of 4,
- * 32 blocks, thresholds 0.6 / 0.3, ar_verify off, greedy, seed 0, the
- * model's EOS (`generate` uses the tokenizer's: rf_tokenizer_eos_id), no
- * min_p or penalties (repeat_penalty 1, window 64). A checkpoint's
- * generation_config.json is not read here: `generate` and `serve` apply it
- * on top of these (docs/settings.md). */
+ * 32 blocks, thresholds 0.6 / 0.3, AR verification off, greedy, seed 0,
+ * the model's EOS and mask (`generate` uses the tokenizer's EOS:
+ * rf_tokenizer_eos_id), no min_p or penalties (repeat_penalty 1, window 64).
+ * A checkpoint's generation_config.json is not read here: `generate` and
+ * `serve` apply it on top of these (docs/settings.md). */
 RF_API rf_params rf_params_default(void);
 
-/* One planning step of ReFusion (AR and MDM: one per call). */
+/* One planning step of ReFusion (AR: one per token). */
 typedef struct {
     int block;          /* serial block */
-    int slots_planned, slots_fast, slots_infilled;
+    int slots_planned;  /* slots chosen by the plan */
+    int slots_fast;     /* slots committed by global verification (0 when infilled) */
+    int slots_infilled; /* slots committed by parallel infilling */
     int infill_iters;   /* draft+verify iterations (0 on the fast path) */
+    int refeeds;        /* ar_correct: calls that only re-feed a row's tail whose K/V predate a
+                           replaced token (0 or 1) */
     int tokens;         /* answer tokens committed */
     int calls;          /* model calls */
+    double tpf_ref;     /* the paper's per-step TPF term (rf_stats.tpf is their mean) */
 } rf_step;
 
 typedef struct {
@@ -250,6 +271,27 @@ RF_API int64_t rf_generate_bytes(const refusion_model *m, int n_prompt, const rf
  * rf_status. stats may be NULL. */
 RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt, const rf_params *p,
                        int32_t *out, int cap, rf_stats *stats);
+
+/* ---- struct layouts, for bindings ------------------------------------------------
+ * The fields of rf_params and rf_stats as this library lays them out, for a
+ * binding that declares the structs itself (python/refusion builds its
+ * ctypes structures from them instead of keeping a copy). Since 0.4. */
+typedef enum {
+    RF_FIELD_INT = 0,    /* int, or an enum stored as an int */
+    RF_FIELD_FLOAT = 1,  /* float */
+    RF_FIELD_DOUBLE = 2, /* double */
+    RF_FIELD_U64 = 3,    /* uint64_t */
+    RF_FIELD_PTR = 4,    /* a data or function pointer */
+} rf_field_kind;
+typedef struct {
+    const char *name; /* NULL ends the table */
+    rf_field_kind kind;
+    size_t offset;
+} rf_field;
+/* Every field in order of offset; *size (when size is not NULL): sizeof
+ * the struct. */
+RF_API const rf_field *rf_params_fields(size_t *size);
+RF_API const rf_field *rf_stats_fields(size_t *size);
 
 /* ---- logging ----------------------------------------------------------------
  * What the library has to say beyond an error return (progress of long

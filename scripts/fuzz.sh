@@ -29,7 +29,7 @@ LIBS="$(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd openblas)
 mkdir -p "$B/obj" "$B/corpus/$name"
 # the library (everything but the CLI), once; rebuilt when a source or header is newer
 objs=()
-for src in src/{util,io,kernels,model,tokenizer,decode,train,tasks,api,serve}/*.c src/cli/args.c; do
+for src in src/{util,io,kernels,model,tokenizer,decode,train,tasks,api,serve}/*.c src/common/args.c; do
   o="$B/obj/$(echo "${src#src/}" | tr / _).o"
   extra="" # the per-file flags of CMakeLists.txt
   case $src in

@@ -33,13 +33,13 @@ typedef struct {
 
 static void on_event(const rf_event *ev, void *user) {
     ev_log *l = user;
-    l->n[ev->type]++;
+    l->n[ev->kind]++;
     for (int i = 0; i < ev->n; i++) {
-        if (ev->pos[i] < 0 || ev->pos[i] >= l->G) {
+        if (ev->apos[i] < 0 || ev->apos[i] >= l->G) {
             l->bad_pos++;
             continue;
         }
-        if (ev->ids) l->cell[ev->pos[i]] = ev->ids[i];
+        if (ev->tok) l->cell[ev->apos[i]] = ev->tok[i];
     }
 }
 

@@ -63,7 +63,7 @@ int main(void) {
     p.gen_length = 24, p.slot_size = 4, p.n_blocks = 2, p.seed = 3;
     cases[n_cases++] = (gen_case){"refusion", p, 24, WALK};
     rf_params q = p;
-    q.ar_verify = 3, q.temperature = 0.7f, q.top_k = 20;
+    q.ar_correct = q.ar_check_first = 1, q.temperature = 0.7f, q.top_k = 20;
     cases[n_cases++] = (gen_case){"refusion ar-verify sampled", q, 24, WALK};
     q = p, q.lookahead = 1;
     cases[n_cases++] = (gen_case){"refusion lookahead", q, 24, WALK};

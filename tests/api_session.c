@@ -29,15 +29,8 @@ static long rss_kb(void) {
 
 /* the decoders called directly (no session attached) */
 static int direct(const rf_model *m, const int *prompt, int n, const rf_params *p, int *out) {
-    rf_gen_params g;
-    rf_gen_params_default(&g);
-    g.gen_length = p->gen_length;
-    g.slot_size = p->slot_size;
-    g.n_blocks = p->n_blocks;
-    g.ar_correct = p->ar_verify & 1;
-    g.ar_check_first = p->ar_verify >> 1;
-    g.temperature = p->temperature;
-    g.seed = p->seed;
+    rf_gen_params g = *p; /* the same struct; ws NULL: the decoder's own buffers */
+    g.ws = NULL;
     rf_gen_result r;
     int rc;
     if (p->method == RF_METHOD_AR) rc = rf_generate_ar(m, prompt, n, &g, &r);
@@ -97,7 +90,7 @@ int main(void) {
             p.gen_length = big ? 24 : 8;
             p.n_blocks = big ? 2 : 1;
             p.slot_size = big ? 4 : 2;
-            p.ar_verify = big ? 3 : 0;
+            p.ar_correct = p.ar_check_first = big;
             p.temperature = m == 0 && big ? 0.7f : 0.0f;
             p.seed = 5;
             cases[n_cases++] = p;
@@ -167,6 +160,14 @@ int main(void) {
     p = rf_params_default();
     p.method = (rf_method)7;
     CHECK(rf_generate(s, prompt, 10, &p, out, 64, NULL) == RF_ERR_INVALID, "unknown method");
+    /* the checks that need no model call: rf_params_check and the memory estimate make them too */
+    CHECK(rf_params_check(model, prompt, 10, &p) == RF_ERR_INVALID &&
+              strstr(rf_last_error(), "method"), "rf_params_check: unknown method: %s", rf_last_error());
+    CHECK(rf_generate_bytes(model, 10, &p) == RF_ERR_INVALID, "rf_generate_bytes: unknown method");
+    p = rf_params_default();
+    p.eos_id = -3;
+    CHECK(rf_generate_bytes(model, 10, &p) == RF_ERR_INVALID && strstr(rf_last_error(), "eos_id"),
+          "rf_generate_bytes: eos_id -3: %s", rf_last_error());
     prompt[3] = c.vocab_size + 5;
     p = rf_params_default();
     CHECK(rf_generate(s, prompt, 10, &p, out, 64, NULL) == RF_ERR_INVALID && strstr(rf_last_error(), "vocab"),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cli_llamacpp_flags.sh - llama.cpp's spellings in the shared option table
-# (src/cli/args.c), each flag doing what llama.cpp's does:
+# (src/common/args.c), each flag doing what llama.cpp's does:
 #   -cnv / --conversation  the chat (generate -i);
 #   -np N / -cb            serve's --parallel N / accepted (llama-server's);
 #   -ngl N                 accepted, one note line: this build runs on the CPU;

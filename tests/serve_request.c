@@ -426,7 +426,7 @@ int main(void) {
     rf_decode_opts_default(&DOPTS);
     DOPTS.gen = DEF;
     DOPTS_AR = DOPTS;
-    DOPTS_AR.decoder = RF_DECODER_AR;
+    DOPTS_AR.gen.method = RF_METHOD_AR;
 
     test_fields();
     test_chat();

@@ -29,7 +29,8 @@ __all__ = ["Model", "Session", "RefusionError", "load_library", "version", "METH
 METHODS = {"refusion": 0, "ar": 1, "mdm": 2}
 """The decoders by name (rf_method)."""
 AR_VERIFY = {"off": 0, "correct": 1, "first": 2, "both": 3}
-"""ReFusion's AR verification modes by name (rf_params.ar_verify)."""
+"""ReFusion's AR verification modes by name: ar_correct + 2 * ar_check_first
+(the rf_params fields they set)."""
 
 
 class RefusionError(RuntimeError):
@@ -40,62 +41,42 @@ class RefusionError(RuntimeError):
 _TOKEN_CB = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_int32), ctypes.c_int, ctypes.c_void_p)
 
 
-class _Params(ctypes.Structure):
-    _fields_ = [
-        ("method", ctypes.c_int),
-        ("gen_length", ctypes.c_int),
-        ("slot_size", ctypes.c_int),
-        ("n_blocks", ctypes.c_int),
-        ("slot_threshold", ctypes.c_float),
-        ("token_threshold", ctypes.c_float),
-        ("ar_verify", ctypes.c_int),
-        ("mdm_steps", ctypes.c_int),
-        ("temperature", ctypes.c_float),
-        ("top_k", ctypes.c_int),
-        ("top_p", ctypes.c_float),
-        ("seed", ctypes.c_uint64),
-        ("on_tokens", _TOKEN_CB),
-        ("user", ctypes.c_void_p),
-        ("cancel", ctypes.POINTER(ctypes.c_int)),
-        # since 0.2
-        ("lookahead", ctypes.c_int),
-        ("jacobi", ctypes.c_int),
-        ("no_cache", ctypes.c_int),
-        ("eos_id", ctypes.c_int),
-        ("on_event", ctypes.c_void_p),  # events are not offered in Python (NULL)
-        ("rolling", ctypes.c_int),
-        # since 0.3
-        ("min_p", ctypes.c_float),
-        ("repeat_penalty", ctypes.c_float),
-        ("presence_penalty", ctypes.c_float),
-        ("frequency_penalty", ctypes.c_float),
-        ("penalty_last_n", ctypes.c_int),
-    ]
+class _Field(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int), ("offset", ctypes.c_size_t)]
+
+
+# rf_field_kind -> ctypes; the two pointers this binding sets get their types
+_KINDS = {0: ctypes.c_int, 1: ctypes.c_float, 2: ctypes.c_double, 3: ctypes.c_uint64, 4: ctypes.c_void_p}
+_POINTERS = {"on_tokens": _TOKEN_CB, "cancel": ctypes.POINTER(ctypes.c_int)}
+
+
+def _layout(lib, fn, name):
+    """A ctypes structure laid out as the library says (rf_params_fields /
+    rf_stats_fields), checked against its offsets and size."""
+    f = getattr(lib, fn)
+    f.restype = ctypes.POINTER(_Field)
+    f.argtypes = [ctypes.POINTER(ctypes.c_size_t)]
+    size = ctypes.c_size_t(0)
+    table = f(ctypes.byref(size))
+    fields, offsets = [], []
+    i = 0
+    while table[i].name:
+        n = table[i].name.decode()
+        fields.append((n, _POINTERS.get(n, _KINDS[table[i].kind])))
+        offsets.append(table[i].offset)
+        i += 1
+    cls = type(name, (ctypes.Structure,), {"_fields_": fields})
+    if ctypes.sizeof(cls) != size.value or any(getattr(cls, n).offset != o for (n, _), o in zip(fields, offsets)):
+        raise RefusionError("%s: the library's layout is not one ctypes can declare" % fn)
+    return cls
+
+
+_Params = None
+_Stats = None
 
 
 class _ChatMessage(ctypes.Structure):
     _fields_ = [("role", ctypes.c_char_p), ("content", ctypes.c_char_p)]
-
-
-class _Stats(ctypes.Structure):
-    _fields_ = [
-        ("n_tokens", ctypes.c_int),
-        ("hit_eos", ctypes.c_int),
-        ("n_calls", ctypes.c_int),
-        ("seconds", ctypes.c_double),
-        # since 0.2
-        ("tpf", ctypes.c_double),
-        ("tokens_per_call", ctypes.c_double),
-        ("tokens_per_s", ctypes.c_double),
-        ("n_steps", ctypes.c_int),
-        ("steps", ctypes.c_void_p),
-        ("first_free", ctypes.c_int),
-        ("first_checked", ctypes.c_int),
-        ("first_replaced", ctypes.c_int),
-        ("verified", ctypes.c_int),
-        ("forced_draft", ctypes.c_int),
-        ("forced_ar", ctypes.c_int),
-    ]
 
 
 _lib = None
@@ -133,6 +114,9 @@ def load_library(path=None):
             err = e
     else:
         raise RefusionError("librefusion not found (set REFUSION_LIB): %s" % err)
+    global _Params, _Stats
+    _Params = _layout(lib, "rf_params_fields", "_Params")
+    _Stats = _layout(lib, "rf_stats_fields", "_Stats")
     P, I, C = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
     I32P = ctypes.POINTER(ctypes.c_int32)
     sig = {
@@ -508,10 +492,12 @@ class Session:
 
     def generate(self, prompt_ids, method="refusion", on_tokens=None, cancel=None, ar_verify="off", **kw):
         """Answer ids for prompt_ids. method: "refusion", "ar" or "mdm";
-        ar_verify: "off", "correct", "first", "both". Keyword arguments are
-        the rf_params fields (gen_length, slot_size, n_blocks, slot_threshold,
-        token_threshold, mdm_steps, temperature, top_k, top_p, seed,
-        lookahead, jacobi, no_cache, eos_id, rolling, min_p, repeat_penalty,
+        ar_verify: "off", "correct", "first", "both" (or 0..3), which sets
+        the fields ar_correct and ar_check_first. Keyword arguments are the
+        other rf_params fields (gen_length, slot_size, n_blocks,
+        slot_threshold, token_threshold, temperature, top_k, top_p, seed,
+        eos_id, mask_id, ar_correct, ar_check_first, lookahead, jacobi,
+        rolling, no_cache, mdm_steps, min_p, repeat_penalty,
         presence_penalty, frequency_penalty, penalty_last_n). on_tokens(list
         of ids) is called as tokens become final. cancel: a ctypes.c_int that
         another thread may set to 1 to stop the generation. An exception in
@@ -521,15 +507,17 @@ class Session:
         call are in self.stats."""
         if method not in METHODS:
             raise RefusionError("method must be one of %s (got %r)" % (", ".join(METHODS), method))
-        if isinstance(ar_verify, str) and ar_verify not in AR_VERIFY:
+        v = AR_VERIFY.get(ar_verify, -1) if isinstance(ar_verify, str) else ar_verify
+        if not isinstance(v, int) or not 0 <= v <= 3:
             raise RefusionError("ar_verify must be one of %s (got %r)" % (", ".join(AR_VERIFY), ar_verify))
         p = _lib.rf_params_default()
         p.method = METHODS[method]
-        p.ar_verify = AR_VERIFY[ar_verify] if isinstance(ar_verify, str) else int(ar_verify)
+        p.ar_correct, p.ar_check_first = v & 1, v >> 1
         fields = dict(_Params._fields_)
+        internal = ("method", "on_tokens", "user", "cancel", "on_event", "ws")
         for k, v in kw.items():
-            if k not in fields or k in ("method", "on_tokens", "user", "cancel", "on_event", "ar_verify"):
-                known = [f for f in fields if f not in ("method", "on_tokens", "user", "cancel", "on_event")]
+            if k not in fields or k in internal:
+                known = ["ar_verify"] + [f for f in fields if f not in internal]
                 raise RefusionError("unknown generate setting %r (the settings: %s)" % (k, ", ".join(known)))
             try:
                 setattr(p, k, v)

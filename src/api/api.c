@@ -1,8 +1,9 @@
 /* api.c - the public API (include/refusion.h) over the internal modules:
  * handles wrap rf_model / rf_tokenizer; a session owns a workspace
- * (model/workspace.h) that the decoders borrow their KV cache and run state
- * from; every entry point that allocates catches rf_die so the library
- * returns an error instead of exiting. */
+ * (model/workspace.h) that rf_generate hands the decoder (rf_params.ws)
+ * to borrow its KV cache and run state from; every entry point that
+ * allocates catches rf_die so the library returns an error instead of
+ * exiting. */
 #include "refusion.h"
 
 #include <setjmp.h>
@@ -11,7 +12,6 @@
 
 #include "decode/decode.h"
 #include "decode/decode_impl.h" /* rf_gen_mem_bytes */
-#include "decode/mdm.h"
 #include "model/model.h"
 #include "api/api_internal.h"
 #include "model/workspace.h"
@@ -255,30 +255,11 @@ RF_API int rf_detokenize(const refusion_tokenizer *t, const int32_t *ids, int n,
     return len > INT32_MAX ? INT32_MAX : (int)len;
 }
 
-/* the settings rf_params (public) and rf_gen_params (the decoders') both
- * hold under one name; the others are converted one by one below */
-#define SAME_PARAMS(X)                                                                                                 \
-    X(gen_length) X(slot_size) X(n_blocks) X(slot_threshold) X(token_threshold) X(temperature) X(top_k) X(top_p)     \
-    X(seed) X(lookahead) X(jacobi) X(rolling) X(min_p) X(repeat_penalty) X(presence_penalty) X(frequency_penalty)   \
-    X(penalty_last_n)
-
-rf_params rf_params_from_gen(const rf_gen_params *g, rf_method method, int mdm_steps) {
-    rf_params p;
-    memset(&p, 0, sizeof p);
-    p.method = method;
-#define FROM_GEN(f) p.f = g->f;
-    SAME_PARAMS(FROM_GEN)
-#undef FROM_GEN
-    p.ar_verify = g->ar_correct + 2 * g->ar_check_first;
-    p.mdm_steps = mdm_steps;
-    p.eos_id = g->eos_id == RF_ID_FROM_MODEL ? RF_TOKEN_FROM_MODEL : g->eos_id;
-    return p;
-}
-
+/* the one set of defaults: the decoders' (decode/params.c) */
 RF_API rf_params rf_params_default(void) {
-    rf_gen_params g;
-    rf_gen_params_default(&g);
-    return rf_params_from_gen(&g, RF_METHOD_REFUSION, 0);
+    rf_params p;
+    rf_gen_params_default(&p);
+    return p;
 }
 
 RF_API refusion_session *rf_session_new(const refusion_model *m) {
@@ -300,80 +281,22 @@ RF_API void rf_session_free(refusion_session *s) {
 
 RF_API size_t rf_session_bytes(const refusion_session *s) { return rf_workspace_bytes(s->ws); }
 
-/* The public callbacks over the decoders' own (see the _Static_assert). */
-typedef struct {
-    const rf_params *p;
-} cb_bridge;
-
-static void on_tokens(const int *ids, int n, void *user) {
-    const cb_bridge *b = user;
-    b->p->on_tokens((const int32_t *)ids, n, b->p->user);
-}
-
-static void on_event(const rf_decode_event *ev, void *user) {
-    const cb_bridge *b = user;
-    /* the enums name the same kinds in the same order (checked below) */
-    rf_event e = {(rf_event_type)ev->kind, ev->step, ev->n, (const int32_t *)ev->apos, (const int32_t *)ev->tok,
-                  ev->accepted};
-    b->p->on_event(&e, b->p->user);
-}
-_Static_assert((int)RF_EVENT_PLAN == (int)RF_EV_PLAN && (int)RF_EVENT_FAST_COMMIT == (int)RF_EV_FAST_COMMIT &&
-                   (int)RF_EVENT_INFILL_ITER == (int)RF_EV_INFILL_ITER &&
-                   (int)RF_EVENT_INFILL_COMMIT == (int)RF_EV_INFILL_COMMIT && (int)RF_EVENT_DROP == (int)RF_EV_DROP &&
-                   (int)RF_EVENT_AR_TOKEN == (int)RF_EV_AR_TOKEN,
-               "rf_event_type = rf_event_kind");
-
-/* p as the decoders' settings; 0, or RF_ERR_INVALID for a setting they
- * have no field to refuse */
-static int gen_params(const rf_params *p, rf_gen_params *g, cb_bridge *bridge) {
-    if (p->method != RF_METHOD_REFUSION && p->method != RF_METHOD_AR && p->method != RF_METHOD_MDM) {
-        rf_set_error("unknown method %d", (int)p->method);
-        return RF_ERR_INVALID;
-    }
-    if (p->ar_verify < 0 || p->ar_verify > 3) {
-        rf_set_error("ar_verify must be 0..3, got %d", p->ar_verify);
-        return RF_ERR_INVALID;
-    }
-    if (p->eos_id < RF_TOKEN_FROM_MODEL) {
-        rf_set_error("eos_id must be a token id, -1 (none) or RF_TOKEN_FROM_MODEL, got %d", p->eos_id);
-        return RF_ERR_INVALID;
-    }
-    rf_gen_params_default(g);
-#define TO_GEN(f) g->f = p->f;
-    SAME_PARAMS(TO_GEN)
-#undef TO_GEN
-    g->ar_correct = p->ar_verify & 1;
-    g->ar_check_first = p->ar_verify >> 1;
-    g->eos_id = p->eos_id == RF_TOKEN_FROM_MODEL ? RF_ID_FROM_MODEL : p->eos_id;
-    g->cancel = p->cancel;
-    bridge->p = p;
-    g->user = bridge;
-    if (p->on_tokens) g->on_tokens = on_tokens;
-    if (p->on_event) g->on_event = on_event;
-    return 0;
-}
-
 RF_API int rf_params_check(const refusion_model *m, const int32_t *prompt, int n_prompt, const rf_params *p) {
     if (!m || !p || n_prompt < 0 || (n_prompt > 0 && !prompt)) {
         rf_set_error("rf_params_check: bad arguments");
         return RF_ERR_INVALID;
     }
-    rf_gen_params g;
-    cb_bridge bridge;
-    if (gen_params(p, &g, &bridge)) return RF_ERR_INVALID;
-    return rf_gen_check(&m->m, (const int *)prompt, n_prompt, &g, p->method != RF_METHOD_REFUSION) ? RF_ERR_INVALID
-                                                                                                  : RF_OK;
+    return rf_gen_check(&m->m, (const int *)prompt, n_prompt, p, p->method != RF_METHOD_REFUSION) ? RF_ERR_INVALID
+                                                                                                 : RF_OK;
 }
 
 RF_API int64_t rf_generate_bytes(const refusion_model *m, int n_prompt, const rf_params *p) {
-    rf_gen_params g;
-    cb_bridge bridge;
     if (!m || !p || n_prompt < 0) {
         rf_set_error("rf_generate_bytes: bad arguments");
         return RF_ERR_INVALID;
     }
-    if (gen_params(p, &g, &bridge)) return RF_ERR_INVALID;
-    return rf_gen_mem_bytes(&m->m, n_prompt, &g, p->method == RF_METHOD_AR);
+    if (rf_gen_check_settings(p)) return RF_ERR_INVALID;
+    return rf_gen_mem_bytes(&m->m, n_prompt, p, p->method == RF_METHOD_AR);
 }
 
 /* the result's step statistics into the session's array (grown, never shrunk) */
@@ -384,11 +307,7 @@ static void keep_steps(refusion_session *s, const rf_gen_result *r) {
         s->steps = rf_malloc((size_t)r->n_steps * sizeof *s->steps);
         s->steps_cap = r->n_steps;
     }
-    for (int i = 0; i < r->n_steps; i++) {
-        const rf_step_stat *t = &r->steps[i];
-        s->steps[i] = (rf_step){t->block, t->slots_planned, t->slots_fast, t->slots_infilled, t->infill_iters,
-                                t->tokens, t->calls};
-    }
+    if (r->n_steps) memcpy(s->steps, r->steps, (size_t)r->n_steps * sizeof *s->steps);
 }
 
 static void fill_stats(const refusion_session *s, const rf_gen_result *r, rf_stats *st) {
@@ -414,30 +333,16 @@ RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt,
         return RF_ERR_INVALID;
     }
     const rf_model *m = &s->model->m;
-    rf_gen_params g;
-    cb_bridge bridge;
-    if (gen_params(p, &g, &bridge)) return RF_ERR_INVALID;
+    /* p as it is, with the session's buffers lent to the decoder */
+    rf_params g = *p;
+    g.ws = s->ws;
     const int *ids = (const int *)prompt;
     rf_gen_result r;
     memset(&r, 0, sizeof r);
-    rf_workspace *prev_ws = rf_workspace_attach(s->ws);
-    CATCH_DIE(rf_workspace_attach(prev_ws); rf_workspace_reset(s->ws); return DIED);
-    int rc;
-    if (p->method == RF_METHOD_AR) {
-        rc = rf_generate_ar(m, ids, n_prompt, &g, &r);
-    } else if (p->method == RF_METHOD_MDM) {
-        rf_mdm_params mp;
-        rf_mdm_params_default(&mp, &g);
-        if (p->mdm_steps > 0) mp.steps = p->mdm_steps;
-        rc = rf_generate_mdm(m, ids, n_prompt, &g, &mp, &r);
-    } else if (p->no_cache) {
-        rc = rf_generate_refusion_naive(m, ids, n_prompt, &g, &r);
-    } else {
-        rc = rf_generate_refusion(m, ids, n_prompt, &g, &r);
-    }
+    CATCH_DIE(rf_workspace_reset(s->ws); return DIED);
+    int rc = rf_decode(m, ids, n_prompt, &g, NULL, &r);
     if (!rc) keep_steps(s, &r);
     END_CATCH();
-    rf_workspace_attach(prev_ws);
     if (rc) {
         int cancelled = p->cancel && *p->cancel;
         rf_gen_result_free(&r);
@@ -449,6 +354,39 @@ RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt,
     rf_gen_result_free(&r);
     return n;
 }
+
+/* ---- rf_params_fields, rf_stats_fields ----
+ * offsetof checks each name against the struct; tests/api_layout.c checks
+ * that the fields tile the struct (none left out) */
+#define FIELD(type, kind, f) {#f, RF_FIELD_##kind, offsetof(type, f)},
+static const rf_field params_fields[] = {
+    FIELD(rf_params, INT, method) FIELD(rf_params, INT, gen_length) FIELD(rf_params, INT, slot_size)
+    FIELD(rf_params, INT, n_blocks) FIELD(rf_params, FLOAT, slot_threshold) FIELD(rf_params, FLOAT, token_threshold)
+    FIELD(rf_params, FLOAT, temperature) FIELD(rf_params, INT, top_k) FIELD(rf_params, FLOAT, top_p)
+    FIELD(rf_params, U64, seed) FIELD(rf_params, INT, eos_id) FIELD(rf_params, INT, mask_id)
+    FIELD(rf_params, INT, ar_correct) FIELD(rf_params, INT, ar_check_first) FIELD(rf_params, INT, lookahead)
+    FIELD(rf_params, INT, jacobi) FIELD(rf_params, INT, rolling) FIELD(rf_params, INT, no_cache)
+    FIELD(rf_params, INT, mdm_steps) FIELD(rf_params, FLOAT, min_p) FIELD(rf_params, FLOAT, repeat_penalty)
+    FIELD(rf_params, FLOAT, presence_penalty) FIELD(rf_params, FLOAT, frequency_penalty)
+    FIELD(rf_params, INT, penalty_last_n) FIELD(rf_params, PTR, on_tokens) FIELD(rf_params, PTR, on_event)
+    FIELD(rf_params, PTR, user) FIELD(rf_params, PTR, cancel) FIELD(rf_params, PTR, ws)
+    {NULL, 0, 0}};
+static const rf_field stats_fields[] = {
+    FIELD(rf_stats, INT, n_tokens) FIELD(rf_stats, INT, hit_eos) FIELD(rf_stats, INT, n_calls)
+    FIELD(rf_stats, DOUBLE, seconds) FIELD(rf_stats, DOUBLE, tpf) FIELD(rf_stats, DOUBLE, tokens_per_call)
+    FIELD(rf_stats, DOUBLE, tokens_per_s) FIELD(rf_stats, INT, n_steps) FIELD(rf_stats, PTR, steps)
+    FIELD(rf_stats, INT, first_free) FIELD(rf_stats, INT, first_checked) FIELD(rf_stats, INT, first_replaced)
+    FIELD(rf_stats, INT, verified) FIELD(rf_stats, INT, forced_draft) FIELD(rf_stats, INT, forced_ar)
+    {NULL, 0, 0}};
+#undef FIELD
+_Static_assert(sizeof(rf_method) == sizeof(int), "rf_params.method is laid out as an int");
+
+static const rf_field *fields(const rf_field *table, size_t struct_size, size_t *size) {
+    if (size) *size = struct_size;
+    return table;
+}
+RF_API const rf_field *rf_params_fields(size_t *size) { return fields(params_fields, sizeof(rf_params), size); }
+RF_API const rf_field *rf_stats_fields(size_t *size) { return fields(stats_fields, sizeof(rf_stats), size); }
 
 size_t rf_session_allocs(const refusion_session *s) { return rf_workspace_allocs(s->ws); }
 

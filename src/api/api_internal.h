@@ -1,7 +1,7 @@
 /* api_internal.h - hidden (not exported from the .so): for tests, for the
- * option table of the CLI and the server (cli/api_params.h), and for the
- * server's request parser, which checks requests against the model's
- * configuration and tokenizer (serve/request.c). */
+ * CLI and the server, and for the server's request parser, which checks
+ * requests against the model's configuration and tokenizer
+ * (serve/request.c). */
 #ifndef RF_API_INTERNAL_H
 #define RF_API_INTERNAL_H
 
@@ -12,11 +12,6 @@
 
 /* Buffer allocations (KV cache, rows, run state) the session has made. */
 size_t rf_session_allocs(const refusion_session *s);
-
-/* The decoders' settings as rf_params (the reverse of what rf_generate
- * does; mask_id and the callbacks are not carried): for the CLI and the
- * server, whose option table fills an rf_gen_params. */
-rf_params rf_params_from_gen(const rf_gen_params *g, rf_method method, int mdm_steps);
 
 /* The internal model and tokenizer behind the handles. */
 const rf_model *rf_api_model(const refusion_model *m);

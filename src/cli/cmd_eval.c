@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/args.h"
+#include "common/args.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "decode/presets.h"
@@ -83,10 +83,10 @@ static double short_real(float x) {
 /* the settings that apply to the decoder, for the report */
 static json_t *settings_json(const rf_eval_opts *o) {
     const rf_gen_params *g = &o->gen;
-    if (o->decoder == RF_DEC_ANSWERS) return json_object();
+    if (o->answers) return json_object();
     json_t *s = json_pack("{s:i, s:f, s:I}", "gen_length", g->gen_length, "temperature",
                           short_real(g->temperature), "seed", (json_int_t)g->seed);
-    if (o->decoder == RF_DEC_REFUSION) {
+    if (g->method == RF_METHOD_REFUSION) {
         json_object_set_new(s, "slot_size", json_integer(g->slot_size));
         json_object_set_new(s, "blocks", json_integer(g->n_blocks));
         json_object_set_new(s, "slot_threshold", json_real(short_real(g->slot_threshold)));
@@ -95,10 +95,10 @@ static json_t *settings_json(const rf_eval_opts *o) {
         json_object_set_new(s, "lookahead", json_boolean(g->lookahead));
         json_object_set_new(s, "jacobi", json_boolean(g->jacobi));
         json_object_set_new(s, "rolling", json_boolean(g->rolling));
-    } else if (o->decoder == RF_DEC_AR) {
+    } else if (g->method == RF_METHOD_AR) {
         json_object_set_new(s, "top_k", json_integer(g->top_k));
         json_object_set_new(s, "top_p", json_real(short_real(g->top_p)));
-    } else if (o->decoder == RF_DEC_MDM) {
+    } else if (g->method == RF_METHOD_MDM) {
         json_object_set_new(s, "blocks", json_integer(g->n_blocks));
         json_object_set_new(s, "steps", json_integer(o->mdm.steps));
         json_object_set_new(s, "early_stop", json_boolean(o->mdm.early_stop));
@@ -139,10 +139,10 @@ static int eval_paper(const eval_args *a, const rf_decode_opts *d) {
     rf_paper_run_opts o;
     memset(&o, 0, sizeof o);
     o.task = task;
-    o.decoder = a->answers ? RF_DEC_ANSWERS : (rf_decoder_kind)d->decoder;
+    o.answers = a->answers != NULL;
     o.gen = d->gen;
     rf_mdm_params_default(&o.mdm, &o.gen);
-    if (d->steps > 0) o.mdm.steps = d->steps;
+    if (d->gen.mdm_steps > 0) o.mdm.steps = d->gen.mdm_steps;
     o.mdm.early_stop = !a->no_early_stop;
     o.limit = a->limit;
     o.resume = a->resume;
@@ -177,7 +177,7 @@ static int eval_paper(const eval_args *a, const rf_decode_opts *d) {
         const char *base = base_name(a->answers ? a->answers : a->model);
         size_t n = strlen(base) + 96;
         def_out = rf_malloc(n);
-        snprintf(def_out, n, "results/%s-%s-%s", base, tname, rf_decoder_name(o.decoder));
+        snprintf(def_out, n, "results/%s-%s-%s", base, tname, rf_decoder_name(o.gen.method, o.answers));
         out = def_out;
     }
     size_t n = strlen(out) + 16;
@@ -198,11 +198,11 @@ static int eval_paper(const eval_args *a, const rf_decode_opts *d) {
     o.on_sample = paper_progress, o.user = &meter;
     rf_eval_opts eo;
     memset(&eo, 0, sizeof eo);
-    eo.decoder = o.decoder, eo.gen = o.gen, eo.mdm = o.mdm;
+    eo.answers = o.answers, eo.gen = o.gen, eo.mdm = o.mdm;
     json_t *settings = settings_json(&eo);
-    if (a->task && d->preset == 0 && o.decoder != RF_DEC_ANSWERS)
+    if (a->task && d->preset == 0 && !o.answers)
         json_object_set_new(settings, "preset", json_string(tname));
-    else if (d->preset && o.decoder != RF_DEC_ANSWERS)
+    else if (d->preset && !o.answers)
         json_object_set_new(settings, "preset", json_string(rf_decode_presets[d->preset - 1].name));
     rf_paper_totals t;
     if (rf_paper_run(have_model ? &m : NULL, tok, items, answers, &o, &t)) {
@@ -212,7 +212,7 @@ static int eval_paper(const eval_args *a, const rf_decode_opts *d) {
     }
     json_t *config = json_pack("{s:s, s:s, s:s, s:s, s:s?, s:s, s:i, s:o}", "task", tname, "harness_task",
                                rf_paper_harness_task(task), "model", a->answers ? a->answers : a->model, "decoder",
-                               rf_decoder_name(o.decoder), "tokenizer", a->tokenizer, "data", a->data, "limit",
+                               rf_decoder_name(o.gen.method, o.answers), "tokenizer", a->tokenizer, "data", a->data, "limit",
                                a->limit, "settings", settings);
     json_object_set_new(config, "samples", json_string(samples));
     doc = rf_paper_summary(task, &t, config);
@@ -225,7 +225,7 @@ static int eval_paper(const eval_args *a, const rf_decode_opts *d) {
              "# %s (%s), decoder %s\n\n- data: %s (%d samples)\n- settings: `%s`\n- per-sample results: %s\n"
              "- score in %%, stderr in points (lm-eval's sample standard error); tokens/s = answer tokens / "
              "decoder time; TPF as the decoder reports it; latency = mean decoder time per sample\n\n%s",
-             tname, rf_paper_harness_task(task), rf_decoder_name(o.decoder), a->data, t.n, sline, samples, table);
+             tname, rf_paper_harness_task(task), rf_decoder_name(o.gen.method, o.answers), a->data, t.n, sline, samples, table);
     int ok = rf_write_file_atomic(md_path, md, strlen(md)) == 0 && rf_write_file_atomic(json_path, js, strlen(js)) == 0;
     free(md), free(sline);
     if (!ok) goto fail;
@@ -282,16 +282,15 @@ int cmd_eval(int argc, char **argv) {
     rf_decode_opts_default(&d);
     def = d;
     const rf_opt_group groups[] = {
-        {NULL, eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]), &a, &def_a},
+        {NULL, eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]), &a, NULL, &def_a},
         RF_DECODE_GROUP(&d, &def),
     };
     const char *synopsis = "-m MODEL [options]\n"
                            "Decode every example of a task file, check the answers, report accuracy\n"
                            "and speed per task family and overall; --task NAME --data FILE: one of the\n"
                            "paper's benchmarks (gsm8k, math, humaneval, mbpp, arc-c, mmlu-pro, gpqa).";
-    unsigned char *src[2] = {NULL, d.src};
     int first = argc;
-    int prc = rf_args_parse_src("eval", synopsis, groups, 2, argc, argv, &first, src);
+    int prc = rf_args_parse("eval", synopsis, groups, 2, argc, argv, &first);
     if (prc) return prc > 0 ? 0 : 2;
     if (a.table) return eval_table(argc, argv, first);
     if (first < argc) {
@@ -305,7 +304,7 @@ int cmd_eval(int argc, char **argv) {
         rf_decode_opts_default(&d);
         rf_decode_opts_preset(&d, task);
         a = def_a;
-        if (rf_args_parse_src("eval", synopsis, groups, 2, argc, argv, &first, src)) return 2;
+        if (rf_args_parse("eval", synopsis, groups, 2, argc, argv, &first)) return 2;
     }
     rf_decode_opts_finish(&d);
     if (rf_decode_opts_cli("eval", &d)) return 2;
@@ -323,14 +322,14 @@ int cmd_eval(int argc, char **argv) {
 
     rf_eval_opts o;
     memset(&o, 0, sizeof o);
-    o.decoder = answers_path ? RF_DEC_ANSWERS : (rf_decoder_kind)d.decoder;
+    o.answers = answers_path != NULL;
     if (!answers_path && !model_dir) {
         fprintf(stderr, "refusion: eval: -m MODEL is required (or --answers FILE)\n");
         return 2;
     }
     o.gen = d.gen;
     rf_mdm_params_default(&o.mdm, &o.gen);
-    if (d.steps > 0) o.mdm.steps = d.steps;
+    if (d.gen.mdm_steps > 0) o.mdm.steps = d.gen.mdm_steps;
     o.mdm.early_stop = !a.no_early_stop;
     o.limit = a.limit;
 
@@ -369,7 +368,7 @@ int cmd_eval(int argc, char **argv) {
         const char *base = answers_path ? base_name(answers_path) : base_name(model_dir);
         size_t n = strlen(base) + 64;
         def_out = rf_malloc(n);
-        snprintf(def_out, n, "results/%s-%s", base, rf_decoder_name(o.decoder));
+        snprintf(def_out, n, "results/%s-%s", base, rf_decoder_name(o.gen.method, o.answers));
         out = def_out;
     }
 
@@ -390,7 +389,7 @@ int cmd_eval(int argc, char **argv) {
     char *sline = settings_line(settings), *table = rf_eval_markdown_table(&rep);
     const char *what = answers_path ? answers_path : model_dir;
     if (!a.json)
-        printf("%s, decoder %s %s, %s (%d examples)\n\n%s", what, rf_decoder_name(o.decoder), sline, data,
+        printf("%s, decoder %s %s, %s (%d examples)\n\n%s", what, rf_decoder_name(o.gen.method, o.answers), sline, data,
                rep.all.n, table);
 
     /* <out>.md and <out>.json, each written atomically */
@@ -411,9 +410,9 @@ int cmd_eval(int argc, char **argv) {
              "- data: %s (%d examples)\n- settings: `%s`\n- tokens: answer tokens up to and including "
              "the first EOS; tokens/s = tokens / decoder time; TPF as the decoder reports it; "
              "latency = mean decoder time per example\n\n%s",
-             what, rf_decoder_name(o.decoder), data, rep.all.n, sline, table);
+             what, rf_decoder_name(o.gen.method, o.answers), data, rep.all.n, sline, table);
     json_t *doc = json_pack("{s:s, s:s, s:s?, s:s, s:O, s:o, s:O}", "model", what, "decoder",
-                            rf_decoder_name(o.decoder), "tokenizer", tok_path, "data", data, "settings",
+                            rf_decoder_name(o.gen.method, o.answers), "tokenizer", tok_path, "data", data, "settings",
                             settings, "metrics", rf_eval_metrics_json(&rep), "examples", rep.examples);
     char *js = json_dumps(doc, JSON_PRESERVE_ORDER | JSON_INDENT(1) | JSON_REAL_PRECISION(8));
     if (ok) ok = rf_write_file_atomic(md_path, md, strlen(md)) == 0;

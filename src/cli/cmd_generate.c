@@ -19,8 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/api_params.h"
-#include "cli/args.h"
+#include "api/api_internal.h"
+#include "common/args.h"
 #include "cli/commands.h"
 #include "refusion.h"
 #include "util/util.h" /* rf_malloc & co: the program's allocation helpers */
@@ -186,24 +186,24 @@ static void on_event(const rf_event *ev, void *user) {
     if (!u->vis) return;
     const char *what = "";
     for (int i = 0; i < ev->n; i++) {
-        int a = ev->pos[i];
+        int a = ev->apos[i];
         if (a < 0 || a >= u->G) continue;
-        switch (ev->type) {
-        case RF_EVENT_PLAN: u->cell[a] = C_PLAN, u->cell_tok[a] = ev->ids[i], what = "plan"; break;
-        case RF_EVENT_FAST_COMMIT: u->cell[a] = C_FAST, u->cell_tok[a] = ev->ids[i], what = "fast"; break;
+        switch (ev->kind) {
+        case RF_EVENT_PLAN: u->cell[a] = C_PLAN, u->cell_tok[a] = ev->tok[i], what = "plan"; break;
+        case RF_EVENT_FAST_COMMIT: u->cell[a] = C_FAST, u->cell_tok[a] = ev->tok[i], what = "fast"; break;
         case RF_EVENT_INFILL_ITER:
-            u->cell[a] = ev->accepted[i] ? C_VERIFIED : C_DRAFT, u->cell_tok[a] = ev->ids[i], what = "infill";
+            u->cell[a] = ev->accepted[i] ? C_VERIFIED : C_DRAFT, u->cell_tok[a] = ev->tok[i], what = "infill";
             break;
-        case RF_EVENT_INFILL_COMMIT: u->cell[a] = C_INFILL, u->cell_tok[a] = ev->ids[i], what = "commit"; break;
+        case RF_EVENT_INFILL_COMMIT: u->cell[a] = C_INFILL, u->cell_tok[a] = ev->tok[i], what = "commit"; break;
         case RF_EVENT_DROP: u->cell[a] = C_DROP, what = "eos-cut"; break;
-        case RF_EVENT_AR_TOKEN: u->cell[a] = C_FAST, u->cell_tok[a] = ev->ids[i], what = "ar"; break;
+        case RF_EVENT_AR_TOKEN: u->cell[a] = C_FAST, u->cell_tok[a] = ev->tok[i], what = "ar"; break;
         }
     }
-    if (ev->type == RF_EVENT_DROP && ev->n > 0) {
+    if (ev->kind == RF_EVENT_DROP && ev->n > 0) {
         /* the cells between the committed EOS and the first dropped slot belong
          * to the EOS's own slot: truncated after the EOS, so dropped too */
         int a0 = u->G;
-        for (int i = 0; i < ev->n; i++) a0 = ev->pos[i] < a0 ? ev->pos[i] : a0;
+        for (int i = 0; i < ev->n; i++) a0 = ev->apos[i] < a0 ? ev->apos[i] : a0;
         for (int a = a0 - 1; a >= 0 && (u->cell[a] == C_PLAN || u->cell[a] == C_DRAFT || u->cell[a] == C_VERIFIED);
              a--)
             u->cell[a] = C_DROP;
@@ -336,8 +336,8 @@ static void on_sigint(int sig) {
  * with the reason printed to nobody yet: rf_last_error(). r is filled on
  * success (free r->ids). */
 static int run_decoder(gen_ctx *g, const int32_t *prompt, int P, ui *u, answer *r) {
-    rf_params p = rf_params_from_opts(&g->d.gen, g->d.decoder, g->d.steps);
-    int ar = g->d.decoder == RF_DECODER_AR, mdm = g->d.decoder == RF_DECODER_MDM;
+    rf_params p = g->d.gen; /* this prompt's EOS and answer length on top of the options */
+    int ar = p.method == RF_METHOD_AR, mdm = p.method == RF_METHOD_MDM;
     if (!g->d.ignore_eos && g->d.config_eos >= 0) {
         p.eos_id = g->d.config_eos; /* generation_config.json's */
     } else if (g->tok && !g->d.ignore_eos) {
@@ -447,7 +447,7 @@ static int chat_repl(gen_ctx *g) {
     if (g->a.system) h[n++] = (rf_chat_message){"system", rf_strdup(g->a.system)};
     int n_fixed = n;
     fprintf(stderr, "refusion chat: %s (%s). /reset clears the history, /exit quits; Ctrl-C stops an answer.\n",
-            g->a.model, rf_decoder_names[g->d.decoder]);
+            g->a.model, rf_method_name(g->d.gen.method));
     char *line = NULL;
     size_t line_cap = 0;
     int rc = 0;
@@ -502,10 +502,10 @@ static int chat_repl(gen_ctx *g) {
         fflush(stdout);
         if (r.stop_text) /* cancelled at the stop text: no statistics */
             fprintf(stderr, "[%s: prompt %d tokens, answer %d tokens, stopped at the reverse prompt]\n",
-                    rf_decoder_names[g->d.decoder], P, r.n);
+                    rf_method_name(g->d.gen.method), P, r.n);
         else
             fprintf(stderr, "[%s: prompt %d tokens, answer %d tokens, %d model calls, %.2f s]\n",
-                    rf_decoder_names[g->d.decoder], P, r.st.n_tokens, r.st.n_calls, r.st.seconds);
+                    rf_method_name(g->d.gen.method), P, r.st.n_tokens, r.st.n_calls, r.st.seconds);
         h[n + 1] = (rf_chat_message){"assistant", text ? text : rf_strdup("")};
         n += 2;
         free(r.ids);
@@ -526,7 +526,7 @@ static int generate_main(int argc, char **argv, int interactive) {
     gen_args def_a = g.a;
     rf_chat_template_opts tpl = {0};
     const rf_opt_group groups[] = {
-        {NULL, gen_opts, (int)(sizeof gen_opts / sizeof gen_opts[0]), &g.a, &def_a},
+        {NULL, gen_opts, (int)(sizeof gen_opts / sizeof gen_opts[0]), &g.a, NULL, &def_a},
         RF_CHAT_TEMPLATE_GROUP(&tpl),
         RF_DECODE_GROUP(&g.d, &def),
     };
@@ -535,8 +535,7 @@ static int generate_main(int argc, char **argv, int interactive) {
                     : "-m MODEL [-p TEXT | -f FILE | --ids IDS] [options]\n"
                       "Generate an answer with ReFusion plan-and-infill decoding (or AR / mdm decoding).\n"
                       "Text streams to stdout as it becomes final; statistics go to stderr.";
-    unsigned char *src[3] = {NULL, NULL, g.d.src};
-    int prc = rf_args_parse_src(cmd, synopsis, groups, 3, argc, argv, NULL, src);
+    int prc = rf_args_parse(cmd, synopsis, groups, 3, argc, argv, NULL);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&g.d);
     if (rf_decode_opts_cli(cmd, &g.d)) return 2;
@@ -645,7 +644,7 @@ static int generate_main(int argc, char **argv, int interactive) {
         fprintf(stderr, "refusion: generate: %s\n", rf_last_error());
         goto out;
     }
-    const char *mode = rf_decoder_names[g.d.decoder];
+    const char *mode = rf_method_name(g.d.gen.method);
     if (r.stop_text) answer_text = r.stop_text, r.stop_text = NULL;
     else if (g.tok) answer_text = detokenize(g.tok, r.ids, r.n, 1);
     if (g.a.json) {

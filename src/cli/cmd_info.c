@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli/args.h"
+#include "common/args.h"
 #include "cli/commands.h"
 #include "kernels/cpu.h"
 #include "model/model.h"
@@ -95,7 +95,7 @@ static json_t *info_json(const rf_model *m, const char *dir, const char *tokeniz
 
 int cmd_info(int argc, char **argv) {
     info_args a = {0};
-    const rf_opt_group groups[] = {{NULL, info_opts, (int)(sizeof info_opts / sizeof info_opts[0]), &a, NULL}};
+    const rf_opt_group groups[] = {{NULL, info_opts, (int)(sizeof info_opts / sizeof info_opts[0]), &a, NULL, NULL}};
     int prc = rf_args_parse("info", "-m MODEL [--verify] [--json]\n"
                             "Load a checkpoint, check it against its config.json and print its shape.",
                             groups, 1, argc, argv, NULL);

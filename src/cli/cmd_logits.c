@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "common/args.h"
 #include "cli/commands.h"
 #include "model/forward.h"
 #include "model/model.h"

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "common/args.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "tasks/eval.h"
@@ -48,7 +48,7 @@ int cmd_probe(int argc, char **argv) {
     rf_decode_opts_default(&d);
     def = d;
     const rf_opt_group groups[] = {
-        {NULL, probe_opts, (int)(sizeof probe_opts / sizeof probe_opts[0]), &a, &def_a},
+        {NULL, probe_opts, (int)(sizeof probe_opts / sizeof probe_opts[0]), &a, NULL, &def_a},
         RF_DECODE_GROUP(&d, &def),
     };
     int pos = 0;
@@ -76,12 +76,11 @@ int cmd_probe(int argc, char **argv) {
         fprintf(stderr, "refusion: probe: -m MODEL is required\n");
         return 2;
     }
-    if (d.decoder == RF_DECODER_MDM) {
+    if (d.gen.method == RF_METHOD_MDM) {
         fprintf(stderr, "refusion: probe: --decoder: refusion or ar (mdm has no AR head to probe)\n");
         return 2;
     }
-    rf_decoder_kind dec = (rf_decoder_kind)d.decoder;
-    const char *dec_name = rf_decoder_names[d.decoder];
+    const char *dec_name = rf_method_name(d.gen.method);
     if (d.threads > 0) omp_set_num_threads(d.threads);
 
     json_t *examples = rf_tasks_load(data, decode), *doc = NULL;
@@ -116,7 +115,6 @@ int cmd_probe(int argc, char **argv) {
     if (decode) {
         rf_eval_opts o;
         memset(&o, 0, sizeof o);
-        o.decoder = dec;
         o.gen = d.gen;
         o.gen.eos_id = rf_tok_eos_id(tok);
         o.gen.mask_id = rf_tok_mask_id(tok);

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/api_params.h"
-#include "cli/args.h"
+#include "api/api_internal.h"
+#include "common/args.h"
 #include "cli/commands.h"
 #include "refusion.h"
 #include "serve/serve.h"
@@ -95,19 +95,18 @@ int cmd_serve(int argc, char **argv) {
     rf_decode_opts def = c.defaults;
     rf_chat_template_opts tpl = {0};
     const rf_opt_group groups[] = {
-        {NULL, serve_opts, (int)(sizeof serve_opts / sizeof serve_opts[0]), &a, &def_a},
+        {NULL, serve_opts, (int)(sizeof serve_opts / sizeof serve_opts[0]), &a, NULL, &def_a},
         {"decoding: the defaults of requests that do not set them (the same options and defaults in generate, "
          "chat, eval, probe and serve; the model's generation_config.json replaces the defaults, flags override "
          "it; HTTP: the request field, which overrides both; responses say where each value came from)",
-         rf_decode_table, rf_decode_table_n, &c.defaults, &def},
+         rf_decode_table, rf_decode_table_n, &c.defaults, c.defaults.src, &def},
         RF_CHAT_TEMPLATE_GROUP(&tpl),
     };
-    unsigned char *src[3] = {NULL, c.defaults.src, NULL};
-    int prc = rf_args_parse_src("serve", "-m MODEL [options]\n"
+    int prc = rf_args_parse("serve", "-m MODEL [options]\n"
                             "Serve the model over HTTP (OpenAI-compatible): GET /health, /metrics, /v1/models[/ID];\n"
                             "POST /v1/completions, /v1/chat/completions (\"stream\": true for Server-Sent Events).\n"
                             "--parallel requests are decoded at once, the rest wait in arrival order.",
-                            groups, 3, argc, argv, NULL, src);
+                            groups, 3, argc, argv, NULL);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&c.defaults);
     if (rf_decode_opts_cli("serve", &c.defaults)) return 2;
@@ -172,8 +171,7 @@ int cmd_serve(int argc, char **argv) {
     }
     /* the server-wide defaults must be usable on their own (a one-token prompt) */
     int32_t probe = 0;
-    rf_params probe_p = rf_params_from_opts(p, c.defaults.decoder, c.defaults.steps);
-    if (rf_params_check(m, &probe, 1, &probe_p)) {
+    if (rf_params_check(m, &probe, 1, p)) {
         fprintf(stderr, "refusion: serve: default settings (see --help): %s\n", rf_last_error());
         rf_tokenizer_close(tok);
         rf_model_close(m);
@@ -214,7 +212,7 @@ int cmd_serve(int argc, char **argv) {
     const char *h = c.host;
     int bracket = strchr(h, ':') != NULL; /* IPv6 literal */
     fprintf(stderr, "refusion serve: %s (%s%s, %d workers x %d threads%s) listening on http://%s%s%s:%d\n",
-            model_dir, rf_decoder_names[c.defaults.decoder], tok ? "" : ", no tokenizer", c.workers,
+            model_dir, rf_method_name(c.defaults.gen.method), tok ? "" : ", no tokenizer", c.workers,
             c.defaults.threads, c.api_key ? ", API key" : "", bracket ? "[" : "", h, bracket ? "]" : "",
             rf_serve_port(s));
     if (!c.api_key && !rf_serve_loopback(s))

@@ -8,7 +8,7 @@
 #include "refusion.h"
 #include "util/util.h"
 
-#include "cli/args.h"
+#include "common/args.h"
 #include "cli/commands.h"
 
 typedef struct {

@@ -19,8 +19,8 @@ int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_
     const int V = m->cfg.vocab_size, G = p->gen_length, eos = gen_eos_id(m, p);
     const int chunk = n_prompt < 256 ? n_prompt : 256;
     rf_kvcache kv;
-    rf_kv_init(&kv, &m->cfg, n_prompt + G);
-    rf_runstate *rs = rf_runstate_new(&m->cfg, chunk, n_prompt + G);
+    rf_workspace_kv_init(p->ws, &kv, &m->cfg, n_prompt + G);
+    rf_runstate *rs = rf_workspace_runstate(p->ws, &m->cfg, chunk, n_prompt + G);
     float *logits = rf_scoped_malloc((size_t)V * sizeof(float));
     int *pos = rf_scoped_malloc((size_t)chunk * sizeof(int));
     rf_rng rng;
@@ -46,7 +46,7 @@ int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_
         st->calls++;
     }
     rf_scoped_free(logits), rf_scoped_free(pos);
-    rf_runstate_free(rs);
+    rf_workspace_runstate_free(p->ws, rs);
     rf_kv_free(&kv);
     if (rc) {
         ans_free(&ans);

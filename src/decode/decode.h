@@ -22,89 +22,28 @@
 #include <stdint.h>
 
 #include "model/model.h"
+#include "refusion.h" /* rf_params, rf_event, rf_step, rf_method */
 #include "util/util.h"
 
-/* eos_id / mask_id value meaning "take it from the model's config". */
-#define RF_ID_FROM_MODEL (-2)
-
-/* What the decoder reports while it works (for --visualize and demos). */
-typedef enum {
-    RF_EV_PLAN,          /* slots chosen by the planning step: tok = their drafts */
-    RF_EV_FAST_COMMIT,   /* slots committed by global verification's fast path */
-    RF_EV_INFILL_ITER,   /* after one draft+verify iteration: tok = current drafts,
-                            accepted[i] = 1 where verified so far */
-    RF_EV_INFILL_COMMIT, /* infilled slots committed (truncated after an EOS) */
-    RF_EV_DROP,          /* positions dropped because an EOS was committed before them */
-    RF_EV_AR_TOKEN,      /* one AR token */
-} rf_event_kind;
-
-typedef struct {
-    rf_event_kind kind;
-    int step;                     /* 0-based planning step (AR: token index) */
-    int n;                        /* entries below */
-    const int *apos;              /* [n] answer positions */
-    const int *tok;               /* [n] tokens (NULL for RF_EV_DROP) */
-    const unsigned char *accepted;/* [n] for RF_EV_INFILL_ITER, else NULL */
-} rf_decode_event;
-
+/* The decoders read the library's public settings and report through its
+ * public events and step statistics (refusion.h); these are the names the
+ * decoders' code uses for them. */
+#define RF_ID_FROM_MODEL RF_TOKEN_FROM_MODEL /* eos_id / mask_id: the model config's */
+typedef rf_params rf_gen_params;
+typedef rf_event rf_decode_event;
+typedef rf_event_type rf_event_kind;
+#define RF_EV_PLAN RF_EVENT_PLAN
+#define RF_EV_FAST_COMMIT RF_EVENT_FAST_COMMIT
+#define RF_EV_INFILL_ITER RF_EVENT_INFILL_ITER
+#define RF_EV_INFILL_COMMIT RF_EVENT_INFILL_COMMIT
+#define RF_EV_DROP RF_EVENT_DROP
+#define RF_EV_AR_TOKEN RF_EVENT_AR_TOKEN
 /* Newly final answer tokens: every answer position before them is filled, so
  * they can be printed. Called in position order, up to and including the
  * first EOS. */
-typedef void (*rf_tokens_cb)(const int *ids, int n, void *user);
-typedef void (*rf_event_cb)(const rf_decode_event *ev, void *user);
-
-typedef struct {
-    int gen_length;          /* answer length; ReFusion pads it up to a multiple of slot_size */
-    int slot_size;           /* ReFusion */
-    int n_blocks;            /* ReFusion: serial blocks (whole slots; the last takes the rest) */
-    float slot_threshold;    /* ReFusion: a slot is planned when its first token's prob > this */
-    float token_threshold;   /* ReFusion: a token is verified when its AR prob > this */
-    float temperature;       /* 0 = greedy */
-    int top_k;               /* AR sampling: 0 = off */
-    float top_p;             /* AR sampling: 1 = off */
-    uint64_t seed;
-    int eos_id;              /* RF_ID_FROM_MODEL, or -1 for "no EOS" */
-    int mask_id;             /* RF_ID_FROM_MODEL or an id */
-    /* AR-verified ReFusion (docs/refusion.md §4; both off = the reference) */
-    int ar_correct;          /* (a) a forced token is the AR head's choice, not the mask re-draft */
-    int ar_check_first;      /* (b) a slot's first token is checked by the AR head when its
-                                left neighbour is committed */
-    int lookahead;           /* ReFusion, beyond the paper: a global verification also feeds the
-                                next plan's masks; used when every chosen slot is committed
-                                (same answer, fewer calls; docs/refusion.md §4) */
-    int jacobi;              /* ReFusion, beyond the paper: an infilling iteration verifies the
-                                current drafts again instead of re-drafting them first (one call
-                                per iteration, not two; docs/refusion.md §4) */
-    int rolling;             /* ReFusion, beyond the paper: a rolling slot (decode/rolling.c):
-                                every call verifies the drafts and drafts the next slot with masks
-                                behind them; the answer is AR decoding's (same sampling settings) */
-    /* AR sampling (ar and the rolling slot), as llama.cpp names them */
-    float min_p;             /* keep tokens with probability >= min_p * the top one's (0 = off) */
-    float repeat_penalty;    /* l /= x (l *= x when l <= 0) for tokens seen in the window (1 = off) */
-    float presence_penalty;  /* l -= x for tokens seen in the window (0 = off) */
-    float frequency_penalty; /* l -= x * count for tokens seen in the window (0 = off) */
-    int penalty_last_n;      /* the window: last N tokens of prompt + answer (-1: all, 0: none) */
-    rf_tokens_cb on_tokens;  /* optional */
-    rf_event_cb on_event;    /* optional */
-    void *user;
-    /* optional: when *cancel becomes non-zero the decoder stops before its
-     * next model call and returns -1 ("cancelled"); another thread may set it */
-    const volatile int *cancel;
-} rf_gen_params;
-
-/* Statistics of one planning step of ReFusion (one per AR token for AR). */
-typedef struct {
-    int block;               /* serial block the step belongs to */
-    int slots_planned;       /* slots chosen by the plan */
-    int slots_fast;          /* slots committed by the fast path (0 when infilled) */
-    int slots_infilled;      /* slots committed by parallel infilling */
-    int infill_iters;        /* draft+verify iterations (0 on the fast path) */
-    int refeeds;             /* AR-verified (a): calls that only re-feed a row's tail whose
-                                K/V predate a replaced token (0 or 1) */
-    int tokens;              /* answer tokens committed in this step */
-    int calls;               /* model calls in this step */
-    double tpf_ref;          /* the reference's per-step TPF term (see refusion.c) */
-} rf_step_stat;
+typedef rf_token_cb rf_tokens_cb;
+typedef rf_event_callback rf_event_cb;
+typedef rf_step rf_step_stat;
 
 /* How each committed answer token got in (every committed token is counted
  * in exactly one field; the sum is n_tokens). */
@@ -132,14 +71,39 @@ typedef struct {
     rf_accept_stats accept;  /* ReFusion only (AR: all zero) */
 } rf_gen_result;
 
-/* The reference example's settings: gen 512, slot 4, 32 blocks, 0.6 / 0.3,
- * greedy; AR: top_k 0, top_p 1; eos/mask from the model. */
+/* The reference example's settings: ReFusion, gen 512, slot 4, 32 blocks,
+ * 0.6 / 0.3, greedy; AR: top_k 0, top_p 1; eos/mask from the model (the one
+ * place of the defaults: rf_params_default returns these). */
 void rf_gen_params_default(rf_gen_params *p);
+
+/* MDM's step budget (decode/mdm.h). */
+typedef struct {
+    int steps;      /* total diffusion steps over the answer (LLaDA's `steps`);
+                     * block b gets steps / n_blocks (+1 for the first
+                     * steps % n_blocks blocks), at most one per token */
+    int early_stop; /* stop once every position up to the first EOS is
+                     * unmasked. Unmasked tokens never change, so the answer
+                     * is identical to running every step; only calls are
+                     * saved. 0 = run all steps as LLaDA does. */
+} rf_mdm_params;
+
+/* The one place that chooses a decoder: p->method's (ReFusion: the no-cache
+ * twin with p->no_cache, the rolling slot with p->rolling). mp: MDM's
+ * budget, NULL for rf_mdm_params_default's with p->mdm_steps when set.
+ * 0, or -1 with rf_last_error(). */
+int rf_decode(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p, const rf_mdm_params *mp,
+              rf_gen_result *out);
+/* "refusion", "ar", "mdm" (the --decoder / HTTP "mode" names), or NULL for
+ * a value outside rf_method. */
+const char *rf_method_name(rf_method method);
 
 /* Check params against the model and prompt (ids in the vocabulary, slot_size
  * >= 1, thresholds in [0, 1], prompt + answer within the context, ...).
  * ar: 1 for AR decoding (slot settings ignored). 0 or -1 with rf_last_error(). */
 int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p, int ar);
+/* The checks of rf_gen_check that need neither the model nor the prompt (a
+ * known method, eos_id >= RF_ID_FROM_MODEL); rf_gen_check makes them first. */
+int rf_gen_check_settings(const rf_gen_params *p);
 
 /* All return 0, or -1 with rf_last_error() set (the result is then empty). */
 int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
@@ -153,7 +117,7 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
                         rf_gen_result *out);
 void rf_gen_result_free(rf_gen_result *r);
 
-/* ---- helpers shared by the decoders (decode_util.c) ---- */
+/* ---- helpers shared by the decoders (the block layout: params.c; probabilities and sampling: sample.c) ---- */
 
 /* Serial blocks as ranges of whole slots: block b covers slots
  * [first[b], first[b+1]). Returns the number of blocks (n_blocks clamped to

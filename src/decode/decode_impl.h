@@ -6,6 +6,7 @@
 
 #include "decode/decode.h"
 #include "model/forward.h"
+#include "model/workspace.h"
 
 typedef struct {
     const rf_gen_params *p;

@@ -73,8 +73,8 @@ int rf_generate_mdm(const rf_model *m, const int *prompt, int n_prompt, const rf
     double *conf = rf_scoped_malloc((size_t)max_len * sizeof(double));
     float *logits = rf_scoped_malloc((size_t)max_len * V * sizeof(float));
     rf_kvcache cache;
-    rf_kv_init(&cache, &m->cfg, T);
-    rf_runstate *rs = rf_runstate_new(&m->cfg, T, T);
+    rf_workspace_kv_init(p->ws, &cache, &m->cfg, T);
+    rf_runstate *rs = rf_workspace_runstate(p->ws, &m->cfg, T, T);
     rf_rng rng;
     rf_rng_seed(&rng, p->seed);
     int rc = 0;
@@ -133,7 +133,7 @@ int rf_generate_mdm(const rf_model *m, const int *prompt, int n_prompt, const rf
         if (mp->early_stop && a.stopped) break;
     }
 
-    rf_runstate_free(rs);
+    rf_workspace_runstate_free(p->ws, rs);
     rf_kv_free(&cache);
     rf_scoped_free(first);
     rf_scoped_free(tokens);

@@ -21,15 +21,7 @@
 
 #include "decode/decode.h"
 
-typedef struct {
-    int steps;      /* total diffusion steps over the answer (LLaDA's `steps`);
-                     * block b gets steps / n_blocks (+1 for the first
-                     * steps % n_blocks blocks), at most one per token */
-    int early_stop; /* stop once every position up to the first EOS is
-                     * unmasked. Unmasked tokens never change, so the answer
-                     * is identical to running every step; only calls are
-                     * saved. 0 = run all steps as LLaDA does. */
-} rf_mdm_params;
+/* rf_mdm_params (steps, early_stop) is in decode/decode.h, beside rf_decode. */
 
 /* steps = gen_length (one token per step, LLaDA's most accurate setting
  * when steps == gen_length is asked for), early_stop = 1. */

@@ -167,6 +167,16 @@ typedef struct {
     const int *prompt;
     rf_rng rng;
     rf_answer ans;
+    /* refusion_step's scratch, made once per generation for the largest
+     * block (maxb slots, n = maxb * S tokens) instead of once per step */
+    struct {
+        int *draft, *spec;          /* [n] */
+        float *conf;                /* [n] */
+        unsigned char *tag, *pm, *how; /* [n] */
+        int *ch, *slot_of;          /* [maxb] */
+        unsigned char *gone, *done; /* [maxb] */
+        int *la_slots;              /* [maxb + max_tok / S], lookahead */
+    } sc;
 } fast;
 
 /* One model call of R rows x n tokens (R = 1: after main, else the forked
@@ -429,11 +439,10 @@ static int next_plan_slots(const fast *f, int block, const int *rem, int n_rem, 
 static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag) {
     const int S = f->S, n = n_rem * S, stepi = f->ans.n_steps;
     rf_step_stat *st = ans_step(&f->ans, block);
-    int *draft = rf_scoped_malloc((size_t)n * sizeof(int)), *ch = rf_scoped_malloc((size_t)n_rem * sizeof(int));
-    float *conf = rf_scoped_malloc((size_t)n * sizeof(float));
-    int *spec = rf_scoped_malloc((size_t)n * sizeof(int));
-    unsigned char *tag = rf_scoped_malloc(n), *pm = rf_scoped_malloc(n), *how = rf_scoped_malloc(n),
-                  *gone = rf_scoped_calloc(n_rem, 1), *done = rf_scoped_calloc(n_rem, 1);
+    int *draft = f->sc.draft, *ch = f->sc.ch, *spec = f->sc.spec;
+    float *conf = f->sc.conf;
+    unsigned char *tag = f->sc.tag, *pm = f->sc.pm, *how = f->sc.how, *gone = f->sc.gone, *done = f->sc.done;
+    memset(gone, 0, (size_t)n_rem), memset(done, 0, (size_t)n_rem);
     int rc = -1;
 
     /* 1. plan: every masked slot of the block, masks predict themselves
@@ -498,7 +507,7 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
     }
     /* lookahead: the next plan's masks behind the drafts (causal: they see
      * exactly the context a separate plan call would, if all K slots commit) */
-    int *la_slots = f->p->lookahead ? rf_scoped_malloc((size_t)(n_rem + f->max_tok / S) * sizeof(int)) : NULL;
+    int *la_slots = f->sc.la_slots; /* NULL without lookahead */
     if (la_slots) {
         nla = next_plan_slots(f, block, rem, n_rem, ch, K, la_slots) * S;
         for (int i = 0; i < nla; i++) {
@@ -507,7 +516,6 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
             f->lidx[nl + i] = K * S + i;
         }
     }
-    rf_scoped_free(la_slots);
     if (call(f, 1, K * S + nla, nl + nla)) goto out;
     int base = f->kv.len - K * S - nla;
     for (int i = 0; i < K * S; i++)
@@ -518,7 +526,7 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
     for (int i = 0; i < prefix && eos_at < 0; i++)
         if (spec[i] == f->eos) eos_at = i;
 
-    int *slot_of = rf_scoped_malloc((size_t)K * sizeof(int)), eos_slot = -1;
+    int *slot_of = f->sc.slot_of, eos_slot = -1;
     for (int k = 0; k < K; k++) slot_of[k] = rem[ch[k]];
     if (eos_at >= 0 || prefix >= S) {
         /* fast path: a prefix of this very pass is committed with its cache */
@@ -538,13 +546,9 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
     } else {
         /* 3. + 4. parallel infilling of every chosen slot */
         rf_kv_crop(&f->kv, base);
-        if (infill(f, stepi, st, rem, ch, K, spec, tag, how, &eos_slot)) {
-            rf_scoped_free(slot_of);
-            goto out;
-        }
+        if (infill(f, stepi, st, rem, ch, K, spec, tag, how, &eos_slot)) goto out;
         for (int k = 0; k < K; k++) done[ch[k]] = 1;
     }
-    rf_scoped_free(slot_of);
     for (int i = 0; i < n_rem; i++) {
         int dropped = eos_slot >= 0 && rem[i] >= eos_slot && !done[i];
         gone[i] = done[i] || dropped;
@@ -556,7 +560,6 @@ static int refusion_step(fast *f, int block, int *rem, int n_rem, int *eos_flag)
     }
     rc = compact(rem, n_rem, gone);
 out:
-    rf_scoped_free(draft), rf_scoped_free(ch), rf_scoped_free(conf), rf_scoped_free(spec), rf_scoped_free(tag), rf_scoped_free(pm), rf_scoped_free(how), rf_scoped_free(gone), rf_scoped_free(done);
     return rc;
 }
 
@@ -587,8 +590,8 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
     f.max_tok = maxb * f.S * (p->lookahead ? 2 : 1); /* lookahead: a verification + the next plan */
     f.first = first, f.nb = nb;
     if (f.max_tok < 256 && f.max_tok < f.P) f.max_tok = f.P < 256 ? f.P : 256; /* prefill chunk */
-    rf_kv_init(&f.kv, &m->cfg, f.P + f.G);
-    f.rs = rf_runstate_new(&m->cfg, f.max_tok, f.P + f.G + f.S);
+    rf_workspace_kv_init(p->ws, &f.kv, &m->cfg, f.P + f.G);
+    f.rs = rf_workspace_runstate(p->ws, &m->cfg, f.max_tok, f.P + f.G + f.S);
     f.logits = rf_scoped_malloc((size_t)f.max_tok * f.V * sizeof(float));
     f.tok = rf_scoped_malloc((size_t)f.max_tok * sizeof(int));
     f.pos = rf_scoped_malloc((size_t)f.max_tok * sizeof(int));
@@ -602,6 +605,13 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
         f.arl = rf_scoped_malloc((size_t)(maxb + 1) * f.V * sizeof(float));
         f.arl_ok = rf_scoped_calloc((size_t)maxb + 1, 1);
     }
+    const size_t nmax = (size_t)maxb * f.S;
+    f.sc.draft = rf_scoped_malloc(nmax * sizeof(int)), f.sc.spec = rf_scoped_malloc(nmax * sizeof(int));
+    f.sc.conf = rf_scoped_malloc(nmax * sizeof(float));
+    f.sc.tag = rf_scoped_malloc(nmax), f.sc.pm = rf_scoped_malloc(nmax), f.sc.how = rf_scoped_malloc(nmax);
+    f.sc.ch = rf_scoped_malloc((size_t)maxb * sizeof(int)), f.sc.slot_of = rf_scoped_malloc((size_t)maxb * sizeof(int));
+    f.sc.gone = rf_scoped_malloc((size_t)maxb), f.sc.done = rf_scoped_malloc((size_t)maxb);
+    if (p->lookahead) f.sc.la_slots = rf_scoped_malloc((size_t)(maxb + f.max_tok / f.S) * sizeof(int));
     ans_init(&f.ans, p, f.G, f.eos);
     int *rem = rf_scoped_malloc((size_t)n_slots * sizeof(int)), rc = 0, eos_flag = 0;
 
@@ -625,7 +635,10 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
     }
     rf_scoped_free(rem), rf_scoped_free(first), rf_scoped_free(f.logits), rf_scoped_free(f.tok), rf_scoped_free(f.pos), rf_scoped_free(f.lidx), rf_scoped_free(f.lq);
     rf_scoped_free(f.arl), rf_scoped_free(f.arl_ok), rf_scoped_free(f.la_draft), rf_scoped_free(f.la_conf);
-    rf_runstate_free(f.rs);
+    rf_scoped_free(f.sc.draft), rf_scoped_free(f.sc.spec), rf_scoped_free(f.sc.conf), rf_scoped_free(f.sc.tag);
+    rf_scoped_free(f.sc.pm), rf_scoped_free(f.sc.how), rf_scoped_free(f.sc.ch), rf_scoped_free(f.sc.slot_of);
+    rf_scoped_free(f.sc.gone), rf_scoped_free(f.sc.done), rf_scoped_free(f.sc.la_slots);
+    rf_workspace_runstate_free(p->ws, f.rs);
     rf_kv_free(&f.kv);
     if (rc) {
         ans_free(&f.ans);

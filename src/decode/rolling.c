@@ -51,8 +51,8 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
     const int W = p->slot_size, chunk = n_prompt < 256 ? n_prompt : 256;
     const int cap = chunk > 2 * W ? chunk : 2 * W; /* tokens one call may hold */
     rf_kvcache kv;
-    rf_kv_init(&kv, &m->cfg, n_prompt + G);
-    rf_runstate *rs = rf_runstate_new(&m->cfg, cap, n_prompt + G);
+    rf_workspace_kv_init(p->ws, &kv, &m->cfg, n_prompt + G);
+    rf_runstate *rs = rf_workspace_runstate(p->ws, &m->cfg, cap, n_prompt + G);
     float *logits = rf_scoped_malloc((size_t)cap * V * sizeof(float));
     int *tok = rf_scoped_malloc((size_t)cap * sizeof(int)), *pos = rf_scoped_malloc((size_t)cap * sizeof(int));
     int *lidx = rf_scoped_malloc((size_t)cap * sizeof(int));
@@ -141,7 +141,7 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
         st->calls++;
     }
     rf_scoped_free(logits), rf_scoped_free(tok), rf_scoped_free(pos), rf_scoped_free(lidx), rf_scoped_free(draft), rf_scoped_free(conf), rf_scoped_free(ap);
-    rf_runstate_free(rs);
+    rf_workspace_runstate_free(p->ws, rs);
     rf_kv_free(&kv);
     if (rc) {
         ans_free(&ans);

@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "kernels/team.h"
-#include "model/workspace.h"
 #include "util/util.h"
 
 struct rf_runstate {
@@ -34,16 +33,10 @@ struct rf_runstate {
 };
 
 rf_runstate *rf_runstate_new(const rf_config *cfg, int max_tokens, int max_ctx) {
-    rf_workspace *w = rf_workspace_current();
-    rf_runstate *s = w ? rf_workspace_lend_rs(w, cfg, max_tokens, max_ctx) : NULL;
-    return s ? s : rf_runstate_alloc(cfg, max_tokens, max_ctx, 1);
+    return rf_runstate_alloc(cfg, max_tokens, max_ctx, 1);
 }
 
-void rf_runstate_free(rf_runstate *s) {
-    rf_workspace *w = rf_workspace_current();
-    if (s && w && rf_workspace_return_rs(w, s)) return;
-    rf_runstate_release(s);
-}
+void rf_runstate_free(rf_runstate *s) { rf_runstate_release(s); }
 
 int rf_runstate_fits(const rf_runstate *s, int max_tokens, int max_ctx) {
     return s->max_tokens >= max_tokens && s->max_ctx >= max_ctx && s->n_threads >= omp_get_max_threads();

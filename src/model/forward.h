@@ -32,6 +32,13 @@ typedef struct {
 typedef struct rf_runstate rf_runstate;
 rf_runstate *rf_runstate_new(const rf_config *cfg, int max_tokens, int max_ctx);
 void rf_runstate_free(rf_runstate *s);
+/* for a session's workspace (model/workspace.c), which keeps one run state
+ * between generations. scoped: a decoder's own (scoped blocks, util.h),
+ * else plain buffers, all or none. */
+rf_runstate *rf_runstate_alloc(const rf_config *cfg, int max_tokens, int max_ctx, int scoped);
+void rf_runstate_release(rf_runstate *s);
+int rf_runstate_fits(const rf_runstate *s, int max_tokens, int max_ctx);
+size_t rf_runstate_bytes(const rf_runstate *s);
 
 /* Returns 0, or -1 with rf_last_error() set (bad token id, cache full,
  * rows mismatch). */

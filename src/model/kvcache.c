@@ -4,12 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/workspace.h"
 #include "util/util.h"
 
 /* A cache's own buffers are scoped blocks (util.h: an aborted generation
- * frees them); a cache lent by a workspace uses and grows the workspace's
- * plain ones (rf_block_aligned / rf_block_free with scoped = !c->lender). */
+ * frees them); a cache that borrows (c->lender) uses and grows the
+ * lender's plain ones (rf_block_aligned / rf_block_free with scoped =
+ * !c->lender). */
 
 #define main_off rf_kv_main_off
 #define row_off rf_kv_row_off
@@ -20,16 +20,24 @@ void rf_kv_init(rf_kvcache *c, const rf_config *cfg, int cap) {
     c->kv_dim = cfg->n_kv_heads * cfg->head_dim;
     c->cap = cap;
     size_t n = (size_t)c->n_layers * cap * c->kv_dim;
-    rf_workspace *w = rf_workspace_current();
-    if (w && rf_workspace_lend_kv(w, c, n, (size_t)cap) == 0) return;
     c->k = rf_scoped_aligned(n * sizeof(float));
     c->v = rf_scoped_aligned(n * sizeof(float));
     c->pos = rf_scoped_calloc((size_t)cap, sizeof(int));
 }
 
+/* the borrower's row buffers, into the lender */
+static void lender_keep_rows(const rf_kvcache *c) {
+    rf_kvcache *l = c->lender;
+    l->row_k = c->row_k, l->row_v = c->row_v, l->row_pos = c->row_pos, l->row_len = c->row_len;
+    l->rows_alloc = c->rows_alloc, l->row_floats_alloc = c->row_floats_alloc;
+}
+
 void rf_kv_free(rf_kvcache *c) {
-    if (c->lender) {
-        rf_workspace_return_kv(c->lender, c);
+    if (c->lender) { /* everything back to the lender, the rows as they grew */
+        rf_kvcache *l = c->lender;
+        int grows = l->grows;
+        *l = *c;
+        l->lender = NULL, l->lent = 0, l->grows = grows;
         memset(c, 0, sizeof *c);
         return;
     }
@@ -63,7 +71,7 @@ void rf_kv_fork(rf_kvcache *c, int n_rows, int row_cap) {
         rf_block_free(own, c->row_len);
         c->row_k = c->row_v = NULL, c->row_pos = c->row_len = NULL;
         c->rows_alloc = 0, c->row_floats_alloc = 0;
-        if (c->lender) rf_workspace_keep_rows(c->lender, c); /* none, should an allocation below fail */
+        if (c->lender) lender_keep_rows(c); /* none, should an allocation below fail */
         /* own: scoped, a failure dies (and the unwinding frees the others);
          * lent: plain, all or none */
         float *k = rf_block_aligned(own, need * sizeof(float)), *v = rf_block_aligned(own, need * sizeof(float));
@@ -76,7 +84,7 @@ void rf_kv_fork(rf_kvcache *c, int n_rows, int row_cap) {
         c->row_k = k, c->row_v = v, c->row_pos = pos, c->row_len = len;
         c->rows_alloc = rows;
         c->row_floats_alloc = need;
-        if (c->lender) rf_workspace_keep_rows(c->lender, c), rf_workspace_note_alloc(c->lender);
+        if (c->lender) lender_keep_rows(c), c->lender->grows++;
     }
     c->n_rows = n_rows;
     c->row_cap = row_cap;

@@ -16,7 +16,7 @@
 
 #include "io/config.h"
 
-typedef struct {
+typedef struct rf_kvcache {
     int n_layers, kv_dim;
     int cap, len;        /* main sequence capacity / committed length */
     float *k, *v;
@@ -28,7 +28,12 @@ typedef struct {
     float *row_k, *row_v;
     int *row_pos;        /* [n_rows][row_cap] */
     size_t row_floats_alloc; /* capacity of row_k / row_v, in floats */
-    struct rf_workspace *lender; /* buffers borrowed from a session (workspace.h), or NULL */
+    /* A cache may borrow another's buffers (a session's, model/workspace.c):
+     * the lender is kept current as the borrower's rows grow, so that it
+     * never holds a freed buffer, and gets them back from rf_kv_free. */
+    struct rf_kvcache *lender; /* NULL: the buffers are this cache's own (scoped blocks) */
+    int lent;                  /* a lender: its buffers are borrowed now */
+    int grows;                 /* a lender: row buffers its borrowers made */
 } rf_kvcache;
 
 /* Float offset of main entry i of layer l in k / v. */

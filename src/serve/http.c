@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "api/api_internal.h"
-#include "cli/api_params.h"
+#include "api/api_internal.h"
 #include "serve/serve_impl.h"
 #include "util/util.h"
 
@@ -477,8 +477,7 @@ static enum MHD_Result generate_start(struct MHD_Connection *c, request *q, rf_s
                             rf_last_error());
     }
     /* what the decoder will allocate, against the per-request limit */
-    rf_params p = rf_params_from_opts(&req.p, req.d.decoder, req.d.steps);
-    int64_t need = rf_generate_bytes(s->model, req.n_prompt, &p);
+    int64_t need = rf_generate_bytes(s->model, req.n_prompt, &req.p);
     if ((uint64_t)need > s->cfg.max_request_bytes) {
         rf_serve_req_free(&req);
         return send_error(c, s, q, 400,

@@ -3,7 +3,7 @@
  * Everything a client can get wrong is caught here, before the request is
  * queued, and reported as one line naming the field: the HTTP layer turns it
  * into 400 {"error": {"message", "param", ...}}. Every field must be known:
- * the decoding settings are the rows of the shared option table (cli/args.h,
+ * the decoding settings are the rows of the shared option table (common/args.h,
  * the same names, ranges and defaults as the command line); OpenAI fields we
  * do not implement are accepted only at their neutral value (logprobs false,
  * penalties 0, ...); anything else is refused, naming it. null means
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "common/args.h"
 #include "serve/serve.h"
 #include "util/util.h"
 
@@ -124,7 +124,7 @@ static int parse_stop(json_t *o, rf_serve_req *r) {
     return 0;
 }
 
-/* One row of the shared option table (cli/args.h) as a request field: the
+/* One row of the shared option table (common/args.h) as a request field: the
  * same name, type and range as the command-line option; lengths bounded by
  * the model's context and top_k by its vocabulary before anything is
  * computed from them, so rf_gen_check works on sizes that cannot overflow. */
@@ -225,7 +225,7 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
     r->d = d;
     r->p = d.gen;
     r->p.on_tokens = NULL, r->p.on_event = NULL, r->p.user = NULL, r->p.cancel = NULL;
-    r->ar = d.decoder == RF_DECODER_AR;
+    r->ar = d.gen.method == RF_METHOD_AR;
     r->max_tokens = d.gen.gen_length;
     if (get_bool(o, "stream", &r->stream) < 0) return -1;
     if ((v = field(o, "stream_options"))) {
@@ -399,10 +399,10 @@ done:
  * gets back: checked here so that it is a 400 before anything is queued. */
 static int check_work(json_t *o, const rf_decode_opts *defaults, rf_serve_req *r) {
     const rf_gen_params *p = &r->p;
-    if (r->d.decoder == RF_DECODER_MDM) {
+    if (p->method == RF_METHOD_MDM) {
         /* mdm.c: the answer is cut into min(blocks, max_tokens) blocks, each
          * needs a step; more steps than answer tokens unmask nothing */
-        int steps = r->d.steps > 0 ? r->d.steps : p->gen_length;
+        int steps = p->mdm_steps > 0 ? p->mdm_steps : p->gen_length;
         int nb = p->n_blocks < p->gen_length ? p->n_blocks : p->gen_length;
         if (nb < 1) nb = 1;
         if (steps < nb || steps > p->gen_length) {
@@ -416,7 +416,7 @@ static int check_work(json_t *o, const rf_decode_opts *defaults, rf_serve_req *r
      * than the answer pads it with work that is thrown away. Small slots
      * (RF_SERVE_SMALL_SLOT, and the server's own default) are always
      * allowed, so that a client may keep one slot size for every length. */
-    int slots = r->d.decoder == RF_DECODER_REFUSION || p->rolling;
+    int slots = p->method == RF_METHOD_REFUSION || p->rolling;
     int small = defaults->gen.slot_size > RF_SERVE_SMALL_SLOT ? defaults->gen.slot_size : RF_SERVE_SMALL_SLOT;
     int cap = p->gen_length > small ? p->gen_length : small;
     if (slots && p->slot_size > cap) {
@@ -431,9 +431,9 @@ static int check_work(json_t *o, const rf_decode_opts *defaults, rf_serve_req *r
 int64_t rf_serve_work_positions(const rf_serve_req *r) {
     const rf_gen_params *p = &r->p;
     int64_t P = r->n_prompt, G = p->gen_length, S = p->slot_size > 0 ? p->slot_size : 1, one;
-    if (r->d.decoder == RF_DECODER_MDM) {
+    if (p->method == RF_METHOD_MDM) {
         /* no cache: every step feeds prompt and answer */
-        one = (int64_t)(r->d.steps > 0 ? r->d.steps : p->gen_length) * (P + G);
+        one = (int64_t)(p->mdm_steps > 0 ? p->mdm_steps : p->gen_length) * (P + G);
     } else if (p->rolling) {
         /* a call per kept token at worst, each feeding the draft window of
          * two slots behind it */
@@ -460,7 +460,7 @@ int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_mode
     out->d = *defaults;
     out->p = defaults->gen;
     out->p.on_tokens = NULL, out->p.on_event = NULL, out->p.user = NULL, out->p.cancel = NULL;
-    out->ar = defaults->decoder == RF_DECODER_AR;
+    out->ar = defaults->gen.method == RF_METHOD_AR;
     out->n_choices = 1;
     if (len == 0) {
         rf_set_error("empty request body (a JSON object is expected)");
@@ -487,7 +487,7 @@ int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_mode
                      out->n_prompt, out->p.gen_length, out->d.ctx_size);
         goto out;
     }
-    if (rf_gen_check(m, out->prompt, out->n_prompt, &out->p, out->d.decoder != RF_DECODER_REFUSION)) goto out;
+    if (rf_gen_check(m, out->prompt, out->n_prompt, &out->p, out->p.method != RF_METHOD_REFUSION)) goto out;
     if (check_work(o, defaults, out)) goto out;
     rc = 0;
 out:

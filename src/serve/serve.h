@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cli/args.h"
+#include "common/args.h"
 #include "decode/decode.h"
 #include "model/model.h"
 #include "refusion.h"
@@ -101,9 +101,9 @@ typedef struct {
     rf_req_kind kind;
     int *prompt;             /* [n_prompt] token ids (malloc'd) */
     int n_prompt;
-    rf_decode_opts d;        /* the request's settings (decoder, steps, ...) */
+    rf_decode_opts d;        /* the request's settings (the table's rows, their sources) */
     rf_gen_params p;         /* = d.gen; callbacks left NULL */
-    int ar;                  /* d.decoder == RF_DECODER_AR */
+    int ar;                  /* p.method == RF_METHOD_AR */
     int max_tokens;          /* hard cap on the answer's tokens (the decoder pads to whole slots) */
     int stream;              /* "stream": true */
     int include_usage;       /* "stream_options": {"include_usage": true} */

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "api/api_internal.h" /* rf_session_allocs, for /health */
-#include "cli/api_params.h"
+#include "api/api_internal.h"
 #include "serve/serve_impl.h"
 #include "util/util.h"
 
@@ -97,7 +97,7 @@ static json_t *choice(const job *j, int index, const char *text, const int32_t *
  * n > 1 choices: over all of them, see run_job). */
 static json_t *stats_json(const job *j, const rf_stats *r) {
     const rf_gen_params *p = &j->req.p;
-    json_t *o = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:b}", "mode", rf_decoder_names[j->req.d.decoder],
+    json_t *o = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:b}", "mode", rf_method_name(j->req.p.method),
                           "model_calls", r->n_calls, "steps", r->n_steps, "tpf", r->tpf, "tokens_per_call",
                           r->tokens_per_call, "tokens_per_s", r->tokens_per_s, "wall_s", r->seconds,
                           "hit_eos", r->hit_eos);
@@ -242,7 +242,7 @@ static void stream_pending(run_ctx *c, int final, const char *finish) {
  * cost of a generation whose client left is known (/health, the log). */
 static void on_event(const rf_event *ev, void *user) {
     run_ctx *c = user;
-    if (ev->type != RF_EVENT_PLAN && ev->type != RF_EVENT_INFILL_ITER && ev->type != RF_EVENT_AR_TOKEN) return;
+    if (ev->kind != RF_EVENT_PLAN && ev->kind != RF_EVENT_INFILL_ITER && ev->kind != RF_EVENT_AR_TOKEN) return;
     pthread_mutex_lock(&c->s->mu);
     c->j->calls_now++;
     pthread_mutex_unlock(&c->s->mu);
@@ -284,7 +284,7 @@ static void log_choice(const rf_server *s, const job *j, const run_ctx *c, const
     fprintf(stderr,
             "refusion serve: %s:%s %s, %d prompt + %d answer tokens%s, %d model calls, TPF %.2f, %.2f tokens/call, "
             "%.1f tokens/s, %.2f s\n",
-            j->id, which, rf_decoder_names[j->req.d.decoder], j->req.n_prompt, c->n_ids,
+            j->id, which, rf_method_name(j->req.p.method), j->req.n_prompt, c->n_ids,
             c->stop_hit ? " (stop sequence)" : c->cut ? " (max_tokens)" : "", r->n_calls, r->tpf,
             r->tokens_per_call, r->tokens_per_s, r->seconds);
 }
@@ -304,7 +304,7 @@ static int run_choice(rf_server *s, refusion_session *sess, job *j, int index, r
     memset(r, 0, sizeof *r);
     c->s = s, c->j = j, c->index = index;
     if (s->tokenizer && !(c->ts = rf_text_stream_new(s->tokenizer, 1))) return -1;
-    rf_params p = rf_params_from_opts(&j->req.p, j->req.d.decoder, j->req.d.steps);
+    rf_params p = j->req.p; /* this choice's seed and callbacks */
     p.seed += (uint64_t)index;
     c->eos = p.eos_id == RF_TOKEN_FROM_MODEL ? rf_model_eos_id(s->model) : p.eos_id;
     for (int i = 0; i < j->req.n_stop; i++)

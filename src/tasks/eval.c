@@ -21,14 +21,9 @@ int rf_eval_load_model(rf_model *m, rf_tokenizer **tok, const char *model_dir, c
     return 0;
 }
 
-const char *rf_decoder_name(rf_decoder_kind d) {
-    switch (d) {
-    case RF_DEC_REFUSION: return "refusion";
-    case RF_DEC_AR: return "ar";
-    case RF_DEC_MDM: return "mdm";
-    case RF_DEC_ANSWERS: return "answers";
-    }
-    return "?";
+const char *rf_decoder_name(rf_method method, int answers) {
+    const char *name = rf_method_name(method);
+    return answers ? "answers" : name ? name : "?";
 }
 
 static void agg_add(rf_eval_agg *a, int right, long tokens, long calls, double s, double tpf, int eos,
@@ -73,11 +68,11 @@ static void accept_json(json_t *o, const rf_eval_agg *a) {
 int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *examples,
                 const json_t *answers, const rf_eval_opts *o, rf_eval_report *rep) {
     memset(rep, 0, sizeof *rep);
-    rep->decoder = o->decoder;
+    rep->decoder = o->gen.method, rep->answers = o->answers;
     rep->examples = json_array();
     int total = (int)json_array_size(examples);
     if (o->limit > 0 && o->limit < total) total = o->limit;
-    if (o->decoder == RF_DEC_ANSWERS && (!json_is_array(answers) || (int)json_array_size(answers) < total)) {
+    if (o->answers && (!json_is_array(answers) || (int)json_array_size(answers) < total)) {
         rf_set_error("answers: need a list of at least %d strings (got %zu)", total,
                      json_array_size(answers));
         return -1;
@@ -90,7 +85,7 @@ int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *exampl
         rf_gen_result r;
         memset(&r, 0, sizeof r);
         double secs = 0;
-        if (o->decoder == RF_DEC_ANSWERS) {
+        if (o->answers) {
             const char *s = json_string_value(json_array_get(answers, i));
             if (!s) {
                 rf_set_error("answers: entry %d is not a string", i);
@@ -101,18 +96,11 @@ int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *exampl
             int *ids, n;
             if (rf_chat_query_ids(tok, query, &ids, &n)) return -1;
             double ts = rf_now();
-            int rc;
-            switch (o->decoder) {
-            case RF_DEC_REFUSION: rc = rf_generate_refusion(m, ids, n, &o->gen, &r); break;
-            case RF_DEC_AR: rc = rf_generate_ar(m, ids, n, &o->gen, &r); break;
-            default: rc = rf_generate_mdm(m, ids, n, &o->gen, &o->mdm, &r); break;
-            }
+            int rc = rf_decode(m, ids, n, &o->gen, &o->mdm, &r);
             secs = rf_now() - ts;
             free(ids);
             if (rc) {
-                char why[512];
-                snprintf(why, sizeof why, "%s", rf_last_error());
-                rf_set_error("example %d: %s", i, why);
+                rf_prefix_error("example %d", i);
                 return -1;
             }
             answer = rf_tok_decode(tok, r.ids, r.n_ids, 1);
@@ -124,9 +112,7 @@ int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *exampl
         }
         int right = rf_task_check(ex, answer);
         if (right < 0) {
-            char why[512];
-            snprintf(why, sizeof why, "%s", rf_last_error());
-            rf_set_error("example %d: %s", i, why);
+            rf_prefix_error("example %d", i);
             free(answer);
             rf_gen_result_free(&r);
             return -1;
@@ -138,7 +124,7 @@ int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *exampl
                                         "family", rf_task_family_name(fam), "query", query, "answer",
                                         answer, "right", right, "tokens", r.n_ids, "calls", r.n_calls,
                                         "seconds", secs, "tpf", r.tpf, "eos", r.hit_eos));
-        if (o->decoder == RF_DEC_REFUSION) {
+        if (!o->answers && o->gen.method == RF_METHOD_REFUSION) {
             rf_eval_agg one;
             memset(&one, 0, sizeof one);
             agg_add(&one, right, r.n_ids, r.n_calls, secs, r.tpf, r.hit_eos, &r.accept);
@@ -168,11 +154,12 @@ static json_t *agg_json(const rf_eval_agg *a) {
 
 json_t *rf_eval_metrics_json(const rf_eval_report *rep) {
     json_t *fams = json_object(), *all = agg_json(&rep->all);
-    if (rep->decoder == RF_DEC_REFUSION) accept_json(all, &rep->all);
+    int refusion = !rep->answers && rep->decoder == RF_METHOD_REFUSION;
+    if (refusion) accept_json(all, &rep->all);
     for (int f = 0; f < RF_TASK_N; f++)
         if (rep->fam[f].n) {
             json_t *fj = agg_json(&rep->fam[f]);
-            if (rep->decoder == RF_DEC_REFUSION) accept_json(fj, &rep->fam[f]);
+            if (refusion) accept_json(fj, &rep->fam[f]);
             json_object_set_new(fams, rf_task_family_name(f), fj);
         }
     return json_pack("{s:o, s:o}", "overall", all, "families", fams);
@@ -222,7 +209,7 @@ char *rf_eval_markdown_table(const rf_eval_report *rep) {
     for (int f = 0; f < RF_TASK_N; f++)
         if (rep->fam[f].n) md_row(&buf, &len, &cap, rf_task_family_name(f), &rep->fam[f]);
     md_row(&buf, &len, &cap, "overall", &rep->all);
-    if (rep->decoder == RF_DEC_REFUSION) {
+    if (!rep->answers && rep->decoder == RF_METHOD_REFUSION) {
         md_append(&buf, &len, &cap,
                   "\nHow the committed tokens got in (share of tokens, count): a slot's first token "
                   "unchecked / checked by the AR head / replaced by it; a later token verified / forced "

@@ -22,14 +22,15 @@
 #include "tasks/tasks.h"
 #include "tokenizer/tokenizer.h"
 
-typedef enum { RF_DEC_REFUSION, RF_DEC_AR, RF_DEC_MDM, RF_DEC_ANSWERS } rf_decoder_kind;
-const char *rf_decoder_name(rf_decoder_kind d);
+/* The decoder's name in reports: rf_method_name(method), or "answers" when
+ * given answers are scored and no model runs. */
+const char *rf_decoder_name(rf_method method, int answers);
 
 struct rf_eval_agg;
 
 typedef struct {
-    rf_decoder_kind decoder;
-    rf_gen_params gen;     /* refusion / ar / mdm settings */
+    int answers;           /* score the answers given to rf_eval_run; no model runs */
+    rf_gen_params gen;     /* the decoder (gen.method) and its settings */
     rf_mdm_params mdm;     /* mdm only */
     int limit;             /* evaluate only the first limit examples; 0 = all */
     /* optional: called after each example with the sums so far (all),
@@ -50,7 +51,8 @@ typedef struct rf_eval_agg {
 } rf_eval_agg;
 
 typedef struct {
-    rf_decoder_kind decoder;
+    rf_method decoder;
+    int answers;           /* the answers were scored, no decoder ran */
     rf_eval_agg fam[RF_TASK_N], all;
     json_t *examples;      /* per example: family, query, answer, right, tokens, calls, seconds, tpf */
 } rf_eval_report;
@@ -60,8 +62,8 @@ typedef struct {
  * model. 0, or -1 with rf_last_error() and nothing left loaded. */
 int rf_eval_load_model(rf_model *m, rf_tokenizer **tok, const char *model_dir, const char *tok_path);
 
-/* Evaluate examples (a loaded, checker-validated task list). With decoder
- * RF_DEC_ANSWERS no model runs: answers[i] (strings, one per example) are
+/* Evaluate examples (a loaded, checker-validated task list). With o->answers
+ * no model runs: answers[i] (strings, one per example) are
  * checked instead (m and tok may be NULL). 0, or -1 with rf_last_error()
  * naming the example. */
 int rf_eval_run(const rf_model *m, const rf_tokenizer *tok, const json_t *examples,

@@ -341,9 +341,7 @@ json_t *rf_paper_load(int task, const char *path) {
         for (size_t i = 0; i < json_array_size(all); i++) {
             json_t *it = rf_paper_item(task, json_array_get(all, i), (int)i);
             if (!it) {
-                char why[512];
-                snprintf(why, sizeof why, "%s", rf_last_error());
-                rf_set_error("%s: record %zu: %s", path, i, why);
+                rf_prefix_error("%s: record %zu", path, i);
                 json_decref(all), json_decref(items), free(text);
                 return NULL;
             }

@@ -154,18 +154,11 @@ static int decode_one(const rf_model *m, const rf_tokenizer *tok, const json_t *
     free(prompt);
     if (rc) return -1;
     double ts = rf_now();
-    switch (o->decoder) {
-    case RF_DEC_REFUSION: rc = rf_generate_refusion(m, ids, n, &o->gen, r); break;
-    case RF_DEC_AR: rc = rf_generate_ar(m, ids, n, &o->gen, r); break;
-    case RF_DEC_MDM: rc = rf_generate_mdm(m, ids, n, &o->gen, &o->mdm, r); break;
-    default: rf_set_error("no decoder"), rc = -1;
-    }
+    rc = rf_decode(m, ids, n, &o->gen, &o->mdm, r);
     *secs = rf_now() - ts;
     free(ids);
     if (rc) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", rf_last_error());
-        rf_set_error("sample %d: %s", index, why);
+        rf_prefix_error("sample %d", index);
         return -1;
     }
     /* eval.py decodes, cuts at the stop sequences and drops the special
@@ -185,7 +178,7 @@ int rf_paper_run(const rf_model *m, const rf_tokenizer *tok, const json_t *items
     int total = (int)json_array_size(items);
     if (o->limit > 0 && o->limit < total) total = o->limit;
     /* one completion per data record, so that a file of another data set or order stands out */
-    if (o->decoder == RF_DEC_ANSWERS && json_array_size(answers) != json_array_size(items)) {
+    if (o->answers && json_array_size(answers) != json_array_size(items)) {
         rf_set_error("answers: %zu completions for %zu samples (one line per data record, in order)",
                      json_array_size(answers), json_array_size(items));
         return -1;
@@ -220,7 +213,7 @@ int rf_paper_run(const rf_model *m, const rf_tokenizer *tok, const json_t *items
         rf_gen_result r;
         memset(&r, 0, sizeof r);
         double secs = 0;
-        if (o->decoder == RF_DEC_ANSWERS) raw = rf_strdup(json_string_value(json_array_get(answers, (size_t)i)));
+        if (o->answers) raw = rf_strdup(json_string_value(json_array_get(answers, (size_t)i)));
         else if (decode_one(m, tok, item, o, i, &raw, &r, &secs)) {
             close(fd);
             return -1;
@@ -229,9 +222,7 @@ int rf_paper_run(const rf_model *m, const rf_tokenizer *tok, const json_t *items
         double v[3] = {0};
         json_t *detail = NULL;
         if (rf_paper_score(o->task, item, c, o->box, v, &detail)) {
-            char why[512];
-            snprintf(why, sizeof why, "%s", rf_last_error());
-            rf_set_error("sample %d: %s", i, why);
+            rf_prefix_error("sample %d", i);
             free(raw), free(c), rf_gen_result_free(&r), close(fd);
             return -1;
         }

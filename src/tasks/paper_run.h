@@ -27,7 +27,7 @@ typedef struct {
 
 typedef struct {
     int task;
-    rf_decoder_kind decoder;        /* RF_DEC_ANSWERS: score answers, no model */
+    int answers;                    /* score answers, no model (else gen.method's decoder) */
     rf_gen_params gen;
     rf_mdm_params mdm;
     int limit;                      /* the first limit items; 0 = all */

@@ -169,9 +169,7 @@ int rf_probe_run(const rf_model *m, const rf_tokenizer *tok, const json_t *examp
         }
         free(pi), free(ri);
         if (rc) {
-            char why[512];
-            snprintf(why, sizeof why, "%s", rf_last_error());
-            rf_set_error("example %d: %s", i, why);
+            rf_prefix_error("example %d", i);
             return -1;
         }
         if (on_done) on_done(i + 1, total, user);

@@ -27,6 +27,16 @@ void rf_set_error(const char *fmt, ...) {
 
 const char *rf_last_error(void) { return g_err[0] ? g_err : "unknown error"; }
 
+void rf_prefix_error(const char *fmt, ...) {
+    char was[512], head[512]; /* rf_set_error must not read its own buffer */
+    snprintf(was, sizeof was, "%s", rf_last_error());
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(head, sizeof head, fmt, ap);
+    va_end(ap);
+    rf_set_error("%s: %s", head, was);
+}
+
 void rf_print_error(void) { fprintf(stderr, "refusion: %s\n", rf_last_error()); }
 
 /* ---- logging ----------------------------------------------------------------- */

@@ -13,6 +13,9 @@
  * leave one line saying what is wrong and where in a thread-local buffer,
  * which callers (the CLI) print as "refusion: <message>". */
 void rf_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Put "<fmt>: " before the message (rf_prefix_error("example %d", i):
+ * "example 3: <what the callee said>"). */
+void rf_prefix_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* part of the public API (include/refusion.h): exported from librefusion.so */
 __attribute__((visibility("default"))) const char *rf_last_error(void);
 /* Print "refusion: <last error>" to stderr (for programs). */

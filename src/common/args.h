@@ -59,6 +59,8 @@ typedef struct {
     const rf_opt *opts;
     int n;
     void *base;           /* the struct the offsets point into */
+    unsigned char *src;   /* NULL, or one RF_SRC_* per row: RF_SRC_FLAG where the command line set it
+                             (beside base, so that a group's sources travel with its values) */
     const void *defaults; /* the same struct holding the defaults, for --help (NULL: none shown) */
 } rf_opt_group;
 
@@ -69,12 +71,9 @@ extern const char *const rf_src_names[5]; /* "default", "generation_config.json"
 
 /* The shared decoding options. */
 #define RF_DECODE_ROWS_MAX 48 /* rows rf_decode_table may have (checked where it is defined) */
-enum { RF_DECODER_REFUSION, RF_DECODER_AR, RF_DECODER_MDM }; /* = tasks/eval.h RF_DEC_* */
 typedef struct {
-    rf_gen_params gen;    /* the decoder's settings */
-    int decoder;          /* RF_DECODER_* */
+    rf_gen_params gen;    /* the decoder's settings: --decoder is gen.method, --steps gen.mdm_steps */
     int ar_verify;        /* off, correct, first, both (index: correct + 2 * first) */
-    int steps;            /* mdm diffusion steps (0: gen_length) */
     int threads;          /* OpenMP threads (0: OpenMP's default) */
     int ctx_size;         /* prompt + answer limit (0: the model's context) */
     int preset;           /* 0 none, else 1 + index into rf_decode_presets (decode/presets.h) */
@@ -94,8 +93,7 @@ extern const int rf_decode_table_n;
     {"decoding (the same options and defaults in generate, chat, eval, probe and serve; the model's "          \
      "generation_config.json replaces the defaults, flags override it; generate -v shows where each came from)", \
      rf_decode_table,                                                                                          \
-     rf_decode_table_n, (d), (def)}
-extern const char *const rf_decoder_names[3]; /* "refusion", "ar", "mdm" */
+     rf_decode_table_n, (d), (d)->src, (def)}
 
 /* Which chat template renders the prompts (generate, chat, serve). */
 typedef struct {
@@ -104,9 +102,9 @@ typedef struct {
 } rf_chat_template_opts;
 extern const rf_opt rf_chat_template_table[];
 extern const int rf_chat_template_table_n;
-#define RF_CHAT_TEMPLATE_GROUP(c) {"chat template", rf_chat_template_table, rf_chat_template_table_n, (c), NULL}
+#define RF_CHAT_TEMPLATE_GROUP(c) {"chat template", rf_chat_template_table, rf_chat_template_table_n, (c), NULL, NULL}
 
-/* rf_gen_params_default and the rest zero / refusion. */
+/* rf_gen_params_default and the rest zero. */
 void rf_decode_opts_default(rf_decode_opts *d);
 /* Copy the derived settings into gen (ar_verify -> ar_correct/ar_check_first,
  * ignore_eos -> eos_id -1). */
@@ -143,15 +141,12 @@ int rf_decode_gen_length(const rf_decode_opts *d, int n_ctx, int n_prompt);
 
 /* Parse argv (argv[0] is the command name) against the groups. Positional
  * arguments are moved to argv[*first_pos .. argc-1] in order (pass NULL to
- * refuse them). --help prints the usage (synopsis + the groups' rows) and
- * --version the version. Returns 0 to go on, 1 when --help / --version was
- * printed (exit 0), -1 after a one-line error on stderr (exit 2). */
+ * refuse them). A group's src, when set, notes where each value came from.
+ * --help prints the usage (synopsis + the groups' rows) and --version the
+ * version. Returns 0 to go on, 1 when --help / --version was printed (exit
+ * 0), -1 after a one-line error on stderr (exit 2). */
 int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
                   char **argv, int *first_pos);
-/* The same, noting where each value came from: src[g] (NULL, or one entry
- * per row of groups[g]) is set to RF_SRC_FLAG where the command line set it. */
-int rf_args_parse_src(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
-                      char **argv, int *first_pos, unsigned char *const *src);
 /* The usage text rf_args_parse prints for --help. */
 void rf_args_usage(FILE *f, const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups);
 

@@ -1,4 +1,4 @@
-/* cli_args.c - the shared option table and its parser (src/cli/args.c):
+/* common_args.c - the shared option table and its parser (src/common/args.c):
  * the table is consistent (unique names, aliases, letters and HTTP fields;
  * defaults = the decoder's), every spelling parses to the same field
  * (--name, alias, -x, --name=value, last one wins), bad values and unknown
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "cli/args.h"
+#include "common/args.h"
 
 typedef struct {
     const char *model;
@@ -31,7 +31,7 @@ static int parse(const char *line, own *o, rf_decode_opts *d, int *pos, char ***
     argv[argc] = NULL;
     memset(o, 0, sizeof *o);
     rf_decode_opts_default(d);
-    rf_opt_group g[] = {{NULL, own_opts, 2, o, NULL}, {"decoding", rf_decode_table, rf_decode_table_n, d, NULL}};
+    rf_opt_group g[] = {{NULL, own_opts, 2, o, NULL, NULL}, RF_DECODE_GROUP(d, NULL)};
     int rc = rf_args_parse("test", "[options]", g, 2, argc, argv, pos);
     if (argv_out) *argv_out = argv, *argc_out = argc;
     return rc;
@@ -62,7 +62,7 @@ static void test_table(void) {
     rf_decode_opts_default(&d);
     rf_gen_params_default(&g);
     CHECK(!memcmp(&d.gen, &g, sizeof g), "rf_decode_opts_default's gen != rf_gen_params_default");
-    CHECK(d.decoder == RF_DECODER_REFUSION && d.ar_verify == 0 && d.steps == 0 && d.threads == 0, "other defaults");
+    CHECK(d.gen.method == RF_METHOD_REFUSION && d.ar_verify == 0 && d.gen.mdm_steps == 0 && d.threads == 0, "other defaults");
 }
 
 static void test_parse(void) {
@@ -74,16 +74,25 @@ static void test_parse(void) {
     CHECK(parse("-m M --temp=0.5 -s 7 -n 12 --mode ar -t 3 --top-p=0.9 --json --top-k 40 --ar-verify both", &o, &d,
                 NULL, NULL, NULL) == 0, "parse");
     CHECK(!strcmp(o.model, "M") && o.json == 1, "own options");
-    CHECK(d.gen.temperature == 0.5f && d.gen.seed == 7 && d.gen.gen_length == 12 && d.decoder == RF_DECODER_AR &&
+    CHECK(d.gen.temperature == 0.5f && d.gen.seed == 7 && d.gen.gen_length == 12 && d.gen.method == RF_METHOD_AR &&
               d.threads == 3 && d.gen.top_p == 0.9f && d.gen.top_k == 40 && d.ar_verify == 3,
           "values: temp %g seed %llu n %d decoder %d threads %d", (double)d.gen.temperature,
-          (unsigned long long)d.gen.seed, d.gen.gen_length, d.decoder, d.threads);
+          (unsigned long long)d.gen.seed, d.gen.gen_length, d.gen.method, d.threads);
+    /* the decoding group, second here, notes its own rows' sources: -n and
+     * --temp set by a flag, --blocks left at its default (what keeps
+     * generation_config.json from overriding a flag) */
+    const rf_opt *rows = rf_decode_table;
+    for (int i = 0; i < rf_decode_table_n; i++) {
+        int flag = !strcmp(rows[i].name, "gen-length") || !strcmp(rows[i].name, "temp");
+        if (flag || !strcmp(rows[i].name, "blocks"))
+            CHECK(d.src[i] == (flag ? RF_SRC_FLAG : RF_SRC_DEFAULT), "source of --%s: %d", rows[i].name, d.src[i]);
+    }
     rf_decode_opts_finish(&d);
     CHECK(d.gen.ar_correct == 1 && d.gen.ar_check_first == 1, "ar-verify both -> both switches");
     /* aliases and the last one wins */
     CHECK(parse("--n-predict 9 --gen-length=10 --temperature 0.25 --decoder mdm --steps 5", &o, &d, NULL, NULL, NULL) == 0 &&
-              d.gen.gen_length == 10 && d.gen.temperature == 0.25f && d.decoder == RF_DECODER_MDM && d.gen.n_blocks == 32 &&
-              d.steps == 5,
+              d.gen.gen_length == 10 && d.gen.temperature == 0.25f && d.gen.method == RF_METHOD_MDM && d.gen.n_blocks == 32 &&
+              d.gen.mdm_steps == 5,
           "aliases");
     /* positional arguments stay, in order */
     CHECK(parse("a --json b -s 3 c", &o, &d, &pos, &argv, &argc) == 0 && argc - pos == 3 && !strcmp(argv[pos], "a") &&
@@ -114,7 +123,7 @@ static void test_help(void) {
     FILE *f = open_memstream(&txt, &len);
     rf_decode_opts d;
     rf_decode_opts_default(&d);
-    rf_opt_group g[] = {{"decoding", rf_decode_table, rf_decode_table_n, &d, &d}};
+    rf_opt_group g[] = {{"decoding", rf_decode_table, rf_decode_table_n, &d, NULL, &d}};
     rf_args_usage(f, "test", "[options]", g, 1);
     fclose(f);
     /* the help is wrapped: compare with runs of white space as one space */
@@ -139,5 +148,5 @@ int main(void) {
     test_table();
     test_parse();
     test_help();
-    return check_summary("cli_args");
+    return check_summary("common_args");
 }

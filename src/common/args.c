@@ -1,5 +1,5 @@
 /* args.c - see args.h */
-#include "cli/args.h"
+#include "common/args.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -19,13 +19,11 @@
 #define D(f) offsetof(rf_decode_opts, f)
 #define G(f) offsetof(rf_decode_opts, gen.f)
 
-const char *const rf_decoder_names[3] = {"refusion", "ar", "mdm"};
-
 const rf_opt rf_decode_table[] = {
     {"preset", 0, NULL, NULL, RF_OPT_CHOICE, 0, 0, 0, 0, "none" RF_DECODE_PRESET_CHOICES, D(preset), "TASK",
      "the paper's decoding settings for TASK (gen length, slot size, blocks, thresholds, greedy; "
      "decode/presets.h); the options given with it override its values"},
-    {"decoder", 0, "mode", "mode", RF_OPT_CHOICE, 0, 0, 0, 0, "refusion|ar|mdm", D(decoder), "NAME",
+    {"decoder", 0, "mode", "mode", RF_OPT_CHOICE, 0, 0, 0, 0, "refusion|ar|mdm", G(method), "NAME",
      "refusion (plan-and-infill), ar (autoregressive), mdm (LLaDA-style baseline, for models trained "
      "with the mdm objective)"},
     {"gen-length", 'n', "n-predict", "max_tokens", RF_OPT_LEN, 1, 1000000, 0, RF_HI_CONTEXT, NULL, D(gen.gen_length),
@@ -72,7 +70,7 @@ const rf_opt rf_decode_table[] = {
     {"ignore-eos", 0, NULL, "ignore_eos", RF_OPT_FLAG, 0, 0, 0, 0, NULL, D(ignore_eos), NULL,
      "the answer does not end at the end-of-sequence token: it runs to --gen-length"},
     {"seed", 's', NULL, "seed", RF_OPT_I64, 0, (double)INT64_MAX, 0, 0, NULL, G(seed), "N", "sampling seed"},
-    {"steps", 0, NULL, "steps", RF_OPT_INT, 0, 1000000, 0, RF_HI_CONTEXT, NULL, D(steps), "N",
+    {"steps", 0, NULL, "steps", RF_OPT_INT, 0, 1000000, 0, RF_HI_CONTEXT, NULL, G(mdm_steps), "N",
      "mdm: diffusion steps over the answer (0 = the answer length)"},
     {"threads", 't', NULL, NULL, RF_OPT_INT, 0, 1024, 0, 0, NULL, D(threads), "N",
      "OpenMP threads (0 = OpenMP's default; serve: per worker)"},
@@ -118,7 +116,6 @@ const int rf_chat_template_table_n = (int)(sizeof rf_chat_template_table / sizeo
 void rf_decode_opts_default(rf_decode_opts *d) {
     memset(d, 0, sizeof *d);
     rf_gen_params_default(&d->gen);
-    d->decoder = RF_DECODER_REFUSION;
     d->config_eos = -1;
 }
 
@@ -273,9 +270,7 @@ int rf_decode_opts_from_config(rf_decode_opts *d, const char *model_path, int to
     int rc = apply_config(d, root, tok_eos);
     json_decref(root);
     if (rc) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", rf_last_error());
-        rf_set_error("%s: %s", file, why);
+        rf_prefix_error("%s", file);
         return -1;
     }
     rf_decode_opts_finish(d);
@@ -316,7 +311,7 @@ int rf_decode_opts_cli(const char *cmd, rf_decode_opts *d) {
 int rf_decode_gen_length(const rf_decode_opts *d, int n_ctx, int n_prompt) {
     if (d->gen.gen_length != -1) return d->gen.gen_length;
     int limit = d->ctx_size > 0 && d->ctx_size < n_ctx ? d->ctx_size : n_ctx, n = limit - n_prompt;
-    if (d->decoder == RF_DECODER_REFUSION && !d->gen.rolling && d->gen.slot_size > 0)
+    if (d->gen.method == RF_METHOD_REFUSION && !d->gen.rolling && d->gen.slot_size > 0)
         n = n / d->gen.slot_size * d->gen.slot_size; /* whole slots that fit */
     return n;
 }
@@ -526,11 +521,6 @@ void rf_decode_opts_preset(rf_decode_opts *d, int preset) {
 
 int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
                   char **argv, int *first_pos) {
-    return rf_args_parse_src(cmd, synopsis, groups, n_groups, argc, argv, first_pos, NULL);
-}
-
-int rf_args_parse_src(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
-                      char **argv, int *first_pos, unsigned char *const *src) {
     int n_rows = 0;
     for (int g = 0; g < n_groups; g++) n_rows += groups[g].n;
     /* each row: its name and its alias; + help, version, terminator */
@@ -545,7 +535,7 @@ int rf_args_parse_src(const char *cmd, const char *synopsis, const rf_opt_group 
     for (int g = 0; g < n_groups; g++)
         for (int i = 0; i < groups[g].n; i++, r++) {
             const rf_opt *o = &groups[g].opts[i];
-            row[r] = o, row_base[r] = groups[g].base, row_src[r] = src && src[g] ? &src[g][i] : NULL;
+            row[r] = o, row_base[r] = groups[g].base, row_src[r] = groups[g].src ? &groups[g].src[i] : NULL;
             int has = o->type == RF_OPT_FLAG ? no_argument : required_argument;
             lo[nl++] = (struct option){o->name, has, NULL, VAL_ROW + r};
             if (o->alias) lo[nl++] = (struct option){o->alias, has, NULL, VAL_ROW + r};
