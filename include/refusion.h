@@ -192,6 +192,10 @@ typedef struct {
     float presence_penalty;  /* l - x for a token in the window (0: off) */
     float frequency_penalty; /* l - x * (times it occurs in the window) (0: off) */
     int penalty_last_n;      /* the window: the last N tokens of prompt + answer (-1: all, 0: none) */
+    int draft_adaptive;      /* rolling slot: each call's width (up to slot_size drafts and masks)
+                                chosen for the most expected tokens per unit of call cost, the cost
+                                measured once per session at its first such generation (a few
+                                seconds at the 0.6B shape); the answer stays AR decoding's */
 } rf_params;
 
 /* The defaults of `refusion generate`: ReFusion, 512 tokens, slots of 4,

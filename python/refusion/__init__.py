@@ -70,6 +70,7 @@ class _Params(ctypes.Structure):
         ("presence_penalty", ctypes.c_float),
         ("frequency_penalty", ctypes.c_float),
         ("penalty_last_n", ctypes.c_int),
+        ("draft_adaptive", ctypes.c_int),
     ]
 
 

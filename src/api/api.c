@@ -32,6 +32,8 @@ struct refusion_session {
     rf_workspace *ws;
     rf_step *steps; /* the last generation's, for rf_stats.steps */
     int steps_cap;
+    float *call_cost; /* the adaptive rolling slot's cost model (rf_call_cost_measure), or NULL */
+    int n_call_cost;
 };
 
 struct refusion_text_stream {
@@ -260,7 +262,7 @@ RF_API int rf_detokenize(const refusion_tokenizer *t, const int32_t *ids, int n,
 #define SAME_PARAMS(X)                                                                                                 \
     X(gen_length) X(slot_size) X(n_blocks) X(slot_threshold) X(token_threshold) X(temperature) X(top_k) X(top_p)     \
     X(seed) X(lookahead) X(jacobi) X(rolling) X(min_p) X(repeat_penalty) X(presence_penalty) X(frequency_penalty)   \
-    X(penalty_last_n)
+    X(penalty_last_n) X(draft_adaptive)
 
 rf_params rf_params_from_gen(const rf_gen_params *g, rf_method method, int mdm_steps) {
     rf_params p;
@@ -295,6 +297,7 @@ RF_API void rf_session_free(refusion_session *s) {
     if (!s) return;
     rf_workspace_free(s->ws);
     free(s->steps);
+    free(s->call_cost);
     free(s);
 }
 
@@ -433,7 +436,19 @@ RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt,
     } else if (p->no_cache) {
         rc = rf_generate_refusion_naive(m, ids, n_prompt, &g, &r);
     } else {
-        rc = rf_generate_refusion(m, ids, n_prompt, &g, &r);
+        rc = 0;
+        /* the adaptive rolling slot's cost model, measured once per session
+         * for the widest call asked for so far */
+        int need = 2 * (g.slot_size < 32 ? g.slot_size : 32);
+        if (g.rolling && g.draft_adaptive && s->n_call_cost < need) {
+            float *c = realloc(s->call_cost, (size_t)need * sizeof(float));
+            if (!c) rf_die("out of memory");
+            s->call_cost = c;
+            rc = rf_call_cost_measure(m, need, c);
+            s->n_call_cost = rc ? 0 : need;
+        }
+        g.call_cost = s->call_cost, g.n_call_cost = s->n_call_cost;
+        if (!rc) rc = rf_generate_refusion(m, ids, n_prompt, &g, &r);
     }
     if (!rc) keep_steps(s, &r);
     END_CATCH();

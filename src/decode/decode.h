@@ -78,6 +78,13 @@ typedef struct {
     int rolling;             /* ReFusion, beyond the paper: a rolling slot (decode/rolling.c):
                                 every call verifies the drafts and drafts the next slot with masks
                                 behind them; the answer is AR decoding's (same sampling settings) */
+    int draft_adaptive;      /* rolling slot: choose each call's width (up to slot_size drafts and
+                                masks) for the most expected tokens per unit of call cost
+                                (decode/rolling.c); the answer stays AR decoding's */
+    const float *call_cost;  /* draft_adaptive, optional: call_cost[n-1] = the time of a call of
+                                n tokens over that of 1 token (rf_call_cost_measure), n = 1..
+                                n_call_cost; NULL: fitted online from the decoder's own calls */
+    int n_call_cost;
     /* AR sampling (ar and the rolling slot), as llama.cpp names them */
     float min_p;             /* keep tokens with probability >= min_p * the top one's (0 = off) */
     float repeat_penalty;    /* l /= x (l *= x when l <= 0) for tokens seen in the window (1 = off) */
@@ -135,6 +142,13 @@ typedef struct {
 /* The reference example's settings: gen 512, slot 4, 32 blocks, 0.6 / 0.3,
  * greedy; AR: top_k 0, top_p 1; eos/mask from the model. */
 void rf_gen_params_default(rf_gen_params *p);
+
+/* The time of a forward call of n = 1..max_n tokens (one row, 64 tokens of
+ * context) over that of a 1-token call, the best of a few interleaved rounds,
+ * non-decreasing in n: the cost model of the adaptive rolling slot. A few
+ * seconds at the Qwen3-0.6B shape for max_n = 16. Returns 0, or -1 with
+ * rf_last_error() set. */
+int rf_call_cost_measure(const rf_model *m, int max_n, float *cost);
 
 /* Check params against the model and prompt (ids in the vocabulary, slot_size
  * >= 1, thresholds in [0, 1], prompt + answer within the context, ...).
