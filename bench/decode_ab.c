@@ -38,6 +38,7 @@ typedef struct {
     const char *text;
     rf_decode_opts d;
     const rf_model *m;
+    float call_cost[64]; /* --draft-policy adaptive: the model's call costs, measured once */
     double total_s;
     long tokens, calls;
 } setting;
@@ -140,6 +141,19 @@ int main(int argc, char **argv) {
     }
     S[0].m = &ma;
     S[1].m = dir_b ? &mb : &ma;
+    for (int k = 0; k < 2; k++) { /* as a session does at its first adaptive generation */
+        rf_gen_params *g = &S[k].d.gen;
+        if (!g->rolling || !g->draft_adaptive) continue;
+        int need = 2 * (g->slot_size < 32 ? g->slot_size : 32);
+        if (rf_call_cost_measure(S[k].m, need, S[k].call_cost)) {
+            rf_print_error();
+            return 1;
+        }
+        g->call_cost = S[k].call_cost, g->n_call_cost = need;
+        printf("# %c: call cost (n tokens / 1 token), n = 1..%d:", "AB"[k], need);
+        for (int i = 0; i < need; i++) printf(" %.2f", S[k].call_cost[i]);
+        printf("\n");
+    }
     json_t *ex = rf_tasks_load(data, 0);
     if (!ex) {
         rf_print_error();

@@ -192,6 +192,15 @@ typedef struct {
                                 drafts with the AR head and drafts the next slot_size tokens with
                                 masks behind them (uses slot_size, slot_threshold; the answer is
                                 AR decoding's with the same sampling settings) */
+    int draft_adaptive;      /* rolling slot: each call's width (up to slot_size drafts and masks)
+                                chosen for the most expected tokens per unit of call cost; the
+                                answer stays AR decoding's */
+    const float *call_cost;  /* draft_adaptive, optional: call_cost[n-1] = the time of a call of n
+                                tokens over that of 1 token, n = 1..n_call_cost; NULL: rf_generate
+                                measures it once per session at its first such generation (a few
+                                seconds at the 0.6B shape), a decoder called without a session
+                                fits it online from its own calls */
+    int n_call_cost;
     int no_cache;            /* ReFusion: recompute the whole sequence every call (slow; checks the
                                 cache: the same answer, up to rounding in bf16 weights) */
     int mdm_steps;           /* MDM: diffusion steps over the answer (0: gen_length) */

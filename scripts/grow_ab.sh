@@ -10,6 +10,10 @@
 #
 # Environment: SLOTS ("4": the rolling slot sizes, i.e. draft lengths, to
 # try; "4 8 16" shows where wider drafts pay at memory-bound shapes),
+# POLICIES ("fixed"; "fixed adaptive" adds --draft-policy adaptive rows, where
+# the slot size is the widest call), LOCK (a file: every A/B run holds it
+# exclusively, e.g. /tmp/rf-cpu.lock on a shared machine), TXT (the results
+# file, default $RESULTS/grow_ab.txt),
 # SHAPES ("0.6b"; add 8b for the 8B Q4_0 row), DTYPES
 # ("bf16 q8_0 q4_0"), THREADS ("1 2"), GEN (128), DATA (the paper table's
 # test set, made when missing), RESULTS (results: grow_ab.txt and one JSON
@@ -31,13 +35,15 @@ AB=$(dirname "$BIN")/bench_decode_ab
 DEMO=models/refusion-demo
 A_OPTS="--decoder ar -n $GEN"
 SLOTS=${SLOTS:-4}
+POLICIES=${POLICIES:-fixed}
+LOCK=${LOCK:-}
 export OMP_PROC_BIND=${OMP_PROC_BIND:-true}
 [ -x "$BIN" ] && [ -x "$AB" ] || bash scripts/build.sh >&2
 if [ ! -e "$DATA" ]; then # the paper table's test set (seed 1, 300): it depends only on --seed and --test
   "$BIN" tasks --seed 1 --train 1 --test 300 -o "$(dirname "$DATA")" >/dev/null
 fi
 mkdir -p "$RESULTS/grow_ab" "$MODELS"
-TXT=$RESULTS/grow_ab.txt
+TXT=${TXT:-$RESULTS/grow_ab.txt}
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
 TIER=$("$BIN" info -m "$DEMO" | sed -n 's/^cpu tier *//p')
 
@@ -51,7 +57,7 @@ grown() {
 
 {
   echo "# $(date -u +%F' '%H:%M) UTC; $CPU; tier $TIER; load $(cut -d' ' -f1-3 /proc/loadavg); $LIMIT examples of $DATA; OMP_PROC_BIND=$OMP_PROC_BIND"
-  echo "# A: $A_OPTS   B: --rolling --slot-size S --slot-threshold 0.5 -n $GEN, S in $SLOTS   (bench_decode_ab, ABBA, the same model for A and B; time ratio B/A < 1 = ReFusion faster)"
+  echo "# A: $A_OPTS   B: --rolling --slot-size S --slot-threshold 0.5 --draft-policy P -n $GEN, S in $SLOTS, P in $POLICIES   (bench_decode_ab, ABBA, the same model for A and B; time ratio B/A < 1 = ReFusion faster)"
 } | tee "$TXT"
 rows=("demo bf16 $DEMO")
 for shape in $SHAPES; do
@@ -62,17 +68,21 @@ for row in "${rows[@]}"; do
   read -r shape dt model <<<"$row"
   for t in $THREADS; do
     for slot in $SLOTS; do
-      B_OPTS="--rolling --slot-size $slot --slot-threshold 0.5 -n $GEN"
-      js=$RESULTS/grow_ab/$shape-$dt-t$t-s$slot.json
+     for policy in $POLICIES; do
+      B_OPTS="--rolling --slot-size $slot --slot-threshold 0.5 --draft-policy $policy -n $GEN"
+      js=$RESULTS/grow_ab/$shape-$dt-t$t-s$slot-$policy.json
       cmd="$AB -m $model --data $DATA --limit $LIMIT --threads $t --a \"$A_OPTS\" --b \"$B_OPTS\" --json $js"
-      "$AB" -m "$model" --data "$DATA" --limit "$LIMIT" --threads "$t" --a "$A_OPTS" --b "$B_OPTS" --json "$js" >/dev/null
+      # the measured call costs (adaptive) go to the results as a comment
+      ${LOCK:+flock -x "$LOCK"} "$AB" -m "$model" --data "$DATA" --limit "$LIMIT" --threads "$t" --a "$A_OPTS" --b "$B_OPTS" --json "$js" |
+        sed -n 's/^# B: call cost/# '"$shape $dt t$t slot $slot"': call cost/p' | tee -a "$TXT"
       node -e '
-const d = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")), [shape, dt, t, slot, when, cpu, tier, cmd] = process.argv.slice(2);
+const d = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")), [shape, dt, t, slot, policy, when, cpu, tier, cmd] = process.argv.slice(2);
 const ar = d.a_tokens / d.a_total_s, rf = d.b_tokens / d.b_total_s;
-console.log(`${shape} ${dt} t${t} slot ${slot}: AR ${ar.toFixed(1)} tok/s, rolling ${rf.toFixed(1)} tok/s, speed-up ${(1 / d.ratio_total).toFixed(3)}x ` +
+console.log(`${shape} ${dt} t${t} slot ${slot} ${policy}: AR ${ar.toFixed(1)} tok/s, rolling ${rf.toFixed(1)} tok/s, speed-up ${(1 / d.ratio_total).toFixed(3)}x ` +
   `(median per-example time ratio ${d.ratio_median.toFixed(3)} [${d.ratio_ci_lo.toFixed(3)}, ${d.ratio_ci_hi.toFixed(3)}]), ` +
   `${(d.b_tokens / d.b_calls).toFixed(2)} tokens/call, answers identical ${d.same}/${d.examples}; ${when}; ${cpu}; tier ${tier}; threads ${t}; ${cmd}`);
-' "$js" "$shape" "$dt" "$t" "$slot" "$(date -u +%F' '%H:%M)" "$CPU" "$TIER" "$cmd" | tee -a "$TXT"
+' "$js" "$shape" "$dt" "$t" "$slot" "$policy" "$(date -u +%F' '%H:%M)" "$CPU" "$TIER" "$cmd" | tee -a "$TXT"
+     done
     done
   done
 done

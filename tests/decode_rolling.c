@@ -13,7 +13,13 @@
  *  3. on the shipped ReFusion demo model (a trained mask head) with its
  *     chat format, questions of the task families: same answers as AR and
  *     more than 1.5 tokens per call, i.e. drafts really pass.
- *  4. bad settings are refused with a message. */
+ *  4. bad settings are refused with a message;
+ *  5. the adaptive width (draft_adaptive) keeps AR's answer for any widths
+ *     it picks: cost tables that make it pick the widest calls (flat), plain
+ *     AR calls (cost = n), a memory-bound-like line, and none (the cost fitted
+ *     to its own timed calls), with the samplings of 1.; on the demo model the
+ *     flat table gives more tokens per call than cost = n, which gives about
+ *     one (the width follows the cost model). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,10 +202,122 @@ static void test_bad_settings(void) {
     rf_model_free(&m);
 }
 
+enum { COST_N = 64 };
+static float cost_flat[COST_N], cost_linear[COST_N], cost_memory[COST_N];
+
+static void set_cost(rf_gen_params *p, int which) {
+    static const float *const tables[3] = {cost_flat, cost_linear, cost_memory};
+    p->draft_adaptive = 1;
+    p->call_cost = which < 3 ? tables[which] : NULL, p->n_call_cost = which < 3 ? COST_N : 0;
+}
+
+static void test_adaptive_width(void) {
+    for (int n = 1; n <= COST_N; n++)
+        cost_flat[n - 1] = 1.0f, cost_linear[n - 1] = (float)n, cost_memory[n - 1] = 1.0f + 0.08f * (n - 1);
+    const int prompts[3][9] = {{5, 6, 7, 8, 9, 10, 11, 12, 13}, {300}, {1, 400, 2, 401}};
+    const int plen[3] = {9, 1, 4};
+    const int slots[] = {2, 4, 8};
+    long runs0 = n_runs;
+    for (int mi = 0; mi < 2; mi++) {
+        rf_config c = cfg_small();
+        rf_model m;
+        rf_model_init_random(&m, &c, RF_F32, mi ? 1.5f : 0.5f, 70 + mi);
+        for (int pi = 0; pi < 3; pi++)
+            for (int si = 0; si < 3; si++)
+                for (int ci = 0; ci < 4; ci++)
+                    for (int ti = 0; ti < 2; ti++)
+                        for (int mode = 0; mode < 6; mode++) {
+                            rf_gen_params p;
+                            rf_gen_params_default(&p);
+                            p.gen_length = (pi + si + mode) % 3 == 0 ? 40 : (pi + ci) % 2 ? 17 : 3;
+                            p.slot_size = slots[si], p.slot_threshold = ti ? 0.5f : 0.0f;
+                            p.eos_id = (pi + mode) % 3 == 0 ? -1 : RF_ID_FROM_MODEL;
+                            set_cost(&p, ci);
+                            if (mode >= 1) p.temperature = 0.8f, p.seed = 13u * mode + pi;
+                            if (mode == 2) p.top_k = 5;
+                            if (mode == 3) p.top_p = 0.9f;
+                            if (mode == 4)
+                                p.temperature = 0, p.repeat_penalty = 1.3f, p.frequency_penalty = 0.4f,
+                                p.presence_penalty = 0.2f, p.penalty_last_n = 6;
+                            if (mode == 5)
+                                p.min_p = 0.05f, p.repeat_penalty = 1.1f, p.presence_penalty = 0.5f,
+                                p.penalty_last_n = -1;
+                            char what[160];
+                            snprintf(what, sizeof what, "adaptive: model %d prompt %d slot %d cost %d thr %.1f mode %d",
+                                     mi, pi, p.slot_size, ci, p.slot_threshold, mode);
+                            same_as_ar(&m, prompts[pi], plen[pi], &p, what);
+                        }
+        rf_model_free(&m);
+    }
+    printf("adaptive width, random models: %ld runs\n", n_runs - runs0);
+}
+
+/* tokens per call of the demo model on a few task questions with the
+ * adaptive width under cost table `which` (each answer checked against AR) */
+static double demo_adaptive_tpc(const rf_model *m, rf_tokenizer *tok, int which) {
+    const char *questions[] = {
+        "Write a Python function f(x) that does this: start from x, add 5, square it, then return its absolute value.",
+        "Tom has 12 apples. He buys 7 more and gives 5 away. How many apples does he have?",
+        "Make a JSON record for a person named Ada, age 36, city London."};
+    long c0 = n_calls_total, t0 = n_tokens_total;
+    for (int k = 0; k < 3; k++) {
+        int *prompt = NULL, P = 0;
+        if (rf_chat_query_ids(tok, questions[k], &prompt, &P)) {
+            CHECK(0, "question %d: %s", k, rf_last_error());
+            continue;
+        }
+        for (int mode = 0; mode < 2; mode++) {
+            rf_gen_params p;
+            rf_gen_params_default(&p);
+            p.gen_length = 64, p.slot_size = 8, p.slot_threshold = 0.5f;
+            if (mode) p.temperature = 0.7f, p.seed = 5;
+            set_cost(&p, which);
+            char what[96];
+            snprintf(what, sizeof what, "demo adaptive prompt %d cost %d mode %d", k, which, mode);
+            same_as_ar(m, prompt, P, &p, what);
+        }
+        free(prompt);
+    }
+    long calls = n_calls_total - c0;
+    return calls ? (double)(n_tokens_total - t0) / calls : 0;
+}
+
+static void test_demo_adaptive(void) {
+    const char *src = getenv("REFUSION_SRC");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/models/refusion-demo", src ? src : ".");
+    rf_model m;
+    if (rf_model_load(&m, dir)) {
+        CHECK(0, "%s: %s", dir, rf_last_error());
+        return;
+    }
+    rf_tokenizer *tok = rf_tok_for_model(dir, NULL);
+    CHECK(tok != NULL, "%s: no tokenizer: %s", dir, rf_last_error());
+    if (tok) {
+        double flat = demo_adaptive_tpc(&m, tok, 0), linear = demo_adaptive_tpc(&m, tok, 1);
+        double online = demo_adaptive_tpc(&m, tok, 3);
+        float measured[16];
+        int rc = rf_call_cost_measure(&m, 16, measured);
+        CHECK(rc == 0, "rf_call_cost_measure: %s", rf_last_error());
+        int mono = 1;
+        for (int n = 1; rc == 0 && n < 16; n++) mono &= measured[n] >= measured[n - 1];
+        CHECK(rc || (measured[0] == 1.0f && mono), "measured call costs: c(1) %g, non-decreasing %d", measured[0], mono);
+        printf("demo model, adaptive width (slot 8): %.2f tokens per call with a flat cost, %.2f with cost = n, "
+               "%.2f with the cost fitted online; measured c(8) %.2f, c(16) %.2f\n",
+               flat, linear, online, measured[7], measured[15]);
+        CHECK(flat > 1.8, "flat cost: %.2f tokens per call: the width does not widen", flat);
+        CHECK(linear < 1.3, "cost = n: %.2f tokens per call: drafts fed where a plain AR call is cheaper", linear);
+        rf_tok_free(tok);
+    }
+    rf_model_free(&m);
+}
+
 int main(void) {
     omp_set_num_threads(1); /* tiny models: threads only add spin-wait time on a busy machine */
     test_random_models();
     test_demo_model();
     test_bad_settings();
+    test_adaptive_width();
+    test_demo_adaptive();
     return check_summary("decode_rolling");
 }

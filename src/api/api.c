@@ -32,6 +32,8 @@ struct refusion_session {
     rf_workspace *ws;
     rf_step *steps; /* the last generation's, for rf_stats.steps */
     int steps_cap;
+    float *call_cost; /* the adaptive rolling slot's cost model (rf_call_cost_measure), or NULL */
+    int n_call_cost;
 };
 
 struct refusion_text_stream {
@@ -276,6 +278,7 @@ RF_API void rf_session_free(refusion_session *s) {
     if (!s) return;
     rf_workspace_free(s->ws);
     free(s->steps);
+    free(s->call_cost);
     free(s);
 }
 
@@ -340,7 +343,22 @@ RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt,
     rf_gen_result r;
     memset(&r, 0, sizeof r);
     CATCH_DIE(rf_workspace_reset(s->ws); return DIED);
-    int rc = rf_decode(m, ids, n_prompt, &g, NULL, &r);
+    int rc = 0;
+    /* the adaptive rolling slot's cost model, measured once per session for
+     * the widest call asked for so far (a table the caller gives wins) */
+    int need = 2 * (g.slot_size < 32 ? g.slot_size : 32);
+    if (g.method == RF_METHOD_REFUSION && g.rolling && g.draft_adaptive && !g.no_cache && !g.call_cost &&
+        need > 0) {
+        if (s->n_call_cost < need) {
+            float *c = realloc(s->call_cost, (size_t)need * sizeof(float));
+            if (!c) rf_die("out of memory");
+            s->call_cost = c;
+            rc = rf_call_cost_measure(m, need, c);
+            s->n_call_cost = rc ? 0 : need;
+        }
+        g.call_cost = s->call_cost, g.n_call_cost = s->n_call_cost;
+    }
+    if (!rc) rc = rf_decode(m, ids, n_prompt, &g, NULL, &r);
     if (!rc) keep_steps(s, &r);
     END_CATCH();
     if (rc) {
@@ -365,7 +383,8 @@ static const rf_field params_fields[] = {
     FIELD(rf_params, FLOAT, temperature) FIELD(rf_params, INT, top_k) FIELD(rf_params, FLOAT, top_p)
     FIELD(rf_params, U64, seed) FIELD(rf_params, INT, eos_id) FIELD(rf_params, INT, mask_id)
     FIELD(rf_params, INT, ar_correct) FIELD(rf_params, INT, ar_check_first) FIELD(rf_params, INT, lookahead)
-    FIELD(rf_params, INT, jacobi) FIELD(rf_params, INT, rolling) FIELD(rf_params, INT, no_cache)
+    FIELD(rf_params, INT, jacobi) FIELD(rf_params, INT, rolling) FIELD(rf_params, INT, draft_adaptive)
+    FIELD(rf_params, PTR, call_cost) FIELD(rf_params, INT, n_call_cost) FIELD(rf_params, INT, no_cache)
     FIELD(rf_params, INT, mdm_steps) FIELD(rf_params, FLOAT, min_p) FIELD(rf_params, FLOAT, repeat_penalty)
     FIELD(rf_params, FLOAT, presence_penalty) FIELD(rf_params, FLOAT, frequency_penalty)
     FIELD(rf_params, INT, penalty_last_n) FIELD(rf_params, PTR, on_tokens) FIELD(rf_params, PTR, on_event)

@@ -50,6 +50,10 @@ const rf_opt rf_decode_table[] = {
      "refusion, beyond the paper (decode/rolling.c): a rolling slot - every call verifies the drafts "
      "with the AR head and drafts the next slot-size tokens with masks behind them; the answer is AR "
      "decoding's (same --temp/--top-k/--top-p/--seed); uses --slot-size, --slot-threshold"},
+    {"draft-policy", 0, NULL, "draft_policy", RF_OPT_CHOICE, 0, 0, 0, 0, "fixed|adaptive", G(draft_adaptive), "NAME",
+     "rolling slot: fixed = slot-size drafts and masks in every call; adaptive = each call's width (up "
+     "to slot-size) chosen for the most expected tokens per unit of call cost, measured once for the "
+     "model (same answer)"},
     {"temp", 0, "temperature", "temperature", RF_OPT_FLOAT, 0, 1e6, 0, 0, NULL, G(temperature), "X",
      "sampling temperature, 0 = greedy (refusion: Gumbel-max planning)"},
     {"top-k", 0, NULL, "top_k", RF_OPT_INT, 0, 1000000000, 0, RF_HI_VOCAB, NULL, G(top_k), "N",

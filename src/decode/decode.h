@@ -97,6 +97,13 @@ int rf_decode(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_p
  * a value outside rf_method. */
 const char *rf_method_name(rf_method method);
 
+/* The time of a forward call of n = 1..max_n tokens (one row, 64 tokens of
+ * context) over that of a 1-token call, the best of a few interleaved rounds,
+ * non-decreasing in n: the cost model of the adaptive rolling slot. A few
+ * seconds at the Qwen3-0.6B shape for max_n = 16. Returns 0, or -1 with
+ * rf_last_error() set. */
+int rf_call_cost_measure(const rf_model *m, int max_n, float *cost);
+
 /* Check params against the model and prompt (ids in the vocabulary, slot_size
  * >= 1, thresholds in [0, 1], prompt + answer within the context, ...).
  * ar: 1 for AR decoding (slot settings ignored). 0 or -1 with rf_last_error(). */

@@ -43,6 +43,120 @@
  * call, 2 -> 2.88, all -> 2.90 with wider calls) */
 enum { STALE_DRAFTS = 2 };
 
+/* Adaptive width (p->draft_adaptive). A call feeding k drafts and w masks
+ * yields 1 + (the drafts that pass, in a row) tokens and costs c(1 + k + w),
+ * where c(n) is the time of an n-token call over a 1-token call: nearly flat
+ * when the weights stream from memory (wide calls are cheap per token),
+ * close to n when the model sits in the cache. Each call is sized for the
+ * most expected tokens per unit of cost:
+ *  - the slot W (masks, hence next call's drafts) maximises the steady rate
+ *    T(W) / c(2W), T(W) = 1 + sum_{i<W} prod_{l<=i} p_l, where p_l is the
+ *    running rate at which a fresh draft at offset l passes once the ones
+ *    before it did; W = 1 is a plain AR call (no masks);
+ *  - the drafts fed are cut where (1 + sum_{i<k} prod_{l<=i} q_l) /
+ *    c(1 + k + W) peaks, q_l being the pass rate of drafts of that mask
+ *    confidence (counted per confidence bin, fresh and stale apart).
+ * Rates start from priors worth PRIOR_WEIGHT drafts and follow every draft
+ * checked. c comes from p->call_cost (a measured table), else from a line
+ * fitted to this decoder's own timed calls. Only the widths change: drafts
+ * are still checked exactly as above, so the answer is AR decoding's. */
+enum { CONF_BINS = 10, POS_MAX = 32, AR_PROBE = 8 };
+#define PRIOR_WEIGHT 2.0
+#define PRIOR_POS_PASS 0.7  /* a fresh draft's pass rate before any is seen (demo model: ~0.75) */
+#define PRIOR_SLOPE 0.25    /* c(n) = 1 + slope (n - 1) before two widths were timed (demo
+                               model, cache-resident: 8 tokens cost 2.84x one) */
+
+typedef struct {
+    const float *cost;                         /* p->call_cost, or NULL: the fitted line */
+    int n_cost;
+    double s0, s1, s2, sy, sxy;                /* timed calls: count, sums of n, n^2, t, n t */
+    float bin_try[2][CONF_BINS], bin_pass[2][CONF_BINS]; /* [stale][confidence bin] */
+    float pos_try[POS_MAX], pos_pass[POS_MAX]; /* fresh drafts by offset */
+    int ar_calls;                              /* plain AR calls in a row */
+    int probe;                                 /* 2: a probe call is being sized, 1: the next call feeds its draft */
+} width_policy;
+
+static void policy_init(width_policy *w, const rf_gen_params *p) {
+    memset(w, 0, sizeof *w);
+    w->cost = p->call_cost, w->n_cost = p->call_cost ? p->n_call_cost : 0;
+}
+
+static double policy_cost(const width_policy *w, int n) {
+    if (w->n_cost >= 2) {
+        if (n <= w->n_cost) return w->cost[n - 1];
+        double slope = w->cost[w->n_cost - 1] - w->cost[w->n_cost - 2]; /* beyond the table: its last step */
+        return w->cost[w->n_cost - 1] + (slope > 0 ? slope : 0) * (n - w->n_cost);
+    }
+    if (w->n_cost == 1) return 1.0 + (n - 1) * (double)w->cost[0];
+    double slope = PRIOR_SLOPE, den = w->s0 * w->s2 - w->s1 * w->s1;
+    if (w->s0 >= 4 && den > 0.5 * w->s0 * w->s0) { /* widths spread over more than ~1 token */
+        double b = (w->s0 * w->sxy - w->s1 * w->sy) / den, a = (w->sy - b * w->s1) / w->s0;
+        if (a + b > 0) slope = b / (a + b);
+        slope = slope < 0.01 ? 0.01 : slope > 1.0 ? 1.0 : slope;
+    }
+    return 1.0 + slope * (n - 1);
+}
+
+static void policy_time(width_policy *w, int n, double secs) {
+    if (w->cost) return;
+    w->s0 += 1, w->s1 += n, w->s2 += (double)n * n, w->sy += secs, w->sxy += n * secs;
+}
+
+static int conf_bin(float c) {
+    int b = (int)(c * CONF_BINS);
+    return b < 0 ? 0 : b >= CONF_BINS ? CONF_BINS - 1 : b;
+}
+
+/* the chance that a draft of mask confidence c passes once the drafts
+ * before it did */
+static double policy_q(const width_policy *w, float c, int stale) {
+    int b = conf_bin(c);
+    double prior = (b + 0.5) / CONF_BINS * (stale ? 0.5 : 1.0);
+    return (w->bin_pass[stale][b] + PRIOR_WEIGHT * prior) / (w->bin_try[stale][b] + PRIOR_WEIGHT);
+}
+
+/* draft i (offset from the first answer position the call decides) was
+ * checked by the AR head */
+static void policy_seen(width_policy *w, int i, float c, int stale, int pass) {
+    int b = conf_bin(c);
+    w->bin_try[stale][b] += 1, w->bin_pass[stale][b] += pass;
+    if (!stale && i < POS_MAX) w->pos_try[i] += 1, w->pos_pass[i] += pass;
+}
+
+/* the slot (masks) for the next call, 1..Wmax; 1 = a plain AR call */
+static int policy_slot(width_policy *w, int Wmax) {
+    if (w->probe) return 2;
+    double best = 1.0 / policy_cost(w, 1), T = 1, run = 1;
+    int W = 1;
+    for (int s = 2; s <= Wmax; s++) {
+        int i = s - 2 < POS_MAX ? s - 2 : POS_MAX - 1;
+        run *= (w->pos_pass[i] + PRIOR_WEIGHT * PRIOR_POS_PASS) / (w->pos_try[i] + PRIOR_WEIGHT);
+        T += run;
+        double r = T / policy_cost(w, 2 * s);
+        if (r > best) best = r, W = s;
+    }
+    /* the rates only move when drafts are checked: a run of AR calls is
+     * broken now and then by a probe, a call with a mask whose draft the next
+     * call feeds whatever it costs */
+    if (W == 1 && Wmax >= 2 && ++w->ar_calls >= AR_PROBE) W = 2, w->probe = 2;
+    if (W > 1) w->ar_calls = 0;
+    return W;
+}
+
+/* how many of the k drafts available to feed with w masks */
+static int policy_drafts(width_policy *w, const float *conf, int k, int stale, int masks) {
+    if (w->probe && --w->probe == 0) return k; /* the probe's draft */
+    double best = 1.0 / policy_cost(w, 1 + masks), T = 1, run = 1;
+    int kb = 0;
+    for (int i = 0; i < k; i++) {
+        run *= policy_q(w, conf[i], stale);
+        T += run;
+        double r = T / policy_cost(w, 2 + i + masks);
+        if (r > best) best = r, kb = i + 1;
+    }
+    return kb;
+}
+
 int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
                         rf_gen_result *out) {
     memset(out, 0, sizeof *out);
@@ -61,6 +175,8 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
     int *draft = rf_scoped_malloc((size_t)2 * W * sizeof(int)), nd = 0, fresh = 0;
     float *conf = rf_scoped_malloc((size_t)2 * W * sizeof(float));
     int *ap = rf_scoped_malloc((size_t)2 * W * sizeof(int));
+    width_policy pol;
+    policy_init(&pol, p);
     rf_rng rng;
     rf_rng_seed(&rng, p->seed);
     rf_answer ans;
@@ -72,6 +188,7 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
     int rc = gen_prefill(m, &kv, rs, prompt, n_prompt, chunk, pos, logits, &ans);
     rf_step_stat *st = &ans.steps[ans.n_steps - 1];
     int k = 0, w = 0, base = kv.len - 1; /* as if the last prompt token were fed: nothing to crop */
+    int stale = 0;                       /* the fed drafts follow a failed one */
     while (rc == 0) {
         /* the AR head's token at each draft's position, drawn as AR decoding
          * draws it; drafts pass while they match. The first mismatch (or,
@@ -81,6 +198,7 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
         for (;;) {
             int t = rf_sample_token(logits + (size_t)j * V, V, p, prompt, n_prompt, ans.tok, n_ans, &rng);
             int pass = j < k && draft[j] == t;
+            if (j < k && p->draft_adaptive) policy_seen(&pol, j, conf[j], stale, pass);
             ans_fill(&ans, n_ans, t);
             ans_count_how(&ans, pass ? HOW_VERIFIED : HOW_FORCED_AR);
             n_ans++;
@@ -115,8 +233,8 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
         /* feed: the last committed token, the drafts for the next answer
          * positions (while confident; fewer when stale), W masks; nothing
          * past the answer's end */
-        int room = G - n_ans;
-        k = nd < W - 1 ? nd : W - 1;
+        int room = G - n_ans, Wc = p->draft_adaptive ? policy_slot(&pol, W) : W;
+        k = nd < Wc - 1 ? nd : Wc - 1;
         if (!fresh && k > STALE_DRAFTS) k = STALE_DRAFTS;
         if (k > room) k = room;
         for (int i = 0; i < k; i++)
@@ -124,7 +242,10 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
                 k = i;
                 break;
             }
-        w = room - k < W ? room - k : W, base = kv.len;
+        if (p->draft_adaptive && Wc == 1) Wc = 0; /* a plain AR call: one mask would draft nothing */
+        w = room - k < Wc ? room - k : Wc, base = kv.len;
+        if (p->draft_adaptive) k = policy_drafts(&pol, conf, k, !fresh, w);
+        stale = !fresh;
         int n = 1 + k + w;
         tok[0] = ans.tok[n_ans - 1];
         memcpy(tok + 1, draft, (size_t)k * sizeof(int));
@@ -135,7 +256,9 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
             ans_event(&ans, RF_EV_PLAN, step, k, ap, draft, NULL);
         }
         rf_batch b = {1, n, tok, pos, 0, n, lidx, logits};
+        double t0 = rf_now();
         rc = gen_cancelled(p) ? -1 : rf_forward(m, &kv, rs, &b);
+        if (p->draft_adaptive) policy_time(&pol, n, rf_now() - t0);
         if (rc) break;
         ans.n_calls++;
         st->calls++;
@@ -148,4 +271,51 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
         return -1;
     }
     return ans_finish(&ans, n_prompt, out);
+}
+
+int rf_call_cost_measure(const rf_model *m, int max_n, float *cost) {
+    if (max_n < 1 || max_n > 4096 || !cost) {
+        rf_set_error("rf_call_cost_measure: max_n must be in [1, 4096] (got %d)", max_n);
+        return -1;
+    }
+    enum { ROUNDS = 3 };
+    const int V = m->cfg.vocab_size, cap = m->cfg.max_pos;
+    int ctx = 64;
+    if (ctx + max_n > cap) ctx = cap - max_n;
+    if (ctx < 1) {
+        rf_set_error("rf_call_cost_measure: %d tokens do not fit the context (%d)", max_n + 1, cap);
+        return -1;
+    }
+    const int width = ctx > max_n ? ctx : max_n;
+    rf_kvcache kv;
+    rf_kv_init(&kv, &m->cfg, ctx + max_n);
+    rf_runstate *rs = rf_runstate_new(&m->cfg, width, ctx + max_n);
+    /* every fed token's logits, as the rolling slot asks for them */
+    float *logits = rf_scoped_malloc((size_t)width * V * sizeof(float));
+    int *tok = rf_scoped_malloc((size_t)width * sizeof(int)), *pos = rf_scoped_malloc((size_t)width * sizeof(int));
+    int *lidx = rf_scoped_malloc((size_t)width * sizeof(int));
+    double *best = rf_scoped_malloc((size_t)(max_n + 1) * sizeof(double));
+    for (int i = 0; i < width; i++) tok[i] = (i * 7919 + 13) % V, pos[i] = i, lidx[i] = i;
+    rf_batch pre = {1, ctx, tok, pos, 0, 1, lidx, logits};
+    int rc = rf_forward(m, &kv, rs, &pre);
+    /* widths interleaved within each round (a busy spell hits them alike),
+     * after one untimed round that warms caches and threads */
+    for (int r = 0; r <= ROUNDS && !rc; r++)
+        for (int n = 1; n <= max_n && !rc; n++) {
+            for (int i = 0; i < n; i++) pos[i] = ctx + i;
+            rf_batch b = {1, n, tok, pos, 0, n, lidx, logits};
+            double t0 = rf_now();
+            rc = rf_forward(m, &kv, rs, &b);
+            double dt = rf_now() - t0;
+            rf_kv_crop(&kv, ctx);
+            if (r == 1 || (r > 1 && dt < best[n])) best[n] = dt;
+        }
+    for (int n = 1; n <= max_n && !rc; n++) {
+        double c = best[n] / best[1];
+        cost[n - 1] = (float)(n > 1 && c < cost[n - 2] ? cost[n - 2] : c);
+    }
+    rf_scoped_free(logits), rf_scoped_free(tok), rf_scoped_free(pos), rf_scoped_free(lidx), rf_scoped_free(best);
+    rf_runstate_free(rs);
+    rf_kv_free(&kv);
+    return rc;
 }
