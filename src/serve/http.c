@@ -85,8 +85,13 @@ typedef struct rf_waiter {
     int armed;       /* suspended: the watcher may resume it */
     int linked;      /* in s->waiters */
     double deadline; /* rf_now() after which the wait ends (0: none) */
+    int untimed;     /* parked with MHD's idle timeout off (see park) */
     struct rf_waiter *prev, *next;
 } waiter;
+
+/* A stream whose generation produces no text for this long gets an SSE
+ * comment line, so that clients and proxies see a live connection. */
+#define SSE_KEEPALIVE_S 2.0
 
 /* One connection (MHD's socket context), in s->conns. */
 typedef struct rf_conn {
@@ -356,10 +361,24 @@ static void park(rf_server *s, struct MHD_Connection *c, waiter *w, job *j, int 
     s->waiters = w;
     w->linked = 1;
     pthread_mutex_unlock(&s->mu);
+    /* the idle timeout (--timeout) is for clients that stall while sending
+     * or stop reading: a connection waiting for the model is neither, so
+     * it has none until there is something to send (unpark). MHD only
+     * changes the timeout of a connection that is not suspended. */
+    if (!w->untimed) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    w->untimed = 1;
     MHD_suspend_connection(c);
     pthread_mutex_lock(&s->mu);
     if (w->linked) w->armed = 1;
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Resumed with something to send: the idle timeout again, its clock
+ * restarted (MHD restarts it when the timeout was off). */
+static void unpark(rf_server *s, struct MHD_Connection *c, waiter *w) {
+    if (!w->untimed) return;
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->cfg.timeout_s);
+    w->untimed = 0;
 }
 
 /* Is the wait over? s->mu held. check_gone: look at the socket too. */
@@ -430,6 +449,7 @@ typedef struct {
     job *j;
     struct MHD_Connection *c;
     int fd; /* the client's socket, to notice it leaving between events */
+    double last_out; /* rf_now() when bytes were last handed to MHD */
     waiter w;
 } stream_ref;
 
@@ -443,8 +463,18 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (gone) rf_serve_cancel_locked(r->s, j);
         pthread_mutex_unlock(&r->s->mu);
         if (gone) return MHD_CONTENT_READER_END_WITH_ERROR;
+        /* the generation runs without new text: a comment line now and
+         * then (clients ignore it), else wait for text or that time */
+        static const char ka[] = ": keep-alive\n\n";
+        double now = rf_now();
+        if (now - r->last_out >= SSE_KEEPALIVE_S && max >= sizeof ka - 1) {
+            unpark(r->s, r->c, &r->w);
+            memcpy(buf, ka, sizeof ka - 1);
+            r->last_out = now;
+            return (ssize_t)(sizeof ka - 1);
+        }
         /* nothing yet: MHD's prescribed pattern is to suspend and return 0 */
-        park(r->s, r->c, &r->w, j, r->fd, W_STREAM, 0);
+        park(r->s, r->c, &r->w, j, r->fd, W_STREAM, r->last_out + SSE_KEEPALIVE_S);
         return 0;
     }
     size_t n = j->out_len - j->out_sent;
@@ -452,6 +482,8 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     if (n) memcpy(buf, j->out + j->out_sent, n);
     j->out_sent += n;
     pthread_mutex_unlock(&r->s->mu);
+    unpark(r->s, r->c, &r->w);
+    r->last_out = rf_now();
     return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
 }
 
@@ -473,7 +505,8 @@ static enum MHD_Result generate_start(struct MHD_Connection *c, request *q, rf_s
     rf_serve_req req;
     rf_req_kind kind = q->route == R_CHAT ? RF_REQ_CHAT : RF_REQ_COMPLETION;
     if (rf_serve_parse(q->body ? q->body : "", q->len, kind, s->m, s->tok, &s->cfg.defaults, &req)) {
-        return send_error_p(c, s, q, 400, req.err_param, req.err_unsupported ? "unsupported_parameter" : NULL, "%s",
+        return send_error_p(c, s, q, 400, req.err_param,
+                            req.err_code ? req.err_code : req.err_unsupported ? "unsupported_parameter" : NULL, "%s",
                             rf_last_error());
     }
     /* what the decoder will allocate, against the per-request limit */
@@ -512,6 +545,7 @@ static enum MHD_Result generate_start(struct MHD_Connection *c, request *q, rf_s
 /* Resumed (or spuriously called again): answer, or park again. */
 static enum MHD_Result generate_continue(struct MHD_Connection *c, request *q, rf_server *s) {
     job *j = q->job;
+    unpark(s, c, &q->w); /* parked again below while there is nothing to send */
     pthread_mutex_lock(&s->mu);
     if (j->state != JOB_DONE && client_gone(q->fd)) {
         rf_serve_cancel_locked(s, j);
@@ -537,7 +571,7 @@ static enum MHD_Result generate_continue(struct MHD_Connection *c, request *q, r
     if (j->req.stream) {
         pthread_mutex_unlock(&s->mu);
         stream_ref *r = rf_calloc(1, sizeof *r);
-        r->s = s, r->j = j, r->c = c, r->fd = q->fd;
+        r->s = s, r->j = j, r->c = c, r->fd = q->fd, r->last_out = rf_now();
         q->job = NULL; /* its reference is the stream's now */
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, r, sse_free);
         if (!resp) {

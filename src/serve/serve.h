@@ -112,6 +112,7 @@ typedef struct {
     int n_choices;           /* "n" in [1, RF_SERVE_MAX_N]: choice i is a generation of its own,
                                 sampled with seed + i (identical choices when greedy) */
     char err_param[64];      /* after an error: the field at fault ("" when none) */
+    const char *err_code;    /* ... and OpenAI's code for it (NULL: none), e.g. "context_length_exceeded" */
     int err_unsupported;     /* ... and it is one this server does not implement */
 } rf_serve_req;
 

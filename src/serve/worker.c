@@ -218,20 +218,24 @@ static void cut_now(run_ctx *c) {
 /* A chunk with the text and ids not yet sent: all of them when final,
  * otherwise holding back what could still be the start of a stop sequence
  * (and never splitting a UTF-8 character). finish: NULL or the reason. */
-static void stream_pending(run_ctx *c, int final, const char *finish) {
+static void stream_pending(run_ctx *c, int final, const char *finish, json_t *stats) {
     size_t upto = c->len;
     if (!final && !c->cut && c->max_stop > 1) {
         upto = c->len > c->max_stop - 1 ? c->len - (c->max_stop - 1) : 0;
         while (upto > c->text_sent && ((unsigned char)c->text[upto] & 0xC0) == 0x80) upto--;
     }
     if (upto < c->text_sent) upto = c->text_sent;
-    if (!finish && upto == c->text_sent && c->ids_sent == c->n_ids) return;
+    if (!finish && upto == c->text_sent && c->ids_sent == c->n_ids) {
+        json_decref(stats);
+        return;
+    }
     char *piece = rf_malloc(upto - c->text_sent + 1);
     if (upto > c->text_sent) memcpy(piece, c->text + c->text_sent, upto - c->text_sent);
     piece[upto - c->text_sent] = 0;
     json_t *o = envelope(c->s, c->j, 1);
     json_object_set_new(o, "choices",
                         json_pack("[o]", choice(c->j, c->index, piece, c->ids + c->ids_sent, c->n_ids - c->ids_sent, finish, 1)));
+    if (stats) json_object_set_new(o, "refusion", stats);
     sse_event(c->s, c->j, o);
     free(piece);
     c->text_sent = upto, c->ids_sent = c->n_ids;
@@ -274,7 +278,7 @@ static void on_tokens(const int32_t *ids, int n, void *user) {
     /* a stop may begin in text that arrived before this call */
     find_stop(c, from > c->max_stop ? from - c->max_stop : 0);
     if (c->stop_hit) cut_now(c);
-    if (j->req.stream && !j->cancelled) stream_pending(c, 0, NULL);
+    if (j->req.stream && !j->cancelled) stream_pending(c, 0, NULL, NULL);
 }
 
 static void log_choice(const rf_server *s, const job *j, const run_ctx *c, const rf_stats *r) {
@@ -295,38 +299,31 @@ static void run_ctx_free(run_ctx *c) {
     memset(c, 0, sizeof *c);
 }
 
-/* One choice of the job: a generation of its own, sampled with seed +
- * index, on the worker's session. Fills c (the answer, cut) and r (the
- * decoder's statistics); 0, or -1 with rf_last_error() (or the client left:
- * j->cancelled). */
-static int run_choice(rf_server *s, refusion_session *sess, job *j, int index, run_ctx *c, rf_stats *r) {
+/* Set up c for choice `index` of j: 0, or -1 when the client has left.
+ * The previous choice's max_tokens / stop cut raised the cancel flag: it is
+ * lowered, unless the client has left (both under the lock that
+ * rf_serve_cancel_locked holds). *calls0: the job's calls so far. */
+static int choice_begin(rf_server *s, job *j, int index, run_ctx *c, int *calls0) {
     memset(c, 0, sizeof *c);
-    memset(r, 0, sizeof *r);
     c->s = s, c->j = j, c->index = index;
     if (s->tokenizer && !(c->ts = rf_text_stream_new(s->tokenizer, 1))) return -1;
-    rf_params p = rf_params_from_opts(&j->req.p, j->req.d.decoder, j->req.d.steps);
-    p.seed += (uint64_t)index;
-    c->eos = p.eos_id == RF_TOKEN_FROM_MODEL ? rf_model_eos_id(s->model) : p.eos_id;
+    int eos = j->req.p.eos_id;
+    c->eos = eos == RF_ID_FROM_MODEL ? rf_model_eos_id(s->model) : eos;
     for (int i = 0; i < j->req.n_stop; i++)
         if (strlen(j->req.stop[i]) > c->max_stop) c->max_stop = strlen(j->req.stop[i]);
-    p.on_tokens = on_tokens, p.on_event = on_event, p.user = c;
-    p.cancel = &j->cancel_flag;
-    /* the previous choice's max_tokens / stop cut raised the cancel flag:
-     * lower it, unless the client has left (both under the lock that
-     * rf_serve_cancel_locked holds) */
     pthread_mutex_lock(&s->mu);
-    int gone = j->cancelled, calls0 = j->calls_now;
+    int gone = j->cancelled;
+    *calls0 = j->calls_now;
     if (!gone) j->cancel_flag = 0;
     pthread_mutex_unlock(&s->mu);
-    if (gone) return -1;
-    double t0 = rf_now();
-    /* the answer arrives through on_tokens; a fatal error inside the
-     * decoder comes back as RF_ERR_NOMEM (an allocation failed; the
-     * generation's memory was given back) or RF_ERR_INTERNAL (a broken
-     * invariant) and fails this request, not the server */
-    int rc = rf_generate(sess, j->req.prompt, j->req.n_prompt, &p, NULL, 0, r);
+    return gone ? -1 : 0;
+}
+
+/* After the decoder returned rc (wall seconds): a generation we stopped
+ * (max_tokens / stop) is complete with the answer so far; the text
+ * stream's held-back bytes are added. Returns the choice's rc. */
+static int choice_end(rf_server *s, job *j, run_ctx *c, rf_stats *r, int rc, double wall, int calls0) {
     if (rc > 0) rc = 0;
-    double wall = rf_now() - t0;
     if (rc && c->cut) { /* we stopped it: the answer so far is the answer */
         rc = 0;
         memset(r, 0, sizeof *r);
@@ -346,43 +343,80 @@ static int run_choice(rf_server *s, refusion_session *sess, job *j, int index, r
     return rc;
 }
 
-/* Run a job's choices one after the other ("n" > 1: each its own
- * generation, index 0 .. n-1) and set its output. A stream sends each
- * choice's chunks (carrying its index) as it is decoded, then one chunk with
- * choices [] holding the statistics (and usage when asked). The statistics
- * and usage cover every choice: completion tokens, model calls, steps and
- * wall time are summed, TPF is the mean over all steps, hit_eos means every
- * choice ended with EOS. */
-static void run_job(rf_server *s, rf_worker *w, job *j) {
-    refusion_session *sess = w->sess;
-    size_t allocs0 = rf_session_allocs(sess);
-    int n = j->req.n_choices > 0 ? j->req.n_choices : 1;
-    json_t *choices = json_array();
+/* One choice of the job: a generation of its own, sampled with seed +
+ * index, on the worker's session. Fills c (the answer, cut) and r (the
+ * decoder's statistics); 0, or -1 with rf_last_error() (or the client left:
+ * j->cancelled). */
+static int run_choice(rf_server *s, refusion_session *sess, job *j, int index, run_ctx *c, rf_stats *r) {
+    int calls0;
+    memset(r, 0, sizeof *r);
+    if (choice_begin(s, j, index, c, &calls0)) return -1;
+    rf_params p = rf_params_from_opts(&j->req.p, j->req.d.decoder, j->req.d.steps);
+    p.seed += (uint64_t)index;
+    p.on_tokens = on_tokens, p.on_event = on_event, p.user = c;
+    p.cancel = &j->cancel_flag;
+    double t0 = rf_now();
+    /* the answer arrives through on_tokens; a fatal error inside the
+     * decoder comes back as RF_ERR_NOMEM (an allocation failed; the
+     * generation's memory was given back) or RF_ERR_INTERNAL (a broken
+     * invariant) and fails this request, not the server */
+    int rc = rf_generate(sess, j->req.prompt, j->req.n_prompt, &p, NULL, 0, r);
+    return choice_end(s, j, c, r, rc, rf_now() - t0, calls0);
+}
+
+/* sum's derived figures from its totals (tpf_sum: TPF weighted by steps) */
+static void sum_finish(rf_stats *sum, int tokens, double tpf_sum) {
+    sum->n_tokens = tokens;
+    sum->tpf = sum->n_steps ? tpf_sum / sum->n_steps : 0;
+    sum->tokens_per_call = sum->n_calls ? (double)tokens / sum->n_calls : 0;
+    sum->tokens_per_s = sum->seconds > 0 ? tokens / sum->seconds : 0;
+}
+
+/* A job's choices as they complete: the plain answer's choices, the
+ * statistics and usage summed over them (completion tokens, model calls,
+ * steps and wall time are summed, TPF is the mean over all steps, hit_eos
+ * means every choice ended with EOS). */
+typedef struct {
+    json_t *choices;
     rf_stats sum;
-    memset(&sum, 0, sizeof sum);
-    sum.hit_eos = 1;
-    double tpf_sum = 0;
-    int rc = 0, tokens = 0;
-    for (int i = 0; i < n && !rc; i++) {
-        run_ctx c;
-        rf_stats r;
-        rc = run_choice(s, sess, j, i, &c, &r);
-        if (!rc) {
-            int hit_eos = c.n_ids > 0 && c.ids[c.n_ids - 1] == c.eos;
-            const char *finish = c.stop_hit || hit_eos ? "stop" : "length";
-            if (j->req.stream) stream_pending(&c, 1, finish);
-            else json_array_append_new(choices, choice(j, i, c.text ? c.text : "", c.ids, c.n_ids, finish, 0));
-            tokens += c.n_ids;
-            sum.n_calls += r.n_calls, sum.n_steps += r.n_steps, sum.seconds += r.seconds;
-            sum.hit_eos &= hit_eos;
-            tpf_sum += r.tpf * r.n_steps;
-        }
-        run_ctx_free(&c);
+    double tpf_sum;
+    int tokens;
+} job_acc;
+
+static void acc_init(job_acc *a) {
+    memset(a, 0, sizeof *a);
+    a->choices = json_array();
+    a->sum.hit_eos = 1;
+}
+
+/* Choice i of n is complete (c, r): stream its last chunk, or keep it for
+ * the plain answer. As OpenAI does, a stream's chunk with choices [] follows
+ * only when stream_options.include_usage asks for usage (it then carries
+ * the statistics too); otherwise the statistics ride on the last choice's
+ * finishing chunk, so that every chunk has a choice (clients read
+ * chunk.choices[0] unchecked). */
+static void acc_choice(rf_server *s, job *j, job_acc *a, run_ctx *c, const rf_stats *r, int i, int n) {
+    (void)s;
+    int hit_eos = c->n_ids > 0 && c->ids[c->n_ids - 1] == c->eos;
+    const char *finish = c->stop_hit || hit_eos ? "stop" : "length";
+    a->tokens += c->n_ids;
+    a->sum.n_calls += r->n_calls, a->sum.n_steps += r->n_steps, a->sum.seconds += r->seconds;
+    a->sum.hit_eos &= hit_eos;
+    a->tpf_sum += r->tpf * r->n_steps;
+    json_t *last_stats = NULL;
+    if (i == n - 1 && j->req.stream && !j->req.include_usage) {
+        sum_finish(&a->sum, a->tokens, a->tpf_sum);
+        last_stats = stats_json(j, &a->sum);
     }
-    sum.n_tokens = tokens;
-    sum.tpf = sum.n_steps ? tpf_sum / sum.n_steps : 0;
-    sum.tokens_per_call = sum.n_calls ? (double)tokens / sum.n_calls : 0;
-    sum.tokens_per_s = sum.seconds > 0 ? tokens / sum.seconds : 0;
+    if (j->req.stream) stream_pending(c, 1, finish, last_stats);
+    else json_array_append_new(a->choices, choice(j, i, c->text ? c->text : "", c->ids, c->n_ids, finish, 0));
+}
+
+/* The job is over (rc: 0, or the failure of a choice): its output, the
+ * server's counters, and JOB_DONE. */
+static void job_finish(rf_server *s, job *j, job_acc *a, int rc) {
+    sum_finish(&a->sum, a->tokens, a->tpf_sum);
+    int tokens = a->tokens;
     char *body = NULL;
     int status = 200;
     if (rc && j->cancelled) {
@@ -410,32 +444,35 @@ static void run_job(rf_server *s, rf_worker *w, job *j) {
         json_t *o = envelope(s, j, j->req.stream);
         if (j->req.stream) {
             /* usage in a chunk of its own (choices: []) when stream_options asks */
-            json_object_set_new(o, "choices", json_array());
-            json_object_set_new(o, "refusion", stats_json(j, &sum));
-            json_object_set_new(o, "usage", j->req.include_usage ? json_incref(usage) : json_null());
-            sse_event(s, j, o);
+            if (j->req.include_usage) {
+                json_object_set_new(o, "choices", json_array());
+                json_object_set_new(o, "refusion", stats_json(j, &a->sum));
+                json_object_set_new(o, "usage", json_incref(usage));
+                sse_event(s, j, o);
+            } else {
+                json_decref(o);
+            }
         } else {
-            json_object_set_new(o, "choices", json_incref(choices));
+            json_object_set_new(o, "choices", json_incref(a->choices));
             json_object_set_new(o, "usage", json_incref(usage));
-            json_object_set_new(o, "refusion", stats_json(j, &sum));
+            json_object_set_new(o, "refusion", stats_json(j, &a->sum));
             body = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
             json_decref(o);
         }
         json_decref(usage);
     }
-    json_decref(choices);
+    json_decref(a->choices);
+    a->choices = NULL;
     pthread_mutex_lock(&s->mu);
     if (j->req.stream) out_append(j, "data: [DONE]\n\n", 14);
     else if (body) j->out = body, j->out_len = strlen(body), j->status = status;
     j->state = JOB_DONE;
     s->n_done++;
     s->n_running--;
-    s->buffer_allocs += rf_session_allocs(sess) - allocs0;
-    s->buffer_bytes[w - s->workers] = rf_session_bytes(sess);
     if (!rc) {
         s->tokens_done += tokens;
         s->prompt_tokens += j->req.n_prompt;
-        s->gen_seconds += sum.seconds;
+        s->gen_seconds += a->sum.seconds;
         s->latency_sum += rf_now() - j->queued_at;
         s->n_latency++;
     } else if (!j->cancelled) {
@@ -450,6 +487,31 @@ static void run_job(rf_server *s, rf_worker *w, job *j) {
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Run a job's choices one after the other ("n" > 1: each its own
+ * generation, index 0 .. n-1) on the worker's session and set its output.
+ * A stream sends each choice's chunks (carrying its index) as it is
+ * decoded. */
+static void run_job(rf_server *s, rf_worker *w, job *j) {
+    refusion_session *sess = w->sess;
+    size_t allocs0 = rf_session_allocs(sess);
+    int n = j->req.n_choices > 0 ? j->req.n_choices : 1;
+    job_acc a;
+    acc_init(&a);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        run_ctx c;
+        rf_stats r;
+        rc = run_choice(s, sess, j, i, &c, &r);
+        if (!rc) acc_choice(s, j, &a, &c, &r, i, n);
+        run_ctx_free(&c);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->buffer_allocs += rf_session_allocs(sess) - allocs0;
+    s->buffer_bytes[w - s->workers] = rf_session_bytes(sess);
+    pthread_mutex_unlock(&s->mu);
+    job_finish(s, j, &a, rc);
 }
 
 /* A queued job that will never run (shutdown): answer 503. s->mu held. */
@@ -468,6 +530,41 @@ static void fail_job_locked(job *j, const char *msg) {
     pthread_cond_broadcast(&j->cv);
 }
 
+/* Take the first job off a queue (s->mu held): NULL when empty. */
+static job *pop_locked(job **head, job **tail) {
+    job *j = *head;
+    if (!j) return NULL;
+    *head = j->next;
+    if (!*head) *tail = NULL;
+    j->next = NULL;
+    return j;
+}
+
+/* The job leaves the queue to run (s->mu held): 0, or -1 when its client
+ * has already left (the job is then dropped). */
+static int start_job_locked(rf_server *s, job *j) {
+    if (j->abandoned) {
+        j->state = JOB_DONE;
+        s->n_active--;
+        rf_serve_job_unref_locked(j);
+        return -1;
+    }
+    j->state = JOB_RUNNING;
+    s->n_running++;
+    if (s->n_running > s->peak_running) s->peak_running = s->n_running;
+    pthread_cond_broadcast(&j->cv); /* its connection waits for it to leave the queue */
+    return 0;
+}
+
+/* Shutdown: fail every job still in the queue (s->mu held). */
+static void fail_queue_locked(rf_server *s, job **head, job **tail) {
+    for (job *j; (j = pop_locked(head, tail));) {
+        fail_job_locked(j, "the server is shutting down");
+        s->n_active--;
+        rf_serve_job_unref_locked(j);
+    }
+}
+
 void *rf_serve_worker_main(void *arg) {
     rf_worker *w = arg;
     rf_server *s = w->s;
@@ -478,31 +575,15 @@ void *rf_serve_worker_main(void *arg) {
     for (;;) {
         while (!s->head && !s->stopping) pthread_cond_wait(&s->queue_cv, &s->mu);
         if (s->stopping) break;
-        job *j = s->head;
-        s->head = j->next;
-        if (!s->head) s->tail = NULL;
-        if (!j->abandoned) {
-            j->state = JOB_RUNNING;
-            s->n_running++;
-            if (s->n_running > s->peak_running) s->peak_running = s->n_running;
-            pthread_cond_broadcast(&j->cv); /* its connection waits for it to leave the queue */
-            pthread_mutex_unlock(&s->mu);
-            run_job(s, w, j);
-            pthread_mutex_lock(&s->mu);
-        } else {
-            j->state = JOB_DONE;
-        }
+        job *j = pop_locked(&s->head, &s->tail);
+        if (start_job_locked(s, j)) continue;
+        pthread_mutex_unlock(&s->mu);
+        run_job(s, w, j);
+        pthread_mutex_lock(&s->mu);
         s->n_active--;
         rf_serve_job_unref_locked(j);
     }
-    while (s->head) {
-        job *j = s->head;
-        s->head = j->next;
-        fail_job_locked(j, "the server is shutting down");
-        s->n_active--;
-        rf_serve_job_unref_locked(j);
-    }
-    s->tail = NULL;
+    fail_queue_locked(s, &s->head, &s->tail);
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
