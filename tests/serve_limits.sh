@@ -178,7 +178,7 @@ grep -q "the client left; [0-9]* model calls spent after that" "$T/server.log" &
 curl -s -m 4 -o /dev/null --data-binary "$LONG" "$URL/v1/completions" &
 c3=$!
 sleep 0.3
-post late /v1/completions '{"prompt":"x","max_tokens":4}'
+post late /v1/completions '{"prompt":"x","max_tokens":4,"mode":"ar"}'
 expect late 503 "waited 1 s in the queue"
 wait $c3
 for _ in $(seq 1 600); do

@@ -49,6 +49,7 @@ void rf_serve_config_default(rf_serve_config *c) {
     c->max_connections = 512;
     c->max_per_client = 16;
     c->timeout_s = 10;
+    c->batch = 1;
     c->request_timeout_s = 30;
     c->keepalive_requests = 100;
     c->http_threads = 2;
@@ -258,6 +259,13 @@ static enum MHD_Result send_metrics(struct MHD_Connection *c, request *q, rf_ser
     M("requests_running", "gauge", "Generations running now.", " %d", s->n_running);
     M("requests_running_peak", "gauge", "The most generations running at once since start.", " %d", s->peak_running);
     M("workers", "gauge", "Worker threads (requests served in parallel).", " %d", s->n_workers);
+    M("batch_calls_total", "counter", "Batched model calls (continuous batching of AR generations).", " %llu",
+      s->batch_calls);
+    M("batch_rows_total", "counter", "Rows (generations) in the batched model calls, summed over the calls.", " %llu",
+      s->batch_rows);
+    M("batch_rows_per_call", "gauge", "Batch occupancy: mean rows per batched model call.", " %.3f",
+      s->batch_calls ? (double)s->batch_rows / s->batch_calls : 0.0);
+    M("batch_rows_peak", "gauge", "The most rows in one batched model call.", " %d", s->batch_peak);
     M("connections_open", "gauge", "Open HTTP connections.", " %d", s->n_conns);
     M("connections_refused_total", "counter", "Connections closed at once: over --max-connections.", " %lu",
       s->n_refused);
@@ -860,8 +868,11 @@ static void stop_workers(rf_server *s) {
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     pthread_cond_broadcast(&s->queue_cv);
+    pthread_cond_broadcast(&s->batch_cv);
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->n_workers; i++) pthread_join(s->workers[i].thread, NULL);
+    if (s->scheduler_started) pthread_join(s->scheduler, NULL);
+    s->scheduler_started = 0;
 }
 
 /* the watcher resumes every parked connection (their jobs are done once
@@ -909,6 +920,7 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->queue_cv, NULL);
+    pthread_cond_init(&s->batch_cv, NULL);
     if (s->cfg.workers < 1) s->cfg.workers = 1;
     s->workers = rf_calloc((size_t)s->cfg.workers, sizeof *s->workers);
     s->buffer_bytes = rf_calloc((size_t)s->cfg.workers, sizeof *s->buffer_bytes);
@@ -922,6 +934,14 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
             stop_workers(s);
             goto fail;
         }
+    if (s->cfg.batch) {
+        if (pthread_create(&s->scheduler, NULL, rf_serve_scheduler_main, s)) {
+            rf_set_error("cannot start the scheduler thread");
+            stop_workers(s);
+            goto fail;
+        }
+        s->scheduler_started = 1;
+    }
     if (pthread_create(&s->watcher, NULL, watcher_main, s)) {
         rf_set_error("cannot start the connection watcher thread");
         stop_workers(s);
@@ -949,6 +969,7 @@ fail:
     free_workers(s);
     close(s->listen_fd);
     pthread_cond_destroy(&s->queue_cv);
+    pthread_cond_destroy(&s->batch_cv);
     pthread_mutex_destroy(&s->mu);
     free(s->model_name);
     free(s);
@@ -970,6 +991,7 @@ void rf_serve_stop(rf_server *s) {
      *    listening socket it was given too) */
     MHD_stop_daemon(s->daemon);
     pthread_cond_destroy(&s->queue_cv);
+    pthread_cond_destroy(&s->batch_cv);
     pthread_mutex_destroy(&s->mu);
     free_workers(s);
     free(s->model_name);

@@ -42,7 +42,10 @@ typedef struct {
     const char *model_name;  /* "id" in responses (default: the model dir's basename) */
     size_t max_body;         /* larger request bodies get 413 */
     int max_queue;           /* waiting + running generations; more get 503 */
-    int workers;             /* generations run in parallel, each in its own thread (--parallel) */
+    int workers;             /* generations run in parallel (--parallel): rows of the batched model calls,
+                                and worker threads for the decoders not batched */
+    int batch;               /* 1: AR generations share batched model calls (continuous batching) */
+    int batch_threads;       /* OpenMP threads of the batched calls (0: defaults.threads) */
     const char *api_key;     /* non-NULL: every request but /health and OPTIONS needs "Bearer <key>" */
     const char *cors_origin; /* Access-Control-Allow-Origin on every answer (NULL: none, the default: a web
                                 page of another origin cannot read the answers) */

@@ -17,6 +17,9 @@
 #include "api/api_internal.h" /* rf_session_allocs, for /health */
 #include "cli/api_params.h"
 #include "serve/serve_impl.h"
+#include "decode/ar_step.h"
+#include "model/workspace.h" /* rf_runstate_alloc: the scheduler's own run state */
+#include "model/forward.h"
 #include "util/util.h"
 
 /* ---- output buffer (s->mu held) ------------------------------------------------- */
@@ -588,6 +591,234 @@ void *rf_serve_worker_main(void *arg) {
     return NULL;
 }
 
+/* ---- continuous batching ----------------------------------------------------------
+ * The scheduler thread owns one forward call at a time for every batched
+ * generation (AR decoding, one choice): each step it asks every running
+ * sequence for its next call (the token just drawn, or a chunk of its
+ * prompt), runs them all as rows of one call (rf_forward_seqs: each row on
+ * its own KV cache, the weights read once), and hands each row its logits.
+ * New jobs join at the next step, finished ones leave; a cancelled one
+ * (client gone, max_tokens, stop) leaves before its next call. Prompt
+ * tokens are fed at most PREFILL_BUDGET per call in all, so a long prompt
+ * joins over several steps while the others keep decoding. A row's answer
+ * is the one it gets alone (decode/ar_step.c). */
+enum { PREFILL_BUDGET = 256 };
+
+typedef struct {
+    job *j;
+    run_ctx c;
+    rf_ar_seq *q;
+    int calls0;
+    double t0;
+    int logit_row; /* this step: its row in the logits, or -1 */
+} batch_row;
+
+/* the decoder's callbacks, as the worker path's (the internal ids are ints) */
+static void on_tokens_int(const int *ids, int n, void *user) { on_tokens((const int32_t *)ids, n, user); }
+static void on_event_int(const rf_decode_event *ev, void *user) {
+    run_ctx *c = user;
+    (void)ev; /* AR reports one event per model call after the prompt's */
+    pthread_mutex_lock(&c->s->mu);
+    c->j->calls_now++;
+    pthread_mutex_unlock(&c->s->mu);
+}
+
+/* The scheduler's calls into the library, each behind a catch point: an
+ * rf_die inside (a failed allocation, a broken invariant, a test's fault
+ * point) fails the rows concerned, not the server. */
+static rf_ar_seq *guarded_new(const rf_model *m, const job *j, const rf_gen_params *p, int *rc) {
+    rf_catch k;
+    rf_catch_push(&k);
+    if (setjmp(k.jb)) {
+        *rc = k.oom ? RF_ERR_NOMEM : -1;
+        return NULL;
+    }
+    rf_ar_seq *q = rf_ar_seq_new(m, j->req.prompt, j->req.n_prompt, p);
+    rf_catch_pop(&k);
+    *rc = q ? 0 : -1;
+    return q;
+}
+static int guarded_next(rf_ar_seq *q, int budget, const int **t, const int **ps, int *buf) {
+    rf_catch k;
+    rf_catch_push(&k);
+    if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
+    int n = rf_ar_seq_next(q, budget, t, ps, buf);
+    rf_catch_pop(&k);
+    return n;
+}
+/* 1: done, 0: not yet, < 0: failed */
+static int guarded_after(rf_ar_seq *q, const float *logits) {
+    rf_catch k;
+    rf_catch_push(&k);
+    if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
+    int done = rf_ar_seq_after(q, logits);
+    rf_catch_pop(&k);
+    return done;
+}
+static int guarded_forward(const rf_model *m, rf_runstate *rs, const rf_seq_batch *b) {
+    rf_catch k;
+    rf_catch_push(&k);
+    if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
+    int rc = rf_forward_seqs(m, rs, b);
+    rf_catch_pop(&k);
+    return rc;
+}
+static rf_runstate *guarded_runstate(const rf_config *cfg, int max_tokens, int max_ctx) {
+    rf_catch k;
+    rf_catch_push(&k);
+    if (setjmp(k.jb)) return NULL;
+    rf_runstate *rs = rf_runstate_alloc(cfg, max_tokens, max_ctx, 0);
+    rf_catch_pop(&k);
+    return rs;
+}
+
+/* A row for job j (its decoder's callbacks hold its address: rows are
+ * allocated one by one, never moved), or NULL when it could not start (the
+ * job is then finished, failed). rs: the scheduler's run state (NULL: it
+ * could not be allocated). */
+static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs) {
+    batch_row *r = rf_calloc(1, sizeof *r);
+    r->j = j;
+    r->t0 = rf_now();
+    int rc = choice_begin(s, j, 0, &r->c, &r->calls0);
+    if (!rc && !rs) {
+        rf_set_error("out of memory for the batched model calls' buffers");
+        rc = RF_ERR_NOMEM;
+    }
+    if (!rc) {
+        rf_gen_params p = j->req.p;
+        p.on_tokens = on_tokens_int, p.on_event = on_event_int, p.user = &r->c;
+        p.cancel = &j->cancel_flag;
+        r->q = guarded_new(s->m, j, &p, &rc);
+    }
+    if (rc) {
+        job_acc a;
+        acc_init(&a);
+        run_ctx_free(&r->c);
+        free(r);
+        job_finish(s, j, &a, rc);
+        pthread_mutex_lock(&s->mu);
+        s->n_active--;
+        rf_serve_job_unref_locked(j);
+        pthread_mutex_unlock(&s->mu);
+        return NULL;
+    }
+    return r;
+}
+
+/* Row r is over: rc 0 when its sequence completed, else the failure
+ * (cancelled, cut, or an error in rf_last_error()). Its sequence is freed
+ * in every case: an rf_die inside one of its steps cannot leave it half
+ * changed, since a step's only lasting allocation (the next step's
+ * statistics, ans_step) is its last action. r itself is freed. */
+static void row_end(rf_server *s, batch_row *r, int rc) {
+    job *j = r->j;
+    rf_stats st;
+    memset(&st, 0, sizeof st);
+    if (!rc) {
+        rf_gen_result g;
+        rc = rf_ar_seq_finish(r->q, &g);
+        if (!rc) {
+            st.n_tokens = g.n_ids, st.hit_eos = g.hit_eos, st.n_calls = g.n_calls, st.seconds = g.wall_s;
+            st.tpf = g.tpf, st.tokens_per_call = g.tokens_per_call, st.tokens_per_s = g.tokens_per_s;
+            st.n_steps = g.n_steps;
+            rf_gen_result_free(&g);
+        }
+    } else {
+        rf_ar_seq_free(r->q);
+    }
+    r->q = NULL;
+    rc = choice_end(s, j, &r->c, &st, rc, rf_now() - r->t0, r->calls0);
+    job_acc a;
+    acc_init(&a);
+    if (!rc) acc_choice(s, j, &a, &r->c, &st, 0, 1);
+    run_ctx_free(&r->c);
+    free(r);
+    job_finish(s, j, &a, rc);
+    pthread_mutex_lock(&s->mu);
+    s->n_active--;
+    rf_serve_job_unref_locked(j);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void *rf_serve_scheduler_main(void *arg) {
+    rf_server *s = arg;
+    int threads = s->cfg.batch_threads > 0 ? s->cfg.batch_threads : s->cfg.defaults.threads;
+    if (threads > 0) omp_set_num_threads(threads);
+    const int cap = s->cfg.workers, V = s->m->cfg.vocab_size, max_t = PREFILL_BUDGET + cap;
+    batch_row **rows = rf_calloc((size_t)cap, sizeof *rows);
+    rf_kvcache **kv = rf_calloc((size_t)cap, sizeof *kv);
+    int *n_tok = rf_calloc((size_t)cap, sizeof *n_tok), *lidx = rf_calloc((size_t)cap, sizeof *lidx);
+    int *tokens = rf_calloc((size_t)max_t, sizeof *tokens), *pos = rf_calloc((size_t)max_t, sizeof *pos);
+    int *pos_buf = rf_calloc(PREFILL_BUDGET, sizeof *pos_buf);
+    float *logits = rf_calloc((size_t)cap * V, sizeof *logits);
+    int n_rows = 0;
+    /* made here: its attention scratch is per OpenMP thread of this thread */
+    rf_runstate *rs = guarded_runstate(&s->m->cfg, max_t, s->m->cfg.max_pos);
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!n_rows && !s->bhead && !s->stopping) pthread_cond_wait(&s->batch_cv, &s->mu);
+        if (s->stopping && !n_rows) break;
+        /* new jobs join (none once stopping: the running ones finish) */
+        while (!s->stopping && n_rows < cap && s->bhead) {
+            job *j = pop_locked(&s->bhead, &s->btail);
+            if (start_job_locked(s, j)) continue;
+            pthread_mutex_unlock(&s->mu);
+            if ((rows[n_rows] = row_start(s, j, rs))) n_rows++;
+            pthread_mutex_lock(&s->mu);
+        }
+        pthread_mutex_unlock(&s->mu);
+        /* this step's call: every row's next tokens */
+        int nr = 0, T = 0, nl = 0, left = PREFILL_BUDGET;
+        for (int i = 0; i < n_rows; i++) {
+            batch_row *r = rows[i];
+            const int *t = NULL, *ps = NULL;
+            int n = guarded_next(r->q, left > 0 ? left : 1, &t, &ps, pos_buf);
+            r->logit_row = -1;
+            if (n < 0) { /* cancelled, cut or failed: it leaves */
+                row_end(s, r, n);
+                rows[i--] = rows[--n_rows];
+                continue;
+            }
+            if (n == 0) continue;
+            if (n > 1) left -= n; /* prompt chunks share the budget; decoding rows always go */
+            memcpy(tokens + T, t, (size_t)n * sizeof *tokens);
+            memcpy(pos + T, ps, (size_t)n * sizeof *pos);
+            T += n;
+            if (rf_ar_seq_wants_logits(r->q)) r->logit_row = nl, lidx[nl++] = T - 1;
+            kv[nr] = rf_ar_seq_kv(r->q);
+            n_tok[nr++] = n;
+        }
+        if (!nr) {
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        rf_seq_batch b = {nr, kv, n_tok, tokens, pos, nl, lidx, logits};
+        int rc = guarded_forward(s->m, rs, &b);
+        pthread_mutex_lock(&s->mu);
+        s->batch_calls++;
+        s->batch_rows += (unsigned long long)nr;
+        if (nr > s->batch_peak) s->batch_peak = nr;
+        pthread_mutex_unlock(&s->mu);
+        /* each row takes its logits (draws its token: on_tokens streams it) */
+        for (int i = 0; i < n_rows; i++) {
+            batch_row *r = rows[i];
+            int done = rc ? rc : guarded_after(r->q, r->logit_row >= 0 ? logits + (size_t)r->logit_row * V : NULL);
+            int fail = done < 0 ? done : 0;
+            if (done) {
+                row_end(s, r, fail);
+                rows[i--] = rows[--n_rows];
+            }
+        }
+        pthread_mutex_lock(&s->mu);
+    }
+    fail_queue_locked(s, &s->bhead, &s->btail);
+    pthread_mutex_unlock(&s->mu);
+    rf_runstate_release(rs);
+    free(rows), free(kv), free(n_tok), free(lidx), free(tokens), free(pos), free(pos_buf), free(logits);
+    return NULL;
+}
+
 job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
     pthread_mutex_lock(&s->mu);
     if (s->stopping || s->n_active >= s->cfg.max_queue) {
@@ -614,11 +845,20 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
         json_object_set_new(o, "choices", json_pack("[o]", c));
         sse_append_locked(j, o);
     }
-    if (s->tail) s->tail->next = j;
-    else s->head = j;
-    s->tail = j;
+    /* AR decoding of one choice joins the batched model calls; the other
+     * decoders run in the workers, each on its own */
+    if (s->cfg.batch && j->req.d.decoder == RF_DECODER_AR && j->req.n_choices <= 1) {
+        if (s->btail) s->btail->next = j;
+        else s->bhead = j;
+        s->btail = j;
+        pthread_cond_signal(&s->batch_cv);
+    } else {
+        if (s->tail) s->tail->next = j;
+        else s->head = j;
+        s->tail = j;
+        pthread_cond_signal(&s->queue_cv);
+    }
     s->n_active++;
-    pthread_cond_signal(&s->queue_cv);
     pthread_mutex_unlock(&s->mu);
     return j;
 }
