@@ -9,7 +9,9 @@
  * sampled (seeds, top-k, top-p, min-p, penalties), EOS from the model / none
  * / a frequent token, answers of 1 to 40 tokens; f32, bf16 and Q8_0
  * weights, small per-call token budgets (prefill spread over calls) and a
- * large one. A sequence whose client left (cancel flag) stops with -1. */
+ * large one. A sequence whose client left (cancel flag) stops with -1.
+ * Prompt-prefix reuse (a chat's next turn starting from the cache of the
+ * last one, all or part of it) changes neither answers nor call counts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +138,81 @@ static void run(const rf_model *m, int budget, const char *what) {
     free(logits);
 }
 
+/* Drive sequences to their end as rows of shared calls. */
+static void drive(const rf_model *m, rf_ar_seq **q, int n) {
+    rf_runstate *rs = rf_runstate_new(&m->cfg, 256 + n, m->cfg.max_pos);
+    float *logits = malloc((size_t)n * V * sizeof(float));
+    int tokens[512], pos[512], n_tok[8], lidx[8], row_of[8], posbuf[256];
+    rf_kvcache *kv[8];
+    for (int step = 0; step < 1000; step++) {
+        int rows = 0, T = 0, nl = 0;
+        for (int i = 0; i < n; i++) {
+            const int *t, *ps;
+            row_of[i] = -1;
+            int k = rf_ar_seq_done(q[i]) ? 0 : rf_ar_seq_next(q[i], 256, &t, &ps, posbuf);
+            if (k <= 0) continue;
+            memcpy(tokens + T, t, k * sizeof(int)), memcpy(pos + T, ps, k * sizeof(int));
+            T += k;
+            if (rf_ar_seq_wants_logits(q[i])) row_of[i] = nl, lidx[nl++] = T - 1;
+            kv[rows] = rf_ar_seq_kv(q[i]), n_tok[rows++] = k;
+        }
+        if (!rows) break;
+        rf_seq_batch b = {rows, kv, n_tok, tokens, pos, nl, lidx, logits};
+        CHECK(rf_forward_seqs(m, rs, &b) == 0, "drive: %s", rf_last_error());
+        for (int i = 0; i < n; i++)
+            if (!rf_ar_seq_done(q[i]) && (row_of[i] >= 0 || rf_ar_seq_wants_logits(q[i]) == 0))
+                rf_ar_seq_after(q[i], row_of[i] >= 0 ? logits + (size_t)row_of[i] * V : NULL);
+    }
+    rf_runstate_free(rs);
+    free(logits);
+}
+
+/* Prompt-prefix reuse: a sequence whose prompt begins with the tokens a
+ * finished one holds in its cache (a chat's next turn: the last prompt and
+ * answer) starts from a copy of those entries and still gets exactly the
+ * answer and call count it gets alone, greedy and sampled. */
+static void test_reuse(const rf_model *m) {
+    int p1[20];
+    for (int i = 0; i < 20; i++) p1[i] = (i * 29 + 3) % 500;
+    rf_gen_params p;
+    rf_gen_params_default(&p);
+    p.gen_length = 12, p.eos_id = -1;
+    rf_ar_seq *a = rf_ar_seq_new(m, p1, 20, &p);
+    drive(m, &a, 1);
+    rf_kvcache kv;
+    int *ids, n = rf_ar_seq_take_cache(a, &kv, &ids);
+    rf_gen_result ra;
+    CHECK(n == 20 + 11 && rf_ar_seq_finish(a, &ra) == 0, "reuse: the first turn's cache holds %d entries", n);
+    CHECK(!memcmp(ids, p1, sizeof p1) && !memcmp(ids + 20, ra.ids, 11 * sizeof(int)),
+          "reuse: the cached ids are not the prompt and the answer");
+    rf_gen_result_free(&ra);
+    /* the next turn: the whole history and 6 new tokens */
+    int p2[40];
+    memcpy(p2, ids, (size_t)n * sizeof(int));
+    for (int i = 0; i < 6; i++) p2[n + i] = 100 + i;
+    int n2 = n + 6;
+    for (int mode = 0; mode < 2; mode++) {
+        rf_gen_params q = p;
+        if (mode) q.temperature = 0.9f, q.seed = 12;
+        rf_gen_result solo, r;
+        CHECK(rf_generate_ar(m, p2, n2, &q, &solo) == 0, "reuse: solo: %s", rf_last_error());
+        /* the full prefix, a part of it, and beside a sequence without reuse */
+        rf_ar_seq *b[3] = {rf_ar_seq_new_reusing(m, p2, n2, &q, &kv, n),
+                           rf_ar_seq_new_reusing(m, p2, n2, &q, &kv, 7), rf_ar_seq_new(m, p2, n2, &q)};
+        drive(m, b, 3);
+        for (int i = 0; i < 3; i++) {
+            CHECK(rf_ar_seq_finish(b[i], &r) == 0, "reuse: finish: %s", rf_last_error());
+            CHECK(r.n_ids == solo.n_ids && !memcmp(r.ids, solo.ids, (size_t)r.n_ids * sizeof(int)) &&
+                      r.n_calls == solo.n_calls,
+                  "reuse mode %d case %d: answer or call count differs from the one without reuse", mode, i);
+            rf_gen_result_free(&r);
+        }
+        rf_gen_result_free(&solo);
+    }
+    rf_kv_free(&kv);
+    free(ids);
+}
+
 /* a raised cancel flag: the next call is refused with -1 */
 static void test_cancel(const rf_model *m) {
     const int pr[] = {3, 4};
@@ -171,6 +248,7 @@ int main(void) {
         snprintf(what, sizeof what, "%s, budget 512", names[d]);
         run(&m, 512, what);
         if (d == 0) test_cancel(&m);
+        test_reuse(&m);
         rf_model_free(&m);
     }
     return check_summary("decode_ar_step");

@@ -11,16 +11,24 @@
 #  - the solo answers are `refusion generate`'s (the library's AR decoder,
 #    no server) for the greedy, sampled and long-prompt cases;
 #  - the rows really shared calls (/metrics: batch occupancy > 1 row per
-#    call, a call with 3 or more rows).
+#    call, a call with 3 or more rows);
+#  - prompt-prefix reuse: a chat's next turn starts from the last turn's
+#    cache (63 tokens reused, /metrics) and its answer is still `refusion
+#    generate`'s.
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup serve_batch
 M=$SRC/models/refusion-demo
-rf_serve_start "$T/server.log" -m "$M" --parallel 4 --threads 1
+# without the prefix cache (the same prompts run alone, then together: each
+# must be computed, not copied), and a second server with it
+rf_serve_start "$T/server2.log" -m "$M" --parallel 4 --threads 1
+URL2=$URL SPID2=$SPID
+trap 'kill -KILL "$SPID2" 2>/dev/null; rf_test_cleanup' EXIT
+rf_serve_start "$T/server.log" -m "$M" --parallel 4 --threads 1 --cache-mb 0
 
-python3 - "$URL" "$BIN" "$M" <<'EOF'
+python3 - "$URL" "$BIN" "$M" "$URL2" <<'EOF'
 import json, random, subprocess, sys, threading, time, urllib.request
-url, bin_, model = sys.argv[1:4]
+url, bin_, model, url2 = sys.argv[1:5]
 fails = 0
 def bad(m):
     global fails
@@ -98,11 +106,24 @@ for k in solo:
         i = next((i for i, (a, b) in enumerate(zip(g, solo[k])) if a != b), min(len(g), len(solo[k])))
         bad(f"{k}: together {len(g)} ids, alone {len(solo[k])}, first difference at {i}")
 
-met = urllib.request.urlopen(url + "/metrics").read().decode()
-def metric(n):
-    for line in met.splitlines():
+def metric(n, url=url):
+    for line in urllib.request.urlopen(url + "/metrics").read().decode().splitlines():
         if line.startswith("refusion_" + n + " "): return float(line.split()[1])
     return -1
+
+# prompt-prefix reuse: a chat's next turn (the last prompt, its answer, new
+# tokens) starts from the last turn's cache and still gets the answer
+# `refusion generate` computes from scratch
+url = url2
+if metric("prefix_cache_tokens_total") != 0: bad("--cache-mb 0, yet a prefix was reused")
+turn1 = {"prompt": ids(40), "max_tokens": 24, "mode": "ar", "ignore_eos": True}
+a1 = answer(turn1)
+turn2 = {"prompt": turn1["prompt"] + a1 + ids(10), "max_tokens": 24, "mode": "ar", "ignore_eos": True,
+         "temperature": 0.8, "seed": 6}
+a2 = answer(turn2)
+reused = metric("prefix_cache_tokens_total", url2)
+if reused != 40 + 23: bad(f"the next turn reused {reused} cached tokens, want 63 (the last prompt and answer)")
+if a2 != cli(turn2): bad("the next turn's answer with a reused prefix is not `refusion generate`'s")
 if not (metric("batch_rows_peak") >= 3 and metric("batch_rows_per_call") > 1):
     bad(f"the rows did not share calls: peak {metric('batch_rows_peak')}, per call {metric('batch_rows_per_call')}")
 print(f"serve_batch: batch occupancy {metric('batch_rows_per_call'):.2f} rows per call, peak {metric('batch_rows_peak'):.0f}; "
@@ -110,8 +131,8 @@ print(f"serve_batch: batch occupancy {metric('batch_rows_per_call'):.2f} rows pe
 sys.exit(1 if fails else 0)
 EOF
 rc=$?
-kill -TERM "$SPID" 2>/dev/null
-wait "$SPID" 2>/dev/null
+kill -TERM "$SPID" "$SPID2" 2>/dev/null
+wait "$SPID" "$SPID2" 2>/dev/null
 SPID=""
 [ $rc -eq 0 ] || { echo "server log tail:" >&2; tail -5 "$T/server.log" >&2; }
 exit $rc

@@ -21,7 +21,7 @@
 typedef struct {
     const char *model, *host, *name, *api_key, *cors;
     int port, parallel, cont_batching, no_cont_batching, max_queue, max_connections, max_per_client, timeout, request_timeout,
-        keepalive_requests, http_threads, queue_wait, max_request_mb, quiet;
+        keepalive_requests, http_threads, queue_wait, max_request_mb, cache_mb, quiet;
     int64_t max_body, max_request_positions;
 } serve_args;
 
@@ -71,6 +71,9 @@ static const rf_opt serve_opts[] = {
     {.name = "max-request-positions", .type = RF_OPT_I64, .lo = 1, .hi = 1e15, .offset = A(max_request_positions),
      .metavar = "N", .help = "positions one generation may feed the model (an upper bound from prompt, "
      "max_tokens, slot_size, steps and n); more get 400"},
+    {.name = "cache-mb", .type = RF_OPT_INT, .lo = 0, .hi = 1 << 30, .offset = A(cache_mb), .metavar = "N",
+     .help = "memory for the KV caches of finished AR generations, reused by requests whose prompt begins "
+             "with their tokens (a chat's next turn, a shared system prompt); 0 = off"},
     {.name = "quiet", .letter = 'q', .type = RF_OPT_FLAG, .offset = A(quiet), .help = "no log line per request"},
 };
 
@@ -91,7 +94,7 @@ int cmd_serve(int argc, char **argv) {
                     .max_body = (int64_t)c.max_body, .max_queue = c.max_queue, .max_connections = c.max_connections,
                     .max_per_client = c.max_per_client, .timeout = c.timeout_s, .queue_wait = c.queue_wait_s,
                     .request_timeout = c.request_timeout_s, .keepalive_requests = c.keepalive_requests,
-                    .http_threads = c.http_threads,
+                    .http_threads = c.http_threads, .cache_mb = (int)(c.cache_bytes >> 20),
                     .max_request_positions = c.max_request_positions, .api_key = getenv("REFUSION_API_KEY")};
     serve_args def_a = a;
     def_a.api_key = NULL; /* never print a key in --help */
@@ -123,6 +126,7 @@ int cmd_serve(int argc, char **argv) {
     c.max_body = (size_t)a.max_body, c.max_queue = a.max_queue, c.max_connections = a.max_connections;
     c.max_per_client = a.max_per_client, c.timeout_s = a.timeout, c.queue_wait_s = a.queue_wait;
     c.max_request_bytes = (size_t)a.max_request_mb << 20;
+    c.cache_bytes = (size_t)a.cache_mb << 20;
     c.max_request_positions = a.max_request_positions;
     c.verbose = !a.quiet;
     c.batch = !a.no_cont_batching;

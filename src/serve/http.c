@@ -50,6 +50,7 @@ void rf_serve_config_default(rf_serve_config *c) {
     c->max_per_client = 16;
     c->timeout_s = 10;
     c->batch = 1;
+    c->cache_bytes = (size_t)256 << 20;
     c->request_timeout_s = 30;
     c->keepalive_requests = 100;
     c->http_threads = 2;
@@ -266,6 +267,12 @@ static enum MHD_Result send_metrics(struct MHD_Connection *c, request *q, rf_ser
     M("batch_rows_per_call", "gauge", "Batch occupancy: mean rows per batched model call.", " %.3f",
       s->batch_calls ? (double)s->batch_rows / s->batch_calls : 0.0);
     M("batch_rows_peak", "gauge", "The most rows in one batched model call.", " %d", s->batch_peak);
+    M("prefix_cache_hits_total", "counter", "Batched requests that started from a cached prompt prefix.", " %llu",
+      s->prefix_hits);
+    M("prefix_cache_tokens_total", "counter", "Prompt tokens taken from the prefix cache instead of computed.",
+      " %llu", s->prefix_tokens);
+    M("prefix_cache_bytes", "gauge", "Bytes held by the prompt-prefix cache (--cache-mb).", " %zu",
+      s->prefix_cache_bytes);
     M("connections_open", "gauge", "Open HTTP connections.", " %d", s->n_conns);
     M("connections_refused_total", "counter", "Connections closed at once: over --max-connections.", " %lu",
       s->n_refused);

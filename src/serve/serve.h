@@ -46,6 +46,7 @@ typedef struct {
                                 and worker threads for the decoders not batched */
     int batch;               /* 1: AR generations share batched model calls (continuous batching) */
     int batch_threads;       /* OpenMP threads of the batched calls (0: defaults.threads) */
+    size_t cache_bytes;      /* prompt-prefix cache of the batched generations (0: none; --cache-mb) */
     const char *api_key;     /* non-NULL: every request but /health and OPTIONS needs "Bearer <key>" */
     const char *cors_origin; /* Access-Control-Allow-Origin on every answer (NULL: none, the default: a web
                                 page of another origin cannot read the answers) */

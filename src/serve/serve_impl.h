@@ -66,6 +66,8 @@ struct rf_server {
     int scheduler_started;
     unsigned long long batch_calls, batch_rows; /* batched model calls, and their rows in all */
     int batch_peak;           /* the most rows in one call */
+    unsigned long long prefix_hits, prefix_tokens; /* requests that reused a cached prefix, and its tokens */
+    size_t prefix_cache_bytes; /* held by the prefix cache */
     int n_active;             /* queued + running */
     int stopping;
     unsigned long n_jobs;     /* jobs ever accepted (ids) */

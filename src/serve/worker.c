@@ -604,6 +604,84 @@ void *rf_serve_worker_main(void *arg) {
  * is the one it gets alone (decode/ar_step.c). */
 enum { PREFILL_BUDGET = 256 };
 
+/* Prompt-prefix reuse: the caches of finished batched generations (their
+ * prompt and answer in natural order, positions 0, 1, ...: exactly what a
+ * prefill of those tokens computes), least recently used first out within
+ * --cache-mb. A new request starts from a copy of the entries of the
+ * longest prefix it shares with one of them (a chat's next turn: the last
+ * turn's prompt and answer; a shared system prompt). Only AR generations
+ * leave caches here: a ReFusion answer's cache is in the order its slots
+ * were committed, not a prefill's, and the workers' sessions keep theirs.
+ * Owned by the scheduler thread (the counters in s are under s->mu). */
+typedef struct pc_entry {
+    int *ids, n;             /* the tokens whose entries kv holds */
+    rf_kvcache kv;
+    size_t bytes;
+    unsigned long long used; /* the cache's clock at the last use */
+    struct pc_entry *next;
+} pc_entry;
+
+typedef struct {
+    pc_entry *head;
+    size_t bytes;
+    unsigned long long clock;
+} prefix_cache;
+
+static size_t kv_bytes(const rf_kvcache *kv) {
+    return (size_t)kv->n_layers * kv->cap * kv->kv_dim * 2 * sizeof(float) + (size_t)kv->cap * sizeof(int);
+}
+
+static void pc_drop(prefix_cache *pc, pc_entry **link) {
+    pc_entry *e = *link;
+    *link = e->next;
+    pc->bytes -= e->bytes;
+    rf_kv_free(&e->kv);
+    free(e->ids);
+    free(e);
+}
+
+/* The entry sharing the longest prefix with prompt (its length in
+ * *common), or NULL. */
+static pc_entry *pc_find(prefix_cache *pc, const int *prompt, int n, int *common) {
+    pc_entry *best = NULL;
+    *common = 0;
+    for (pc_entry *e = pc->head; e; e = e->next) {
+        int k = 0, lim = e->n < n ? e->n : n;
+        while (k < lim && e->ids[k] == prompt[k]) k++;
+        if (k > *common) *common = k, best = e;
+    }
+    if (best) best->used = ++pc->clock;
+    return best;
+}
+
+/* Keep a finished generation's cache (taken over), replacing the entries
+ * whose tokens it begins with, then drop the least recently used down to
+ * the budget. */
+static void pc_put(prefix_cache *pc, size_t budget, rf_kvcache *kv, int *ids, int n) {
+    size_t bytes = kv_bytes(kv);
+    if (n < 1 || bytes > budget) {
+        rf_kv_free(kv);
+        free(ids);
+        return;
+    }
+    for (pc_entry **l = &pc->head; *l;) {
+        pc_entry *e = *l;
+        if (e->n <= n && !memcmp(e->ids, ids, (size_t)e->n * sizeof *ids)) pc_drop(pc, l);
+        else l = &e->next;
+    }
+    pc_entry *e = rf_calloc(1, sizeof *e);
+    e->ids = ids, e->n = n, e->kv = *kv, e->bytes = bytes, e->used = ++pc->clock;
+    e->next = pc->head;
+    pc->head = e;
+    pc->bytes += bytes;
+    while (pc->bytes > budget) {
+        pc_entry **lru = &pc->head;
+        for (pc_entry **l = &pc->head; *l; l = &(*l)->next)
+            if ((*l)->used < (*lru)->used) lru = l;
+        pc_drop(pc, lru);
+    }
+}
+
 typedef struct {
     job *j;
     run_ctx c;
@@ -626,14 +704,15 @@ static void on_event_int(const rf_decode_event *ev, void *user) {
 /* The scheduler's calls into the library, each behind a catch point: an
  * rf_die inside (a failed allocation, a broken invariant, a test's fault
  * point) fails the rows concerned, not the server. */
-static rf_ar_seq *guarded_new(const rf_model *m, const job *j, const rf_gen_params *p, int *rc) {
+static rf_ar_seq *guarded_new(const rf_model *m, const job *j, const rf_gen_params *p, const rf_kvcache *src,
+                              int n_reuse, int *rc) {
     rf_catch k;
     rf_catch_push(&k);
     if (setjmp(k.jb)) {
         *rc = k.oom ? RF_ERR_NOMEM : -1;
         return NULL;
     }
-    rf_ar_seq *q = rf_ar_seq_new(m, j->req.prompt, j->req.n_prompt, p);
+    rf_ar_seq *q = rf_ar_seq_new_reusing(m, j->req.prompt, j->req.n_prompt, p, src, n_reuse);
     rf_catch_pop(&k);
     *rc = q ? 0 : -1;
     return q;
@@ -676,7 +755,7 @@ static rf_runstate *guarded_runstate(const rf_config *cfg, int max_tokens, int m
  * allocated one by one, never moved), or NULL when it could not start (the
  * job is then finished, failed). rs: the scheduler's run state (NULL: it
  * could not be allocated). */
-static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs) {
+static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs, prefix_cache *pc) {
     batch_row *r = rf_calloc(1, sizeof *r);
     r->j = j;
     r->t0 = rf_now();
@@ -689,7 +768,16 @@ static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs) {
         rf_gen_params p = j->req.p;
         p.on_tokens = on_tokens_int, p.on_event = on_event_int, p.user = &r->c;
         p.cancel = &j->cancel_flag;
-        r->q = guarded_new(s->m, j, &p, &rc);
+        int common = 0;
+        pc_entry *e = pc_find(pc, j->req.prompt, j->req.n_prompt, &common);
+        if (common > j->req.n_prompt - 1) common = j->req.n_prompt - 1; /* as rf_ar_seq_new_reusing cuts it */
+        r->q = guarded_new(s->m, j, &p, e ? &e->kv : NULL, common, &rc);
+        if (r->q && common > 0) {
+            pthread_mutex_lock(&s->mu);
+            s->prefix_hits++;
+            s->prefix_tokens += common;
+            pthread_mutex_unlock(&s->mu);
+        }
     }
     if (rc) {
         job_acc a;
@@ -711,10 +799,18 @@ static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs) {
  * in every case: an rf_die inside one of its steps cannot leave it half
  * changed, since a step's only lasting allocation (the next step's
  * statistics, ans_step) is its last action. r itself is freed. */
-static void row_end(rf_server *s, batch_row *r, int rc) {
+static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
     job *j = r->j;
     rf_stats st;
     memset(&st, 0, sizeof st);
+    if (!rc && s->cfg.cache_bytes > 0) { /* its cache, for the requests that begin the same way */
+        rf_kvcache kv;
+        int *ids, n = rf_ar_seq_take_cache(r->q, &kv, &ids);
+        pc_put(pc, s->cfg.cache_bytes, &kv, ids, n);
+        pthread_mutex_lock(&s->mu);
+        s->prefix_cache_bytes = pc->bytes;
+        pthread_mutex_unlock(&s->mu);
+    }
     if (!rc) {
         rf_gen_result g;
         rc = rf_ar_seq_finish(r->q, &g);
@@ -753,6 +849,7 @@ void *rf_serve_scheduler_main(void *arg) {
     int *pos_buf = rf_calloc(PREFILL_BUDGET, sizeof *pos_buf);
     float *logits = rf_calloc((size_t)cap * V, sizeof *logits);
     int n_rows = 0;
+    prefix_cache pc = {0};
     /* made here: its attention scratch is per OpenMP thread of this thread */
     rf_runstate *rs = guarded_runstate(&s->m->cfg, max_t, s->m->cfg.max_pos);
     pthread_mutex_lock(&s->mu);
@@ -764,7 +861,7 @@ void *rf_serve_scheduler_main(void *arg) {
             job *j = pop_locked(&s->bhead, &s->btail);
             if (start_job_locked(s, j)) continue;
             pthread_mutex_unlock(&s->mu);
-            if ((rows[n_rows] = row_start(s, j, rs))) n_rows++;
+            if ((rows[n_rows] = row_start(s, j, rs, &pc))) n_rows++;
             pthread_mutex_lock(&s->mu);
         }
         pthread_mutex_unlock(&s->mu);
@@ -776,7 +873,7 @@ void *rf_serve_scheduler_main(void *arg) {
             int n = guarded_next(r->q, left > 0 ? left : 1, &t, &ps, pos_buf);
             r->logit_row = -1;
             if (n < 0) { /* cancelled, cut or failed: it leaves */
-                row_end(s, r, n);
+                row_end(s, r, n, &pc);
                 rows[i--] = rows[--n_rows];
                 continue;
             }
@@ -806,7 +903,7 @@ void *rf_serve_scheduler_main(void *arg) {
             int done = rc ? rc : guarded_after(r->q, r->logit_row >= 0 ? logits + (size_t)r->logit_row * V : NULL);
             int fail = done < 0 ? done : 0;
             if (done) {
-                row_end(s, r, fail);
+                row_end(s, r, fail, &pc);
                 rows[i--] = rows[--n_rows];
             }
         }
@@ -814,6 +911,7 @@ void *rf_serve_scheduler_main(void *arg) {
     }
     fail_queue_locked(s, &s->bhead, &s->btail);
     pthread_mutex_unlock(&s->mu);
+    while (pc.head) pc_drop(&pc, &pc.head);
     rf_runstate_release(rs);
     free(rows), free(kv), free(n_tok), free(lidx), free(tokens), free(pos), free(pos_buf), free(logits);
     return NULL;
