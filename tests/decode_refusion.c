@@ -93,6 +93,8 @@ typedef struct {
     int n_plan, n_fast, n_infill_commit, n_iter, n_drop;
     int fast_tokens, infill_tokens;
     int fills[1024]; /* commits per answer position, from the events */
+    int eos;         /* the resolved EOS id (-1: none) */
+    int late;        /* events seen while a filled prefix had not been streamed */
 } trace;
 
 static void on_tokens(const int *ids, int n, void *user) {
@@ -101,6 +103,12 @@ static void on_tokens(const int *ids, int n, void *user) {
 }
 static void on_event(const rf_decode_event *ev, void *user) {
     trace *t = user;
+    /* streaming releases a token as soon as every position before it is
+     * filled: by the next event, the filled prefix has been streamed (up to
+     * an EOS, after which nothing is) */
+    int prefix = 0;
+    while (prefix < 1024 && t->fills[prefix] > 0) prefix++;
+    if (t->n < prefix && !(t->n > 0 && t->ids[t->n - 1] == t->eos)) t->late++;
     switch (ev->kind) {
     case RF_EV_PLAN: t->n_plan++; break;
     case RF_EV_FAST_COMMIT: t->n_fast++, t->fast_tokens += ev->n; break;
@@ -185,6 +193,7 @@ static void compare(const rf_model *m, const int *prompt, int P, rf_gen_params *
                     const char *what) {
     trace t;
     memset(&t, 0, sizeof t);
+    t.eos = p->eos_id == RF_ID_FROM_MODEL ? m->cfg.eos_id : p->eos_id;
     p->on_tokens = on_tokens, p->on_event = on_event, p->user = &t;
     rf_gen_result f, z;
     int rf = rf_generate_refusion(m, prompt, P, p, &f);
@@ -194,6 +203,7 @@ static void compare(const rf_model *m, const int *prompt, int P, rf_gen_params *
     CHECK(rz == 0, "%s: naive: %s", what, rf_last_error());
     if (rf || rz) return;
     int eos = p->eos_id == RF_ID_FROM_MODEL ? m->cfg.eos_id : p->eos_id;
+    CHECK(t.late == 0, "%s: %d events came while final tokens were held back from on_tokens", what, t.late);
     check_answer(&f, p, eos, &t, what);
     check_answer(&z, p, eos, NULL, what);
     int same = f.n_ids == z.n_ids && !memcmp(f.ids, z.ids, f.n_ids * sizeof(int));

@@ -136,6 +136,20 @@ post oom2 /v1/completions '{"prompt":"x","max_tokens":8}'
 expect oom2 200 '"completion_tokens":8'
 stop
 
+# a generation that shows nothing for a while (each model call 2.3 s late):
+# the stream carries an SSE comment line meanwhile, and --timeout (1 s, for
+# clients that stall) ends neither the stream nor a plain request waiting
+# for its answer
+REFUSION_TEST_STEP_MS=2300 start --timeout 1
+curl -s -N -m 30 -o "$T/ka.body" -w '%{http_code}' --data-binary '{"prompt":"x","max_tokens":1,"mode":"ar","stream":true}' \
+  "$URL/v1/completions" >"$T/ka.code" 2>/dev/null
+[ "$(cat "$T/ka.code")" = 200 ] && grep -q '^: keep-alive$' "$T/ka.body" && grep -q '^data: \[DONE\]$' "$T/ka.body" &&
+  [ "$(grep -n '^: keep-alive$' "$T/ka.body" | head -1 | cut -d: -f1)" -lt "$(grep -n '"text":"[^"]' "$T/ka.body" | head -1 | cut -d: -f1)" ] &&
+  ok || bad "a quiet stream: no keep-alive line before its text, or cut: $(cat "$T/ka.code") $(head -c 400 "$T/ka.body")"
+post ka2 /v1/completions '{"prompt":"x","max_tokens":1,"mode":"ar"}'
+expect ka2 200 '"completion_tokens":1'
+stop
+
 # a slower model (about 25M weights read per token) so that a 4,000-token
 # job outlasts every client's wait below on a fast, quiet machine too
 "$BIN" init -o "$T/big" --preset tiny --hidden 512 --layers 8 --heads 8 --kv-heads 4 --ffn 1536 --max-pos 4096 \
@@ -164,7 +178,7 @@ grep -q "the client left; [0-9]* model calls spent after that" "$T/server.log" &
 curl -s -m 4 -o /dev/null --data-binary "$LONG" "$URL/v1/completions" &
 c3=$!
 sleep 0.3
-post late /v1/completions '{"prompt":"x","max_tokens":4}'
+post late /v1/completions '{"prompt":"x","max_tokens":4,"mode":"ar"}'
 expect late 503 "waited 1 s in the queue"
 wait $c3
 for _ in $(seq 1 600); do

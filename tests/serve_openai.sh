@@ -11,6 +11,13 @@
 #  - n = 3 at temperature 1.5 (chat, AR and ReFusion; completions): 3 choices,
 #    index 0..2, choice i = the single answer with seed + i, usage summing
 #    them; streamed n = 2 = the plain n = 2 answer, chunk by chunk per index;
+#  - a stream without include_usage: every chunk has a choice (the usual
+#    chunk.choices[0].delta.content loop), the statistics on the last one;
+#  - a tool-using conversation sent back (assistant content null with
+#    tool_calls, tool answers): the prompt is the one python3-jinja2 renders
+#    with Qwen3's template (tests/data/templates);
+#  - param / code as OpenAI fills them (context_length_exceeded on messages
+#    or prompt, messages[i].content, missing_required_parameter, ...);
 #  - unsupported fields (logprobs, tools, penalties) and bad values (n 0,
 #    n 100) are
 #    400 with OpenAI's error shape (param names the field, code a string or
@@ -28,7 +35,7 @@ PKG=$(bash "$SRC/scripts/serve/fetch_openai.sh") || {
 # 4 workers of one thread each: the concurrency check needs them in parallel
 rf_serve_start "$T/server.log" -m "$SRC/models/refusion-demo" --parallel 4 --threads 1 --api-key sk-test-123 -n 64 --cors '*'
 
-OPENAI_PKG=$PKG BASE=http://127.0.0.1:$PORT timeout 300 node - <<'EOF'
+OPENAI_PKG=$PKG BASE=http://127.0.0.1:$PORT SRC=$SRC timeout 300 node - <<'EOF'
 const OpenAI = require(process.env.OPENAI_PKG);
 const base = process.env.BASE;
 const client = new OpenAI({ baseURL: base + '/v1', apiKey: 'sk-test-123', maxRetries: 0, timeout: 120000 });
@@ -135,8 +142,64 @@ async function status(f) { try { await f(); return 200; } catch (e) { return e; 
     slot_threshold: 0.6, token_threshold: 0.3 }) })).text();
   ok(/"slot_threshold":0\.6[,}]/.test(raw) && /"lookahead":false[,}]/.test(raw) && !/\d\.\d{10,}/.test(raw), 'stream floats: ' + (raw.match(/"settings":\{[^}]*\}/) || [raw.slice(-300)])[0]);
 
+  // ---- a stream without include_usage: every chunk has a choice (the usual loop reads
+  // chunk.choices[0] unchecked, as OpenAI's own streams allow); the statistics ride on the last
+  for (const mode of ['refusion', 'ar']) {
+    const full = await chat({ mode });
+    const su = await chat({ mode, stream: true });
+    let t = '', n = 0, lastCh = null;
+    try {
+      for await (const ch of su) { t += ch.choices[0].delta.content || ''; n++; lastCh = ch; }
+    } catch (e) { ok(false, `stream without include_usage (${mode}): the usual loop threw: ${e}`); }
+    ok(t === full.choices[0].message.content, `stream without include_usage (${mode}): ${JSON.stringify(t)}`);
+    ok(lastCh && lastCh.choices[0].finish_reason === full.choices[0].finish_reason && lastCh.refusion &&
+       lastCh.refusion.model_calls === full.refusion.model_calls && !lastCh.usage,
+       `stream without include_usage (${mode}): last chunk ${JSON.stringify(lastCh)}`);
+  }
+
+  // ---- a tool-using conversation sent back: the assistant's tool call (content null) and the
+  // tool's answer, rendered as Qwen3's template renders them (python3-jinja2 as transformers
+  // sets it up: the prompt the server builds is the reference text's)
+  const toolMsgs = [
+    { role: 'user', content: 'What is the weather in Paris?' },
+    { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function',
+      function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }] },
+    { role: 'tool', tool_call_id: 'call_1', content: 'sunny, 21 C' },
+    { role: 'assistant', content: 'Let me check the hour too.', tool_calls: [
+      { id: 'call_2', type: 'function', function: { name: 'get_time', arguments: '{"tz": "CET"}' } },
+      { id: 'call_3', type: 'function', function: { name: 'get_date', arguments: '{}' } }] },
+    { role: 'tool', tool_call_id: 'call_2', content: '14:00' },
+    { role: 'tool', tool_call_id: 'call_3', content: 'Monday' },
+  ];
+  const ref = JSON.parse(require('child_process').execFileSync('python3', [process.env.SRC + '/tests/data/templates/hf_render.py'],
+    { input: JSON.stringify({ template: process.env.SRC + '/tests/data/templates/qwen3.jinja',
+      vars: { messages: toolMsgs, add_generation_prompt: true } }) + '\n' }).toString());
+  ok(ref.text && ref.text.includes('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'),
+     'reference rendering: ' + JSON.stringify(ref));
+  let tc = null;
+  try { tc = await client.chat.completions.create({ model, messages: toolMsgs, max_tokens: 8, mode: 'ar' }); }
+  catch (e) { ok(false, `tool calls in the history refused: ${e.status} ${JSON.stringify(e.error)}`); }
+  if (tc && ref.text) {
+    const viaText = await client.completions.create({ model, prompt: ref.text, max_tokens: 8, mode: 'ar' });
+    ok(tc.usage.prompt_tokens === viaText.usage.prompt_tokens && tc.choices[0].message.content === viaText.choices[0].text,
+       `tool calls rendered unlike Qwen3's template: ${tc.usage.prompt_tokens} prompt tokens vs ${viaText.usage.prompt_tokens}`);
+  }
+
   // ---- errors --------------------------------------------------------------------------------
+  const long = 'hello '.repeat(5000); // over the demo's 4,096-token context
   const errs = [
+    ['over the context', () => client.chat.completions.create({ model, messages: [{ role: 'user', content: long }], max_tokens: 8 }),
+     400, 'messages', 'context_length_exceeded'],
+    ['completion over the context', () => client.completions.create({ model, prompt: long, max_tokens: 8 }), 400, 'prompt',
+     'context_length_exceeded'],
+    ['content null without tool_calls', () => client.chat.completions.create({ model, messages: [{ role: 'user', content: null }] }),
+     400, 'messages[0].content', null],
+    ['bad tool call', () => client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' },
+      { role: 'assistant', content: null, tool_calls: [{ type: 'function', function: { arguments: '{}' } }] }] }),
+     400, 'messages[1].tool_calls', null],
+    ['missing messages', () => client.chat.completions.create({ model }), 400, 'messages', 'missing_required_parameter'],
+    ['stream_options without stream', () => chat({ stream_options: { include_usage: true } }), 400, 'stream_options', null],
+    ['unknown field', () => chat({ frobnicate: 1 }), 400, 'frobnicate', 'unsupported_parameter'],
     ['logprobs', () => chat({ logprobs: true }), 400, 'logprobs', 'unsupported_parameter'],
     ['n 0', () => chat({ n: 0 }), 400, 'n', null],
     ['n 100', () => chat({ n: 100 }), 400, 'n', null],

@@ -20,8 +20,8 @@
 
 typedef struct {
     const char *model, *host, *name, *api_key, *cors;
-    int port, parallel, cont_batching, max_queue, max_connections, max_per_client, timeout, request_timeout,
-        keepalive_requests, http_threads, queue_wait, max_request_mb, quiet;
+    int port, parallel, cont_batching, no_cont_batching, max_queue, max_connections, max_per_client, timeout, request_timeout,
+        keepalive_requests, http_threads, queue_wait, max_request_mb, cache_mb, quiet;
     int64_t max_body, max_request_positions;
 } serve_args;
 
@@ -35,10 +35,13 @@ static const rf_opt serve_opts[] = {
     {.name = "name", .type = RF_OPT_STR, .offset = A(name), .metavar = "NAME",
      .help = "model id in responses (default: the directory's name)"},
     {.name = "parallel", .alias = "workers", .type = RF_OPT_INT, .lo = 1, .hi = 256, .offset = A(parallel),
-     .metavar = "N", .help = "requests decoded at the same time, one worker thread each (weights shared)"},
+     .metavar = "N", .help = "requests decoded at the same time: AR generations as rows of shared model calls "
+                             "(continuous batching), the other decoders in as many worker threads"},
     {.name = "cont-batching", .type = RF_OPT_FLAG, .offset = A(cont_batching),
-     .help = "accepted for llama.cpp's habit: the --parallel workers always take the next request as soon as "
-             "they finish one"},
+     .help = "accepted for llama.cpp's habit: continuous batching is on by default (AR generations join and "
+             "leave the shared model calls at every step)"},
+    {.name = "no-cont-batching", .type = RF_OPT_FLAG, .offset = A(no_cont_batching),
+     .help = "AR generations each in a worker thread of its own, as the other decoders (no shared calls)"},
     {.name = "api-key", .type = RF_OPT_STR, .offset = A(api_key), .metavar = "KEY",
      .help = "require \"Authorization: Bearer KEY\" on every request but /health (default: the "
              "REFUSION_API_KEY environment variable; none when unset)"},
@@ -68,6 +71,9 @@ static const rf_opt serve_opts[] = {
     {.name = "max-request-positions", .type = RF_OPT_I64, .lo = 1, .hi = 1e15, .offset = A(max_request_positions),
      .metavar = "N", .help = "positions one generation may feed the model (an upper bound from prompt, "
      "max_tokens, slot_size, steps and n); more get 400"},
+    {.name = "cache-mb", .type = RF_OPT_INT, .lo = 0, .hi = 1 << 30, .offset = A(cache_mb), .metavar = "N",
+     .help = "memory for the KV caches of finished AR generations, reused by requests whose prompt begins "
+             "with their tokens (a chat's next turn, a shared system prompt); 0 = off"},
     {.name = "quiet", .letter = 'q', .type = RF_OPT_FLAG, .offset = A(quiet), .help = "no log line per request"},
 };
 
@@ -88,7 +94,7 @@ int cmd_serve(int argc, char **argv) {
                     .max_body = (int64_t)c.max_body, .max_queue = c.max_queue, .max_connections = c.max_connections,
                     .max_per_client = c.max_per_client, .timeout = c.timeout_s, .queue_wait = c.queue_wait_s,
                     .request_timeout = c.request_timeout_s, .keepalive_requests = c.keepalive_requests,
-                    .http_threads = c.http_threads,
+                    .http_threads = c.http_threads, .cache_mb = (int)(c.cache_bytes >> 20),
                     .max_request_positions = c.max_request_positions, .api_key = getenv("REFUSION_API_KEY")};
     serve_args def_a = a;
     def_a.api_key = NULL; /* never print a key in --help */
@@ -119,14 +125,18 @@ int cmd_serve(int argc, char **argv) {
     c.max_body = (size_t)a.max_body, c.max_queue = a.max_queue, c.max_connections = a.max_connections;
     c.max_per_client = a.max_per_client, c.timeout_s = a.timeout, c.queue_wait_s = a.queue_wait;
     c.max_request_bytes = (size_t)a.max_request_mb << 20;
+    c.cache_bytes = (size_t)a.cache_mb << 20;
     c.max_request_positions = a.max_request_positions;
     c.verbose = !a.quiet;
+    c.batch = !a.no_cont_batching;
     rf_gen_params *p = &c.defaults.gen;
     if (!model_dir) {
         fprintf(stderr, "refusion: serve: need -m MODEL_DIR (see --help)\n");
         return 2;
     }
-    /* OpenMP threads per worker: the cores shared among the workers unless --threads says */
+    /* OpenMP threads: the batched calls get every core, each worker its
+     * share of them, unless --threads says */
+    c.batch_threads = c.defaults.threads > 0 ? c.defaults.threads : omp_get_num_procs();
     if (c.defaults.threads == 0) {
         int cores = omp_get_num_procs() / c.workers;
         c.defaults.threads = cores > 0 ? cores : 1;
@@ -211,8 +221,10 @@ int cmd_serve(int argc, char **argv) {
     }
     const char *h = c.host;
     int bracket = strchr(h, ':') != NULL; /* IPv6 literal */
-    fprintf(stderr, "refusion serve: %s (%s%s, %d workers x %d threads%s) listening on http://%s%s%s:%d\n",
-            model_dir, rf_method_name(c.defaults.gen.method), tok ? "" : ", no tokenizer", c.workers,
+    char batched[64] = "";
+    if (c.batch) snprintf(batched, sizeof batched, "AR batched: %d rows x %d threads, ", c.workers, c.batch_threads);
+    fprintf(stderr, "refusion serve: %s (%s%s, %s%d workers x %d threads%s) listening on http://%s%s%s:%d\n",
+            model_dir, rf_method_name(c.defaults.gen.method), tok ? "" : ", no tokenizer", batched, c.workers,
             c.defaults.threads, c.api_key ? ", API key" : "", bracket ? "[" : "", h, bracket ? "]" : "",
             rf_serve_port(s));
     if (!c.api_key && !rf_serve_loopback(s))

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "refusion.h"
@@ -52,13 +53,21 @@ static void log_to_stderr(rf_log_level level, const char *text, void *user) {
  *   REFUSION_TEST_DIE_ONCE=1|oom  the first model call of a generation in
  *       this process fails (a broken invariant, or an allocation): a caller
  *       that turns rf_die into an error return (the server) must survive it
+ *   REFUSION_TEST_STEP_MS=N  every model call of a generation starts N ms
+ *       late (a slow model: the server's keep-alive lines, its timeouts)
  *   REFUSION_TEST_KILL_AT=N  the process ends with _exit(86) right after the
  *       N-th step of checkpoint saving (a file staged, half of optimizer.bin
  *       written, the journal, a rename, ...), as a kill -9 at that moment would */
 static atomic_int g_die_once; /* 1: rf_die, 2: rf_oom; 0 once fired */
 static long g_kill_at, g_save_steps;
 
-static void die_once(void) {
+static long g_step_ms; /* REFUSION_TEST_STEP_MS */
+
+static void generation_fault(void) {
+    if (g_step_ms > 0) {
+        struct timespec ts = {g_step_ms / 1000, g_step_ms % 1000 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     int kind = atomic_exchange(&g_die_once, 0);
     if (kind == 2) rf_oom((size_t)1 << 40);
     if (kind == 1) rf_die("REFUSION_TEST_DIE_ONCE: a fatal error inside the generation");
@@ -72,7 +81,12 @@ static void install_test_faults(void) {
     const char *e = getenv("REFUSION_TEST_DIE_ONCE");
     if (e) {
         atomic_store(&g_die_once, !strcmp(e, "oom") ? 2 : 1);
-        rf_faults.generation_step = die_once;
+        rf_faults.generation_step = generation_fault;
+    }
+    e = getenv("REFUSION_TEST_STEP_MS");
+    if (e && atol(e) > 0) {
+        g_step_ms = atol(e);
+        rf_faults.generation_step = generation_fault;
     }
     e = getenv("REFUSION_TEST_KILL_AT");
     if (e && atol(e) > 0) {

@@ -44,6 +44,26 @@ size_t rf_runstate_bytes(const rf_runstate *s);
  * rows mismatch). */
 int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch *b);
 
+/* Rows of different sequences in one call (continuous batching): sequence
+ * i feeds n_tok[i] tokens (they follow those of sequence i - 1 in tokens and
+ * pos), appended to its own unforked cache kv[i] and attending causally to
+ * that cache only, exactly as rf_forward would for the sequence alone; the
+ * weights are read once for all of them. Logits as in rf_batch (indices into
+ * the concatenated tokens). Not recorded in the call log. */
+typedef struct {
+    int n_seq;
+    rf_kvcache *const *kv;   /* [n_seq], distinct */
+    const int *n_tok;        /* [n_seq], each >= 1 */
+    const int *tokens, *pos; /* [sum of n_tok] */
+    int n_logits;
+    const int *logit_idx;    /* [n_logits] */
+    float *logits;           /* out: [n_logits, vocab] */
+} rf_seq_batch;
+
+/* 0, or -1 with rf_last_error() (a cache full or forked, a token outside the
+ * vocabulary, more tokens than the run state holds). */
+int rf_forward_seqs(const rf_model *m, rf_runstate *s, const rf_seq_batch *b);
+
 /* Call log: the shape of every rf_forward call made on this thread while a
  * log is attached, for benchmarks that replay a decoder's calls on a model of
  * another size (bench/decode_replay.c). It is a thread-local hook so that the

@@ -49,6 +49,8 @@ void rf_serve_config_default(rf_serve_config *c) {
     c->max_connections = 512;
     c->max_per_client = 16;
     c->timeout_s = 10;
+    c->batch = 1;
+    c->cache_bytes = (size_t)256 << 20;
     c->request_timeout_s = 30;
     c->keepalive_requests = 100;
     c->http_threads = 2;
@@ -85,8 +87,13 @@ typedef struct rf_waiter {
     int armed;       /* suspended: the watcher may resume it */
     int linked;      /* in s->waiters */
     double deadline; /* rf_now() after which the wait ends (0: none) */
+    int untimed;     /* parked with MHD's idle timeout off (see park) */
     struct rf_waiter *prev, *next;
 } waiter;
+
+/* A stream whose generation produces no text for this long gets an SSE
+ * comment line, so that clients and proxies see a live connection. */
+#define SSE_KEEPALIVE_S 2.0
 
 /* One connection (MHD's socket context), in s->conns. */
 typedef struct rf_conn {
@@ -253,6 +260,19 @@ static enum MHD_Result send_metrics(struct MHD_Connection *c, request *q, rf_ser
     M("requests_running", "gauge", "Generations running now.", " %d", s->n_running);
     M("requests_running_peak", "gauge", "The most generations running at once since start.", " %d", s->peak_running);
     M("workers", "gauge", "Worker threads (requests served in parallel).", " %d", s->n_workers);
+    M("batch_calls_total", "counter", "Batched model calls (continuous batching of AR generations).", " %llu",
+      s->batch_calls);
+    M("batch_rows_total", "counter", "Rows (generations) in the batched model calls, summed over the calls.", " %llu",
+      s->batch_rows);
+    M("batch_rows_per_call", "gauge", "Batch occupancy: mean rows per batched model call.", " %.3f",
+      s->batch_calls ? (double)s->batch_rows / s->batch_calls : 0.0);
+    M("batch_rows_peak", "gauge", "The most rows in one batched model call.", " %d", s->batch_peak);
+    M("prefix_cache_hits_total", "counter", "Batched requests that started from a cached prompt prefix.", " %llu",
+      s->prefix_hits);
+    M("prefix_cache_tokens_total", "counter", "Prompt tokens taken from the prefix cache instead of computed.",
+      " %llu", s->prefix_tokens);
+    M("prefix_cache_bytes", "gauge", "Bytes held by the prompt-prefix cache (--cache-mb).", " %zu",
+      s->prefix_cache_bytes);
     M("connections_open", "gauge", "Open HTTP connections.", " %d", s->n_conns);
     M("connections_refused_total", "counter", "Connections closed at once: over --max-connections.", " %lu",
       s->n_refused);
@@ -356,10 +376,24 @@ static void park(rf_server *s, struct MHD_Connection *c, waiter *w, job *j, int 
     s->waiters = w;
     w->linked = 1;
     pthread_mutex_unlock(&s->mu);
+    /* the idle timeout (--timeout) is for clients that stall while sending
+     * or stop reading: a connection waiting for the model is neither, so
+     * it has none until there is something to send (unpark). MHD only
+     * changes the timeout of a connection that is not suspended. */
+    if (!w->untimed) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    w->untimed = 1;
     MHD_suspend_connection(c);
     pthread_mutex_lock(&s->mu);
     if (w->linked) w->armed = 1;
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Resumed with something to send: the idle timeout again, its clock
+ * restarted (MHD restarts it when the timeout was off). */
+static void unpark(rf_server *s, struct MHD_Connection *c, waiter *w) {
+    if (!w->untimed) return;
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->cfg.timeout_s);
+    w->untimed = 0;
 }
 
 /* Is the wait over? s->mu held. check_gone: look at the socket too. */
@@ -430,6 +464,7 @@ typedef struct {
     job *j;
     struct MHD_Connection *c;
     int fd; /* the client's socket, to notice it leaving between events */
+    double last_out; /* rf_now() when bytes were last handed to MHD */
     waiter w;
 } stream_ref;
 
@@ -443,8 +478,18 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (gone) rf_serve_cancel_locked(r->s, j);
         pthread_mutex_unlock(&r->s->mu);
         if (gone) return MHD_CONTENT_READER_END_WITH_ERROR;
+        /* the generation runs without new text: a comment line now and
+         * then (clients ignore it), else wait for text or that time */
+        static const char ka[] = ": keep-alive\n\n";
+        double now = rf_now();
+        if (now - r->last_out >= SSE_KEEPALIVE_S && max >= sizeof ka - 1) {
+            unpark(r->s, r->c, &r->w);
+            memcpy(buf, ka, sizeof ka - 1);
+            r->last_out = now;
+            return (ssize_t)(sizeof ka - 1);
+        }
         /* nothing yet: MHD's prescribed pattern is to suspend and return 0 */
-        park(r->s, r->c, &r->w, j, r->fd, W_STREAM, 0);
+        park(r->s, r->c, &r->w, j, r->fd, W_STREAM, r->last_out + SSE_KEEPALIVE_S);
         return 0;
     }
     size_t n = j->out_len - j->out_sent;
@@ -452,6 +497,8 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     if (n) memcpy(buf, j->out + j->out_sent, n);
     j->out_sent += n;
     pthread_mutex_unlock(&r->s->mu);
+    unpark(r->s, r->c, &r->w);
+    r->last_out = rf_now();
     return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
 }
 
@@ -473,7 +520,8 @@ static enum MHD_Result generate_start(struct MHD_Connection *c, request *q, rf_s
     rf_serve_req req;
     rf_req_kind kind = q->route == R_CHAT ? RF_REQ_CHAT : RF_REQ_COMPLETION;
     if (rf_serve_parse(q->body ? q->body : "", q->len, kind, s->m, s->tok, &s->cfg.defaults, &req)) {
-        return send_error_p(c, s, q, 400, req.err_param, req.err_unsupported ? "unsupported_parameter" : NULL, "%s",
+        return send_error_p(c, s, q, 400, req.err_param,
+                            req.err_code ? req.err_code : req.err_unsupported ? "unsupported_parameter" : NULL, "%s",
                             rf_last_error());
     }
     /* what the decoder will allocate, against the per-request limit */
@@ -511,6 +559,7 @@ static enum MHD_Result generate_start(struct MHD_Connection *c, request *q, rf_s
 /* Resumed (or spuriously called again): answer, or park again. */
 static enum MHD_Result generate_continue(struct MHD_Connection *c, request *q, rf_server *s) {
     job *j = q->job;
+    unpark(s, c, &q->w); /* parked again below while there is nothing to send */
     pthread_mutex_lock(&s->mu);
     if (j->state != JOB_DONE && client_gone(q->fd)) {
         rf_serve_cancel_locked(s, j);
@@ -536,7 +585,7 @@ static enum MHD_Result generate_continue(struct MHD_Connection *c, request *q, r
     if (j->req.stream) {
         pthread_mutex_unlock(&s->mu);
         stream_ref *r = rf_calloc(1, sizeof *r);
-        r->s = s, r->j = j, r->c = c, r->fd = q->fd;
+        r->s = s, r->j = j, r->c = c, r->fd = q->fd, r->last_out = rf_now();
         q->job = NULL; /* its reference is the stream's now */
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, r, sse_free);
         if (!resp) {
@@ -825,8 +874,11 @@ static void stop_workers(rf_server *s) {
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     pthread_cond_broadcast(&s->queue_cv);
+    pthread_cond_broadcast(&s->batch_cv);
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->n_workers; i++) pthread_join(s->workers[i].thread, NULL);
+    if (s->scheduler_started) pthread_join(s->scheduler, NULL);
+    s->scheduler_started = 0;
 }
 
 /* the watcher resumes every parked connection (their jobs are done once
@@ -874,6 +926,7 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->queue_cv, NULL);
+    pthread_cond_init(&s->batch_cv, NULL);
     if (s->cfg.workers < 1) s->cfg.workers = 1;
     s->workers = rf_calloc((size_t)s->cfg.workers, sizeof *s->workers);
     s->buffer_bytes = rf_calloc((size_t)s->cfg.workers, sizeof *s->buffer_bytes);
@@ -887,6 +940,14 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
             stop_workers(s);
             goto fail;
         }
+    if (s->cfg.batch) {
+        if (pthread_create(&s->scheduler, NULL, rf_serve_scheduler_main, s)) {
+            rf_set_error("cannot start the scheduler thread");
+            stop_workers(s);
+            goto fail;
+        }
+        s->scheduler_started = 1;
+    }
     if (pthread_create(&s->watcher, NULL, watcher_main, s)) {
         rf_set_error("cannot start the connection watcher thread");
         stop_workers(s);
@@ -914,6 +975,7 @@ fail:
     free_workers(s);
     close(s->listen_fd);
     pthread_cond_destroy(&s->queue_cv);
+    pthread_cond_destroy(&s->batch_cv);
     pthread_mutex_destroy(&s->mu);
     free(s->model_name);
     free(s);
@@ -935,6 +997,7 @@ void rf_serve_stop(rf_server *s) {
      *    listening socket it was given too) */
     MHD_stop_daemon(s->daemon);
     pthread_cond_destroy(&s->queue_cv);
+    pthread_cond_destroy(&s->batch_cv);
     pthread_mutex_destroy(&s->mu);
     free_workers(s);
     free(s->model_name);

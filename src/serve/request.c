@@ -227,8 +227,12 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
     r->p.on_tokens = NULL, r->p.on_event = NULL, r->p.user = NULL, r->p.cancel = NULL;
     r->ar = d.gen.method == RF_METHOD_AR;
     r->max_tokens = d.gen.gen_length;
-    if (get_bool(o, "stream", &r->stream) < 0) return -1;
+    if (get_bool(o, "stream", &r->stream) < 0) {
+        set_param(r, "stream");
+        return -1;
+    }
     if ((v = field(o, "stream_options"))) {
+        set_param(r, "stream_options");
         if (!json_is_object(v) || get_bool(v, "include_usage", &r->include_usage) < 0) {
             rf_set_error("\"stream_options\" must be an object whose \"include_usage\" is true or false");
             return -1;
@@ -237,6 +241,7 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
             rf_set_error("\"stream_options\" is only allowed with \"stream\": true");
             return -1;
         }
+        r->err_param[0] = 0;
     }
     if (parse_stop(o, r)) {
         set_param(r, "stop");
@@ -270,6 +275,7 @@ static int parse_prompt(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
     json_t *v = field(o, "prompt");
     if (!v) {
         rf_set_error("missing \"prompt\" (a string or an array of token ids)");
+        r->err_code = "missing_required_parameter";
         return -1;
     }
     if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)))
@@ -331,14 +337,64 @@ static char *message_text(json_t *c, size_t i) {
     return s;
 }
 
+/* An assistant turn's tool calls appended to its text as Qwen3's chat
+ * template renders them: after the content (a newline between), each call
+ * '<tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>', calls
+ * separated by a newline, ARGS as sent when a string (OpenAI sends the
+ * arguments as JSON text) or else as the template's tojson writes it. So
+ * the model's Jinja template and the built-in renderer render the turn
+ * alike. malloc'd; NULL with rf_last_error() on a malformed call. */
+static char *with_tool_calls(const char *content, json_t *calls, size_t i) {
+    if (!json_is_array(calls) || json_array_size(calls) == 0) {
+        rf_set_error("\"messages\"[%zu]: \"tool_calls\" must be a non-empty array", i);
+        return NULL;
+    }
+    size_t j, len = strlen(content) + 1;
+    json_t *call;
+    char **args = rf_calloc(json_array_size(calls), sizeof *args);
+    char *out = NULL;
+    json_array_foreach(calls, j, call) {
+        json_t *fn = json_object_get(call, "function");
+        const char *type = json_string_value(json_object_get(call, "type"));
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        json_t *a = json_object_get(fn, "arguments");
+        if ((type && strcmp(type, "function")) || !name || !a) {
+            rf_set_error("\"messages\"[%zu].tool_calls[%zu] must be {\"type\": \"function\", \"function\": "
+                         "{\"name\": string, \"arguments\": string}}", i, j);
+            goto done;
+        }
+        /* Python's json.dumps separators (", ", ": "), non-ASCII kept */
+        args[j] = json_is_string(a) ? rf_strdup(json_string_value(a)) : json_dumps(a, JSON_ENCODE_ANY);
+        if (!args[j]) {
+            rf_set_error("\"messages\"[%zu].tool_calls[%zu]: the arguments cannot be rendered", i, j);
+            goto done;
+        }
+        len += strlen(name) + strlen(args[j]) + 64;
+    }
+    out = rf_malloc(len);
+    char *p = out;
+    p += sprintf(p, "%s", content);
+    json_array_foreach(calls, j, call) {
+        const char *name = json_string_value(json_object_get(json_object_get(call, "function"), "name"));
+        if (j > 0 || *content) *p++ = '\n';
+        p += sprintf(p, "<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>", name, args[j]);
+    }
+done:
+    for (j = 0; j < json_array_size(calls); j++) free(args[j]);
+    free(args);
+    return out;
+}
+
 /* "messages": [{"role", "content"}, ...] rendered with the model's chat
  * template, ready for the assistant's turn. Roles: system, developer (the
- * newer OpenAI name: rendered as system), user, assistant, tool (rendered as
- * a user turn holding <tool_response>, as Qwen3's template does). */
+ * newer OpenAI name: rendered as system), user, assistant (with its
+ * tool_calls), tool (the template renders it: Qwen3's groups consecutive
+ * tool answers into one user turn of <tool_response> blocks). */
 static int parse_messages(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
     json_t *v = field(o, "messages");
     if (!v) {
         rf_set_error("missing \"messages\" (an array of {\"role\", \"content\"} objects)");
+        r->err_code = "missing_required_parameter";
         return -1;
     }
     if (!json_is_array(v) || json_array_size(v) == 0) {
@@ -350,9 +406,13 @@ static int parse_messages(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
         return -1;
     }
     int think = 1;
-    if (get_bool(o, "enable_thinking", &think) < 0) return -1;
+    if (get_bool(o, "enable_thinking", &think) < 0) {
+        set_param(r, "enable_thinking");
+        return -1;
+    }
     json_t *kw = field(o, "chat_template_kwargs");
     if (kw && (!json_is_object(kw) || get_bool(kw, "enable_thinking", &think) < 0)) {
+        set_param(r, "chat_template_kwargs");
         rf_set_error("\"chat_template_kwargs\" must be an object whose \"enable_thinking\" is true or false");
         return -1;
     }
@@ -363,22 +423,39 @@ static int parse_messages(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
     int rc = -1;
     json_array_foreach(v, i, e) {
         const char *role = json_string_value(json_object_get(e, "role"));
-        json_t *content = json_object_get(e, "content");
-        if (!json_is_object(e) || !role || !content) {
+        json_t *content = field(e, "content"), *calls = field(e, "tool_calls");
+        char where[48];
+        snprintf(where, sizeof where, "messages[%zu]", i);
+        set_param(r, where);
+        if (!json_is_object(e) || !role) {
             rf_set_error("\"messages\"[%zu] must be an object with a string \"role\" and a \"content\"", i);
             goto done;
         }
-        if (!(texts[i] = message_text(content, i))) goto done;
-        if (!strcmp(role, "developer")) role = "system";
-        if (!strcmp(role, "tool")) {
-            size_t k = strlen(texts[i]) + 64;
-            char *t = rf_malloc(k);
-            snprintf(t, k, "<tool_response>\n%s\n</tool_response>", texts[i]);
-            free(texts[i]);
-            texts[i] = t;
-            role = "user";
+        if (calls && strcmp(role, "assistant")) {
+            snprintf(where, sizeof where, "messages[%zu].tool_calls", i);
+            set_param(r, where);
+            rf_set_error("\"messages\"[%zu]: only an assistant message may hold \"tool_calls\"", i);
+            goto done;
         }
-        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")) {
+        snprintf(where, sizeof where, "messages[%zu].content", i);
+        set_param(r, where);
+        if (!content && !calls) {
+            rf_set_error("\"messages\"[%zu] has no \"content\" (null content needs \"tool_calls\")", i);
+            goto done;
+        }
+        if (!(texts[i] = content ? message_text(content, i) : rf_strdup(""))) goto done;
+        if (calls) {
+            snprintf(where, sizeof where, "messages[%zu].tool_calls", i);
+            set_param(r, where);
+            char *t = with_tool_calls(texts[i], calls, i);
+            free(texts[i]);
+            if (!(texts[i] = t)) goto done;
+        }
+        r->err_param[0] = 0;
+        if (!strcmp(role, "developer")) role = "system";
+        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "tool")) {
+            snprintf(where, sizeof where, "messages[%zu].role", i);
+            set_param(r, where);
             rf_set_error("\"messages\"[%zu]: role must be \"system\", \"developer\", \"user\", \"assistant\" or "
                          "\"tool\"", i);
             goto done;
@@ -481,13 +558,31 @@ int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_mode
         goto out;
     }
     if (parse_settings(o, m, out)) goto out;
-    if (kind == RF_REQ_CHAT ? parse_messages(o, tok, out) : parse_prompt(o, tok, out)) goto out;
+    if (kind == RF_REQ_CHAT ? parse_messages(o, tok, out) : parse_prompt(o, tok, out)) {
+        if (!out->err_param[0]) set_param(out, kind == RF_REQ_CHAT ? "messages" : "prompt");
+        goto out;
+    }
+    /* over the context: OpenAI's code, naming the messages (or prompt) */
+    const char *prompt_field = kind == RF_REQ_CHAT ? "messages" : "prompt";
     if (out->d.ctx_size > 0 && (long)out->n_prompt + out->p.gen_length > out->d.ctx_size) {
         rf_set_error("prompt (%d tokens) + max_tokens (%d) exceed the server's context limit of %d tokens",
                      out->n_prompt, out->p.gen_length, out->d.ctx_size);
+        set_param(out, prompt_field);
+        out->err_code = "context_length_exceeded";
         goto out;
     }
-    if (rf_gen_check(m, out->prompt, out->n_prompt, &out->p, out->p.method != RF_METHOD_REFUSION)) goto out;
+    int ar_like = out->p.method != RF_METHOD_REFUSION;
+    int64_t S = out->p.slot_size > 0 ? out->p.slot_size : 1; /* ReFusion decodes whole slots */
+    int64_t answer = ar_like ? out->p.gen_length : ((int64_t)out->p.gen_length + S - 1) / S * S;
+    if ((int64_t)out->n_prompt + answer > m->cfg.max_pos) {
+        rf_set_error("prompt (%d tokens) + answer (%lld tokens%s) exceed the model's context (%d tokens)",
+                     out->n_prompt, (long long)answer, ar_like ? "" : ", max_tokens in whole slots",
+                     m->cfg.max_pos);
+        set_param(out, prompt_field);
+        out->err_code = "context_length_exceeded";
+        goto out;
+    }
+    if (rf_gen_check(m, out->prompt, out->n_prompt, &out->p, ar_like)) goto out;
     if (check_work(o, defaults, out)) goto out;
     rc = 0;
 out:

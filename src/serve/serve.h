@@ -42,7 +42,11 @@ typedef struct {
     const char *model_name;  /* "id" in responses (default: the model dir's basename) */
     size_t max_body;         /* larger request bodies get 413 */
     int max_queue;           /* waiting + running generations; more get 503 */
-    int workers;             /* generations run in parallel, each in its own thread (--parallel) */
+    int workers;             /* generations run in parallel (--parallel): rows of the batched model calls,
+                                and worker threads for the decoders not batched */
+    int batch;               /* 1: AR generations share batched model calls (continuous batching) */
+    int batch_threads;       /* OpenMP threads of the batched calls (0: defaults.threads) */
+    size_t cache_bytes;      /* prompt-prefix cache of the batched generations (0: none; --cache-mb) */
     const char *api_key;     /* non-NULL: every request but /health and OPTIONS needs "Bearer <key>" */
     const char *cors_origin; /* Access-Control-Allow-Origin on every answer (NULL: none, the default: a web
                                 page of another origin cannot read the answers) */
@@ -112,6 +116,7 @@ typedef struct {
     int n_choices;           /* "n" in [1, RF_SERVE_MAX_N]: choice i is a generation of its own,
                                 sampled with seed + i (identical choices when greedy) */
     char err_param[64];      /* after an error: the field at fault ("" when none) */
+    const char *err_code;    /* ... and OpenAI's code for it (NULL: none), e.g. "context_length_exceeded" */
     int err_unsupported;     /* ... and it is one this server does not implement */
 } rf_serve_req;
 

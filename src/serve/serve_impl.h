@@ -59,7 +59,15 @@ struct rf_server {
     /* guarded by mu */
     pthread_mutex_t mu;
     pthread_cond_t queue_cv;  /* a job was queued, or stopping */
-    job *head, *tail;         /* waiting jobs, FIFO */
+    job *head, *tail;         /* waiting jobs of the workers, FIFO */
+    job *bhead, *btail;       /* waiting jobs of the scheduler (batched decoding), FIFO */
+    pthread_cond_t batch_cv;  /* a batched job was queued, or stopping */
+    pthread_t scheduler;
+    int scheduler_started;
+    unsigned long long batch_calls, batch_rows; /* batched model calls, and their rows in all */
+    int batch_peak;           /* the most rows in one call */
+    unsigned long long prefix_hits, prefix_tokens; /* requests that reused a cached prefix, and its tokens */
+    size_t prefix_cache_bytes; /* held by the prefix cache */
     int n_active;             /* queued + running */
     int stopping;
     unsigned long n_jobs;     /* jobs ever accepted (ids) */
@@ -91,6 +99,8 @@ struct rf_server {
 
 /* worker.c: the thread of an rf_worker */
 void *rf_serve_worker_main(void *worker);
+/* worker.c: the scheduler thread of the batched generations (arg: the server) */
+void *rf_serve_scheduler_main(void *server);
 /* Queue a parsed request (taken over: r is cleared). NULL, with the reason
  * in rf_last_error(), when stopping or the queue is full (HTTP 503). The job
  * comes back with one reference for the caller. */

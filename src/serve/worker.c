@@ -17,6 +17,9 @@
 #include "api/api_internal.h" /* rf_session_allocs, for /health */
 #include "api/api_internal.h"
 #include "serve/serve_impl.h"
+#include "decode/ar_step.h"
+#include "model/workspace.h" /* rf_runstate_alloc: the scheduler's own run state */
+#include "model/forward.h"
 #include "util/util.h"
 
 /* ---- output buffer (s->mu held) ------------------------------------------------- */
@@ -218,20 +221,24 @@ static void cut_now(run_ctx *c) {
 /* A chunk with the text and ids not yet sent: all of them when final,
  * otherwise holding back what could still be the start of a stop sequence
  * (and never splitting a UTF-8 character). finish: NULL or the reason. */
-static void stream_pending(run_ctx *c, int final, const char *finish) {
+static void stream_pending(run_ctx *c, int final, const char *finish, json_t *stats) {
     size_t upto = c->len;
     if (!final && !c->cut && c->max_stop > 1) {
         upto = c->len > c->max_stop - 1 ? c->len - (c->max_stop - 1) : 0;
         while (upto > c->text_sent && ((unsigned char)c->text[upto] & 0xC0) == 0x80) upto--;
     }
     if (upto < c->text_sent) upto = c->text_sent;
-    if (!finish && upto == c->text_sent && c->ids_sent == c->n_ids) return;
+    if (!finish && upto == c->text_sent && c->ids_sent == c->n_ids) {
+        json_decref(stats);
+        return;
+    }
     char *piece = rf_malloc(upto - c->text_sent + 1);
     if (upto > c->text_sent) memcpy(piece, c->text + c->text_sent, upto - c->text_sent);
     piece[upto - c->text_sent] = 0;
     json_t *o = envelope(c->s, c->j, 1);
     json_object_set_new(o, "choices",
                         json_pack("[o]", choice(c->j, c->index, piece, c->ids + c->ids_sent, c->n_ids - c->ids_sent, finish, 1)));
+    if (stats) json_object_set_new(o, "refusion", stats);
     sse_event(c->s, c->j, o);
     free(piece);
     c->text_sent = upto, c->ids_sent = c->n_ids;
@@ -274,7 +281,7 @@ static void on_tokens(const int32_t *ids, int n, void *user) {
     /* a stop may begin in text that arrived before this call */
     find_stop(c, from > c->max_stop ? from - c->max_stop : 0);
     if (c->stop_hit) cut_now(c);
-    if (j->req.stream && !j->cancelled) stream_pending(c, 0, NULL);
+    if (j->req.stream && !j->cancelled) stream_pending(c, 0, NULL, NULL);
 }
 
 static void log_choice(const rf_server *s, const job *j, const run_ctx *c, const rf_stats *r) {
@@ -295,38 +302,31 @@ static void run_ctx_free(run_ctx *c) {
     memset(c, 0, sizeof *c);
 }
 
-/* One choice of the job: a generation of its own, sampled with seed +
- * index, on the worker's session. Fills c (the answer, cut) and r (the
- * decoder's statistics); 0, or -1 with rf_last_error() (or the client left:
- * j->cancelled). */
-static int run_choice(rf_server *s, refusion_session *sess, job *j, int index, run_ctx *c, rf_stats *r) {
+/* Set up c for choice `index` of j: 0, or -1 when the client has left.
+ * The previous choice's max_tokens / stop cut raised the cancel flag: it is
+ * lowered, unless the client has left (both under the lock that
+ * rf_serve_cancel_locked holds). *calls0: the job's calls so far. */
+static int choice_begin(rf_server *s, job *j, int index, run_ctx *c, int *calls0) {
     memset(c, 0, sizeof *c);
-    memset(r, 0, sizeof *r);
     c->s = s, c->j = j, c->index = index;
     if (s->tokenizer && !(c->ts = rf_text_stream_new(s->tokenizer, 1))) return -1;
-    rf_params p = j->req.p; /* this choice's seed and callbacks */
-    p.seed += (uint64_t)index;
-    c->eos = p.eos_id == RF_TOKEN_FROM_MODEL ? rf_model_eos_id(s->model) : p.eos_id;
+    int eos = j->req.p.eos_id;
+    c->eos = eos == RF_TOKEN_FROM_MODEL ? rf_model_eos_id(s->model) : eos;
     for (int i = 0; i < j->req.n_stop; i++)
         if (strlen(j->req.stop[i]) > c->max_stop) c->max_stop = strlen(j->req.stop[i]);
-    p.on_tokens = on_tokens, p.on_event = on_event, p.user = c;
-    p.cancel = &j->cancel_flag;
-    /* the previous choice's max_tokens / stop cut raised the cancel flag:
-     * lower it, unless the client has left (both under the lock that
-     * rf_serve_cancel_locked holds) */
     pthread_mutex_lock(&s->mu);
-    int gone = j->cancelled, calls0 = j->calls_now;
+    int gone = j->cancelled;
+    *calls0 = j->calls_now;
     if (!gone) j->cancel_flag = 0;
     pthread_mutex_unlock(&s->mu);
-    if (gone) return -1;
-    double t0 = rf_now();
-    /* the answer arrives through on_tokens; a fatal error inside the
-     * decoder comes back as RF_ERR_NOMEM (an allocation failed; the
-     * generation's memory was given back) or RF_ERR_INTERNAL (a broken
-     * invariant) and fails this request, not the server */
-    int rc = rf_generate(sess, j->req.prompt, j->req.n_prompt, &p, NULL, 0, r);
+    return gone ? -1 : 0;
+}
+
+/* After the decoder returned rc (wall seconds): a generation we stopped
+ * (max_tokens / stop) is complete with the answer so far; the text
+ * stream's held-back bytes are added. Returns the choice's rc. */
+static int choice_end(rf_server *s, job *j, run_ctx *c, rf_stats *r, int rc, double wall, int calls0) {
     if (rc > 0) rc = 0;
-    double wall = rf_now() - t0;
     if (rc && c->cut) { /* we stopped it: the answer so far is the answer */
         rc = 0;
         memset(r, 0, sizeof *r);
@@ -346,43 +346,80 @@ static int run_choice(rf_server *s, refusion_session *sess, job *j, int index, r
     return rc;
 }
 
-/* Run a job's choices one after the other ("n" > 1: each its own
- * generation, index 0 .. n-1) and set its output. A stream sends each
- * choice's chunks (carrying its index) as it is decoded, then one chunk with
- * choices [] holding the statistics (and usage when asked). The statistics
- * and usage cover every choice: completion tokens, model calls, steps and
- * wall time are summed, TPF is the mean over all steps, hit_eos means every
- * choice ended with EOS. */
-static void run_job(rf_server *s, rf_worker *w, job *j) {
-    refusion_session *sess = w->sess;
-    size_t allocs0 = rf_session_allocs(sess);
-    int n = j->req.n_choices > 0 ? j->req.n_choices : 1;
-    json_t *choices = json_array();
+/* One choice of the job: a generation of its own, sampled with seed +
+ * index, on the worker's session. Fills c (the answer, cut) and r (the
+ * decoder's statistics); 0, or -1 with rf_last_error() (or the client left:
+ * j->cancelled). */
+static int run_choice(rf_server *s, refusion_session *sess, job *j, int index, run_ctx *c, rf_stats *r) {
+    int calls0;
+    memset(r, 0, sizeof *r);
+    if (choice_begin(s, j, index, c, &calls0)) return -1;
+    rf_params p = j->req.p; /* this choice's seed and callbacks */
+    p.seed += (uint64_t)index;
+    p.on_tokens = on_tokens, p.on_event = on_event, p.user = c;
+    p.cancel = &j->cancel_flag;
+    double t0 = rf_now();
+    /* the answer arrives through on_tokens; a fatal error inside the
+     * decoder comes back as RF_ERR_NOMEM (an allocation failed; the
+     * generation's memory was given back) or RF_ERR_INTERNAL (a broken
+     * invariant) and fails this request, not the server */
+    int rc = rf_generate(sess, j->req.prompt, j->req.n_prompt, &p, NULL, 0, r);
+    return choice_end(s, j, c, r, rc, rf_now() - t0, calls0);
+}
+
+/* sum's derived figures from its totals (tpf_sum: TPF weighted by steps) */
+static void sum_finish(rf_stats *sum, int tokens, double tpf_sum) {
+    sum->n_tokens = tokens;
+    sum->tpf = sum->n_steps ? tpf_sum / sum->n_steps : 0;
+    sum->tokens_per_call = sum->n_calls ? (double)tokens / sum->n_calls : 0;
+    sum->tokens_per_s = sum->seconds > 0 ? tokens / sum->seconds : 0;
+}
+
+/* A job's choices as they complete: the plain answer's choices, the
+ * statistics and usage summed over them (completion tokens, model calls,
+ * steps and wall time are summed, TPF is the mean over all steps, hit_eos
+ * means every choice ended with EOS). */
+typedef struct {
+    json_t *choices;
     rf_stats sum;
-    memset(&sum, 0, sizeof sum);
-    sum.hit_eos = 1;
-    double tpf_sum = 0;
-    int rc = 0, tokens = 0;
-    for (int i = 0; i < n && !rc; i++) {
-        run_ctx c;
-        rf_stats r;
-        rc = run_choice(s, sess, j, i, &c, &r);
-        if (!rc) {
-            int hit_eos = c.n_ids > 0 && c.ids[c.n_ids - 1] == c.eos;
-            const char *finish = c.stop_hit || hit_eos ? "stop" : "length";
-            if (j->req.stream) stream_pending(&c, 1, finish);
-            else json_array_append_new(choices, choice(j, i, c.text ? c.text : "", c.ids, c.n_ids, finish, 0));
-            tokens += c.n_ids;
-            sum.n_calls += r.n_calls, sum.n_steps += r.n_steps, sum.seconds += r.seconds;
-            sum.hit_eos &= hit_eos;
-            tpf_sum += r.tpf * r.n_steps;
-        }
-        run_ctx_free(&c);
+    double tpf_sum;
+    int tokens;
+} job_acc;
+
+static void acc_init(job_acc *a) {
+    memset(a, 0, sizeof *a);
+    a->choices = json_array();
+    a->sum.hit_eos = 1;
+}
+
+/* Choice i of n is complete (c, r): stream its last chunk, or keep it for
+ * the plain answer. As OpenAI does, a stream's chunk with choices [] follows
+ * only when stream_options.include_usage asks for usage (it then carries
+ * the statistics too); otherwise the statistics ride on the last choice's
+ * finishing chunk, so that every chunk has a choice (clients read
+ * chunk.choices[0] unchecked). */
+static void acc_choice(rf_server *s, job *j, job_acc *a, run_ctx *c, const rf_stats *r, int i, int n) {
+    (void)s;
+    int hit_eos = c->n_ids > 0 && c->ids[c->n_ids - 1] == c->eos;
+    const char *finish = c->stop_hit || hit_eos ? "stop" : "length";
+    a->tokens += c->n_ids;
+    a->sum.n_calls += r->n_calls, a->sum.n_steps += r->n_steps, a->sum.seconds += r->seconds;
+    a->sum.hit_eos &= hit_eos;
+    a->tpf_sum += r->tpf * r->n_steps;
+    json_t *last_stats = NULL;
+    if (i == n - 1 && j->req.stream && !j->req.include_usage) {
+        sum_finish(&a->sum, a->tokens, a->tpf_sum);
+        last_stats = stats_json(j, &a->sum);
     }
-    sum.n_tokens = tokens;
-    sum.tpf = sum.n_steps ? tpf_sum / sum.n_steps : 0;
-    sum.tokens_per_call = sum.n_calls ? (double)tokens / sum.n_calls : 0;
-    sum.tokens_per_s = sum.seconds > 0 ? tokens / sum.seconds : 0;
+    if (j->req.stream) stream_pending(c, 1, finish, last_stats);
+    else json_array_append_new(a->choices, choice(j, i, c->text ? c->text : "", c->ids, c->n_ids, finish, 0));
+}
+
+/* The job is over (rc: 0, or the failure of a choice): its output, the
+ * server's counters, and JOB_DONE. */
+static void job_finish(rf_server *s, job *j, job_acc *a, int rc) {
+    sum_finish(&a->sum, a->tokens, a->tpf_sum);
+    int tokens = a->tokens;
     char *body = NULL;
     int status = 200;
     if (rc && j->cancelled) {
@@ -410,32 +447,35 @@ static void run_job(rf_server *s, rf_worker *w, job *j) {
         json_t *o = envelope(s, j, j->req.stream);
         if (j->req.stream) {
             /* usage in a chunk of its own (choices: []) when stream_options asks */
-            json_object_set_new(o, "choices", json_array());
-            json_object_set_new(o, "refusion", stats_json(j, &sum));
-            json_object_set_new(o, "usage", j->req.include_usage ? json_incref(usage) : json_null());
-            sse_event(s, j, o);
+            if (j->req.include_usage) {
+                json_object_set_new(o, "choices", json_array());
+                json_object_set_new(o, "refusion", stats_json(j, &a->sum));
+                json_object_set_new(o, "usage", json_incref(usage));
+                sse_event(s, j, o);
+            } else {
+                json_decref(o);
+            }
         } else {
-            json_object_set_new(o, "choices", json_incref(choices));
+            json_object_set_new(o, "choices", json_incref(a->choices));
             json_object_set_new(o, "usage", json_incref(usage));
-            json_object_set_new(o, "refusion", stats_json(j, &sum));
+            json_object_set_new(o, "refusion", stats_json(j, &a->sum));
             body = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
             json_decref(o);
         }
         json_decref(usage);
     }
-    json_decref(choices);
+    json_decref(a->choices);
+    a->choices = NULL;
     pthread_mutex_lock(&s->mu);
     if (j->req.stream) out_append(j, "data: [DONE]\n\n", 14);
     else if (body) j->out = body, j->out_len = strlen(body), j->status = status;
     j->state = JOB_DONE;
     s->n_done++;
     s->n_running--;
-    s->buffer_allocs += rf_session_allocs(sess) - allocs0;
-    s->buffer_bytes[w - s->workers] = rf_session_bytes(sess);
     if (!rc) {
         s->tokens_done += tokens;
         s->prompt_tokens += j->req.n_prompt;
-        s->gen_seconds += sum.seconds;
+        s->gen_seconds += a->sum.seconds;
         s->latency_sum += rf_now() - j->queued_at;
         s->n_latency++;
     } else if (!j->cancelled) {
@@ -450,6 +490,31 @@ static void run_job(rf_server *s, rf_worker *w, job *j) {
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Run a job's choices one after the other ("n" > 1: each its own
+ * generation, index 0 .. n-1) on the worker's session and set its output.
+ * A stream sends each choice's chunks (carrying its index) as it is
+ * decoded. */
+static void run_job(rf_server *s, rf_worker *w, job *j) {
+    refusion_session *sess = w->sess;
+    size_t allocs0 = rf_session_allocs(sess);
+    int n = j->req.n_choices > 0 ? j->req.n_choices : 1;
+    job_acc a;
+    acc_init(&a);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        run_ctx c;
+        rf_stats r;
+        rc = run_choice(s, sess, j, i, &c, &r);
+        if (!rc) acc_choice(s, j, &a, &c, &r, i, n);
+        run_ctx_free(&c);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->buffer_allocs += rf_session_allocs(sess) - allocs0;
+    s->buffer_bytes[w - s->workers] = rf_session_bytes(sess);
+    pthread_mutex_unlock(&s->mu);
+    job_finish(s, j, &a, rc);
 }
 
 /* A queued job that will never run (shutdown): answer 503. s->mu held. */
@@ -468,6 +533,41 @@ static void fail_job_locked(job *j, const char *msg) {
     pthread_cond_broadcast(&j->cv);
 }
 
+/* Take the first job off a queue (s->mu held): NULL when empty. */
+static job *pop_locked(job **head, job **tail) {
+    job *j = *head;
+    if (!j) return NULL;
+    *head = j->next;
+    if (!*head) *tail = NULL;
+    j->next = NULL;
+    return j;
+}
+
+/* The job leaves the queue to run (s->mu held): 0, or -1 when its client
+ * has already left (the job is then dropped). */
+static int start_job_locked(rf_server *s, job *j) {
+    if (j->abandoned) {
+        j->state = JOB_DONE;
+        s->n_active--;
+        rf_serve_job_unref_locked(j);
+        return -1;
+    }
+    j->state = JOB_RUNNING;
+    s->n_running++;
+    if (s->n_running > s->peak_running) s->peak_running = s->n_running;
+    pthread_cond_broadcast(&j->cv); /* its connection waits for it to leave the queue */
+    return 0;
+}
+
+/* Shutdown: fail every job still in the queue (s->mu held). */
+static void fail_queue_locked(rf_server *s, job **head, job **tail) {
+    for (job *j; (j = pop_locked(head, tail));) {
+        fail_job_locked(j, "the server is shutting down");
+        s->n_active--;
+        rf_serve_job_unref_locked(j);
+    }
+}
+
 void *rf_serve_worker_main(void *arg) {
     rf_worker *w = arg;
     rf_server *s = w->s;
@@ -478,32 +578,342 @@ void *rf_serve_worker_main(void *arg) {
     for (;;) {
         while (!s->head && !s->stopping) pthread_cond_wait(&s->queue_cv, &s->mu);
         if (s->stopping) break;
-        job *j = s->head;
-        s->head = j->next;
-        if (!s->head) s->tail = NULL;
-        if (!j->abandoned) {
-            j->state = JOB_RUNNING;
-            s->n_running++;
-            if (s->n_running > s->peak_running) s->peak_running = s->n_running;
-            pthread_cond_broadcast(&j->cv); /* its connection waits for it to leave the queue */
-            pthread_mutex_unlock(&s->mu);
-            run_job(s, w, j);
-            pthread_mutex_lock(&s->mu);
-        } else {
-            j->state = JOB_DONE;
-        }
+        job *j = pop_locked(&s->head, &s->tail);
+        if (start_job_locked(s, j)) continue;
+        pthread_mutex_unlock(&s->mu);
+        run_job(s, w, j);
+        pthread_mutex_lock(&s->mu);
         s->n_active--;
         rf_serve_job_unref_locked(j);
     }
-    while (s->head) {
-        job *j = s->head;
-        s->head = j->next;
-        fail_job_locked(j, "the server is shutting down");
-        s->n_active--;
-        rf_serve_job_unref_locked(j);
-    }
-    s->tail = NULL;
+    fail_queue_locked(s, &s->head, &s->tail);
     pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- continuous batching ----------------------------------------------------------
+ * The scheduler thread owns one forward call at a time for every batched
+ * generation (AR decoding, one choice): each step it asks every running
+ * sequence for its next call (the token just drawn, or a chunk of its
+ * prompt), runs them all as rows of one call (rf_forward_seqs: each row on
+ * its own KV cache, the weights read once), and hands each row its logits.
+ * New jobs join at the next step, finished ones leave; a cancelled one
+ * (client gone, max_tokens, stop) leaves before its next call. Prompt
+ * tokens are fed at most PREFILL_BUDGET per call in all, so a long prompt
+ * joins over several steps while the others keep decoding. A row's answer
+ * is the one it gets alone (decode/ar_step.c). */
+enum { PREFILL_BUDGET = 256 };
+
+/* Prompt-prefix reuse: the caches of finished batched generations (their
+ * prompt and answer in natural order, positions 0, 1, ...: exactly what a
+ * prefill of those tokens computes), least recently used first out within
+ * --cache-mb. A new request starts from a copy of the entries of the
+ * longest prefix it shares with one of them (a chat's next turn: the last
+ * turn's prompt and answer; a shared system prompt). Only AR generations
+ * leave caches here: a ReFusion answer's cache is in the order its slots
+ * were committed, not a prefill's, and the workers' sessions keep theirs.
+ * Owned by the scheduler thread (the counters in s are under s->mu). */
+typedef struct pc_entry {
+    int *ids, n;             /* the tokens whose entries kv holds */
+    rf_kvcache kv;
+    size_t bytes;
+    unsigned long long used; /* the cache's clock at the last use */
+    struct pc_entry *next;
+} pc_entry;
+
+typedef struct {
+    pc_entry *head;
+    size_t bytes;
+    unsigned long long clock;
+} prefix_cache;
+
+static size_t kv_bytes(const rf_kvcache *kv) {
+    return (size_t)kv->n_layers * kv->cap * kv->kv_dim * 2 * sizeof(float) + (size_t)kv->cap * sizeof(int);
+}
+
+static void pc_drop(prefix_cache *pc, pc_entry **link) {
+    pc_entry *e = *link;
+    *link = e->next;
+    pc->bytes -= e->bytes;
+    rf_kv_free(&e->kv);
+    free(e->ids);
+    free(e);
+}
+
+/* The entry sharing the longest prefix with prompt (its length in
+ * *common), or NULL. */
+static pc_entry *pc_find(prefix_cache *pc, const int *prompt, int n, int *common) {
+    pc_entry *best = NULL;
+    *common = 0;
+    for (pc_entry *e = pc->head; e; e = e->next) {
+        int k = 0, lim = e->n < n ? e->n : n;
+        while (k < lim && e->ids[k] == prompt[k]) k++;
+        if (k > *common) *common = k, best = e;
+    }
+    if (best) best->used = ++pc->clock;
+    return best;
+}
+
+/* Keep a finished generation's cache (taken over), replacing the entries
+ * whose tokens it begins with, then drop the least recently used down to
+ * the budget. */
+static void pc_put(prefix_cache *pc, size_t budget, rf_kvcache *kv, int *ids, int n) {
+    size_t bytes = kv_bytes(kv);
+    if (n < 1 || bytes > budget) {
+        rf_kv_free(kv);
+        free(ids);
+        return;
+    }
+    for (pc_entry **l = &pc->head; *l;) {
+        pc_entry *e = *l;
+        if (e->n <= n && !memcmp(e->ids, ids, (size_t)e->n * sizeof *ids)) pc_drop(pc, l);
+        else l = &e->next;
+    }
+    pc_entry *e = rf_calloc(1, sizeof *e);
+    e->ids = ids, e->n = n, e->kv = *kv, e->bytes = bytes, e->used = ++pc->clock;
+    e->next = pc->head;
+    pc->head = e;
+    pc->bytes += bytes;
+    while (pc->bytes > budget) {
+        pc_entry **lru = &pc->head;
+        for (pc_entry **l = &pc->head; *l; l = &(*l)->next)
+            if ((*l)->used < (*lru)->used) lru = l;
+        pc_drop(pc, lru);
+    }
+}
+
+typedef struct {
+    job *j;
+    run_ctx c;
+    rf_ar_seq *q;
+    int calls0;
+    double t0;
+    int logit_row; /* this step: its row in the logits, or -1 */
+} batch_row;
+
+/* the decoder's callbacks, as the worker path's (the internal ids are ints) */
+static void on_tokens_int(const int *ids, int n, void *user) { on_tokens((const int32_t *)ids, n, user); }
+static void on_event_int(const rf_decode_event *ev, void *user) {
+    run_ctx *c = user;
+    (void)ev; /* AR reports one event per model call after the prompt's */
+    pthread_mutex_lock(&c->s->mu);
+    c->j->calls_now++;
+    pthread_mutex_unlock(&c->s->mu);
+}
+
+/* The scheduler's calls into the library, each behind a catch point: an
+ * rf_die inside (a failed allocation, a broken invariant, a test's fault
+ * point) fails the rows concerned, not the server. */
+static rf_ar_seq *guarded_new(const rf_model *m, const job *j, const rf_gen_params *p, const rf_kvcache *src,
+                              int n_reuse, int *rc) {
+    rf_catch k;
+    rf_catch_push(&k);
+    if (setjmp(k.jb)) {
+        *rc = k.oom ? RF_ERR_NOMEM : -1;
+        return NULL;
+    }
+    rf_ar_seq *q = rf_ar_seq_new_reusing(m, j->req.prompt, j->req.n_prompt, p, src, n_reuse);
+    rf_catch_pop(&k);
+    *rc = q ? 0 : -1;
+    return q;
+}
+static int guarded_next(rf_ar_seq *q, int budget, const int **t, const int **ps, int *buf) {
+    rf_catch k;
+    rf_catch_push(&k);
+    if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
+    int n = rf_ar_seq_next(q, budget, t, ps, buf);
+    rf_catch_pop(&k);
+    return n;
+}
+/* 1: done, 0: not yet, < 0: failed */
+static int guarded_after(rf_ar_seq *q, const float *logits) {
+    rf_catch k;
+    rf_catch_push(&k);
+    if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
+    int done = rf_ar_seq_after(q, logits);
+    rf_catch_pop(&k);
+    return done;
+}
+static int guarded_forward(const rf_model *m, rf_runstate *rs, const rf_seq_batch *b) {
+    rf_catch k;
+    rf_catch_push(&k);
+    if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
+    int rc = rf_forward_seqs(m, rs, b);
+    rf_catch_pop(&k);
+    return rc;
+}
+static rf_runstate *guarded_runstate(const rf_config *cfg, int max_tokens, int max_ctx) {
+    rf_catch k;
+    rf_catch_push(&k);
+    if (setjmp(k.jb)) return NULL;
+    rf_runstate *rs = rf_runstate_alloc(cfg, max_tokens, max_ctx, 0);
+    rf_catch_pop(&k);
+    return rs;
+}
+
+/* A row for job j (its decoder's callbacks hold its address: rows are
+ * allocated one by one, never moved), or NULL when it could not start (the
+ * job is then finished, failed). rs: the scheduler's run state (NULL: it
+ * could not be allocated). */
+static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs, prefix_cache *pc) {
+    batch_row *r = rf_calloc(1, sizeof *r);
+    r->j = j;
+    r->t0 = rf_now();
+    int rc = choice_begin(s, j, 0, &r->c, &r->calls0);
+    if (!rc && !rs) {
+        rf_set_error("out of memory for the batched model calls' buffers");
+        rc = RF_ERR_NOMEM;
+    }
+    if (!rc) {
+        rf_gen_params p = j->req.p;
+        p.on_tokens = on_tokens_int, p.on_event = on_event_int, p.user = &r->c;
+        p.cancel = &j->cancel_flag;
+        int common = 0;
+        pc_entry *e = pc_find(pc, j->req.prompt, j->req.n_prompt, &common);
+        if (common > j->req.n_prompt - 1) common = j->req.n_prompt - 1; /* as rf_ar_seq_new_reusing cuts it */
+        r->q = guarded_new(s->m, j, &p, e ? &e->kv : NULL, common, &rc);
+        if (r->q && common > 0) {
+            pthread_mutex_lock(&s->mu);
+            s->prefix_hits++;
+            s->prefix_tokens += common;
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+    if (rc) {
+        job_acc a;
+        acc_init(&a);
+        run_ctx_free(&r->c);
+        free(r);
+        job_finish(s, j, &a, rc);
+        pthread_mutex_lock(&s->mu);
+        s->n_active--;
+        rf_serve_job_unref_locked(j);
+        pthread_mutex_unlock(&s->mu);
+        return NULL;
+    }
+    return r;
+}
+
+/* Row r is over: rc 0 when its sequence completed, else the failure
+ * (cancelled, cut, or an error in rf_last_error()). Its sequence is freed
+ * in every case: an rf_die inside one of its steps cannot leave it half
+ * changed, since a step's only lasting allocation (the next step's
+ * statistics, ans_step) is its last action. r itself is freed. */
+static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
+    job *j = r->j;
+    rf_stats st;
+    memset(&st, 0, sizeof st);
+    if (!rc && s->cfg.cache_bytes > 0) { /* its cache, for the requests that begin the same way */
+        rf_kvcache kv;
+        int *ids, n = rf_ar_seq_take_cache(r->q, &kv, &ids);
+        pc_put(pc, s->cfg.cache_bytes, &kv, ids, n);
+        pthread_mutex_lock(&s->mu);
+        s->prefix_cache_bytes = pc->bytes;
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (!rc) {
+        rf_gen_result g;
+        rc = rf_ar_seq_finish(r->q, &g);
+        if (!rc) {
+            st.n_tokens = g.n_ids, st.hit_eos = g.hit_eos, st.n_calls = g.n_calls, st.seconds = g.wall_s;
+            st.tpf = g.tpf, st.tokens_per_call = g.tokens_per_call, st.tokens_per_s = g.tokens_per_s;
+            st.n_steps = g.n_steps;
+            rf_gen_result_free(&g);
+        }
+    } else {
+        rf_ar_seq_free(r->q);
+    }
+    r->q = NULL;
+    rc = choice_end(s, j, &r->c, &st, rc, rf_now() - r->t0, r->calls0);
+    job_acc a;
+    acc_init(&a);
+    if (!rc) acc_choice(s, j, &a, &r->c, &st, 0, 1);
+    run_ctx_free(&r->c);
+    free(r);
+    job_finish(s, j, &a, rc);
+    pthread_mutex_lock(&s->mu);
+    s->n_active--;
+    rf_serve_job_unref_locked(j);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void *rf_serve_scheduler_main(void *arg) {
+    rf_server *s = arg;
+    int threads = s->cfg.batch_threads > 0 ? s->cfg.batch_threads : s->cfg.defaults.threads;
+    if (threads > 0) omp_set_num_threads(threads);
+    const int cap = s->cfg.workers, V = s->m->cfg.vocab_size, max_t = PREFILL_BUDGET + cap;
+    batch_row **rows = rf_calloc((size_t)cap, sizeof *rows);
+    rf_kvcache **kv = rf_calloc((size_t)cap, sizeof *kv);
+    int *n_tok = rf_calloc((size_t)cap, sizeof *n_tok), *lidx = rf_calloc((size_t)cap, sizeof *lidx);
+    int *tokens = rf_calloc((size_t)max_t, sizeof *tokens), *pos = rf_calloc((size_t)max_t, sizeof *pos);
+    int *pos_buf = rf_calloc(PREFILL_BUDGET, sizeof *pos_buf);
+    float *logits = rf_calloc((size_t)cap * V, sizeof *logits);
+    int n_rows = 0;
+    prefix_cache pc = {0};
+    /* made here: its attention scratch is per OpenMP thread of this thread */
+    rf_runstate *rs = guarded_runstate(&s->m->cfg, max_t, s->m->cfg.max_pos);
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!n_rows && !s->bhead && !s->stopping) pthread_cond_wait(&s->batch_cv, &s->mu);
+        if (s->stopping && !n_rows) break;
+        /* new jobs join (none once stopping: the running ones finish) */
+        while (!s->stopping && n_rows < cap && s->bhead) {
+            job *j = pop_locked(&s->bhead, &s->btail);
+            if (start_job_locked(s, j)) continue;
+            pthread_mutex_unlock(&s->mu);
+            if ((rows[n_rows] = row_start(s, j, rs, &pc))) n_rows++;
+            pthread_mutex_lock(&s->mu);
+        }
+        pthread_mutex_unlock(&s->mu);
+        /* this step's call: every row's next tokens */
+        int nr = 0, T = 0, nl = 0, left = PREFILL_BUDGET;
+        for (int i = 0; i < n_rows; i++) {
+            batch_row *r = rows[i];
+            const int *t = NULL, *ps = NULL;
+            int n = guarded_next(r->q, left > 0 ? left : 1, &t, &ps, pos_buf);
+            r->logit_row = -1;
+            if (n < 0) { /* cancelled, cut or failed: it leaves */
+                row_end(s, r, n, &pc);
+                rows[i--] = rows[--n_rows];
+                continue;
+            }
+            if (n == 0) continue;
+            if (n > 1) left -= n; /* prompt chunks share the budget; decoding rows always go */
+            memcpy(tokens + T, t, (size_t)n * sizeof *tokens);
+            memcpy(pos + T, ps, (size_t)n * sizeof *pos);
+            T += n;
+            if (rf_ar_seq_wants_logits(r->q)) r->logit_row = nl, lidx[nl++] = T - 1;
+            kv[nr] = rf_ar_seq_kv(r->q);
+            n_tok[nr++] = n;
+        }
+        if (!nr) {
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        rf_seq_batch b = {nr, kv, n_tok, tokens, pos, nl, lidx, logits};
+        int rc = guarded_forward(s->m, rs, &b);
+        pthread_mutex_lock(&s->mu);
+        s->batch_calls++;
+        s->batch_rows += (unsigned long long)nr;
+        if (nr > s->batch_peak) s->batch_peak = nr;
+        pthread_mutex_unlock(&s->mu);
+        /* each row takes its logits (draws its token: on_tokens streams it) */
+        for (int i = 0; i < n_rows; i++) {
+            batch_row *r = rows[i];
+            int done = rc ? rc : guarded_after(r->q, r->logit_row >= 0 ? logits + (size_t)r->logit_row * V : NULL);
+            int fail = done < 0 ? done : 0;
+            if (done) {
+                row_end(s, r, fail, &pc);
+                rows[i--] = rows[--n_rows];
+            }
+        }
+        pthread_mutex_lock(&s->mu);
+    }
+    fail_queue_locked(s, &s->bhead, &s->btail);
+    pthread_mutex_unlock(&s->mu);
+    while (pc.head) pc_drop(&pc, &pc.head);
+    rf_runstate_release(rs);
+    free(rows), free(kv), free(n_tok), free(lidx), free(tokens), free(pos), free(pos_buf), free(logits);
     return NULL;
 }
 
@@ -533,11 +943,20 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
         json_object_set_new(o, "choices", json_pack("[o]", c));
         sse_append_locked(j, o);
     }
-    if (s->tail) s->tail->next = j;
-    else s->head = j;
-    s->tail = j;
+    /* AR decoding of one choice joins the batched model calls; the other
+     * decoders run in the workers, each on its own */
+    if (s->cfg.batch && j->req.p.method == RF_METHOD_AR && j->req.n_choices <= 1) {
+        if (s->btail) s->btail->next = j;
+        else s->bhead = j;
+        s->btail = j;
+        pthread_cond_signal(&s->batch_cv);
+    } else {
+        if (s->tail) s->tail->next = j;
+        else s->head = j;
+        s->tail = j;
+        pthread_cond_signal(&s->queue_cv);
+    }
     s->n_active++;
-    pthread_cond_signal(&s->queue_cv);
     pthread_mutex_unlock(&s->mu);
     return j;
 }

@@ -1,0 +1,156 @@
+/* ar_step.c - AR decoding (ar.c) as a sequence driven one model call at a
+ * time from outside, so that a scheduler can run the calls of many
+ * sequences as rows of one forward call (rf_forward_seqs) and the weights
+ * are read once for all of them.
+ *
+ * The sequence does what rf_generate_ar does, in the same order: the
+ * prompt is prefilled in chunks (one model call in the statistics), the last
+ * prompt token's logits give the first answer token, then each call feeds
+ * the token just drawn; the same draws (rf_sample_token, one RNG seeded
+ * with p->seed), the same events, the same statistics. Only who makes the
+ * model calls changes, so the answer is rf_generate_ar's as long as a row's
+ * numbers do not depend on the other rows of its call (forward.c computes
+ * every token's matmul rows and attention on their own). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode/ar_step.h"
+#include "decode/decode_impl.h"
+
+enum { PREFILL_CHUNK = 256 }; /* ar.c's chunk */
+
+struct rf_ar_seq {
+    const rf_model *m;
+    rf_gen_params p;
+    int *prompt, n_prompt;
+    int V, G, eos;
+    rf_kvcache kv;
+    rf_rng rng;
+    rf_answer ans;
+    rf_step_stat *st;
+    int fed;        /* prompt tokens in the cache */
+    int n_ans;      /* answer tokens drawn */
+    int done;
+    int feed_tok, feed_pos; /* the next decode call's token */
+    int last_n;     /* tokens handed out by the last rf_ar_seq_next */
+};
+
+rf_ar_seq *rf_ar_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p) {
+    return rf_ar_seq_new_reusing(m, prompt, n_prompt, p, NULL, 0);
+}
+
+rf_ar_seq *rf_ar_seq_new_reusing(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+                                 const rf_kvcache *src, int n_reuse) {
+    if (rf_gen_check(m, prompt, n_prompt, p, 1)) return NULL;
+    /* the last prompt token is always fed: its logits draw the first answer token */
+    if (!src || n_reuse < 0) n_reuse = 0;
+    if (n_reuse > n_prompt - 1) n_reuse = n_prompt - 1;
+    if (src && n_reuse > src->len) n_reuse = src->len;
+    rf_ar_seq *q = rf_scoped_calloc(1, sizeof *q);
+    q->m = m;
+    q->p = *p;
+    q->n_prompt = n_prompt;
+    q->prompt = rf_scoped_malloc((size_t)n_prompt * sizeof(int));
+    memcpy(q->prompt, prompt, (size_t)n_prompt * sizeof(int));
+    q->V = m->cfg.vocab_size, q->G = p->gen_length, q->eos = gen_eos_id(m, p);
+    rf_kv_init(&q->kv, &m->cfg, n_prompt + q->G);
+    rf_rng_seed(&q->rng, p->seed);
+    ans_init(&q->ans, &q->p, q->G, q->eos);
+    q->st = ans_step(&q->ans, 0); /* the prefill's step, as gen_prefill opens it */
+    /* a reused prefix: its entries as a prefill would have computed them
+     * (the same tokens at the same positions 0..n_reuse-1) */
+    for (int l = 0; n_reuse > 0 && l < q->kv.n_layers; l++) {
+        size_t n = (size_t)n_reuse * q->kv.kv_dim * sizeof(float);
+        memcpy(q->kv.k + rf_kv_main_off(&q->kv, l, 0), src->k + rf_kv_main_off(src, l, 0), n);
+        memcpy(q->kv.v + rf_kv_main_off(&q->kv, l, 0), src->v + rf_kv_main_off(src, l, 0), n);
+    }
+    if (n_reuse > 0) memcpy(q->kv.pos, src->pos, (size_t)n_reuse * sizeof(int));
+    q->kv.len = q->fed = n_reuse;
+    return q;
+}
+
+int rf_ar_seq_take_cache(rf_ar_seq *q, rf_kvcache *kv, int **ids) {
+    int n = q->kv.len;
+    if (n > q->n_prompt + q->n_ans) n = q->n_prompt + q->n_ans; /* cannot happen: every entry was fed */
+    int *t = rf_malloc(((size_t)n + 1) * sizeof *t);
+    int np = n < q->n_prompt ? n : q->n_prompt;
+    memcpy(t, q->prompt, (size_t)np * sizeof *t);
+    if (n > np) memcpy(t + np, q->ans.tok, (size_t)(n - np) * sizeof *t);
+    *kv = q->kv;
+    kv->len = n;
+    memset(&q->kv, 0, sizeof q->kv);
+    *ids = t;
+    return n;
+}
+
+int rf_ar_seq_next(rf_ar_seq *q, int budget, const int **tokens, const int **pos, int *pos_buf) {
+    q->last_n = 0;
+    if (q->done || budget < 1) return 0;
+    if (gen_cancelled(&q->p)) return -1;
+    if (q->fed < q->n_prompt) {
+        int n = q->n_prompt - q->fed;
+        if (n > PREFILL_CHUNK) n = PREFILL_CHUNK;
+        if (n > budget) n = budget;
+        for (int i = 0; i < n; i++) pos_buf[i] = q->fed + i;
+        *tokens = q->prompt + q->fed;
+        *pos = pos_buf;
+        return q->last_n = n;
+    }
+    *tokens = &q->feed_tok;
+    *pos = &q->feed_pos;
+    return q->last_n = 1;
+}
+
+int rf_ar_seq_wants_logits(const rf_ar_seq *q) {
+    return q->fed < q->n_prompt ? q->fed + q->last_n == q->n_prompt : 1;
+}
+
+rf_kvcache *rf_ar_seq_kv(rf_ar_seq *q) { return &q->kv; }
+
+/* Draw answer token n_ans from logits, as rf_generate_ar's loop body. */
+static void draw(rf_ar_seq *q, const float *logits) {
+    int i = q->n_ans;
+    int t = rf_sample_token(logits, q->V, &q->p, q->prompt, q->n_prompt, q->ans.tok, i, &q->rng);
+    ans_fill(&q->ans, i, t);
+    q->st->tpf_ref = 1.0;
+    ans_event(&q->ans, RF_EV_AR_TOKEN, i, 1, &i, &t, NULL);
+    ans_flush(&q->ans);
+    q->n_ans++;
+    if (t == q->eos || q->n_ans == q->G) {
+        q->done = 1;
+        return;
+    }
+    q->st = ans_step(&q->ans, 0);
+    q->feed_tok = t, q->feed_pos = q->n_prompt + i;
+}
+
+int rf_ar_seq_after(rf_ar_seq *q, const float *logits) {
+    if (q->fed < q->n_prompt) {
+        q->fed += q->last_n;
+        q->last_n = 0;
+        if (q->fed < q->n_prompt) return 0;
+    }
+    q->ans.n_calls++;
+    q->st->calls++;
+    q->last_n = 0;
+    draw(q, logits);
+    return q->done;
+}
+
+int rf_ar_seq_done(const rf_ar_seq *q) { return q->done; }
+
+int rf_ar_seq_finish(rf_ar_seq *q, rf_gen_result *out) {
+    int rc = ans_finish(&q->ans, q->n_prompt, out);
+    rf_kv_free(&q->kv);
+    rf_scoped_free(q->prompt);
+    rf_scoped_free(q);
+    return rc;
+}
+
+void rf_ar_seq_free(rf_ar_seq *q) {
+    if (!q) return;
+    ans_free(&q->ans);
+    rf_kv_free(&q->kv);
+    rf_scoped_free(q->prompt);
+    rf_scoped_free(q);
+}
