@@ -10,6 +10,14 @@
 //     greedy AR decode of N tokens after the prompt; prints
 //     {"prompt_s", "decode_s", "tokens", "tokens_per_s", "total_tokens_per_s"}
 //     (tokens_per_s: decode only; total: prompt prefill included).
+//   node llamacpp.mjs batch NPM_PREFIX MODEL.gguf SEQS N THREADS [REQS]
+//     SEQS sequences of one context decoding at once (llama.cpp batches
+//     their tokens into shared calls), each REQS (default 2) requests one
+//     after the other: a 16-token prompt of its own, then N greedy tokens;
+//     (EOS ignored: decoding goes on past it, as ignore_eos);
+//     prints {"seqs", "tokens", "wall_s", "tokens_per_s"} (aggregate: all
+//     answer tokens over the wall time, prefills included), the requests of
+//     scripts/bench_batch.sh.
 // CPU only (gpu: false), never builds or downloads anything.
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -23,6 +31,36 @@ if (mode === "tokenize") {
     const fs = await import("node:fs");
     const lines = fs.readFileSync(idsArg, "utf8").split("\n").filter((l) => l.length);
     for (const l of lines) process.stdout.write(model.tokenize(l, true).join(" ") + "\n");
+    await model.dispose();
+    await llama.dispose();
+    process.exit(0);
+}
+if (mode === "batch") {
+    const seqs = Number(idsArg), N = Number(nArg), threads = Number(threadsArg);
+    const reqs = Number(process.argv[8] ?? 2);
+    const context = await model.createContext({ contextSize: 128 * seqs, sequences: seqs, batchSize: 512,
+                                                threads: { ideal: threads, min: threads } });
+    const client = async (c) => {
+        const seq = context.getSequence();
+        let n = 0;
+        for (let i = 0; i < reqs; i++) {
+            await seq.clearHistory();
+            const prompt = Array.from({ length: 16 }, (_, k) => (c * 131 + i * 17 + k * 7) % 800 + 10);
+            let got = 0;
+            for await (const tok of seq.evaluate(prompt, { temperature: 0, yieldEogToken: true })) {
+                if (++got >= N) break;
+            }
+            n += got;
+        }
+        seq.dispose();
+        return n;
+    };
+    const t0 = performance.now();
+    const counts = await Promise.all(Array.from({ length: seqs }, (_, c) => client(c)));
+    const wall_s = (performance.now() - t0) / 1000;
+    const tokens = counts.reduce((a, b) => a + b, 0);
+    process.stdout.write(JSON.stringify({ seqs, tokens, wall_s, tokens_per_s: tokens / wall_s }) + "\n");
+    await context.dispose();
     await model.dispose();
     await llama.dispose();
     process.exit(0);
