@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench_targets.sh - the kernels issue's (issue 10) speed targets, measured in
+# bench_targets.sh - the kernels' speed targets, measured in
 # one run and printed each with the command that measured it. Wants a quiet
 # machine (nothing else running: every figure here is a 2-thread wall-clock
 # time) and ~10 minutes; writes nothing in the repository (checkpoints under

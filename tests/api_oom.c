@@ -1,5 +1,5 @@
-/* api_oom.c - out of memory inside a generation (issue 11: "a library that
- * exits"). Every allocation a generation makes through the library's
+/* api_oom.c - out of memory inside a generation (the library must not exit
+ * when an allocation fails). Every allocation a generation makes through the library's
  * allocators is made to fail in turn (rf_fail_alloc_after: the 1st, the
  * 2nd, ... until a generation runs past its last one), for each decoding
  * method, through the public API:

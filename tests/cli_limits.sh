@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cli_limits.sh - the bounds of issue 11 on the command line: each case gets
+# cli_limits.sh - the bounds on the command line: each case gets
 # one line "refusion: ..." naming the problem and a non-zero exit, before any
 # huge allocation or any write:
 #  - config.json with "max_position_embeddings": 2147483647;

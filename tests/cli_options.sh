@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cli_options.sh - the shared option table at the command line (issue 12):
+# cli_options.sh - the shared option table at the command line:
 #  - generate, chat, eval, probe and serve list the same decoding options
 #    with the same defaults (--help);
 #  - --version; --opt=value == --opt value; -t is threads (an integer);

@@ -1,4 +1,4 @@
-/* decode_bounds.c - the decoders' size checks (issue 11): settings a request
+/* decode_bounds.c - the decoders' size checks: settings a request
  * can choose, up to INT_MAX, never overflow a size and never reach an
  * allocation.
  *

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# serve_limits.sh - the server under hostile and unlucky clients (issue 11),
+# serve_limits.sh - the server under hostile and unlucky clients,
 # over loopback HTTP with curl and bash's /dev/tcp:
 #  1. the two requests that killed the server ("slot_size": INT_MAX and
 #     "max_tokens": INT_MAX) and their neighbours get 400 naming the field,

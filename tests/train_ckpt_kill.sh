@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # train_ckpt_kill.sh - a training run killed at every step of its checkpoint
-# saves (issue 11) always leaves a checkpoint that --resume continues, and the
+# saves always leaves a checkpoint that --resume continues, and the
 # resumed run ends bit-identical to an uninterrupted one.
 #
 # REFUSION_TEST_KILL_AT=N makes the N-th save step of the process _exit(86)
@@ -14,7 +14,7 @@
 #    must equal the uninterrupted run's byte for byte;
 #  - no NAME.next, NAME.tmp.PID or checkpoint.commit may be left behind.
 #
-# Then a full disk during a save (issue 11: "disk full ends in the same
+# Then a full disk during a save ("disk full ends in the same
 # state"), simulated without root or mounts: in a subshell, `trap '' XFSZ`
 # (an ignored signal stays ignored across exec, so a write past the limit
 # returns EFBIG instead of killing the process) and `ulimit -f K` (K blocks of

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train_mpi.sh - data-parallel `refusion train` under Open MPI (issue 14):
+# train_mpi.sh - data-parallel `refusion train` under Open MPI:
 #  - for each objective (refusion, refusion + aux AR, ar, mdm): 2 ranks equal
 #    1 rank with the same global batch (--batch 8 --accum 2, and an uneven
 #    --batch 7 split 3 + 4): every logged loss and grad norm, and the final
