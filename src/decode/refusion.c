@@ -125,6 +125,11 @@
  *      head's choice, the drafts after it stay as they were. One call per
  *      iteration instead of two.
  *
+ * In the code below, refusion_step and infill follow steps 1-4; each
+ * variant's work is in functions named for it (ar_correct_*, ar_check_first_*
+ * and ar_logits_*, lookahead_*), called from one line each in the steps, and
+ * jacobi is the one test that skips infill_draft.
+ *
  * Two deliberate deviations, both where the reference is wrong:
  *  - After an EOS during infilling the reference drops the block's slots
  *    from the EOS *row index* on, not from the EOS *slot*, which leaves
