@@ -745,9 +745,5 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
     rf_scoped_free(dec.scratch.gone), rf_scoped_free(dec.scratch.done), rf_scoped_free(dec.scratch.next_slots);
     rf_workspace_runstate_free(p->ws, dec.runstate);
     rf_kv_free(&dec.kv);
-    if (rc) {
-        ans_free(&dec.ans);
-        return -1;
-    }
-    return ans_finish(&dec.ans, n_prompt, out);
+    return ans_end(&dec.ans, rc, n_prompt, out);
 }
