@@ -48,9 +48,5 @@ int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_
     rf_scoped_free(logits), rf_scoped_free(pos);
     rf_workspace_runstate_free(p->ws, rs);
     rf_kv_free(&kv);
-    if (rc) {
-        ans_free(&ans);
-        return -1;
-    }
-    return ans_finish(&ans, n_prompt, out);
+    return ans_end(&ans, rc, n_prompt, out);
 }

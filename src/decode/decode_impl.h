@@ -40,6 +40,9 @@ rf_step_stat *ans_step(rf_answer *a, int block);
  * free a. -1 if an answer position before the end / first EOS was never
  * filled or one was filled twice (a decoder bug; tests rely on this). */
 int ans_finish(rf_answer *a, int n_prompt, rf_gen_result *out);
+/* A decoder's last line: rc != 0 (it failed, rf_last_error() set) frees a
+ * and returns -1; else ans_finish. */
+int ans_end(rf_answer *a, int rc, int n_prompt, rf_gen_result *out);
 void ans_event(const rf_answer *a, rf_event_kind kind, int step, int n, const int *apos,
                const int *tok, const unsigned char *accepted);
 

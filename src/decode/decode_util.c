@@ -83,6 +83,14 @@ void ans_event(const rf_answer *a, rf_event_kind kind, int step, int n, const in
     a->p->on_event(&ev, a->p->user);
 }
 
+int ans_end(rf_answer *a, int rc, int n_prompt, rf_gen_result *out) {
+    if (rc) {
+        ans_free(a);
+        return -1;
+    }
+    return ans_finish(a, n_prompt, out);
+}
+
 int ans_finish(rf_answer *a, int n_prompt, rf_gen_result *out) {
     ans_flush(a);
     memset(out, 0, sizeof *out);

@@ -144,9 +144,5 @@ int rf_generate_mdm(const rf_model *m, const int *prompt, int n_prompt, const rf
     rf_scoped_free(sched);
     rf_scoped_free(conf);
     rf_scoped_free(logits);
-    if (rc) {
-        ans_free(&a);
-        return -1;
-    }
-    return ans_finish(&a, P, out);
+    return ans_end(&a, rc, P, out);
 }

@@ -161,7 +161,7 @@ int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_ge
 }
 
 /* Mirrors the allocations of rf_generate_refusion / rf_generate_ar (refusion.c,
- * ar.c, kvcache.c, forward.c's runstate); an overestimate is fine, an
+ * ar.c, kvcache.c, runstate.c); an overestimate is fine, an
  * underestimate is not. All sizes are bounded by the config's limits
  * (dimensions <= 2^24, context <= 2^20, io/config.c), so 64 bits cannot wrap. */
 int64_t rf_gen_mem_bytes(const rf_model *m, int n_prompt, const rf_gen_params *p, int ar) {

@@ -266,11 +266,7 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
     rf_scoped_free(logits), rf_scoped_free(tok), rf_scoped_free(pos), rf_scoped_free(lidx), rf_scoped_free(draft), rf_scoped_free(conf), rf_scoped_free(ap);
     rf_workspace_runstate_free(p->ws, rs);
     rf_kv_free(&kv);
-    if (rc) {
-        ans_free(&ans);
-        return -1;
-    }
-    return ans_finish(&ans, n_prompt, out);
+    return ans_end(&ans, rc, n_prompt, out);
 }
 
 int rf_call_cost_measure(const rf_model *m, int max_n, float *cost) {

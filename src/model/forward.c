@@ -16,78 +16,8 @@
 #include <string.h>
 
 #include "kernels/team.h"
+#include "model/runstate.h"
 #include "util/util.h"
-
-struct rf_runstate {
-    int max_tokens, max_ctx, n_threads;
-    int scoped;    /* a decoder's own (scoped blocks, util.h), not a workspace's */
-    size_t bytes;
-    float *x;      /* [T, d] residual stream */
-    float *xb;     /* [T, d] normed input of a sub-block */
-    float *q;      /* [T, n_heads * hd] */
-    float *k, *v;  /* [T, kv_dim] */
-    float *att;    /* [T, n_heads * hd] attention output */
-    float *hb;     /* [T, ffn] gate, then silu(gate) * up */
-    float *hb2;    /* [T, ffn] up */
-    float *scores; /* [n_threads, 2, max_ctx + max_tokens] attention weights (of a head pair) */
-};
-
-rf_runstate *rf_runstate_new(const rf_config *cfg, int max_tokens, int max_ctx) {
-    return rf_runstate_alloc(cfg, max_tokens, max_ctx, 1);
-}
-
-void rf_runstate_free(rf_runstate *s) { rf_runstate_release(s); }
-
-int rf_runstate_fits(const rf_runstate *s, int max_tokens, int max_ctx) {
-    return s->max_tokens >= max_tokens && s->max_ctx >= max_ctx && s->n_threads >= omp_get_max_threads();
-}
-
-size_t rf_runstate_bytes(const rf_runstate *s) { return s->bytes; }
-
-/* scoped: from scoped blocks (an aborted call frees them); else plain
- * buffers for a workspace, all or none: a failure frees what was made
- * before dying, so the workspace never holds half a run state */
-rf_runstate *rf_runstate_alloc(const rf_config *cfg, int max_tokens, int max_ctx, int scoped) {
-    rf_runstate *s = scoped ? rf_scoped_calloc(1, sizeof *s) : rf_calloc(1, sizeof *s);
-    size_t T = (size_t)max_tokens, d = cfg->hidden_size, qd = (size_t)cfg->n_heads * cfg->head_dim,
-           kvd = (size_t)cfg->n_kv_heads * cfg->head_dim, ffn = cfg->intermediate_size;
-    s->scoped = scoped;
-    s->max_tokens = max_tokens;
-    s->max_ctx = max_ctx;
-    s->n_threads = omp_get_max_threads();
-    s->x = rf_block_aligned(scoped, T * d * sizeof(float));
-    s->xb = rf_block_aligned(scoped, T * d * sizeof(float));
-    s->q = rf_block_aligned(scoped, T * qd * sizeof(float));
-    s->k = rf_block_aligned(scoped, T * kvd * sizeof(float));
-    s->v = rf_block_aligned(scoped, T * kvd * sizeof(float));
-    s->att = rf_block_aligned(scoped, T * qd * sizeof(float));
-    s->hb = rf_block_aligned(scoped, T * ffn * sizeof(float));
-    s->hb2 = rf_block_aligned(scoped, T * ffn * sizeof(float));
-    s->scores = rf_block_aligned(scoped, (size_t)s->n_threads * 2 * (max_ctx + T) * sizeof(float)); /* 2: a head pair */
-    s->bytes = (2 * T * (d + qd + kvd + ffn) +
-                (size_t)s->n_threads * (max_ctx + T)) * sizeof(float);
-    if (!(s->x && s->xb && s->q && s->k && s->v && s->att && s->hb && s->hb2 && s->scores)) {
-        size_t bytes = s->bytes;
-        rf_runstate_release(s);
-        rf_oom(bytes);
-    }
-    return s;
-}
-
-void rf_runstate_release(rf_runstate *s) {
-    if (!s) return;
-    int sc = s->scoped;
-    rf_block_free(sc, s->x);
-    rf_block_free(sc, s->xb);
-    rf_block_free(sc, s->q);
-    rf_block_free(sc, s->k);
-    rf_block_free(sc, s->v);
-    rf_block_free(sc, s->att);
-    rf_block_free(sc, s->hb);
-    rf_block_free(sc, s->hb2);
-    rf_block_free(sc, s->scores);
-    rf_block_free(sc, s);
-}
 
 /* The keys/values token (r, j) attends to, as up to two contiguous runs in
  * the cache: main[0, n0) and, for a forked cache, row r's extension [0, n1). */
@@ -174,55 +104,6 @@ static int check_batch(const rf_model *m, const rf_kvcache *c, const rf_runstate
             return -1;
         }
     return 0;
-}
-
-/* ---- call log (forward.h) ---- */
-
-static _Thread_local rf_call_log *call_log;
-
-rf_call_log *rf_call_log_attach(rf_call_log *log) {
-    rf_call_log *old = call_log;
-    call_log = log;
-    return old;
-}
-
-void rf_call_log_free(rf_call_log *log) {
-    free(log->rec);
-    memset(log, 0, sizeof *log);
-}
-
-static void call_log_add(const rf_kvcache *c, const rf_batch *b) {
-    rf_call_log *log = call_log;
-    if (log->n == log->cap) {
-        log->cap = log->cap ? 2 * log->cap : 256;
-        log->rec = realloc(log->rec, (size_t)log->cap * sizeof *log->rec);
-        if (!log->rec) rf_die("out of memory");
-    }
-    rf_call_rec *r = &log->rec[log->n++];
-    memset(r, 0, sizeof *r);
-    r->n_rows = b->n_rows;
-    r->n_tok = b->n_tok;
-    r->forked = c->n_rows > 0;
-    r->ctx_main = r->forked ? c->fork_len : c->len;
-    for (int i = 0; r->forked && i < c->n_rows; i++) r->ctx_rows += c->row_len[i];
-    r->n_logits = b->n_logits;
-    r->bidirectional = b->bidirectional;
-    r->pos_min = r->pos_max = b->pos[0];
-    for (int i = 1; i < b->n_rows * b->n_tok; i++) {
-        if (b->pos[i] < r->pos_min) r->pos_min = b->pos[i];
-        if (b->pos[i] > r->pos_max) r->pos_max = b->pos[i];
-    }
-}
-
-int rf_call_log_model_calls(const rf_call_log *log, int from, int to, int n_prompt, int prefill_own_call) {
-    int calls = 0;
-    for (int i = from; i < to; i++) {
-        const rf_call_rec *r = &log->rec[i];
-        int prefill = !r->forked && r->pos_max < n_prompt;
-        int run_ends = i + 1 == to || log->rec[i + 1].forked || log->rec[i + 1].pos_max >= n_prompt;
-        if (!prefill || (run_ends && prefill_own_call)) calls++;
-    }
-    return calls;
 }
 
 /* A run of a call's tokens that share a cache: tokens [start, start + n)
@@ -395,7 +276,7 @@ static void forward_runs(const rf_model *m, rf_runstate *s, int T, const int *to
 
 int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch *b) {
     if (check_batch(m, c, s, b) != 0) return -1;
-    if (call_log) call_log_add(c, b);
+    rf_call_log_record(c, b);
     const int R = b->n_rows, n = b->n_tok;
     run one[16], *runs = R <= 16 ? one : rf_malloc((size_t)R * sizeof *runs);
     if (c->n_rows > 0)

@@ -87,6 +87,9 @@ typedef struct {
  * (appending), or stop recording (NULL). Returns the log attached before. */
 rf_call_log *rf_call_log_attach(rf_call_log *log);
 void rf_call_log_free(rf_call_log *log);
+/* rf_forward reports each call that passed validation: appended to this
+ * thread's attached log, if any. */
+void rf_call_log_record(const rf_kvcache *c, const rf_batch *b);
 
 /* Model calls as the decoders count them, in entries [from, to) of the log.
  * A run of calls that feed only prompt positions (unforked, every position

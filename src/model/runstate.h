@@ -1,0 +1,25 @@
+/* runstate.h - the run state's buffers, shared by the code that makes them
+ * (runstate.c) and the forward pass that fills them (forward.c). Callers see
+ * only the opaque rf_runstate of forward.h. */
+#ifndef RF_RUNSTATE_H
+#define RF_RUNSTATE_H
+
+#include <stddef.h>
+
+#include "model/forward.h"
+
+struct rf_runstate {
+    int max_tokens, max_ctx, n_threads;
+    int scoped;    /* a decoder's own (scoped blocks, util.h), not a workspace's */
+    size_t bytes;
+    float *x;      /* [T, d] residual stream */
+    float *xb;     /* [T, d] normed input of a sub-block */
+    float *q;      /* [T, n_heads * hd] */
+    float *k, *v;  /* [T, kv_dim] */
+    float *att;    /* [T, n_heads * hd] attention output */
+    float *hb;     /* [T, ffn] gate, then silu(gate) * up */
+    float *hb2;    /* [T, ffn] up */
+    float *scores; /* [n_threads, 2, max_ctx + max_tokens] attention weights (of a head pair) */
+};
+
+#endif
