@@ -24,6 +24,9 @@ IDS="845 117 115 312 10 344 257 414 412 275 325"
 "$BIN" logits -m "$DEMO" --ids "$IDS" -n 4 > "$T/l.st" || bad "logits (safetensors)"
 "$BIN" logits -m "$G" --ids "$IDS" -n 4 > "$T/l.gguf" || bad "logits (gguf)"
 cmp -s "$T/l.st" "$T/l.gguf" || bad "bf16 GGUF logits differ from the safetensors checkpoint's"
+# each output row is one thread's whole dot product: the thread count changes nothing
+"$BIN" logits -m "$G" --ids "$IDS" -n 4 --threads 1 > "$T/l.t1" || bad "logits --threads 1"
+cmp -s "$T/l.gguf" "$T/l.t1" || bad "logits with --threads 1 differ from the default threads'"
 [ "$(wc -c < "$T/l.st")" -gt 10000 ] || bad "logits output too short"
 
 # answers: everything but the timings must be equal

@@ -4,9 +4,11 @@
  * tests/gguf_llamacpp.sh) or two files of the same weights with each other. */
 #include <jansson.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/args.h"
 #include "cli/commands.h"
@@ -23,7 +25,8 @@ static void usage(FILE *f) {
             "of the continuation).\n\n"
             "  -m, --model DIR|GGUF   checkpoint directory or .gguf file\n"
             "  --ids \"...\"            the prompt's token ids (space or comma separated)\n"
-            "  -n N                   greedy steps (default 1)\n");
+            "  -n N                   greedy steps (default 1)\n"
+            "  -t, --threads N        OpenMP threads (default: OpenMP's; at most the online CPUs)\n");
 }
 
 static int parse_ids(const char *s, int vocab, int **out, int *n_out) {
@@ -56,7 +59,7 @@ static int parse_ids(const char *s, int vocab, int **out, int *n_out) {
 
 int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_arg = NULL;
-    long steps = 1;
+    long steps = 1, threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -72,6 +75,8 @@ int cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "--ids")) ids_arg = v;
         else if (!strcmp(a, "-n")) {
             if (rf_arg_long("logits", a, v, 1, 1 << 16, &steps)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (rf_arg_long("logits", a, v, 1, 1024, &threads)) return 2;
         } else {
             fprintf(stderr, "refusion: logits: bad option '%s' (see --help)\n", a);
             return 2;
@@ -81,6 +86,9 @@ int cmd_logits(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && threads > cpus) threads = cpus; /* more only makes the team wait at its barriers */
+    if (threads > 0) omp_set_num_threads((int)threads);
     rf_model m;
     if (rf_model_load(&m, model)) {
         rf_print_error();
