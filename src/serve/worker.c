@@ -751,6 +751,20 @@ static rf_runstate *guarded_runstate(const rf_config *cfg, int max_tokens, int m
     return rs;
 }
 
+/* The row's last steps, whatever ended it: its context and r freed, the job
+ * finished with a (its answer, or nothing on failure) and rc, the row's
+ * place and its reference to the job given back. */
+static void row_release(rf_server *s, batch_row *r, job_acc *a, int rc) {
+    job *j = r->j;
+    run_ctx_free(&r->c);
+    free(r);
+    job_finish(s, j, a, rc);
+    pthread_mutex_lock(&s->mu);
+    s->n_active--;
+    rf_serve_job_unref_locked(j);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* A row for job j (its decoder's callbacks hold its address: rows are
  * allocated one by one, never moved), or NULL when it could not start (the
  * job is then finished, failed). rs: the scheduler's run state (NULL: it
@@ -782,13 +796,7 @@ static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs, prefix_
     if (rc) {
         job_acc a;
         acc_init(&a);
-        run_ctx_free(&r->c);
-        free(r);
-        job_finish(s, j, &a, rc);
-        pthread_mutex_lock(&s->mu);
-        s->n_active--;
-        rf_serve_job_unref_locked(j);
-        pthread_mutex_unlock(&s->mu);
+        row_release(s, r, &a, rc);
         return NULL;
     }
     return r;
@@ -828,13 +836,7 @@ static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
     job_acc a;
     acc_init(&a);
     if (!rc) acc_choice(s, j, &a, &r->c, &st, 0, 1);
-    run_ctx_free(&r->c);
-    free(r);
-    job_finish(s, j, &a, rc);
-    pthread_mutex_lock(&s->mu);
-    s->n_active--;
-    rf_serve_job_unref_locked(j);
-    pthread_mutex_unlock(&s->mu);
+    row_release(s, r, &a, rc);
 }
 
 void *rf_serve_scheduler_main(void *arg) {
