@@ -10,6 +10,10 @@
 //     greedy AR decode of N tokens after the prompt; prints
 //     {"prompt_s", "decode_s", "tokens", "tokens_per_s", "total_tokens_per_s"}
 //     (tokens_per_s: decode only; total: prompt prefill included).
+//   node llamacpp.mjs prefill NPM_PREFIX MODEL.gguf "ID ID ..." REPS THREADS
+//     the prompt fed into an empty context REPS times (the cache cleared in
+//     between; llama.cpp computes the last token's logits only); prints
+//     {"tokens", "seconds": [each rep's wall time]}
 //   node llamacpp.mjs batch NPM_PREFIX MODEL.gguf SEQS N THREADS [REQS]
 //     SEQS sequences of one context decoding at once (llama.cpp batches
 //     their tokens into shared calls), each REQS (default 2) requests one
@@ -105,8 +109,17 @@ if (mode === "logits") {
     process.stdout.write(JSON.stringify({ prompt_s: (t1 - t0) / 1000, decode_s, tokens: n,
                                           tokens_per_s: n / decode_s,
                                           total_tokens_per_s: n / ((t2 - t0) / 1000) }) + "\n");
+} else if (mode === "prefill") {
+    const seconds = [];
+    for (let r = 0; r < N; r++) {
+        await seq.clearHistory();
+        const t0 = performance.now();
+        await seq.evaluateWithoutGeneratingNewTokens(ids);
+        seconds.push((performance.now() - t0) / 1000);
+    }
+    process.stdout.write(JSON.stringify({ tokens: ids.length, seconds }) + "\n");
 } else {
-    console.error("usage: node llamacpp.mjs logits|bench NPM_PREFIX MODEL.gguf IDS N [THREADS]");
+    console.error("usage: node llamacpp.mjs logits|bench|prefill NPM_PREFIX MODEL.gguf IDS N [THREADS]");
     process.exit(2);
 }
 await context.dispose();
