@@ -19,8 +19,11 @@
 
 #define TOL 2e-4
 
-static rf_config tiny_config(int tied) {
-    rf_config c = rf_test_config(64, 96, 4, 2, 24, 300, 4096); /* head_dim != hidden / heads, as Qwen3 allows */
+/* wide_kv: 4 KV heads of 64, a KV width of 1 KiB, which the cache pads
+ * (kvcache.h rf_kv_ld): the entry stride differs from the KV width */
+static rf_config tiny_config(int tied, int wide_kv) {
+    rf_config c = wide_kv ? rf_test_config(64, 96, 4, 4, 64, 300, 4096)
+                          : rf_test_config(64, 96, 4, 2, 24, 300, 4096); /* head_dim != hidden / heads, as Qwen3 allows */
     c.tie_embeddings = tied;
     c.eos_id = 1, c.mask_id = 299, c.bot_id = 298;
     return c;
@@ -47,8 +50,10 @@ static void run_chunked(const rf_model *m, int n, const int *tok, const int *pos
     rf_kv_free(&c);
 }
 
-static void test_model(rf_dtype dt, int tied) {
-    rf_config cfg = tiny_config(tied);
+static void test_model(rf_dtype dt, int tied, int wide_kv) {
+    rf_config cfg = tiny_config(tied, wide_kv);
+    CHECK((rf_kv_ld(&cfg) != cfg.n_kv_heads * cfg.head_dim) == wide_kv, "KV entry stride %d for width %d",
+          rf_kv_ld(&cfg), cfg.n_kv_heads * cfg.head_dim);
     rf_model m;
     rf_model_init_random(&m, &cfg, dt, 0.3f, 42 + tied);
     const int V = cfg.vocab_size, N = 20;
@@ -202,9 +207,10 @@ int main(void) {
     /* compared with f32 references at f32 tolerances: the f32-grade split
      * activations (the default rounding to bf16 is tested in kernels_matmul) */
     rf_matmul_set_bf16_act(0);
-    test_model(RF_F32, 1);
-    test_model(RF_F32, 0);
-    test_model(RF_BF16, 1);
-    test_model(RF_F16, 0);
+    test_model(RF_F32, 1, 0);
+    test_model(RF_F32, 0, 0);
+    test_model(RF_BF16, 1, 0);
+    test_model(RF_F16, 0, 0);
+    test_model(RF_F32, 0, 1);
     return check_summary("model_forward");
 }

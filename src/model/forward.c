@@ -29,29 +29,29 @@ typedef struct {
 } kv_view;
 
 /* out[hd] = softmax(q . K^T * scale) V over the view, for kv head g. */
-static void attend(float *out, const float *q, const kv_view *w, int g, int hd, int kv_dim,
+static void attend(float *out, const float *q, const kv_view *w, int g, int hd, int ld,
                    float scale, float *sc) {
-    rf_scores(sc, q, w->k0 + g * hd, kv_dim, w->n0, hd, scale);
-    if (w->n1) rf_scores(sc + w->n0, q, w->k1 + g * hd, kv_dim, w->n1, hd, scale);
+    rf_scores(sc, q, w->k0 + g * hd, ld, w->n0, hd, scale);
+    if (w->n1) rf_scores(sc + w->n0, q, w->k1 + g * hd, ld, w->n1, hd, scale);
     rf_softmax(sc, w->n0 + w->n1);
     memset(out, 0, hd * sizeof(float));
-    rf_mix(out, sc, w->v0 + g * hd, kv_dim, w->n0, hd);
-    if (w->n1) rf_mix(out, sc + w->n0, w->v1 + g * hd, kv_dim, w->n1, hd);
+    rf_mix(out, sc, w->v0 + g * hd, ld, w->n0, hd);
+    if (w->n1) rf_mix(out, sc + w->n0, w->v1 + g * hd, ld, w->n1, hd);
 }
 
 /* The same for two query heads of kv head g at once (out, q: the first of
  * two adjacent heads; sc holds 2 x (n0 + n1) floats): the same numbers. */
-static void attend2(float *out, const float *q, const kv_view *w, int g, int hd, int kv_dim, float scale,
+static void attend2(float *out, const float *q, const kv_view *w, int g, int hd, int ld, float scale,
                     float *sc) {
     int n = w->n0 + w->n1;
     float *sc1 = sc + n;
-    rf_scores2(sc, sc1, q, q + hd, w->k0 + g * hd, kv_dim, w->n0, hd, scale);
-    if (w->n1) rf_scores2(sc + w->n0, sc1 + w->n0, q, q + hd, w->k1 + g * hd, kv_dim, w->n1, hd, scale);
+    rf_scores2(sc, sc1, q, q + hd, w->k0 + g * hd, ld, w->n0, hd, scale);
+    if (w->n1) rf_scores2(sc + w->n0, sc1 + w->n0, q, q + hd, w->k1 + g * hd, ld, w->n1, hd, scale);
     rf_softmax(sc, n);
     rf_softmax(sc1, n);
     memset(out, 0, 2 * hd * sizeof(float));
-    rf_mix2(out, out + hd, sc, sc1, w->v0 + g * hd, kv_dim, w->n0, hd);
-    if (w->n1) rf_mix2(out, out + hd, sc + w->n0, sc1 + w->n0, w->v1 + g * hd, kv_dim, w->n1, hd);
+    rf_mix2(out, out + hd, sc, sc1, w->v0 + g * hd, ld, w->n0, hd);
+    if (w->n1) rf_mix2(out, out + hd, sc + w->n0, sc1 + w->n0, w->v1 + g * hd, ld, w->n1, hd);
 }
 
 static int check_batch(const rf_model *m, const rf_kvcache *c, const rf_runstate *s, const rf_batch *b) {
@@ -213,9 +213,9 @@ static void forward_runs(const rf_model *m, rf_runstate *s, int T, const int *to
                 float *out = s->att + (size_t)i * qd + h * hd;
                 const float *q = s->q + (size_t)i * qd + h * hd;
                 if (hstep == 2)
-                    attend2(out, q, &w, h / group, hd, kvd, scale, sc);
+                    attend2(out, q, &w, h / group, hd, c->ld, scale, sc);
                 else
-                    attend(out, q, &w, h / group, hd, kvd, scale, sc);
+                    attend(out, q, &w, h / group, hd, c->ld, scale, sc);
             }
             {
                 float *const Y[1] = {s->xb};

@@ -18,8 +18,9 @@ void rf_kv_init(rf_kvcache *c, const rf_config *cfg, int cap) {
     memset(c, 0, sizeof *c);
     c->n_layers = cfg->n_layers;
     c->kv_dim = cfg->n_kv_heads * cfg->head_dim;
+    c->ld = rf_kv_ld(cfg);
     c->cap = cap;
-    size_t n = (size_t)c->n_layers * cap * c->kv_dim;
+    size_t n = (size_t)c->n_layers * cap * c->ld;
     c->k = rf_scoped_aligned(n * sizeof(float));
     c->v = rf_scoped_aligned(n * sizeof(float));
     c->pos = rf_scoped_calloc((size_t)cap, sizeof(int));
@@ -59,8 +60,8 @@ void rf_kv_crop(rf_kvcache *c, int len) {
 
 void rf_kv_fork(rf_kvcache *c, int n_rows, int row_cap) {
     if (n_rows <= 0 || row_cap <= 0) rf_die("kv fork into %d rows of %d", n_rows, row_cap);
-    size_t need = (size_t)n_rows * c->n_layers * row_cap * c->kv_dim;
-    /* row_pos holds need / (n_layers * kv_dim) ints: it fits whenever row_k does */
+    size_t need = (size_t)n_rows * c->n_layers * row_cap * c->ld;
+    /* row_pos holds need / (n_layers * ld) ints: it fits whenever row_k does */
     if (need > c->row_floats_alloc || n_rows > c->rows_alloc) {
         if (need < c->row_floats_alloc) need = c->row_floats_alloc;
         int rows = n_rows > c->rows_alloc ? n_rows : c->rows_alloc;
@@ -75,7 +76,7 @@ void rf_kv_fork(rf_kvcache *c, int n_rows, int row_cap) {
         /* own: scoped, a failure dies (and the unwinding frees the others);
          * lent: plain, all or none */
         float *k = rf_block_aligned(own, need * sizeof(float)), *v = rf_block_aligned(own, need * sizeof(float));
-        int *pos = rf_block_aligned(own, (need / ((size_t)c->n_layers * c->kv_dim) + 1) * sizeof(int));
+        int *pos = rf_block_aligned(own, (need / ((size_t)c->n_layers * c->ld) + 1) * sizeof(int));
         int *len = rf_block_aligned(own, (size_t)rows * sizeof(int));
         if (!k || !v || !pos || !len) {
             free(k), free(v), free(pos), free(len);
@@ -101,7 +102,7 @@ void rf_kv_row_crop(rf_kvcache *c, int r, int len) {
 void rf_kv_select_rows(rf_kvcache *c, const int *keep, int n_keep) {
     if (n_keep < 0 || n_keep > c->n_rows) rf_die("kv select %d of %d rows", n_keep, c->n_rows);
     /* Rows are moved through a scratch copy so any order (and repeats) works. */
-    size_t row_floats = (size_t)c->n_layers * c->row_cap * c->kv_dim;
+    size_t row_floats = (size_t)c->n_layers * c->row_cap * c->ld;
     float *tk = rf_scoped_malloc((size_t)n_keep * row_floats * sizeof(float));
     float *tv = rf_scoped_malloc((size_t)n_keep * row_floats * sizeof(float));
     int *tp = rf_scoped_malloc((size_t)n_keep * c->row_cap * sizeof(int) + 1);
@@ -136,9 +137,9 @@ int rf_kv_commit_row(rf_kvcache *c, int r, int start, int count) {
     }
     for (int l = 0; l < c->n_layers; l++) {
         memcpy(c->k + main_off(c, l, c->len), c->row_k + row_off(c, r, l, start),
-               (size_t)count * c->kv_dim * sizeof(float));
+               (size_t)count * c->ld * sizeof(float));
         memcpy(c->v + main_off(c, l, c->len), c->row_v + row_off(c, r, l, start),
-               (size_t)count * c->kv_dim * sizeof(float));
+               (size_t)count * c->ld * sizeof(float));
     }
     memcpy(c->pos + c->len, c->row_pos + (size_t)r * c->row_cap + start, count * sizeof(int));
     c->len += count;

@@ -9,8 +9,13 @@
  * main prefix (it is not copied) and each row has its own extension of up to
  * row_cap entries. Row r attends to main[0, len) + ext_r[0, row_len[r]).
  *
- * Layout: k, v are [n_layers][cap][kv_dim] f32; row_k, row_v are
- * [n_rows][n_layers][row_cap][kv_dim] f32.  kv_dim = n_kv_heads * head_dim. */
+ * Layout: k, v are [n_layers][cap][ld] f32; row_k, row_v are
+ * [n_rows][n_layers][row_cap][ld] f32, of which each entry uses the first
+ * kv_dim = n_kv_heads * head_dim floats. ld (rf_kv_ld) pads kv_dim when
+ * its bytes are a multiple of 1 KiB: attention reads one head's slice of
+ * every entry, and at a stride of whole kilobytes those slices all map to
+ * a few cache sets (at the Qwen3-0.6B shape, 4 KiB: a 512-token prefill
+ * spent more time in attention than in the matmuls). */
 #ifndef RF_KVCACHE_H
 #define RF_KVCACHE_H
 
@@ -18,6 +23,7 @@
 
 typedef struct rf_kvcache {
     int n_layers, kv_dim;
+    int ld;              /* floats from one entry to the next (kv_dim or padded) */
     int cap, len;        /* main sequence capacity / committed length */
     float *k, *v;
     int *pos;            /* [cap] position id of each main entry */
@@ -36,13 +42,18 @@ typedef struct rf_kvcache {
     int grows;                 /* a lender: row buffers its borrowers made */
 } rf_kvcache;
 
+/* The entry stride for cfg's KV width (see Layout above). */
+static inline int rf_kv_ld(const rf_config *cfg) {
+    int kv_dim = cfg->n_kv_heads * cfg->head_dim;
+    return kv_dim % 256 == 0 ? kv_dim + 16 : kv_dim;
+}
 /* Float offset of main entry i of layer l in k / v. */
 static inline size_t rf_kv_main_off(const rf_kvcache *c, int l, int i) {
-    return ((size_t)l * c->cap + i) * c->kv_dim;
+    return ((size_t)l * c->cap + i) * c->ld;
 }
 /* Float offset of row r's extension entry i of layer l in row_k / row_v. */
 static inline size_t rf_kv_row_off(const rf_kvcache *c, int r, int l, int i) {
-    return (((size_t)r * c->n_layers + l) * c->row_cap + i) * c->kv_dim;
+    return (((size_t)r * c->n_layers + l) * c->row_cap + i) * c->ld;
 }
 
 void rf_kv_init(rf_kvcache *c, const rf_config *cfg, int cap);
