@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "decode/decode_impl.h"
+#include "model/runstate.h"
 
 void rf_gen_params_default(rf_gen_params *p) {
     memset(p, 0, sizeof *p);
@@ -189,7 +190,7 @@ int64_t rf_gen_mem_bytes(const rf_model *m, int n_prompt, const rf_gen_params *p
     int64_t ctx = P + G + S;
     int64_t kv = 2 * L * (P + G) * kvd * 4 + (P + G) * 4;
     int64_t fork = rows ? 2 * (2 * rows * L * S * kvd * 4) + rows * (S + 1) * 4 : 0; /* + a select copy */
-    int64_t runstate = T * (2 * d + 2 * qd + 2 * kvd + 2 * f) * 4 + 64 * (ctx + T) * 4;
+    int64_t runstate = T * (2 * d + 2 * qd + 2 * kvd + 2 * f) * 4 + 32 * RF_ATT_ROWS * (ctx + T) * 4; /* attention weights: 32 threads */
     int64_t logits = T * V * 4 + V * (8 + 8); /* + one row of sampling scratch */
     int64_t answer = G * (4 + 4 + 16) + 4096;
     return kv + fork + runstate + logits + answer;

@@ -28,30 +28,60 @@ typedef struct {
     int n1;
 } kv_view;
 
-/* out[hd] = softmax(q . K^T * scale) V over the view, for kv head g. */
-static void attend(float *out, const float *q, const kv_view *w, int g, int hd, int ld,
-                   float scale, float *sc) {
-    rf_scores(sc, q, w->k0 + g * hd, ld, w->n0, hd, scale);
-    if (w->n1) rf_scores(sc + w->n0, q, w->k1 + g * hd, ld, w->n1, hd, scale);
-    rf_softmax(sc, w->n0 + w->n1);
-    memset(out, 0, hd * sizeof(float));
-    rf_mix(out, sc, w->v0 + g * hd, ld, w->n0, hd);
-    if (w->n1) rf_mix(out, sc + w->n0, w->v1 + g * hd, ld, w->n1, hd);
-}
-
-/* The same for two query heads of kv head g at once (out, q: the first of
- * two adjacent heads; sc holds 2 x (n0 + n1) floats): the same numbers. */
-static void attend2(float *out, const float *q, const kv_view *w, int g, int hd, int ld, float scale,
-                    float *sc) {
-    int n = w->n0 + w->n1;
-    float *sc1 = sc + n;
-    rf_scores2(sc, sc1, q, q + hd, w->k0 + g * hd, ld, w->n0, hd, scale);
-    if (w->n1) rf_scores2(sc + w->n0, sc1 + w->n0, q, q + hd, w->k1 + g * hd, ld, w->n1, hd, scale);
-    rf_softmax(sc, n);
-    rf_softmax(sc1, n);
-    memset(out, 0, 2 * hd * sizeof(float));
-    rf_mix2(out, out + hd, sc, sc1, w->v0 + g * hd, ld, w->n0, hd);
-    if (w->n1) rf_mix2(out, out + hd, sc + w->n0, sc1 + w->n0, w->v1 + g * hd, ld, w->n1, hd);
+/* Attention of a tile of nt consecutive tokens of one run, for query head h and, with hstep 2, head h + 1 (adjacent heads
+ * that share KV head g): out[j] = softmax(q[j] . K^T * scale) V over the
+ * keys of view w[j], for every token j of the tile.
+ *
+ * The keys go in blocks of ATT_KEYS, and every token of the tile takes its
+ * part of a block while the block is in L1: one head's slices of a block
+ * of keys are read from L2 once per tile instead of once per token (a wide
+ * call's attention was bound by reading them). The numbers are those of
+ * attending token by token: each key's score does not depend on how the
+ * keys are grouped (kernels/ops.c rf_scores), the softmax runs over each
+ * token's own keys, and the weighted sum of values adds the keys in the
+ * same order (rf_mix reloads its sums between blocks). Token j's view is
+ * main[0, w[j].n0) then its row's extension [0, w[j].n1): the runs of a
+ * tile share k0 and k1 and differ only in how many keys they see, so key
+ * index t is the same key for every token that sees it.
+ * sc: hstep * ATT_TILE rows of ncap floats. */
+#define ATT_TILE (RF_ATT_ROWS / 2)
+#define ATT_KEYS 64
+static void attend_tile(float *const *out, const float *const *q, const kv_view *w, int nt, int g, int hd,
+                        int hstep, int ld, float scale, float *sc, size_t ncap) {
+    int nmax = 0;
+    for (int j = 0; j < nt; j++)
+        if (w[j].n0 + w[j].n1 > nmax) nmax = w[j].n0 + w[j].n1;
+    for (int kb = 0; kb < nmax; kb += ATT_KEYS)
+        for (int j = 0; j < nt; j++) {
+            float *s0 = sc + (size_t)j * hstep * ncap, *s1 = s0 + ncap;
+            int a = kb, b = kb + ATT_KEYS < w[j].n0 + w[j].n1 ? kb + ATT_KEYS : w[j].n0 + w[j].n1;
+            for (int part = 0; part < 2 && a < b; part++) { /* main, then the row's extension */
+                int base = part ? w[j].n0 : 0, lim = part ? b : (b < w[j].n0 ? b : w[j].n0);
+                if (a >= lim) continue;
+                const float *K = (part ? w[j].k1 : w[j].k0) + (size_t)(a - base) * ld + (size_t)g * hd;
+                if (hstep == 2) rf_scores2(s0 + a, s1 + a, q[j], q[j] + hd, K, ld, lim - a, hd, scale);
+                else rf_scores(s0 + a, q[j], K, ld, lim - a, hd, scale);
+                a = lim;
+            }
+        }
+    for (int j = 0; j < nt; j++) {
+        float *s0 = sc + (size_t)j * hstep * ncap;
+        for (int r = 0; r < hstep; r++) rf_softmax(s0 + (size_t)r * ncap, w[j].n0 + w[j].n1);
+        memset(out[j], 0, (size_t)hstep * hd * sizeof(float));
+    }
+    for (int kb = 0; kb < nmax; kb += ATT_KEYS)
+        for (int j = 0; j < nt; j++) {
+            float *s0 = sc + (size_t)j * hstep * ncap, *s1 = s0 + ncap;
+            int a = kb, b = kb + ATT_KEYS < w[j].n0 + w[j].n1 ? kb + ATT_KEYS : w[j].n0 + w[j].n1;
+            for (int part = 0; part < 2 && a < b; part++) {
+                int base = part ? w[j].n0 : 0, lim = part ? b : (b < w[j].n0 ? b : w[j].n0);
+                if (a >= lim) continue;
+                const float *V = (part ? w[j].v1 : w[j].v0) + (size_t)(a - base) * ld + (size_t)g * hd;
+                if (hstep == 2) rf_mix2(out[j], out[j] + hd, s0 + a, s1 + a, V, ld, lim - a, hd);
+                else rf_mix(out[j], s0 + a, V, ld, lim - a, hd);
+                a = lim;
+            }
+        }
 }
 
 static int check_batch(const rf_model *m, const rf_kvcache *c, const rf_runstate *s, const rf_batch *b) {
@@ -154,7 +184,8 @@ static void forward_runs(const rf_model *m, rf_runstate *s, int T, const int *to
         int t0, t1; /* this thread's tokens */
         rf_team_share(&team, tid, T, &t0, &t1);
         for (int i = t0; i < t1; i++) rf_mat_row_f32(s->x + (size_t)i * d, &m->embed, tokens[i]);
-        float *sc = s->scores + (size_t)tid * 2 * (s->max_ctx + s->max_tokens); /* attention weights */
+        const size_t ncap = (size_t)s->max_ctx + s->max_tokens;
+        float *sc = s->scores + (size_t)tid * RF_ATT_ROWS * ncap; /* attention weights */
         /* query heads in pairs that share a KV head when the group size is even */
         const int hstep = group % 2 == 0 ? 2 : 1, nht = nh / hstep;
 
@@ -189,33 +220,38 @@ static void forward_runs(const rf_model *m, rf_runstate *s, int T, const int *to
             }
             if (tid == 0) atomic_store_explicit(&team.next, 0, memory_order_relaxed);
             rf_team_barrier(&team);
-            /* every (token, head or head pair) attends independently */
+            /* every (tile of up to ATT_TILE tokens of one run, head or head
+             * pair) attends independently; a task whose token does not start
+             * a tile has nothing to do */
             for (int task = rf_team_next(&team); task < T * nht; task = rf_team_next(&team)) {
                 int i = task / nht, h = (task % nht) * hstep;
                 const run *u = run_of(runs, n_runs, i);
+                if ((i - u->start) % ATT_TILE) continue;
                 const rf_kvcache *c = u->c;
-                int j = i - u->start;
-                int lim = bidirectional ? u->n : j + 1; /* tokens of its run this one sees */
-                kv_view w;
-                w.k0 = c->k + rf_kv_main_off(c, l, 0);
-                w.v0 = c->v + rf_kv_main_off(c, l, 0);
-                if (u->row >= 0) {
-                    size_t off = rf_kv_row_off(c, u->row, l, 0);
-                    w.n0 = c->fork_len;
-                    w.k1 = c->row_k + off;
-                    w.v1 = c->row_v + off;
-                    w.n1 = c->row_len[u->row] + lim;
-                } else {
-                    w.n0 = c->len + lim;
-                    w.k1 = w.v1 = NULL;
-                    w.n1 = 0;
+                int nt = u->start + u->n - i < ATT_TILE ? u->start + u->n - i : ATT_TILE;
+                kv_view w[ATT_TILE];
+                float *out[ATT_TILE];
+                const float *q[ATT_TILE];
+                for (int t = 0; t < nt; t++) {
+                    int j = i + t - u->start;
+                    int lim = bidirectional ? u->n : j + 1; /* tokens of its run this one sees */
+                    w[t].k0 = c->k + rf_kv_main_off(c, l, 0);
+                    w[t].v0 = c->v + rf_kv_main_off(c, l, 0);
+                    if (u->row >= 0) {
+                        size_t off = rf_kv_row_off(c, u->row, l, 0);
+                        w[t].n0 = c->fork_len;
+                        w[t].k1 = c->row_k + off;
+                        w[t].v1 = c->row_v + off;
+                        w[t].n1 = c->row_len[u->row] + lim;
+                    } else {
+                        w[t].n0 = c->len + lim;
+                        w[t].k1 = w[t].v1 = NULL;
+                        w[t].n1 = 0;
+                    }
+                    out[t] = s->att + (size_t)(i + t) * qd + h * hd;
+                    q[t] = s->q + (size_t)(i + t) * qd + h * hd;
                 }
-                float *out = s->att + (size_t)i * qd + h * hd;
-                const float *q = s->q + (size_t)i * qd + h * hd;
-                if (hstep == 2)
-                    attend2(out, q, &w, h / group, hd, c->ld, scale, sc);
-                else
-                    attend(out, q, &w, h / group, hd, c->ld, scale, sc);
+                attend_tile(out, q, w, nt, h / group, hd, hstep, c->ld, scale, sc, ncap);
             }
             {
                 float *const Y[1] = {s->xb};

@@ -36,9 +36,9 @@ rf_runstate *rf_runstate_alloc(const rf_config *cfg, int max_tokens, int max_ctx
     s->att = rf_block_aligned(scoped, T * qd * sizeof(float));
     s->hb = rf_block_aligned(scoped, T * ffn * sizeof(float));
     s->hb2 = rf_block_aligned(scoped, T * ffn * sizeof(float));
-    s->scores = rf_block_aligned(scoped, (size_t)s->n_threads * 2 * (max_ctx + T) * sizeof(float)); /* 2: a head pair */
+    s->scores = rf_block_aligned(scoped, (size_t)s->n_threads * RF_ATT_ROWS * (max_ctx + T) * sizeof(float));
     s->bytes = (2 * T * (d + qd + kvd + ffn) +
-                (size_t)s->n_threads * (max_ctx + T)) * sizeof(float);
+                (size_t)s->n_threads * RF_ATT_ROWS * (max_ctx + T)) * sizeof(float);
     if (!(s->x && s->xb && s->q && s->k && s->v && s->att && s->hb && s->hb2 && s->scores)) {
         size_t bytes = s->bytes;
         rf_runstate_release(s);

@@ -8,6 +8,10 @@
 
 #include "model/forward.h"
 
+/* attention weight rows per thread: a tile of 4 tokens (forward.c's
+ * attention reads a block of keys once per tile) x a head pair */
+#define RF_ATT_ROWS 8
+
 struct rf_runstate {
     int max_tokens, max_ctx, n_threads;
     int scoped;    /* a decoder's own (scoped blocks, util.h), not a workspace's */
@@ -19,7 +23,7 @@ struct rf_runstate {
     float *att;    /* [T, n_heads * hd] attention output */
     float *hb;     /* [T, ffn] gate, then silu(gate) * up */
     float *hb2;    /* [T, ffn] up */
-    float *scores; /* [n_threads, 2, max_ctx + max_tokens] attention weights (of a head pair) */
+    float *scores; /* [n_threads, RF_ATT_ROWS, max_ctx + max_tokens] attention weights (a tile of tokens x a head pair) */
 };
 
 #endif
