@@ -70,7 +70,7 @@ for row in "${rows[@]}"; do
     for slot in $SLOTS; do
      for policy in $POLICIES; do
       B_OPTS="--rolling --slot-size $slot --slot-threshold 0.5 --draft-policy $policy -n $GEN"
-      js=$RESULTS/grow_ab/$shape-$dt-t$t-s$slot-$policy.json
+      js=$RESULTS/grow_ab/${TIER%% *}-$shape-$dt-t$t-s$slot-$policy.json
       cmd="$AB -m $model --data $DATA --limit $LIMIT --threads $t --a \"$A_OPTS\" --b \"$B_OPTS\" --json $js"
       # the measured call costs (adaptive) go to the results as a comment
       ${LOCK:+flock -x "$LOCK"} "$AB" -m "$model" --data "$DATA" --limit "$LIMIT" --threads "$t" --a "$A_OPTS" --b "$B_OPTS" --json "$js" |
