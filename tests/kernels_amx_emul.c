@@ -8,7 +8,8 @@
  * in place from the row-major weights with the row stride, the tile
  * configuration (16-row groups, a last group of fewer rows), up to 4 token
  * groups per weight load, the scatter of C to Y, and row sub-ranges as the
- * threads call them. It cannot check the instructions themselves: on an AMX
+ * threads call them; and the same for the kernel on the packed weights
+ * (B tiles read in place from the panels, the activations as A tiles). It cannot check the instructions themselves: on an AMX
  * machine tests/kernels_matmul runs the real kernel (here it prints
  * "SKIPPED: amx"). Tolerances as in tests/kernels_matmul.c: split
  * activations 5e-5 (1 + cols / 1000) of max|ref|; single-rounded
@@ -41,6 +42,24 @@ static void run(rf_rng *g, int rows, int cols, int n, int single) {
     double e = check_rel_err(Y, R, (size_t)n * rows);
     CHECK(e <= 5e-5 * (1.0 + cols / 1000.0), "emulated amx bf16 %s rows=%d cols=%d n=%d: rel err %.3g",
           single ? "single" : "split", rows, cols, n, e);
+
+    /* the packed copy (what a loaded model keeps): B tiles read in place
+     * from the panels, activations as A; chunks start on panel boundaries */
+    void *pk = rf_aligned_alloc(rf_bf16_pack_bytes(rows, cols));
+    rf_bf16_pack(pk, wd, rows, cols);
+    rf_mat P = W;
+    P.data = NULL; /* the packed kernel must not read the row-major weights */
+    P.packed = pk;
+    void *xq = malloc(emu_rf_bf16p_prep_amx_bytes(n, cols, single));
+    emu_rf_bf16p_prep_amx(xq, X, n, cols, single);
+    int pmid = rows > 16 ? rows / 32 * 16 : rows;
+    for (size_t i = 0; i < (size_t)n * rows; i++) Y[i] = NAN;
+    emu_rf_bf16p_range_amx(Y, rows, xq, &P, n, 0, pmid, single);
+    emu_rf_bf16p_range_amx(Y, rows, xq, &P, n, pmid, rows, single);
+    e = check_rel_err(Y, R, (size_t)n * rows);
+    CHECK(e <= 5e-5 * (1.0 + cols / 1000.0), "emulated amx bf16 packed %s rows=%d cols=%d n=%d: rel err %.3g",
+          single ? "single" : "split", rows, cols, n, e);
+    free(pk), free(xq);
     free(wd), free(X), free(Xr), free(Y), free(R), free(xp);
 }
 

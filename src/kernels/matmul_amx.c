@@ -178,11 +178,106 @@ void AMXFN(rf_bf16_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat
     TRELEASE();
 }
 
+/* ---- bf16, packed weights ------------------------------------------------
+ * The loaders keep bf16 weights only in the packed panel layout
+ * (matmul_pack.c) and hand the row-major pages back to the kernel, so this
+ * is the amx tier's path in a model (reading the row-major originals above
+ * faulted them back in: two copies of the weights, 32 GB at the 8B shape).
+ * In 16-row panel p, 64-byte vector j holds the pair (2j, 2j + 1) of each
+ * of the 16 rows (lane r: row 16p + r): 16 consecutive vectors are
+ * TDPBF16PS's B operand for a 32-column chunk, B[k][2r + j] =
+ * W[16p + r][32kc + 2k + j], loaded in place (stride 64). So the roles
+ * swap: A (tmm4 hi, tmm6 lo) is 16 tokens x 32 columns of the activations,
+ * row-major in bf16 (stride = the row length), C (tmm0..3) 16 tokens x 16
+ * rows, stored straight into Y where the panel and the token group are
+ * whole. Each B load (the weights) meets up to 4 token groups: W streams
+ * once per 64 tokens, as above. Rows past the matrix are zero in the
+ * panel, tokens past n zero in the prepared activations: no tile
+ * reconfiguration for the tails. */
+size_t AMXFN(rf_bf16p_prep_amx_bytes)(int n, int cols, int single) {
+    return (size_t)((n + 15) / 16) * 16 * cols * 2 * (single ? 1 : 2);
+}
+
+void AMXFN(rf_bf16p_prep_amx)(void *xp, const float *X, int n, int cols, int single) {
+    const size_t n16 = (size_t)((n + 15) / 16) * 16;
+    uint16_t *hi = xp, *lo = hi + n16 * cols;
+    for (size_t t = 0; t < n16; t++)
+        for (int c = 0; c < cols; c++) {
+            float v = t < (size_t)n ? X[t * cols + c] : 0.0f;
+            uint16_t h = rf_f32_to_bf16(v);
+            hi[t * cols + c] = h;
+            if (!single) lo[t * cols + c] = rf_f32_to_bf16(v - rf_bf16_to_f32(h));
+        }
+}
+
+#define DPP_GROUP(C)                                                                                  \
+    do {                                                                                              \
+        const size_t o_ = ((size_t)(g0 + (C)) * 16 * cols + (size_t)kc * 32);                         \
+        TLOAD(4, hi + o_, lda);                                                                       \
+        TDP(C, 4, 5);                                                                                 \
+        if (!single) {                                                                                \
+            TLOAD(6, lo + o_, lda);                                                                   \
+            TDP(C, 6, 5);                                                                             \
+        }                                                                                             \
+    } while (0)
+#define PANEL_GROUP(GN)                                                                               \
+    do {                                                                                              \
+        TZERO(0);                                                                                     \
+        if ((GN) > 1) TZERO(1);                                                                       \
+        if ((GN) > 2) TZERO(2);                                                                       \
+        if ((GN) > 3) TZERO(3);                                                                       \
+        for (int kc = 0; kc < nk; kc++) {                                                             \
+            TLOAD(5, panel + (size_t)kc * 1024, 64);                                                  \
+            DPP_GROUP(0);                                                                             \
+            if ((GN) > 1) DPP_GROUP(1);                                                               \
+            if ((GN) > 2) DPP_GROUP(2);                                                               \
+            if ((GN) > 3) DPP_GROUP(3);                                                               \
+        }                                                                                             \
+        TSTORE(0, cbuf[0], 64);                                                                       \
+        if ((GN) > 1) TSTORE(1, cbuf[1], 64);                                                         \
+        if ((GN) > 2) TSTORE(2, cbuf[2], 64);                                                         \
+        if ((GN) > 3) TSTORE(3, cbuf[3], 64);                                                         \
+    } while (0)
+
+void AMXFN(rf_bf16p_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b,
+                               int single) {
+    const int cols = W->cols, nk = cols / 32, ng = (n + 15) / 16;
+    const size_t n16 = (size_t)ng * 16, lda = (size_t)cols * 2;
+    const uint16_t *hi = xp, *lo = hi + n16 * cols;
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 7; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* C 0-3, A 4 and 6, B 5 */
+    float cbuf[4][16][16] __attribute__((aligned(64)));
+    TCFG(&cfg);
+    for (int r = a; r < b; r += 16) { /* a: a panel boundary (matmul.c's packed chunks) */
+        const int rr = b - r < 16 ? b - r : 16;
+        const char *panel = (const char *)W->packed + (size_t)(r / 16) * (cols / 2) * 64;
+        for (int g0 = 0; g0 < ng; g0 += 4) {
+            const int gn = ng - g0 < 4 ? ng - g0 : 4;
+            switch (gn) {
+            case 1: PANEL_GROUP(1); break;
+            case 2: PANEL_GROUP(2); break;
+            case 3: PANEL_GROUP(3); break;
+            default: PANEL_GROUP(4); break;
+            }
+            for (int gi = 0; gi < gn; gi++)
+                for (int t = 0; t < 16 && (g0 + gi) * 16 + t < n; t++)
+                    memcpy(Y + (size_t)((g0 + gi) * 16 + t) * ldy + r, cbuf[gi][t], (size_t)rr * sizeof(float));
+        }
+    }
+    TRELEASE();
+}
+
 #else /* the compiler has no AMX: the tier is never chosen (rf_amx_built) */
 
 int AMXFN(rf_amx_built)(void) { return 0; }
 size_t AMXFN(rf_bf16_prep_amx_bytes)(int n, int cols, int single) { return 0; }
 void AMXFN(rf_bf16_prep_amx)(void *xp, const float *X, int n, int cols, int single) {}
 void AMXFN(rf_bf16_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single) {}
+size_t AMXFN(rf_bf16p_prep_amx_bytes)(int n, int cols, int single) { return 0; }
+void AMXFN(rf_bf16p_prep_amx)(void *xp, const float *X, int n, int cols, int single) {}
+void AMXFN(rf_bf16p_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b,
+                               int single) {}
 
 #endif

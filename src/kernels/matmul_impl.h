@@ -76,6 +76,10 @@ int rf_amx_built(void);
 size_t rf_bf16_prep_amx_bytes(int n, int cols, int single);
 void rf_bf16_prep_amx(void *xp, const float *X, int n, int cols, int single);
 void rf_bf16_range_amx(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
+/* the same on W's packed copy (rf_mat_pack; a: a multiple of 16) */
+size_t rf_bf16p_prep_amx_bytes(int n, int cols, int single);
+void rf_bf16p_prep_amx(void *xp, const float *X, int n, int cols, int single);
+void rf_bf16p_range_amx(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
 
 /* tokens per block so that `bytes_per_token` x block stays in L2 (multiple of 4, >= 4) */
 static inline int rf_token_block(size_t bytes_per_token) {
