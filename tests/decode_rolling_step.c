@@ -12,7 +12,10 @@
  * calls while the others decode; on the demo model (a trained mask head:
  * drafts pass, calls of several tokens) and on random f32 and Q8_0 models.
  * Calls of several rolling tokens really share a forward call with other
- * rows. A raised cancel flag stops a rolling sequence with -1. */
+ * rows. A raised cancel flag stops a rolling sequence with -1.
+ * Prompt-prefix reuse (a chat's next turn starting from the cache a
+ * finished rolling sequence leaves: its prompt and committed tokens) changes
+ * neither a rolling nor an AR sequence's answer or calls. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +170,101 @@ static rf_gen_params ar(int gen) {
     return p;
 }
 
+/* Drive sequences alone to their end (rf_forward, one after the other). */
+static void drive(const rf_model *m, rf_roll_seq *q) {
+    rf_runstate *rs = rf_runstate_new(&m->cfg, 256, m->cfg.max_pos);
+    float *logits = malloc((size_t)256 * m->cfg.vocab_size * sizeof(float));
+    int lidx[256];
+    while (!rf_roll_seq_done(q)) {
+        const int *t, *ps;
+        int nl, n = rf_roll_seq_next(q, 256, &t, &ps, &nl);
+        CHECK(n > 0, "drive: next: %d", n);
+        if (n <= 0) break;
+        for (int i = 0; i < nl; i++) lidx[i] = n - nl + i;
+        rf_batch b = {1, n, t, ps, 0, nl, lidx, logits};
+        CHECK(rf_forward(m, rf_roll_seq_kv(q), rs, &b) == 0, "drive: %s", rf_last_error());
+        rf_roll_seq_after(q, logits);
+    }
+    rf_runstate_free(rs);
+    free(logits);
+}
+
+static void drive_ar(const rf_model *m, rf_ar_seq *q) {
+    rf_runstate *rs = rf_runstate_new(&m->cfg, 256, m->cfg.max_pos);
+    float *logits = malloc((size_t)m->cfg.vocab_size * sizeof(float));
+    int posbuf[256], last;
+    while (!rf_ar_seq_done(q)) {
+        const int *t, *ps;
+        int n = rf_ar_seq_next(q, 256, &t, &ps, posbuf);
+        if (n <= 0) break;
+        last = n - 1;
+        rf_batch b = {1, n, t, ps, 0, rf_ar_seq_wants_logits(q), &last, logits};
+        CHECK(rf_forward(m, rf_ar_seq_kv(q), rs, &b) == 0, "drive_ar: %s", rf_last_error());
+        rf_ar_seq_after(q, b.n_logits ? logits : NULL);
+    }
+    rf_runstate_free(rs);
+    free(logits);
+}
+
+/* A chat's next turn from the cache of the last: the first turn is a
+ * rolling sequence on the demo model (drafts pass, so its last call fed
+ * drafts and masks past the committed tokens: they must be cut); the next
+ * turn (its prompt and answer, new tokens) runs as a rolling and as an AR
+ * sequence reusing all or part of that cache, greedy and sampled: answers
+ * and calls as without reuse. */
+static void test_reuse(const rf_model *m, const int *p1, int n1) {
+    rf_gen_params p = rolling(40, 4, 0.5f);
+    p.eos_id = -1;
+    rf_roll_seq *a = rf_roll_seq_new(m, p1, n1, &p);
+    drive(m, a);
+    rf_kvcache kv;
+    int *ids, n = rf_roll_seq_take_cache(a, &kv, &ids);
+    rf_gen_result ra;
+    CHECK(rf_roll_seq_finish(a, &ra) == 0 && ra.n_ids == 40, "reuse: first turn: %s", rf_last_error());
+    CHECK(n == n1 + 39 && kv.len == n, "reuse: the first turn's cache holds %d entries (len %d), want %d", n, kv.len,
+          n1 + 39);
+    CHECK(!memcmp(ids, p1, (size_t)n1 * sizeof(int)) && !memcmp(ids + n1, ra.ids, 39 * sizeof(int)),
+          "reuse: the cached ids are not the prompt and the answer");
+    CHECK(ra.n_calls < 30, "reuse: %d calls for 40 tokens: the drafts did not pass", ra.n_calls);
+    int *p2 = malloc((size_t)(n + 6) * sizeof(int));
+    memcpy(p2, ids, (size_t)n * sizeof(int));
+    for (int i = 0; i < 6; i++) p2[n + i] = ids[i % n1];
+    int n2 = n + 6;
+    for (int mode = 0; mode < 4; mode++) {
+        rf_gen_params q = mode < 2 ? rolling(32, 4, 0.5f) : ar(32);
+        q.eos_id = -1;
+        if (mode % 2) q.temperature = 0.9f, q.seed = 12;
+        rf_gen_result solo, r;
+        int rc = mode < 2 ? rf_generate_rolling(m, p2, n2, &q, &solo) : rf_generate_ar(m, p2, n2, &q, &solo);
+        CHECK(rc == 0, "reuse: solo: %s", rf_last_error());
+        const int reuse[2] = {n, 7};
+        for (int c = 0; c < 2; c++) {
+            if (mode < 2) {
+                rf_roll_seq *b = rf_roll_seq_new_reusing(m, p2, n2, &q, &kv, reuse[c]);
+                drive(m, b);
+                rc = rf_roll_seq_finish(b, &r);
+            } else {
+                rf_ar_seq *b = rf_ar_seq_new_reusing(m, p2, n2, &q, &kv, reuse[c]);
+                drive_ar(m, b);
+                rc = rf_ar_seq_finish(b, &r);
+            }
+            CHECK(rc == 0, "reuse: finish: %s", rf_last_error());
+            if (rc) continue;
+            CHECK(r.n_ids == solo.n_ids && !memcmp(r.ids, solo.ids, (size_t)r.n_ids * sizeof(int)) &&
+                      r.n_calls == solo.n_calls,
+                  "reuse mode %d, %d reused: answer or call count differs from the one without reuse (%d / %d calls, "
+                  "first difference at %d)", mode, reuse[c], r.n_calls, solo.n_calls,
+                  first_diff(r.ids, r.n_ids, solo.ids, solo.n_ids));
+            rf_gen_result_free(&r);
+        }
+        rf_gen_result_free(&solo);
+    }
+    free(p2);
+    rf_gen_result_free(&ra);
+    rf_kv_free(&kv);
+    free(ids);
+}
+
 /* the demo model (a trained mask head: many drafts pass) with its chat format */
 static void test_demo(void) {
     const char *src = getenv("REFUSION_SRC");
@@ -210,6 +308,7 @@ static void test_demo(void) {
     for (int i = 0; i < NSEQ; i++) cs[i].p.eos_id = RF_ID_FROM_MODEL;
     run(&m, cs, NSEQ, 64, "demo, budget 64");
     run(&m, cs, NSEQ, 512, "demo, budget 512");
+    if (pr[0]) test_reuse(&m, pr[0], np[0]);
     for (int k = 0; k < 4; k++) free(pr[k]);
     rf_tok_free(tok);
     rf_model_free(&m);

@@ -16,7 +16,10 @@
 #    rolling requests the same number of model calls;
 #  - the rows really shared calls (/metrics: rolling-slot rows in batched
 #    calls, calls where a rolling row sat beside other rows, a call with 4 or
-#    more rows) and the drafts passed (more than 1.5 tokens per call).
+#    more rows) and the drafts passed (more than 1.5 tokens per call);
+#  - prompt-prefix reuse: a chat's next turn starts from the cache the last
+#    rolling-slot turn left (its prompt and answer but the last token,
+#    /metrics) and its answer is still the one without batching.
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup serve_batch_rolling
@@ -24,11 +27,16 @@ M=$SRC/models/refusion-demo
 rf_serve_start "$T/solo.log" -m "$M" --parallel 2 --threads 1 --no-cont-batching
 URL2=$URL SPID2=$SPID
 trap 'kill -KILL "$SPID2" 2>/dev/null; rf_test_cleanup' EXIT
+rf_serve_start "$T/cache.log" -m "$M" --parallel 6 --threads 1
+URL3=$URL SPID3=$SPID
+trap 'kill -KILL "$SPID2" "$SPID3" 2>/dev/null; rf_test_cleanup' EXIT
 rf_serve_start "$T/server.log" -m "$M" --parallel 6 --threads 1 --cache-mb 0
+TURN1=$("$BIN" tokenize -m "$M" --chat --json --user "Make a JSON record for a person named Ada, age 36, city London.")
 
-python3 - "$URL" "$URL2" <<'EOF'
+python3 - "$URL" "$URL2" "$URL3" "$TURN1" <<'EOF'
 import json, sys, threading, urllib.request
-url, url_solo = sys.argv[1:3]
+url, url_solo, url_cache = sys.argv[1:4]
+turn1_ids = json.loads(sys.argv[4])
 fails = 0
 def bad(m):
     global fails
@@ -57,7 +65,8 @@ calls_exact = ("greedy", "t07", "topk", "topp", "slot2")  # no adaptive width, n
 
 def post(u, body, stream=False):
     b = dict(body, stream=stream)
-    return urllib.request.urlopen(urllib.request.Request(u + "/v1/chat/completions", data=json.dumps(b).encode(),
+    path = "/v1/completions" if "prompt" in b else "/v1/chat/completions"
+    return urllib.request.urlopen(urllib.request.Request(u + path, data=json.dumps(b).encode(),
                                                          headers={"Content-Type": "application/json"}), timeout=120)
 def answer(u, body):
     o = json.load(post(u, body))
@@ -116,14 +125,34 @@ if not (mixed >= 10 and metric("batch_rows_peak") >= 4 and metric("batch_rows_pe
     bad(f"the rolling rows did not share calls: {mixed} mixed calls, peak {metric('batch_rows_peak')}, "
         f"{metric('batch_rows_per_call')} rows per call")
 if metric("batch_calls_total", url_solo) != 0: bad("--no-cont-batching, yet batched calls were made")
+
+# prompt-prefix reuse: the next turn (the last prompt, its answer, a new
+# question) starts from the last rolling turn's cache, greedy and sampled
+turn1 = {"prompt": turn1_ids, "max_tokens": 48}
+a1, st1 = answer(url_cache, turn1)
+if st1["mode"] != "refusion" or st1["model_calls"] >= len(a1) - 4:
+    bad(f"turn 1: {st1['mode']}, {st1['model_calls']} calls for {len(a1)} tokens: the drafts hardly passed")
+if metric("prefix_cache_tokens_total", url_cache) != 0: bad("the first turn reused a prefix")
+more = turn1_ids[:12]
+for i, extra in enumerate(({}, {"temperature": 0.8, "seed": 6})):
+    turn2 = dict({"prompt": turn1_ids + a1 + more, "max_tokens": 24, "ignore_eos": True}, **extra)
+    before = metric("prefix_cache_tokens_total", url_cache)
+    a2, st2 = answer(url_cache, turn2)
+    reused = metric("prefix_cache_tokens_total", url_cache) - before
+    want = len(turn1_ids) + len(a1) - 1 if i == 0 else len(turn1_ids) + len(a1) + len(more) - 1
+    if reused != want: bad(f"turn 2 ({i}) reused {reused} cached tokens, want {want}")
+    s2, sst2 = answer(url_solo, turn2)
+    if a2 != s2 or st2["model_calls"] != sst2["model_calls"]:
+        bad(f"turn 2 ({i}): with a reused prefix {len(a2)} ids / {st2['model_calls']} calls, without batching "
+            f"{len(s2)} / {sst2['model_calls']}")
 print(f"serve_batch_rolling: {len(reqs)} answers compared; {metric('batch_rolling_rows_total'):.0f} rolling rows, "
       f"{mixed:.0f} mixed calls, {metric('batch_rows_per_call'):.2f} rows per call, peak {metric('batch_rows_peak'):.0f}; "
       f"rolling {tok / max(calls, 1):.2f} tokens per call; {fails} failures")
 sys.exit(1 if fails else 0)
 EOF
 rc=$?
-kill -TERM "$SPID" "$SPID2" 2>/dev/null
-wait "$SPID" "$SPID2" 2>/dev/null
+kill -TERM "$SPID" "$SPID2" "$SPID3" 2>/dev/null
+wait "$SPID" "$SPID2" "$SPID3" 2>/dev/null
 SPID=""
 [ $rc -eq 0 ] || { echo "server log tail:" >&2; tail -5 "$T/server.log" >&2; }
 exit $rc

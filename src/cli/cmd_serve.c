@@ -14,6 +14,7 @@
 #include "api/api_internal.h"
 #include "common/args.h"
 #include "cli/commands.h"
+#include "kernels/cpu.h"
 #include "refusion.h"
 #include "serve/serve.h"
 #include "util/util.h"
@@ -224,9 +225,10 @@ int cmd_serve(int argc, char **argv) {
     int bracket = strchr(h, ':') != NULL; /* IPv6 literal */
     char batched[64] = "";
     if (c.batch) snprintf(batched, sizeof batched, "AR+rolling batched: %d rows x %d threads, ", c.workers, c.batch_threads);
-    fprintf(stderr, "refusion serve: %s (%s%s, %s%d workers x %d threads%s) listening on http://%s%s%s:%d\n",
+    fprintf(stderr, "refusion serve: %s (%s%s, %s%d workers x %d threads, %s kernels%s) listening on http://%s%s%s:%d\n",
             model_dir, rf_method_name(c.defaults.gen.method), tok ? "" : ", no tokenizer", batched, c.workers,
-            c.defaults.threads, c.api_key ? ", API key" : "", bracket ? "[" : "", h, bracket ? "]" : "",
+            c.defaults.threads, rf_cpu_tier_name(), c.api_key ? ", API key" : "", bracket ? "[" : "", h,
+            bracket ? "]" : "",
             rf_serve_port(s));
     if (!c.api_key && !rf_serve_loopback(s))
         fprintf(stderr, "refusion serve: warning: listening on %s without an API key: anyone who can reach it can "

@@ -186,7 +186,16 @@ struct rf_roll_seq {
 };
 
 rf_roll_seq *rf_roll_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p) {
+    return rf_roll_seq_new_reusing(m, prompt, n_prompt, p, NULL, 0);
+}
+
+rf_roll_seq *rf_roll_seq_new_reusing(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+                                     const rf_kvcache *src, int n_reuse) {
     if (rf_gen_check(m, prompt, n_prompt, p, 1)) return NULL;
+    /* the last prompt token is always fed: its logits draw the first answer token */
+    if (!src || n_reuse < 0) n_reuse = 0;
+    if (n_reuse > n_prompt - 1) n_reuse = n_prompt - 1;
+    if (src && n_reuse > src->len) n_reuse = src->len;
     rf_roll_seq *q = rf_scoped_calloc(1, sizeof *q);
     q->m = m;
     q->p = *p;
@@ -207,7 +216,33 @@ rf_roll_seq *rf_roll_seq_new(const rf_model *m, const int *prompt, int n_prompt,
      * drafts, no masks; the last prompt token's logits give the first
      * answer token */
     q->st = ans_step(&q->ans, 0);
+    /* a reused prefix: its entries as a prefill would have computed them
+     * (the same tokens at the same positions 0..n_reuse-1) */
+    for (int l = 0; n_reuse > 0 && l < q->kv.n_layers; l++) {
+        size_t n = (size_t)n_reuse * q->kv.kv_dim * sizeof(float);
+        memcpy(q->kv.k + rf_kv_main_off(&q->kv, l, 0), src->k + rf_kv_main_off(src, l, 0), n);
+        memcpy(q->kv.v + rf_kv_main_off(&q->kv, l, 0), src->v + rf_kv_main_off(src, l, 0), n);
+    }
+    if (n_reuse > 0) memcpy(q->kv.pos, src->pos, (size_t)n_reuse * sizeof(int));
+    q->kv.len = q->fed = n_reuse;
     return q;
+}
+
+int rf_roll_seq_take_cache(rf_roll_seq *q, rf_kvcache *kv, int **ids) {
+    /* the cache holds the prompt and every committed token but the last
+     * (fed by the call that would follow) in order, then whatever the last
+     * call fed after its passed drafts */
+    int n = q->n_prompt + q->n_ans - 1;
+    if (q->fed < q->n_prompt || n > q->kv.len) n = q->fed < q->kv.len ? q->fed : q->kv.len;
+    int *t = rf_malloc(((size_t)n + 1) * sizeof *t);
+    int np = n < q->n_prompt ? n : q->n_prompt;
+    memcpy(t, q->prompt, (size_t)np * sizeof *t);
+    if (n > np) memcpy(t + np, q->ans.tok, (size_t)(n - np) * sizeof *t);
+    rf_kv_crop(&q->kv, n);
+    *kv = q->kv;
+    memset(&q->kv, 0, sizeof q->kv);
+    *ids = t;
+    return n;
 }
 
 int rf_roll_seq_width(const rf_roll_seq *q) { return q->cap; }

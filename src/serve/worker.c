@@ -611,9 +611,11 @@ enum { PREFILL_BUDGET = 256 };
  * prefill of those tokens computes), least recently used first out within
  * --cache-mb. A new request starts from a copy of the entries of the
  * longest prefix it shares with one of them (a chat's next turn: the last
- * turn's prompt and answer; a shared system prompt). Only AR generations
- * leave caches here: a ReFusion answer's cache is in the order its slots
- * were committed, not a prefill's, and the workers' sessions keep theirs.
+ * turn's prompt and answer; a shared system prompt). Batched generations
+ * (AR, the rolling slot: its cache cut to the committed tokens) leave caches
+ * here and reuse them; a plan-and-infill answer's cache is in the order its
+ * slots were committed, not a prefill's, and the workers' sessions keep
+ * theirs.
  * Owned by the scheduler thread (the counters in s are under s->mu). */
 typedef struct pc_entry {
     int *ids, n;             /* the tokens whose entries kv holds */
@@ -708,14 +710,14 @@ static void on_event_int(const rf_decode_event *ev, void *user) {
 /* The scheduler's calls into the library, each behind a catch point: an
  * rf_die inside (a failed allocation, a broken invariant, a test's fault
  * point) fails the rows concerned, not the server. */
-/* r's sequence: AR (with a reused prefix of src) or the rolling slot */
+/* r's sequence: AR or the rolling slot, with a reused prefix of src */
 static int guarded_new(const rf_model *m, batch_row *r, const rf_gen_params *p, const rf_kvcache *src,
                        int n_reuse) {
     const job *j = r->j;
     rf_catch k;
     rf_catch_push(&k);
     if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
-    if (p->method == RF_METHOD_REFUSION) r->rq = rf_roll_seq_new(m, j->req.prompt, j->req.n_prompt, p);
+    if (p->method == RF_METHOD_REFUSION) r->rq = rf_roll_seq_new_reusing(m, j->req.prompt, j->req.n_prompt, p, src, n_reuse);
     else r->q = rf_ar_seq_new_reusing(m, j->req.prompt, j->req.n_prompt, p, src, n_reuse);
     rf_catch_pop(&k);
     return r->q || r->rq ? 0 : -1;
@@ -795,8 +797,8 @@ static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs, prefix_
         p.cancel = &j->cancel_flag;
         p.ws = NULL; /* the sequence's own cache */
         int common = 0;
-        pc_entry *e = p.method != RF_METHOD_AR ? NULL : pc_find(pc, j->req.prompt, j->req.n_prompt, &common);
-        if (common > j->req.n_prompt - 1) common = j->req.n_prompt - 1; /* as rf_ar_seq_new_reusing cuts it */
+        pc_entry *e = pc_find(pc, j->req.prompt, j->req.n_prompt, &common);
+        if (common > j->req.n_prompt - 1) common = j->req.n_prompt - 1; /* as the sequences cut it */
         rc = guarded_new(s->m, r, &p, e ? &e->kv : NULL, common);
         if (!rc && common > 0) {
             pthread_mutex_lock(&s->mu);
@@ -823,9 +825,9 @@ static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
     job *j = r->j;
     rf_stats st;
     memset(&st, 0, sizeof st);
-    if (!rc && r->q && s->cfg.cache_bytes > 0) { /* its cache, for the requests that begin the same way */
+    if (!rc && s->cfg.cache_bytes > 0) { /* its cache, for the requests that begin the same way */
         rf_kvcache kv;
-        int *ids, n = rf_ar_seq_take_cache(r->q, &kv, &ids);
+        int *ids, n = r->rq ? rf_roll_seq_take_cache(r->rq, &kv, &ids) : rf_ar_seq_take_cache(r->q, &kv, &ids);
         pc_put(pc, s->cfg.cache_bytes, &kv, ids, n);
         pthread_mutex_lock(&s->mu);
         s->prefix_cache_bytes = pc->bytes;
