@@ -33,29 +33,13 @@ MODE=${MODE:-ar}
 SLOT=${SLOT:-4}
 CHAT=${CHAT:-0}
 case $MODE in ar | rolling) ;; *) echo "bench_batch: MODE must be ar or rolling (got '$MODE')" >&2; exit 2 ;; esac
-T=$(mktemp -d /tmp/rf_bench_batch.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-
-start() { # NAME OPTIONS...: a server on a free port; its URL in $T/NAME.url
-  local name=$1 port=""
-  shift
-  "$BIN" serve -m "$M" --port 0 -q --parallel 8 ${THREADS:+--threads $THREADS} "$@" 2>"$T/$name.log" &
-  PIDS+=($!)
-  for _ in $(seq 1 600); do
-    port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$T/$name.log")
-    [ -n "$port" ] && break
-    sleep 0.1
-  done
-  [ -n "$port" ] || { echo "bench_batch: the server did not start: $(cat "$T/$name.log")" >&2; exit 1; }
-  echo "http://127.0.0.1:$port" >"$T/$name.url"
-  grep -m1 'listening on' "$T/$name.log" | grep -o '(.*)' | sed "s/^/  $name: /"
-}
-echo "bench_batch: $(date -u +%Y-%m-%dT%H:%MZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
+PROG=bench_batch T=$(mktemp -d /tmp/rf_bench_batch.XXXXXX) PIDS=()
+. scripts/serve/start.sh
+trap rf_bench_cleanup EXIT
+rf_bench_header
 echo "  model $M, $TOKENS answer tokens per request, mode $MODE$([ "$MODE" = rolling ] && echo " (slot $SLOT)"), $([ "$CHAT" = 1 ] && echo "chat questions, ")$REPS x ABBA per client count"
-start batched
-start workers --no-cont-batching
+rf_bench_serve batched --parallel 8 ${THREADS:+--threads $THREADS}
+rf_bench_serve workers --parallel 8 ${THREADS:+--threads $THREADS} --no-cont-batching
 
 python3 - "$(cat "$T/batched.url")" "$(cat "$T/workers.url")" "$TOKENS" "$REPS" "$MODE" "$SLOT" "$CHAT" <<'EOF'
 import json, statistics, sys, threading, time, urllib.request
