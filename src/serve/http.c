@@ -260,8 +260,8 @@ static enum MHD_Result send_metrics(struct MHD_Connection *c, request *q, rf_ser
     M("requests_running", "gauge", "Generations running now.", " %d", s->n_running);
     M("requests_running_peak", "gauge", "The most generations running at once since start.", " %d", s->peak_running);
     M("workers", "gauge", "Worker threads (requests served in parallel).", " %d", s->n_workers);
-    M("batch_calls_total", "counter", "Batched model calls (continuous batching of AR and rolling-slot generations).", " %llu",
-      s->batch_calls);
+    M("batch_calls_total", "counter", "Batched model calls (continuous batching of AR and rolling-slot generations).",
+      " %llu", s->batch_calls);
     M("batch_rows_total", "counter", "Rows (generations) in the batched model calls, summed over the calls.", " %llu",
       s->batch_rows);
     M("batch_rows_per_call", "gauge", "Batch occupancy: mean rows per batched model call.", " %.3f",

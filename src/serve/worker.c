@@ -717,8 +717,10 @@ static int guarded_new(const rf_model *m, batch_row *r, const rf_gen_params *p, 
     rf_catch k;
     rf_catch_push(&k);
     if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
-    if (p->method == RF_METHOD_REFUSION) r->rq = rf_roll_seq_new_reusing(m, j->req.prompt, j->req.n_prompt, p, src, n_reuse);
-    else r->q = rf_ar_seq_new_reusing(m, j->req.prompt, j->req.n_prompt, p, src, n_reuse);
+    if (p->method == RF_METHOD_REFUSION)
+        r->rq = rf_roll_seq_new_reusing(m, j->req.prompt, j->req.n_prompt, p, src, n_reuse);
+    else
+        r->q = rf_ar_seq_new_reusing(m, j->req.prompt, j->req.n_prompt, p, src, n_reuse);
     rf_catch_pop(&k);
     return r->q || r->rq ? 0 : -1;
 }
