@@ -884,10 +884,18 @@ static void bufs_reserve(step_bufs *b, int T, int n, int L, int nl, int V) {
         int c = 2 * b->lcap > L + nl ? 2 * b->lcap : L + nl;
         b->lidx = grow(b->lidx, (size_t)L * sizeof(int), (size_t)c * sizeof(int));
         free(b->logits); /* written by the call, after every row is in */
-        b->logits = NULL;
+        b->logits = NULL, b->lcap = 0;
         b->logits = rf_malloc((size_t)c * V * sizeof(float));
         b->lcap = c;
     }
+}
+static int guarded_reserve(step_bufs *b, int T, int n, int L, int nl, int V) {
+    rf_catch k;
+    rf_catch_push(&k);
+    if (setjmp(k.jb)) return RF_ERR_NOMEM;
+    bufs_reserve(b, T, n, L, nl, V);
+    rf_catch_pop(&k);
+    return 0;
 }
 
 void *rf_serve_scheduler_main(void *arg) {
@@ -922,7 +930,7 @@ void *rf_serve_scheduler_main(void *arg) {
         }
         pthread_mutex_unlock(&s->mu);
         /* this step's call: every row's next tokens */
-        int nr = 0, T = 0, nl = 0, left = PREFILL_BUDGET, n_roll = 0;
+        int nr = 0, T = 0, nl = 0, left = PREFILL_BUDGET, n_roll = 0, rc = 0;
         for (int i = 0; i < n_rows; i++) {
             batch_row *r = rows[i];
             const int *t = NULL, *ps = NULL;
@@ -937,7 +945,8 @@ void *rf_serve_scheduler_main(void *arg) {
             /* prompt chunks (tokens fed without logits) share the budget;
              * decoding rows (an AR token, a rolling call) always go */
             if (n > nli) left -= n;
-            bufs_reserve(&sb, T, n, nl, nli, V);
+            if (!rc) rc = guarded_reserve(&sb, T, n, nl, nli, V);
+            if (rc) continue; /* no memory for the call: every row fails below */
             memcpy(sb.tokens + T, t, (size_t)n * sizeof(int));
             memcpy(sb.pos + T, ps, (size_t)n * sizeof(int));
             T += n;
@@ -947,12 +956,11 @@ void *rf_serve_scheduler_main(void *arg) {
             kv[nr] = r->rq ? rf_roll_seq_kv(r->rq) : rf_ar_seq_kv(r->q);
             n_tok[nr++] = n;
         }
-        if (!nr) {
+        if (!nr && !rc) {
             pthread_mutex_lock(&s->mu);
             continue;
         }
-        int rc = 0;
-        if (!rs || !rf_runstate_fits(rs, T, max_ctx)) { /* a wider call than any before */
+        if (!rc && (!rs || !rf_runstate_fits(rs, T, max_ctx))) { /* a wider call than any before */
             int want = rs && 2 * rs->max_tokens > T ? 2 * rs->max_tokens : T;
             rf_runstate_release(rs);
             if (!(rs = guarded_runstate(&s->m->cfg, want, max_ctx))) {
@@ -963,7 +971,7 @@ void *rf_serve_scheduler_main(void *arg) {
         rf_seq_batch b = {nr, kv, n_tok, sb.tokens, sb.pos, nl, sb.lidx, sb.logits};
         if (!rc) rc = guarded_forward(s->m, rs, &b);
         pthread_mutex_lock(&s->mu);
-        s->batch_calls++;
+        s->batch_calls += nr > 0;
         s->batch_rows += (unsigned long long)nr;
         s->batch_rolling_rows += (unsigned long long)n_roll;
         if (n_roll && nr > 1) s->batch_mixed_calls++;
