@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# bench_batch.sh [MODEL] [TOKENS] [REPS] - aggregate AR decoding throughput of
+# bench_batch.sh [MODEL] [TOKENS] [REPS] - aggregate decoding throughput of
 # `refusion serve` with 1, 4 and 8 concurrent clients: continuous batching
 # (the default: every running generation is a row of one shared model call)
 # against --no-cont-batching (a worker thread per generation, the cores
 # shared among them), interleaved A B B A per client count, REPS times.
 #
 # Each client sends one completion request at a time (a 16-token prompt of
-# its own, TOKENS answer tokens, AR, greedy, EOS ignored) until the run's
-# requests are done; a run's figure is the answer tokens of all its clients
+# its own, TOKENS answer tokens, greedy, EOS ignored; AR, or with
+# MODE=rolling the rolling slot with slots of SLOT tokens, default 4) until
+# the run's requests are done; with CHAT=1 the requests are chat questions of
+# the demo model's task families instead (numbers varied per client and
+# request, up to TOKENS answer tokens, ending at EOS: a trained mask head's
+# drafts pass on them); a run's figure is the answer tokens of all its clients
 # divided by its wall time (first request sent to last answer received).
 # Prints every run, then per client count the median over the runs and the
 # median of the per-run ratios to one client. Both servers use --parallel 8
@@ -25,41 +29,44 @@ BIN=${BIN:-./build/refusion}
 M=${1:-models/refusion-demo}
 TOKENS=${2:-32}
 REPS=${3:-2}
-T=$(mktemp -d /tmp/rf_bench_batch.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
+MODE=${MODE:-ar}
+SLOT=${SLOT:-4}
+CHAT=${CHAT:-0}
+case $MODE in ar | rolling) ;; *) echo "bench_batch: MODE must be ar or rolling (got '$MODE')" >&2; exit 2 ;; esac
+PROG=bench_batch T=$(mktemp -d /tmp/rf_bench_batch.XXXXXX) PIDS=()
+. scripts/serve/start.sh
+trap rf_bench_cleanup EXIT
+rf_bench_header
+echo "  model $M, $TOKENS answer tokens per request, mode $MODE$([ "$MODE" = rolling ] && echo " (slot $SLOT)"), $([ "$CHAT" = 1 ] && echo "chat questions, ")$REPS x ABBA per client count"
+rf_bench_serve batched --parallel 8 ${THREADS:+--threads $THREADS}
+rf_bench_serve workers --parallel 8 ${THREADS:+--threads $THREADS} --no-cont-batching
 
-start() { # NAME OPTIONS...: a server on a free port; its URL in $T/NAME.url
-  local name=$1 port=""
-  shift
-  "$BIN" serve -m "$M" --port 0 -q --parallel 8 ${THREADS:+--threads $THREADS} "$@" 2>"$T/$name.log" &
-  PIDS+=($!)
-  for _ in $(seq 1 600); do
-    port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$T/$name.log")
-    [ -n "$port" ] && break
-    sleep 0.1
-  done
-  [ -n "$port" ] || { echo "bench_batch: the server did not start: $(cat "$T/$name.log")" >&2; exit 1; }
-  echo "http://127.0.0.1:$port" >"$T/$name.url"
-  head -1 "$T/$name.log" | grep -o '(.*)' | sed "s/^/  $name: /"
-}
-echo "bench_batch: $(date -u +%Y-%m-%dT%H:%MZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
-echo "  model $M, $TOKENS answer tokens per request, $REPS x ABBA per client count"
-start batched
-start workers --no-cont-batching
-
-python3 - "$(cat "$T/batched.url")" "$(cat "$T/workers.url")" "$TOKENS" "$REPS" <<'EOF'
+python3 - "$(cat "$T/batched.url")" "$(cat "$T/workers.url")" "$TOKENS" "$REPS" "$MODE" "$SLOT" "$CHAT" <<'EOF'
 import json, statistics, sys, threading, time, urllib.request
 urls = {"batched": sys.argv[1], "workers": sys.argv[2]}
-tokens, reps = int(sys.argv[3]), int(sys.argv[4])
+tokens, reps, mode, slot, chat = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], int(sys.argv[6]), sys.argv[7] == "1"
+QUESTIONS = ["Tom has {a} apples. He buys {b} more and gives {c} away. How many apples does he have?",
+             "Write a Python function f(x) that does this: start from x, add {a}, multiply by {b}, then return it.",
+             "Make a JSON record for a person named Ada, age {a}, city London.",
+             "A shop sells {a} boxes of {b} pens each and then {c} more pens. How many pens were sold?"]
+calls = {}
 
 def request(url, client, i):
     prompt = [(client * 131 + i * 17 + k * 7) % 800 + 10 for k in range(16)]
     body = {"prompt": prompt, "max_tokens": tokens, "mode": "ar", "ignore_eos": True, "temperature": 0}
-    r = urllib.request.urlopen(urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+    if chat:
+        q = QUESTIONS[(client + i) % len(QUESTIONS)].format(a=client * 7 + i + 3, b=client + 2 * i + 4, c=i + 2)
+        body = {"messages": [{"role": "user", "content": q}], "max_tokens": tokens, "mode": "ar", "temperature": 0}
+    if mode == "rolling": body.update(mode="refusion", rolling=True, slot_size=slot)
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    r = urllib.request.urlopen(urllib.request.Request(url + path, data=json.dumps(body).encode(),
                                                       headers={"Content-Type": "application/json"}), timeout=600)
-    return json.load(r)["usage"]["completion_tokens"]
+    o = json.load(r)
+    n = o["usage"]["completion_tokens"]
+    c = calls.setdefault(url, [0, 0])
+    c[0] += n
+    c[1] += o["refusion"]["model_calls"]
+    return n
 
 def run(name, clients, per_client=2):
     done = [0] * clients
@@ -88,6 +95,9 @@ for name in ("batched", "workers"):
         v = res[(name, clients)]
         line.append(f"{clients}: {statistics.median(v):7.2f} ({statistics.median(x / one for x in v):.2f}x)")
     print(f"  {name:8s} " + "   ".join(line))
+for name in urls:
+    c = calls.get(urls[name], [0, 0])
+    print(f"  {name:8s} {c[0] / max(c[1], 1):.2f} answer tokens per model call of a generation")
 for clients in (1, 4, 8):
     ratios = [b / w for b, w in zip(res[("batched", clients)], res[("workers", clients)])]
     print(f"  batched / workers at {clients} clients: median {statistics.median(ratios):.2f}x over {len(ratios)} pairs "

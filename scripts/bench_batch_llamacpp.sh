@@ -28,25 +28,14 @@ TOKENS=${2:-32}
 REPS=${3:-1}
 THREADS=${THREADS:-2}
 NPM=$(bash scripts/gguf/fetch_ref.sh) || exit 1
-T=$(mktemp -d /tmp/rf_bench_batch_llamacpp.XXXXXX)
-SPID=""
-cleanup() { [ -n "$SPID" ] && kill -TERM "$SPID" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-
-"$BIN" serve -m "$M" --port 0 -q --parallel 8 --threads "$THREADS" 2>"$T/serve.log" &
-SPID=$!
-port=""
-for _ in $(seq 1 600); do
-  port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$T/serve.log")
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-[ -n "$port" ] || { echo "bench_batch_llamacpp: the server did not start: $(cat "$T/serve.log")" >&2; exit 1; }
-echo "bench_batch_llamacpp: $(date -u +%Y-%m-%dT%H:%MZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
+PROG=bench_batch_llamacpp T=$(mktemp -d /tmp/rf_bench_batch_llamacpp.XXXXXX) PIDS=()
+. scripts/serve/start.sh
+trap rf_bench_cleanup EXIT
+rf_bench_header
 echo "  model $M, $TOKENS answer tokens per request, 2 requests per sequence, $THREADS threads, $REPS x ABBA per N"
-head -1 "$T/serve.log" | grep -o '(.*)' | sed "s/^/  refusion: /"
+rf_bench_serve refusion --parallel 8 --threads "$THREADS"
 
-python3 - "http://127.0.0.1:$port" "$NPM" "$M" "$TOKENS" "$REPS" "$THREADS" <<'EOF'
+python3 - "$(cat "$T/refusion.url")" "$NPM" "$M" "$TOKENS" "$REPS" "$THREADS" <<'EOF'
 import json, statistics, subprocess, sys, threading, time, urllib.request
 url, npm, model, tokens, reps, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 

@@ -26,29 +26,13 @@ BIN=${BIN:-./build/refusion}
 M=${1:-models/refusion-demo}
 HISTORY=${2:-1000}
 REPS=${3:-2}
-T=$(mktemp -d /tmp/rf_bench_prefix.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-
-start() { # NAME OPTIONS...: a server on a free port; its URL in $T/NAME.url
-  local name=$1 port=""
-  shift
-  "$BIN" serve -m "$M" --port 0 -q -c $((HISTORY + 256)) ${THREADS:+--threads $THREADS} "$@" 2>"$T/$name.log" &
-  PIDS+=($!)
-  for _ in $(seq 1 600); do
-    port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$T/$name.log")
-    [ -n "$port" ] && break
-    sleep 0.1
-  done
-  [ -n "$port" ] || { echo "bench_prefix: the server did not start: $(cat "$T/$name.log")" >&2; exit 1; }
-  echo "http://127.0.0.1:$port" >"$T/$name.url"
-  head -1 "$T/$name.log" | grep -o '(.*)' | sed "s/^/  $name: /"
-}
-echo "bench_prefix: $(date -u +%Y-%m-%dT%H:%MZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
+PROG=bench_prefix T=$(mktemp -d /tmp/rf_bench_prefix.XXXXXX) PIDS=()
+. scripts/serve/start.sh
+trap rf_bench_cleanup EXIT
+rf_bench_header
 echo "  model $M, $HISTORY history tokens, $REPS x ABBA"
-start reuse
-start noreuse --cache-mb 0
+rf_bench_serve reuse -c $((HISTORY + 256)) ${THREADS:+--threads $THREADS}
+rf_bench_serve noreuse -c $((HISTORY + 256)) ${THREADS:+--threads $THREADS} --cache-mb 0
 
 python3 - "$(cat "$T/reuse.url")" "$(cat "$T/noreuse.url")" "$HISTORY" "$REPS" <<'EOF'
 import json, statistics, sys, time, urllib.request

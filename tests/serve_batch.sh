@@ -5,7 +5,7 @@
 #  - six AR requests (greedy, temperature + seed, top-k, top-p + min-p,
 #    penalties-free sampling at several temperatures; more requests than
 #    rows: the last ones join as others leave), a rolling-slot request
-#    (decoded by a worker, beside the batch) and, joining while the others
+#    (batched too: tests/serve_batch_rolling.sh) and, joining while the others
 #    decode, a 1,500-token prompt fed in chunks across several calls: every
 #    answer's token ids equal the one the same request gets alone;
 #  - the solo answers are `refusion generate`'s (the library's AR decoder,

@@ -14,6 +14,7 @@
 #include "api/api_internal.h"
 #include "common/args.h"
 #include "cli/commands.h"
+#include "kernels/cpu.h"
 #include "refusion.h"
 #include "serve/serve.h"
 #include "util/util.h"
@@ -35,13 +36,14 @@ static const rf_opt serve_opts[] = {
     {.name = "name", .type = RF_OPT_STR, .offset = A(name), .metavar = "NAME",
      .help = "model id in responses (default: the directory's name)"},
     {.name = "parallel", .alias = "workers", .type = RF_OPT_INT, .lo = 1, .hi = 256, .offset = A(parallel),
-     .metavar = "N", .help = "requests decoded at the same time: AR generations as rows of shared model calls "
-                             "(continuous batching), the other decoders in as many worker threads"},
+     .metavar = "N", .help = "requests decoded at the same time: AR and rolling-slot generations as rows of "
+                             "shared model calls (continuous batching), the other decoders in as many worker threads"},
     {.name = "cont-batching", .type = RF_OPT_FLAG, .offset = A(cont_batching),
-     .help = "accepted for llama.cpp's habit: continuous batching is on by default (AR generations join and "
-             "leave the shared model calls at every step)"},
+     .help = "accepted for llama.cpp's habit: continuous batching is on by default (AR and rolling-slot "
+             "generations join and leave the shared model calls at every step)"},
     {.name = "no-cont-batching", .type = RF_OPT_FLAG, .offset = A(no_cont_batching),
-     .help = "AR generations each in a worker thread of its own, as the other decoders (no shared calls)"},
+     .help = "AR and rolling-slot generations each in a worker thread of its own, as the other decoders (no "
+             "shared calls)"},
     {.name = "api-key", .type = RF_OPT_STR, .offset = A(api_key), .metavar = "KEY",
      .help = "require \"Authorization: Bearer KEY\" on every request but /health (default: the "
              "REFUSION_API_KEY environment variable; none when unset)"},
@@ -222,10 +224,13 @@ int cmd_serve(int argc, char **argv) {
     const char *h = c.host;
     int bracket = strchr(h, ':') != NULL; /* IPv6 literal */
     char batched[64] = "";
-    if (c.batch) snprintf(batched, sizeof batched, "AR batched: %d rows x %d threads, ", c.workers, c.batch_threads);
-    fprintf(stderr, "refusion serve: %s (%s%s, %s%d workers x %d threads%s) listening on http://%s%s%s:%d\n",
+    if (c.batch)
+        snprintf(batched, sizeof batched, "AR+rolling batched: %d rows x %d threads, ", c.workers, c.batch_threads);
+    fprintf(stderr,
+            "refusion serve: %s (%s%s, %s%d workers x %d threads, %s kernels%s) listening on http://%s%s%s:%d\n",
             model_dir, rf_method_name(c.defaults.gen.method), tok ? "" : ", no tokenizer", batched, c.workers,
-            c.defaults.threads, c.api_key ? ", API key" : "", bracket ? "[" : "", h, bracket ? "]" : "",
+            c.defaults.threads, rf_cpu_tier_name(), c.api_key ? ", API key" : "", bracket ? "[" : "", h,
+            bracket ? "]" : "",
             rf_serve_port(s));
     if (!c.api_key && !rf_serve_loopback(s))
         fprintf(stderr, "refusion serve: warning: listening on %s without an API key: anyone who can reach it can "

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "decode/decode_impl.h"
+#include "decode/rolling_step.h"
 #include "model/forward.h"
 
 /* drafts kept after a failed one (demo model, slot 4: 1 -> 2.84 tokens per
@@ -157,116 +158,263 @@ static int policy_drafts(width_policy *w, const float *conf, int k, int stale, i
     return kb;
 }
 
+/* ---- the rolling slot one call at a time (rolling_step.h) ---- */
+struct rf_roll_seq {
+    const rf_model *m;
+    rf_gen_params p;
+    const int *prompt;
+    int n_prompt, V, G, eos, mask, W;
+    int cap;               /* tokens one call may hold */
+    rf_kvcache kv;
+    rf_rng rng;
+    rf_answer ans;
+    rf_step_stat *st;      /* the statistics of the call being made */
+    width_policy pol;
+    int *tok, *pos;        /* [cap] the next slot call */
+    /* drafts for answer positions n_ans, n_ans + 1, ...; fresh: made by
+     * masks that saw only accepted tokens */
+    int *draft, nd, fresh; /* [2W] */
+    float *conf;           /* [2W] */
+    int *ap;               /* [2W] answer positions of an event */
+    int fed;               /* prompt tokens in the cache */
+    int n_ans, done, step;
+    int k, w, base;        /* the slot call: drafts, masks, cache length before it */
+    int stale;             /* its drafts follow a failed one */
+    int n_call;            /* its tokens, 1 + k + w */
+    int last_n;            /* tokens handed out by the last rf_roll_seq_next */
+    double t0;             /* when they were */
+};
+
+rf_roll_seq *rf_roll_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p) {
+    return rf_roll_seq_new_reusing(m, prompt, n_prompt, p, NULL, 0);
+}
+
+rf_roll_seq *rf_roll_seq_new_reusing(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+                                     const rf_kvcache *src, int n_reuse) {
+    if (rf_gen_check(m, prompt, n_prompt, p, 1)) return NULL;
+    /* the last prompt token is always fed: its logits draw the first answer token */
+    if (!src || n_reuse < 0) n_reuse = 0;
+    if (n_reuse > n_prompt - 1) n_reuse = n_prompt - 1;
+    if (src && n_reuse > src->len) n_reuse = src->len;
+    rf_roll_seq *q = rf_scoped_calloc(1, sizeof *q);
+    q->m = m;
+    q->p = *p;
+    q->prompt = prompt, q->n_prompt = n_prompt;
+    q->V = m->cfg.vocab_size, q->G = p->gen_length, q->eos = gen_eos_id(m, p), q->mask = gen_mask_id(m, p);
+    q->W = p->slot_size;
+    const int W = q->W, chunk = n_prompt < 256 ? n_prompt : 256;
+    q->cap = chunk > 2 * W ? chunk : 2 * W;
+    rf_workspace_kv_init(p->ws, &q->kv, &m->cfg, n_prompt + q->G);
+    q->tok = rf_scoped_malloc((size_t)q->cap * sizeof(int)), q->pos = rf_scoped_malloc((size_t)q->cap * sizeof(int));
+    q->draft = rf_scoped_malloc((size_t)2 * W * sizeof(int));
+    q->conf = rf_scoped_malloc((size_t)2 * W * sizeof(float));
+    q->ap = rf_scoped_malloc((size_t)2 * W * sizeof(int));
+    policy_init(&q->pol, p);
+    rf_rng_seed(&q->rng, p->seed);
+    ans_init(&q->ans, &q->p, q->G, q->eos);
+    /* the prefill is the first call (one step, as gen_prefill counts it): no
+     * drafts, no masks; the last prompt token's logits give the first
+     * answer token */
+    q->st = ans_step(&q->ans, 0);
+    /* a reused prefix: its entries as a prefill would have computed them
+     * (the same tokens at the same positions 0..n_reuse-1) */
+    for (int l = 0; n_reuse > 0 && l < q->kv.n_layers; l++) {
+        size_t n = (size_t)n_reuse * q->kv.kv_dim * sizeof(float);
+        memcpy(q->kv.k + rf_kv_main_off(&q->kv, l, 0), src->k + rf_kv_main_off(src, l, 0), n);
+        memcpy(q->kv.v + rf_kv_main_off(&q->kv, l, 0), src->v + rf_kv_main_off(src, l, 0), n);
+    }
+    if (n_reuse > 0) memcpy(q->kv.pos, src->pos, (size_t)n_reuse * sizeof(int));
+    q->kv.len = q->fed = n_reuse;
+    return q;
+}
+
+int rf_roll_seq_take_cache(rf_roll_seq *q, rf_kvcache *kv, int **ids) {
+    /* the cache holds the prompt and every committed token but the last
+     * (fed by the call that would follow) in order, then whatever the last
+     * call fed after its passed drafts */
+    int n = q->n_prompt + q->n_ans - 1;
+    if (q->fed < q->n_prompt || n > q->kv.len) n = q->fed < q->kv.len ? q->fed : q->kv.len;
+    int *t = rf_malloc(((size_t)n + 1) * sizeof *t);
+    int np = n < q->n_prompt ? n : q->n_prompt;
+    memcpy(t, q->prompt, (size_t)np * sizeof *t);
+    if (n > np) memcpy(t + np, q->ans.tok, (size_t)(n - np) * sizeof *t);
+    rf_kv_crop(&q->kv, n);
+    *kv = q->kv;
+    memset(&q->kv, 0, sizeof q->kv);
+    *ids = t;
+    return n;
+}
+
+int rf_roll_seq_width(const rf_roll_seq *q) { return q->cap; }
+
+rf_kvcache *rf_roll_seq_kv(rf_roll_seq *q) { return &q->kv; }
+
+int rf_roll_seq_done(const rf_roll_seq *q) { return q->done; }
+
+int rf_roll_seq_next(rf_roll_seq *q, int budget, const int **tokens, const int **pos, int *n_logits) {
+    q->last_n = 0;
+    *n_logits = 0;
+    if (q->done || budget < 1) return 0;
+    if (gen_cancelled(&q->p)) return -1;
+    if (q->fed < q->n_prompt) { /* the prompt in chunks of up to 256 tokens */
+        int n = q->n_prompt - q->fed;
+        if (n > 256) n = 256;
+        if (n > budget) n = budget;
+        for (int i = 0; i < n; i++) q->pos[i] = q->fed + i;
+        *tokens = q->prompt + q->fed, *pos = q->pos;
+        *n_logits = q->fed + n == q->n_prompt;
+        return q->last_n = n;
+    }
+    *tokens = q->tok, *pos = q->pos, *n_logits = q->n_call;
+    q->t0 = rf_now();
+    return q->last_n = q->n_call;
+}
+
+/* The call's logits are in: commit what the AR head decides, and prepare
+ * the next call. */
+static void roll_commit(rf_roll_seq *q, const float *logits) {
+    const rf_gen_params *p = &q->p;
+    const int V = q->V, G = q->G, W = q->W, eos = q->eos, k = q->k, w = q->w;
+    rf_answer *ans = &q->ans;
+    int *draft = q->draft, *ap = q->ap;
+    float *conf = q->conf;
+    /* the AR head's token at each draft's position, drawn as AR decoding
+     * draws it; drafts pass while they match. The first mismatch (or, with
+     * every draft passed, the position after them) gets the drawn token. */
+    int j = 0, a0 = q->n_ans;
+    for (;;) {
+        int t = rf_sample_token(logits + (size_t)j * V, V, p, q->prompt, q->n_prompt, ans->tok, q->n_ans, &q->rng);
+        int pass = j < k && draft[j] == t;
+        if (j < k && p->draft_adaptive) policy_seen(&q->pol, j, conf[j], q->stale, pass);
+        ans_fill(ans, q->n_ans, t);
+        ans_count_how(ans, pass ? HOW_VERIFIED : HOW_FORCED_AR);
+        q->n_ans++;
+        if (t == eos || q->n_ans >= G) q->done = 1;
+        if (!pass || q->done) break;
+        j++;
+    }
+    int n_new = q->n_ans - a0;
+    q->st->tokens = n_new, q->st->tpf_ref = n_new;
+    if (p->on_event) {
+        for (int i = 0; i < n_new; i++) ap[i] = a0 + i;
+        ans_event(ans, RF_EV_INFILL_COMMIT, q->step, n_new, ap, ans->tok + a0, NULL);
+    }
+    q->step++;
+    ans_flush(ans);
+    if (q->done) return;
+    /* keep the fed token and the passed drafts (j of them: the last
+     * committed token is fed by the next call) */
+    rf_kv_crop(&q->kv, q->base + 1 + j);
+    /* next drafts, for answer positions n_ans.. */
+    int nn = 0;
+    if (j < k) /* stale: the drafts after the failed one, then the masks' */
+        for (int i = j + 1; i < k; i++) draft[nn] = draft[i], conf[nn++] = conf[i];
+    for (int i = j < k ? 0 : 1; i < w; i++) {
+        const float *l = logits + (size_t)(1 + k + i) * V;
+        rf_logit_stats s = rf_logits_stats(l, V);
+        draft[nn] = s.argmax, conf[nn++] = (float)rf_logit_prob(l, &s, s.argmax);
+    }
+    q->nd = nn, q->fresh = j == k;
+
+    q->st = ans_step(ans, 0);
+    /* feed: the last committed token, the drafts for the next answer
+     * positions (while confident; fewer when stale), W masks; nothing past
+     * the answer's end */
+    int room = G - q->n_ans, Wc = p->draft_adaptive ? policy_slot(&q->pol, W) : W;
+    int kn = q->nd < Wc - 1 ? q->nd : Wc - 1;
+    if (!q->fresh && kn > STALE_DRAFTS) kn = STALE_DRAFTS;
+    if (kn > room) kn = room;
+    for (int i = 0; i < kn; i++)
+        if (!(conf[i] > p->slot_threshold)) {
+            kn = i;
+            break;
+        }
+    if (p->draft_adaptive && Wc == 1) Wc = 0; /* a plain AR call: one mask would draft nothing */
+    int wn = room - kn < Wc ? room - kn : Wc;
+    q->base = q->kv.len;
+    if (p->draft_adaptive) kn = policy_drafts(&q->pol, conf, kn, !q->fresh, wn);
+    q->stale = !q->fresh;
+    q->k = kn, q->w = wn;
+    int n = q->n_call = 1 + kn + wn;
+    q->tok[0] = ans->tok[q->n_ans - 1];
+    memcpy(q->tok + 1, draft, (size_t)kn * sizeof(int));
+    for (int i = 0; i < wn; i++) q->tok[1 + kn + i] = q->mask;
+    for (int i = 0; i < n; i++) q->pos[i] = q->n_prompt + q->n_ans - 1 + i;
+    if (p->on_event) {
+        for (int i = 0; i < kn; i++) ap[i] = q->n_ans + i;
+        ans_event(ans, RF_EV_PLAN, q->step, kn, ap, draft, NULL);
+    }
+}
+
+int rf_roll_seq_after(rf_roll_seq *q, const float *logits) {
+    int n = q->last_n;
+    q->last_n = 0;
+    if (q->done || n < 1) return q->done;
+    if (q->fed < q->n_prompt) {
+        q->fed += n;
+        if (q->fed < q->n_prompt) return 0;
+        /* the prefill's last chunk: as if the last prompt token were fed,
+         * nothing to crop */
+        q->k = q->w = 0, q->base = q->kv.len - 1, q->stale = 0;
+    } else if (q->p.draft_adaptive) {
+        policy_time(&q->pol, n, rf_now() - q->t0);
+    }
+    q->ans.n_calls++;
+    q->st->calls++;
+    roll_commit(q, logits);
+    return q->done;
+}
+
+static void roll_release(rf_roll_seq *q) {
+    rf_scoped_free(q->tok), rf_scoped_free(q->pos), rf_scoped_free(q->draft), rf_scoped_free(q->conf),
+        rf_scoped_free(q->ap);
+    rf_kv_free(&q->kv);
+    rf_scoped_free(q);
+}
+
+int rf_roll_seq_finish(rf_roll_seq *q, rf_gen_result *out) {
+    int rc = ans_finish(&q->ans, q->n_prompt, out);
+    roll_release(q);
+    return rc;
+}
+
+void rf_roll_seq_free(rf_roll_seq *q) {
+    if (!q) return;
+    ans_free(&q->ans);
+    roll_release(q);
+}
+
+/* The rolling slot alone: its calls one after the other, on p->ws's run
+ * state. */
 int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
                         rf_gen_result *out) {
     memset(out, 0, sizeof *out);
-    if (rf_gen_check(m, prompt, n_prompt, p, 1)) return -1;
-    const int V = m->cfg.vocab_size, G = p->gen_length, eos = gen_eos_id(m, p), mask = gen_mask_id(m, p);
-    const int W = p->slot_size, chunk = n_prompt < 256 ? n_prompt : 256;
-    const int cap = chunk > 2 * W ? chunk : 2 * W; /* tokens one call may hold */
-    rf_kvcache kv;
-    rf_workspace_kv_init(p->ws, &kv, &m->cfg, n_prompt + G);
-    rf_runstate *rs = rf_workspace_runstate(p->ws, &m->cfg, cap, n_prompt + G);
+    rf_roll_seq *q = rf_roll_seq_new(m, prompt, n_prompt, p);
+    if (!q) return -1;
+    const int V = m->cfg.vocab_size, cap = rf_roll_seq_width(q);
+    rf_runstate *rs = rf_workspace_runstate(p->ws, &m->cfg, cap, n_prompt + p->gen_length);
     float *logits = rf_scoped_malloc((size_t)cap * V * sizeof(float));
-    int *tok = rf_scoped_malloc((size_t)cap * sizeof(int)), *pos = rf_scoped_malloc((size_t)cap * sizeof(int));
     int *lidx = rf_scoped_malloc((size_t)cap * sizeof(int));
-    /* drafts for answer positions n_ans, n_ans + 1, ...; fresh: made by masks
-     * that saw only accepted tokens */
-    int *draft = rf_scoped_malloc((size_t)2 * W * sizeof(int)), nd = 0, fresh = 0;
-    float *conf = rf_scoped_malloc((size_t)2 * W * sizeof(float));
-    int *ap = rf_scoped_malloc((size_t)2 * W * sizeof(int));
-    width_policy pol;
-    policy_init(&pol, p);
-    rf_rng rng;
-    rf_rng_seed(&rng, p->seed);
-    rf_answer ans;
-    ans_init(&ans, p, G, eos);
-    int n_ans = 0, done = 0, step = 0;
-
-    /* the prefill is the first call: no drafts, no masks; the last prompt
-     * token's logits give the first answer token */
-    int rc = gen_prefill(m, &kv, rs, prompt, n_prompt, chunk, pos, logits, &ans);
-    rf_step_stat *st = &ans.steps[ans.n_steps - 1];
-    int k = 0, w = 0, base = kv.len - 1; /* as if the last prompt token were fed: nothing to crop */
-    int stale = 0;                       /* the fed drafts follow a failed one */
-    while (rc == 0) {
-        /* the AR head's token at each draft's position, drawn as AR decoding
-         * draws it; drafts pass while they match. The first mismatch (or,
-         * with every draft passed, the position after them) gets the drawn
-         * token. */
-        int j = 0, a0 = n_ans;
-        for (;;) {
-            int t = rf_sample_token(logits + (size_t)j * V, V, p, prompt, n_prompt, ans.tok, n_ans, &rng);
-            int pass = j < k && draft[j] == t;
-            if (j < k && p->draft_adaptive) policy_seen(&pol, j, conf[j], stale, pass);
-            ans_fill(&ans, n_ans, t);
-            ans_count_how(&ans, pass ? HOW_VERIFIED : HOW_FORCED_AR);
-            n_ans++;
-            if (t == eos || n_ans >= G) done = 1;
-            if (!pass || done) break;
-            j++;
+    int rc = 0;
+    while (!rf_roll_seq_done(q)) {
+        const int *tok, *pos;
+        int nl, n = rf_roll_seq_next(q, cap, &tok, &pos, &nl);
+        if (n < 1) {
+            rc = -1;
+            break;
         }
-        int n_new = n_ans - a0;
-        st->tokens = n_new, st->tpf_ref = n_new;
-        if (p->on_event) {
-            for (int i = 0; i < n_new; i++) ap[i] = a0 + i;
-            ans_event(&ans, RF_EV_INFILL_COMMIT, step, n_new, ap, ans.tok + a0, NULL);
-        }
-        step++;
-        ans_flush(&ans);
-        if (done) break;
-        /* keep the fed token and the passed drafts (j of them: the last
-         * committed token is fed by the next call) */
-        rf_kv_crop(&kv, base + 1 + j);
-        /* next drafts, for answer positions n_ans.. */
-        int nn = 0;
-        if (j < k) /* stale: the drafts after the failed one, then the masks' */
-            for (int i = j + 1; i < k; i++) draft[nn] = draft[i], conf[nn++] = conf[i];
-        for (int i = j < k ? 0 : 1; i < w; i++) {
-            const float *l = logits + (size_t)(1 + k + i) * V;
-            rf_logit_stats s = rf_logits_stats(l, V);
-            draft[nn] = s.argmax, conf[nn++] = (float)rf_logit_prob(l, &s, s.argmax);
-        }
-        nd = nn, fresh = j == k;
-
-        st = ans_step(&ans, 0);
-        /* feed: the last committed token, the drafts for the next answer
-         * positions (while confident; fewer when stale), W masks; nothing
-         * past the answer's end */
-        int room = G - n_ans, Wc = p->draft_adaptive ? policy_slot(&pol, W) : W;
-        k = nd < Wc - 1 ? nd : Wc - 1;
-        if (!fresh && k > STALE_DRAFTS) k = STALE_DRAFTS;
-        if (k > room) k = room;
-        for (int i = 0; i < k; i++)
-            if (!(conf[i] > p->slot_threshold)) {
-                k = i;
-                break;
-            }
-        if (p->draft_adaptive && Wc == 1) Wc = 0; /* a plain AR call: one mask would draft nothing */
-        w = room - k < Wc ? room - k : Wc, base = kv.len;
-        if (p->draft_adaptive) k = policy_drafts(&pol, conf, k, !fresh, w);
-        stale = !fresh;
-        int n = 1 + k + w;
-        tok[0] = ans.tok[n_ans - 1];
-        memcpy(tok + 1, draft, (size_t)k * sizeof(int));
-        for (int i = 0; i < w; i++) tok[1 + k + i] = mask;
-        for (int i = 0; i < n; i++) pos[i] = n_prompt + n_ans - 1 + i, lidx[i] = i;
-        if (p->on_event) {
-            for (int i = 0; i < k; i++) ap[i] = n_ans + i;
-            ans_event(&ans, RF_EV_PLAN, step, k, ap, draft, NULL);
-        }
-        rf_batch b = {1, n, tok, pos, 0, n, lidx, logits};
-        double t0 = rf_now();
-        rc = gen_cancelled(p) ? -1 : rf_forward(m, &kv, rs, &b);
-        if (p->draft_adaptive) policy_time(&pol, n, rf_now() - t0);
-        if (rc) break;
-        ans.n_calls++;
-        st->calls++;
+        for (int i = 0; i < nl; i++) lidx[i] = n - nl + i;
+        rf_batch b = {1, n, tok, pos, 0, nl, lidx, logits};
+        if ((rc = rf_forward(m, rf_roll_seq_kv(q), rs, &b))) break;
+        rf_roll_seq_after(q, logits);
     }
-    rf_scoped_free(logits), rf_scoped_free(tok), rf_scoped_free(pos), rf_scoped_free(lidx), rf_scoped_free(draft), rf_scoped_free(conf), rf_scoped_free(ap);
+    rf_scoped_free(logits), rf_scoped_free(lidx);
     rf_workspace_runstate_free(p->ws, rs);
-    rf_kv_free(&kv);
-    return ans_end(&ans, rc, n_prompt, out);
+    if (rc) {
+        rf_roll_seq_free(q);
+        return -1;
+    }
+    return rf_roll_seq_finish(q, out);
 }
 
 int rf_call_cost_measure(const rf_model *m, int max_n, float *cost) {

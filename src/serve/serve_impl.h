@@ -66,6 +66,8 @@ struct rf_server {
     int scheduler_started;
     unsigned long long batch_calls, batch_rows; /* batched model calls, and their rows in all */
     int batch_peak;           /* the most rows in one call */
+    unsigned long long batch_rolling_rows; /* rows of rolling-slot generations in them */
+    unsigned long long batch_mixed_calls;  /* calls with a rolling-slot row beside other rows */
     unsigned long long prefix_hits, prefix_tokens; /* requests that reused a cached prefix, and its tokens */
     size_t prefix_cache_bytes; /* held by the prefix cache */
     int n_active;             /* queued + running */

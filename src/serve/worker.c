@@ -18,8 +18,10 @@
 #include "api/api_internal.h"
 #include "serve/serve_impl.h"
 #include "decode/ar_step.h"
+#include "decode/rolling_step.h"
 #include "model/workspace.h" /* rf_runstate_alloc: the scheduler's own run state */
 #include "model/forward.h"
+#include "model/runstate.h" /* its max_tokens, to grow it */
 #include "util/util.h"
 
 /* ---- output buffer (s->mu held) ------------------------------------------------- */
@@ -609,9 +611,11 @@ enum { PREFILL_BUDGET = 256 };
  * prefill of those tokens computes), least recently used first out within
  * --cache-mb. A new request starts from a copy of the entries of the
  * longest prefix it shares with one of them (a chat's next turn: the last
- * turn's prompt and answer; a shared system prompt). Only AR generations
- * leave caches here: a ReFusion answer's cache is in the order its slots
- * were committed, not a prefill's, and the workers' sessions keep theirs.
+ * turn's prompt and answer; a shared system prompt). Batched generations
+ * (AR, the rolling slot: its cache cut to the committed tokens) leave caches
+ * here and reuse them; a plan-and-infill answer's cache is in the order its
+ * slots were committed, not a prefill's, and the workers' sessions keep
+ * theirs.
  * Owned by the scheduler thread (the counters in s are under s->mu). */
 typedef struct pc_entry {
     int *ids, n;             /* the tokens whose entries kv holds */
@@ -685,17 +689,19 @@ static void pc_put(prefix_cache *pc, size_t budget, rf_kvcache *kv, int *ids, in
 typedef struct {
     job *j;
     run_ctx c;
-    rf_ar_seq *q;
+    rf_ar_seq *q;     /* AR decoding, or */
+    rf_roll_seq *rq;  /* the rolling slot */
     int calls0;
     double t0;
-    int logit_row; /* this step: its row in the logits, or -1 */
+    int logit_row;    /* this step: its first row in the logits, or -1 */
 } batch_row;
 
-/* the decoder's callbacks, as the worker path's (the internal ids are ints) */
+/* the decoder's callbacks, as the worker path's (the internal ids are ints):
+ * one event per model call after the prompt's is counted */
 static void on_tokens_int(const int *ids, int n, void *user) { on_tokens((const int32_t *)ids, n, user); }
 static void on_event_int(const rf_decode_event *ev, void *user) {
     run_ctx *c = user;
-    (void)ev; /* AR reports one event per model call after the prompt's */
+    if (ev->kind != RF_EVENT_PLAN && ev->kind != RF_EVENT_INFILL_ITER && ev->kind != RF_EVENT_AR_TOKEN) return;
     pthread_mutex_lock(&c->s->mu);
     c->j->calls_now++;
     pthread_mutex_unlock(&c->s->mu);
@@ -704,33 +710,42 @@ static void on_event_int(const rf_decode_event *ev, void *user) {
 /* The scheduler's calls into the library, each behind a catch point: an
  * rf_die inside (a failed allocation, a broken invariant, a test's fault
  * point) fails the rows concerned, not the server. */
-static rf_ar_seq *guarded_new(const rf_model *m, const job *j, const rf_gen_params *p, const rf_kvcache *src,
-                              int n_reuse, int *rc) {
-    rf_catch k;
-    rf_catch_push(&k);
-    if (setjmp(k.jb)) {
-        *rc = k.oom ? RF_ERR_NOMEM : -1;
-        return NULL;
-    }
-    rf_ar_seq *q = rf_ar_seq_new_reusing(m, j->req.prompt, j->req.n_prompt, p, src, n_reuse);
-    rf_catch_pop(&k);
-    *rc = q ? 0 : -1;
-    return q;
-}
-static int guarded_next(rf_ar_seq *q, int budget, const int **t, const int **ps, int *buf) {
+/* r's sequence: AR or the rolling slot, with a reused prefix of src */
+static int guarded_new(const rf_model *m, batch_row *r, const rf_gen_params *p, const rf_kvcache *src,
+                       int n_reuse) {
+    const job *j = r->j;
     rf_catch k;
     rf_catch_push(&k);
     if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
-    int n = rf_ar_seq_next(q, budget, t, ps, buf);
+    if (p->method == RF_METHOD_REFUSION)
+        r->rq = rf_roll_seq_new_reusing(m, j->req.prompt, j->req.n_prompt, p, src, n_reuse);
+    else
+        r->q = rf_ar_seq_new_reusing(m, j->req.prompt, j->req.n_prompt, p, src, n_reuse);
+    rf_catch_pop(&k);
+    return r->q || r->rq ? 0 : -1;
+}
+/* r's next call: its tokens (count returned, < 0: failed), positions and
+ * how many of its last tokens want logits */
+static int guarded_next(batch_row *r, int budget, const int **t, const int **ps, int *buf, int *n_logits) {
+    rf_catch k;
+    rf_catch_push(&k);
+    if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
+    int n;
+    if (r->rq) {
+        n = rf_roll_seq_next(r->rq, budget, t, ps, n_logits);
+    } else {
+        n = rf_ar_seq_next(r->q, budget, t, ps, buf);
+        *n_logits = n > 0 && rf_ar_seq_wants_logits(r->q);
+    }
     rf_catch_pop(&k);
     return n;
 }
 /* 1: done, 0: not yet, < 0: failed */
-static int guarded_after(rf_ar_seq *q, const float *logits) {
+static int guarded_after(batch_row *r, const float *logits) {
     rf_catch k;
     rf_catch_push(&k);
     if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
-    int done = rf_ar_seq_after(q, logits);
+    int done = r->rq ? rf_roll_seq_after(r->rq, logits) : rf_ar_seq_after(r->q, logits);
     rf_catch_pop(&k);
     return done;
 }
@@ -782,11 +797,12 @@ static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs, prefix_
         rf_gen_params p = j->req.p;
         p.on_tokens = on_tokens_int, p.on_event = on_event_int, p.user = &r->c;
         p.cancel = &j->cancel_flag;
+        p.ws = NULL; /* the sequence's own cache */
         int common = 0;
         pc_entry *e = pc_find(pc, j->req.prompt, j->req.n_prompt, &common);
-        if (common > j->req.n_prompt - 1) common = j->req.n_prompt - 1; /* as rf_ar_seq_new_reusing cuts it */
-        r->q = guarded_new(s->m, j, &p, e ? &e->kv : NULL, common, &rc);
-        if (r->q && common > 0) {
+        if (common > j->req.n_prompt - 1) common = j->req.n_prompt - 1; /* as the sequences cut it */
+        rc = guarded_new(s->m, r, &p, e ? &e->kv : NULL, common);
+        if (!rc && common > 0) {
             pthread_mutex_lock(&s->mu);
             s->prefix_hits++;
             s->prefix_tokens += common;
@@ -813,7 +829,7 @@ static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
     memset(&st, 0, sizeof st);
     if (!rc && s->cfg.cache_bytes > 0) { /* its cache, for the requests that begin the same way */
         rf_kvcache kv;
-        int *ids, n = rf_ar_seq_take_cache(r->q, &kv, &ids);
+        int *ids, n = r->rq ? rf_roll_seq_take_cache(r->rq, &kv, &ids) : rf_ar_seq_take_cache(r->q, &kv, &ids);
         pc_put(pc, s->cfg.cache_bytes, &kv, ids, n);
         pthread_mutex_lock(&s->mu);
         s->prefix_cache_bytes = pc->bytes;
@@ -821,7 +837,7 @@ static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
     }
     if (!rc) {
         rf_gen_result g;
-        rc = rf_ar_seq_finish(r->q, &g);
+        rc = r->rq ? rf_roll_seq_finish(r->rq, &g) : rf_ar_seq_finish(r->q, &g);
         if (!rc) {
             st.n_tokens = g.n_ids, st.hit_eos = g.hit_eos, st.n_calls = g.n_calls, st.seconds = g.wall_s;
             st.tpf = g.tpf, st.tokens_per_call = g.tokens_per_call, st.tokens_per_s = g.tokens_per_s;
@@ -830,8 +846,9 @@ static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
         }
     } else {
         rf_ar_seq_free(r->q);
+        rf_roll_seq_free(r->rq);
     }
-    r->q = NULL;
+    r->q = NULL, r->rq = NULL;
     rc = choice_end(s, j, &r->c, &st, rc, rf_now() - r->t0, r->calls0);
     job_acc a;
     acc_init(&a);
@@ -839,21 +856,66 @@ static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
     row_release(s, r, &a, rc);
 }
 
+/* The scheduler's buffers for one call's rows, grown when a step needs more
+ * (a rolling row feeds up to two slots, every token with its logits). */
+typedef struct {
+    int *tokens, *pos, tcap; /* [tcap] */
+    int *lidx;               /* [lcap] */
+    float *logits;           /* [lcap, V] */
+    int lcap;
+} step_bufs;
+
+static void *grow(void *old, size_t used, size_t bytes) {
+    void *g = rf_malloc(bytes);
+    if (used) memcpy(g, old, used);
+    free(old);
+    return g;
+}
+
+/* room for n more tokens after T and nl more logits rows after L */
+static void bufs_reserve(step_bufs *b, int T, int n, int L, int nl, int V) {
+    if (T + n > b->tcap) {
+        int c = 2 * b->tcap > T + n ? 2 * b->tcap : T + n;
+        b->tokens = grow(b->tokens, (size_t)T * sizeof(int), (size_t)c * sizeof(int));
+        b->pos = grow(b->pos, (size_t)T * sizeof(int), (size_t)c * sizeof(int));
+        b->tcap = c;
+    }
+    if (L + nl > b->lcap) {
+        int c = 2 * b->lcap > L + nl ? 2 * b->lcap : L + nl;
+        b->lidx = grow(b->lidx, (size_t)L * sizeof(int), (size_t)c * sizeof(int));
+        free(b->logits); /* written by the call, after every row is in */
+        b->logits = NULL, b->lcap = 0;
+        b->logits = rf_malloc((size_t)c * V * sizeof(float));
+        b->lcap = c;
+    }
+}
+static int guarded_reserve(step_bufs *b, int T, int n, int L, int nl, int V) {
+    rf_catch k;
+    rf_catch_push(&k);
+    if (setjmp(k.jb)) return RF_ERR_NOMEM;
+    bufs_reserve(b, T, n, L, nl, V);
+    rf_catch_pop(&k);
+    return 0;
+}
+
 void *rf_serve_scheduler_main(void *arg) {
     rf_server *s = arg;
     int threads = s->cfg.batch_threads > 0 ? s->cfg.batch_threads : s->cfg.defaults.threads;
     if (threads > 0) omp_set_num_threads(threads);
-    const int cap = s->cfg.workers, V = s->m->cfg.vocab_size, max_t = PREFILL_BUDGET + cap;
+    /* tokens of a call at first: the prompt budget and, per row, a rolling
+     * call of two slots of 4 (the demo model's); more when a step needs it */
+    const int cap = s->cfg.workers, V = s->m->cfg.vocab_size, max_t = PREFILL_BUDGET + 8 * cap;
+    const int max_ctx = s->m->cfg.max_pos;
     batch_row **rows = rf_calloc((size_t)cap, sizeof *rows);
     rf_kvcache **kv = rf_calloc((size_t)cap, sizeof *kv);
-    int *n_tok = rf_calloc((size_t)cap, sizeof *n_tok), *lidx = rf_calloc((size_t)cap, sizeof *lidx);
-    int *tokens = rf_calloc((size_t)max_t, sizeof *tokens), *pos = rf_calloc((size_t)max_t, sizeof *pos);
+    int *n_tok = rf_calloc((size_t)cap, sizeof *n_tok);
+    step_bufs sb = {rf_calloc((size_t)max_t, sizeof(int)), rf_calloc((size_t)max_t, sizeof(int)), max_t,
+                    rf_calloc((size_t)cap, sizeof(int)), rf_calloc((size_t)cap * V, sizeof(float)), cap};
     int *pos_buf = rf_calloc(PREFILL_BUDGET, sizeof *pos_buf);
-    float *logits = rf_calloc((size_t)cap * V, sizeof *logits);
     int n_rows = 0;
     prefix_cache pc = {0};
     /* made here: its attention scratch is per OpenMP thread of this thread */
-    rf_runstate *rs = guarded_runstate(&s->m->cfg, max_t, s->m->cfg.max_pos);
+    rf_runstate *rs = guarded_runstate(&s->m->cfg, max_t, max_ctx);
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!n_rows && !s->bhead && !s->stopping) pthread_cond_wait(&s->batch_cv, &s->mu);
@@ -868,11 +930,11 @@ void *rf_serve_scheduler_main(void *arg) {
         }
         pthread_mutex_unlock(&s->mu);
         /* this step's call: every row's next tokens */
-        int nr = 0, T = 0, nl = 0, left = PREFILL_BUDGET;
+        int nr = 0, T = 0, nl = 0, left = PREFILL_BUDGET, n_roll = 0, rc = 0;
         for (int i = 0; i < n_rows; i++) {
             batch_row *r = rows[i];
             const int *t = NULL, *ps = NULL;
-            int n = guarded_next(r->q, left > 0 ? left : 1, &t, &ps, pos_buf);
+            int nli = 0, n = guarded_next(r, left > 0 ? left : 1, &t, &ps, pos_buf, &nli);
             r->logit_row = -1;
             if (n < 0) { /* cancelled, cut or failed: it leaves */
                 row_end(s, r, n, &pc);
@@ -880,29 +942,45 @@ void *rf_serve_scheduler_main(void *arg) {
                 continue;
             }
             if (n == 0) continue;
-            if (n > 1) left -= n; /* prompt chunks share the budget; decoding rows always go */
-            memcpy(tokens + T, t, (size_t)n * sizeof *tokens);
-            memcpy(pos + T, ps, (size_t)n * sizeof *pos);
+            /* prompt chunks (tokens fed without logits) share the budget;
+             * decoding rows (an AR token, a rolling call) always go */
+            if (n > nli) left -= n;
+            if (!rc) rc = guarded_reserve(&sb, T, n, nl, nli, V);
+            if (rc) continue; /* no memory for the call: every row fails below */
+            memcpy(sb.tokens + T, t, (size_t)n * sizeof(int));
+            memcpy(sb.pos + T, ps, (size_t)n * sizeof(int));
             T += n;
-            if (rf_ar_seq_wants_logits(r->q)) r->logit_row = nl, lidx[nl++] = T - 1;
-            kv[nr] = rf_ar_seq_kv(r->q);
+            if (nli > 0) r->logit_row = nl;
+            for (int k = 0; k < nli; k++) sb.lidx[nl++] = T - nli + k;
+            n_roll += r->rq != NULL;
+            kv[nr] = r->rq ? rf_roll_seq_kv(r->rq) : rf_ar_seq_kv(r->q);
             n_tok[nr++] = n;
         }
-        if (!nr) {
+        if (!nr && !rc) {
             pthread_mutex_lock(&s->mu);
             continue;
         }
-        rf_seq_batch b = {nr, kv, n_tok, tokens, pos, nl, lidx, logits};
-        int rc = guarded_forward(s->m, rs, &b);
+        if (!rc && (!rs || !rf_runstate_fits(rs, T, max_ctx))) { /* a wider call than any before */
+            int want = rs && 2 * rs->max_tokens > T ? 2 * rs->max_tokens : T;
+            rf_runstate_release(rs);
+            if (!(rs = guarded_runstate(&s->m->cfg, want, max_ctx))) {
+                rf_set_error("out of memory for the batched model calls' buffers");
+                rc = RF_ERR_NOMEM;
+            }
+        }
+        rf_seq_batch b = {nr, kv, n_tok, sb.tokens, sb.pos, nl, sb.lidx, sb.logits};
+        if (!rc) rc = guarded_forward(s->m, rs, &b);
         pthread_mutex_lock(&s->mu);
-        s->batch_calls++;
+        s->batch_calls += nr > 0;
         s->batch_rows += (unsigned long long)nr;
+        s->batch_rolling_rows += (unsigned long long)n_roll;
+        if (n_roll && nr > 1) s->batch_mixed_calls++;
         if (nr > s->batch_peak) s->batch_peak = nr;
         pthread_mutex_unlock(&s->mu);
-        /* each row takes its logits (draws its token: on_tokens streams it) */
+        /* each row takes its logits (draws its tokens: on_tokens streams them) */
         for (int i = 0; i < n_rows; i++) {
             batch_row *r = rows[i];
-            int done = rc ? rc : guarded_after(r->q, r->logit_row >= 0 ? logits + (size_t)r->logit_row * V : NULL);
+            int done = rc ? rc : guarded_after(r, r->logit_row >= 0 ? sb.logits + (size_t)r->logit_row * V : NULL);
             int fail = done < 0 ? done : 0;
             if (done) {
                 row_end(s, r, fail, &pc);
@@ -915,8 +993,16 @@ void *rf_serve_scheduler_main(void *arg) {
     pthread_mutex_unlock(&s->mu);
     while (pc.head) pc_drop(&pc, &pc.head);
     rf_runstate_release(rs);
-    free(rows), free(kv), free(n_tok), free(lidx), free(tokens), free(pos), free(pos_buf), free(logits);
+    free(rows), free(kv), free(n_tok), free(sb.lidx), free(sb.tokens), free(sb.pos), free(pos_buf), free(sb.logits);
     return NULL;
+}
+
+/* The requests the scheduler runs: one choice of AR decoding or of the
+ * rolling slot (decode/ar_step.h, decode/rolling_step.h). */
+static int batched(const rf_serve_req *r) {
+    const rf_gen_params *p = &r->p;
+    return r->n_choices <= 1 &&
+           (p->method == RF_METHOD_AR || (p->method == RF_METHOD_REFUSION && p->rolling && !p->no_cache));
 }
 
 job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
@@ -945,9 +1031,9 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
         json_object_set_new(o, "choices", json_pack("[o]", c));
         sse_append_locked(j, o);
     }
-    /* AR decoding of one choice joins the batched model calls; the other
-     * decoders run in the workers, each on its own */
-    if (s->cfg.batch && j->req.p.method == RF_METHOD_AR && j->req.n_choices <= 1) {
+    /* AR decoding and the rolling slot, one choice, join the batched model
+     * calls; the other decoders run in the workers, each on its own */
+    if (s->cfg.batch && batched(&j->req)) {
         if (s->btail) s->btail->next = j;
         else s->bhead = j;
         s->btail = j;
