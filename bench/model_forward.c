@@ -44,7 +44,7 @@ static int beyond_llc(double bytes) {
     return bytes > 2.0 * (double)(l3 > 0 ? l3 : 32L << 20);
 }
 
-static double g_gbs, g_peak[3][5]; /* [tier][dtype]; amx: avx512's peaks (no AMX probe) */
+static double g_gbs, g_peak[3][5]; /* [tier][dtype]; amx: the tile instructions' peaks */
 
 static size_t mat_bytes(const rf_mat *w) { return rf_dtype_row_bytes(w->dtype, w->cols) * w->rows; }
 
@@ -221,8 +221,15 @@ int main(int argc, char **argv) {
         printf(", avx512 f32 FMA %.0f (packed bf16), avx512 bf16 dot %.0f, avx512 int8 VNNI %.0f", g_peak[1][RF_BF16],
                rf_peak_bf16_dot_avx512(), g_peak[1][RF_Q8_0]);
     }
-    printf("\n");
     for (int d = 0; d < 5; d++) g_peak[2][d] = g_peak[1][d];
+    if (rf_cpu_tier_detected() >= RF_CPU_AMX && rf_peak_bf16_tile_amx() > 0) {
+        /* amx: bf16 on TDPBF16PS; Q8_0 / Q4_0 on TDPBSUD with K = one 32-block (the packed weights of a wide call) */
+        g_peak[2][RF_BF16] = rf_peak_bf16_tile_amx();
+        g_peak[2][RF_Q8_0] = g_peak[2][RF_Q4_0] = rf_peak_i8_tile32_amx();
+        printf(", amx bf16 tdpbf16ps %.0f, amx int8 tdpbsud %.0f (K = 32: %.0f)", g_peak[2][RF_BF16],
+               rf_peak_i8_tile_amx(), g_peak[2][RF_Q8_0]);
+    }
+    printf("\n");
     char d16[3900];
     const char *what = "Qwen3-0.6B";
     int reps = quick ? 1 : 3;
