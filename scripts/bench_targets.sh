@@ -20,7 +20,7 @@
 #      vpdpbusd; avx2: FMA / maddubs)
 #   2a. at avx512: 8 tokens <= 1.3x and 16 tokens <= 1.6x a 1-token call,
 #      bf16, Q8_0 and Q4_0
-#   2c. on an AMX machine (tier amx, bf16, UNVERIFIED kernel): a 64-token call
+#   2c. on an AMX machine (tier amx, bf16 and int8: Q8_0, Q4_0): a 64-token call
 #      <= 1.5x a 1-token call
 #   3. AR decode at the 0.6B shape in Q8_0 >= 30 tokens/s with 2 threads
 #   4. ... and at least llama.cpp's tokens/s on the same GGUF file, same

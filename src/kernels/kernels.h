@@ -26,9 +26,12 @@
  *                     product of the dequantised weights by the activation
  *                     rounding (<= |w| max|x_block| / 254 per term).
  *   amx               bf16: TDPBF16PS tiles (matmul_amx.c; 16 rows x up to
- *                     64 tokens per weight load; UNVERIFIED on hardware,
- *                     tested through a C emulation of the tile operations);
- *                     the other dtypes run the avx512 kernels.
+ *                     64 tokens per weight load); packed Q8_0 / Q4_0 with
+ *                     16 tokens or more: TDPBSUD tiles, one 32-block per
+ *                     TDP, scaled per block in f32 (the same answers as
+ *                     vpdpbusd); the rest runs the avx512 kernels. Verified
+ *                     on AMX hardware and through a C emulation of the tile
+ *                     operations (tests/kernels_amx_emul.c).
  * Everything accumulates in f32.
  *
  *  - rf_matmul with n = 1 is memory-bound: it must stream W once at full
