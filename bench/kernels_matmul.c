@@ -3,6 +3,7 @@
  *
  *   bench_kernels_matmul [--quick] [--blas] [--dtype bf16,q8_0,q4_0,f32,f16] [--n 1,4,16]
  *                        [--shape RxC] [--tier avx2,avx512,amx] [--clock wall|cpu]
+ *                        [--amx-int8 MIN_TOKENS]
  *
  * Every CPU tier this machine has (kernels/cpu.h; or those given) and every
  * dtype (default bf16, q8_0, q4_0) is timed; the tier is printed per row.
@@ -18,8 +19,10 @@
  * bf16 vdpbf16ps (row-major bf16 at avx512: with hi and lo activations it
  * issues two per weight and tops out at 50%), int8 maddubs (avx2
  * Q8_0/Q4_0) or vpdpbusd (avx512; row-major Q8_0/Q4_0 at amx), and at amx
- * TDPBF16PS (bf16) and TDPBSUD with K = 32 (packed Q8_0/Q4_0; their
- * 1..3-token calls run the vpdpbusd kernel, see kernels/matmul.c).
+ * TDPBF16PS (bf16) and TDPBSUD with K = 32 (packed Q8_0/Q4_0 when
+ * --amx-int8 MIN_TOKENS puts calls of that many tokens or more on the
+ * int8 tiles, kernels.h rf_matmul_set_amx_int8; off by default: then the
+ * vpdpbusd kernel runs and its % of the tile peak means little).
  * Each figure is the fastest of the calls that fill ~0.15 s (at least 2,
  * after one warm-up call): on a shared machine the minimum is the least
  * disturbed measurement. Default: everything in well under a minute.
@@ -148,6 +151,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) target = 0.05;
         else if (!strcmp(argv[i], "--blas")) blas = 1;
+        else if (!strcmp(argv[i], "--amx-int8") && i + 1 < argc) rf_matmul_set_amx_int8(atoi(argv[++i]));
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && (n_dts = parse_list(argv[++i], dnames, 5, dts, 5)) > 0) {
         } else if (!strcmp(argv[i], "--tier") && i + 1 < argc &&
                    (n_tiers = parse_list(argv[++i], tnames, 3, tiers, 3)) > 0) {
@@ -167,7 +171,7 @@ int main(int argc, char **argv) {
             }
         } else {
             fprintf(stderr, "usage: %s [--quick] [--blas] [--dtype bf16,q8_0,q4_0,f32,f16] [--n 1,4,16] "
-                            "[--shape RxC] [--tier avx2,avx512,amx] [--clock wall|cpu]\n", argv[0]);
+                            "[--shape RxC] [--tier avx2,avx512,amx] [--clock wall|cpu] [--amx-int8 MIN_TOKENS]\n", argv[0]);
             return 2;
         }
     }

@@ -3,6 +3,7 @@
  *
  *   bench_model_forward [--quick] [--dir /tmp/rfbench] [--8b DIR] [--tier avx2,avx512]
  *                       [--dtype bf16,q8_0,q4_0] [--decode N] [--model DIR] [--n 1,4,16,64]
+ *                       [--amx-int8 MIN_TOKENS]
  *
  * Writes (once, reused afterwards) a random Qwen3-0.6B-shaped bf16 checkpoint
  * under --dir and loads it through the normal mmap loader; Q8_0 / Q4_0 are
@@ -196,12 +197,13 @@ int main(int argc, char **argv) {
             }
         } else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--decode") && i + 1 < argc) n_gen = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--amx-int8") && i + 1 < argc) rf_matmul_set_amx_int8(atoi(argv[++i]));
         else if (!strcmp(argv[i], "--tier") && i + 1 < argc && (n_tiers = parse_list(argv[++i], tnames, 3, tiers, 3)) > 0) {
         } else if (!strcmp(argv[i], "--dtype") && i + 1 < argc &&
                    (n_dts = parse_list(argv[++i], dnames, 3, dts, 3)) > 0) {
         } else {
             fprintf(stderr, "usage: %s [--quick] [--dir DIR] [--8b DIR] [--tier avx2,avx512] "
-                            "[--dtype bf16,q8_0,q4_0] [--decode N] [--model DIR] [--n 1,4,16,64]\n", argv[0]);
+                            "[--dtype bf16,q8_0,q4_0] [--decode N] [--model DIR] [--n 1,4,16,64] [--amx-int8 MIN_TOKENS]\n", argv[0]);
             return 2;
         }
     }

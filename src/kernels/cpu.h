@@ -10,9 +10,10 @@
  *           Cooper Lake / Sapphire Rapids and later, AMD Zen 4 and later. A
  *           CPU with AVX-512 but without BF16 + VNNI (Skylake-X) is avx2.
  *   amx     avx512 plus AMX-TILE/BF16/INT8 with the OS's permission. bf16
- *           weights run on TDPBF16PS tiles, packed Q8_0 / Q4_0 calls of
- *           16 tokens or more on TDPBSUD tiles (matmul_amx.c; verified on
- *           an AMX Xeon, and through a C emulation of the tile ops);
+ *           weights run on TDPBF16PS tiles (matmul_amx.c; verified on an
+ *           AMX Xeon, and through a C emulation of the tile ops); packed
+ *           Q8_0 / Q4_0 can run on TDPBSUD tiles when asked
+ *           (rf_matmul_set_amx_int8; measured no faster than vpdpbusd);
  *           every other case runs the avx512 kernels. A build whose
  *           compiler lacks -mamx-* has no AMX kernels: then amx runs as
  *           avx512 (rf_cpu_tier_name says "avx512").

@@ -314,13 +314,15 @@ static mm_path choose_path(rf_dtype dt, int cols) {
 }
 
 /* amx: packed Q8_0 / Q4_0 calls of at least this many tokens run the int8
- * tile kernel (matmul_amx.c). Measured on a Xeon with AMX, one thread, the
- * 0.6B down shape (1024 x 3072): tiles 1.1-1.3x faster than vpdpbusd at 16
- * and 64 tokens, 1.1-1.5x slower at 8 (a tile holds 16 tokens: 8 waste
- * half of it) */
-#ifndef AMX_Q_MIN_N
-#define AMX_Q_MIN_N 16
-#endif
+ * tile kernel (matmul_amx.c); 0: never (the default, kernels.h
+ * rf_matmul_set_amx_int8). Measured on a Xeon with AMX: one thread, the
+ * 0.6B down shape (1024 x 3072), tiles 1.1-1.3x faster than vpdpbusd at 16
+ * and 64 tokens and 1.1-1.5x slower at 8 (a tile holds 16 tokens: 8 waste
+ * half of it); two threads, the 0.6B forward, as fast at 16 tokens and
+ * ~10% slower at 64 */
+static int g_amx_q_min_n = 0;
+
+void rf_matmul_set_amx_int8(int min_tokens) { g_amx_q_min_n = min_tokens > 0 ? min_tokens : 0; }
 
 /* bf16 activations at avx512: 1 = rounded to bf16 once (default), 0 =
  * hi/lo split; -1 = not read from REFUSION_BF16_ACT yet */
@@ -348,9 +350,10 @@ typedef struct {
  * the calling thread's scratch */
 static mm_prep prepare(const float *X, const rf_mat *W, int n) {
     mm_prep p = {choose_path(W->dtype, W->cols), X, 0};
-    /* amx: Q8_0 / Q4_0 calls of AMX_Q_MIN_N tokens or more on packed W run
-     * on int8 tiles; narrower ones stream W through the vpdpbusd kernel */
-    if (p.path == PATH_AVX512_Q && W->packed && n >= AMX_Q_MIN_N && rf_cpu_tier_active() == RF_CPU_AMX)
+    /* amx, when asked: Q8_0 / Q4_0 calls of g_amx_q_min_n tokens or more on
+     * packed W run on int8 tiles; the others stream W through vpdpbusd */
+    if (p.path == PATH_AVX512_Q && W->packed && g_amx_q_min_n && n >= g_amx_q_min_n &&
+        rf_cpu_tier_active() == RF_CPU_AMX)
         p.path = PATH_AMX_Q;
     if (p.path == PATH_AMX_Q) {
         void *b = prep_buf(rf_q_prep_amx_bytes(n, W->cols));
