@@ -3,6 +3,7 @@
  *
  *   bench_kernels_matmul [--quick] [--blas] [--dtype bf16,q8_0,q4_0,f32,f16] [--n 1,4,16]
  *                        [--shape RxC] [--tier avx2,avx512,amx] [--clock wall|cpu]
+ *                        [--amx-int8 MIN_TOKENS]
  *
  * Every CPU tier this machine has (kernels/cpu.h; or those given) and every
  * dtype (default bf16, q8_0, q4_0) is timed; the tier is printed per row.
@@ -17,7 +18,11 @@
  * tier (roofline.h): f32 FMA (f32/f16, bf16 at avx2, packed bf16 at avx512),
  * bf16 vdpbf16ps (row-major bf16 at avx512: with hi and lo activations it
  * issues two per weight and tops out at 50%), int8 maddubs (avx2
- * Q8_0/Q4_0) or vpdpbusd (avx512).
+ * Q8_0/Q4_0) or vpdpbusd (avx512; row-major Q8_0/Q4_0 at amx), and at amx
+ * TDPBF16PS (bf16) and TDPBSUD with K = 32 (packed Q8_0/Q4_0 when
+ * --amx-int8 MIN_TOKENS puts calls of that many tokens or more on the
+ * int8 tiles, kernels.h rf_matmul_set_amx_int8; off by default: then the
+ * vpdpbusd kernel runs and its % of the tile peak means little).
  * Each figure is the fastest of the calls that fill ~0.15 s (at least 2,
  * after one warm-up call): on a shared machine the minimum is the least
  * disturbed measurement. Default: everything in well under a minute.
@@ -70,7 +75,7 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static double g_peak[3][5]; /* [tier][dtype]: the peak the kernel is measured against (amx: avx512's) */
+static double g_peak[3][5]; /* [tier][dtype]: the peak the kernel is measured against */
 
 static void measure_peaks(int have512) {
     double f32 = rf_measure_fma_gflops(), i8 = rf_peak_i8_maddubs_avx2();
@@ -84,6 +89,14 @@ static void measure_peaks(int have512) {
         g_peak[1][RF_F32] = g_peak[1][RF_F16] = f512;
         g_peak[1][RF_BF16] = b;
         g_peak[1][RF_Q8_0] = g_peak[1][RF_Q4_0] = v;
+    }
+    for (int d = 0; d < 5; d++) g_peak[2][d] = g_peak[1][d];
+    if (rf_cpu_tier_detected() >= RF_CPU_AMX && rf_peak_bf16_tile_amx() > 0) {
+        /* amx: bf16 on TDPBF16PS; packed Q8_0 / Q4_0 on TDPBSUD with K = one 32-block */
+        g_peak[2][RF_BF16] = rf_peak_bf16_tile_amx();
+        g_peak[2][RF_Q8_0] = g_peak[2][RF_Q4_0] = rf_peak_i8_tile32_amx();
+        printf(", amx bf16 tdpbf16ps %.0f, amx int8 tdpbsud %.0f (K = 32: %.0f)", g_peak[2][RF_BF16],
+               rf_peak_i8_tile_amx(), g_peak[2][RF_Q8_0]);
     }
     printf("\n");
 }
@@ -138,6 +151,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) target = 0.05;
         else if (!strcmp(argv[i], "--blas")) blas = 1;
+        else if (!strcmp(argv[i], "--amx-int8") && i + 1 < argc) rf_matmul_set_amx_int8(atoi(argv[++i]));
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && (n_dts = parse_list(argv[++i], dnames, 5, dts, 5)) > 0) {
         } else if (!strcmp(argv[i], "--tier") && i + 1 < argc &&
                    (n_tiers = parse_list(argv[++i], tnames, 3, tiers, 3)) > 0) {
@@ -157,7 +171,7 @@ int main(int argc, char **argv) {
             }
         } else {
             fprintf(stderr, "usage: %s [--quick] [--blas] [--dtype bf16,q8_0,q4_0,f32,f16] [--n 1,4,16] "
-                            "[--shape RxC] [--tier avx2,avx512,amx] [--clock wall|cpu]\n", argv[0]);
+                            "[--shape RxC] [--tier avx2,avx512,amx] [--clock wall|cpu] [--amx-int8 MIN_TOKENS]\n", argv[0]);
             return 2;
         }
     }
@@ -168,7 +182,6 @@ int main(int argc, char **argv) {
     double bw = rf_measure_read_gbs();
     printf("measured read bandwidth %.1f GB/s\n", bw);
     measure_peaks(have512);
-    for (int d = 0; d < 5; d++) g_peak[2][d] = g_peak[1][d];
     printf("\n%-13s %-12s %-6s %-5s %4s %10s %8s %6s %9s %6s %7s%s\n", "layer", "shape", "tier", "dtype", "n",
            "ms/call", "W GB/s", "%bw", "Gops/s", "%peak", "x n=1", blas ? "   blas ms" : "");
 
@@ -192,7 +205,7 @@ int main(int argc, char **argv) {
             void *wd = make_weights(dt, sh->rows, sh->cols);
             rf_mat W = {dt, wd, sh->rows, sh->cols, NULL};
             /* bf16 / Q8_0 / Q4_0: also W in the packed panel layout (rows "BF16p", "Q8_0p", "Q4_0p"), at
-             * avx2 and avx512 (the amx tier's bf16 kernel reads the row-major W) */
+             * avx2 and avx512, and Q8_0 / Q4_0 at amx (the amx tier's bf16 kernel reads the row-major W) */
             size_t pbytes = rf_mat_pack_bytes(&W);
             void *pk = pbytes ? rf_aligned_alloc(pbytes) : NULL;
             if (pk) rf_mat_pack(&W, pk);
@@ -202,7 +215,7 @@ int main(int argc, char **argv) {
                     if (si == 0 && di == 0) printf("SKIPPED: %s (cpu lacks it)\n", tnames[tier]);
                     continue;
                 }
-                for (int lay = 0; lay < (pk && tier <= RF_CPU_AVX512 ? 2 : 1); lay++) {
+                for (int lay = 0; lay < (pk && (tier <= RF_CPU_AVX512 || dt != RF_BF16) ? 2 : 1); lay++) {
                 W.packed = lay ? pk : NULL;
                 double s1 = 0;
                 for (int ni = 0; ni < n_ns; ni++) {
@@ -222,6 +235,7 @@ int main(int argc, char **argv) {
                     if (n == 1) s1 = s;
                     double gbs = wbytes / s / 1e9, gf = 2.0 * nw * n / s / 1e9, pk = g_peak[tier][dt];
                     if (lay && dt == RF_BF16 && tier >= 1) pk = g_peak[1][RF_F32]; /* packed bf16 at avx512: f32 FMAs */
+                    if (!lay && dt != RF_BF16 && tier == RF_CPU_AMX) pk = g_peak[1][dt]; /* row-major Q8_0 / Q4_0 at amx: vpdpbusd */
                     char shs[32], ratio[16] = "";
                     snprintf(shs, sizeof shs, "%dx%d", sh->rows, sh->cols);
                     if (s1 > 0) snprintf(ratio, sizeof ratio, "%.2f", s / s1);

@@ -3,6 +3,7 @@
  *
  *   bench_model_forward [--quick] [--dir /tmp/rfbench] [--8b DIR] [--tier avx2,avx512]
  *                       [--dtype bf16,q8_0,q4_0] [--decode N] [--model DIR] [--n 1,4,16,64]
+ *                       [--amx-int8 MIN_TOKENS]
  *
  * Writes (once, reused afterwards) a random Qwen3-0.6B-shaped bf16 checkpoint
  * under --dir and loads it through the normal mmap loader; Q8_0 / Q4_0 are
@@ -44,7 +45,7 @@ static int beyond_llc(double bytes) {
     return bytes > 2.0 * (double)(l3 > 0 ? l3 : 32L << 20);
 }
 
-static double g_gbs, g_peak[3][5]; /* [tier][dtype]; amx: avx512's peaks (no AMX probe) */
+static double g_gbs, g_peak[3][5]; /* [tier][dtype]; amx: the tile instructions' peaks */
 
 static size_t mat_bytes(const rf_mat *w) { return rf_dtype_row_bytes(w->dtype, w->cols) * w->rows; }
 
@@ -196,12 +197,13 @@ int main(int argc, char **argv) {
             }
         } else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--decode") && i + 1 < argc) n_gen = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--amx-int8") && i + 1 < argc) rf_matmul_set_amx_int8(atoi(argv[++i]));
         else if (!strcmp(argv[i], "--tier") && i + 1 < argc && (n_tiers = parse_list(argv[++i], tnames, 3, tiers, 3)) > 0) {
         } else if (!strcmp(argv[i], "--dtype") && i + 1 < argc &&
                    (n_dts = parse_list(argv[++i], dnames, 3, dts, 3)) > 0) {
         } else {
             fprintf(stderr, "usage: %s [--quick] [--dir DIR] [--8b DIR] [--tier avx2,avx512] "
-                            "[--dtype bf16,q8_0,q4_0] [--decode N] [--model DIR] [--n 1,4,16,64]\n", argv[0]);
+                            "[--dtype bf16,q8_0,q4_0] [--decode N] [--model DIR] [--n 1,4,16,64] [--amx-int8 MIN_TOKENS]\n", argv[0]);
             return 2;
         }
     }
@@ -221,8 +223,15 @@ int main(int argc, char **argv) {
         printf(", avx512 f32 FMA %.0f (packed bf16), avx512 bf16 dot %.0f, avx512 int8 VNNI %.0f", g_peak[1][RF_BF16],
                rf_peak_bf16_dot_avx512(), g_peak[1][RF_Q8_0]);
     }
-    printf("\n");
     for (int d = 0; d < 5; d++) g_peak[2][d] = g_peak[1][d];
+    if (rf_cpu_tier_detected() >= RF_CPU_AMX && rf_peak_bf16_tile_amx() > 0) {
+        /* amx: bf16 on TDPBF16PS; Q8_0 / Q4_0 on TDPBSUD with K = one 32-block (the packed weights of a wide call) */
+        g_peak[2][RF_BF16] = rf_peak_bf16_tile_amx();
+        g_peak[2][RF_Q8_0] = g_peak[2][RF_Q4_0] = rf_peak_i8_tile32_amx();
+        printf(", amx bf16 tdpbf16ps %.0f, amx int8 tdpbsud %.0f (K = 32: %.0f)", g_peak[2][RF_BF16],
+               rf_peak_i8_tile_amx(), g_peak[2][RF_Q8_0]);
+    }
+    printf("\n");
     char d16[3900];
     const char *what = "Qwen3-0.6B";
     int reps = quick ? 1 : 3;

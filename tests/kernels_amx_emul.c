@@ -1,7 +1,8 @@
-/* kernels_amx_emul.c - the amx tier's bf16 matmul (src/kernels/matmul_amx.c)
- * with its six tile operations emulated in C (RF_AMX_EMULATE: Intel's
- * pseudocode for LDTILECFG, TILEZERO, TILELOADD, TILESTORED, TDPBF16PS,
- * TILERELEASE), against the double-precision reference, on any CPU.
+/* kernels_amx_emul.c - the amx tier's bf16 and Q8_0 / Q4_0 matmuls
+ * (src/kernels/matmul_amx.c) with their tile operations emulated in C
+ * (RF_AMX_EMULATE: Intel's pseudocode for LDTILECFG, TILEZERO, TILELOADD,
+ * TILESTORED, TDPBF16PS, TDPBSUD, TILERELEASE), against double-precision
+ * references, on any CPU.
  *
  * This checks what the emulation can: the activation packing (16-token
  * groups, the pair layout of the B tile, hi/lo split), the A tiles read
@@ -63,6 +64,60 @@ static void run(rf_rng *g, int rows, int cols, int n, int single) {
     free(wd), free(X), free(Xr), free(Y), free(R), free(xp);
 }
 
+/* Q8_0 / Q4_0 on the int8 tiles (TDPBSUD emulated): rf_q_prep_amx's
+ * activations and W packed (rf_mat_pack) against an independent
+ * reference: the activations quantised here per 32-block (d = max|x| / 127,
+ * q = round-to-nearest-even(x / d), what the prep must compute), the
+ * weights dequantised per block, sum_b d_w d_x sum q w in double. The
+ * tile kernel's only rounding is the f32 scaling and sum: 1e-5 of
+ * sum |terms| (a wrong scale, block, row or token is of the order of 1).
+ * Rows [0, mid) and [mid, rows) as two threads' chunks (mid a multiple of
+ * 16: the packed kernel's ranges start on a panel). */
+static void run_q(rf_rng *g, rf_dtype dt, int rows, int cols, int n) {
+    const int nb = cols / 32;
+    size_t rb = rf_dtype_row_bytes(dt, cols);
+    uint8_t *wd = malloc(rb * rows);
+    float *tmp = malloc(sizeof(float) * cols), *wf = malloc(sizeof(float) * (size_t)rows * cols);
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++) tmp[c] = rf_rng_normal(g) * (1 + r % 3);
+        if (dt == RF_Q8_0) rf_quantize_row_q8_0(tmp, wd + r * rb, cols);
+        else rf_quantize_row_q4_0(tmp, wd + r * rb, cols);
+        if (dt == RF_Q8_0) rf_dequantize_row_q8_0(wd + r * rb, wf + (size_t)r * cols, cols);
+        else rf_dequantize_row_q4_0(wd + r * rb, wf + (size_t)r * cols, cols);
+    }
+    rf_mat W = {dt, wd, rows, cols, NULL};
+    void *pk = aligned_alloc(64, (rf_mat_pack_bytes(&W) + 63) / 64 * 64);
+    rf_mat_pack(&W, pk);
+    float *X = malloc(sizeof(float) * n * cols), *Y = malloc(sizeof(float) * n * rows);
+    for (int i = 0; i < n * cols; i++) X[i] = rf_rng_normal(g);
+    void *xp = malloc(emu_rf_q_prep_amx_bytes(n, cols));
+    emu_rf_q_prep_amx(xp, X, n, cols, dt);
+    int mid = rows > 16 ? rows / 32 * 16 : rows;
+    for (size_t i = 0; i < (size_t)n * rows; i++) Y[i] = NAN;
+    emu_rf_q_range_amx(Y, rows, xp, &W, n, 0, mid);
+    emu_rf_q_range_amx(Y, rows, xp, &W, n, mid, rows);
+    double worst = 0;
+    for (int t = 0; t < n; t++)
+        for (int r = 0; r < rows; r++) {
+            double ref = 0, mag = 0;
+            for (int b = 0; b < nb; b++) {
+                const float *x = X + (size_t)t * cols + b * 32;
+                float amax = 0;
+                for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+                const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+                for (int i = 0; i < 32; i++) {
+                    double term = (double)wf[(size_t)r * cols + b * 32 + i] * d * nearbyintf(x[i] * id);
+                    ref += term, mag += fabs(term);
+                }
+            }
+            double y = Y[(size_t)t * rows + r], e = y != y ? INFINITY : fabs(y - ref) / (mag + 1e-30);
+            worst = e > worst ? e : worst;
+        }
+    CHECK(worst <= 1e-5, "emulated amx %s rows=%d cols=%d n=%d: rel err %.3g of sum |terms|", rf_dtype_name(dt), rows,
+          cols, n, worst);
+    free(wd), free(tmp), free(wf), free(pk), free(X), free(Y), free(xp);
+}
+
 int main(void) {
     rf_rng g;
     rf_rng_seed(&g, 5);
@@ -75,7 +130,17 @@ int main(void) {
                 for (size_t ni = 0; ni < sizeof n_l / sizeof *n_l; ni++)
                     if ((double)rows_l[ri] * cols_l[ci] * n_l[ni] <= 4e6)
                         run(&g, rows_l[ri], cols_l[ci], n_l[ni], single);
-    printf("amx tile kernel (emulated tile operations): layout, packing and tails checked\n");
+    /* int8 tiles: ragged panels (rows), 1..3 token groups, 1..64 tokens per A tile set */
+    const int qrows_l[] = {1, 16, 17, 40, 113};
+    const int qcols_l[] = {32, 96, 1024};
+    const int qn_l[] = {1, 2, 15, 16, 17, 33, 64, 65};
+    for (int q = 0; q < 2; q++)
+        for (size_t ri = 0; ri < sizeof qrows_l / sizeof *qrows_l; ri++)
+            for (size_t ci = 0; ci < sizeof qcols_l / sizeof *qcols_l; ci++)
+                for (size_t ni = 0; ni < sizeof qn_l / sizeof *qn_l; ni++)
+                    if ((double)qrows_l[ri] * qcols_l[ci] * qn_l[ni] <= 2e6)
+                        run_q(&g, q ? RF_Q4_0 : RF_Q8_0, qrows_l[ri], qcols_l[ci], qn_l[ni]);
+    printf("amx tile kernel (emulated tile operations): bf16 and int8 layouts, packing and tails checked\n");
     if (rf_cpu_tier_detected() < RF_CPU_AMX)
         printf("SKIPPED: amx on hardware (skipped: no AMX on this CPU, or the OS does not grant it)\n");
     else

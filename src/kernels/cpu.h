@@ -10,9 +10,11 @@
  *           Cooper Lake / Sapphire Rapids and later, AMD Zen 4 and later. A
  *           CPU with AVX-512 but without BF16 + VNNI (Skylake-X) is avx2.
  *   amx     avx512 plus AMX-TILE/BF16/INT8 with the OS's permission. bf16
- *           weights run on TDPBF16PS tiles (matmul_amx.c, UNVERIFIED on AMX
- *           hardware: tested only through a C emulation of the tile ops);
- *           every other dtype runs the avx512 kernels. A build whose
+ *           weights run on TDPBF16PS tiles (matmul_amx.c; verified on an
+ *           AMX Xeon, and through a C emulation of the tile ops); packed
+ *           Q8_0 / Q4_0 can run on TDPBSUD tiles when asked
+ *           (rf_matmul_set_amx_int8; measured no faster than vpdpbusd);
+ *           every other case runs the avx512 kernels. A build whose
  *           compiler lacks -mamx-* has no AMX kernels: then amx runs as
  *           avx512 (rf_cpu_tier_name says "avx512").
  *
@@ -38,8 +40,8 @@ const char *rf_cpu_tier_name(void);
  * -1 and rf_last_error() when the CPU lacks it; the tier is unchanged. */
 int rf_cpu_set_tier(rf_cpu_tier t);
 /* A one-line note about REFUSION_CPU (a tier the CPU lacks, an unknown
- * name) or the amx tier (its kernels unverified, or absent from this
- * build), or "" when there is none. */
+ * name) or the amx tier (what its kernels measured, or that they are
+ * absent from this build), or "" when there is none. */
 const char *rf_cpu_note(void);
 
 #endif

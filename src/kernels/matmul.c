@@ -302,7 +302,7 @@ void rf_kernels_shutdown(void) {
 }
 
 /* Which kernel a call runs: per weight dtype and the active CPU tier. */
-typedef enum { PATH_NONE, PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX512_BF16, PATH_AVX512_FLOAT, PATH_AVX512_Q, PATH_AMX_BF16 } mm_path;
+typedef enum { PATH_NONE, PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX512_BF16, PATH_AVX512_FLOAT, PATH_AVX512_Q, PATH_AMX_BF16, PATH_AMX_Q } mm_path;
 
 /* amx tiles hold 16 tokens: calls of up to this many run the avx512 kernels,
  * which stream the weights faster (0.6B shape, bf16, 2 threads: n = 4 cost
@@ -318,6 +318,17 @@ static mm_path choose_path(rf_dtype dt, int cols, int n) {
     if (dt == RF_BF16) return avx512 ? PATH_AVX512_BF16 : PATH_AVX2_FLOAT;
     return avx512 ? PATH_AVX512_FLOAT : PATH_AVX2_FLOAT; /* f32, f16 */
 }
+
+/* amx: packed Q8_0 / Q4_0 calls of at least this many tokens run the int8
+ * tile kernel (matmul_amx.c); 0: never (the default, kernels.h
+ * rf_matmul_set_amx_int8). Measured on a Xeon with AMX: one thread, the
+ * 0.6B down shape (1024 x 3072), tiles 1.1-1.3x faster than vpdpbusd at 16
+ * and 64 tokens and 1.1-1.5x slower at 8 (a tile holds 16 tokens: 8 waste
+ * half of it); two threads, the 0.6B forward, as fast at 16 tokens and
+ * ~10% slower at 64 */
+static int g_amx_q_min_n = 0;
+
+void rf_matmul_set_amx_int8(int min_tokens) { g_amx_q_min_n = min_tokens > 0 ? min_tokens : 0; }
 
 /* bf16 activations at avx512: 1 = rounded to bf16 once (default), 0 =
  * hi/lo split; -1 = not read from REFUSION_BF16_ACT yet */
@@ -345,7 +356,17 @@ typedef struct {
  * the calling thread's scratch */
 static mm_prep prepare(const float *X, const rf_mat *W, int n) {
     mm_prep p = {choose_path(W->dtype, W->cols, n), X, 0};
-    if (p.path == PATH_AVX2_Q) {
+    /* amx, when asked: Q8_0 / Q4_0 calls of g_amx_q_min_n tokens or more on
+     * packed W run on int8 tiles; the others stream W through vpdpbusd */
+    if (p.path == PATH_AVX512_Q && W->packed && g_amx_q_min_n && n >= g_amx_q_min_n &&
+        rf_cpu_tier_active() == RF_CPU_AMX)
+        p.path = PATH_AMX_Q;
+    if (p.path == PATH_AMX_Q) {
+        void *b = prep_buf(rf_q_prep_amx_bytes(n, W->cols));
+        if (!b) return (mm_prep){PATH_NONE, X, 0};
+        rf_q_prep_amx(b, X, n, W->cols, W->dtype);
+        p.xp = b;
+    } else if (p.path == PATH_AVX2_Q) {
         void *b = prep_buf(rf_q_prep_avx2_bytes(n, W->cols));
         if (!b) return (mm_prep){PATH_NONE, X, 0};
         rf_q_prep_avx2(b, X, n, W->cols);
@@ -427,6 +448,7 @@ static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, co
         else
             rf_bf16_range_amx(Y, ldy, p->xp, V, n, a, b, p->single);
         break;
+    case PATH_AMX_Q: rf_q_range_amx(Y, ldy, p->xp, V, n, a, b); break;
     default: {
         if (V->packed && V->dtype == RF_BF16) {
             rf_bf16p_range_avx2(Y, ldy, X, V, n, a, b);

@@ -1,13 +1,29 @@
-/* matmul_amx.c - the amx tier's bf16 matmul with AMX tiles (TDPBF16PS).
+/* matmul_amx.c - the amx tier's matmuls on AMX tiles: bf16 weights with
+ * TDPBF16PS, and packed Q8_0 / Q4_0 weights with TDPBSUD (below the int8
+ * part; only when asked, kernels.h rf_matmul_set_amx_int8: it measured no
+ * faster than the avx512 vpdpbusd kernel, which runs by default).
  *
- * Verified on an Intel Xeon with AMX (tests/kernels_matmul at tier amx against
- * the double-precision reference); its speed has not been measured. The code
+ * Verified on an Intel Xeon with AMX (tests/kernels_matmul and
+ * tests/kernels_quant at tier amx against their references). Measured
+ * there (2026-12-02, 2 threads, results/kernels_amx.txt): a 0.6B-shape bf16
+ * forward of 64 tokens costs 2.45x a 1-token one (avx512: 6.3x), 16 tokens
+ * 1.25x (avx512: 2.25x); the bf16 kernel reaches ~10% of the TDPBF16PS probe
+ * (roofline_amx.c): it streams W once per call, the tile unit mostly
+ * waits. The int8 kernel is on par with the avx512 vpdpbusd kernel (within
+ * +-5% on the 0.6B layer shapes at 16-64 tokens, 13-14% of the TDPBSUD
+ * K = 32 probe): per-block scales need a tile store and an AVX-512
+ * rescale per 16 x 16 x 32 TDP. The code
  * compiles in every build (per-file -mamx-* flags, CMakeLists.txt; stubs
  * when the compiler lacks them) and is chosen only when kernels/cpu.c finds
  * AMX-TILE/BF16/INT8 and the OS grants the tile data (arch_prctl). Its
  * layout and indexing are also tested on any CPU by tests/kernels_amx_emul.c,
  * which compiles this file with RF_AMX_EMULATE: the six tile operations
  * below are then plain C following Intel's pseudocode.
+ *
+ * A loaded model's bf16 matrices are packed: they run on the packed-panel
+ * kernel further below ("bf16, packed weights"), which holds the measured
+ * figures since it replaced this one there; this one serves matrices
+ * without a packed copy.
  *
  * Y[t, r] = sum_k X[t, k] W[r, k] as tiles (palette 1, 16 rows x 64 bytes):
  *   A (tmm4)      16 weight rows x 32 bf16, loaded straight from the row-major
@@ -23,10 +39,12 @@
  * tiles to rr rows (a tile load must not read past the matrix).
  * Columns must be a multiple of 32 (rf_matmul sends other shapes to the
  * avx512 kernel). */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/quant.h"
 #include "kernels/matmul_impl.h"
 #include "util/util.h"
 
@@ -76,6 +94,18 @@ static void TDP(int c, int a, int b) {
             memcpy(&emu_tile[c][m][4 * n], &s, 4);
         }
 }
+/* C[m][n] += sum_k sum_i A[m][4k+i] B[k][4n+i], A signed and B unsigned
+ * bytes, C int32 (TDPBSUD) */
+static void TDPI(int c, int a, int b) {
+    for (int m = 0; m < emu_cfg.rows[a]; m++)
+        for (int n = 0; n < emu_cfg.colsb[b] / 4; n++) {
+            int32_t s;
+            memcpy(&s, &emu_tile[c][m][4 * n], 4);
+            for (int k = 0; k < emu_cfg.colsb[a] / 4; k++)
+                for (int i = 0; i < 4; i++) s += (int8_t)emu_tile[a][m][4 * k + i] * (int32_t)emu_tile[b][k][4 * n + i];
+            memcpy(&emu_tile[c][m][4 * n], &s, 4);
+        }
+}
 #else
 #include <immintrin.h>
 #define TCFG(c) _tile_loadconfig(c)
@@ -84,6 +114,7 @@ static void TDP(int c, int a, int b) {
 #define TLOAD(t, p, s) _tile_loadd(t, p, s)
 #define TSTORE(t, p, s) _tile_stored(t, p, s)
 #define TDP(c, a, b) _tile_dpbf16ps(c, a, b)
+#define TDPI(c, a, b) _tile_dpbsud(c, a, b)
 #endif
 
 int AMXFN(rf_amx_built)(void) { return 1; }
@@ -98,6 +129,7 @@ size_t AMXFN(rf_bf16_prep_amx_bytes)(int n, int cols, int single) {
 void AMXFN(rf_bf16_prep_amx)(void *xp, const float *X, int n, int cols, int single) {
     const int nk = cols / 32, H = single ? 1 : 2;
     uint16_t *o = xp;
+#ifdef RF_AMX_EMULATE
     for (int g = 0; g < (n + 15) / 16; g++)
         for (int kc = 0; kc < nk; kc++)
             for (int h = 0; h < H; h++, o += 512)
@@ -109,6 +141,29 @@ void AMXFN(rf_bf16_prep_amx)(void *xp, const float *X, int n, int cols, int sing
                             uint16_t hi = rf_f32_to_bf16(v);
                             o[kp * 32 + 2 * t + j] = h == 0 ? hi : rf_f32_to_bf16(v - rf_bf16_to_f32(hi));
                         }
+#else
+    /* per token: its 32 values as 16 bf16 pairs (vcvtne2ps2bf16, round to
+     * nearest even as rf_f32_to_bf16), scattered to the pairs' rows. The
+     * scalar loop it replaces (kept above for the emulated test) ran on one
+     * thread while the others waited: a 64-token 0.6B forward took 123 ms
+     * with it and 105 ms with this (results/kernels_amx.txt) */
+    const __m512i rows = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+    for (int g = 0; g < (n + 15) / 16; g++)
+        for (int kc = 0; kc < nk; kc++, o += H * 512)
+            for (int t = 0; t < 16; t++) {
+                const int tok = g * 16 + t;
+                __m512 a = _mm512_setzero_ps(), b = a;
+                if (tok < n) a = _mm512_loadu_ps(X + (size_t)tok * cols + kc * 32), b = _mm512_loadu_ps(X + (size_t)tok * cols + kc * 32 + 16);
+                __m512i hi = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+                _mm512_i32scatter_epi32(o + 2 * t, rows, hi, 4);
+                if (H == 2) { /* the rest, rounded again */
+                    __m512 ha = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hi)), 16));
+                    __m512 hb = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hi, 1)), 16));
+                    __m512i lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha));
+                    _mm512_i32scatter_epi32(o + 512 + 2 * t, rows, lo, 4);
+                }
+            }
+#endif
 }
 
 /* One 16-row group x GN (1..4) token groups starting at token group g0:
@@ -178,6 +233,224 @@ void AMXFN(rf_bf16_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat
     TRELEASE();
 }
 
+/* ---- Q8_0 / Q4_0: int8 tiles ----------------------------------------------
+ * TDPBSUD (A signed, B unsigned bytes, C int32) with K = 64 bytes per
+ * instruction, of which 32 are one 32-block of the weights:
+ * A (tmm4, 5)   16 tokens x 64 bytes: the block's int8 activations q
+ *               (rounded as the avx512 prep rounds them) and then -q,
+ *               loaded in place from the prepared blocks (stride = one
+ *               token's blocks)
+ * B (tmm6, 7)   16 rows of 64 bytes, one 16-row panel: rows 0..7 the
+ *               panel's block as packed (matmul_pack.c: row k = the 4
+ *               weights of columns 4k..4k+3 of the 16 rows, as unsigned
+ *               bytes w + off, off = 128 for Q8_0 and 8 for Q4_0 whose
+ *               nibbles are unpacked to bytes), rows 8..15 all off; copied
+ *               to a buffer once per block for every token group, one
+ *               block ahead (a tile load of bytes the vector unit has just
+ *               stored stalls the tile unit ~35 cycles, measured). So C =
+ *               sum q (w + off) + sum (-q) off = sum q w: the weights'
+ *               offset cancels inside the tile, for free (a TDP costs the
+ *               same with K = 32 as with 64, measured by the probe,
+ *               roofline_amx.c).
+ * C (tmm0..3)   16 tokens x 16 rows of int32: 2 token groups x 2 panels.
+ * The scales are per 32-block, so a C tile holds one block's dot products:
+ * after each block it is stored and scaled into f32 accumulators with
+ * AVX-512 (cvt(c) * (d_w * d_x), the avx512 kernel's arithmetic). The
+ * next step's TDPs are issued before that scaling, so the tile unit works
+ * while the vector units scale (a plain loop waited for each step's tile
+ * results: ~3x slower). Up to 4 token groups (64 tokens) share each B
+ * load; W streams once per 64 tokens. */
+
+/* The prepared activations: per token and block 64 bytes, q and then -q,
+ * ordered by token group of 16, block, token (an A tile is 1 KB in one
+ * piece, not 16 rows a power of two apart); then the f32 scales d_x in the
+ * same order; tokens padded with zeros to whole groups */
+size_t AMXFN(rf_q_prep_amx_bytes)(int n, int cols) { return (size_t)((n + 15) / 16) * 16 * (cols / RF_QK) * (64 + 4); }
+
+/* d = max|x| / 127, q = x * (1 / d) rounded to nearest even: the rounding of
+ * rf_q8p_prep_avx512 (so the tiers' answers agree bit for bit) */
+void AMXFN(rf_q_prep_amx)(void *xp, const float *X, int n, int cols, rf_dtype wdt) {
+    const int nb = cols / RF_QK, np = (n + 15) / 16 * 16;
+    int8_t *q0 = xp;
+    float *dx = (float *)(q0 + (size_t)np * nb * 64);
+    for (int t = 0; t < n; t++)
+        for (int b = 0; b < nb; b++) {
+            const size_t at = ((size_t)(t / 16) * nb + b) * 16 + t % 16;
+            int8_t *o = q0 + at * 64;
+            const float *x = X + (size_t)t * cols + b * RF_QK;
+#ifdef RF_AMX_EMULATE
+            float amax = 0;
+            for (int i = 0; i < RF_QK; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+            const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+            for (int i = 0; i < RF_QK; i++) o[i] = (int8_t)lrintf(x[i] * id), o[32 + i] = (int8_t)-o[i];
+#else
+            __m512 a = _mm512_loadu_ps(x), c = _mm512_loadu_ps(x + 16);
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
+            const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+            __m512i qa = _mm512_cvtps_epi32(
+                _mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            __m512i qc = _mm512_cvtps_epi32(
+                _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            __m512i z = _mm512_setzero_si512();
+            _mm_storeu_si128((__m128i *)o, _mm512_cvtepi32_epi8(qa));
+            _mm_storeu_si128((__m128i *)(o + 16), _mm512_cvtepi32_epi8(qc));
+            _mm_storeu_si128((__m128i *)(o + 32), _mm512_cvtepi32_epi8(_mm512_sub_epi32(z, qa)));
+            _mm_storeu_si128((__m128i *)(o + 48), _mm512_cvtepi32_epi8(_mm512_sub_epi32(z, qc)));
+#endif
+            dx[at] = d;
+        }
+    for (int t = n; t < np; t++) /* zero tokens up to a whole group: C rows of 0 */
+        for (int b = 0; b < nb; b++) {
+            const size_t at = ((size_t)(t / 16) * nb + b) * 16 + t % 16;
+            memset(q0 + at * 64, 0, 64);
+            dx[at] = 0;
+        }
+}
+
+/* acc[t][i] (+)= c[t][i] * (dw[i] * dx[t]) for one token group's 16
+ * tokens t and the panel's 16 rows i */
+static inline __attribute__((always_inline)) void q_scale(float *acc, const int32_t *c, const float *dx, const float *dw, int first) {
+#ifdef RF_AMX_EMULATE
+    for (int t = 0; t < 16; t++)
+        for (int i = 0; i < 16; i++) {
+            float v = (float)c[t * 16 + i] * (dw[i] * dx[t]);
+            acc[t * 16 + i] = first ? v : acc[t * 16 + i] + v;
+        }
+#else
+    const __m512 w = _mm512_loadu_ps(dw);
+    for (int t = 0; t < 16; t++) {
+        __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512(c + t * 16)), s = _mm512_mul_ps(w, _mm512_set1_ps(dx[t]));
+        _mm512_store_ps(acc + t * 16, first ? _mm512_mul_ps(v, s) : _mm512_fmadd_ps(v, s, _mm512_load_ps(acc + t * 16)));
+    }
+#endif
+}
+
+/* a panel block as B-tile rows 0..7 of bytes (Q8_0: the 8 vectors as
+ * they are; Q4_0: its 4 vectors, lane r byte k = columns 4v + k (low
+ * nibble) and 16 + 4v + k (high) of row r, unpacked to rows v and 4 + v) */
+static inline void b_fill(uint8_t *o, const uint8_t *w, int q8) {
+#ifdef RF_AMX_EMULATE
+    if (q8) memcpy(o, w, 512);
+    else
+        for (int i = 0; i < 256; i++) o[i] = w[i] & 15, o[256 + i] = w[i] >> 4;
+#else
+    if (q8)
+        for (int v = 0; v < 8; v++) _mm512_store_si512(o + 64 * v, _mm512_loadu_si512(w + 64 * v));
+    else {
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        for (int v = 0; v < 4; v++) {
+            __m512i q = _mm512_loadu_si512(w + 64 * v);
+            _mm512_store_si512(o + 64 * v, _mm512_and_si512(q, m4));
+            _mm512_store_si512(o + 256 + 64 * v, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+        }
+    }
+#endif
+}
+
+void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
+    const int nb = W->cols / RF_QK, q8 = W->dtype == RF_Q8_0, ng = (n + 15) / 16;
+    const size_t block = q8 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK, scales = q8 ? 512 : 256;
+    const size_t panel = (size_t)nb * block;
+    const uint8_t *pk = W->packed;
+    const int8_t *X = xp;
+    const float *DX = (const float *)(X + (size_t)ng * 16 * nb * 64);
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* C 0-3, A 4-5, B 6-7 */
+    float acc[4][2][256] __attribute__((aligned(64)));
+    int32_t cbuf[4][256] __attribute__((aligned(64)));
+    uint8_t wq[2][2][1024] __attribute__((aligned(64))); /* [block parity][panel] */
+    memset(wq, q8 ? 128 : 8, sizeof wq); /* rows 8..15: the offset, times -q in A */
+    TCFG(&cfg);
+    for (int r = a; r < b; r += 32) {
+        const int P = b - r > 16 ? 2 : 1;
+        const uint8_t *w = pk + (size_t)(r / 16) * panel;
+        for (int g0 = 0; g0 < ng; g0 += 4) {
+            const int G = ng - g0 < 4 ? ng - g0 : 4, S = nb * G * P;
+#define TDP_CASE(C, A, B)                                                                                 case (C) * 4 + ((A) - 4) * 2 + ((B) - 6):                                                                 TZERO(C);                                                                                             TDPI(C, A, B);                                                                                        break;
+#define TDP_CASES(C) TDP_CASE(C, 4, 6) TDP_CASE(C, 4, 7) TDP_CASE(C, 5, 6) TDP_CASE(C, 5, 7)
+            /* step s: C tile s % 4 = block k, token group g0 + g, panel p, in
+             * that order (p fastest); counters, not divisions, per step */
+#define ISSUE(k_, g_, p_, c_)                                                                         \
+    do {                                                                                              \
+        if ((g_) == 0 && (p_) == 0) {                                                                 \
+            TLOAD(6, wq[(k_) & 1][0], 64);                                                            \
+            if (P > 1) TLOAD(7, wq[(k_) & 1][1], 64);                                                 \
+            if ((k_) + 1 < nb) B_FILL((k_) + 1);                                                      \
+        }                                                                                             \
+        if ((p_) == 0) {                                                                              \
+            const int8_t *x_ = X + ((size_t)(g0 + (g_)) * nb + (k_)) * 16 * 64;                       \
+            if ((g_) & 1) TLOAD(5, x_, 64);                                                           \
+            else TLOAD(4, x_, 64);                                                                    \
+        }                                                                                             \
+        switch ((c_) * 4 + ((g_) & 1) * 2 + (p_)) { /* A tile 4 + (g & 1), B 6 + p; immediates */     \
+        TDP_CASES(0) TDP_CASES(1) TDP_CASES(2) TDP_CASES(3)                                           \
+        }                                                                                             \
+    } while (0)
+#define NEXT(k_, g_, p_)                                                                              \
+    do {                                                                                              \
+        if (++(p_) == P) {                                                                            \
+            (p_) = 0;                                                                                 \
+            if (++(g_) == G) (g_) = 0, (k_)++;                                                        \
+        }                                                                                             \
+    } while (0)
+#define B_FILL(k_)                                                                                    \
+    do {                                                                                              \
+        b_fill(wq[(k_) & 1][0], w + (size_t)(k_) * block, q8);                                        \
+        if (P > 1) b_fill(wq[(k_) & 1][1], w + panel + (size_t)(k_) * block, q8);                     \
+    } while (0)
+            /* 3 steps ahead: a TDP's result is stored while the next 3 run */
+            B_FILL(0);
+            int ki = 0, gi = 0, pi = 0, k = 0, g = 0, p = 0;
+            for (int s = 0; s < 3 && s < S; s++) {
+                ISSUE(ki, gi, pi, s);
+                NEXT(ki, gi, pi);
+            }
+            /* step s's C is scaled 2 steps after its store, so that the
+             * vector loads do not wait right behind the tile store (one
+             * thread, 1024 x 1024, 64 tokens: 0.213 ms against 0.221) */
+#define SCALE()                                                                                       \
+    do {                                                                                              \
+        q_scale(acc[g][p], cbuf[sc & 3], DX + ((size_t)(g0 + g) * nb + k) * 16,                       \
+                (const float *)(w + (size_t)p * panel + (size_t)k * block + scales), k == 0);         \
+        NEXT(k, g, p);                                                                                \
+        sc++;                                                                                         \
+    } while (0)
+            int sc = 0;
+            for (int s = 0; s < S; s++) {
+                int32_t *cb = cbuf[s & 3];
+                switch (s & 3) { /* the tile number must be a constant */
+                case 0: TSTORE(0, cb, 64); break;
+                case 1: TSTORE(1, cb, 64); break;
+                case 2: TSTORE(2, cb, 64); break;
+                default: TSTORE(3, cb, 64); break;
+                }
+                if (s + 3 < S) {
+                    ISSUE(ki, gi, pi, (s + 3) & 3);
+                    NEXT(ki, gi, pi);
+                }
+                if (s >= 2) SCALE();
+            }
+            while (sc < S) SCALE();
+#undef SCALE
+#undef NEXT
+#undef B_FILL
+#undef ISSUE
+#undef TDP_CASES
+#undef TDP_CASE
+            for (int gi = 0; gi < G; gi++)
+                for (int p = 0; p < P; p++) {
+                    const int rows = b - r - 16 * p < 16 ? b - r - 16 * p : 16;
+                    for (int t = 0; t < 16 && (g0 + gi) * 16 + t < n; t++)
+                        memcpy(Y + (size_t)((g0 + gi) * 16 + t) * ldy + r + 16 * p, acc[gi][p] + t * 16,
+                               sizeof(float) * rows);
+                }
+        }
+    }
+    TRELEASE();
+}
+
 /* ---- bf16, packed weights ------------------------------------------------
  * The loaders keep bf16 weights only in the packed panel layout
  * (matmul_pack.c) and hand the row-major pages back to the kernel, so this
@@ -201,6 +474,7 @@ size_t AMXFN(rf_bf16p_prep_amx_bytes)(int n, int cols, int single) {
 void AMXFN(rf_bf16p_prep_amx)(void *xp, const float *X, int n, int cols, int single) {
     const size_t n16 = (size_t)((n + 15) / 16) * 16;
     uint16_t *hi = xp, *lo = hi + n16 * cols;
+#ifdef RF_AMX_EMULATE
     for (size_t t = 0; t < n16; t++)
         for (int c = 0; c < cols; c++) {
             float v = t < (size_t)n ? X[t * cols + c] : 0.0f;
@@ -208,6 +482,22 @@ void AMXFN(rf_bf16p_prep_amx)(void *xp, const float *X, int n, int cols, int sin
             hi[t * cols + c] = h;
             if (!single) lo[t * cols + c] = rf_f32_to_bf16(v - rf_bf16_to_f32(h));
         }
+#else
+    /* 32 values at a time (vcvtne2ps2bf16: round to nearest even, as
+     * rf_f32_to_bf16); the tokens past n zero */
+    for (size_t t = 0; t < n16; t++)
+        for (int c = 0; c < cols; c += 32) {
+            __m512 a = _mm512_setzero_ps(), b = a;
+            if (t < (size_t)n) a = _mm512_loadu_ps(X + t * cols + c), b = _mm512_loadu_ps(X + t * cols + c + 16);
+            __m512i h = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+            _mm512_storeu_si512(hi + t * cols + c, h);
+            if (!single) {
+                __m512 ha = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(h)), 16));
+                __m512 hb = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(h, 1)), 16));
+                _mm512_storeu_si512(lo + t * cols + c, (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha)));
+            }
+        }
+#endif
 }
 
 #define DPP_GROUP(C)                                                                                  \
@@ -275,6 +565,9 @@ int AMXFN(rf_amx_built)(void) { return 0; }
 size_t AMXFN(rf_bf16_prep_amx_bytes)(int n, int cols, int single) { return 0; }
 void AMXFN(rf_bf16_prep_amx)(void *xp, const float *X, int n, int cols, int single) {}
 void AMXFN(rf_bf16_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single) {}
+size_t AMXFN(rf_q_prep_amx_bytes)(int n, int cols) { return 0; }
+void AMXFN(rf_q_prep_amx)(void *xp, const float *X, int n, int cols, rf_dtype wdt) {}
+void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {}
 size_t AMXFN(rf_bf16p_prep_amx_bytes)(int n, int cols, int single) { return 0; }
 void AMXFN(rf_bf16p_prep_amx)(void *xp, const float *X, int n, int cols, int single) {}
 void AMXFN(rf_bf16p_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b,

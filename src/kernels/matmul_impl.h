@@ -67,7 +67,7 @@ size_t rf_q_prep_avx512_bytes(int n, int cols);
 void rf_q_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt);
 void rf_q_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 
-/* ---- amx (matmul_amx.c, compiled with AMX flags; UNVERIFIED on hardware) ---- */
+/* ---- amx (matmul_amx.c, compiled with AMX and AVX-512 flags) ---- */
 /* 1 when the AMX kernels were compiled (the compiler knows -mamx-*), else 0
  * and the amx tier is never chosen */
 int rf_amx_built(void);
@@ -80,6 +80,13 @@ void rf_bf16_range_amx(float *Y, size_t ldy, const void *xp, const rf_mat *W, in
 size_t rf_bf16p_prep_amx_bytes(int n, int cols, int single);
 void rf_bf16p_prep_amx(void *xp, const float *X, int n, int cols, int single);
 void rf_bf16p_range_amx(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
+/* Q8_0 / Q4_0 with W in 16-row panels (rf_mat_pack) on TDPBSUD tiles; the
+ * activations rounded as rf_q8p_prep_avx512 rounds them, in a tile layout
+ * (q and -q per block, groups of 16 tokens); a is a multiple of 16. The
+ * prep does not depend on the weight dtype (wdt is unused) */
+size_t rf_q_prep_amx_bytes(int n, int cols);
+void rf_q_prep_amx(void *xp, const float *X, int n, int cols, rf_dtype wdt);
+void rf_q_range_amx(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 
 /* tokens per block so that `bytes_per_token` x block stays in L2 (multiple of 4, >= 4) */
 static inline int rf_token_block(size_t bytes_per_token) {

@@ -24,5 +24,13 @@ double rf_peak_i8_maddubs_avx2(void);
 double rf_peak_f32_fma_avx512(void);
 double rf_peak_bf16_dot_avx512(void);
 double rf_peak_i8_vnni_avx512(void);
+/* amx (roofline_amx.c): TDPBF16PS (16 x 16 x 32 bf16 multiply-adds per
+ * instruction) and TDPBSUD (16 x 16 x 64 int8 ones), full tiles; and
+ * TDPBSUD with K = 32 bytes (one 32-block, what the Q8_0 / Q4_0 tile
+ * kernel issues; counted as 16 x 16 x 32). 6 accumulator tiles per
+ * thread. Only when the tier is amx; 0 from a build without AMX kernels. */
+double rf_peak_bf16_tile_amx(void);
+double rf_peak_i8_tile_amx(void);
+double rf_peak_i8_tile32_amx(void);
 
 #endif
