@@ -131,8 +131,8 @@ print(f"serve_batch: batch occupancy {metric('batch_rows_per_call'):.2f} rows pe
 sys.exit(1 if fails else 0)
 EOF
 rc=$?
-kill -TERM "$SPID" "$SPID2" 2>/dev/null
-wait "$SPID" "$SPID2" 2>/dev/null
+rf_serve_stop "$SPID" "$T/server.log" || rc=1
+rf_serve_stop "$SPID2" "$T/server2.log" || rc=1
 SPID=""
 [ $rc -eq 0 ] || { echo "server log tail:" >&2; tail -5 "$T/server.log" >&2; }
 exit $rc

@@ -154,8 +154,9 @@ print(f"serve_batch_rolling: {len(reqs)} answers compared; {metric('batch_rollin
 sys.exit(1 if fails else 0)
 EOF
 rc=$?
-kill -TERM "$SPID" "$SPID2" "$SPID3" 2>/dev/null
-wait "$SPID" "$SPID2" "$SPID3" 2>/dev/null
+rf_serve_stop "$SPID" "$T/server.log" || rc=1
+rf_serve_stop "$SPID2" "$T/solo.log" || rc=1
+rf_serve_stop "$SPID3" "$T/cache.log" || rc=1
 SPID=""
 [ $rc -eq 0 ] || { echo "server log tail:" >&2; tail -5 "$T/server.log" >&2; }
 exit $rc

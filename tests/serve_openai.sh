@@ -265,8 +265,7 @@ async function status(f) { try { await f(); return 200; } catch (e) { return e; 
 })().catch(e => { console.log('FAIL: ' + (e.stack || e)); process.exit(1); });
 EOF
 rc=$?
-kill -TERM "$SPID" 2>/dev/null
-wait "$SPID" 2>/dev/null
+rf_serve_stop "$SPID" "$T/server.log" || rc=1
 SPID=""
 [ $rc -eq 0 ] || { echo "server log tail:" >&2; tail -5 "$T/server.log" >&2; }
 exit $rc

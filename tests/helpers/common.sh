@@ -68,5 +68,26 @@ rf_serve_start() {
   URL=http://127.0.0.1:$PORT
 }
 
+# rf_serve_stop PID LOG: SIGTERM, up to 30 s for the running generations to
+# finish, then the server's exit status must be 0 (in the ASan build that
+# also says LeakSanitizer found nothing). Otherwise a FAIL line (with the
+# log's last lines) and status 1.
+rf_serve_stop() {
+  local pid=$1 log=$2 st
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "FAIL: the server ($log) did not stop within 30 s of SIGTERM" >&2
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    return 1
+  fi
+  wait "$pid" 2>/dev/null
+  st=$?
+  [ $st -eq 0 ] && return 0
+  echo "FAIL: the server ($log) exited $st after SIGTERM: $(grep -v 'POST\|GET' "$log" | tail -n 5)" >&2
+  return 1
+}
+
 # js FILE SCRIPT: node runs SCRIPT with d = the JSON in FILE; prints what it prints
 js() { node -e "const d = JSON.parse(require('fs').readFileSync(process.argv[1], 'utf8')); $2" "$1"; }
