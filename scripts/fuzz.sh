@@ -34,7 +34,7 @@ for src in src/{util,io,kernels,model,tokenizer,decode,train,tasks,api,serve}/*.
   extra="" # the per-file flags of CMakeLists.txt
   case $src in
     *_avx512.c) extra="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni" ;;
-    *_amx.c) extra="-mamx-tile -mamx-bf16" ;;
+    *_amx.c) extra="-mamx-tile -mamx-bf16 -mamx-int8 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16" ;;
     src/io/quant.c) extra="-ffp-contract=off" ;;
   esac
   # stale when its source or any header is newer (a changed struct layout)
