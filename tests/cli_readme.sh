@@ -4,8 +4,9 @@
 # directory holding the repository's models/ and tests/, with ./build/refusion the
 # binary under test) and exits 0, except the ones too big or slow for CI or
 # interactive: 0.6B / 8B checkpoints, training, the paper's checkpoint,
-# `eval` and `probe` over 30 examples (minutes on a loaded 2-core machine;
-# tests/cli_tasks.sh and cli_probe.sh run both), `chat` (cli_options.sh
+# `eval` and `probe` over 30 examples and `distill` over a training set
+# (minutes on a loaded 2-core machine; tests/cli_tasks.sh, cli_probe.sh and
+# cli_distill.sh run them), `chat` (cli_options.sh
 # drives it in a pseudo-terminal), scripts/*. The HTTP block runs against the server it starts (its
 # port moved to a free one); the demo model's answers must be right: the
 # code task's function, the streamed answer cut before the "return" stop,
@@ -28,7 +29,7 @@ cd "$W" || exit 1
 for page in "$SRC/README.md" "$SRC"/docs/*.md; do
   grep -E '^    (\./build/refusion |echo .*\| \./build/refusion |curl )' "$page" | sed 's/^    //'
 done >"$T/all"
-grep -vE -- '--preset (0\.6b|8b)|/tmp/qwen3-8b|runs/paper/| train | chat | eval | probe |scripts/' "$T/all" >"$T/run"
+grep -vE -- '--preset (0\.6b|8b)|/tmp/qwen3-8b|runs/paper/| train | chat | eval | probe | distill |scripts/' "$T/all" >"$T/run"
 [ "$(wc -l <"$T/run")" -ge 10 ] && ok || bad "only $(wc -l <"$T/run") README/docs commands found"
 PORT=$((20000 + $$ % 20000))
 n=0

@@ -15,6 +15,7 @@ int cmd_train(int argc, char **argv);          /* ReFusion / AR / MDM training *
 int cmd_tasks(int argc, char **argv);          /* generate the task suite */
 int cmd_eval(int argc, char **argv);           /* evaluate a model on a task set */
 int cmd_probe(int argc, char **argv);          /* teacher-forced view of the two heads */
+int cmd_distill(int argc, char **argv);        /* greedy AR answers as a training file */
 int cmd_logits(int argc, char **argv);         /* raw logits + greedy continuation (JSON) */
 int cmd_serve(int argc, char **argv);          /* HTTP server, OpenAI-style API */
 

@@ -30,6 +30,7 @@ static const command commands[] = {
     {"train", cmd_train, "train a model (refusion | ar | mdm objective)"},
     {"tasks", cmd_tasks, "write the task suite (train/test JSON)"},
     {"eval", cmd_eval, "evaluate a model with a decoder on a task set"},
+    {"distill", cmd_distill, "self-distillation data: the model's greedy AR answers as a training file"},
     {"probe", cmd_probe, "teacher-forced accuracy of the AR and mask heads per position class"},
     {"logits", cmd_logits, "raw next-token logits and the greedy continuation of ids, as JSON"},
     {"serve", cmd_serve, "serve the model over HTTP (OpenAI-style completions API)"},
