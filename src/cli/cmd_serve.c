@@ -2,6 +2,9 @@
  * requests with it until SIGINT / SIGTERM (see src/serve/serve.h). */
 #include <errno.h>
 #include <fcntl.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <omp.h>
 #include <signal.h>
 #include <stddef.h>
@@ -213,6 +216,17 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
+#ifdef __GLIBC__
+    /* Every generation allocates its KV cache (megabytes: the 0.6B shape's
+     * is 11 MB for 48 tokens) and frees it when done. By default glibc
+     * serves such blocks with fresh mmaps, or trims them off the heap when
+     * freed, so the next request's cache page-faults in again, the kernel
+     * clearing every page while the batched call waits for the scheduler
+     * thread (about 2% of the 8-client wall time on the 0.6B shape). Kept in
+     * the heap, freed caches are reused as they are. */
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+#endif
     rf_server *s = rf_serve_start(m, tok, &c);
     pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
     if (!s) {

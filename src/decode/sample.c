@@ -57,8 +57,11 @@ static int by_prob_desc(const void *a, const void *b) {
 
 /* temperature, then top-k, then top-p, then min-p (the Hugging Face order) */
 static int sample_core(const float *l, int V, float T, int top_k, float top_p, float min_p, rf_rng *rng) {
+    if (T <= 0.0f) { /* greedy: the argmax alone (no pass of exps over the vocab) */
+        float max;
+        return rf_argmax(l, V, &max);
+    }
     rf_logit_stats st = rf_logits_stats(l, V);
-    if (T <= 0.0f) return st.argmax;
     prob_id *c = rf_scoped_malloc((size_t)V * sizeof *c);
     double sum = 0;
     for (int i = 0; i < V; i++) {
