@@ -1840,8 +1840,9 @@ static val arith(J *j, const jnode *at, const char *op, val a, val b) {
     }
     if (o == '+' && a.t == T_LIST && b.t == T_LIST) {
         jlist *l = new_list(j, a.l->n + b.l->n);
-        memcpy(l->v, a.l->v, a.l->n * sizeof(val));
-        memcpy(l->v + a.l->n, b.l->v, b.l->n * sizeof(val));
+        /* (an empty list may hold no array: memcpy must not see NULL) */
+        if (a.l->n) memcpy(l->v, a.l->v, a.l->n * sizeof(val));
+        if (b.l->n) memcpy(l->v + a.l->n, b.l->v, b.l->n * sizeof(val));
         l->n = a.l->n + b.l->n;
         val r = vlist(l);
         r.tuple = a.tuple;
@@ -2371,7 +2372,7 @@ static val apply_filter(J *j, frame *f, const jnode *at, const char *nm, size_t 
     }
     if (IS("list")) {
         jlist *l = iter_list(j, at, x), *c = new_list(j, l->n);
-        memcpy(c->v, l->v, l->n * sizeof(val));
+        if (l->n) memcpy(c->v, l->v, l->n * sizeof(val)); /* an empty list may hold no array */
         c->n = l->n;
         return vlist(c);
     }
@@ -2438,7 +2439,7 @@ static val apply_filter(J *j, frame *f, const jnode *at, const char *nm, size_t 
         jlist *in = iter_list(j, at, x), *out = new_list(j, in->n);
         int rev = truthy(arg(a, 0, "reverse", vbool(0)));
         val attr = arg(a, 2, "attribute", NONE);
-        memcpy(out->v, in->v, in->n * sizeof(val));
+        if (in->n) memcpy(out->v, in->v, in->n * sizeof(val));
         out->n = in->n;
         for (size_t i = 1; i < out->n; i++) /* stable insertion sort */
             for (size_t k = i; k > 0; k--) {
