@@ -218,13 +218,8 @@ rf_roll_seq *rf_roll_seq_new_reusing(const rf_model *m, const int *prompt, int n
     q->st = ans_step(&q->ans, 0);
     /* a reused prefix: its entries as a prefill would have computed them
      * (the same tokens at the same positions 0..n_reuse-1) */
-    for (int l = 0; n_reuse > 0 && l < q->kv.n_layers; l++) {
-        size_t n = (size_t)n_reuse * q->kv.ld * sizeof(float);
-        memcpy(q->kv.k + rf_kv_main_off(&q->kv, l, 0), src->k + rf_kv_main_off(src, l, 0), n);
-        memcpy(q->kv.v + rf_kv_main_off(&q->kv, l, 0), src->v + rf_kv_main_off(src, l, 0), n);
-    }
-    if (n_reuse > 0) memcpy(q->kv.pos, src->pos, (size_t)n_reuse * sizeof(int));
-    q->kv.len = q->fed = n_reuse;
+    if (n_reuse > 0) rf_kv_copy_prefix(&q->kv, src, n_reuse);
+    q->fed = n_reuse;
     return q;
 }
 

@@ -146,6 +146,16 @@ int rf_kv_commit_row(rf_kvcache *c, int r, int start, int count) {
     return 0;
 }
 
+void rf_kv_copy_prefix(rf_kvcache *dst, const rf_kvcache *src, int n) {
+    if (n < 0 || n > src->len || n > dst->cap || dst->ld != src->ld) rf_die("kv copy of %d entries invalid", n);
+    for (int l = 0; n > 0 && l < dst->n_layers; l++) {
+        memcpy(dst->k + main_off(dst, l, 0), src->k + main_off(src, l, 0), (size_t)n * dst->ld * sizeof(float));
+        memcpy(dst->v + main_off(dst, l, 0), src->v + main_off(src, l, 0), (size_t)n * dst->ld * sizeof(float));
+    }
+    if (n > 0) memcpy(dst->pos, src->pos, (size_t)n * sizeof(int));
+    dst->len = n;
+}
+
 void rf_kv_unfork(rf_kvcache *c) {
     c->n_rows = 0;
     c->fork_len = 0;

@@ -69,6 +69,10 @@ void rf_kv_select_rows(rf_kvcache *c, const int *keep, int n_keep);
 /* Append entries [start, start+count) of row r's extension (K, V and
  * position ids, as computed in the row) to the end of main. */
 int rf_kv_commit_row(rf_kvcache *c, int r, int start, int count);
+/* dst's main sequence becomes src's first n entries (K, V at the entry
+ * stride, and their position ids): a prompt prefix another sequence already
+ * computed. dst is unforked, with capacity >= n; n <= src->len. */
+void rf_kv_copy_prefix(rf_kvcache *dst, const rf_kvcache *src, int n);
 /* Drop all rows. */
 void rf_kv_unfork(rf_kvcache *c);
 
