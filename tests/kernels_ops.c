@@ -262,6 +262,33 @@ static void test_argmax(rf_rng *g) {
     free(x);
 }
 
+/* rf_sum_exp (a draft's confidence, a sampled token's probability) against
+ * the double-precision sum, at the active tier: lengths around the vector
+ * widths (tails of 1..31), a 152k vocabulary, logits far below the shift
+ * (their terms underflow to 0), the shift itself a logit (e^0 = 1 counted) */
+static void test_sum_exp(rf_rng *g, const char *tier) {
+    const int ns[] = {1, 7, 8, 15, 16, 17, 31, 32, 33, 47, 100, 1000, 151936};
+    int bad = 0, cases = 0;
+    double worst = 0;
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
+        for (int far = 0; far < 2; far++) {
+            int n = ns[k];
+            float *x = randv(g, n, 4.0f);
+            if (far && n > 1) x[n / 2] = -200.0f; /* e^(-200 - m): 0 in float */
+            float m = x[0];
+            for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+            double want = 0;
+            for (int i = 0; i < n; i++) want += exp((double)x[i] - m);
+            /* float lanes summed: the error grows with n (~3.5e-5 at 152k) */
+            double got = rf_sum_exp(x, n, m), err = fabs(got - want) / want, tol = 1e-5 + 1e-9 * n;
+            worst = err > worst ? err : worst;
+            bad += !(err <= tol);
+            cases++;
+            free(x);
+        }
+    CHECK(!bad, "%s rf_sum_exp: %d of %d lengths beyond rel err 1e-5 + 1e-9 n (worst %.3g)", tier, bad, cases, worst);
+}
+
 int main(void) {
     rf_rng g;
     rf_rng_seed(&g, 99);
@@ -272,10 +299,11 @@ int main(void) {
     test_argmax(&g);
     for (int t = RF_CPU_AVX2; t <= RF_CPU_AVX512; t++) {
         if (rf_cpu_set_tier((rf_cpu_tier)t) != 0) {
-            printf("SKIPPED: attention at %s (cpu lacks it)\n", rf_cpu_tier_str((rf_cpu_tier)t));
+            printf("SKIPPED: attention and rf_sum_exp at %s (cpu lacks it)\n", rf_cpu_tier_str((rf_cpu_tier)t));
             continue;
         }
         test_attention(&g, rf_cpu_tier_str((rf_cpu_tier)t), t == RF_CPU_AVX2);
+        test_sum_exp(&g, rf_cpu_tier_str((rf_cpu_tier)t));
     }
     return check_summary("kernels_ops");
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <immintrin.h>
 #include "kernels/attention_impl.h"
+#include "kernels/ops_impl.h"
 #include "kernels/cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/simd.h"
@@ -241,6 +242,7 @@ void rf_mix(float *out, const float *p, const float *V, size_t ldv, int n, int h
 }
 
 double rf_sum_exp(const float *x, int n, float shift) {
+    if (rf_cpu_tier_active() >= RF_CPU_AVX512) return rf_sum_exp_avx512(x, n, shift);
     __m256 mx = _mm256_set1_ps(shift), acc = _mm256_setzero_ps();
     int i = 0;
     for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, rf_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mx)));

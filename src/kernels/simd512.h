@@ -19,4 +19,30 @@ static inline __attribute__((always_inline)) __m128 hsum4_512(__m512 a, __m512 b
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
+/* e^x for 16 lanes: simd.h's rf_exp8 step for step (the same constants and
+ * rounding, so each lane equals rf_exp8's), masks instead of blends */
+static inline __attribute__((always_inline)) __m512 rf_exp16(__m512 x) {
+    const __m512 hi = _mm512_set1_ps(88.7228317f), lo = _mm512_set1_ps(-87.3365478f);
+    __mmask16 over = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_min_ps(hi, _mm512_max_ps(lo, x)); /* min/max return the 2nd operand for NaN: kept */
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i ki = _mm512_cvtps_epi32(k);
+    __m512i k1 = _mm512_srai_epi32(ki, 1), k2 = _mm512_sub_epi32(ki, k1);
+    __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k1, _mm512_set1_epi32(127)), 23));
+    __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k2, _mm512_set1_epi32(127)), 23));
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+    y = _mm512_mask_mov_ps(y, over, _mm512_set1_ps(__builtin_inff()));
+    return _mm512_mask_mov_ps(y, under, _mm512_setzero_ps());
+}
+
 #endif
