@@ -192,13 +192,14 @@ static double test_tier(void) {
 
 /* Every call width 1..33 on packed bf16 weights whose rows span several
  * panel groups of the wide-call loop (panel groups outside, token tiles
- * inside) with a ragged last panel: each token tile must meet every panel
+ * inside) with a ragged last panel (and, at amx, the several-panel passes
+ * of 3 panels or 2 x 2 token groups: 100 x 96): each token tile must meet every panel
  * of every group exactly once. Both activation modes at avx512 (single
  * against the naive product of bf16-rounded activations). */
 static void test_token_sweep(void) {
     rf_rng g;
     rf_rng_seed(&g, 777);
-    const int shp[][2] = {{113, 70}, {37, 160}};
+    const int shp[][2] = {{113, 70}, {37, 160}, {100, 96}};
     scale_for(RF_BF16);
     for (int single = 0; single < (rf_cpu_tier_active() >= RF_CPU_AVX512 ? 2 : 1); single++) {
         rf_matmul_set_bf16_act(single);
