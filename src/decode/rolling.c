@@ -192,10 +192,7 @@ rf_roll_seq *rf_roll_seq_new(const rf_model *m, const int *prompt, int n_prompt,
 rf_roll_seq *rf_roll_seq_new_reusing(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
                                      const rf_kvcache *src, int n_reuse) {
     if (rf_gen_check(m, prompt, n_prompt, p, 1)) return NULL;
-    /* the last prompt token is always fed: its logits draw the first answer token */
-    if (!src || n_reuse < 0) n_reuse = 0;
-    if (n_reuse > n_prompt - 1) n_reuse = n_prompt - 1;
-    if (src && n_reuse > src->len) n_reuse = src->len;
+    n_reuse = rf_kv_reusable(src, n_reuse, n_prompt);
     rf_roll_seq *q = rf_scoped_calloc(1, sizeof *q);
     q->m = m;
     q->p = *p;

@@ -156,6 +156,12 @@ void rf_kv_copy_prefix(rf_kvcache *dst, const rf_kvcache *src, int n) {
     dst->len = n;
 }
 
+int rf_kv_reusable(const rf_kvcache *src, int n, int n_prompt) {
+    if (!src || n < 0) return 0;
+    if (n > n_prompt - 1) n = n_prompt - 1;
+    return n > src->len ? src->len : n;
+}
+
 void rf_kv_unfork(rf_kvcache *c) {
     c->n_rows = 0;
     c->fork_len = 0;

@@ -73,6 +73,11 @@ int rf_kv_commit_row(rf_kvcache *c, int r, int start, int count);
  * stride, and their position ids): a prompt prefix another sequence already
  * computed. dst is unforked, with capacity >= n; n <= src->len. */
 void rf_kv_copy_prefix(rf_kvcache *dst, const rf_kvcache *src, int n);
+/* How many of src's entries (n asked; src may be NULL) a new sequence of an
+ * n_prompt-token prompt can reuse: none without src, at most src's length,
+ * and at most n_prompt - 1 (the last prompt token is always fed: its logits
+ * draw the first answer token). */
+int rf_kv_reusable(const rf_kvcache *src, int n, int n_prompt);
 /* Drop all rows. */
 void rf_kv_unfork(rf_kvcache *c);
 

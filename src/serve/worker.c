@@ -800,7 +800,7 @@ static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs, prefix_
         p.ws = NULL; /* the sequence's own cache */
         int common = 0;
         pc_entry *e = pc_find(pc, j->req.prompt, j->req.n_prompt, &common);
-        if (common > j->req.n_prompt - 1) common = j->req.n_prompt - 1; /* as the sequences cut it */
+        common = rf_kv_reusable(e ? &e->kv : NULL, common, j->req.n_prompt); /* as the sequences cut it */
         rc = guarded_new(s->m, r, &p, e ? &e->kv : NULL, common);
         if (!rc && common > 0) {
             pthread_mutex_lock(&s->mu);
