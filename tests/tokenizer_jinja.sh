@@ -173,6 +173,7 @@ tpl_error "unknown filter" "line 1, column 15: no filter named 'nosuch'" '{{ mes
 tpl_error "incomplete expression" 'line 1, column 8: unexpected .* in an expression' '{{ 1 + }}'
 tpl_error "unterminated string" 'line 1, column 4: unterminated string literal' "{{ 'abc }}"
 tpl_error "raise_exception" 'line 1, column 5: raise_exception: no system message' "{{- raise_exception('no system message') }}"
+tpl_error "raise_exception, a message of several lines" 'line 1, column 5: raise_exception: two  lines' $'{{- raise_exception(\'two\n\tlines\') }}'
 tpl_error "undefined attribute" "line 1, column 20: 'dict object' has no attribute 'nope'" '{{ messages[0].nope.deeper }}'
 tpl_error "endless loop" 'ran more than [0-9]+ steps' '{% for a in range(100000) %}{% for b in range(300) %}{% set x = b %}{% endfor %}{% endfor %}'
 tpl_error "endless recursion" 'macro calls nest more than 100 deep' '{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}'

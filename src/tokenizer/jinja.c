@@ -49,6 +49,10 @@ static void jfail(J *j, int line, int col, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* one line: a message may quote the template (raise_exception's text,
+     * a name) with its newlines and tabs */
+    for (char *c = msg; *c; c++)
+        if ((unsigned char)*c < 0x20) *c = ' ';
     if (line > 0) snprintf(j->err, sizeof j->err, "chat template: line %d, column %d: %s", line, col, msg);
     else snprintf(j->err, sizeof j->err, "chat template: %s", msg);
     longjmp(j->jb, 1);
