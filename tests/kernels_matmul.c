@@ -235,7 +235,8 @@ static void test_token_sweep(void) {
 static void test_bf16_single(void) {
     rf_rng g;
     rf_rng_seed(&g, 99);
-    const int shp[][3] = {{1, 8, 1}, {7, 33, 5}, {33, 130, 17}, {257, 1000, 3}, {100, 2056, 20}, {5, 64, 64}};
+    /* 160 x 4096, 40 tokens: at amx, blocks of 32 tokens over L2 groups of 6 panels (a 128-row chunk spans two) */
+    const int shp[][3] = {{1, 8, 1}, {7, 33, 5}, {33, 130, 17}, {257, 1000, 3}, {100, 2056, 20}, {5, 64, 64}, {160, 4096, 40}};
     rf_matmul_set_bf16_act(1);
     for (size_t k = 0; k < sizeof shp / sizeof *shp; k++) {
         int rows = shp[k][0], cols = shp[k][1], n = shp[k][2];
