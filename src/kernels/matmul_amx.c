@@ -70,6 +70,7 @@ static _Thread_local uint8_t emu_tile[8][16][64];
 static _Thread_local tilecfg emu_cfg;
 static void TCFG(const tilecfg *c) { emu_cfg = *c; }
 static void TRELEASE(void) { memset(emu_tile, 0, sizeof emu_tile); }
+#define PREFETCH(p) ((void)(p))
 static void TZERO(int t) { memset(emu_tile[t], 0, sizeof emu_tile[t]); }
 static void TLOAD(int t, const void *p, size_t stride) {
     for (int r = 0; r < emu_cfg.rows[t]; r++) memcpy(emu_tile[t][r], (const char *)p + r * stride, emu_cfg.colsb[t]);
@@ -110,6 +111,7 @@ static void TDPI(int c, int a, int b) {
 #include <immintrin.h>
 #define TCFG(c) _tile_loadconfig(c)
 #define TRELEASE() _tile_release()
+#define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 #define TZERO(t) _tile_zero(t)
 #define TLOAD(t, p, s) _tile_loadd(t, p, s)
 #define TSTORE(t, p, s) _tile_stored(t, p, s)
@@ -265,24 +267,27 @@ void AMXFN(rf_bf16_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat
  * ordered by token group of 16, block, token (an A tile is 1 KB in one
  * piece, not 16 rows a power of two apart); then the f32 scales d_x in the
  * same order; tokens padded with zeros to whole groups */
-size_t AMXFN(rf_q_prep_amx_bytes)(int n, int cols) { return (size_t)((n + 15) / 16) * 16 * (cols / RF_QK) * (64 + 4); }
+size_t AMXFN(rf_q_prep_amx_bytes)(int n, int cols) { return (size_t)((n + 15) / 16) * 16 * (cols / RF_QK) * (32 + 4 + 4); }
 
 /* d = max|x| / 127, q = x * (1 / d) rounded to nearest even: the rounding of
  * rf_q8p_prep_avx512 (so the tiers' answers agree bit for bit) */
 void AMXFN(rf_q_prep_amx)(void *xp, const float *X, int n, int cols, rf_dtype wdt) {
     const int nb = cols / RF_QK, np = (n + 15) / 16 * 16;
     int8_t *q0 = xp;
-    float *dx = (float *)(q0 + (size_t)np * nb * 64);
+    float *dx = (float *)(q0 + (size_t)np * nb * 32);
+    int32_t *corr = (int32_t *)(dx + (size_t)np * nb);
+    const int off = wdt == RF_Q8_0 ? 128 : 8;
     for (int t = 0; t < n; t++)
         for (int b = 0; b < nb; b++) {
             const size_t at = ((size_t)(t / 16) * nb + b) * 16 + t % 16;
-            int8_t *o = q0 + at * 64;
+            int8_t *o = q0 + at * 32;
             const float *x = X + (size_t)t * cols + b * RF_QK;
 #ifdef RF_AMX_EMULATE
             float amax = 0;
             for (int i = 0; i < RF_QK; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
             const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
-            for (int i = 0; i < RF_QK; i++) o[i] = (int8_t)lrintf(x[i] * id), o[32 + i] = (int8_t)-o[i];
+            int32_t sq = 0;
+            for (int i = 0; i < RF_QK; i++) o[i] = (int8_t)lrintf(x[i] * id), sq += o[i];
 #else
             __m512 a = _mm512_loadu_ps(x), c = _mm512_loadu_ps(x + 16);
             float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
@@ -291,61 +296,69 @@ void AMXFN(rf_q_prep_amx)(void *xp, const float *X, int n, int cols, rf_dtype wd
                 _mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
             __m512i qc = _mm512_cvtps_epi32(
                 _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-            __m512i z = _mm512_setzero_si512();
             _mm_storeu_si128((__m128i *)o, _mm512_cvtepi32_epi8(qa));
             _mm_storeu_si128((__m128i *)(o + 16), _mm512_cvtepi32_epi8(qc));
-            _mm_storeu_si128((__m128i *)(o + 32), _mm512_cvtepi32_epi8(_mm512_sub_epi32(z, qa)));
-            _mm_storeu_si128((__m128i *)(o + 48), _mm512_cvtepi32_epi8(_mm512_sub_epi32(z, qc)));
+            const int32_t sq = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
 #endif
             dx[at] = d;
+            corr[at] = off * sq;
         }
     for (int t = n; t < np; t++) /* zero tokens up to a whole group: C rows of 0 */
         for (int b = 0; b < nb; b++) {
             const size_t at = ((size_t)(t / 16) * nb + b) * 16 + t % 16;
-            memset(q0 + at * 64, 0, 64);
+            memset(q0 + at * 32, 0, 32);
             dx[at] = 0;
+            corr[at] = 0;
         }
 }
 
-/* acc[t][i] (+)= c[t][i] * (dw[i] * dx[t]) for one token group's 16
- * tokens t and the panel's 16 rows i */
-static inline __attribute__((always_inline)) void q_scale(float *acc, const int32_t *c, const float *dx, const float *dw, int first) {
+/* acc[t][i] (+)= (c[t][i] - corr[t]) * (dw[i] * dx[t]) for the first m
+ * tokens t of a token group and the panel's 16 rows i (corr: the weights'
+ * offset times the token's sum of q, see rf_q_prep_amx) */
+static inline __attribute__((always_inline)) void q_scale(float *acc, const int32_t *c, const float *dx,
+                                                          const int32_t *corr, const float *dw, int first, int m) {
 #ifdef RF_AMX_EMULATE
-    for (int t = 0; t < 16; t++)
+    for (int t = 0; t < m; t++)
         for (int i = 0; i < 16; i++) {
-            float v = (float)c[t * 16 + i] * (dw[i] * dx[t]);
+            float v = (float)(c[t * 16 + i] - corr[t]) * (dw[i] * dx[t]);
             acc[t * 16 + i] = first ? v : acc[t * 16 + i] + v;
         }
 #else
     const __m512 w = _mm512_loadu_ps(dw);
-    for (int t = 0; t < 16; t++) {
-        __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512(c + t * 16)), s = _mm512_mul_ps(w, _mm512_set1_ps(dx[t]));
-        _mm512_store_ps(acc + t * 16, first ? _mm512_mul_ps(v, s) : _mm512_fmadd_ps(v, s, _mm512_load_ps(acc + t * 16)));
+    if (first)
+        for (int t = 0; t < m; t++) {
+            __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(c + t * 16), _mm512_set1_epi32(corr[t])));
+            _mm512_store_ps(acc + t * 16, _mm512_mul_ps(v, _mm512_mul_ps(w, _mm512_set1_ps(dx[t]))));
+        }
+    else
+        for (int t = 0; t < m; t++) {
+            __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(c + t * 16), _mm512_set1_epi32(corr[t])));
+            _mm512_store_ps(acc + t * 16,
+                            _mm512_fmadd_ps(v, _mm512_mul_ps(w, _mm512_set1_ps(dx[t])), _mm512_load_ps(acc + t * 16)));
+        }
+#endif
+}
+
+/* a Q4_0 panel block as B-tile rows 0..7 of bytes: its 4 vectors, lane r
+ * byte k = columns 4v + k (low nibble) and 16 + 4v + k (high) of row r,
+ * unpacked to rows v and 4 + v */
+static inline void b_fill_q4(uint8_t *o, const uint8_t *w) {
+#ifdef RF_AMX_EMULATE
+    for (int i = 0; i < 256; i++) o[i] = w[i] & 15, o[256 + i] = w[i] >> 4;
+#else
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int v = 0; v < 4; v++) {
+        __m512i q = _mm512_loadu_si512(w + 64 * v);
+        _mm512_store_si512(o + 64 * v, _mm512_and_si512(q, m4));
+        _mm512_store_si512(o + 256 + 64 * v, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
     }
 #endif
 }
 
-/* a panel block as B-tile rows 0..7 of bytes (Q8_0: the 8 vectors as
- * they are; Q4_0: its 4 vectors, lane r byte k = columns 4v + k (low
- * nibble) and 16 + 4v + k (high) of row r, unpacked to rows v and 4 + v) */
-static inline void b_fill(uint8_t *o, const uint8_t *w, int q8) {
-#ifdef RF_AMX_EMULATE
-    if (q8) memcpy(o, w, 512);
-    else
-        for (int i = 0; i < 256; i++) o[i] = w[i] & 15, o[256 + i] = w[i] >> 4;
-#else
-    if (q8)
-        for (int v = 0; v < 8; v++) _mm512_store_si512(o + 64 * v, _mm512_loadu_si512(w + 64 * v));
-    else {
-        const __m512i m4 = _mm512_set1_epi8(0x0F);
-        for (int v = 0; v < 4; v++) {
-            __m512i q = _mm512_loadu_si512(w + 64 * v);
-            _mm512_store_si512(o + 64 * v, _mm512_and_si512(q, m4));
-            _mm512_store_si512(o + 256 + 64 * v, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
-        }
-    }
-#endif
-}
+/* Each panel's weight stream is prefetched this many bytes ahead (to L1,
+ * one per 64-byte line), as the avx512 kernels' streams (matmul_avx512.c
+ * PF_AHEAD): without it the tile loads of B waited on memory. */
+#define AMX_PF_AHEAD 2048
 
 void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
     const int nb = W->cols / RF_QK, q8 = W->dtype == RF_Q8_0, ng = (n + 15) / 16;
@@ -353,36 +366,57 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
     const size_t panel = (size_t)nb * block;
     const uint8_t *pk = W->packed;
     const int8_t *X = xp;
-    const float *DX = (const float *)(X + (size_t)ng * 16 * nb * 64);
-    tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* C 0-3, A 4-5, B 6-7 */
+    const float *DX = (const float *)(X + (size_t)ng * 16 * nb * 32);
+    const int32_t *CR = (const int32_t *)(DX + (size_t)ng * 16 * nb);
+    tilecfg cfg, cur;
+    memset(&cur, 0, sizeof cur);
     float acc[4][2][256] __attribute__((aligned(64)));
     int32_t cbuf[4][256] __attribute__((aligned(64)));
-    uint8_t wq[2][2][1024] __attribute__((aligned(64))); /* [block parity][panel] */
-    memset(wq, q8 ? 128 : 8, sizeof wq); /* rows 8..15: the offset, times -q in A */
-    TCFG(&cfg);
+    uint8_t wq[2][2][512] __attribute__((aligned(64))); /* Q4_0: [block parity][panel] */
+    int loaded = 0;
     for (int r = a; r < b; r += 32) {
         const int P = b - r > 16 ? 2 : 1;
         const uint8_t *w = pk + (size_t)(r / 16) * panel;
         for (int g0 = 0; g0 < ng; g0 += 4) {
             const int G = ng - g0 < 4 ? ng - g0 : 4, S = nb * G * P;
-#define TDP_CASE(C, A, B)                                                                                 case (C) * 4 + ((A) - 4) * 2 + ((B) - 6):                                                                 TZERO(C);                                                                                             TDPI(C, A, B);                                                                                        break;
+            int m[4]; /* tokens in each token group */
+            for (int gi = 0; gi < 4; gi++) m[gi] = n - 16 * (g0 + gi) < 16 ? n - 16 * (g0 + gi) : 16;
+            /* tiles of just the group's tokens where one group keeps its
+             * tiles (G <= 2: C tile c holds group (c / P) % G, A tile 4 + g) */
+            memset(&cfg, 0, sizeof cfg);
+            cfg.palette = 1;
+            for (int c = 0; c < 4; c++) cfg.rows[c] = (uint8_t)(G <= 2 ? m[(c / P) % G] : 16), cfg.colsb[c] = 64;
+            cfg.rows[4] = (uint8_t)(G <= 2 ? m[0] : 16), cfg.rows[5] = (uint8_t)(G == 2 ? m[1] : 16);
+            cfg.colsb[4] = cfg.colsb[5] = 32;
+            cfg.rows[6] = cfg.rows[7] = 8, cfg.colsb[6] = cfg.colsb[7] = 64;
+            if (!loaded || memcmp(&cfg, &cur, sizeof cfg)) TCFG(&cfg), cur = cfg, loaded = 1;
+#define TDP_CASE(C, A, B)                                                                             \
+    case (C) * 4 + ((A) - 4) * 2 + ((B) - 6):                                                         \
+        TZERO(C);                                                                                     \
+        TDPI(C, A, B);                                                                                \
+        break;
 #define TDP_CASES(C) TDP_CASE(C, 4, 6) TDP_CASE(C, 4, 7) TDP_CASE(C, 5, 6) TDP_CASE(C, 5, 7)
             /* step s: C tile s % 4 = block k, token group g0 + g, panel p, in
              * that order (p fastest); counters, not divisions, per step */
 #define ISSUE(k_, g_, p_, c_)                                                                         \
     do {                                                                                              \
         if ((g_) == 0 && (p_) == 0) {                                                                 \
-            TLOAD(6, wq[(k_) & 1][0], 64);                                                            \
-            if (P > 1) TLOAD(7, wq[(k_) & 1][1], 64);                                                 \
-            if ((k_) + 1 < nb) B_FILL((k_) + 1);                                                      \
+            const uint8_t *wk_ = w + (size_t)(k_) * block;                                            \
+            for (int p2_ = 0; p2_ < P; p2_++)                                                         \
+                for (size_t l_ = 0; l_ < block; l_ += 64) PREFETCH(wk_ + p2_ * panel + AMX_PF_AHEAD + l_); \
+            if (q8) {                                                                                 \
+                TLOAD(6, wk_, 64);                                                                    \
+                if (P > 1) TLOAD(7, wk_ + panel, 64);                                                 \
+            } else {                                                                                  \
+                TLOAD(6, wq[(k_) & 1][0], 64);                                                        \
+                if (P > 1) TLOAD(7, wq[(k_) & 1][1], 64);                                             \
+                if ((k_) + 1 < nb) B_FILL((k_) + 1);                                                  \
+            }                                                                                         \
         }                                                                                             \
         if ((p_) == 0) {                                                                              \
-            const int8_t *x_ = X + ((size_t)(g0 + (g_)) * nb + (k_)) * 16 * 64;                       \
-            if ((g_) & 1) TLOAD(5, x_, 64);                                                           \
-            else TLOAD(4, x_, 64);                                                                    \
+            const int8_t *x_ = X + ((size_t)(g0 + (g_)) * nb + (k_)) * 16 * 32;                       \
+            if ((g_) & 1) TLOAD(5, x_, 32);                                                           \
+            else TLOAD(4, x_, 32);                                                                    \
         }                                                                                             \
         switch ((c_) * 4 + ((g_) & 1) * 2 + (p_)) { /* A tile 4 + (g & 1), B 6 + p; immediates */     \
         TDP_CASES(0) TDP_CASES(1) TDP_CASES(2) TDP_CASES(3)                                           \
@@ -397,11 +431,11 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
     } while (0)
 #define B_FILL(k_)                                                                                    \
     do {                                                                                              \
-        b_fill(wq[(k_) & 1][0], w + (size_t)(k_) * block, q8);                                        \
-        if (P > 1) b_fill(wq[(k_) & 1][1], w + panel + (size_t)(k_) * block, q8);                     \
+        b_fill_q4(wq[(k_) & 1][0], w + (size_t)(k_) * block);                                         \
+        if (P > 1) b_fill_q4(wq[(k_) & 1][1], w + panel + (size_t)(k_) * block);                      \
     } while (0)
             /* 3 steps ahead: a TDP's result is stored while the next 3 run */
-            B_FILL(0);
+            if (!q8) B_FILL(0);
             int ki = 0, gi = 0, pi = 0, k = 0, g = 0, p = 0;
             for (int s = 0; s < 3 && s < S; s++) {
                 ISSUE(ki, gi, pi, s);
@@ -412,8 +446,9 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
              * thread, 1024 x 1024, 64 tokens: 0.213 ms against 0.221) */
 #define SCALE()                                                                                       \
     do {                                                                                              \
-        q_scale(acc[g][p], cbuf[sc & 3], DX + ((size_t)(g0 + g) * nb + k) * 16,                       \
-                (const float *)(w + (size_t)p * panel + (size_t)k * block + scales), k == 0);         \
+        const size_t at_ = ((size_t)(g0 + g) * nb + k) * 16;                                          \
+        q_scale(acc[g][p], cbuf[sc & 3], DX + at_, CR + at_,                                          \
+                (const float *)(w + (size_t)p * panel + (size_t)k * block + scales), k == 0, m[g]);   \
         NEXT(k, g, p);                                                                                \
         sc++;                                                                                         \
     } while (0)
@@ -442,13 +477,13 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
             for (int gi = 0; gi < G; gi++)
                 for (int p = 0; p < P; p++) {
                     const int rows = b - r - 16 * p < 16 ? b - r - 16 * p : 16;
-                    for (int t = 0; t < 16 && (g0 + gi) * 16 + t < n; t++)
+                    for (int t = 0; t < m[gi]; t++)
                         memcpy(Y + (size_t)((g0 + gi) * 16 + t) * ldy + r + 16 * p, acc[gi][p] + t * 16,
                                sizeof(float) * rows);
                 }
         }
     }
-    TRELEASE();
+    if (loaded) TRELEASE();
 }
 
 /* ---- bf16, packed weights ------------------------------------------------
