@@ -47,9 +47,6 @@
 #include "io/quant.h"
 #include "kernels/matmul_impl.h"
 #include "util/util.h"
-#ifndef QEXP
-#define QEXP 0
-#endif
 
 /* the emulated build (the test) names its functions emu_*, so that it can
  * link with the library that holds the real ones */
@@ -338,8 +335,6 @@ static inline __attribute__((always_inline)) void q_scale(float *acc, const int3
             acc[t * 16 + i] = first ? v : acc[t * 16 + i] + v;
         }
 #else
-    if (QEXP & 1) return;
-    if (QEXP & 4) c = (const int32_t *)dx - 4096;
     const __m512 w = _mm512_loadu_ps(dw);
     if (first)
         for (int t = 0; t < m; t++)
@@ -555,8 +550,8 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
             if (!loaded || memcmp(&cfg, &cur, sizeof cfg)) TCFG(&cfg), cur = cfg, loaded = 1;
 #define TDP_CASE(C, A, B)                                                                             \
     case (C) * 4 + ((A) - 4) * 2 + ((B) - 6):                                                         \
-        if (QEXP & 16) TZERO(C); else TLOAD(C, cr_, 64);                                              \
-        if (!(QEXP & 8)) TDPI(C, A, B);                                                                                \
+        TLOAD(C, cr_, 64);                                                                            \
+        TDPI(C, A, B);                                                                                \
         break;
 #define TDP_CASES(C) TDP_CASE(C, 4, 6) TDP_CASE(C, 4, 7) TDP_CASE(C, 5, 6) TDP_CASE(C, 5, 7)
             /* step s: C tile s % 4 = block k, token group g0 + g, panel p, in
@@ -620,7 +615,7 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
             int sc = 0;
             for (int s = 0; s < S; s++) {
                 int32_t *cb = cbuf[s & 3];
-                if (!(QEXP & 2)) switch (s & 3) { /* the tile number must be a constant */
+                switch (s & 3) { /* the tile number must be a constant */
                 case 0: TSTORE(0, cb, 64); break;
                 case 1: TSTORE(1, cb, 64); break;
                 case 2: TSTORE(2, cb, 64); break;
