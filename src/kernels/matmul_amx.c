@@ -1,7 +1,8 @@
 /* matmul_amx.c - the amx tier's matmuls on AMX tiles: bf16 weights with
  * TDPBF16PS, and packed Q8_0 / Q4_0 weights with TDPBSUD (below the int8
- * part; only when asked, kernels.h rf_matmul_set_amx_int8: it measured no
- * faster than the avx512 vpdpbusd kernel, which runs by default).
+ * part; the widths kernels.h rf_matmul_set_amx_int8 says, by default Q8_0
+ * calls of 5..32 tokens and Q4_0 calls of 13..16, where it measured
+ * faster than the avx512 vpdpbusd kernel).
  *
  * Verified on an Intel Xeon with AMX (tests/kernels_matmul and
  * tests/kernels_quant at tier amx against their references). Measured
@@ -12,7 +13,10 @@
  * waits. The int8 kernel is on par with the avx512 vpdpbusd kernel (within
  * +-5% on the 0.6B layer shapes at 16-64 tokens, 13-14% of the TDPBSUD
  * K = 32 probe): per-block scales need a tile store and an AVX-512
- * rescale per 16 x 16 x 32 TDP. The code
+ * rescale per 16 x 16 x 32 TDP. With its weight streams prefetched and
+ * one token group's sums in registers (q_g1) it beats vpdpbusd at the
+ * widths above (0.6B forward, 2 threads, Q8_0: 8 tokens 1.29x a 1-token
+ * call against 1.43x; results/kernels_amx_int8_prefetch.txt). The code
  * compiles in every build (per-file -mamx-* flags, CMakeLists.txt; stubs
  * when the compiler lacks them) and is chosen only when kernels/cpu.c finds
  * AMX-TILE/BF16/INT8 and the OS grants the tile data (arch_prctl). Its
@@ -248,37 +252,41 @@ void AMXFN(rf_bf16_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat
 }
 
 /* ---- Q8_0 / Q4_0: int8 tiles ----------------------------------------------
- * TDPBSUD (A signed, B unsigned bytes, C int32) with K = 64 bytes per
- * instruction, of which 32 are one 32-block of the weights:
- * A (tmm4, 5)   16 tokens x 64 bytes: the block's int8 activations q
- *               (rounded as the avx512 prep rounds them) and then -q,
- *               loaded in place from the prepared blocks (stride = one
- *               token's blocks)
- * B (tmm6, 7)   16 rows of 64 bytes, one 16-row panel: rows 0..7 the
- *               panel's block as packed (matmul_pack.c: row k = the 4
- *               weights of columns 4k..4k+3 of the 16 rows, as unsigned
- *               bytes w + off, off = 128 for Q8_0 and 8 for Q4_0 whose
- *               nibbles are unpacked to bytes), rows 8..15 all off; copied
- *               to a buffer once per block for every token group, one
- *               block ahead (a tile load of bytes the vector unit has just
- *               stored stalls the tile unit ~35 cycles, measured). So C =
- *               sum q (w + off) + sum (-q) off = sum q w: the weights'
- *               offset cancels inside the tile, for free (a TDP costs the
- *               same with K = 32 as with 64, measured by the probe,
- *               roofline_amx.c).
- * C (tmm0..3)   16 tokens x 16 rows of int32: 2 token groups x 2 panels.
- * The scales are per 32-block, so a C tile holds one block's dot products:
- * after each block it is stored and scaled into f32 accumulators with
- * AVX-512 (cvt(c) * (d_w * d_x), the avx512 kernel's arithmetic). The
- * next step's TDPs are issued before that scaling, so the tile unit works
- * while the vector units scale (a plain loop waited for each step's tile
- * results: ~3x slower). Up to 4 token groups (64 tokens) share each B
- * load; W streams once per 64 tokens. */
+ * TDPBSUD (A signed, B unsigned bytes, C int32) with K = 32 bytes per
+ * instruction, one 32-block of the weights:
+ * A (tmm4, 5)   up to 16 tokens x 32 bytes: the block's int8 activations q
+ *               (rounded as the avx512 prep rounds them), loaded in place
+ *               from the prepared blocks
+ * B (tmm6, 7)   8 rows of 64 bytes, one 16-row panel's block as packed
+ *               (matmul_pack.c: row k = the 4 weights of columns 4k..4k+3
+ *               of the 16 rows, as unsigned bytes w + off, off = 128 for
+ *               Q8_0, 8 for Q4_0): Q8_0 loaded in place from the panel,
+ *               Q4_0's nibbles unpacked to bytes in a buffer one block
+ *               ahead (a tile load of bytes the vector unit has just
+ *               stored stalls the tile unit ~35 cycles, measured)
+ * C (tmm0..3)   tokens x 16 rows of int32, C = sum q (w + off): the
+ *               offset comes off inside the tiles, sum q off per token
+ *               and block: C starts as a tile of -off sum q (prepared with
+ *               the activations; one token group: a TDPBSSD against
+ *               -off bytes instead, q_g1).
+ * The tiles hold just a group's tokens (8 tokens: 8-row A and C tiles,
+ * half the TDP, store and scaling of 16). The scales are per 32-block, so
+ * a C tile holds one block's dot products: after each block it is stored
+ * and scaled into f32 accumulators with AVX-512 (cvt(c) * (d_w * d_x), the
+ * avx512 kernel's arithmetic). The next steps' TDPs are issued before that
+ * scaling, so the tile unit works while the vector units scale (a plain
+ * loop waited for each step's tile results: ~3x slower). Up to 4 token
+ * groups (64 tokens) share each B load; W streams once per 64 tokens,
+ * each panel prefetched AMX_PF_AHEAD bytes ahead: without the prefetch the
+ * tile loads of B waited on memory (0.6B forward, 2 threads, Q8_0 with
+ * the tiles from 5 tokens: 8 tokens 42.4 -> 31.9 ms, 16 tokens 46.4 ->
+ * 38.7 ms, where vpdpbusd took 32.1 and 41.8 ms). */
 
-/* The prepared activations: per token and block 64 bytes, q and then -q,
- * ordered by token group of 16, block, token (an A tile is 1 KB in one
- * piece, not 16 rows a power of two apart); then the f32 scales d_x in the
- * same order; tokens padded with zeros to whole groups */
+/* The prepared activations, ordered by token group of 16, block, token (an
+ * A tile is one piece, not rows a power of two apart): per token and
+ * block the 32 bytes q; then 16 int32 copies of -off sum q (a C tile's
+ * start, off = the weights' offset); then the f32 scales d_x; tokens
+ * padded with zeros to whole groups */
 size_t AMXFN(rf_q_prep_amx_bytes)(int n, int cols) { return (size_t)((n + 15) / 16) * 16 * (cols / RF_QK) * (32 + 64 + 4); }
 
 /* d = max|x| / 127, q = x * (1 / d) rounded to nearest even: the rounding of
@@ -366,7 +374,10 @@ static inline void b_fill_q4(uint8_t *o, const uint8_t *w) {
 
 /* Each panel's weight stream is prefetched this many bytes ahead (to L1,
  * one per 64-byte line), as the avx512 kernels' streams (matmul_avx512.c
- * PF_AHEAD): without it the tile loads of B waited on memory. */
+ * PF_AHEAD): without it the tile loads of B waited on memory. 0.6B
+ * forward, 2 threads, Q8_0, one run each (noise ~5%): 16 tokens 44.9 ms
+ * (2 KiB, to L1), 43.6 (2 KiB, to L2), 43.3 (4 KiB, L1), 43.6 (1 KiB, L1),
+ * 50.6 without; the choice among them is within the noise. */
 #define AMX_PF_AHEAD 2048
 
 /* ---- one token group (up to 16 tokens): accumulators in registers --------
