@@ -386,7 +386,7 @@ static inline void b_fill_q4(uint8_t *o, const uint8_t *w) {
  * tokens that vector work, not the tiles, set the pace (one thread,
  * 1024 x 1024 Q8_0, 8 tokens: 0.043 ms, 0.025 ms with the scaling left
  * out). Here the sums of P panels x MT tokens live in zmm registers
- * (P MT <= 16), the weights' offset is taken off inside the tiles (a
+ * (P MT <= 16; at more the compiler spills a part), the weights' offset is taken off inside the tiles (a
  * second TDP, TDPBSSD of the activations against a tile of -off bytes,
  * held in tmm5 for the whole call), d_x is broadcast once per token for
  * both panels, and a C tile is scaled one block after its store:
@@ -520,21 +520,27 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
     const int8_t *X = xp;
     const int32_t *CR = (const int32_t *)(X + (size_t)ng * 16 * nb * 32);
     const float *DX = (const float *)(CR + (size_t)ng * 16 * nb * 16);
-    if (ng == 1) { /* one token group: accumulators in registers, P MT <= 16 */
+    /* one token group: accumulators in registers (the compiler keeps what
+     * it can of 2 x 12 or 2 x 16 in zmm registers and spills the rest);
+     * two panels per pass, not one, at 9..16 tokens: 0.6B forward, 2
+     * threads, Q8_0 16 tokens 1.70-1.77x a 1-token call -> 1.57-1.64x,
+     * 12 tokens 1.57-1.69x -> 1.45-1.51x (two weight streams per thread) */
+    if (ng == 1) {
         if (a >= b) return;
-        if (n <= 8) { /* panel pairs, and a last single panel */
-            const int e = a + (b - a) / 32 * 32;
-            if (n <= 4) {
-                if (e > a) q_g1(2, 4, Y, ldy, X, DX, W, n, a, e);
-                if (e < b) q_g1(1, 4, Y, ldy, X, DX, W, n, e, b);
-            } else {
-                if (e > a) q_g1(2, 8, Y, ldy, X, DX, W, n, a, e);
-                if (e < b) q_g1(1, 8, Y, ldy, X, DX, W, n, e, b);
-            }
-        } else if (n <= 12)
-            q_g1(1, 12, Y, ldy, X, DX, W, n, a, b);
-        else
-            q_g1(1, 16, Y, ldy, X, DX, W, n, a, b);
+        const int e = a + (b - a) / 32 * 32; /* panel pairs, and a last single panel */
+        if (n <= 4) {
+            if (e > a) q_g1(2, 4, Y, ldy, X, DX, W, n, a, e);
+            if (e < b) q_g1(1, 4, Y, ldy, X, DX, W, n, e, b);
+        } else if (n <= 8) {
+            if (e > a) q_g1(2, 8, Y, ldy, X, DX, W, n, a, e);
+            if (e < b) q_g1(1, 8, Y, ldy, X, DX, W, n, e, b);
+        } else if (n <= 12) {
+            if (e > a) q_g1(2, 12, Y, ldy, X, DX, W, n, a, e);
+            if (e < b) q_g1(1, 12, Y, ldy, X, DX, W, n, e, b);
+        } else {
+            if (e > a) q_g1(2, 16, Y, ldy, X, DX, W, n, a, e);
+            if (e < b) q_g1(1, 16, Y, ldy, X, DX, W, n, e, b);
+        }
         return;
     }
     tilecfg cfg, cur;
