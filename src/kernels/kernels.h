@@ -87,7 +87,7 @@ void rf_matmul_set_bf16_act(int single);
 /* At tier amx, packed Q8_0 / Q4_0 calls of at least min_tokens tokens run
  * on int8 tiles (matmul_amx.c); 0 keeps them all on the avx512 vpdpbusd
  * kernel; a negative value restores the default: the tiles for Q8_0 calls
- * of 5..32 tokens and Q4_0 calls of 13..16, the widths where they
+ * of 5..32 tokens and Q4_0 calls of 9..16, the widths where they
  * measured faster on a 2-core Xeon (matmul.c amx_q_wanted,
  * results/kernels_amx_int8_prefetch.txt). Not thread-safe: set it before
  * the matmuls run (tests, benchmarks). */

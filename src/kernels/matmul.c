@@ -326,14 +326,15 @@ static mm_path choose_path(rf_dtype dt, int cols, int n) {
  * the 0.6B forward, the tile kernel with its stream prefetch and one token
  * group's sums in registers, a call's time as a multiple of a 1-token
  * call's, tiles against vpdpbusd (results/kernels_amx_int8_prefetch.txt):
- * Q8_0 8 tokens 1.30x against 1.37x, 16 tokens 1.76x against 1.86x, 5, 12
- * and 24 about as fast, 32 as fast or faster, 64 slower (5.3-5.7x against
- * 5.2-5.3x); Q4_0 16 tokens 2.2-2.5x against 2.45-2.8x, 8 and 12 no
- * faster (its nibbles are unpacked into a buffer per block for the tiles),
- * 5 and 24-64 slower. */
+ * Q8_0 8 tokens 31.6 ms against 32.4-33.2, 12 tokens 35.7-38.5 against
+ * 37.1-39.0, 16 tokens 38.3-42.5 against 43.4-44.2, 32 as fast or faster,
+ * 5 and 24 about as fast, 64 slower (5.3-5.7x a 1-token call against
+ * 5.2-5.3x); Q4_0 12 tokens 27.8-28.1 ms against 29.5-29.7, 16 tokens
+ * 30.3-32.1 against 36.5-36.8, 8 as fast, 5 and 24-64 slower (its nibbles
+ * are unpacked into a buffer per block for the tiles). */
 #define AMX_Q8_MIN_N 5
 #define AMX_Q8_MAX_N 32
-#define AMX_Q4_MIN_N 13
+#define AMX_Q4_MIN_N 9
 #define AMX_Q4_MAX_N 16
 static int g_amx_q_min_n = -1;
 

@@ -1,7 +1,7 @@
 /* matmul_amx.c - the amx tier's matmuls on AMX tiles: bf16 weights with
  * TDPBF16PS, and packed Q8_0 / Q4_0 weights with TDPBSUD (below the int8
  * part; the widths kernels.h rf_matmul_set_amx_int8 says, by default Q8_0
- * calls of 5..32 tokens and Q4_0 calls of 13..16, where it measured
+ * calls of 5..32 tokens and Q4_0 calls of 9..16, where it measured
  * faster than the avx512 vpdpbusd kernel).
  *
  * Verified on an Intel Xeon with AMX (tests/kernels_matmul and
