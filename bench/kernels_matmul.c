@@ -21,8 +21,9 @@
  * Q8_0/Q4_0) or vpdpbusd (avx512; row-major Q8_0/Q4_0 at amx), and at amx
  * TDPBF16PS (bf16) and TDPBSUD with K = 32 (packed Q8_0/Q4_0 when
  * --amx-int8 MIN_TOKENS puts calls of that many tokens or more on the
- * int8 tiles, kernels.h rf_matmul_set_amx_int8; off by default: then the
- * vpdpbusd kernel runs and its % of the tile peak means little).
+ * int8 tiles, 0 none, kernels.h rf_matmul_set_amx_int8; by default Q8_0
+ * of 5..32 tokens and Q4_0 9..16: elsewhere the vpdpbusd kernel runs and
+ * its % of the tile peak means little).
  * Each figure is the fastest of the calls that fill ~0.15 s (at least 2,
  * after one warm-up call): on a shared machine the minimum is the least
  * disturbed measurement. Default: everything in well under a minute.

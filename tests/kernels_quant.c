@@ -387,11 +387,14 @@ int main(void) {
         }
         printf("%s: worst relative error vs the quantised-activation reference %.3g\n", tier, test_matmuls(tier));
         test_token_sweep(tier);
-        if (t == RF_CPU_AMX) { /* again with every packed call on the int8 tiles (off by default) */
+        if (t == RF_CPU_AMX) { /* again with every packed call on the int8 tiles, and with none */
             rf_matmul_set_amx_int8(1);
             printf("amx int8 tiles: worst relative error %.3g\n", test_matmuls("amx int8 tiles"));
             test_token_sweep("amx int8 tiles");
             rf_matmul_set_amx_int8(0);
+            printf("amx vpdpbusd: worst relative error %.3g\n", test_matmuls("amx vpdpbusd"));
+            test_token_sweep("amx vpdpbusd");
+            rf_matmul_set_amx_int8(-1);
         }
     }
     rf_kernels_shutdown(); /* nothing left for LeakSanitizer */

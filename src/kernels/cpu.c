@@ -67,7 +67,7 @@ static void init(void) {
         }
     }
     if (want == RF_CPU_AMX && !g_note[0])
-        snprintf(g_note, sizeof g_note, rf_amx_built() ? "amx: bf16 on tiles (0.6B, 64 tokens: 2.5x a 1-token call, avx512 6.3x); Q8_0/Q4_0 on avx512 vpdpbusd (int8 tiles: no faster)"
+        snprintf(g_note, sizeof g_note, rf_amx_built() ? "amx: bf16 on tiles (0.6B, 64 tokens: 2.5x a 1-token call, avx512 6.3x); Q8_0 5..32 / Q4_0 9..16 tokens on int8 tiles, else vpdpbusd"
                                                        : "amx detected; this build has no AMX kernels, running avx512");
     g_active = runnable(want);
 }

@@ -26,8 +26,8 @@
  *                     product of the dequantised weights by the activation
  *                     rounding (<= |w| max|x_block| / 254 per term).
  *   amx               bf16: TDPBF16PS tiles (matmul_amx.c; 16 rows x up to
- *                     64 tokens per weight load); packed Q8_0 / Q4_0 when
- *                     asked (rf_matmul_set_amx_int8): TDPBSUD tiles, one
+ *                     64 tokens per weight load); packed Q8_0 / Q4_0 of
+ *                     the widths rf_matmul_set_amx_int8 says: TDPBSUD tiles, one
  *                     32-block per TDP, scaled per block in f32 (the same
  *                     answers as vpdpbusd); the rest runs the avx512
  *                     kernels. Verified
@@ -85,11 +85,12 @@ void rf_mat_pack(rf_mat *W, void *buf);
 int rf_matmul_bf16_act(void);
 void rf_matmul_set_bf16_act(int single);
 /* At tier amx, packed Q8_0 / Q4_0 calls of at least min_tokens tokens run
- * on int8 tiles (matmul_amx.c); 0 (the default) keeps them all on the
- * avx512 vpdpbusd kernel, which measured as fast or faster on a 2-core
- * Xeon (results/kernels_amx.txt: 64-token 0.6B forward 5.1x a 1-token one
- * with the tiles from 16 tokens, 4.5x without). Not thread-safe: set it
- * before the matmuls run (tests, benchmarks). */
+ * on int8 tiles (matmul_amx.c); 0 keeps them all on the avx512 vpdpbusd
+ * kernel; a negative value restores the default: the tiles for Q8_0 calls
+ * of 5..32 tokens and Q4_0 calls of 9..16, the widths where they
+ * measured faster on a 2-core Xeon (matmul.c amx_q_wanted,
+ * results/kernels_amx_int8_prefetch.txt). Not thread-safe: set it before
+ * the matmuls run (tests, benchmarks). */
 void rf_matmul_set_amx_int8(int min_tokens);
 
 /* Frees the matmul's per-thread scratch buffers of the calling thread and

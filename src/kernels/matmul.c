@@ -320,15 +320,31 @@ static mm_path choose_path(rf_dtype dt, int cols, int n) {
 }
 
 /* amx: packed Q8_0 / Q4_0 calls of at least this many tokens run the int8
- * tile kernel (matmul_amx.c); 0: never (the default, kernels.h
- * rf_matmul_set_amx_int8). Measured on a Xeon with AMX: one thread, the
- * 0.6B down shape (1024 x 3072), tiles 1.1-1.3x faster than vpdpbusd at 16
- * and 64 tokens and 1.1-1.5x slower at 8 (a tile holds 16 tokens: 8 waste
- * half of it); two threads, the 0.6B forward, as fast at 16 tokens and
- * ~10% slower at 64 */
-static int g_amx_q_min_n = 0;
+ * tile kernel (matmul_amx.c); 0: never; -1 (the default): the widths
+ * below, where the tiles measured faster than vpdpbusd (kernels.h
+ * rf_matmul_set_amx_int8). Measured on a 2-core Xeon with AMX, 2 threads,
+ * the 0.6B forward, the tile kernel with its stream prefetch and one token
+ * group's sums in registers, a call's time as a multiple of a 1-token
+ * call's, tiles against vpdpbusd (results/kernels_amx_int8_prefetch.txt):
+ * Q8_0 8 tokens 31.6 ms against 32.4-33.2, 12 tokens 35.7-38.5 against
+ * 37.1-39.0, 16 tokens 38.3-42.5 against 43.4-44.2, 32 as fast or faster,
+ * 5 and 24 about as fast, 64 slower (5.3-5.7x a 1-token call against
+ * 5.2-5.3x); Q4_0 12 tokens 27.8-28.1 ms against 29.5-29.7, 16 tokens
+ * 30.3-32.1 against 36.5-36.8, 8 as fast, 5 and 24-64 slower (its nibbles
+ * are unpacked into a buffer per block for the tiles). */
+#define AMX_Q8_MIN_N 5
+#define AMX_Q8_MAX_N 32
+#define AMX_Q4_MIN_N 9
+#define AMX_Q4_MAX_N 16
+static int g_amx_q_min_n = -1;
 
-void rf_matmul_set_amx_int8(int min_tokens) { g_amx_q_min_n = min_tokens > 0 ? min_tokens : 0; }
+static int amx_q_wanted(rf_dtype dt, int n) {
+    if (g_amx_q_min_n >= 0) return g_amx_q_min_n && n >= g_amx_q_min_n;
+    if (dt == RF_Q8_0) return n >= AMX_Q8_MIN_N && n <= AMX_Q8_MAX_N;
+    return n >= AMX_Q4_MIN_N && n <= AMX_Q4_MAX_N;
+}
+
+void rf_matmul_set_amx_int8(int min_tokens) { g_amx_q_min_n = min_tokens < 0 ? -1 : min_tokens; }
 
 /* bf16 activations at avx512: 1 = rounded to bf16 once (default), 0 =
  * hi/lo split; -1 = not read from REFUSION_BF16_ACT yet */
@@ -356,10 +372,9 @@ typedef struct {
  * the calling thread's scratch */
 static mm_prep prepare(const float *X, const rf_mat *W, int n) {
     mm_prep p = {choose_path(W->dtype, W->cols, n), X, 0};
-    /* amx, when asked: Q8_0 / Q4_0 calls of g_amx_q_min_n tokens or more on
-     * packed W run on int8 tiles; the others stream W through vpdpbusd */
-    if (p.path == PATH_AVX512_Q && W->packed && g_amx_q_min_n && n >= g_amx_q_min_n &&
-        rf_cpu_tier_active() == RF_CPU_AMX)
+    /* amx: Q8_0 / Q4_0 calls on packed W of the widths amx_q_wanted picks
+     * run on int8 tiles; the others stream W through vpdpbusd */
+    if (p.path == PATH_AVX512_Q && W->packed && amx_q_wanted(W->dtype, n) && rf_cpu_tier_active() == RF_CPU_AMX)
         p.path = PATH_AMX_Q;
     if (p.path == PATH_AMX_Q) {
         void *b = prep_buf(rf_q_prep_amx_bytes(n, W->cols));

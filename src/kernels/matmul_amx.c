@@ -1,7 +1,8 @@
 /* matmul_amx.c - the amx tier's matmuls on AMX tiles: bf16 weights with
  * TDPBF16PS, and packed Q8_0 / Q4_0 weights with TDPBSUD (below the int8
- * part; only when asked, kernels.h rf_matmul_set_amx_int8: it measured no
- * faster than the avx512 vpdpbusd kernel, which runs by default).
+ * part; the widths kernels.h rf_matmul_set_amx_int8 says, by default Q8_0
+ * calls of 5..32 tokens and Q4_0 calls of 9..16, where it measured
+ * faster than the avx512 vpdpbusd kernel).
  *
  * Verified on an Intel Xeon with AMX (tests/kernels_matmul and
  * tests/kernels_quant at tier amx against their references). Measured
@@ -12,7 +13,10 @@
  * waits. The int8 kernel is on par with the avx512 vpdpbusd kernel (within
  * +-5% on the 0.6B layer shapes at 16-64 tokens, 13-14% of the TDPBSUD
  * K = 32 probe): per-block scales need a tile store and an AVX-512
- * rescale per 16 x 16 x 32 TDP. The code
+ * rescale per 16 x 16 x 32 TDP. With its weight streams prefetched and
+ * one token group's sums in registers (q_g1) it beats vpdpbusd at the
+ * widths above (0.6B forward, 2 threads, Q8_0: 8 tokens 1.29x a 1-token
+ * call against 1.43x; results/kernels_amx_int8_prefetch.txt). The code
  * compiles in every build (per-file -mamx-* flags, CMakeLists.txt; stubs
  * when the compiler lacks them) and is chosen only when kernels/cpu.c finds
  * AMX-TILE/BF16/INT8 and the OS grants the tile data (arch_prctl). Its
@@ -70,6 +74,7 @@ static _Thread_local uint8_t emu_tile[8][16][64];
 static _Thread_local tilecfg emu_cfg;
 static void TCFG(const tilecfg *c) { emu_cfg = *c; }
 static void TRELEASE(void) { memset(emu_tile, 0, sizeof emu_tile); }
+#define PREFETCH(p) ((void)(p))
 static void TZERO(int t) { memset(emu_tile[t], 0, sizeof emu_tile[t]); }
 static void TLOAD(int t, const void *p, size_t stride) {
     for (int r = 0; r < emu_cfg.rows[t]; r++) memcpy(emu_tile[t][r], (const char *)p + r * stride, emu_cfg.colsb[t]);
@@ -106,15 +111,28 @@ static void TDPI(int c, int a, int b) {
             memcpy(&emu_tile[c][m][4 * n], &s, 4);
         }
 }
+/* the same with B signed (TDPBSSD) */
+static void TDPS(int c, int a, int b) {
+    for (int m = 0; m < emu_cfg.rows[a]; m++)
+        for (int n = 0; n < emu_cfg.colsb[b] / 4; n++) {
+            int32_t s;
+            memcpy(&s, &emu_tile[c][m][4 * n], 4);
+            for (int k = 0; k < emu_cfg.colsb[a] / 4; k++)
+                for (int i = 0; i < 4; i++) s += (int8_t)emu_tile[a][m][4 * k + i] * (int32_t)(int8_t)emu_tile[b][k][4 * n + i];
+            memcpy(&emu_tile[c][m][4 * n], &s, 4);
+        }
+}
 #else
 #include <immintrin.h>
 #define TCFG(c) _tile_loadconfig(c)
 #define TRELEASE() _tile_release()
+#define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 #define TZERO(t) _tile_zero(t)
 #define TLOAD(t, p, s) _tile_loadd(t, p, s)
 #define TSTORE(t, p, s) _tile_stored(t, p, s)
 #define TDP(c, a, b) _tile_dpbf16ps(c, a, b)
 #define TDPI(c, a, b) _tile_dpbsud(c, a, b)
+#define TDPS(c, a, b) _tile_dpbssd(c, a, b)
 #endif
 
 int AMXFN(rf_amx_built)(void) { return 1; }
@@ -234,55 +252,62 @@ void AMXFN(rf_bf16_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat
 }
 
 /* ---- Q8_0 / Q4_0: int8 tiles ----------------------------------------------
- * TDPBSUD (A signed, B unsigned bytes, C int32) with K = 64 bytes per
- * instruction, of which 32 are one 32-block of the weights:
- * A (tmm4, 5)   16 tokens x 64 bytes: the block's int8 activations q
- *               (rounded as the avx512 prep rounds them) and then -q,
- *               loaded in place from the prepared blocks (stride = one
- *               token's blocks)
- * B (tmm6, 7)   16 rows of 64 bytes, one 16-row panel: rows 0..7 the
- *               panel's block as packed (matmul_pack.c: row k = the 4
- *               weights of columns 4k..4k+3 of the 16 rows, as unsigned
- *               bytes w + off, off = 128 for Q8_0 and 8 for Q4_0 whose
- *               nibbles are unpacked to bytes), rows 8..15 all off; copied
- *               to a buffer once per block for every token group, one
- *               block ahead (a tile load of bytes the vector unit has just
- *               stored stalls the tile unit ~35 cycles, measured). So C =
- *               sum q (w + off) + sum (-q) off = sum q w: the weights'
- *               offset cancels inside the tile, for free (a TDP costs the
- *               same with K = 32 as with 64, measured by the probe,
- *               roofline_amx.c).
- * C (tmm0..3)   16 tokens x 16 rows of int32: 2 token groups x 2 panels.
- * The scales are per 32-block, so a C tile holds one block's dot products:
- * after each block it is stored and scaled into f32 accumulators with
- * AVX-512 (cvt(c) * (d_w * d_x), the avx512 kernel's arithmetic). The
- * next step's TDPs are issued before that scaling, so the tile unit works
- * while the vector units scale (a plain loop waited for each step's tile
- * results: ~3x slower). Up to 4 token groups (64 tokens) share each B
- * load; W streams once per 64 tokens. */
+ * TDPBSUD (A signed, B unsigned bytes, C int32) with K = 32 bytes per
+ * instruction, one 32-block of the weights:
+ * A (tmm4, 5)   up to 16 tokens x 32 bytes: the block's int8 activations q
+ *               (rounded as the avx512 prep rounds them), loaded in place
+ *               from the prepared blocks
+ * B (tmm6, 7)   8 rows of 64 bytes, one 16-row panel's block as packed
+ *               (matmul_pack.c: row k = the 4 weights of columns 4k..4k+3
+ *               of the 16 rows, as unsigned bytes w + off, off = 128 for
+ *               Q8_0, 8 for Q4_0): Q8_0 loaded in place from the panel,
+ *               Q4_0's nibbles unpacked to bytes in a buffer one block
+ *               ahead (a tile load of bytes the vector unit has just
+ *               stored stalls the tile unit ~35 cycles, measured)
+ * C (tmm0..3)   tokens x 16 rows of int32, C = sum q (w + off): the
+ *               offset comes off inside the tiles, sum q off per token
+ *               and block: C starts as a tile of -off sum q (prepared with
+ *               the activations; one token group: a TDPBSSD against
+ *               -off bytes instead, q_g1).
+ * The tiles hold just a group's tokens (8 tokens: 8-row A and C tiles,
+ * half the TDP, store and scaling of 16). The scales are per 32-block, so
+ * a C tile holds one block's dot products: after each block it is stored
+ * and scaled into f32 accumulators with AVX-512 (cvt(c) * (d_w * d_x), the
+ * avx512 kernel's arithmetic). The next steps' TDPs are issued before that
+ * scaling, so the tile unit works while the vector units scale (a plain
+ * loop waited for each step's tile results: ~3x slower). Up to 4 token
+ * groups (64 tokens) share each B load; W streams once per 64 tokens,
+ * each panel prefetched AMX_PF_AHEAD bytes ahead: without the prefetch the
+ * tile loads of B waited on memory (0.6B forward, 2 threads, Q8_0 with
+ * the tiles from 5 tokens: 8 tokens 42.4 -> 31.9 ms, 16 tokens 46.4 ->
+ * 38.7 ms, where vpdpbusd took 32.1 and 41.8 ms). */
 
-/* The prepared activations: per token and block 64 bytes, q and then -q,
- * ordered by token group of 16, block, token (an A tile is 1 KB in one
- * piece, not 16 rows a power of two apart); then the f32 scales d_x in the
- * same order; tokens padded with zeros to whole groups */
-size_t AMXFN(rf_q_prep_amx_bytes)(int n, int cols) { return (size_t)((n + 15) / 16) * 16 * (cols / RF_QK) * (64 + 4); }
+/* The prepared activations, ordered by token group of 16, block, token (an
+ * A tile is one piece, not rows a power of two apart): per token and
+ * block the 32 bytes q; then 16 int32 copies of -off sum q (a C tile's
+ * start, off = the weights' offset); then the f32 scales d_x; tokens
+ * padded with zeros to whole groups */
+size_t AMXFN(rf_q_prep_amx_bytes)(int n, int cols) { return (size_t)((n + 15) / 16) * 16 * (cols / RF_QK) * (32 + 64 + 4); }
 
 /* d = max|x| / 127, q = x * (1 / d) rounded to nearest even: the rounding of
  * rf_q8p_prep_avx512 (so the tiers' answers agree bit for bit) */
 void AMXFN(rf_q_prep_amx)(void *xp, const float *X, int n, int cols, rf_dtype wdt) {
     const int nb = cols / RF_QK, np = (n + 15) / 16 * 16;
     int8_t *q0 = xp;
-    float *dx = (float *)(q0 + (size_t)np * nb * 64);
+    int32_t *corr = (int32_t *)(q0 + (size_t)np * nb * 32);
+    float *dx = (float *)(corr + (size_t)np * nb * 16);
+    const int off = wdt == RF_Q8_0 ? 128 : 8;
     for (int t = 0; t < n; t++)
         for (int b = 0; b < nb; b++) {
             const size_t at = ((size_t)(t / 16) * nb + b) * 16 + t % 16;
-            int8_t *o = q0 + at * 64;
+            int8_t *o = q0 + at * 32;
             const float *x = X + (size_t)t * cols + b * RF_QK;
 #ifdef RF_AMX_EMULATE
             float amax = 0;
             for (int i = 0; i < RF_QK; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
             const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
-            for (int i = 0; i < RF_QK; i++) o[i] = (int8_t)lrintf(x[i] * id), o[32 + i] = (int8_t)-o[i];
+            int32_t sq = 0;
+            for (int i = 0; i < RF_QK; i++) o[i] = (int8_t)lrintf(x[i] * id), sq += o[i];
 #else
             __m512 a = _mm512_loadu_ps(x), c = _mm512_loadu_ps(x + 16);
             float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
@@ -291,60 +316,200 @@ void AMXFN(rf_q_prep_amx)(void *xp, const float *X, int n, int cols, rf_dtype wd
                 _mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
             __m512i qc = _mm512_cvtps_epi32(
                 _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-            __m512i z = _mm512_setzero_si512();
             _mm_storeu_si128((__m128i *)o, _mm512_cvtepi32_epi8(qa));
             _mm_storeu_si128((__m128i *)(o + 16), _mm512_cvtepi32_epi8(qc));
-            _mm_storeu_si128((__m128i *)(o + 32), _mm512_cvtepi32_epi8(_mm512_sub_epi32(z, qa)));
-            _mm_storeu_si128((__m128i *)(o + 48), _mm512_cvtepi32_epi8(_mm512_sub_epi32(z, qc)));
+            const int32_t sq = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
 #endif
             dx[at] = d;
+            for (int i = 0; i < 16; i++) corr[at * 16 + i] = -off * sq;
         }
     for (int t = n; t < np; t++) /* zero tokens up to a whole group: C rows of 0 */
         for (int b = 0; b < nb; b++) {
             const size_t at = ((size_t)(t / 16) * nb + b) * 16 + t % 16;
-            memset(q0 + at * 64, 0, 64);
+            memset(q0 + at * 32, 0, 32);
             dx[at] = 0;
+            memset(corr + at * 16, 0, 64);
         }
 }
 
-/* acc[t][i] (+)= c[t][i] * (dw[i] * dx[t]) for one token group's 16
- * tokens t and the panel's 16 rows i */
-static inline __attribute__((always_inline)) void q_scale(float *acc, const int32_t *c, const float *dx, const float *dw, int first) {
+/* acc[t][i] (+)= c[t][i] * (dw[i] * dx[t]) for the first m tokens t of a
+ * token group and the panel's 16 rows i */
+static inline __attribute__((always_inline)) void q_scale(float *acc, const int32_t *c, const float *dx,
+                                                          const float *dw, int first, int m) {
 #ifdef RF_AMX_EMULATE
-    for (int t = 0; t < 16; t++)
+    for (int t = 0; t < m; t++)
         for (int i = 0; i < 16; i++) {
             float v = (float)c[t * 16 + i] * (dw[i] * dx[t]);
             acc[t * 16 + i] = first ? v : acc[t * 16 + i] + v;
         }
 #else
     const __m512 w = _mm512_loadu_ps(dw);
-    for (int t = 0; t < 16; t++) {
-        __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512(c + t * 16)), s = _mm512_mul_ps(w, _mm512_set1_ps(dx[t]));
-        _mm512_store_ps(acc + t * 16, first ? _mm512_mul_ps(v, s) : _mm512_fmadd_ps(v, s, _mm512_load_ps(acc + t * 16)));
+    if (first)
+        for (int t = 0; t < m; t++)
+            _mm512_store_ps(acc + t * 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + t * 16)),
+                                                        _mm512_mul_ps(w, _mm512_set1_ps(dx[t]))));
+    else
+        for (int t = 0; t < m; t++)
+            _mm512_store_ps(acc + t * 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + t * 16)),
+                                                          _mm512_mul_ps(w, _mm512_set1_ps(dx[t])),
+                                                          _mm512_load_ps(acc + t * 16)));
+#endif
+}
+
+/* a Q4_0 panel block as B-tile rows 0..7 of bytes: its 4 vectors, lane r
+ * byte k = columns 4v + k (low nibble) and 16 + 4v + k (high) of row r,
+ * unpacked to rows v and 4 + v */
+static inline void b_fill_q4(uint8_t *o, const uint8_t *w) {
+#ifdef RF_AMX_EMULATE
+    for (int i = 0; i < 256; i++) o[i] = w[i] & 15, o[256 + i] = w[i] >> 4;
+#else
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int v = 0; v < 4; v++) {
+        __m512i q = _mm512_loadu_si512(w + 64 * v);
+        _mm512_store_si512(o + 64 * v, _mm512_and_si512(q, m4));
+        _mm512_store_si512(o + 256 + 64 * v, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
     }
 #endif
 }
 
-/* a panel block as B-tile rows 0..7 of bytes (Q8_0: the 8 vectors as
- * they are; Q4_0: its 4 vectors, lane r byte k = columns 4v + k (low
- * nibble) and 16 + 4v + k (high) of row r, unpacked to rows v and 4 + v) */
-static inline void b_fill(uint8_t *o, const uint8_t *w, int q8) {
+/* Each panel's weight stream is prefetched this many bytes ahead (to L1,
+ * one per 64-byte line), as the avx512 kernels' streams (matmul_avx512.c
+ * PF_AHEAD): without it the tile loads of B waited on memory. 0.6B
+ * forward, 2 threads, Q8_0, one run each (noise ~5%): 16 tokens 44.9 ms
+ * (2 KiB, to L1), 43.6 (2 KiB, to L2), 43.3 (4 KiB, L1), 43.6 (1 KiB, L1),
+ * 50.6 without; the choice among them is within the noise. */
+#define AMX_PF_AHEAD 2048
+
+/* ---- one token group (up to 16 tokens): accumulators in registers --------
+ * The general kernel below keeps its f32 sums in memory and scales each
+ * C tile with a load, convert, multiply, FMA and store per row; at a few
+ * tokens that vector work, not the tiles, set the pace (one thread,
+ * 1024 x 1024 Q8_0, 8 tokens: 0.043 ms, 0.025 ms with the scaling left
+ * out). Here the sums of P panels x MT tokens live in zmm registers
+ * (P MT <= 16; at more the compiler spills a part), the weights' offset is taken off inside the tiles (a
+ * second TDP, TDPBSSD of the activations against a tile of -off bytes,
+ * held in tmm5 for the whole call), d_x is broadcast once per token for
+ * both panels, and a C tile is scaled one block after its store:
+ * per block and panel one TDPBSUD, one TDPBSSD, one tile store and, per
+ * token, a convert, a multiply and an FMA.
+ * Tiles: C tmm0..3 (block parity x panel), A tmm4 (the tokens' q), the
+ * -off bytes tmm5, B tmm6, 7 (panels: Q8_0 in place, Q4_0 unpacked into
+ * a buffer one block ahead). */
+static inline __attribute__((always_inline)) void q_g1(const int P, const int MT, float *Y, size_t ldy,
+                                                       const int8_t *X, const float *DX, const rf_mat *W, int n,
+                                                       int a, int b) {
+    const int nb = W->cols / RF_QK, q8 = W->dtype == RF_Q8_0;
+    const size_t block = q8 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK, scales = q8 ? 512 : 256;
+    const size_t panel = (size_t)nb * block;
+    int32_t cbuf[2][2][256] __attribute__((aligned(64)));
+    uint8_t wq[2][2][512] __attribute__((aligned(64))); /* Q4_0: [block parity][panel] */
+    uint8_t noff[512] __attribute__((aligned(64)));
+    memset(cbuf, 0, sizeof cbuf); /* rows n..MT - 1 are scaled but never stored */
+    memset(noff, q8 ? 0x80 : 0xF8, sizeof noff); /* -128, -8 */
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 4; t++) cfg.rows[t] = (uint8_t)n, cfg.colsb[t] = 64;
+    cfg.rows[4] = (uint8_t)n, cfg.colsb[4] = 32;
+    for (int t = 5; t < 8; t++) cfg.rows[t] = 8, cfg.colsb[t] = 64;
+    TCFG(&cfg);
+    TLOAD(5, noff, 64);
+    for (int r = a; r < b; r += 16 * P) {
+        const uint8_t *w = (const uint8_t *)W->packed + (size_t)(r / 16) * panel;
 #ifdef RF_AMX_EMULATE
-    if (q8) memcpy(o, w, 512);
-    else
-        for (int i = 0; i < 256; i++) o[i] = w[i] & 15, o[256 + i] = w[i] >> 4;
+        float acc[2][16][16];
+        memset(acc, 0, sizeof acc);
 #else
-    if (q8)
-        for (int v = 0; v < 8; v++) _mm512_store_si512(o + 64 * v, _mm512_loadu_si512(w + 64 * v));
-    else {
-        const __m512i m4 = _mm512_set1_epi8(0x0F);
-        for (int v = 0; v < 4; v++) {
-            __m512i q = _mm512_loadu_si512(w + 64 * v);
-            _mm512_store_si512(o + 64 * v, _mm512_and_si512(q, m4));
-            _mm512_store_si512(o + 256 + 64 * v, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+        __m512 acc[2][16];
+        for (int p = 0; p < P; p++)
+            for (int t = 0; t < MT; t++) acc[p][t] = _mm512_setzero_ps();
+#endif
+#ifdef RF_AMX_EMULATE
+#define G1_SCALE(cb_, dx_, dw_)                                                                       \
+    do {                                                                                              \
+        for (int p_ = 0; p_ < P; p_++)                                                                \
+            for (int t_ = 0; t_ < MT; t_++)                                                           \
+                for (int i_ = 0; i_ < 16; i_++)                                                       \
+                    acc[p_][t_][i_] += (float)(cb_)[p_][t_ * 16 + i_] *                               \
+                                       (((const float *)((dw_) + p_ * panel))[i_] * (dx_)[t_]);       \
+    } while (0)
+#else
+#define G1_SCALE(cb_, dx_, dw_)                                                                       \
+    do {                                                                                              \
+        const __m512 w0_ = _mm512_loadu_ps((const float *)(dw_));                                     \
+        const __m512 w1_ = P > 1 ? _mm512_loadu_ps((const float *)((dw_) + panel)) : w0_;            \
+        for (int t_ = 0; t_ < MT; t_++) {                                                             \
+            const __m512 d_ = _mm512_set1_ps((dx_)[t_]);                                              \
+            acc[0][t_] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((cb_)[0] + t_ * 16)),   \
+                                         _mm512_mul_ps(w0_, d_), acc[0][t_]);                         \
+            if (P > 1)                                                                                \
+                acc[1][t_] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((cb_)[1] + t_ * 16)), \
+                                             _mm512_mul_ps(w1_, d_), acc[1][t_]);                     \
+        }                                                                                             \
+    } while (0)
+#endif
+#define G1_FILL(k_)                                                                                   \
+    do {                                                                                              \
+        b_fill_q4(wq[(k_) & 1][0], w + (size_t)(k_) * block);                                         \
+        if (P > 1) b_fill_q4(wq[(k_) & 1][1], w + panel + (size_t)(k_) * block);                      \
+    } while (0)
+#define G1_ISSUE(k_, C0, C1)                                                                          \
+    do {                                                                                              \
+        const uint8_t *wk_ = w + (size_t)(k_) * block;                                                \
+        for (int p_ = 0; p_ < P; p_++)                                                                \
+            for (size_t l_ = 0; l_ < block; l_ += 64) PREFETCH(wk_ + p_ * panel + AMX_PF_AHEAD + l_); \
+        TLOAD(4, X + (size_t)(k_) * 16 * 32, 32);                                                     \
+        if (q8) {                                                                                     \
+            TLOAD(6, wk_, 64);                                                                        \
+            if (P > 1) TLOAD(7, wk_ + panel, 64);                                                     \
+        } else {                                                                                      \
+            TLOAD(6, wq[(k_) & 1][0], 64);                                                            \
+            if (P > 1) TLOAD(7, wq[(k_) & 1][1], 64);                                                 \
+            if ((k_) + 1 < nb) G1_FILL((k_) + 1);                                                     \
+        }                                                                                             \
+        TZERO(C0);                                                                                    \
+        TDPI(C0, 4, 6);                                                                               \
+        TDPS(C0, 4, 5);                                                                               \
+        if (P > 1) {                                                                                  \
+            TZERO(C1);                                                                                \
+            TDPI(C1, 4, 7);                                                                           \
+            TDPS(C1, 4, 5);                                                                           \
+        }                                                                                             \
+    } while (0)
+#define G1_STORE(k_, C0, C1)                                                                          \
+    do {                                                                                              \
+        TSTORE(C0, cbuf[(k_) & 1][0], 64);                                                            \
+        if (P > 1) TSTORE(C1, cbuf[(k_) & 1][1], 64);                                                 \
+    } while (0)
+        if (!q8) G1_FILL(0);
+        G1_ISSUE(0, 0, 1);
+        for (int k = 0; k < nb; k += 2) {
+            /* block k in C0/C1, k + 1 in C2/C3 */
+            if (k + 1 < nb) G1_ISSUE(k + 1, 2, 3);
+            G1_STORE(k, 0, 1);
+            if (k > 0) G1_SCALE(cbuf[1], DX + (size_t)(k - 1) * 16, w + (size_t)(k - 1) * block + scales);
+            if (k + 1 >= nb) break;
+            if (k + 2 < nb) G1_ISSUE(k + 2, 0, 1);
+            G1_STORE(k + 1, 2, 3);
+            G1_SCALE(cbuf[0], DX + (size_t)k * 16, w + (size_t)k * block + scales);
+        }
+        G1_SCALE(cbuf[(nb - 1) & 1], DX + (size_t)(nb - 1) * 16, w + (size_t)(nb - 1) * block + scales);
+#undef G1_STORE
+#undef G1_SCALE
+#undef G1_ISSUE
+#undef G1_FILL
+        for (int p = 0; p < P; p++) {
+            const int rows = b - r - 16 * p < 16 ? b - r - 16 * p : 16;
+            for (int t = 0; t < n; t++) {
+#ifdef RF_AMX_EMULATE
+                memcpy(Y + (size_t)t * ldy + r + 16 * p, acc[p][t], sizeof(float) * rows);
+#else
+                _mm512_mask_storeu_ps(Y + (size_t)t * ldy + r + 16 * p, (__mmask16)((1u << rows) - 1), acc[p][t]);
+#endif
+            }
         }
     }
-#endif
+    TRELEASE();
 }
 
 void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
@@ -353,36 +518,82 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
     const size_t panel = (size_t)nb * block;
     const uint8_t *pk = W->packed;
     const int8_t *X = xp;
-    const float *DX = (const float *)(X + (size_t)ng * 16 * nb * 64);
-    tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* C 0-3, A 4-5, B 6-7 */
+    const int32_t *CR = (const int32_t *)(X + (size_t)ng * 16 * nb * 32);
+    const float *DX = (const float *)(CR + (size_t)ng * 16 * nb * 16);
+    /* one token group: accumulators in registers (the compiler keeps what
+     * it can of 2 x 12 or 2 x 16 in zmm registers and spills the rest);
+     * two panels per pass, not one, at 9..16 tokens: 0.6B forward, 2
+     * threads, Q8_0 16 tokens 1.70-1.77x a 1-token call -> 1.57-1.64x,
+     * 12 tokens 1.57-1.69x -> 1.45-1.51x (two weight streams per thread) */
+    if (ng == 1) {
+        if (a >= b) return;
+        const int e = a + (b - a) / 32 * 32; /* panel pairs, and a last single panel */
+        if (n <= 4) {
+            if (e > a) q_g1(2, 4, Y, ldy, X, DX, W, n, a, e);
+            if (e < b) q_g1(1, 4, Y, ldy, X, DX, W, n, e, b);
+        } else if (n <= 8) {
+            if (e > a) q_g1(2, 8, Y, ldy, X, DX, W, n, a, e);
+            if (e < b) q_g1(1, 8, Y, ldy, X, DX, W, n, e, b);
+        } else if (n <= 12) {
+            if (e > a) q_g1(2, 12, Y, ldy, X, DX, W, n, a, e);
+            if (e < b) q_g1(1, 12, Y, ldy, X, DX, W, n, e, b);
+        } else {
+            if (e > a) q_g1(2, 16, Y, ldy, X, DX, W, n, a, e);
+            if (e < b) q_g1(1, 16, Y, ldy, X, DX, W, n, e, b);
+        }
+        return;
+    }
+    tilecfg cfg, cur;
+    memset(&cur, 0, sizeof cur);
     float acc[4][2][256] __attribute__((aligned(64)));
     int32_t cbuf[4][256] __attribute__((aligned(64)));
-    uint8_t wq[2][2][1024] __attribute__((aligned(64))); /* [block parity][panel] */
-    memset(wq, q8 ? 128 : 8, sizeof wq); /* rows 8..15: the offset, times -q in A */
-    TCFG(&cfg);
+    uint8_t wq[2][2][512] __attribute__((aligned(64))); /* Q4_0: [block parity][panel] */
+    int loaded = 0;
     for (int r = a; r < b; r += 32) {
         const int P = b - r > 16 ? 2 : 1;
         const uint8_t *w = pk + (size_t)(r / 16) * panel;
         for (int g0 = 0; g0 < ng; g0 += 4) {
             const int G = ng - g0 < 4 ? ng - g0 : 4, S = nb * G * P;
-#define TDP_CASE(C, A, B)                                                                                 case (C) * 4 + ((A) - 4) * 2 + ((B) - 6):                                                                 TZERO(C);                                                                                             TDPI(C, A, B);                                                                                        break;
+            int m[4]; /* tokens in each token group */
+            for (int gi = 0; gi < 4; gi++) m[gi] = n - 16 * (g0 + gi) < 16 ? n - 16 * (g0 + gi) : 16;
+            /* tiles of just the group's tokens where one group keeps its
+             * tiles (G <= 2: C tile c holds group (c / P) % G, A tile 4 + g) */
+            memset(&cfg, 0, sizeof cfg);
+            cfg.palette = 1;
+            for (int c = 0; c < 4; c++) cfg.rows[c] = (uint8_t)(G <= 2 ? m[(c / P) % G] : 16), cfg.colsb[c] = 64;
+            cfg.rows[4] = (uint8_t)(G <= 2 ? m[0] : 16), cfg.rows[5] = (uint8_t)(G == 2 ? m[1] : 16);
+            cfg.colsb[4] = cfg.colsb[5] = 32;
+            cfg.rows[6] = cfg.rows[7] = 8, cfg.colsb[6] = cfg.colsb[7] = 64;
+            if (!loaded || memcmp(&cfg, &cur, sizeof cfg)) TCFG(&cfg), cur = cfg, loaded = 1;
+#define TDP_CASE(C, A, B)                                                                             \
+    case (C) * 4 + ((A) - 4) * 2 + ((B) - 6):                                                         \
+        TLOAD(C, cr_, 64);                                                                            \
+        TDPI(C, A, B);                                                                                \
+        break;
 #define TDP_CASES(C) TDP_CASE(C, 4, 6) TDP_CASE(C, 4, 7) TDP_CASE(C, 5, 6) TDP_CASE(C, 5, 7)
             /* step s: C tile s % 4 = block k, token group g0 + g, panel p, in
              * that order (p fastest); counters, not divisions, per step */
 #define ISSUE(k_, g_, p_, c_)                                                                         \
     do {                                                                                              \
         if ((g_) == 0 && (p_) == 0) {                                                                 \
-            TLOAD(6, wq[(k_) & 1][0], 64);                                                            \
-            if (P > 1) TLOAD(7, wq[(k_) & 1][1], 64);                                                 \
-            if ((k_) + 1 < nb) B_FILL((k_) + 1);                                                      \
+            const uint8_t *wk_ = w + (size_t)(k_) * block;                                            \
+            for (int p2_ = 0; p2_ < P; p2_++)                                                         \
+                for (size_t l_ = 0; l_ < block; l_ += 64) PREFETCH(wk_ + p2_ * panel + AMX_PF_AHEAD + l_); \
+            if (q8) {                                                                                 \
+                TLOAD(6, wk_, 64);                                                                    \
+                if (P > 1) TLOAD(7, wk_ + panel, 64);                                                 \
+            } else {                                                                                  \
+                TLOAD(6, wq[(k_) & 1][0], 64);                                                        \
+                if (P > 1) TLOAD(7, wq[(k_) & 1][1], 64);                                             \
+                if ((k_) + 1 < nb) B_FILL((k_) + 1);                                                  \
+            }                                                                                         \
         }                                                                                             \
+        const size_t at_ = ((size_t)(g0 + (g_)) * nb + (k_)) * 16;                                    \
+        const int32_t *cr_ = CR + at_ * 16;                                                           \
         if ((p_) == 0) {                                                                              \
-            const int8_t *x_ = X + ((size_t)(g0 + (g_)) * nb + (k_)) * 16 * 64;                       \
-            if ((g_) & 1) TLOAD(5, x_, 64);                                                           \
-            else TLOAD(4, x_, 64);                                                                    \
+            const int8_t *x_ = X + at_ * 32;                                                          \
+            if ((g_) & 1) TLOAD(5, x_, 32);                                                           \
+            else TLOAD(4, x_, 32);                                                                    \
         }                                                                                             \
         switch ((c_) * 4 + ((g_) & 1) * 2 + (p_)) { /* A tile 4 + (g & 1), B 6 + p; immediates */     \
         TDP_CASES(0) TDP_CASES(1) TDP_CASES(2) TDP_CASES(3)                                           \
@@ -397,11 +608,11 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
     } while (0)
 #define B_FILL(k_)                                                                                    \
     do {                                                                                              \
-        b_fill(wq[(k_) & 1][0], w + (size_t)(k_) * block, q8);                                        \
-        if (P > 1) b_fill(wq[(k_) & 1][1], w + panel + (size_t)(k_) * block, q8);                     \
+        b_fill_q4(wq[(k_) & 1][0], w + (size_t)(k_) * block);                                         \
+        if (P > 1) b_fill_q4(wq[(k_) & 1][1], w + panel + (size_t)(k_) * block);                      \
     } while (0)
             /* 3 steps ahead: a TDP's result is stored while the next 3 run */
-            B_FILL(0);
+            if (!q8) B_FILL(0);
             int ki = 0, gi = 0, pi = 0, k = 0, g = 0, p = 0;
             for (int s = 0; s < 3 && s < S; s++) {
                 ISSUE(ki, gi, pi, s);
@@ -412,8 +623,9 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
              * thread, 1024 x 1024, 64 tokens: 0.213 ms against 0.221) */
 #define SCALE()                                                                                       \
     do {                                                                                              \
-        q_scale(acc[g][p], cbuf[sc & 3], DX + ((size_t)(g0 + g) * nb + k) * 16,                       \
-                (const float *)(w + (size_t)p * panel + (size_t)k * block + scales), k == 0);         \
+        const size_t at_ = ((size_t)(g0 + g) * nb + k) * 16;                                          \
+        q_scale(acc[g][p], cbuf[sc & 3], DX + at_,                                                    \
+                (const float *)(w + (size_t)p * panel + (size_t)k * block + scales), k == 0, m[g]);   \
         NEXT(k, g, p);                                                                                \
         sc++;                                                                                         \
     } while (0)
@@ -442,13 +654,13 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
             for (int gi = 0; gi < G; gi++)
                 for (int p = 0; p < P; p++) {
                     const int rows = b - r - 16 * p < 16 ? b - r - 16 * p : 16;
-                    for (int t = 0; t < 16 && (g0 + gi) * 16 + t < n; t++)
+                    for (int t = 0; t < m[gi]; t++)
                         memcpy(Y + (size_t)((g0 + gi) * 16 + t) * ldy + r + 16 * p, acc[gi][p] + t * 16,
                                sizeof(float) * rows);
                 }
         }
     }
-    TRELEASE();
+    if (loaded) TRELEASE();
 }
 
 /* ---- bf16, packed weights ------------------------------------------------
