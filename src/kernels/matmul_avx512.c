@@ -561,6 +561,40 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt)
  * vpdpbusd, once per tile for all its tokens (qpkern below serves both
  * formats). */
 
+/* One 32-block of P panels for T tokens: ia[p][t] = the integer dot of
+ * panel p's block with token t's (x[t * ldx]), the weights' offset folded
+ * in through x's init: 8 vpdpbusd of the 8 column groups (Q4_0: 4
+ * vectors, each unpacked into groups v and 4 + v once for all tokens).
+ * Both loop orders below (panel groups outside, blocks outside) run it. */
+static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, const int P, const int T,
+                                                             const uint8_t *wb, size_t panel, const xq_block *x,
+                                                             size_t ldx, __m512i ia[][8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int t = 0; t < T; t++) {
+        __m512i init = _mm512_set1_epi32(x[t * ldx].init);
+        for (int p = 0; p < P; p++) ia[p][t] = init;
+    }
+    for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
+        __m512i lo[8], hi[8];
+        for (int p = 0; p < P; p++) {
+            __m512i q = _mm512_load_si512(wb + p * panel + v * 64);
+            lo[p] = dt == RF_Q8_0 ? q : _mm512_and_si512(q, m4);
+            if (dt != RF_Q8_0) hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        }
+        for (int t = 0; t < T; t++) {
+            int32_t ql, qh;
+            memcpy(&ql, x[t * ldx].q + 4 * v, 4);
+            __m512i xl = _mm512_set1_epi32(ql);
+            for (int p = 0; p < P; p++) ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], lo[p], xl);
+            if (dt != RF_Q8_0) {
+                memcpy(&qh, x[t * ldx].q + 16 + 4 * v, 4);
+                __m512i xh = _mm512_set1_epi32(qh);
+                for (int p = 0; p < P; p++) ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], hi[p], xh);
+            }
+        }
+    }
+}
+
 /* P panels x T tokens of Q8_0 or Q4_0 (dt, a constant at every call site):
  * per block an integer accumulator per (panel, token), 8 vpdpbusd of the
  * 8 column groups (Q4_0: 4 vectors, each unpacked into groups v and 4 + v
@@ -570,16 +604,11 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
                                                          size_t ldx, float *y, size_t ldy, int rows_left,
                                                          const uint8_t *pf, int pmod, int prem) {
     const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK, scales = dt == RF_Q8_0 ? 512 : 256;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[8][8];
     for (int p = 0; p < P; p++)
         for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         __m512i ia[8][8];
-        for (int t = 0; t < T; t++) {
-            __m512i init = _mm512_set1_epi32(x[t * ldx + b].init);
-            for (int p = 0; p < P; p++) ia[p][t] = init;
-        }
         const uint8_t *wb = w + (size_t)b * block;
         if (!pf) /* a single pass: each panel's stream PF_AHEAD bytes ahead */
             for (int p = 0; p < P; p++)
@@ -588,26 +617,7 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
             for (int p = 0; p < P; p++)
                 for (size_t l = (size_t)prem * 64; l < block; l += (size_t)pmod * 64)
                     _mm_prefetch((const char *)pf + p * panel + b * block + l, _MM_HINT_T1);
-        /* Q8_0: 8 vectors, one group each; Q4_0: 4 vectors, groups v and 4 + v */
-        for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
-            __m512i lo[8], hi[8];
-            for (int p = 0; p < P; p++) {
-                __m512i q = _mm512_load_si512(wb + p * panel + v * 64);
-                lo[p] = dt == RF_Q8_0 ? q : _mm512_and_si512(q, m4);
-                if (dt != RF_Q8_0) hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            }
-            for (int t = 0; t < T; t++) {
-                int32_t ql, qh;
-                memcpy(&ql, x[t * ldx + b].q + 4 * v, 4);
-                __m512i xl = _mm512_set1_epi32(ql);
-                for (int p = 0; p < P; p++) ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], lo[p], xl);
-                if (dt != RF_Q8_0) {
-                    memcpy(&qh, x[t * ldx + b].q + 16 + 4 * v, 4);
-                    __m512i xh = _mm512_set1_epi32(qh);
-                    for (int p = 0; p < P; p++) ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], hi[p], xh);
-                }
-            }
-        }
+        qblock_dot(dt, P, T, wb, panel, x + b, ldx, ia);
         for (int p = 0; p < P; p++) {
             __m512 dw = _mm512_load_ps((const float *)(wb + p * panel + scales));
             for (int t = 0; t < T; t++)
@@ -678,7 +688,7 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
 #define BO_PANELS 2
 #define BO_MAX_N_Q8 24
 #define BO_MAX_N_Q4 16
-#define BO_MAX_N 24 /* the larger of the two: the sums buffer */
+#define BO_MAX_N (BO_MAX_N_Q8 > BO_MAX_N_Q4 ? BO_MAX_N_Q8 : BO_MAX_N_Q4) /* the sums buffer */
 
 /* one block of BO_PANELS (P) panels for one tile of T tokens: the integer
  * dot of each (panel, token), scaled into acc[t][16 p] */
@@ -686,31 +696,8 @@ static inline __attribute__((always_inline)) void qbkern(const rf_dtype dt, cons
                                                          const uint8_t *wb, size_t panel, const xq_block *x,
                                                          size_t ldx, float *acc) {
     const size_t scales = dt == RF_Q8_0 ? 512 : 256;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i ia[BO_PANELS][8];
-    for (int t = 0; t < T; t++) {
-        __m512i init = _mm512_set1_epi32(x[t * ldx].init);
-        for (int p = 0; p < P; p++) ia[p][t] = init;
-    }
-    for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
-        __m512i lo[BO_PANELS], hi[BO_PANELS];
-        for (int p = 0; p < P; p++) {
-            __m512i q = _mm512_load_si512(wb + p * panel + v * 64);
-            lo[p] = dt == RF_Q8_0 ? q : _mm512_and_si512(q, m4);
-            if (dt != RF_Q8_0) hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-        }
-        for (int t = 0; t < T; t++) {
-            int32_t ql, qh;
-            memcpy(&ql, x[t * ldx].q + 4 * v, 4);
-            __m512i xl = _mm512_set1_epi32(ql);
-            for (int p = 0; p < P; p++) ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], lo[p], xl);
-            if (dt != RF_Q8_0) {
-                memcpy(&qh, x[t * ldx].q + 16 + 4 * v, 4);
-                __m512i xh = _mm512_set1_epi32(qh);
-                for (int p = 0; p < P; p++) ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], hi[p], xh);
-            }
-        }
-    }
+    qblock_dot(dt, P, T, wb, panel, x, ldx, ia);
     for (int p = 0; p < P; p++) {
         __m512 dw = _mm512_load_ps((const float *)(wb + p * panel + scales));
         for (int t = 0; t < T; t++) {
@@ -779,15 +766,15 @@ void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, i
     const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
     const uint8_t *pk = W->packed;
     const xq_block *X = xp;
-    if (n > (W->dtype == RF_Q8_0 ? 4 : 6) && n <= (W->dtype == RF_Q8_0 ? BO_MAX_N_Q8 : BO_MAX_N_Q4)) {
-        qp_range_blocks(Y, ldy, X, W, n, a, b);
-        return;
-    }
     /* near-equal token tiles of up to 4 (Q8_0) or 6 (Q4_0): measured on
      * one core of the Xeon (512 x 1024, n = 8..32, L2-resident), Q8_0
      * reached 520 G ops/s (83% of the vpdpbusd peak) with tiles of 4 against
      * 450 with tiles of 8, Q4_0 455 with 6 against 430 with 8 or 4 */
     const int tcap = W->dtype == RF_Q8_0 ? 4 : 6;
+    if (n > tcap && n <= (W->dtype == RF_Q8_0 ? BO_MAX_N_Q8 : BO_MAX_N_Q4)) { /* more than one tile */
+        qp_range_blocks(Y, ldy, X, W, n, a, b);
+        return;
+    }
     const int ntt = (n + tcap - 1) / tcap, tmax = (n + ntt - 1) / ntt;
     const int group = 16 * QP_PANELS(W->dtype, tmax) * (tmax > 4 ? 2 : 1);
     for (int g = a; g < b; g += group) {
