@@ -380,6 +380,30 @@ static inline void b_fill_q4(uint8_t *o, const uint8_t *w) {
  * 50.6 without; the choice among them is within the noise. */
 #define AMX_PF_AHEAD 2048
 
+/* The weights' B tiles of block k_ for P panels, tmm6 and tmm7, as both
+ * int8 kernels below take them: each panel's stream prefetched, Q8_0 in
+ * place, Q4_0 from the nibbles unpacked into wq one block ahead (B_FILL).
+ * In scope: w, block, panel, P, q8, nb, wq. */
+#define B_FILL(k_)                                                                                    \
+    do {                                                                                              \
+        b_fill_q4(wq[(k_) & 1][0], w + (size_t)(k_) * block);                                         \
+        if (P > 1) b_fill_q4(wq[(k_) & 1][1], w + panel + (size_t)(k_) * block);                      \
+    } while (0)
+#define B_LOAD(k_)                                                                                    \
+    do {                                                                                              \
+        const uint8_t *wk_ = w + (size_t)(k_) * block;                                                \
+        for (int p_ = 0; p_ < P; p_++)                                                                \
+            for (size_t l_ = 0; l_ < block; l_ += 64) PREFETCH(wk_ + p_ * panel + AMX_PF_AHEAD + l_); \
+        if (q8) {                                                                                     \
+            TLOAD(6, wk_, 64);                                                                        \
+            if (P > 1) TLOAD(7, wk_ + panel, 64);                                                     \
+        } else {                                                                                      \
+            TLOAD(6, wq[(k_) & 1][0], 64);                                                            \
+            if (P > 1) TLOAD(7, wq[(k_) & 1][1], 64);                                                 \
+            if ((k_) + 1 < nb) B_FILL((k_) + 1);                                                      \
+        }                                                                                             \
+    } while (0)
+
 /* ---- one token group (up to 16 tokens): accumulators in registers --------
  * The general kernel below keeps its f32 sums in memory and scales each
  * C tile with a load, convert, multiply, FMA and store per row; at a few
@@ -448,25 +472,10 @@ static inline __attribute__((always_inline)) void q_g1(const int P, const int MT
         }                                                                                             \
     } while (0)
 #endif
-#define G1_FILL(k_)                                                                                   \
-    do {                                                                                              \
-        b_fill_q4(wq[(k_) & 1][0], w + (size_t)(k_) * block);                                         \
-        if (P > 1) b_fill_q4(wq[(k_) & 1][1], w + panel + (size_t)(k_) * block);                      \
-    } while (0)
 #define G1_ISSUE(k_, C0, C1)                                                                          \
     do {                                                                                              \
-        const uint8_t *wk_ = w + (size_t)(k_) * block;                                                \
-        for (int p_ = 0; p_ < P; p_++)                                                                \
-            for (size_t l_ = 0; l_ < block; l_ += 64) PREFETCH(wk_ + p_ * panel + AMX_PF_AHEAD + l_); \
+        B_LOAD(k_);                                                                                   \
         TLOAD(4, X + (size_t)(k_) * 16 * 32, 32);                                                     \
-        if (q8) {                                                                                     \
-            TLOAD(6, wk_, 64);                                                                        \
-            if (P > 1) TLOAD(7, wk_ + panel, 64);                                                     \
-        } else {                                                                                      \
-            TLOAD(6, wq[(k_) & 1][0], 64);                                                            \
-            if (P > 1) TLOAD(7, wq[(k_) & 1][1], 64);                                                 \
-            if ((k_) + 1 < nb) G1_FILL((k_) + 1);                                                     \
-        }                                                                                             \
         TZERO(C0);                                                                                    \
         TDPI(C0, 4, 6);                                                                               \
         TDPS(C0, 4, 5);                                                                               \
@@ -481,7 +490,7 @@ static inline __attribute__((always_inline)) void q_g1(const int P, const int MT
         TSTORE(C0, cbuf[(k_) & 1][0], 64);                                                            \
         if (P > 1) TSTORE(C1, cbuf[(k_) & 1][1], 64);                                                 \
     } while (0)
-        if (!q8) G1_FILL(0);
+        if (!q8) B_FILL(0);
         G1_ISSUE(0, 0, 1);
         for (int k = 0; k < nb; k += 2) {
             /* block k in C0/C1, k + 1 in C2/C3 */
@@ -497,7 +506,6 @@ static inline __attribute__((always_inline)) void q_g1(const int P, const int MT
 #undef G1_STORE
 #undef G1_SCALE
 #undef G1_ISSUE
-#undef G1_FILL
         for (int p = 0; p < P; p++) {
             const int rows = b - r - 16 * p < 16 ? b - r - 16 * p : 16;
             for (int t = 0; t < n; t++) {
@@ -575,19 +583,7 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
              * that order (p fastest); counters, not divisions, per step */
 #define ISSUE(k_, g_, p_, c_)                                                                         \
     do {                                                                                              \
-        if ((g_) == 0 && (p_) == 0) {                                                                 \
-            const uint8_t *wk_ = w + (size_t)(k_) * block;                                            \
-            for (int p2_ = 0; p2_ < P; p2_++)                                                         \
-                for (size_t l_ = 0; l_ < block; l_ += 64) PREFETCH(wk_ + p2_ * panel + AMX_PF_AHEAD + l_); \
-            if (q8) {                                                                                 \
-                TLOAD(6, wk_, 64);                                                                    \
-                if (P > 1) TLOAD(7, wk_ + panel, 64);                                                 \
-            } else {                                                                                  \
-                TLOAD(6, wq[(k_) & 1][0], 64);                                                        \
-                if (P > 1) TLOAD(7, wq[(k_) & 1][1], 64);                                             \
-                if ((k_) + 1 < nb) B_FILL((k_) + 1);                                                  \
-            }                                                                                         \
-        }                                                                                             \
+        if ((g_) == 0 && (p_) == 0) B_LOAD(k_);                                                       \
         const size_t at_ = ((size_t)(g0 + (g_)) * nb + (k_)) * 16;                                    \
         const int32_t *cr_ = CR + at_ * 16;                                                           \
         if ((p_) == 0) {                                                                              \
@@ -605,11 +601,6 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
             (p_) = 0;                                                                                 \
             if (++(g_) == G) (g_) = 0, (k_)++;                                                        \
         }                                                                                             \
-    } while (0)
-#define B_FILL(k_)                                                                                    \
-    do {                                                                                              \
-        b_fill_q4(wq[(k_) & 1][0], w + (size_t)(k_) * block);                                         \
-        if (P > 1) b_fill_q4(wq[(k_) & 1][1], w + panel + (size_t)(k_) * block);                      \
     } while (0)
             /* 3 steps ahead: a TDP's result is stored while the next 3 run */
             if (!q8) B_FILL(0);
@@ -647,10 +638,11 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
             while (sc < S) SCALE();
 #undef SCALE
 #undef NEXT
-#undef B_FILL
 #undef ISSUE
 #undef TDP_CASES
 #undef TDP_CASE
+#undef B_LOAD
+#undef B_FILL
             for (int gi = 0; gi < G; gi++)
                 for (int p = 0; p < P; p++) {
                     const int rows = b - r - 16 * p < 16 ? b - r - 16 * p : 16;
@@ -773,9 +765,10 @@ void AMXFN(rf_bf16p_prep_amx)(void *xp, const float *X, int n, int cols, int sin
         TDP(3, 6, 7);                                                                                 \
     } while (0)
 
-/* rows [r, ...) of Y from cbuf[c] (16 tokens from token t0, 16 rows from r) */
-static void put16(float *Y, size_t ldy, int r, int t0, int n, const float (*c)[16]) {
-    for (int t = 0; t < 16 && t0 + t < n; t++) memcpy(Y + (size_t)(t0 + t) * ldy + r, c[t], 16 * sizeof(float));
+/* rows [r, r + rows) of Y for tokens t0.. (up to 16, those < n) from a
+ * stored C tile c (token-major, 16 rows each) */
+static void put_tile(float *Y, size_t ldy, int r, int rows, int t0, int n, const float (*c)[16]) {
+    for (int t = 0; t < 16 && t0 + t < n; t++) memcpy(Y + (size_t)(t0 + t) * ldy + r, c[t], (size_t)rows * sizeof(float));
 }
 
 /* whole panels from r while they last (r < b: the range's end), n <= 32;
@@ -794,7 +787,7 @@ static int panels_multi(float *Y, size_t ldy, const uint16_t *hi, const rf_mat *
             TSTORE(0, cbuf[0], 64);
             TSTORE(1, cbuf[1], 64);
             TSTORE(2, cbuf[2], 64);
-            for (int p = 0; p < 3; p++) put16(Y, ldy, r + 16 * p, 0, n, cbuf[p]);
+            for (int p = 0; p < 3; p++) put_tile(Y, ldy, r + 16 * p, 16, 0, n, cbuf[p]);
         }
     else
         for (; r + 32 <= b; r += 32) {
@@ -808,10 +801,10 @@ static int panels_multi(float *Y, size_t ldy, const uint16_t *hi, const rf_mat *
             TSTORE(1, cbuf[1], 64);
             TSTORE(2, cbuf[2], 64);
             TSTORE(3, cbuf[3], 64);
-            put16(Y, ldy, r, 0, n, cbuf[0]);
-            put16(Y, ldy, r, 16, n, cbuf[1]);
-            put16(Y, ldy, r + 16, 0, n, cbuf[2]);
-            put16(Y, ldy, r + 16, 16, n, cbuf[3]);
+            put_tile(Y, ldy, r, 16, 0, n, cbuf[0]);
+            put_tile(Y, ldy, r, 16, 16, n, cbuf[1]);
+            put_tile(Y, ldy, r + 16, 16, 0, n, cbuf[2]);
+            put_tile(Y, ldy, r + 16, 16, 16, n, cbuf[3]);
         }
     return r;
 }
@@ -835,9 +828,7 @@ static void panels_one(float *Y, size_t ldy, const uint16_t *hi, const uint16_t 
             case 3: PANEL_GROUP(3); break;
             default: PANEL_GROUP(4); break;
             }
-            for (int gi = 0; gi < gn; gi++)
-                for (int t = 0; t < 16 && (g0 + gi) * 16 + t < n; t++)
-                    memcpy(Y + (size_t)((g0 + gi) * 16 + t) * ldy + r, cbuf[gi][t], (size_t)rr * sizeof(float));
+            for (int gi = 0; gi < gn; gi++) put_tile(Y, ldy, r, rr, (g0 + gi) * 16, n, cbuf[gi]);
         }
     }
 }
