@@ -67,8 +67,14 @@ static void init(void) {
         }
     }
     if (want == RF_CPU_AMX && !g_note[0])
-        snprintf(g_note, sizeof g_note, rf_amx_built() ? "amx: bf16 on tiles (0.6B, 64 tokens: 2.5x a 1-token call, avx512 6.3x); Q8_0 5..32 / Q4_0 9..16 tokens on int8 tiles, else vpdpbusd"
-                                                       : "amx detected; this build has no AMX kernels, running avx512");
+    {
+        if (rf_amx_built())
+            snprintf(g_note, sizeof g_note,
+                     "amx: bf16 calls of %d+ tokens on tiles; Q8_0 %d..%d / Q4_0 %d..%d tokens on int8 tiles, else vpdpbusd",
+                     RF_AMX_BF16_MIN_N, RF_AMX_Q8_MIN_N, RF_AMX_Q8_MAX_N, RF_AMX_Q4_MIN_N, RF_AMX_Q4_MAX_N);
+        else
+            snprintf(g_note, sizeof g_note, "amx detected; this build has no AMX kernels, running avx512");
+    }
     g_active = runnable(want);
 }
 

@@ -307,7 +307,7 @@ typedef enum { PATH_NONE, PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX512_BF16, PATH_A
 /* amx tiles hold 16 tokens: calls of up to this many run the avx512 kernels,
  * which stream the weights faster (0.6B shape, bf16, 2 threads: n = 4 cost
  * 1.07x n = 1 at avx512, 1.09x with tiles; n = 6 1.30x against 1.12x) */
-#define AMX_MIN_TOKENS 5
+#define AMX_MIN_TOKENS RF_AMX_BF16_MIN_N
 
 static mm_path choose_path(rf_dtype dt, int cols, int n) {
     int avx512 = rf_cpu_tier_active() >= RF_CPU_AVX512;
@@ -325,23 +325,20 @@ static mm_path choose_path(rf_dtype dt, int cols, int n) {
  * rf_matmul_set_amx_int8). Measured on a 2-core Xeon with AMX, 2 threads,
  * the 0.6B forward, the tile kernel with its stream prefetch and one token
  * group's sums in registers, a call's time as a multiple of a 1-token
- * call's, tiles against vpdpbusd (results/kernels_amx_int8_prefetch.txt):
+ * call's, tiles against vpdpbusd (results/kernels_amx_int8_prefetch.txt;
+ * the widths: matmul_impl.h RF_AMX_Q8_MIN_N ...):
  * Q8_0 8 tokens 31.6 ms against 32.4-33.2, 12 tokens 35.7-38.5 against
  * 37.1-39.0, 16 tokens 38.3-42.5 against 43.4-44.2, 32 as fast or faster,
  * 5 and 24 about as fast, 64 slower (5.3-5.7x a 1-token call against
  * 5.2-5.3x); Q4_0 12 tokens 27.8-28.1 ms against 29.5-29.7, 16 tokens
  * 30.3-32.1 against 36.5-36.8, 8 as fast, 5 and 24-64 slower (its nibbles
  * are unpacked into a buffer per block for the tiles). */
-#define AMX_Q8_MIN_N 5
-#define AMX_Q8_MAX_N 32
-#define AMX_Q4_MIN_N 9
-#define AMX_Q4_MAX_N 16
 static int g_amx_q_min_n = -1;
 
 static int amx_q_wanted(rf_dtype dt, int n) {
     if (g_amx_q_min_n >= 0) return g_amx_q_min_n && n >= g_amx_q_min_n;
-    if (dt == RF_Q8_0) return n >= AMX_Q8_MIN_N && n <= AMX_Q8_MAX_N;
-    return n >= AMX_Q4_MIN_N && n <= AMX_Q4_MAX_N;
+    if (dt == RF_Q8_0) return n >= RF_AMX_Q8_MIN_N && n <= RF_AMX_Q8_MAX_N;
+    return n >= RF_AMX_Q4_MIN_N && n <= RF_AMX_Q4_MAX_N;
 }
 
 void rf_matmul_set_amx_int8(int min_tokens) { g_amx_q_min_n = min_tokens < 0 ? -1 : min_tokens; }

@@ -12,6 +12,17 @@
 #include <stddef.h>
 #include "kernels/kernels.h"
 
+/* amx: bf16 calls of RF_AMX_BF16_MIN_N tokens or more run on TDPBF16PS tiles
+ * (matmul.c AMX_MIN_TOKENS), packed Q8_0 / Q4_0 calls of these widths on the
+ * int8 tiles by default (matmul.c amx_q_wanted, where the measurements are;
+ * kernels.h rf_matmul_set_amx_int8 overrides them); cpu.c's tier note says
+ * the same from these */
+#define RF_AMX_BF16_MIN_N 5
+#define RF_AMX_Q8_MIN_N 5
+#define RF_AMX_Q8_MAX_N 32
+#define RF_AMX_Q4_MIN_N 9
+#define RF_AMX_Q4_MAX_N 16
+
 /* Activations quantised per 32-block to int8 as ggml's q8_0 does (d =
  * max|x| / 127, q = round-to-nearest-even(x / d)), but d is kept in f32. */
 
