@@ -22,16 +22,13 @@
 #include "tasks/eval.h"
 
 typedef struct {
-    const char *model, *tokenizer, *data, *out;
+    rf_model_source src; /* -m, --tokenizer */
+    const char *data, *out;
     int limit, gen_length, threads, keep_truncated, quiet;
 } distill_args;
 
 #define A(f) offsetof(distill_args, f)
 static const rf_opt distill_opts[] = {
-    {.name = "model", .letter = 'm', .type = RF_OPT_STR, .offset = A(model), .metavar = "MODEL",
-     .help = "checkpoint dir or .gguf file (its tokenizer is used)"},
-    {.name = "tokenizer", .type = RF_OPT_STR, .offset = A(tokenizer), .metavar = "PATH",
-     .help = "tokenizer.json or folder (default: the model's)"},
     {.name = "data", .type = RF_OPT_STR, .offset = A(data), .metavar = "FILE",
      .help = "training file: a JSON list of {\"query\", \"response\", ...} (e.g. train.json of `refusion tasks`)"},
     {.name = "out", .letter = 'o', .type = RF_OPT_STR, .offset = A(out), .metavar = "FILE",
@@ -50,6 +47,7 @@ static const rf_opt distill_opts[] = {
 int cmd_distill(int argc, char **argv) {
     distill_args a = {0}, def_a = a;
     const rf_opt_group groups[] = {
+        RF_MODEL_SOURCE_GROUP(&a.src),
         {NULL, distill_opts, (int)(sizeof distill_opts / sizeof distill_opts[0]), &a, NULL, &def_a},
     };
     int first = argc;
@@ -59,21 +57,21 @@ int cmd_distill(int argc, char **argv) {
                             "rolling slot's verifier accepts) and write the records with those answers as\n"
                             "their responses, for `refusion train --init MODEL --data OUT`: the mask head\n"
                             "then learns to draft what the AR head accepts.",
-                            groups, 1, argc, argv, &first);
+                            groups, 2, argc, argv, &first);
     if (prc) return prc > 0 ? 0 : 2;
     if (first < argc) {
         fprintf(stderr, "refusion: distill: unexpected argument '%s' (see --help)\n", argv[first]);
         return 2;
     }
-    if (!a.model || !a.data || !a.out) {
+    if (!a.src.model || !a.data || !a.out) {
         fprintf(stderr, "refusion: distill: %s is required\n",
-                !a.model ? "-m MODEL" : !a.data ? "--data FILE" : "-o OUT");
+                !a.src.model ? "-m MODEL" : !a.data ? "--data FILE" : "-o OUT");
         return 2;
     }
     /* the model's recommended answer length, then greedy AR whatever it recommends */
     rf_decode_opts d;
     rf_decode_opts_default(&d);
-    if (rf_decode_opts_from_config(&d, a.model, -1)) {
+    if (rf_decode_opts_from_config(&d, a.src.model, -1)) {
         fprintf(stderr, "refusion: distill: %s\n", rf_last_error());
         return 1;
     }
@@ -92,7 +90,7 @@ int cmd_distill(int argc, char **argv) {
     rf_model m;
     rf_tokenizer *tok = NULL;
     int have_model = 0, rc = 1;
-    if (rf_eval_load_model(&m, &tok, a.model, a.tokenizer)) goto done;
+    if (rf_eval_load_model(&m, &tok, a.src.model, a.src.tokenizer)) goto done;
     have_model = 1;
     g.eos_id = rf_tok_eos_id(tok);
     g.mask_id = rf_tok_mask_id(tok);

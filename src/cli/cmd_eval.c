@@ -25,7 +25,8 @@
 #include "tasks/paper_run.h"
 
 typedef struct {
-    const char *model, *tokenizer, *data, *answers, *out;
+    rf_model_source src; /* -m, --tokenizer */
+    const char *data, *answers, *out;
     int limit, quiet, no_early_stop, json;
     int task;         /* 0: the project's own suite, else 1 + a preset / paper task name */
     int resume, table;
@@ -34,10 +35,6 @@ typedef struct {
 
 #define A(f) offsetof(eval_args, f)
 static const rf_opt eval_opts[] = {
-    {.name = "model", .letter = 'm', .type = RF_OPT_STR, .offset = A(model), .metavar = "MODEL",
-     .help = "checkpoint dir or .gguf file (its tokenizer is used)"},
-    {.name = "tokenizer", .type = RF_OPT_STR, .offset = A(tokenizer), .metavar = "PATH",
-     .help = "tokenizer.json or folder (default: the model's)"},
     {.name = "task", .type = RF_OPT_CHOICE, .choices = "suite" RF_DECODE_PRESET_CHOICES, .offset = A(task),
      .metavar = "NAME", .help = "suite (the project's tasks) or one of the paper's benchmarks, read from --data in "
                                 "the data set's own format (JSON Lines or JSON); its --preset is the default"},
@@ -132,7 +129,7 @@ static int eval_paper(const eval_args *a, const rf_decode_opts *d) {
                 tname);
         return 2;
     }
-    if (!a->answers && !a->model) {
+    if (!a->answers && !a->src.model) {
         fprintf(stderr, "refusion: eval: -m MODEL is required (or --answers FILE)\n");
         return 2;
     }
@@ -167,14 +164,14 @@ static int eval_paper(const eval_args *a, const rf_decode_opts *d) {
     char *def_out = NULL, *samples = NULL, *md_path = NULL, *json_path = NULL, *dir = NULL, *table = NULL, *js = NULL;
     json_t *doc = NULL;
     if (!a->answers) {
-        if (rf_eval_load_model(&m, &tok, a->model, a->tokenizer)) goto fail;
+        if (rf_eval_load_model(&m, &tok, a->src.model, a->src.tokenizer)) goto fail;
         have_model = 1;
         o.gen.eos_id = rf_tok_eos_id(tok);
         o.gen.mask_id = rf_tok_mask_id(tok);
     }
     const char *out = a->out;
     if (!out) {
-        const char *base = base_name(a->answers ? a->answers : a->model);
+        const char *base = base_name(a->answers ? a->answers : a->src.model);
         size_t n = strlen(base) + 96;
         def_out = rf_malloc(n);
         snprintf(def_out, n, "results/%s-%s-%s", base, tname, rf_decoder_name(o.gen.method, o.answers));
@@ -211,8 +208,8 @@ static int eval_paper(const eval_args *a, const rf_decode_opts *d) {
         goto fail;
     }
     json_t *config = json_pack("{s:s, s:s, s:s, s:s, s:s?, s:s, s:i, s:o}", "task", tname, "harness_task",
-                               rf_paper_harness_task(task), "model", a->answers ? a->answers : a->model, "decoder",
-                               rf_decoder_name(o.gen.method, o.answers), "tokenizer", a->tokenizer, "data", a->data, "limit",
+                               rf_paper_harness_task(task), "model", a->answers ? a->answers : a->src.model, "decoder",
+                               rf_decoder_name(o.gen.method, o.answers), "tokenizer", a->src.tokenizer, "data", a->data, "limit",
                                a->limit, "settings", settings);
     json_object_set_new(config, "samples", json_string(samples));
     doc = rf_paper_summary(task, &t, config);
@@ -282,6 +279,7 @@ int cmd_eval(int argc, char **argv) {
     rf_decode_opts_default(&d);
     def = d;
     const rf_opt_group groups[] = {
+        RF_MODEL_SOURCE_GROUP(&a.src),
         {NULL, eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]), &a, NULL, &def_a},
         RF_DECODE_GROUP(&d, &def),
     };
@@ -290,7 +288,7 @@ int cmd_eval(int argc, char **argv) {
                            "and speed per task family and overall; --task NAME --data FILE: one of the\n"
                            "paper's benchmarks (gsm8k, math, humaneval, mbpp, arc-c, mmlu-pro, gpqa).";
     int first = argc;
-    int prc = rf_args_parse("eval", synopsis, groups, 2, argc, argv, &first);
+    int prc = rf_args_parse("eval", synopsis, groups, 3, argc, argv, &first);
     if (prc) return prc > 0 ? 0 : 2;
     if (a.table) return eval_table(argc, argv, first);
     if (first < argc) {
@@ -304,19 +302,19 @@ int cmd_eval(int argc, char **argv) {
         rf_decode_opts_default(&d);
         rf_decode_opts_preset(&d, task);
         a = def_a;
-        if (rf_args_parse("eval", synopsis, groups, 2, argc, argv, &first)) return 2;
+        if (rf_args_parse("eval", synopsis, groups, 3, argc, argv, &first)) return 2;
     }
     rf_decode_opts_finish(&d);
     if (rf_decode_opts_cli("eval", &d)) return 2;
     /* the checkpoint's recommended settings under the flags and the preset
      * (EOS: the tokenizer's, below) */
-    if (!a.answers && rf_decode_opts_from_config(&d, a.model, -1)) {
+    if (!a.answers && rf_decode_opts_from_config(&d, a.src.model, -1)) {
         fprintf(stderr, "refusion: eval: %s\n", rf_last_error());
         return 1;
     }
     if (a.task) return eval_paper(&a, &d);
     if (!a.data) a.data = "data/test.json";
-    const char *model_dir = a.model, *tok_path = a.tokenizer, *data = a.data, *answers_path = a.answers,
+    const char *model_dir = a.src.model, *tok_path = a.src.tokenizer, *data = a.data, *answers_path = a.answers,
                *out = a.out;
     if (d.threads > 0) omp_set_num_threads(d.threads);
 

@@ -15,16 +15,13 @@
 #include "tasks/probe.h"
 
 typedef struct {
-    const char *model, *tokenizer, *data;
+    rf_model_source src; /* -m, --tokenizer */
+    const char *data;
     int limit, quiet, json, decode;
 } probe_args;
 
 #define A(f) offsetof(probe_args, f)
 static const rf_opt probe_opts[] = {
-    {.name = "model", .letter = 'm', .type = RF_OPT_STR, .offset = A(model), .metavar = "MODEL",
-     .help = "checkpoint (its tokenizer.json is used)"},
-    {.name = "tokenizer", .type = RF_OPT_STR, .offset = A(tokenizer), .metavar = "PATH",
-     .help = "tokenizer.json or folder (default: the model's)"},
     {.name = "data", .type = RF_OPT_STR, .offset = A(data), .metavar = "FILE", .help = "task file"},
     {.name = "limit", .type = RF_OPT_INT, .lo = 0, .hi = 100000000, .offset = A(limit), .metavar = "N",
      .help = "only the first N examples (0 = all)"},
@@ -48,6 +45,7 @@ int cmd_probe(int argc, char **argv) {
     rf_decode_opts_default(&d);
     def = d;
     const rf_opt_group groups[] = {
+        RF_MODEL_SOURCE_GROUP(&a.src),
         {NULL, probe_opts, (int)(sizeof probe_opts / sizeof probe_opts[0]), &a, NULL, &def_a},
         RF_DECODE_GROUP(&d, &def),
     };
@@ -58,7 +56,7 @@ int cmd_probe(int argc, char **argv) {
                             "slot by slot (earlier slots committed) and the mask head with the whole answer\n"
                             "masked (the first plan's view), per position class: answer start, slot\n"
                             "boundary / slot-first, later in slot.",
-                            groups, 2, argc, argv, &pos);
+                            groups, 3, argc, argv, &pos);
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&d);
     if (rf_decode_opts_cli("probe", &d)) return 2;
@@ -70,7 +68,7 @@ int cmd_probe(int argc, char **argv) {
         return 2;
     }
     int json_stdout = a.json && !json_path, quiet = a.quiet, decode = a.decode;
-    const char *model_dir = a.model, *tok_path = a.tokenizer, *data = a.data;
+    const char *model_dir = a.src.model, *tok_path = a.src.tokenizer, *data = a.data;
     long slot_size = d.gen.slot_size, limit = a.limit;
     if (!model_dir) {
         fprintf(stderr, "refusion: probe: -m MODEL is required\n");

@@ -3,6 +3,8 @@
 #ifndef RF_COMMANDS_H
 #define RF_COMMANDS_H
 
+#include "common/args.h"
+
 int cmd_init(int argc, char **argv);           /* write a random checkpoint */
 int cmd_info(int argc, char **argv);           /* load + describe a checkpoint */
 int cmd_convert(int argc, char **argv);        /* rewrite a checkpoint in another dtype */
@@ -18,5 +20,15 @@ int cmd_probe(int argc, char **argv);          /* teacher-forced view of the two
 int cmd_distill(int argc, char **argv);        /* greedy AR answers as a training file */
 int cmd_logits(int argc, char **argv);         /* raw logits + greedy continuation (JSON) */
 int cmd_serve(int argc, char **argv);          /* HTTP server, OpenAI-style API */
+
+/* The model a command loads and its tokenizer (NULL: the model's), the rows
+ * -m and --tokenizer of the commands that read a data set with a model
+ * (eval, probe, distill), in their option list as RF_MODEL_SOURCE_GROUP. */
+typedef struct {
+    const char *model, *tokenizer;
+} rf_model_source;
+extern const rf_opt rf_model_source_table[];
+extern const int rf_model_source_table_n;
+#define RF_MODEL_SOURCE_GROUP(s) {NULL, rf_model_source_table, rf_model_source_table_n, (s), NULL, NULL}
 
 #endif

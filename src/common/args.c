@@ -460,7 +460,8 @@ void rf_args_usage(FILE *f, const char *cmd, const char *synopsis, const rf_opt_
     fprintf(f, "usage: refusion %s %s\n", cmd, synopsis);
     for (int g = 0; g < n_groups; g++) {
         const rf_opt_group *gr = &groups[g];
-        fprintf(f, "\n%s:\n", gr->title ? gr->title : "options");
+        /* untitled groups in a row share one "options" heading */
+        if (gr->title || g == 0 || groups[g - 1].title) fprintf(f, "\n%s:\n", gr->title ? gr->title : "options");
         for (int i = 0; i < gr->n; i++) {
             const rf_opt *o = &gr->opts[i];
             char head[96], help[640], def[64] = "";

@@ -55,7 +55,7 @@ typedef struct {
 } rf_opt;
 
 typedef struct {
-    const char *title;    /* heading in --help, or NULL */
+    const char *title;    /* heading in --help, or NULL ("options", shared by untitled groups in a row) */
     const rf_opt *opts;
     int n;
     void *base;           /* the struct the offsets point into */
