@@ -31,13 +31,20 @@ r=$(js "$T/d.json" "const src = JSON.parse(require('fs').readFileSync('$T/data/t
     return s && e.family === s.family && JSON.stringify(e.answer) === JSON.stringify(s.answer) && e.response !== 'not an answer'; }))")
 check '[ "$r" = true ]' "records keep their other fields: $(head -c 600 "$T/d.json")"
 
+# got = `generate --decoder ar -n N`'s answer to record I's query of FILE, a
+# JSON string ("no EOS" when it has none, unless CUT is 1); rc its status
+ar_answer() { # FILE I N CUT
+  local q
+  q=$(js "$1" "console.log(d[$2].query)")
+  run generate -m "$M" --decoder ar -n "$3" --threads 1 --json -p "$q"
+  printf '%s' "$out" >"$T/g.json"
+  got=$(js "$T/g.json" "console.log($4 || d.hit_eos ? JSON.stringify(d.text) : 'no EOS')")
+}
+
 # each response is generate --decoder ar's answer (the text, up to its EOS)
 for i in $(seq 0 $((n_kept - 1))); do
-  q=$(js "$T/d.json" "console.log(d[$i].query)")
   want=$(js "$T/d.json" "console.log(JSON.stringify(d[$i].response))")
-  run generate -m "$M" --decoder ar -n 96 --threads 1 --json -p "$q"
-  printf '%s' "$out" >"$T/g.json"
-  got=$(js "$T/g.json" 'console.log(d.hit_eos ? JSON.stringify(d.text) : "no EOS")')
+  ar_answer "$T/d.json" "$i" 96 0
   check '[ $rc -eq 0 ] && [ "$got" = "$want" ]' "record $i: distill $want, generate --decoder ar $got"
 done
 
@@ -46,12 +53,9 @@ run distill -m "$M" --data "$T/in.json" -o "$T/t0.json" -n 3 --limit 2 --quiet
 check '[ $rc -eq 0 ] && [ "$(js "$T/t0.json" "console.log(d.length)")" = 0 ]' "-n 3: $err"
 check '[[ "$err" == *"2 without an EOS dropped"* ]]' "-n 3 summary: $err"
 run distill -m "$M" --data "$T/in.json" -o "$T/t1.json" -n 3 --limit 2 --quiet --keep-truncated
-q=$(js "$T/t1.json" "console.log(d[1].query)")
 want=$(js "$T/t1.json" "console.log(d.length === 2 ? JSON.stringify(d[1].response) : 'count ' + d.length)")
-run generate -m "$M" --decoder ar -n 3 --threads 1 --json -p "$q"
-printf '%s' "$out" >"$T/g.json"
-got=$(js "$T/g.json" 'console.log(JSON.stringify(d.text))')
-check '[ "$got" = "$want" ]' "--keep-truncated: distill $want, generate $got"
+ar_answer "$T/t1.json" 1 3 1
+check '[ $rc -eq 0 ] && [ "$got" = "$want" ]' "--keep-truncated: distill $want, generate $got"
 
 # ---- bad input -------------------------------------------------------------------------
 printf 'not json' >"$T/bad.json"
