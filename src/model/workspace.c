@@ -15,6 +15,8 @@ struct rf_workspace {
     int rs_tokens, rs_ctx;  /* the sizes rs was made for */
     int rs_lent;
     size_t allocs;
+    rf_forward_fn forward;  /* the executor of the decoders' calls (NULL: rf_forward) */
+    void *forward_user;
 };
 
 rf_workspace *rf_workspace_new(void) { return rf_calloc(1, sizeof(rf_workspace)); }
@@ -98,4 +100,17 @@ rf_runstate *rf_workspace_runstate(rf_workspace *w, const rf_config *cfg, int ma
 void rf_workspace_runstate_free(rf_workspace *w, rf_runstate *s) {
     if (w && s && s == w->rs) w->rs_lent = 0;
     else rf_runstate_free(s);
+}
+
+void rf_workspace_set_forward(rf_workspace *w, rf_forward_fn fn, void *user) {
+    w->forward = fn;
+    w->forward_user = fn ? user : NULL;
+}
+
+int rf_workspace_forward(rf_workspace *w, const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch *b) {
+    if (!w || !w->forward) return rf_forward(m, c, s, b);
+    /* checked and logged here, on the decoder's thread, as rf_forward does */
+    if (rf_forward_check(m, c, s, b) != 0) return -1;
+    rf_call_log_record(c, b);
+    return w->forward(w->forward_user, m, c, b);
 }
