@@ -2,8 +2,9 @@
  *
  * Locking: one mutex (rf_server.mu) guards the queue, every job's output
  * fields, reference counts and the counters. The model and tokenizer are
- * only read: the workers run the model side by side (each on its own
- * session), and connection threads only encode prompts (rf_tok_encode keeps
+ * only read: the workers run their decoders side by side (each on its own
+ * session; with continuous batching their model calls go to the scheduler),
+ * and connection threads only encode prompts (rf_tok_encode keeps
  * its scratch per call). */
 #ifndef RF_SERVE_IMPL_H
 #define RF_SERVE_IMPL_H

@@ -605,16 +605,23 @@ void *rf_serve_worker_main(void *arg) {
 }
 
 /* ---- continuous batching ----------------------------------------------------------
- * The scheduler thread owns one forward call at a time for every batched
- * generation (AR decoding, one choice): each step it asks every running
- * sequence for its next call (the token just drawn, or a chunk of its
- * prompt), runs them all as rows of one call (rf_forward_seqs: each row on
- * its own KV cache, the weights read once), and hands each row its logits.
- * New jobs join at the next step, finished ones leave; a cancelled one
- * (client gone, max_tokens, stop) leaves before its next call. Prompt
- * tokens are fed at most PREFILL_BUDGET per call in all, so a long prompt
- * joins over several steps while the others keep decoding. A row's answer
- * is the one it gets alone (decode/ar_step.c). */
+ * The scheduler thread makes one forward pass at a time for every running
+ * generation. Its own rows (AR decoding and the rolling slot, one choice:
+ * decode/ar_step.h, decode/rolling_step.h): each step it asks every row's
+ * sequence for its next call (the token just drawn, a rolling call, or a
+ * chunk of its prompt). The other generations (plan-and-infill, MDM, n > 1
+ * choices) run their decoders in the worker threads, but each of their
+ * model calls comes here (remote_forward below) and waits for the next
+ * step. The step runs the rows' calls and the workers' calls as one pass
+ * (rf_forward_calls: each call on its own KV cache - a plan-and-infill
+ * call's forked rows, MDM's bidirectional pass - the weights read once)
+ * and hands each its logits. New jobs join at the next step, finished
+ * ones leave; a cancelled one (client gone, max_tokens, stop) leaves
+ * before its next call. Prompt tokens are fed at most PREFILL_BUDGET per
+ * step in all, so a long prompt joins over several steps while the others
+ * keep decoding (a worker's call cannot be split: see take_remote_locked).
+ * Every answer is the one the generation gets alone (decode/ar_step.c;
+ * tests/model_forward_calls.c, tests/serve_batch_all.sh). */
 enum { PREFILL_BUDGET = 256 };
 
 /* Prompt-prefix reuse: the caches of finished batched generations (their
@@ -1215,8 +1222,9 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
         json_object_set_new(o, "choices", json_pack("[o]", c));
         sse_append_locked(j, o);
     }
-    /* AR decoding and the rolling slot, one choice, join the batched model
-     * calls; the other decoders run in the workers, each on its own */
+    /* AR decoding and the rolling slot, one choice, are the scheduler's
+     * rows; the other decoders run in the workers (whose model calls, with
+     * batching, join the scheduler's: remote_forward) */
     if (s->cfg.batch && batched(&j->req)) {
         if (s->btail) s->btail->next = j;
         else s->bhead = j;
