@@ -153,9 +153,9 @@ def running():
     for line in urllib.request.urlopen(url + "/metrics").read().decode().splitlines():
         if line.startswith("refusion_requests_running "): return float(line.split()[1])
     return 0
-for _ in range(200):
-    if running() >= len(reqs): break
-    time.sleep(0.01)
+# (all three running before the signal: one still queued would get 503)
+t0 = time.time()
+while running() < len(reqs) and time.time() - t0 < 30 and any(t.is_alive() for t in ts): time.sleep(0.005)
 n_running = running()
 os.kill(pid, signal.SIGTERM)
 for t in ts: t.join(60)

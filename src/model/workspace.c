@@ -2,8 +2,11 @@
  * (see workspace.h). */
 #include "model/workspace.h"
 
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "model/runstate.h"
 
 #include "util/util.h"
 
@@ -17,6 +20,8 @@ struct rf_workspace {
     size_t allocs;
     rf_forward_fn forward;  /* the executor of the decoders' calls (NULL: rf_forward) */
     void *forward_user;
+    rf_runstate sizes;      /* with an executor, the run state lent: the sizes the calls are
+                               checked against, no buffers (the executor runs them on its own) */
 };
 
 rf_workspace *rf_workspace_new(void) { return rf_calloc(1, sizeof(rf_workspace)); }
@@ -84,6 +89,11 @@ void rf_workspace_kv_init(rf_workspace *w, rf_kvcache *c, const rf_config *cfg, 
 
 rf_runstate *rf_workspace_runstate(rf_workspace *w, const rf_config *cfg, int max_tokens, int max_ctx) {
     if (!w || w->rs_lent) return rf_runstate_new(cfg, max_tokens, max_ctx);
+    if (w->forward) {
+        w->sizes = (rf_runstate){.max_tokens = max_tokens, .max_ctx = max_ctx, .n_threads = omp_get_max_threads()};
+        w->rs_lent = 1;
+        return &w->sizes;
+    }
     if (!w->rs || !rf_runstate_fits(w->rs, max_tokens, max_ctx)) {
         /* grow to cover this request and every earlier one */
         if (max_tokens > w->rs_tokens) w->rs_tokens = max_tokens;
@@ -98,7 +108,7 @@ rf_runstate *rf_workspace_runstate(rf_workspace *w, const rf_config *cfg, int ma
 }
 
 void rf_workspace_runstate_free(rf_workspace *w, rf_runstate *s) {
-    if (w && s && s == w->rs) w->rs_lent = 0;
+    if (w && s && (s == w->rs || s == &w->sizes)) w->rs_lent = 0;
     else rf_runstate_free(s);
 }
 
