@@ -1023,7 +1023,7 @@ void *rf_serve_scheduler_main(void *arg) {
     int *row_at = rf_calloc((size_t)cap, sizeof *row_at), *row_n = rf_calloc((size_t)cap, sizeof *row_n);
     int *row_nl = rf_calloc((size_t)cap, sizeof *row_nl);
     remote_call **rem = rf_calloc((size_t)n_remote, sizeof *rem);
-    int *rem_l = rf_calloc((size_t)n_remote, sizeof *rem_l); /* its first logits row, -1: refused */
+    int *rem_l = rf_calloc((size_t)n_remote, sizeof *rem_l); /* its first logits row */
     step_calls sc = {0, rf_calloc((size_t)(cap + n_remote), sizeof(rf_kvcache *)),
                      rf_calloc((size_t)(cap + n_remote), sizeof(rf_batch)), 0};
     step_bufs sb = {rf_calloc((size_t)max_t, sizeof(int)), rf_calloc((size_t)max_t, sizeof(int)), max_t,
@@ -1120,11 +1120,11 @@ void *rf_serve_scheduler_main(void *arg) {
         }
         int n_worker = 0, worker_rows = 0;
         for (int k = 0; k < nrem && !rc; k++) {
-            rem_l[k] = -1;
             if (rf_forward_check(s->m, rem[k]->c, rs, rem[k]->b)) {
                 pthread_mutex_lock(&s->mu);
                 remote_done_locked(rem[k], -1);
                 pthread_mutex_unlock(&s->mu);
+                rem[k] = NULL; /* answered: its worker may have moved on */
                 continue;
             }
             rem_l[k] = nl;
@@ -1149,7 +1149,7 @@ void *rf_serve_scheduler_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         /* the workers' calls: their logits where their decoders asked */
         for (int k = 0; k < nrem; k++) {
-            if (!rc && rem_l[k] < 0) continue; /* refused above */
+            if (!rem[k]) continue; /* refused above */
             const rf_batch *b = rem[k]->b;
             if (!rc && b->n_logits > 0)
                 memcpy(b->logits, sb.logits + (size_t)rem_l[k] * V, (size_t)b->n_logits * V * sizeof(float));
