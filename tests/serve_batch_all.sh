@@ -131,12 +131,13 @@ rc=$?
 python3 - "$URL" "$URL2" "$SPID" <<'EOF' || rc=1
 import json, os, signal, sys, threading, time, urllib.request
 url, url_solo, pid = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def chat(q, **kw): return dict({"messages": [{"role": "user", "content": q}], "max_tokens": 96}, **kw)
+# (small enough to finish well within rf_serve_stop's 30 s in the sanitizer build)
+def chat(q, **kw): return dict({"messages": [{"role": "user", "content": q}], "max_tokens": 48}, **kw)
 reqs = {"pi": chat("Write a Python function f(x) that does this: start from x, multiply by 3, subtract 7, then return it.",
                    rolling=False, blocks=4, ignore_eos=True),
-        "mdm": chat("Make a JSON record for a person named Ada, age 36, city London.", mode="mdm", max_tokens=64),
+        "mdm": chat("Make a JSON record for a person named Ada, age 36, city London.", mode="mdm", max_tokens=24),
         "n2": chat("Tom has 12 apples. How many apples does he have?", mode="ar", n=2, temperature=0.8, seed=3,
-                   ignore_eos=True)}
+                   max_tokens=32, ignore_eos=True)}
 def answer(u, body):
     r = urllib.request.Request(u + "/v1/chat/completions", data=json.dumps(body).encode(),
                                headers={"Content-Type": "application/json"})
@@ -166,7 +167,16 @@ for f in fails: print("FAIL: shutdown: " + f, file=sys.stderr)
 print(f"serve_batch_all: shutdown with {n_running:.0f} worker generations running: {len(fails)} failures")
 sys.exit(1 if fails else 0)
 EOF
-rf_serve_stop "$SPID" "$T/server.log" || rc=1
+# (the signal was sent above: a second one would abort) it ends by itself, status 0
+for _ in $(seq 1 300); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$SPID" 2>/dev/null; then
+  echo "FAIL: the server did not stop within 30 s of SIGTERM" >&2
+  kill -KILL "$SPID" 2>/dev/null
+  rc=1
+fi
+wait "$SPID" 2>/dev/null
+st=$?
+[ $st -eq 0 ] || { echo "FAIL: the server exited $st after SIGTERM" >&2; rc=1; }
 rf_serve_stop "$SPID2" "$T/solo.log" || rc=1
 SPID=""
 [ $rc -eq 0 ] || { echo "server log tail:" >&2; tail -5 "$T/server.log" >&2; }
