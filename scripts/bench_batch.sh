@@ -7,7 +7,10 @@
 #
 # Each client sends one completion request at a time (a 16-token prompt of
 # its own, TOKENS answer tokens, greedy, EOS ignored; AR, or with
-# MODE=rolling the rolling slot with slots of SLOT tokens, default 4) until
+# MODE=rolling the rolling slot with slots of SLOT tokens, default 4, or
+# with MODE=infill ReFusion's plan-and-infill with slots of SLOT tokens:
+# its decoder runs in a worker thread either way, its model calls join the
+# batched calls under continuous batching) until
 # the run's requests are done; with CHAT=1 the requests are chat questions of
 # the demo model's task families instead (numbers varied per client and
 # request, up to TOKENS answer tokens, ending at EOS: a trained mask head's
@@ -17,7 +20,8 @@
 # median of the per-run ratios to one client. Both servers use --parallel 8
 # and their default threads (batched: all cores; workers: cores / 8, at
 # least 1). OMP_NUM_THREADS is honoured by neither (--threads is); THREADS=N
-# passes --threads N to both.
+# passes --threads N to both. CLIENTS="1 4" picks the client counts (default
+# "1 4 8"; the first is the base of the ratios).
 #
 # The 0.6B shape in Q8_0 (a random model of Qwen3-0.6B's shape):
 #   ./build/refusion init -o /tmp/sv-06b --preset 0.6b
@@ -32,19 +36,21 @@ REPS=${3:-2}
 MODE=${MODE:-ar}
 SLOT=${SLOT:-4}
 CHAT=${CHAT:-0}
-case $MODE in ar | rolling) ;; *) echo "bench_batch: MODE must be ar or rolling (got '$MODE')" >&2; exit 2 ;; esac
+CLIENTS=${CLIENTS:-1 4 8}
+case $MODE in ar | rolling | infill) ;; *) echo "bench_batch: MODE must be ar, rolling or infill (got '$MODE')" >&2; exit 2 ;; esac
 PROG=bench_batch T=$(mktemp -d /tmp/rf_bench_batch.XXXXXX) PIDS=()
 . scripts/serve/start.sh
 trap rf_bench_cleanup EXIT
 rf_bench_header
-echo "  model $M, $TOKENS answer tokens per request, mode $MODE$([ "$MODE" = rolling ] && echo " (slot $SLOT)"), $([ "$CHAT" = 1 ] && echo "chat questions, ")$REPS x ABBA per client count"
+echo "  model $M, $TOKENS answer tokens per request, mode $MODE$([ "$MODE" != ar ] && echo " (slot $SLOT)"), $([ "$CHAT" = 1 ] && echo "chat questions, ")$REPS x ABBA per client count"
 rf_bench_serve batched --parallel 8 ${THREADS:+--threads $THREADS}
 rf_bench_serve workers --parallel 8 ${THREADS:+--threads $THREADS} --no-cont-batching
 
-python3 - "$(cat "$T/batched.url")" "$(cat "$T/workers.url")" "$TOKENS" "$REPS" "$MODE" "$SLOT" "$CHAT" <<'EOF'
+python3 - "$(cat "$T/batched.url")" "$(cat "$T/workers.url")" "$TOKENS" "$REPS" "$MODE" "$SLOT" "$CHAT" "$CLIENTS" <<'EOF'
 import json, statistics, sys, threading, time, urllib.request
 urls = {"batched": sys.argv[1], "workers": sys.argv[2]}
 tokens, reps, mode, slot, chat = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], int(sys.argv[6]), sys.argv[7] == "1"
+counts = [int(x) for x in sys.argv[8].split()]
 QUESTIONS = ["Tom has {a} apples. He buys {b} more and gives {c} away. How many apples does he have?",
              "Write a Python function f(x) that does this: start from x, add {a}, multiply by {b}, then return it.",
              "Make a JSON record for a person named Ada, age {a}, city London.",
@@ -58,6 +64,7 @@ def request(url, client, i):
         q = QUESTIONS[(client + i) % len(QUESTIONS)].format(a=client * 7 + i + 3, b=client + 2 * i + 4, c=i + 2)
         body = {"messages": [{"role": "user", "content": q}], "max_tokens": tokens, "mode": "ar", "temperature": 0}
     if mode == "rolling": body.update(mode="refusion", rolling=True, slot_size=slot)
+    if mode == "infill": body.update(mode="refusion", rolling=False, slot_size=slot)
     path = "/v1/chat/completions" if chat else "/v1/completions"
     r = urllib.request.urlopen(urllib.request.Request(url + path, data=json.dumps(body).encode(),
                                                       headers={"Content-Type": "application/json"}), timeout=600)
@@ -81,24 +88,24 @@ def run(name, clients, per_client=2):
 
 for name in urls: request(urls[name], 99, 0)  # warm: weights paged in
 res = {}
-for clients in (1, 4, 8):
+for clients in counts:
     for r in range(reps):
         for name in ("batched", "workers", "workers", "batched"):
             tps = run(name, clients)
             res.setdefault((name, clients), []).append(tps)
             print(f"  run: {name:8s} {clients} clients {tps:8.2f} tokens/s", flush=True)
-print("  median aggregate tokens/s (ratio to 1 client, median of runs):")
+print(f"  median aggregate tokens/s (ratio to {counts[0]} client(s), median of runs):")
 for name in ("batched", "workers"):
-    one = statistics.median(res[(name, 1)])
+    one = statistics.median(res[(name, counts[0])])
     line = []
-    for clients in (1, 4, 8):
+    for clients in counts:
         v = res[(name, clients)]
         line.append(f"{clients}: {statistics.median(v):7.2f} ({statistics.median(x / one for x in v):.2f}x)")
     print(f"  {name:8s} " + "   ".join(line))
 for name in urls:
     c = calls.get(urls[name], [0, 0])
     print(f"  {name:8s} {c[0] / max(c[1], 1):.2f} answer tokens per model call of a generation")
-for clients in (1, 4, 8):
+for clients in counts:
     ratios = [b / w for b, w in zip(res[("batched", clients)], res[("workers", clients)])]
     print(f"  batched / workers at {clients} clients: median {statistics.median(ratios):.2f}x over {len(ratios)} pairs "
           f"(min {min(ratios):.2f}, max {max(ratios):.2f})")

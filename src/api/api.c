@@ -408,6 +408,7 @@ RF_API const rf_field *rf_params_fields(size_t *size) { return fields(params_fie
 RF_API const rf_field *rf_stats_fields(size_t *size) { return fields(stats_fields, sizeof(rf_stats), size); }
 
 size_t rf_session_allocs(const refusion_session *s) { return rf_workspace_allocs(s->ws); }
+struct rf_workspace *rf_session_workspace(refusion_session *s) { return s->ws; }
 
 const rf_model *rf_api_model(const refusion_model *m) { return &m->m; }
 const rf_tokenizer *rf_api_tokenizer(const refusion_tokenizer *t) { return t->t; }

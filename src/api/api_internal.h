@@ -12,6 +12,9 @@
 
 /* Buffer allocations (KV cache, rows, run state) the session has made. */
 size_t rf_session_allocs(const refusion_session *s);
+/* The session's buffers (model/workspace.h): the server sets the executor
+ * of its decoders' model calls there (rf_workspace_set_forward). */
+struct rf_workspace *rf_session_workspace(refusion_session *s);
 
 /* The internal model and tokenizer behind the handles. */
 const rf_model *rf_api_model(const refusion_model *m);

@@ -239,7 +239,7 @@ int cmd_serve(int argc, char **argv) {
     int bracket = strchr(h, ':') != NULL; /* IPv6 literal */
     char batched[64] = "";
     if (c.batch)
-        snprintf(batched, sizeof batched, "AR+rolling batched: %d rows x %d threads, ", c.workers, c.batch_threads);
+        snprintf(batched, sizeof batched, "model calls batched: %d rows x %d threads, ", c.workers, c.batch_threads);
     fprintf(stderr,
             "refusion serve: %s (%s%s, %s%d workers x %d threads, %s kernels%s) listening on http://%s%s%s:%d\n",
             model_dir, rf_method_name(c.defaults.gen.method), tok ? "" : ", no tokenizer", batched, c.workers,

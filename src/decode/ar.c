@@ -41,7 +41,7 @@ int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_
         st = ans_step(&ans, 0);
         int ps = n_prompt + i, zero = 0;
         rf_batch b = {1, 1, &t, &ps, 0, 1, &zero, logits};
-        rc = gen_cancelled(p) ? -1 : rf_forward(m, &kv, rs, &b);
+        rc = gen_cancelled(p) ? -1 : rf_workspace_forward(p->ws, m, &kv, rs, &b);
         ans.n_calls++;
         st->calls++;
     }

@@ -91,7 +91,7 @@ int rf_generate_mdm(const rf_model *m, const int *prompt, int n_prompt, const rf
             /* full recompute: no cache survives from the previous step */
             rf_kv_crop(&cache, 0);
             rf_batch bt = {1, T, tokens, pos, 1, n, idx, logits};
-            if (gen_cancelled(p) || rf_forward(m, &cache, rs, &bt)) {
+            if (gen_cancelled(p) || rf_workspace_forward(p->ws, m, &cache, rs, &bt)) {
                 rc = -1;
                 break;
             }

@@ -201,7 +201,7 @@ static int call(refusion_state *dec, int R, int n, int n_logits) {
             for (int i = 0; i < chunk; i++) chunk_pos[i] = start + i;
             int last = chunk - 1, keep = dec->ar_logits && start + chunk == dec->P; /* (b): the prompt's last logits */
             rf_batch prefill = {1, chunk, dec->prompt + start, chunk_pos, 0, keep, &last, dec->ar_logits};
-            int rc = rf_forward(dec->m, &dec->kv, dec->runstate, &prefill);
+            int rc = rf_workspace_forward(dec->p->ws, dec->m, &dec->kv, dec->runstate, &prefill);
             rf_scoped_free(chunk_pos);
             if (rc) return -1;
             if (keep) dec->ar_logits_ok[0] = 1;
@@ -211,7 +211,7 @@ static int call(refusion_state *dec, int R, int n, int n_logits) {
     rf_batch batch = {R, n, dec->tok, dec->pos, 0, n_logits, dec->logit_idx, dec->logits};
     dec->ans.n_calls++;
     dec->ans.steps[dec->ans.n_steps - 1].calls++;
-    return rf_forward(dec->m, &dec->kv, dec->runstate, &batch);
+    return rf_workspace_forward(dec->p->ws, dec->m, &dec->kv, dec->runstate, &batch);
 }
 
 static const float *logits_row(const refusion_state *dec, int i) { return dec->logits + (size_t)i * dec->n_vocab; }

@@ -84,7 +84,10 @@ static void attend_tile(float *const *out, const float *const *q, const kv_view 
         }
 }
 
-static int check_batch(const rf_model *m, const rf_kvcache *c, const rf_runstate *s, const rf_batch *b) {
+/* Whether rf_forward can run b on cache c with s's sizes: 0, or -1 with
+ * the reason (the one validation of every entry point: a call batched with
+ * others is checked exactly as it would be alone). */
+int rf_forward_check(const rf_model *m, const rf_kvcache *c, const rf_runstate *s, const rf_batch *b) {
     const rf_config *cfg = &m->cfg;
     int R = b->n_rows, n = b->n_tok, T = R * n;
     if (R <= 0 || n <= 0) {
@@ -137,12 +140,14 @@ static int check_batch(const rf_model *m, const rf_kvcache *c, const rf_runstate
 }
 
 /* A run of a call's tokens that share a cache: tokens [start, start + n)
- * append to cache c's main sequence (row -1) or to its forked row `row`.
- * One call is one run (unforked cache), one run per forked row, or one run
- * per sequence of rf_forward_seqs (each its own cache). */
+ * append to cache c's main sequence (row -1) or to its forked row `row`,
+ * and attend causally among themselves or, bidirectional, to all n. An
+ * unforked cache's call is one run, a forked one's one run per row; a pass
+ * of several calls (rf_forward_calls) lays their runs one after the other. */
 typedef struct {
     rf_kvcache *c;
     int row, start, n;
+    int bidirectional;
 } run;
 
 /* the run holding token i (runs are in token order) */
@@ -165,8 +170,7 @@ static inline const run *run_of(const run *runs, int n_runs, int i) {
  * takes 0.1-0.3 ms: starting a thread team per matmul (33 per call) and
  * libgomp's barriers cost more than the second core gave back. */
 static void forward_runs(const rf_model *m, rf_runstate *s, int T, const int *tokens, const int *pos,
-                         int bidirectional, const run *runs, int n_runs, int n_logits, const int *logit_idx,
-                         float *logits) {
+                         const run *runs, int n_runs, int n_logits, const int *logit_idx, float *logits) {
     const rf_config *cfg = &m->cfg;
     const int d = cfg->hidden_size, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads;
     const int qd = nh * hd, kvd = nkv * hd, ffn = cfg->intermediate_size, group = nh / nkv;
@@ -234,7 +238,7 @@ static void forward_runs(const rf_model *m, rf_runstate *s, int T, const int *to
                 const float *q[ATT_TILE];
                 for (int t = 0; t < nt; t++) {
                     int j = i + t - u->start;
-                    int lim = bidirectional ? u->n : j + 1; /* tokens of its run this one sees */
+                    int lim = u->bidirectional ? u->n : j + 1; /* tokens of its run this one sees */
                     w[t].k0 = c->k + rf_kv_main_off(c, l, 0);
                     w[t].v0 = c->v + rf_kv_main_off(c, l, 0);
                     if (u->row >= 0) {
@@ -310,64 +314,94 @@ static void forward_runs(const rf_model *m, rf_runstate *s, int T, const int *to
     }
 }
 
-int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch *b) {
-    if (check_batch(m, c, s, b) != 0) return -1;
-    rf_call_log_record(c, b);
-    const int R = b->n_rows, n = b->n_tok;
-    run one[16], *runs = R <= 16 ? one : rf_malloc((size_t)R * sizeof *runs);
-    if (c->n_rows > 0)
-        for (int r = 0; r < R; r++) runs[r] = (run){c, r, r * n, n};
-    else
-        runs[0] = (run){c, -1, 0, n};
-    forward_runs(m, s, R * n, b->tokens, b->pos, b->bidirectional, runs, R, b->n_logits, b->logit_idx, b->logits);
-    if (runs != one) free(runs);
-    return 0;
-}
-
-int rf_forward_seqs(const rf_model *m, rf_runstate *s, const rf_seq_batch *b) {
-    const rf_config *cfg = &m->cfg;
-    int T = 0;
-    if (b->n_seq <= 0) {
-        rf_set_error("forward: no sequences");
+/* The calls' tokens as one forward pass: every call checked as rf_forward
+ * checks it alone, then their runs, tokens, position ids and logit indices
+ * laid out one call after the other. Logits: the calls' own logit_idx
+ * (offset to the concatenated tokens), or global_idx when given (indices
+ * into the concatenated tokens already: rf_forward_seqs). */
+static int forward_calls(const rf_model *m, rf_runstate *s, int n_calls, rf_kvcache *const *kv, const rf_batch *calls,
+                         int n_global, const int *global_idx, float *logits, int *bad) {
+    int T = 0, n_runs = 0, n_logits = 0;
+    if (bad) *bad = -1;
+    if (n_calls <= 0) {
+        rf_set_error("forward: no calls");
         return -1;
     }
-    for (int i = 0; i < b->n_seq; i++) {
-        const rf_kvcache *c = b->kv[i];
-        int n = b->n_tok[i];
-        if (n <= 0 || c->n_rows) {
-            rf_set_error("forward: sequence %d: %s", i, n <= 0 ? "no tokens" : "its cache is forked");
-            return -1;
-        }
-        if (c->len + n > c->cap || c->len + n > s->max_ctx) {
-            rf_set_error("forward: sequence %d: context of %d + %d tokens exceeds the KV cache (%d)", i, c->len, n,
-                         c->cap < s->max_ctx ? c->cap : s->max_ctx);
+    for (int i = 0; i < n_calls; i++) {
+        if (rf_forward_check(m, kv[i], s, &calls[i]) != 0) {
+            if (bad) *bad = i;
             return -1;
         }
         for (int k = 0; k < i; k++)
-            if (b->kv[k] == c) {
-                rf_set_error("forward: sequences %d and %d share a cache", k, i);
+            if (kv[k] == kv[i]) { /* both would append at the same place */
+                rf_set_error("forward: calls %d and %d share a cache", k, i);
                 return -1;
             }
-        T += n;
+        T += calls[i].n_rows * calls[i].n_tok;
+        n_runs += calls[i].n_rows;
+        n_logits += calls[i].n_logits;
     }
     if (T > s->max_tokens) {
         rf_set_error("forward: %d tokens exceed the run state's %d", T, s->max_tokens);
         return -1;
     }
-    for (int i = 0; i < T; i++)
-        if (b->tokens[i] < 0 || b->tokens[i] >= cfg->vocab_size || b->pos[i] < 0) {
-            rf_set_error("forward: token %d (id %d, position %d) outside the vocabulary or negative", i,
-                         b->tokens[i], b->pos[i]);
-            return -1;
+    if (global_idx) {
+        for (int i = 0; i < n_global; i++)
+            if (global_idx[i] < 0 || global_idx[i] >= T) {
+                rf_set_error("forward: logit index %d outside [0, %d)", global_idx[i], T);
+                return -1;
+            }
+        n_logits = n_global;
+    }
+    /* one call reads its own arrays; several are gathered (scoped blocks:
+     * an rf_die inside the pass frees them) */
+    const int one = n_calls == 1;
+    run *runs = rf_scoped_malloc((size_t)n_runs * sizeof *runs);
+    int *tokens = one ? NULL : rf_scoped_malloc((size_t)T * sizeof(int));
+    int *pos = one ? NULL : rf_scoped_malloc((size_t)T * sizeof(int));
+    int *lidx = one || global_idx ? NULL : rf_scoped_malloc((size_t)(n_logits ? n_logits : 1) * sizeof(int));
+    for (int i = 0, at = 0, r = 0, l = 0; i < n_calls; i++) {
+        const rf_batch *b = &calls[i];
+        const int n = b->n_tok, Ti = b->n_rows * n;
+        if (kv[i]->n_rows) /* forked: each row its own extension */
+            for (int row = 0; row < b->n_rows; row++) runs[r++] = (run){kv[i], row, at + row * n, n, b->bidirectional};
+        else
+            runs[r++] = (run){kv[i], -1, at, n, b->bidirectional};
+        if (!one) {
+            memcpy(tokens + at, b->tokens, (size_t)Ti * sizeof(int));
+            memcpy(pos + at, b->pos, (size_t)Ti * sizeof(int));
         }
-    for (int i = 0; i < b->n_logits; i++)
-        if (b->logit_idx[i] < 0 || b->logit_idx[i] >= T) {
-            rf_set_error("forward: logit index %d outside [0, %d)", b->logit_idx[i], T);
-            return -1;
-        }
-    run one[16], *runs = b->n_seq <= 16 ? one : rf_malloc((size_t)b->n_seq * sizeof *runs);
-    for (int i = 0, at = 0; i < b->n_seq; at += b->n_tok[i++]) runs[i] = (run){b->kv[i], -1, at, b->n_tok[i]};
-    forward_runs(m, s, T, b->tokens, b->pos, 0, runs, b->n_seq, b->n_logits, b->logit_idx, b->logits);
-    if (runs != one) free(runs);
+        if (lidx)
+            for (int k = 0; k < b->n_logits; k++) lidx[l++] = at + b->logit_idx[k];
+        at += Ti;
+    }
+    forward_runs(m, s, T, one ? calls[0].tokens : tokens, one ? calls[0].pos : pos, runs, n_runs, n_logits,
+                 global_idx ? global_idx : one ? calls[0].logit_idx : lidx, logits);
+    rf_scoped_free(runs), rf_scoped_free(tokens), rf_scoped_free(pos), rf_scoped_free(lidx);
     return 0;
+}
+
+int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch *b) {
+    if (rf_forward_check(m, c, s, b) != 0) return -1;
+    rf_call_log_record(c, b);
+    return forward_calls(m, s, 1, &c, b, 0, NULL, b->logits, NULL);
+}
+
+int rf_forward_calls(const rf_model *m, rf_runstate *s, const rf_call_batch *b, int *bad) {
+    return forward_calls(m, s, b->n_calls, b->kv, b->calls, 0, NULL, b->logits, bad);
+}
+
+int rf_forward_seqs(const rf_model *m, rf_runstate *s, const rf_seq_batch *b) {
+    if (b->n_seq <= 0) {
+        rf_set_error("forward: no sequences");
+        return -1;
+    }
+    /* each sequence a one-row call on its unforked cache, without logits
+     * of its own: the logit indices are the batch's, into all the tokens */
+    rf_batch *calls = rf_scoped_malloc((size_t)b->n_seq * sizeof *calls);
+    for (int i = 0, at = 0; i < b->n_seq; at += b->n_tok[i++])
+        calls[i] = (rf_batch){1, b->n_tok[i], b->tokens + at, b->pos + at, 0, 0, NULL, NULL};
+    int rc = forward_calls(m, s, b->n_seq, b->kv, calls, b->n_logits, b->logit_idx, b->logits, NULL);
+    rf_scoped_free(calls);
+    return rc;
 }

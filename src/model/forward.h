@@ -43,6 +43,31 @@ size_t rf_runstate_bytes(const rf_runstate *s);
 /* Returns 0, or -1 with rf_last_error() set (bad token id, cache full,
  * rows mismatch). */
 int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch *b);
+/* rf_forward's validation alone: 0 when rf_forward would run b on c with
+ * s's sizes, else -1 with the error it would set. */
+int rf_forward_check(const rf_model *m, const rf_kvcache *c, const rf_runstate *s, const rf_batch *b);
+
+/* Several calls in one forward pass (continuous batching of every decoder):
+ * call i is the rf_batch calls[i] on its own cache kv[i], run exactly as
+ * rf_forward runs it alone (R forked rows with their extensions, a
+ * bidirectional chunk, a prompt chunk, one AR token), while the weights are
+ * read once for all of them. A call's logit_idx index its own tokens; the
+ * logits of all the calls go to `logits`, one call's rows after the
+ * other's ([sum of n_logits, vocab]); the calls' own logits pointers are
+ * not used. Not recorded in the call log (whoever asked for a call records
+ * it on its own thread). */
+typedef struct {
+    int n_calls;
+    rf_kvcache *const *kv;  /* [n_calls], distinct */
+    const rf_batch *calls;  /* [n_calls] */
+    float *logits;          /* out: [sum of the calls' n_logits, vocab] */
+} rf_call_batch;
+
+/* 0, or -1 with rf_last_error(): the error rf_forward would give the first
+ * call it refuses (its index in *bad, when bad is not NULL), or one of the
+ * whole pass (*bad = -1: more tokens in all than the run state holds, two
+ * calls on one cache). Nothing is changed then. */
+int rf_forward_calls(const rf_model *m, rf_runstate *s, const rf_call_batch *b, int *bad);
 
 /* Rows of different sequences in one call (continuous batching): sequence
  * i feeds n_tok[i] tokens (they follow those of sequence i - 1 in tokens and
@@ -61,7 +86,8 @@ typedef struct {
 } rf_seq_batch;
 
 /* 0, or -1 with rf_last_error() (a cache full or forked, a token outside the
- * vocabulary, more tokens than the run state holds). */
+ * vocabulary, more tokens than the run state holds). A case of
+ * rf_forward_calls: one-row calls, logit indices over all of them. */
 int rf_forward_seqs(const rf_model *m, rf_runstate *s, const rf_seq_batch *b);
 
 /* Call log: the shape of every rf_forward call made on this thread while a

@@ -260,10 +260,12 @@ static enum MHD_Result send_metrics(struct MHD_Connection *c, request *q, rf_ser
     M("requests_running", "gauge", "Generations running now.", " %d", s->n_running);
     M("requests_running_peak", "gauge", "The most generations running at once since start.", " %d", s->peak_running);
     M("workers", "gauge", "Worker threads (requests served in parallel).", " %d", s->n_workers);
-    M("batch_calls_total", "counter", "Batched model calls (continuous batching of AR and rolling-slot generations).",
+    M("batch_calls_total", "counter", "Batched model calls (continuous batching: every generation's calls).",
       " %llu", s->batch_calls);
-    M("batch_rows_total", "counter", "Rows (generations) in the batched model calls, summed over the calls.", " %llu",
-      s->batch_rows);
+    M("batch_rows_total", "counter",
+      "Rows in the batched model calls, summed over the calls (a generation's row; each forked row of a "
+      "plan-and-infill call).",
+      " %llu", s->batch_rows);
     M("batch_rows_per_call", "gauge", "Batch occupancy: mean rows per batched model call.", " %.3f",
       s->batch_calls ? (double)s->batch_rows / s->batch_calls : 0.0);
     M("batch_rows_peak", "gauge", "The most rows in one batched model call.", " %d", s->batch_peak);
@@ -271,6 +273,15 @@ static enum MHD_Result send_metrics(struct MHD_Connection *c, request *q, rf_ser
       s->batch_rolling_rows);
     M("batch_mixed_calls_total", "counter", "Batched model calls with a rolling-slot row beside other rows.", " %llu",
       s->batch_mixed_calls);
+    M("batch_worker_calls_total", "counter",
+      "Model calls of the generations run in worker threads (plan-and-infill, MDM, n > 1 choices) that joined "
+      "batched calls.",
+      " %llu", s->batch_worker_calls);
+    M("batch_worker_rows_total", "counter", "Rows of those calls in the batched model calls.", " %llu",
+      s->batch_worker_rows);
+    M("batch_worker_mixed_calls_total", "counter",
+      "Batched model calls with a worker generation's call beside another generation's.", " %llu",
+      s->batch_worker_mixed_calls);
     M("prefix_cache_hits_total", "counter", "Batched requests that started from a cached prompt prefix.", " %llu",
       s->prefix_hits);
     M("prefix_cache_tokens_total", "counter", "Prompt tokens taken from the prefix cache instead of computed.",

@@ -44,7 +44,7 @@ typedef struct {
     int max_queue;           /* waiting + running generations; more get 503 */
     int workers;             /* generations run in parallel (--parallel): rows of the batched model calls,
                                 and worker threads for the decoders not batched */
-    int batch;               /* 1: AR generations share batched model calls (continuous batching) */
+    int batch;               /* 1: every generation's model calls share batched calls (continuous batching) */
     int batch_threads;       /* OpenMP threads of the batched calls (0: defaults.threads) */
     size_t cache_bytes;      /* prompt-prefix cache of the batched generations (0: none; --cache-mb) */
     const char *api_key;     /* non-NULL: every request but /health and OPTIONS needs "Bearer <key>" */

@@ -2,8 +2,9 @@
  *
  * Locking: one mutex (rf_server.mu) guards the queue, every job's output
  * fields, reference counts and the counters. The model and tokenizer are
- * only read: the workers run the model side by side (each on its own
- * session), and connection threads only encode prompts (rf_tok_encode keeps
+ * only read: the workers run their decoders side by side (each on its own
+ * session; with continuous batching their model calls go to the scheduler),
+ * and connection threads only encode prompts (rf_tok_encode keeps
  * its scratch per call). */
 #ifndef RF_SERVE_IMPL_H
 #define RF_SERVE_IMPL_H
@@ -42,6 +43,7 @@ typedef struct {
     struct rf_server *s;
     refusion_session *sess;
     pthread_t thread;
+    pthread_cond_t call_cv;   /* continuous batching: the scheduler ran this worker's model call */
 } rf_worker;
 
 struct rf_server {
@@ -68,6 +70,14 @@ struct rf_server {
     int batch_peak;           /* the most rows in one call */
     unsigned long long batch_rolling_rows; /* rows of rolling-slot generations in them */
     unsigned long long batch_mixed_calls;  /* calls with a rolling-slot row beside other rows */
+    /* the model calls of the generations run in the workers (plan-and-infill,
+     * MDM, n > 1 choices) that joined the batched calls, waiting here for the
+     * scheduler's next step (worker.c remote_forward) */
+    struct remote_call *rhead, *rtail;
+    int workers_live;         /* worker threads not yet ended: the scheduler serves their calls until then */
+    int scheduler_gone;       /* the scheduler has ended: a worker's call is refused */
+    unsigned long long batch_worker_calls, batch_worker_rows; /* such calls joined, and their rows */
+    unsigned long long batch_worker_mixed_calls; /* batched calls with such a call beside another generation's */
     unsigned long long prefix_hits, prefix_tokens; /* requests that reused a cached prefix, and its tokens */
     size_t prefix_cache_bytes; /* held by the prefix cache */
     int n_active;             /* queued + running */

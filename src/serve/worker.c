@@ -570,13 +570,20 @@ static void fail_queue_locked(rf_server *s, job **head, job **tail) {
     }
 }
 
+/* the executor of a worker's model calls under continuous batching (below) */
+static int remote_forward(void *user, const rf_model *m, rf_kvcache *c, const rf_batch *b);
+
 void *rf_serve_worker_main(void *arg) {
     rf_worker *w = arg;
     rf_server *s = w->s;
     /* OpenMP's thread count is a per-thread setting: set it here, in the
      * thread that runs the model */
     if (s->cfg.defaults.threads > 0) omp_set_num_threads(s->cfg.defaults.threads);
+    /* continuous batching: the decoder's model calls join the scheduler's */
+    pthread_cond_init(&w->call_cv, NULL);
+    if (s->cfg.batch) rf_workspace_set_forward(rf_session_workspace(w->sess), remote_forward, w);
     pthread_mutex_lock(&s->mu);
+    s->workers_live++;
     for (;;) {
         while (!s->head && !s->stopping) pthread_cond_wait(&s->queue_cv, &s->mu);
         if (s->stopping) break;
@@ -589,21 +596,32 @@ void *rf_serve_worker_main(void *arg) {
         rf_serve_job_unref_locked(j);
     }
     fail_queue_locked(s, &s->head, &s->tail);
+    s->workers_live--;
+    pthread_cond_broadcast(&s->batch_cv); /* the scheduler may be waiting for the last worker to end */
     pthread_mutex_unlock(&s->mu);
+    if (s->cfg.batch) rf_workspace_set_forward(rf_session_workspace(w->sess), NULL, NULL);
+    pthread_cond_destroy(&w->call_cv);
     return NULL;
 }
 
 /* ---- continuous batching ----------------------------------------------------------
- * The scheduler thread owns one forward call at a time for every batched
- * generation (AR decoding, one choice): each step it asks every running
- * sequence for its next call (the token just drawn, or a chunk of its
- * prompt), runs them all as rows of one call (rf_forward_seqs: each row on
- * its own KV cache, the weights read once), and hands each row its logits.
- * New jobs join at the next step, finished ones leave; a cancelled one
- * (client gone, max_tokens, stop) leaves before its next call. Prompt
- * tokens are fed at most PREFILL_BUDGET per call in all, so a long prompt
- * joins over several steps while the others keep decoding. A row's answer
- * is the one it gets alone (decode/ar_step.c). */
+ * The scheduler thread makes one forward pass at a time for every running
+ * generation. Its own rows (AR decoding and the rolling slot, one choice:
+ * decode/ar_step.h, decode/rolling_step.h): each step it asks every row's
+ * sequence for its next call (the token just drawn, a rolling call, or a
+ * chunk of its prompt). The other generations (plan-and-infill, MDM, n > 1
+ * choices) run their decoders in the worker threads, but each of their
+ * model calls comes here (remote_forward below) and waits for the next
+ * step. The step runs the rows' calls and the workers' calls as one pass
+ * (rf_forward_calls: each call on its own KV cache - a plan-and-infill
+ * call's forked rows, MDM's bidirectional pass - the weights read once)
+ * and hands each its logits. New jobs join at the next step, finished
+ * ones leave; a cancelled one (client gone, max_tokens, stop) leaves
+ * before its next call. Prompt tokens are fed at most PREFILL_BUDGET per
+ * step in all, so a long prompt joins over several steps while the others
+ * keep decoding (a worker's call cannot be split: see take_remote_locked).
+ * Every answer is the one the generation gets alone (decode/ar_step.c;
+ * tests/model_forward_calls.c, tests/serve_batch_all.sh). */
 enum { PREFILL_BUDGET = 256 };
 
 /* Prompt-prefix reuse: the caches of finished batched generations (their
@@ -749,11 +767,13 @@ static int guarded_after(batch_row *r, const float *logits) {
     rf_catch_pop(&k);
     return done;
 }
-static int guarded_forward(const rf_model *m, rf_runstate *rs, const rf_seq_batch *b) {
+/* 0, -1 (refused: rf_forward_calls's check of the whole call), or the
+ * rf_die inside: RF_ERR_NOMEM, RF_ERR_INTERNAL */
+static int guarded_forward(const rf_model *m, rf_runstate *rs, const rf_call_batch *b) {
     rf_catch k;
     rf_catch_push(&k);
-    if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
-    int rc = rf_forward_seqs(m, rs, b);
+    if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : RF_ERR_INTERNAL;
+    int rc = rf_forward_calls(m, rs, b, NULL);
     rf_catch_pop(&k);
     return rc;
 }
@@ -898,6 +918,98 @@ static int guarded_reserve(step_bufs *b, int T, int n, int L, int nl, int V) {
     return 0;
 }
 
+/* ---- the workers' model calls ------------------------------------------------------
+ * With continuous batching, a worker's session has an executor
+ * (rf_workspace_set_forward) that hands each model call of the decoder it
+ * runs to the scheduler and waits until the scheduler has run it as part
+ * of its next batched call: plan-and-infill's forked rows, MDM's
+ * bidirectional passes and the calls of n > 1 choices share the weight
+ * reads with everything else instead of competing for memory bandwidth
+ * with their own calls. The call was checked (against the decoder's own
+ * cache and run state) and logged on the worker's thread before it came
+ * here, exactly as rf_forward does; the scheduler runs it on its run state
+ * with the same numbers as alone (forward.c: a token's numbers do not
+ * depend on the other tokens of a pass). */
+typedef struct remote_call {
+    rf_kvcache *c;          /* the decoder's cache and call: only the scheduler */
+    const rf_batch *b;      /* touches them until done is set */
+    pthread_cond_t *cv;     /* the waiting worker's */
+    /* under s->mu */
+    int done;
+    int rc;                 /* 0, -1 (refused), RF_ERR_NOMEM, RF_ERR_INTERNAL (an rf_die in the pass) */
+    char err[300];          /* the scheduler's rf_last_error() of a failure */
+    struct remote_call *next;
+} remote_call;
+
+/* The executor of a worker's decoder (user: the rf_worker): queue the call
+ * for the scheduler, wait, and fail as the call would have failed alone
+ * (a failed allocation or an rf_die in the pass unwinds the decoder to
+ * rf_generate's catch point, which frees its memory). */
+static int remote_forward(void *user, const rf_model *m, rf_kvcache *c, const rf_batch *b) {
+    (void)m;
+    rf_worker *w = user;
+    rf_server *s = w->s;
+    remote_call q = {.c = c, .b = b, .cv = &w->call_cv};
+    pthread_mutex_lock(&s->mu);
+    if (s->scheduler_gone) {
+        pthread_mutex_unlock(&s->mu);
+        rf_set_error("the server is shutting down");
+        return -1;
+    }
+    if (s->rtail) s->rtail->next = &q;
+    else s->rhead = &q;
+    s->rtail = &q;
+    pthread_cond_signal(&s->batch_cv);
+    while (!q.done) pthread_cond_wait(&w->call_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    if (q.rc == RF_ERR_NOMEM) rf_oom_msg(q.err);
+    if (q.rc == RF_ERR_INTERNAL) rf_die("%s", q.err);
+    if (q.rc) rf_set_error("%s", q.err);
+    return q.rc ? -1 : 0;
+}
+
+/* The call is over (rc, the error in rf_last_error() of this thread):
+ * wake its worker. s->mu held. */
+static void remote_done_locked(remote_call *q, int rc) {
+    q->rc = rc;
+    if (rc) snprintf(q->err, sizeof q->err, "%s", rf_last_error());
+    q->done = 1;
+    pthread_cond_signal(q->cv);
+}
+
+/* This step's calls of the workers (s->mu held): taken off the queue in
+ * order into out (at most max), each with its tokens fed without logits
+ * (a prompt chunk, MDM's recomputed context) counted against the step's
+ * prompt budget *left. Such a call cannot be split: the first one always
+ * goes, a later one that does not fit waits for the next step. */
+static int take_remote_locked(rf_server *s, remote_call **out, int max, int *left) {
+    int n = 0;
+    s->rtail = NULL;
+    for (remote_call **l = &s->rhead; *l;) {
+        remote_call *q = *l;
+        int fed = q->b->n_rows * q->b->n_tok - q->b->n_logits;
+        if (n == max || (fed > 0 && *left < PREFILL_BUDGET && fed > *left)) { /* the next step's */
+            s->rtail = q;
+            l = &q->next;
+            continue;
+        }
+        if (fed > 0) *left -= fed;
+        *l = q->next;
+        q->next = NULL;
+        out[n++] = q;
+    }
+    return n;
+}
+
+/* A batched call's generations: the scheduler's rows (one row of tokens
+ * each, in sb) and the workers' calls, as rf_forward_calls takes them. */
+typedef struct {
+    int n;                 /* calls */
+    rf_kvcache **kv;       /* [cap] */
+    rf_batch *calls;       /* [cap] */
+    int rows;              /* rows in all (a forked call's R rows each count) */
+} step_calls;
+
 void *rf_serve_scheduler_main(void *arg) {
     rf_server *s = arg;
     int threads = s->cfg.batch_threads > 0 ? s->cfg.batch_threads : s->cfg.defaults.threads;
@@ -905,10 +1017,15 @@ void *rf_serve_scheduler_main(void *arg) {
     /* tokens of a call at first: the prompt budget and, per row, a rolling
      * call of two slots of 4 (the demo model's); more when a step needs it */
     const int cap = s->cfg.workers, V = s->m->cfg.vocab_size, max_t = PREFILL_BUDGET + 8 * cap;
-    const int max_ctx = s->m->cfg.max_pos;
+    const int n_remote = s->cfg.workers; /* a worker waits for its call: at most one each */
+    int max_ctx = s->m->cfg.max_pos;
     batch_row **rows = rf_calloc((size_t)cap, sizeof *rows);
-    rf_kvcache **kv = rf_calloc((size_t)cap, sizeof *kv);
-    int *n_tok = rf_calloc((size_t)cap, sizeof *n_tok);
+    int *row_at = rf_calloc((size_t)cap, sizeof *row_at), *row_n = rf_calloc((size_t)cap, sizeof *row_n);
+    int *row_nl = rf_calloc((size_t)cap, sizeof *row_nl);
+    remote_call **rem = rf_calloc((size_t)n_remote, sizeof *rem);
+    int *rem_l = rf_calloc((size_t)n_remote, sizeof *rem_l); /* its first logits row */
+    step_calls sc = {0, rf_calloc((size_t)(cap + n_remote), sizeof(rf_kvcache *)),
+                     rf_calloc((size_t)(cap + n_remote), sizeof(rf_batch)), 0};
     step_bufs sb = {rf_calloc((size_t)max_t, sizeof(int)), rf_calloc((size_t)max_t, sizeof(int)), max_t,
                     rf_calloc((size_t)cap, sizeof(int)), rf_calloc((size_t)cap * V, sizeof(float)), cap};
     int *pos_buf = rf_calloc(PREFILL_BUDGET, sizeof *pos_buf);
@@ -918,24 +1035,32 @@ void *rf_serve_scheduler_main(void *arg) {
     rf_runstate *rs = guarded_runstate(&s->m->cfg, max_t, max_ctx);
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!n_rows && !s->bhead && !s->stopping) pthread_cond_wait(&s->batch_cv, &s->mu);
-        if (s->stopping && !n_rows) break;
-        /* new jobs join (none once stopping: the running ones finish) */
-        while (!s->stopping && n_rows < cap && s->bhead) {
+        /* once stopping, no new batched jobs; the running ones finish, and
+         * the workers' calls are served until every worker has ended */
+        while (!n_rows && !s->bhead && !s->rhead && !(s->stopping && !s->workers_live))
+            pthread_cond_wait(&s->batch_cv, &s->mu);
+        if (s->stopping) fail_queue_locked(s, &s->bhead, &s->btail);
+        if (s->stopping && !n_rows && !s->rhead && !s->workers_live) break;
+        /* new jobs join */
+        while (n_rows < cap && s->bhead) {
             job *j = pop_locked(&s->bhead, &s->btail);
             if (start_job_locked(s, j)) continue;
             pthread_mutex_unlock(&s->mu);
             if ((rows[n_rows] = row_start(s, j, rs, &pc))) n_rows++;
             pthread_mutex_lock(&s->mu);
         }
+        int left = PREFILL_BUDGET;
+        int nrem = take_remote_locked(s, rem, n_remote, &left);
         pthread_mutex_unlock(&s->mu);
-        /* this step's call: every row's next tokens */
-        int nr = 0, T = 0, nl = 0, left = PREFILL_BUDGET, n_roll = 0, rc = 0;
+
+        /* this step's call: every row's next tokens, then the workers' calls */
+        int nr = 0, T = 0, nl = 0, n_roll = 0, rc = 0, ctx = max_ctx;
         for (int i = 0; i < n_rows; i++) {
             batch_row *r = rows[i];
             const int *t = NULL, *ps = NULL;
             int nli = 0, n = guarded_next(r, left > 0 ? left : 1, &t, &ps, pos_buf, &nli);
             r->logit_row = -1;
+            row_n[i] = 0;
             if (n < 0) { /* cancelled, cut or failed: it leaves */
                 row_end(s, r, n, &pc);
                 rows[i--] = rows[--n_rows];
@@ -949,38 +1074,96 @@ void *rf_serve_scheduler_main(void *arg) {
             if (rc) continue; /* no memory for the call: every row fails below */
             memcpy(sb.tokens + T, t, (size_t)n * sizeof(int));
             memcpy(sb.pos + T, ps, (size_t)n * sizeof(int));
-            T += n;
-            if (nli > 0) r->logit_row = nl;
-            for (int k = 0; k < nli; k++) sb.lidx[nl++] = T - nli + k;
+            row_at[i] = T, row_n[i] = n, row_nl[i] = nli;
+            T += n, nl += nli;
             n_roll += r->rq != NULL;
-            kv[nr] = r->rq ? rf_roll_seq_kv(r->rq) : rf_ar_seq_kv(r->q);
-            n_tok[nr++] = n;
+            nr++;
         }
-        if (!nr && !rc) {
+        for (int k = 0; k < nrem; k++) {
+            const rf_batch *b = rem[k]->b;
+            const rf_kvcache *c = rem[k]->c;
+            int need = c->n_rows ? c->fork_len + c->row_cap + b->n_tok : c->len + b->n_tok;
+            if (need > ctx) ctx = need;
+            if (!rc) rc = guarded_reserve(&sb, T, 0, nl, b->n_logits, V);
+            T += b->n_rows * b->n_tok, nl += b->n_logits;
+        }
+        if (!nr && !nrem && !rc) {
             pthread_mutex_lock(&s->mu);
             continue;
         }
-        if (!rc && (!rs || !rf_runstate_fits(rs, T, max_ctx))) { /* a wider call than any before */
+        if (!rc && (!rs || !rf_runstate_fits(rs, T, ctx))) { /* a wider call than any before */
             int want = rs && 2 * rs->max_tokens > T ? 2 * rs->max_tokens : T;
+            if (ctx > max_ctx) max_ctx = ctx;
             rf_runstate_release(rs);
             if (!(rs = guarded_runstate(&s->m->cfg, want, max_ctx))) {
                 rf_set_error("out of memory for the batched model calls' buffers");
                 rc = RF_ERR_NOMEM;
             }
         }
-        rf_seq_batch b = {nr, kv, n_tok, sb.tokens, sb.pos, nl, sb.lidx, sb.logits};
-        if (!rc) rc = guarded_forward(s->m, rs, &b);
+
+        /* the calls, each checked as rf_forward checks it alone: one that
+         * fails leaves (its generation fails), the others go */
+        sc.n = sc.rows = nl = 0;
+        for (int i = 0; i < n_rows && !rc; i++) {
+            if (!row_n[i]) continue;
+            int *lidx = sb.lidx + nl;
+            for (int k = 0; k < row_nl[i]; k++) lidx[k] = row_n[i] - row_nl[i] + k;
+            rf_batch b = {1, row_n[i], sb.tokens + row_at[i], sb.pos + row_at[i], 0, row_nl[i], lidx, NULL};
+            rf_kvcache *c = rows[i]->rq ? rf_roll_seq_kv(rows[i]->rq) : rf_ar_seq_kv(rows[i]->q);
+            if (rf_forward_check(s->m, c, rs, &b)) {
+                rows[i]->logit_row = -2; /* refused */
+                continue;
+            }
+            if (row_nl[i] > 0) rows[i]->logit_row = nl;
+            nl += row_nl[i];
+            sc.kv[sc.n] = c, sc.calls[sc.n++] = b, sc.rows++;
+        }
+        int n_worker = 0, worker_rows = 0;
+        for (int k = 0; k < nrem && !rc; k++) {
+            if (rf_forward_check(s->m, rem[k]->c, rs, rem[k]->b)) {
+                pthread_mutex_lock(&s->mu);
+                remote_done_locked(rem[k], -1);
+                pthread_mutex_unlock(&s->mu);
+                rem[k] = NULL; /* answered: its worker may have moved on */
+                continue;
+            }
+            rem_l[k] = nl;
+            nl += rem[k]->b->n_logits;
+            sc.kv[sc.n] = rem[k]->c, sc.calls[sc.n++] = *rem[k]->b;
+            n_worker++, worker_rows += rem[k]->b->n_rows;
+        }
+        sc.rows += worker_rows;
+        if (!rc && sc.n) {
+            rf_call_batch cb = {sc.n, sc.kv, sc.calls, sb.logits};
+            rc = guarded_forward(s->m, rs, &cb);
+        }
         pthread_mutex_lock(&s->mu);
-        s->batch_calls += nr > 0;
-        s->batch_rows += (unsigned long long)nr;
+        s->batch_calls += sc.n > 0;
+        s->batch_rows += (unsigned long long)sc.rows;
         s->batch_rolling_rows += (unsigned long long)n_roll;
-        if (n_roll && nr > 1) s->batch_mixed_calls++;
-        if (nr > s->batch_peak) s->batch_peak = nr;
+        if (n_roll && sc.rows > 1) s->batch_mixed_calls++;
+        if (sc.rows > s->batch_peak) s->batch_peak = sc.rows;
+        s->batch_worker_calls += (unsigned long long)n_worker;
+        s->batch_worker_rows += (unsigned long long)worker_rows;
+        if (n_worker && sc.n > 1) s->batch_worker_mixed_calls++;
         pthread_mutex_unlock(&s->mu);
+        /* the workers' calls: their logits where their decoders asked */
+        for (int k = 0; k < nrem; k++) {
+            if (!rem[k]) continue; /* refused above */
+            const rf_batch *b = rem[k]->b;
+            if (!rc && b->n_logits > 0)
+                memcpy(b->logits, sb.logits + (size_t)rem_l[k] * V, (size_t)b->n_logits * V * sizeof(float));
+            pthread_mutex_lock(&s->mu);
+            remote_done_locked(rem[k], rc);
+            pthread_mutex_unlock(&s->mu);
+        }
         /* each row takes its logits (draws its tokens: on_tokens streams them) */
-        for (int i = 0; i < n_rows; i++) {
+        for (int i = 0; i < n_rows && (nr || rc); i++) {
             batch_row *r = rows[i];
-            int done = rc ? rc : guarded_after(r, r->logit_row >= 0 ? sb.logits + (size_t)r->logit_row * V : NULL);
+            int done = rc                   ? rc
+                       : r->logit_row == -2 ? -1
+                                            : guarded_after(r, r->logit_row >= 0 ? sb.logits + (size_t)r->logit_row * V
+                                                                                 : NULL);
             int fail = done < 0 ? done : 0;
             if (done) {
                 row_end(s, r, fail, &pc);
@@ -989,11 +1172,19 @@ void *rf_serve_scheduler_main(void *arg) {
         }
         pthread_mutex_lock(&s->mu);
     }
-    fail_queue_locked(s, &s->bhead, &s->btail);
+    /* (none can be waiting: every worker has ended) */
+    s->scheduler_gone = 1;
+    for (remote_call *q; (q = s->rhead);) {
+        s->rhead = q->next;
+        rf_set_error("the server is shutting down");
+        remote_done_locked(q, -1);
+    }
+    s->rtail = NULL;
     pthread_mutex_unlock(&s->mu);
     while (pc.head) pc_drop(&pc, &pc.head);
     rf_runstate_release(rs);
-    free(rows), free(kv), free(n_tok), free(sb.lidx), free(sb.tokens), free(sb.pos), free(pos_buf), free(sb.logits);
+    free(rows), free(row_at), free(row_n), free(row_nl), free(rem), free(rem_l), free(sc.kv), free(sc.calls);
+    free(sb.lidx), free(sb.tokens), free(sb.pos), free(pos_buf), free(sb.logits);
     return NULL;
 }
 
@@ -1031,8 +1222,9 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
         json_object_set_new(o, "choices", json_pack("[o]", c));
         sse_append_locked(j, o);
     }
-    /* AR decoding and the rolling slot, one choice, join the batched model
-     * calls; the other decoders run in the workers, each on its own */
+    /* AR decoding and the rolling slot, one choice, are the scheduler's
+     * rows; the other decoders run in the workers (whose model calls, with
+     * batching, join the scheduler's: remote_forward) */
     if (s->cfg.batch && batched(&j->req)) {
         if (s->btail) s->btail->next = j;
         else s->bhead = j;

@@ -228,6 +228,11 @@ void rf_oom(size_t n) {
     rf_die("out of memory allocating %zu bytes", n);
 }
 
+void rf_oom_msg(const char *msg) {
+    t_oom = 1;
+    rf_die("%s", msg);
+}
+
 /* ---- memory ---------------------------------------------------------------------- */
 
 void *rf_malloc(size_t n) {

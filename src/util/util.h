@@ -37,6 +37,9 @@ void rf_set_fatal_handler(void (*fn)(const char *message));
 void rf_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* rf_die for a failed allocation of n bytes: the catch point sees oom = 1. */
 void rf_oom(size_t n) __attribute__((noreturn));
+/* rf_oom with the message of a failed allocation reported by another
+ * thread (msg: its rf_last_error()). */
+void rf_oom_msg(const char *msg) __attribute__((noreturn));
 #include <setjmp.h>
 typedef struct rf_catch {
     jmp_buf jb;
