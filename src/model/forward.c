@@ -314,13 +314,16 @@ static void forward_runs(const rf_model *m, rf_runstate *s, int T, const int *to
     }
 }
 
-/* The calls' tokens as one forward pass: every call checked as rf_forward
- * checks it alone, then their runs, tokens, position ids and logit indices
- * laid out one call after the other. Logits: the calls' own logit_idx
- * (offset to the concatenated tokens), or global_idx when given (indices
- * into the concatenated tokens already: rf_forward_seqs). */
-static int forward_calls(const rf_model *m, rf_runstate *s, int n_calls, rf_kvcache *const *kv, const rf_batch *calls,
-                         int n_global, const int *global_idx, float *logits, int *bad) {
+/* the sizes of a pass of several calls */
+typedef struct {
+    int T, n_runs, n_logits; /* of the whole pass */
+} pass_sizes;
+
+/* Checks the calls (each as rf_forward_check checks it alone, then what
+ * only a pass of several can get wrong) and sizes their pass: 0, or -1
+ * with the reason and, in *bad, the failing call (-1: the pass as a whole). */
+static int check_calls(const rf_model *m, const rf_runstate *s, int n_calls, rf_kvcache *const *kv,
+                       const rf_batch *calls, int n_global, const int *global_idx, int *bad, pass_sizes *z) {
     int T = 0, n_runs = 0, n_logits = 0;
     if (bad) *bad = -1;
     if (n_calls <= 0) {
@@ -353,6 +356,18 @@ static int forward_calls(const rf_model *m, rf_runstate *s, int n_calls, rf_kvca
             }
         n_logits = n_global;
     }
+    *z = (pass_sizes){T, n_runs, n_logits};
+    return 0;
+}
+
+/* The checked calls' tokens (check_calls) as one forward pass: their runs,
+ * tokens, position ids and logit indices laid out one call after the
+ * other. Logits: the calls' own logit_idx (offset to the concatenated
+ * tokens), or global_idx when given (indices into the concatenated tokens
+ * already: rf_forward_seqs). */
+static void run_calls(const rf_model *m, rf_runstate *s, int n_calls, rf_kvcache *const *kv, const rf_batch *calls,
+                      const int *global_idx, float *logits, pass_sizes z) {
+    const int T = z.T, n_runs = z.n_runs, n_logits = z.n_logits;
     /* one call reads its own arrays; several are gathered (scoped blocks:
      * an rf_die inside the pass frees them) */
     const int one = n_calls == 1;
@@ -378,13 +393,22 @@ static int forward_calls(const rf_model *m, rf_runstate *s, int n_calls, rf_kvca
     forward_runs(m, s, T, one ? calls[0].tokens : tokens, one ? calls[0].pos : pos, runs, n_runs, n_logits,
                  global_idx ? global_idx : one ? calls[0].logit_idx : lidx, logits);
     rf_scoped_free(runs), rf_scoped_free(tokens), rf_scoped_free(pos), rf_scoped_free(lidx);
+}
+
+static int forward_calls(const rf_model *m, rf_runstate *s, int n_calls, rf_kvcache *const *kv, const rf_batch *calls,
+                         int n_global, const int *global_idx, float *logits, int *bad) {
+    pass_sizes z;
+    if (check_calls(m, s, n_calls, kv, calls, n_global, global_idx, bad, &z) != 0) return -1;
+    run_calls(m, s, n_calls, kv, calls, global_idx, logits, z);
     return 0;
 }
 
 int rf_forward(const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch *b) {
-    if (rf_forward_check(m, c, s, b) != 0) return -1;
-    rf_call_log_record(c, b);
-    return forward_calls(m, s, 1, &c, b, 0, NULL, b->logits, NULL);
+    pass_sizes z;
+    if (check_calls(m, s, 1, &c, b, 0, NULL, NULL, &z) != 0) return -1;
+    rf_call_log_record(c, b); /* only valid calls, before the pass moves the cache on */
+    run_calls(m, s, 1, &c, b, NULL, b->logits, z);
+    return 0;
 }
 
 int rf_forward_calls(const rf_model *m, rf_runstate *s, const rf_call_batch *b, int *bad) {
