@@ -1,0 +1,259 @@
+/* model_forward_ab.c - what a wide forward call costs, and what a kernel
+ * setting changes, measured so that a noisy machine cannot fake it.
+ *
+ *   bench_model_forward_ab -m MODEL [--quantize q8_0|q4_0] [--n 8,16]
+ *                          [--a SETTINGS] [--b SETTINGS] [--rounds R]
+ *                          [--ctx C] [--threads T] [--slow-b PCT]
+ *
+ * SETTINGS: comma-separated tier=avx2|avx512|amx, amx-int8=N (packed
+ * Q8_0/Q4_0 calls of >= N tokens on AMX int8 tiles, 0 none, -1 the
+ * default widths), bf16-act=single|split (kernels.h); empty: the defaults.
+ *
+ * bench_model_forward takes the best of a few calls per width, one width
+ * after the other; on a VM whose speed moves 2-3x from minute to minute the
+ * ratio of two such minima says little. Here every round times, for each
+ * side in A B B A order, a 1-token call and a call of each width n (after
+ * a C-token context, logits for every new token), so each round yields
+ *   c(n) = t(n) / t(1) for each side, from calls milliseconds apart, and
+ *   B/A = t_B(n) / t_A(n), from interleaved calls,
+ * and the report gives their medians over the rounds with bootstrap 95%
+ * intervals (fixed seed), beside the median milliseconds per call. It also
+ * says whether A's and B's logits are bit-identical at each width (the
+ * int8 tiles and vpdpbusd should be; tiers may differ in the last bits).
+ * --slow-b PCT busy-waits PCT% of each B call's time after it (the test
+ * checks that the benchmark sees such a slowdown). */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu.h"
+#include "kernels/kernels.h"
+#include "model/forward.h"
+#include "util/util.h"
+
+enum { MAX_N = 16, BOOT = 2000 };
+
+typedef struct {
+    int tier;     /* -1: the detected one */
+    int amx_int8; /* -1: the default widths */
+    int bf16_act; /* -1: the default; 1 single, 0 split */
+    const char *text;
+} side;
+
+static int parse_side(side *s, const char *text) {
+    *s = (side){-1, -1, -1, text};
+    char buf[256];
+    if (strlen(text) >= sizeof buf) return -1;
+    strcpy(buf, text);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        char *v = strchr(tok, '=');
+        if (!v) return -1;
+        *v++ = 0;
+        if (!strcmp(tok, "tier")) {
+            s->tier = !strcmp(v, "avx2") ? RF_CPU_AVX2 : !strcmp(v, "avx512") ? RF_CPU_AVX512 : !strcmp(v, "amx") ? RF_CPU_AMX : -2;
+            if (s->tier == -2) return -1;
+        } else if (!strcmp(tok, "amx-int8")) {
+            char *e;
+            long n = strtol(v, &e, 10);
+            if (*e || n < -1 || n > 512) return -1;
+            s->amx_int8 = (int)n;
+        } else if (!strcmp(tok, "bf16-act")) {
+            s->bf16_act = !strcmp(v, "single") ? 1 : !strcmp(v, "split") ? 0 : -2;
+            if (s->bf16_act == -2) return -1;
+        } else
+            return -1;
+    }
+    return 0;
+}
+
+/* settings apply between calls, while no matmul runs */
+static void apply(const side *s, int bf16_default) {
+    if (rf_cpu_set_tier(s->tier < 0 ? rf_cpu_tier_detected() : (rf_cpu_tier)s->tier) != 0)
+        rf_die("tier %s: this CPU lacks it", rf_cpu_tier_str((rf_cpu_tier)s->tier));
+    rf_matmul_set_amx_int8(s->amx_int8);
+    rf_matmul_set_bf16_act(s->bf16_act < 0 ? bf16_default : s->bf16_act);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) { /* sorts v */
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* the median of v[0..n) and its bootstrap 95% interval */
+static void med_ci(const double *v, int n, double out[3]) {
+    double *tmp = rf_malloc(sizeof(double) * (size_t)n), *meds = rf_malloc(sizeof(double) * BOOT);
+    rf_rng rng;
+    rf_rng_seed(&rng, 12345);
+    for (int b = 0; b < BOOT; b++) {
+        for (int i = 0; i < n; i++) tmp[i] = v[rf_rng_below(&rng, (uint64_t)n)];
+        meds[b] = median(tmp, n);
+    }
+    qsort(meds, BOOT, sizeof *meds, cmp_double);
+    memcpy(tmp, v, sizeof(double) * (size_t)n);
+    out[0] = median(tmp, n), out[1] = meds[(int)(0.025 * BOOT)], out[2] = meds[(int)(0.975 * BOOT) - 1];
+    free(tmp), free(meds);
+}
+
+typedef struct {
+    const rf_model *m;
+    rf_kvcache c;
+    rf_runstate *s;
+    int ctx, *tok, *pos, *idx;
+    float *logits;
+} caller;
+
+/* one call of n tokens after the ctx-token context; seconds */
+static double call(caller *k, int n) {
+    rf_kv_crop(&k->c, k->ctx);
+    rf_batch b = {1, n, k->tok + k->ctx, k->pos + k->ctx, 0, n, k->idx, k->logits};
+    double t0 = rf_now();
+    if (rf_forward(k->m, &k->c, k->s, &b) != 0) rf_die("%s", rf_last_error());
+    return rf_now() - t0;
+}
+
+static void usage(const char *argv0) {
+    fprintf(stderr,
+            "usage: %s -m MODEL [--quantize q8_0|q4_0] [--n 8,16] [--a SETTINGS] [--b SETTINGS] [--rounds 3..1000] "
+            "[--ctx C] [--threads T] [--slow-b PCT]; SETTINGS: tier=avx2|avx512|amx,amx-int8=N,bf16-act=single|split\n",
+            argv0);
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    const char *path = NULL, *quant = NULL, *ta = "", *tb = NULL;
+    int ns[MAX_N + 1] = {1}, nn = 1, rounds = 20, ctx = 64, threads = 0;
+    double slow_b = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) usage(argv[0]);
+        i++;
+        if (!strcmp(a, "-m")) path = v;
+        else if (!strcmp(a, "--quantize")) quant = v;
+        else if (!strcmp(a, "--a")) ta = v;
+        else if (!strcmp(a, "--b")) tb = v;
+        else if (!strcmp(a, "--rounds")) rounds = atoi(v);
+        else if (!strcmp(a, "--ctx")) ctx = atoi(v);
+        else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--slow-b")) slow_b = atof(v);
+        else if (!strcmp(a, "--n")) {
+            char *e = (char *)v;
+            for (nn = 1; *e;) {
+                long w = strtol(e, &e, 10);
+                if (w < 2 || w > 512 || nn > MAX_N || (*e && *e != ',')) {
+                    fprintf(stderr, "model_forward_ab: --n: up to %d widths 2..512 separated by commas\n", MAX_N);
+                    return 2;
+                }
+                ns[nn++] = (int)w;
+                e += *e == ',';
+            }
+        } else
+            usage(argv[0]);
+    }
+    if (nn == 1) ns[nn++] = 8, ns[nn++] = 16;
+    if (!path || rounds < 3 || rounds > 1000 || ctx < 1 || ctx > 4096 || threads < 0 || slow_b < 0 ||
+        (quant && strcmp(quant, "q8_0") && strcmp(quant, "q4_0")))
+        usage(argv[0]);
+    side S[2];
+    for (int sd = 0; sd < 2; sd++) {
+        const char *text = sd ? tb : ta;
+        if (text && parse_side(&S[sd], text) != 0) {
+            fprintf(stderr, "model_forward_ab: --%c: bad SETTINGS '%s' (tier=avx2|avx512|amx, amx-int8=N, bf16-act=single|split)\n",
+                    "ab"[sd], text);
+            return 2;
+        }
+    }
+    const int nsides = tb ? 2 : 1;
+    if (threads) omp_set_num_threads(threads);
+
+    rf_model m;
+    if (rf_model_load(&m, path) != 0) rf_die("%s", rf_last_error());
+    if (quant && rf_model_quantize(&m, !strcmp(quant, "q8_0") ? RF_Q8_0 : RF_Q4_0) != 0) rf_die("%s", rf_last_error());
+    const rf_config *cfg = &m.cfg;
+    int nmax = 1;
+    for (int i = 0; i < nn; i++) nmax = ns[i] > nmax ? ns[i] : nmax;
+    caller k = {.m = &m, .ctx = ctx};
+    rf_kv_init(&k.c, cfg, ctx + nmax + 1);
+    k.s = rf_runstate_new(cfg, ctx > nmax ? ctx : nmax, ctx + nmax + 1);
+    k.tok = rf_malloc(sizeof(int) * (size_t)(ctx + nmax));
+    k.pos = rf_malloc(sizeof(int) * (size_t)(ctx + nmax));
+    k.idx = rf_malloc(sizeof(int) * (size_t)(ctx + nmax));
+    for (int i = 0; i < ctx + nmax; i++) k.tok[i] = (i * 7919) % cfg->vocab_size, k.pos[i] = i, k.idx[i] = i;
+    size_t nlog = (size_t)nmax * cfg->vocab_size;
+    k.logits = rf_malloc(sizeof(float) * nlog);
+    float *first[2][MAX_N + 1] = {{NULL}};
+    const int bf16_default = rf_matmul_bf16_act();
+    rf_batch pre = {1, ctx, k.tok, k.pos, 0, 0, k.idx, NULL};
+    if (rf_forward(&m, &k.c, k.s, &pre) != 0) rf_die("%s", rf_last_error());
+
+    /* warm-up: each side and width once (page faults, scratch buffers), keeping the logits */
+    for (int sd = 0; sd < nsides; sd++) {
+        apply(&S[sd], bf16_default);
+        for (int w = 0; w < nn; w++) {
+            call(&k, ns[w]);
+            first[sd][w] = rf_malloc(sizeof(float) * (size_t)ns[w] * cfg->vocab_size);
+            memcpy(first[sd][w], k.logits, sizeof(float) * (size_t)ns[w] * cfg->vocab_size);
+        }
+    }
+    /* t[side][width][round]: the mean of the side's two calls in the round */
+    double *t = rf_calloc((size_t)2 * nn * rounds, sizeof(double));
+#define T(sd, w, r) t[((size_t)(sd) * nn + (w)) * rounds + (r)]
+    static const int abba[4] = {0, 1, 1, 0};
+    for (int r = 0; r < rounds; r++)
+        for (int q = 0; q < 4; q++) {
+            int sd = nsides == 2 ? abba[q] : 0;
+            apply(&S[sd], bf16_default);
+            for (int w = 0; w < nn; w++) {
+                double s = call(&k, ns[w]);
+                if (sd == 1 && slow_b > 0) { /* the test's known slowdown */
+                    double end = rf_now() + s * slow_b / 100;
+                    while (rf_now() < end) {
+                    }
+                    s *= 1 + slow_b / 100;
+                }
+                T(sd, w, r) += s / (nsides == 2 ? 2 : 4);
+            }
+        }
+
+    printf("# %s%s%s, %d-token context, logits for every token, %d rounds (%s), %d threads, cpu %s\n", path,
+           quant ? " quantised to " : "", quant ? quant : "", ctx, rounds, nsides == 2 ? "A B B A" : "4 calls each",
+           omp_get_max_threads(), rf_cpu_tier_str(rf_cpu_tier_detected()));
+    for (int sd = 0; sd < nsides; sd++) {
+        apply(&S[sd], bf16_default);
+        printf("# %c: %s (tier %s)\n", "AB"[sd], S[sd].text[0] ? S[sd].text : "the defaults", rf_cpu_tier_name());
+    }
+    if (slow_b > 0) printf("# B slowed by %.1f%% of each call's time (--slow-b)\n", slow_b);
+    printf("%5s %9s %23s", "n", "A ms", "c_A(n) median [95%]");
+    if (nsides == 2) printf(" %9s %23s %23s %10s", "B ms", "c_B(n) median [95%]", "B/A median [95%]", "logits");
+    printf("\n");
+    double *v = rf_malloc(sizeof(double) * (size_t)rounds), st[3];
+    for (int w = 0; w < nn; w++) {
+        printf("%5d", ns[w]);
+        for (int sd = 0; sd < nsides; sd++) {
+            for (int r = 0; r < rounds; r++) v[r] = T(sd, w, r);
+            printf(" %9.2f", median(v, rounds) * 1e3);
+            for (int r = 0; r < rounds; r++) v[r] = T(sd, w, r) / T(sd, 0, r);
+            med_ci(v, rounds, st);
+            printf("  %5.2f [%5.2f, %5.2f]      ", st[0], st[1], st[2]);
+        }
+        if (nsides == 2) {
+            for (int r = 0; r < rounds; r++) v[r] = T(1, w, r) / T(0, w, r);
+            med_ci(v, rounds, st);
+            int same = !memcmp(first[0][w], first[1][w], sizeof(float) * (size_t)ns[w] * cfg->vocab_size);
+            printf("  %5.3f [%5.3f, %5.3f]  %10s", st[0], st[1], st[2], same ? "identical" : "differ");
+        }
+        printf("\n");
+    }
+    for (int sd = 0; sd < 2; sd++)
+        for (int w = 0; w < nn; w++) free(first[sd][w]);
+    free(v), free(t), free(k.tok), free(k.pos), free(k.idx), free(k.logits);
+    rf_runstate_free(k.s);
+    rf_kv_free(&k.c);
+    rf_model_free(&m);
+    return 0;
+}
