@@ -7,12 +7,16 @@
  *   bench_decode_ab -m MODEL_A [--model-b MODEL_B] --data TEST.json
  *                   --a "DECODING OPTIONS" --b "DECODING OPTIONS"
  *                   [--limit N] [--threads T] [--json FILE] [--slow-b PCT]
+ *                   [--a-kernels SETTINGS] [--b-kernels SETTINGS]
  *
  * The option strings are `refusion generate`'s decoding options (e.g. "--decoder ar -n 128",
  * "--rolling --slot-size 4 --slot-threshold 0.5 -n 128"). Prints the ratio
  * of total times (B / A and A's time over B's: B's speed-up), the median of
  * the per-example ratios t_B / t_A with a bootstrap 95% interval, tokens
  * per call of each, and how many answers (ids) are identical.
+ * --a-kernels / --b-kernels give a side kernel settings (kernel_settings.h,
+ * e.g. "amx-int8=0"), applied before each of its generations: the same
+ * decoder with and without a kernel path, end to end.
  *
  * --slow-b PCT is for testing the benchmark itself: after each of B's
  * generations it busy-waits PCT% of that generation's time, counted in B's
@@ -25,6 +29,7 @@
 #include <string.h>
 
 #include "common/args.h"
+#include "kernel_settings.h"
 #include "decode/decode.h"
 #include "tasks/eval.h"
 #include "tasks/tasks.h"
@@ -38,6 +43,7 @@ typedef struct {
     const char *text;
     rf_decode_opts d;
     const rf_model *m;
+    bench_kernels kern;  /* applied before each generation */
     float call_cost[64]; /* --draft-policy adaptive: the model's call costs, measured once */
     double total_s;
     long tokens, calls;
@@ -72,6 +78,7 @@ static int parse_setting(const char *label, const char *text, rf_decode_opts *d)
 }
 
 static int generate(setting *s, const int *ids, int n, rf_gen_result *r, double *secs) {
+    bench_kernels_apply(&s->kern);
     double t0 = rf_now();
     int rc = rf_decode(s->m, ids, n, &s->d.gen, NULL, r);
     *secs = rf_now() - t0;
@@ -96,7 +103,7 @@ static double median(double *v, int n) { /* sorts v */
 
 int main(int argc, char **argv) {
     const char *dir_a = NULL, *dir_b = NULL, *data = NULL, *json_out = NULL;
-    const char *text[2] = {NULL, NULL};
+    const char *text[2] = {NULL, NULL}, *kern_text[2] = {NULL, NULL};
     int limit = 0, threads = 0;
     double slow_b = 0;
     for (int i = 1; i < argc; i++) {
@@ -115,6 +122,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--limit")) limit = atoi(v);
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) threads = atoi(v);
         else if (!strcmp(a, "--slow-b")) slow_b = atof(v);
+        else if (!strcmp(a, "--a-kernels")) kern_text[0] = v;
+        else if (!strcmp(a, "--b-kernels")) kern_text[1] = v;
         else {
             fprintf(stderr, "decode_ab: unknown option %s\n", a);
             return 2;
@@ -122,7 +131,8 @@ int main(int argc, char **argv) {
     }
     if (!dir_a || !data || !text[0] || !text[1] || limit < 0 || threads < 0 || slow_b < 0) {
         fprintf(stderr, "usage: bench_decode_ab -m MODEL_A [--model-b MODEL_B] --data TEST.json --a \"OPTS\" "
-                        "--b \"OPTS\" [--limit N] [--threads T] [--json FILE] [--slow-b PCT]\n");
+                        "--b \"OPTS\" [--limit N] [--threads T] [--json FILE] [--slow-b PCT] [--a-kernels SETTINGS] "
+                        "[--b-kernels SETTINGS]\n");
         return 2;
     }
     setting S[2];
@@ -130,6 +140,11 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 2; k++) {
         S[k].text = text[k];
         if (parse_setting(k ? "B" : "A", text[k], &S[k].d)) return 2;
+        if (bench_kernels_parse(&S[k].kern, kern_text[k] ? kern_text[k] : "") != 0) {
+            fprintf(stderr, "decode_ab: --%c-kernels: bad SETTINGS '%s' (%s; a tier this CPU has)\n", "ab"[k],
+                    kern_text[k], BENCH_KERNELS_HELP);
+            return 2;
+        }
     }
     if (threads) omp_set_num_threads(threads);
     rf_model ma, mb;
@@ -145,6 +160,7 @@ int main(int argc, char **argv) {
         rf_gen_params *g = &S[k].d.gen;
         if (!g->rolling || !g->draft_adaptive) continue;
         int need = 2 * (g->slot_size < 32 ? g->slot_size : 32);
+        bench_kernels_apply(&S[k].kern);
         if (rf_call_cost_measure(S[k].m, need, S[k].call_cost)) {
             rf_print_error();
             return 1;
@@ -229,6 +245,12 @@ int main(int argc, char **argv) {
     double lo = meds[(int)(0.025 * BOOT)], hi = meds[(int)(0.975 * BOOT) - 1];
     memcpy(tmp, ratio, sizeof(double) * (size_t)n);
     double med = median(tmp, n), tot = S[1].total_s / S[0].total_s;
+    static char with_kernels[2][4400];
+    for (int k = 0; k < 2; k++) /* kernel settings: with the option text */
+        if (kern_text[k] && kern_text[k][0]) {
+            snprintf(with_kernels[k], sizeof with_kernels[k], "%s [kernels %s]", S[k].text, kern_text[k]);
+            S[k].text = with_kernels[k];
+        }
     printf("# A: %s%s%s\n# B: %s%s%s%s\n", S[0].text, dir_b ? " on " : "", dir_b ? dir_a : "", S[1].text,
            dir_b ? " on " : "", dir_b ? dir_b : "", slow_b > 0 ? " (with the injected slowdown)" : "");
     if (slow_b > 0) printf("# B slowed by %.1f%% of each generation's time (--slow-b)\n", slow_b);

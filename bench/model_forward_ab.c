@@ -5,14 +5,14 @@
  *                          [--a SETTINGS] [--b SETTINGS] [--rounds R]
  *                          [--ctx C] [--threads T] [--slow-b PCT]
  *
- * SETTINGS: comma-separated tier=avx2|avx512|amx, amx-int8=N (packed
- * Q8_0/Q4_0 calls of >= N tokens on AMX int8 tiles, 0 none, -1 the
- * default widths), bf16-act=single|split (kernels.h); empty: the defaults.
+ * SETTINGS: the kernel settings of each side (kernel_settings.h), e.g.
+ * "tier=amx,amx-int8=0"; empty: the defaults.
  *
  * bench_model_forward takes the best of a few calls per width, one width
  * after the other; on a VM whose speed moves 2-3x from minute to minute the
  * ratio of two such minima says little. Here every round times, for each
- * side in A B B A order, a 1-token call and a call of each width n (after
+ * side in A B B A order (B A A B every other round, so that neither side
+ * holds the round's middle), a 1-token call and a call of each width n (after
  * a C-token context, logits for every new token), so each round yields
  *   c(n) = t(n) / t(1) for each side, from calls milliseconds apart, and
  *   B/A = t_B(n) / t_A(n), from interleaved calls,
@@ -27,53 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
-#include "kernels/kernels.h"
+#include "kernel_settings.h"
 #include "model/forward.h"
-#include "util/util.h"
 
 enum { MAX_N = 16, BOOT = 2000 };
-
-typedef struct {
-    int tier;     /* -1: the detected one */
-    int amx_int8; /* -1: the default widths */
-    int bf16_act; /* -1: the default; 1 single, 0 split */
-    const char *text;
-} side;
-
-static int parse_side(side *s, const char *text) {
-    *s = (side){-1, -1, -1, text};
-    char buf[256];
-    if (strlen(text) >= sizeof buf) return -1;
-    strcpy(buf, text);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        char *v = strchr(tok, '=');
-        if (!v) return -1;
-        *v++ = 0;
-        if (!strcmp(tok, "tier")) {
-            s->tier = !strcmp(v, "avx2") ? RF_CPU_AVX2 : !strcmp(v, "avx512") ? RF_CPU_AVX512 : !strcmp(v, "amx") ? RF_CPU_AMX : -2;
-            if (s->tier == -2) return -1;
-        } else if (!strcmp(tok, "amx-int8")) {
-            char *e;
-            long n = strtol(v, &e, 10);
-            if (*e || n < -1 || n > 512) return -1;
-            s->amx_int8 = (int)n;
-        } else if (!strcmp(tok, "bf16-act")) {
-            s->bf16_act = !strcmp(v, "single") ? 1 : !strcmp(v, "split") ? 0 : -2;
-            if (s->bf16_act == -2) return -1;
-        } else
-            return -1;
-    }
-    return 0;
-}
-
-/* settings apply between calls, while no matmul runs */
-static void apply(const side *s, int bf16_default) {
-    if (rf_cpu_set_tier(s->tier < 0 ? rf_cpu_tier_detected() : (rf_cpu_tier)s->tier) != 0)
-        rf_die("tier %s: this CPU lacks it", rf_cpu_tier_str((rf_cpu_tier)s->tier));
-    rf_matmul_set_amx_int8(s->amx_int8);
-    rf_matmul_set_bf16_act(s->bf16_act < 0 ? bf16_default : s->bf16_act);
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -120,7 +77,7 @@ static double call(caller *k, int n) {
 static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s -m MODEL [--quantize q8_0|q4_0] [--n 8,16] [--a SETTINGS] [--b SETTINGS] [--rounds 3..1000] "
-            "[--ctx C] [--threads T] [--slow-b PCT]; SETTINGS: tier=avx2|avx512|amx,amx-int8=N,bf16-act=single|split\n",
+            "[--ctx C] [--threads T] [--slow-b PCT]; SETTINGS: " BENCH_KERNELS_HELP "\n",
             argv0);
     exit(2);
 }
@@ -159,12 +116,12 @@ int main(int argc, char **argv) {
     if (!path || rounds < 3 || rounds > 1000 || ctx < 1 || ctx > 4096 || threads < 0 || slow_b < 0 ||
         (quant && strcmp(quant, "q8_0") && strcmp(quant, "q4_0")))
         usage(argv[0]);
-    side S[2];
+    bench_kernels S[2];
     for (int sd = 0; sd < 2; sd++) {
         const char *text = sd ? tb : ta;
-        if (text && parse_side(&S[sd], text) != 0) {
-            fprintf(stderr, "model_forward_ab: --%c: bad SETTINGS '%s' (tier=avx2|avx512|amx, amx-int8=N, bf16-act=single|split)\n",
-                    "ab"[sd], text);
+        if (text && bench_kernels_parse(&S[sd], text) != 0) {
+            fprintf(stderr, "model_forward_ab: --%c: bad SETTINGS '%s' (%s; a tier this CPU has)\n", "ab"[sd], text,
+                    BENCH_KERNELS_HELP);
             return 2;
         }
     }
@@ -187,13 +144,12 @@ int main(int argc, char **argv) {
     size_t nlog = (size_t)nmax * cfg->vocab_size;
     k.logits = rf_malloc(sizeof(float) * nlog);
     float *first[2][MAX_N + 1] = {{NULL}};
-    const int bf16_default = rf_matmul_bf16_act();
     rf_batch pre = {1, ctx, k.tok, k.pos, 0, 0, k.idx, NULL};
     if (rf_forward(&m, &k.c, k.s, &pre) != 0) rf_die("%s", rf_last_error());
 
     /* warm-up: each side and width once (page faults, scratch buffers), keeping the logits */
     for (int sd = 0; sd < nsides; sd++) {
-        apply(&S[sd], bf16_default);
+        bench_kernels_apply(&S[sd]);
         for (int w = 0; w < nn; w++) {
             call(&k, ns[w]);
             first[sd][w] = rf_malloc(sizeof(float) * (size_t)ns[w] * cfg->vocab_size);
@@ -203,11 +159,11 @@ int main(int argc, char **argv) {
     /* t[side][width][round]: the mean of the side's two calls in the round */
     double *t = rf_calloc((size_t)2 * nn * rounds, sizeof(double));
 #define T(sd, w, r) t[((size_t)(sd) * nn + (w)) * rounds + (r)]
-    static const int abba[4] = {0, 1, 1, 0};
+    static const int abba[2][4] = {{0, 1, 1, 0}, {1, 0, 0, 1}};
     for (int r = 0; r < rounds; r++)
         for (int q = 0; q < 4; q++) {
-            int sd = nsides == 2 ? abba[q] : 0;
-            apply(&S[sd], bf16_default);
+            int sd = nsides == 2 ? abba[r % 2][q] : 0;
+            bench_kernels_apply(&S[sd]);
             for (int w = 0; w < nn; w++) {
                 double s = call(&k, ns[w]);
                 if (sd == 1 && slow_b > 0) { /* the test's known slowdown */
@@ -221,11 +177,12 @@ int main(int argc, char **argv) {
         }
 
     printf("# %s%s%s, %d-token context, logits for every token, %d rounds (%s), %d threads, cpu %s\n", path,
-           quant ? " quantised to " : "", quant ? quant : "", ctx, rounds, nsides == 2 ? "A B B A" : "4 calls each",
+           quant ? " quantised to " : "", quant ? quant : "", ctx, rounds, nsides == 2 ? "A B B A, B A A B" : "4 calls each",
            omp_get_max_threads(), rf_cpu_tier_str(rf_cpu_tier_detected()));
     for (int sd = 0; sd < nsides; sd++) {
-        apply(&S[sd], bf16_default);
-        printf("# %c: %s (tier %s)\n", "AB"[sd], S[sd].text[0] ? S[sd].text : "the defaults", rf_cpu_tier_name());
+        bench_kernels_apply(&S[sd]);
+        const char *text = sd ? tb : ta;
+        printf("# %c: %s (tier %s)\n", "AB"[sd], text[0] ? text : "the defaults", rf_cpu_tier_name());
     }
     if (slow_b > 0) printf("# B slowed by %.1f%% of each call's time (--slow-b)\n", slow_b);
     printf("%5s %9s %23s", "n", "A ms", "c_A(n) median [95%]");

@@ -5,7 +5,8 @@
 # (about 4; checked > 1.5 in total and in the median, no tighter: on a loaded
 # machine one preempted generation of a few milliseconds can move a total a
 # lot) with identical answers and calls; rolling slot vs AR: identical
-# answers in fewer calls (> 1.5 tokens per call); bad options exit 2. One
+# answers in fewer calls (> 1.5 tokens per call); kernel settings per side
+# are taken and shown; bad options exit 2. One
 # thread and ctest's RUN_SERIAL: two spinning OpenMP threads sharing 2 cores
 # with another process stall for whole time slices.
 set -u
@@ -31,6 +32,17 @@ rc=$?
 check '[ $rc = 0 ]' "rolling run failed: $(cat "$T/err")"
 check 'js "$T/roll.json" "process.exit(d.examples === 4 && d.same === 4 && d.b_tokens / d.b_calls > 1.5 && d.a_calls === d.a_tokens ? 0 : 1)"' \
   "rolling vs AR: $(cat "$T/out")"
+
+# kernel settings per side: the vpdpbusd kernels instead of the int8 tiles
+# give the same answers (a no-op where the CPU has no AMX)
+"$AB" -m "$DEMO" --data "$T/data/test.json" --a "--decoder ar -n 16" --b "--decoder ar -n 16" --b-kernels "amx-int8=0" \
+  --limit 2 --threads 1 >"$T/out" 2>"$T/err"
+rc=$?
+check '[ $rc = 0 ] && grep -q "answers identical: 2 of 2" "$T/out" && grep -q "^# B: .*\[kernels amx-int8=0\]" "$T/out"' \
+  "kernel settings: rc $rc, $(cat "$T/out" "$T/err")"
+"$AB" -m "$DEMO" --data "$T/data/test.json" --a "--decoder ar" --b "--decoder ar" --a-kernels "tier=foo" >"$T/out" 2>"$T/err"
+rc=$?
+check '[ $rc = 2 ] && [ "$(wc -l <"$T/err")" = 1 ] && grep -q "a-kernels" "$T/err"' "bad kernel settings: rc $rc, $(cat "$T/err")"
 
 "$AB" -m "$DEMO" --data "$T/data/test.json" --a "--decoder ar" --b "--slot-size 0" >"$T/out" 2>"$T/err"
 rc=$?
