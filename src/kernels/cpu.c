@@ -68,10 +68,23 @@ static void init(void) {
     }
     if (want == RF_CPU_AMX && !g_note[0])
     {
-        if (rf_amx_built())
+        const int q = rf_matmul_amx_int8();
+        const char *qe = rf_env_amx_int8();
+        if (rf_amx_built() && q < 0 && qe && *qe)
+            snprintf(g_note, sizeof g_note,
+                     "REFUSION_AMX_INT8=%.40s is not off or a number of tokens: Q8_0 %d..%d / Q4_0 %d..%d tokens on int8 tiles",
+                     qe, RF_AMX_Q8_MIN_N, RF_AMX_Q8_MAX_N, RF_AMX_Q4_MIN_N, RF_AMX_Q4_MAX_N);
+        else if (rf_amx_built() && q < 0)
             snprintf(g_note, sizeof g_note,
                      "amx: bf16 calls of %d+ tokens on tiles; Q8_0 %d..%d / Q4_0 %d..%d tokens on int8 tiles, else vpdpbusd",
                      RF_AMX_BF16_MIN_N, RF_AMX_Q8_MIN_N, RF_AMX_Q8_MAX_N, RF_AMX_Q4_MIN_N, RF_AMX_Q4_MAX_N);
+        else if (rf_amx_built() && q == 0)
+            snprintf(g_note, sizeof g_note, "amx: bf16 calls of %d+ tokens on tiles; Q8_0 / Q4_0 on vpdpbusd (REFUSION_AMX_INT8=off)",
+                     RF_AMX_BF16_MIN_N);
+        else if (rf_amx_built())
+            snprintf(g_note, sizeof g_note,
+                     "amx: bf16 calls of %d+ tokens on tiles; Q8_0 / Q4_0 calls of %d+ tokens on int8 tiles (REFUSION_AMX_INT8)",
+                     RF_AMX_BF16_MIN_N, q);
         else
             snprintf(g_note, sizeof g_note, "amx detected; this build has no AMX kernels, running avx512");
     }

@@ -92,6 +92,9 @@ void rf_matmul_set_bf16_act(int single);
  * results/kernels_amx_int8_prefetch.txt). Not thread-safe: set it before
  * the matmuls run (tests, benchmarks). */
 void rf_matmul_set_amx_int8(int min_tokens);
+/* The setting in force: -1 the default widths, 0 none, N from N tokens;
+ * until set, REFUSION_AMX_INT8 (util/env.c) gives it. */
+int rf_matmul_amx_int8(void);
 
 /* Frees the matmul's per-thread scratch buffers of the calling thread and
  * of the OpenMP thread pool (a thread's are also freed when it exits). Call

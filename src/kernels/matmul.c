@@ -333,10 +333,28 @@ static mm_path choose_path(rf_dtype dt, int cols, int n) {
  * 5.2-5.3x); Q4_0 12 tokens 27.8-28.1 ms against 29.5-29.7, 16 tokens
  * 30.3-32.1 against 36.5-36.8, 8 as fast, 5 and 24-64 slower (its nibbles
  * are unpacked into a buffer per block for the tiles). */
-static int g_amx_q_min_n = -1;
+/* Whether they measured faster depends on the machine, not only on the
+ * CPU model: on a second VM of the same Xeon model (smaller L3) the rolling
+ * slot ran 9-10% faster end to end with the tiles off, Q8_0 and Q4_0
+ * alike, answers identical (bench_decode_ab --b-kernels amx-int8=0,
+ * docs/benchmarks.md), so REFUSION_AMX_INT8 (util/env.c) sets it per
+ * machine; the two paths give the same logits bit for bit.
+ * -2: not read from REFUSION_AMX_INT8 yet. */
+static int g_amx_q_min_n = -2;
+
+int rf_matmul_amx_int8(void) {
+    if (g_amx_q_min_n == -2) {
+        const char *e = rf_env_amx_int8();
+        char *end = NULL;
+        long v = e ? strtol(e, &end, 10) : -1;
+        g_amx_q_min_n = e && !strcmp(e, "off") ? 0 : e && *e && !*end && v >= 1 && v <= 1 << 20 ? (int)v : -1;
+    }
+    return g_amx_q_min_n;
+}
 
 static int amx_q_wanted(rf_dtype dt, int n) {
-    if (g_amx_q_min_n >= 0) return g_amx_q_min_n && n >= g_amx_q_min_n;
+    const int min_n = rf_matmul_amx_int8();
+    if (min_n >= 0) return min_n && n >= min_n;
     if (dt == RF_Q8_0) return n >= RF_AMX_Q8_MIN_N && n <= RF_AMX_Q8_MAX_N;
     return n >= RF_AMX_Q4_MIN_N && n <= RF_AMX_Q4_MAX_N;
 }

@@ -56,6 +56,7 @@ void rf_catch_pop(rf_catch *c);
  * The REFUSION_* variables the library reads (NULL when unset). */
 const char *rf_env_cpu_tier(void);  /* REFUSION_CPU */
 const char *rf_env_bf16_act(void);  /* REFUSION_BF16_ACT */
+const char *rf_env_amx_int8(void);  /* REFUSION_AMX_INT8 */
 /* Points where a test makes the library fail on purpose. All NULL unless a
  * program sets them (the refusion command does, from its REFUSION_TEST_*
  * variables); the library only calls them. */
