@@ -26,14 +26,10 @@ URL2=$URL SPID2=$SPID
 trap 'kill -KILL "$SPID2" 2>/dev/null; rf_test_cleanup' EXIT
 rf_serve_start "$T/server.log" -m "$M" --parallel 4 --threads 1 --cache-mb 0
 
-python3 - "$URL" "$BIN" "$M" "$URL2" <<'EOF'
-import json, random, subprocess, sys, threading, time, urllib.request
+rf_py - "$URL" "$BIN" "$M" "$URL2" <<'EOF'
+import json, random, subprocess, sys, threading
+from serve_client import Together, answer, bad, failed, first_difference, metric
 url, bin_, model, url2 = sys.argv[1:5]
-fails = 0
-def bad(m):
-    global fails
-    fails += 1
-    print("FAIL: " + m, file=sys.stderr)
 
 rng = random.Random(7)
 def ids(n): return [rng.randrange(0, 840) for _ in range(n)]
@@ -51,16 +47,9 @@ for k, r in reqs.items():
     r.setdefault("mode", "ar")
 long_req = {"prompt": ids(1500), "max_tokens": 20, "mode": "ar", "ignore_eos": True, "temperature": 0.6, "seed": 3}
 
-def post(body, stream=False):
-    b = dict(body, stream=stream)
-    return urllib.request.urlopen(urllib.request.Request(url + "/v1/completions", data=json.dumps(b).encode(),
-                                                         headers={"Content-Type": "application/json"}), timeout=120)
-def answer(body):
-    return json.load(post(body))["choices"][0]["token_ids"]
-
 # alone, one after the other
-solo = {k: answer(r) for k, r in reqs.items()}
-solo["long"] = answer(long_req)
+solo = {k: answer(url, r)[0] for k, r in reqs.items()}
+solo["long"] = answer(url, long_req)[0]
 
 # the library's AR decoder through the command line: the same ids
 def cli(body):
@@ -76,59 +65,39 @@ if cli(long_req) != solo["long"]: bad("long: the server's solo answer is not `re
 
 # together: all at once (7 requests for 4 rows: some wait for a row), the
 # long prompt joining once the greedy stream has shown 5 tokens
-got, errors = {}, []
-def run(k, body):
-    try: got[k] = answer(body)
-    except Exception as e: errors.append(f"{k}: {e}")
+tg = Together(url)
 started = threading.Event()
-def run_stream(k, body):
-    try:
-        toks = []
-        for line in post(body, stream=True):
-            line = line.decode().strip()
-            if not line.startswith("data: {"): continue
-            o = json.loads(line[6:])
-            if o["choices"]: toks += o["choices"][0]["token_ids"]
-            if len(toks) >= 5: started.set()
-        got[k] = toks
-    except Exception as e: errors.append(f"{k}: {e}")
-    started.set()
-ts = [threading.Thread(target=run_stream, args=("greedy", reqs["greedy"]))]
-ts += [threading.Thread(target=run, args=(k, r)) for k, r in reqs.items() if k != "greedy"]
-for t in ts: t.start()
+tg.start("greedy", reqs["greedy"], stream=True, on_ids=lambda t: len(t) >= 5 and started.set(), on_end=started.set)
+for k, r in reqs.items():
+    if k != "greedy": tg.start(k, r)
 started.wait(60)
-tl = threading.Thread(target=run, args=("long", long_req)); tl.start(); ts.append(tl)
-for t in ts: t.join()
-for e in errors: bad(e)
+tg.start("long", long_req)
+tg.join()
+got = tg.got
+for e in tg.errors: bad(e)
 for k in solo:
     if got.get(k) != solo[k]:
         g = got.get(k) or []
-        i = next((i for i, (a, b) in enumerate(zip(g, solo[k])) if a != b), min(len(g), len(solo[k])))
-        bad(f"{k}: together {len(g)} ids, alone {len(solo[k])}, first difference at {i}")
+        bad(f"{k}: together {len(g)} ids, alone {len(solo[k])}, first difference at {first_difference(g, solo[k])}")
 
-def metric(n, url=url):
-    for line in urllib.request.urlopen(url + "/metrics").read().decode().splitlines():
-        if line.startswith("refusion_" + n + " "): return float(line.split()[1])
-    return -1
-
-# prompt-prefix reuse: a chat's next turn (the last prompt, its answer, new
-# tokens) starts from the last turn's cache and still gets the answer
-# `refusion generate` computes from scratch
-url = url2
-if metric("prefix_cache_tokens_total") != 0: bad("--cache-mb 0, yet a prefix was reused")
+# prompt-prefix reuse: none on the first server (--cache-mb 0); on the
+# second, a chat's next turn (the last prompt, its answer, new tokens) starts
+# from the last turn's cache and still gets the answer `refusion generate`
+# computes from scratch
+if metric(url, "prefix_cache_tokens_total") != 0: bad("--cache-mb 0, yet a prefix was reused")
 turn1 = {"prompt": ids(40), "max_tokens": 24, "mode": "ar", "ignore_eos": True}
-a1 = answer(turn1)
+a1 = answer(url2, turn1)[0]
 turn2 = {"prompt": turn1["prompt"] + a1 + ids(10), "max_tokens": 24, "mode": "ar", "ignore_eos": True,
          "temperature": 0.8, "seed": 6}
-a2 = answer(turn2)
-reused = metric("prefix_cache_tokens_total", url2)
+a2 = answer(url2, turn2)[0]
+reused = metric(url2, "prefix_cache_tokens_total")
 if reused != 40 + 23: bad(f"the next turn reused {reused} cached tokens, want 63 (the last prompt and answer)")
 if a2 != cli(turn2): bad("the next turn's answer with a reused prefix is not `refusion generate`'s")
-if not (metric("batch_rows_peak") >= 3 and metric("batch_rows_per_call") > 1):
-    bad(f"the rows did not share calls: peak {metric('batch_rows_peak')}, per call {metric('batch_rows_per_call')}")
-print(f"serve_batch: batch occupancy {metric('batch_rows_per_call'):.2f} rows per call, peak {metric('batch_rows_peak'):.0f}; "
-      f"{len(solo)} answers compared, {fails} failures")
-sys.exit(1 if fails else 0)
+if not (metric(url, "batch_rows_peak") >= 3 and metric(url, "batch_rows_per_call") > 1):
+    bad(f"the rows did not share calls: peak {metric(url, 'batch_rows_peak')}, per call {metric(url, 'batch_rows_per_call')}")
+print(f"serve_batch: batch occupancy {metric(url, 'batch_rows_per_call'):.2f} rows per call, "
+      f"peak {metric(url, 'batch_rows_peak'):.0f}; {len(solo)} answers compared, {len(failed)} failures")
+sys.exit(1 if failed else 0)
 EOF
 rc=$?
 rf_serve_stop "$SPID" "$T/server.log" || rc=1

@@ -33,22 +33,13 @@ trap 'kill -KILL "$SPID2" "$SPID3" 2>/dev/null; rf_test_cleanup' EXIT
 rf_serve_start "$T/server.log" -m "$M" --parallel 6 --threads 1 --cache-mb 0
 TURN1=$("$BIN" tokenize -m "$M" --chat --json --user "Make a JSON record for a person named Ada, age 36, city London.")
 
-python3 - "$URL" "$URL2" "$URL3" "$TURN1" <<'EOF'
-import json, sys, threading, urllib.request
+rf_py - "$URL" "$URL2" "$URL3" "$TURN1" <<'EOF'
+import functools, json, sys
+from serve_client import Q, Together, answer, bad, chat, failed, first_difference, metric
 url, url_solo, url_cache = sys.argv[1:4]
 turn1_ids = json.loads(sys.argv[4])
-fails = 0
-def bad(m):
-    global fails
-    fails += 1
-    print("FAIL: " + m, file=sys.stderr)
 
-Q = ["Tom has 12 apples. He buys 7 more and gives 5 away. How many apples does he have?",
-     "Write a Python function f(x) that does this: start from x, multiply by 3, subtract 7, then return it.",
-     "Make a JSON record for a person named Ada, age 36, city London.",
-     "A shop sells 4 boxes of 9 pens each and then 6 more pens. How many pens were sold?",
-     "Make a JSON record for a book titled Dune, year 1965, author Frank Herbert."]
-def chat(q, **kw): return dict({"messages": [{"role": "user", "content": q}], "max_tokens": 64}, **kw)
+chat = functools.partial(chat, max_tokens=64)
 reqs = {
     "greedy":  chat(Q[0]),
     "t07":     chat(Q[1], temperature=0.7, seed=5, slot_size=8, slot_threshold=0.3),
@@ -65,20 +56,6 @@ reqs = {
 }
 calls_exact = ("greedy", "t07", "topk", "topp", "slot2", "long")  # no adaptive width, no cut
 
-def post(u, body, stream=False):
-    b = dict(body, stream=stream)
-    path = "/v1/completions" if "prompt" in b else "/v1/chat/completions"
-    return urllib.request.urlopen(urllib.request.Request(u + path, data=json.dumps(b).encode(),
-                                                         headers={"Content-Type": "application/json"}), timeout=120)
-def answer(u, body):
-    o = json.load(post(u, body))
-    return o["choices"][0]["token_ids"], o["refusion"]
-
-def metric(n, u=url):
-    for line in urllib.request.urlopen(u + "/metrics").read().decode().splitlines():
-        if line.startswith("refusion_" + n + " "): return float(line.split()[1])
-    return -1
-
 # alone: on this server (a batch of one row) and on the one without batching
 solo, solo_stats = {}, {}
 for k, r in reqs.items():
@@ -88,46 +65,31 @@ for k, r in reqs.items():
     if k in calls_exact and st["model_calls"] != solo_stats[k]["model_calls"]:
         bad(f"{k}: alone {st['model_calls']} model calls batched, {solo_stats[k]['model_calls']} without batching")
     if st["mode"] != ("ar" if k.startswith("ar") else "refusion"): bad(f"{k}: mode {st['mode']}")
-if metric("batch_rolling_rows_total") <= 0: bad("no rolling-slot row in the batched calls")
-mixed0 = metric("batch_mixed_calls_total")
+if metric(url, "batch_rolling_rows_total") <= 0: bad("no rolling-slot row in the batched calls")
+mixed0 = metric(url, "batch_mixed_calls_total")
 if mixed0 != 0: bad(f"{mixed0} mixed calls while each request ran alone")
 
 # together: all at once (10 requests for 6 rows), "greedy" streamed
-got, stats, errors = {}, {}, []
-def run(k, body):
-    try: got[k], stats[k] = answer(url, body)
-    except Exception as e: errors.append(f"{k}: {e}")
-def run_stream(k, body):
-    try:
-        toks = []
-        for line in post(url, body, stream=True):
-            line = line.decode().strip()
-            if not line.startswith("data: {"): continue
-            o = json.loads(line[6:])
-            if o["choices"]: toks += o["choices"][0].get("token_ids", [])
-            if "refusion" in o: stats[k] = o["refusion"]
-        got[k] = toks
-    except Exception as e: errors.append(f"{k}: {e}")
-ts = [threading.Thread(target=run_stream if k == "greedy" else run, args=(k, r)) for k, r in reqs.items()]
-for t in ts: t.start()
-for t in ts: t.join()
-for e in errors: bad(e)
+tg = Together(url)
+for k, r in reqs.items(): tg.start(k, r, stream=k == "greedy")
+tg.join()
+got, stats = tg.got, tg.stats
+for e in tg.errors: bad(e)
 for k in reqs:
     g, s = got.get(k) or [], solo[k]
     if g != s:
-        i = next((i for i, (a, b) in enumerate(zip(g, s)) if a != b), min(len(g), len(s)))
-        bad(f"{k}: together {len(g)} ids, alone {len(s)}, first difference at {i}")
+        bad(f"{k}: together {len(g)} ids, alone {len(s)}, first difference at {first_difference(g, s)}")
     elif k in calls_exact and stats.get(k, {}).get("model_calls") != solo_stats[k]["model_calls"]:
         bad(f"{k}: together {stats.get(k, {}).get('model_calls')} model calls, alone {solo_stats[k]['model_calls']}")
 asked = [k for k in calls_exact if k != "long"]  # the chat questions, where drafts pass
 tok = sum(len(got.get(k) or []) for k in asked)
 calls = sum(stats.get(k, {}).get("model_calls", 0) for k in asked)
 if not calls or tok / calls <= 1.5: bad(f"rolling requests: {tok} tokens in {calls} calls: the drafts hardly passed")
-mixed = metric("batch_mixed_calls_total")
-if not (mixed >= 10 and metric("batch_rows_peak") >= 4 and metric("batch_rows_per_call") > 1):
-    bad(f"the rolling rows did not share calls: {mixed} mixed calls, peak {metric('batch_rows_peak')}, "
-        f"{metric('batch_rows_per_call')} rows per call")
-if metric("batch_calls_total", url_solo) != 0: bad("--no-cont-batching, yet batched calls were made")
+mixed = metric(url, "batch_mixed_calls_total")
+if not (mixed >= 10 and metric(url, "batch_rows_peak") >= 4 and metric(url, "batch_rows_per_call") > 1):
+    bad(f"the rolling rows did not share calls: {mixed} mixed calls, peak {metric(url, 'batch_rows_peak')}, "
+        f"{metric(url, 'batch_rows_per_call')} rows per call")
+if metric(url_solo, "batch_calls_total") != 0: bad("--no-cont-batching, yet batched calls were made")
 
 # prompt-prefix reuse: the next turn (the last prompt, its answer, a new
 # question) starts from the last rolling turn's cache, greedy and sampled
@@ -135,23 +97,23 @@ turn1 = {"prompt": turn1_ids, "max_tokens": 48}
 a1, st1 = answer(url_cache, turn1)
 if st1["mode"] != "refusion" or st1["model_calls"] >= len(a1) - 4:
     bad(f"turn 1: {st1['mode']}, {st1['model_calls']} calls for {len(a1)} tokens: the drafts hardly passed")
-if metric("prefix_cache_tokens_total", url_cache) != 0: bad("the first turn reused a prefix")
+if metric(url_cache, "prefix_cache_tokens_total") != 0: bad("the first turn reused a prefix")
 more = turn1_ids[:12]
 for i, extra in enumerate(({}, {"temperature": 0.8, "seed": 6})):
     turn2 = dict({"prompt": turn1_ids + a1 + more, "max_tokens": 24, "ignore_eos": True}, **extra)
-    before = metric("prefix_cache_tokens_total", url_cache)
+    before = metric(url_cache, "prefix_cache_tokens_total")
     a2, st2 = answer(url_cache, turn2)
-    reused = metric("prefix_cache_tokens_total", url_cache) - before
+    reused = metric(url_cache, "prefix_cache_tokens_total") - before
     want = len(turn1_ids) + len(a1) - 1 if i == 0 else len(turn1_ids) + len(a1) + len(more) - 1
     if reused != want: bad(f"turn 2 ({i}) reused {reused} cached tokens, want {want}")
     s2, sst2 = answer(url_solo, turn2)
     if a2 != s2 or st2["model_calls"] != sst2["model_calls"]:
         bad(f"turn 2 ({i}): with a reused prefix {len(a2)} ids / {st2['model_calls']} calls, without batching "
             f"{len(s2)} / {sst2['model_calls']}")
-print(f"serve_batch_rolling: {len(reqs)} answers compared; {metric('batch_rolling_rows_total'):.0f} rolling rows, "
-      f"{mixed:.0f} mixed calls, {metric('batch_rows_per_call'):.2f} rows per call, peak {metric('batch_rows_peak'):.0f}; "
-      f"rolling {tok / max(calls, 1):.2f} tokens per call; {fails} failures")
-sys.exit(1 if fails else 0)
+print(f"serve_batch_rolling: {len(reqs)} answers compared; {metric(url, 'batch_rolling_rows_total'):.0f} rolling rows, "
+      f"{mixed:.0f} mixed calls, {metric(url, 'batch_rows_per_call'):.2f} rows per call, "
+      f"peak {metric(url, 'batch_rows_peak'):.0f}; rolling {tok / max(calls, 1):.2f} tokens per call; {len(failed)} failures")
+sys.exit(1 if failed else 0)
 EOF
 rc=$?
 rf_serve_stop "$SPID" "$T/server.log" || rc=1

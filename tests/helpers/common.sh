@@ -5,7 +5,10 @@
 # exit after killing the server of rf_serve_start, if one runs), the
 # counters pass / fails with ok and bad, check CONDITION MESSAGE, run (a
 # command's exit status, stdout and stderr in rc, out, err; also in $T/out
-# and $T/err), expect_fail and js.
+# and $T/err), expect_fail, js and rf_py.
+
+# this directory (tests/helpers), however the test was invoked
+RF_HELPERS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 rf_test_setup() {
   BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
@@ -91,3 +94,7 @@ rf_serve_stop() {
 
 # js FILE SCRIPT: node runs SCRIPT with d = the JSON in FILE; prints what it prints
 js() { node -e "const d = JSON.parse(require('fs').readFileSync(process.argv[1], 'utf8')); $2" "$1"; }
+
+# rf_py ARGS...: python3 with tests/helpers first on its module path, so that
+# a test's Python can `import serve_client` (no __pycache__ left in the source tree)
+rf_py() { PYTHONPATH="$RF_HELPERS${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1 python3 "$@"; }
