@@ -27,6 +27,7 @@
 #include <string.h>
 #include "kernels/cpu.h"
 #include "kernels/kernels.h"
+#include "kernels/matmul_impl.h"
 #include "util/util.h"
 #include "check.h"
 
@@ -271,8 +272,26 @@ static void test_bf16_single(void) {
     rf_matmul_set_bf16_act(0);
 }
 
+/* REFUSION_AMX_BF16 / REFUSION_AMX_INT8 values: off or 0 never, N from N
+ * tokens, anything else the built-in widths (-1) */
+static void test_env_min_tokens(void) {
+    static const struct {
+        const char *v;
+        int want;
+    } cases[] = {{NULL, -1}, {"", -1}, {"off", 0}, {"0", 0}, {"9", 9}, {"12", 12}, {"-3", -1}, {"9x", -1}, {"on", -1}, {"99999999", -1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        CHECK(rf_kernels_env_min_tokens(cases[i].v) == cases[i].want, "env value '%s': %d, want %d",
+              cases[i].v ? cases[i].v : "(unset)", rf_kernels_env_min_tokens(cases[i].v), cases[i].want);
+    /* the setters override the environment, and a negative value restores the built-in widths */
+    rf_matmul_set_amx_bf16(9);
+    CHECK(rf_matmul_amx_bf16() == 9, "amx bf16 from 9 tokens: %d", rf_matmul_amx_bf16());
+    rf_matmul_set_amx_bf16(-5);
+    CHECK(rf_matmul_amx_bf16() == -1, "amx bf16 default: %d", rf_matmul_amx_bf16());
+}
+
 int main(void) {
     rf_matmul_set_bf16_act(0); /* the f32-grade split (the tolerances below), whatever REFUSION_BF16_ACT says */
+    test_env_min_tokens();     /* ends with the built-in bf16 tile widths, whatever REFUSION_AMX_BF16 says */
     for (int t = RF_CPU_AVX2; t <= RF_CPU_AMX; t++) {
         g_tier = rf_cpu_tier_str((rf_cpu_tier)t);
         if (rf_cpu_set_tier((rf_cpu_tier)t) != 0) {

@@ -16,7 +16,7 @@
 #define XFEATURE_XTILEDATA 18
 
 static rf_cpu_tier g_detected, g_active;
-static char g_note[160];
+static char g_note[320];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 /* XCR0: which register states the OS saves on a context switch */
@@ -66,26 +66,23 @@ static void init(void) {
             want = g_detected;
         }
     }
-    if (want == RF_CPU_AMX && !g_note[0])
-    {
-        const int q = rf_matmul_amx_int8();
-        const char *qe = rf_env_amx_int8();
-        if (rf_amx_built() && q < 0 && qe && *qe)
-            snprintf(g_note, sizeof g_note,
-                     "REFUSION_AMX_INT8=%.40s is not off or a number of tokens: Q8_0 %d..%d / Q4_0 %d..%d tokens on int8 tiles",
-                     qe, RF_AMX_Q8_MIN_N, RF_AMX_Q8_MAX_N, RF_AMX_Q4_MIN_N, RF_AMX_Q4_MAX_N);
-        else if (rf_amx_built() && q < 0)
-            snprintf(g_note, sizeof g_note,
-                     "amx: bf16 calls of %d+ tokens on tiles; Q8_0 %d..%d / Q4_0 %d..%d tokens on int8 tiles, else vpdpbusd",
-                     RF_AMX_BF16_MIN_N, RF_AMX_Q8_MIN_N, RF_AMX_Q8_MAX_N, RF_AMX_Q4_MIN_N, RF_AMX_Q4_MAX_N);
-        else if (rf_amx_built() && q == 0)
-            snprintf(g_note, sizeof g_note, "amx: bf16 calls of %d+ tokens on tiles; Q8_0 / Q4_0 on vpdpbusd (REFUSION_AMX_INT8=off)",
-                     RF_AMX_BF16_MIN_N);
-        else if (rf_amx_built())
-            snprintf(g_note, sizeof g_note,
-                     "amx: bf16 calls of %d+ tokens on tiles; Q8_0 / Q4_0 calls of %d+ tokens on int8 tiles (REFUSION_AMX_INT8)",
-                     RF_AMX_BF16_MIN_N, q);
-        else
+    if (want == RF_CPU_AMX && !g_note[0]) {
+        if (rf_amx_built()) {
+            /* which calls go on tiles, and from where the setting came */
+            const int b = rf_matmul_amx_bf16(), q = rf_matmul_amx_int8();
+            const char *be = rf_env_amx_bf16(), *qe = rf_env_amx_int8();
+            char bs[96], qs[128];
+            if (b == 0) snprintf(bs, sizeof bs, "bf16 on avx512 (REFUSION_AMX_BF16=off)");
+            else if (b > 0) snprintf(bs, sizeof bs, "bf16 calls of %d+ tokens on tiles (REFUSION_AMX_BF16)", b);
+            else snprintf(bs, sizeof bs, "bf16 calls of %d+ tokens on tiles%s", RF_AMX_BF16_MIN_N,
+                          be && *be ? " (REFUSION_AMX_BF16 not off or a number: ignored)" : "");
+            if (q == 0) snprintf(qs, sizeof qs, "Q8_0 / Q4_0 on vpdpbusd (REFUSION_AMX_INT8=off)");
+            else if (q > 0) snprintf(qs, sizeof qs, "Q8_0 / Q4_0 calls of %d+ tokens on int8 tiles (REFUSION_AMX_INT8)", q);
+            else snprintf(qs, sizeof qs, "Q8_0 %d..%d / Q4_0 %d..%d tokens on int8 tiles, else vpdpbusd%s", RF_AMX_Q8_MIN_N,
+                          RF_AMX_Q8_MAX_N, RF_AMX_Q4_MIN_N, RF_AMX_Q4_MAX_N,
+                          qe && *qe ? " (REFUSION_AMX_INT8 not off or a number: ignored)" : "");
+            snprintf(g_note, sizeof g_note, "amx: %s; %s", bs, qs);
+        } else
             snprintf(g_note, sizeof g_note, "amx detected; this build has no AMX kernels, running avx512");
     }
     g_active = runnable(want);

@@ -95,6 +95,13 @@ void rf_matmul_set_amx_int8(int min_tokens);
 /* The setting in force: -1 the default widths, 0 none, N from N tokens;
  * until set, REFUSION_AMX_INT8 (util/env.c) gives it. */
 int rf_matmul_amx_int8(void);
+/* At tier amx, bf16 calls of at least min_tokens tokens run on TDPBF16PS
+ * tiles; 0 none (avx512 kernels); negative: the default (5 tokens,
+ * matmul_impl.h RF_AMX_BF16_MIN_N). Unlike the int8 tiles these round
+ * differently from the avx512 kernel. Until set, REFUSION_AMX_BF16
+ * (util/env.c) gives it; rf_matmul_amx_bf16 says the setting in force. */
+void rf_matmul_set_amx_bf16(int min_tokens);
+int rf_matmul_amx_bf16(void);
 
 /* Frees the matmul's per-thread scratch buffers of the calling thread and
  * of the OpenMP thread pool (a thread's are also freed when it exits). Call

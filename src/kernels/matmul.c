@@ -301,18 +301,45 @@ void rf_kernels_shutdown(void) {
     scratch_free(&t_scratch);
 }
 
+/* A tile crossover from the environment (REFUSION_AMX_BF16 / _INT8): "off"
+ * 0 (never), a number N >= 1 from N tokens, unset or anything else -1 (the
+ * built-in widths; refusion info says when a value was not understood). */
+int rf_kernels_env_min_tokens(const char *e) {
+    char *end = NULL;
+    long v = e ? strtol(e, &end, 10) : -1;
+    return e && !strcmp(e, "off") ? 0 : e && *e && !*end && v >= 0 && v <= 1 << 20 ? (int)v : -1;
+}
+#define env_min_tokens rf_kernels_env_min_tokens
+
 /* Which kernel a call runs: per weight dtype and the active CPU tier. */
 typedef enum { PATH_NONE, PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX512_BF16, PATH_AVX512_FLOAT, PATH_AVX512_Q, PATH_AMX_BF16, PATH_AMX_Q } mm_path;
 
-/* amx tiles hold 16 tokens: calls of up to this many run the avx512 kernels,
- * which stream the weights faster (0.6B shape, bf16, 2 threads: n = 4 cost
- * 1.07x n = 1 at avx512, 1.09x with tiles; n = 6 1.30x against 1.12x) */
-#define AMX_MIN_TOKENS RF_AMX_BF16_MIN_N
+/* amx tiles hold 16 tokens: bf16 calls of fewer than RF_AMX_BF16_MIN_N run
+ * the avx512 kernels, which stream the weights faster (0.6B shape, bf16, 2
+ * threads: n = 4 cost 1.07x n = 1 at avx512, 1.09x with tiles; n = 6 1.30x
+ * against 1.12x). On a second VM of the same Xeon model a tile call cost
+ * the same from 8 to 16 tokens, 1.8x a 1-token call, where avx512 took
+ * 1.48x at 8 tokens and 2.67x at 16 (bench_model_forward_ab,
+ * docs/benchmarks.md): REFUSION_AMX_BF16 (util/env.c) moves the crossover
+ * per machine. -2: not read yet. */
+static int g_amx_bf16_min_n = -2;
+
+int rf_matmul_amx_bf16(void) {
+    if (g_amx_bf16_min_n == -2) g_amx_bf16_min_n = env_min_tokens(rf_env_amx_bf16());
+    return g_amx_bf16_min_n;
+}
+
+void rf_matmul_set_amx_bf16(int min_tokens) { g_amx_bf16_min_n = min_tokens < 0 ? -1 : min_tokens; }
+
+static int amx_bf16_wanted(int n) {
+    const int min_n = rf_matmul_amx_bf16();
+    return min_n < 0 ? n >= RF_AMX_BF16_MIN_N : min_n && n >= min_n;
+}
 
 static mm_path choose_path(rf_dtype dt, int cols, int n) {
     int avx512 = rf_cpu_tier_active() >= RF_CPU_AVX512;
     /* amx: bf16 with whole 32-column chunks (the tile K); the rest avx512 */
-    if (dt == RF_BF16 && rf_cpu_tier_active() == RF_CPU_AMX && cols % 32 == 0 && n >= AMX_MIN_TOKENS)
+    if (dt == RF_BF16 && rf_cpu_tier_active() == RF_CPU_AMX && cols % 32 == 0 && amx_bf16_wanted(n))
         return PATH_AMX_BF16;
     if (dt == RF_Q8_0 || dt == RF_Q4_0) return avx512 ? PATH_AVX512_Q : PATH_AVX2_Q;
     if (dt == RF_BF16) return avx512 ? PATH_AVX512_BF16 : PATH_AVX2_FLOAT;
@@ -343,12 +370,7 @@ static mm_path choose_path(rf_dtype dt, int cols, int n) {
 static int g_amx_q_min_n = -2;
 
 int rf_matmul_amx_int8(void) {
-    if (g_amx_q_min_n == -2) {
-        const char *e = rf_env_amx_int8();
-        char *end = NULL;
-        long v = e ? strtol(e, &end, 10) : -1;
-        g_amx_q_min_n = e && !strcmp(e, "off") ? 0 : e && *e && !*end && v >= 1 && v <= 1 << 20 ? (int)v : -1;
-    }
+    if (g_amx_q_min_n == -2) g_amx_q_min_n = env_min_tokens(rf_env_amx_int8());
     return g_amx_q_min_n;
 }
 

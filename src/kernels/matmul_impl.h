@@ -18,6 +18,8 @@
  * kernels.h rf_matmul_set_amx_int8 overrides them); cpu.c's tier note says
  * the same from these */
 #define RF_AMX_BF16_MIN_N 5
+/* "off" / N / other from REFUSION_AMX_* (matmul.c) */
+int rf_kernels_env_min_tokens(const char *e);
 #define RF_AMX_Q8_MIN_N 5
 #define RF_AMX_Q8_MAX_N 32
 #define RF_AMX_Q4_MIN_N 9

@@ -4,6 +4,9 @@
  *   REFUSION_BF16_ACT  "split": bf16 weights meet f32-grade activations
  *                      (hi + lo) instead of activations rounded to bf16 once
  *                      (kernels/matmul.c)
+ *   REFUSION_AMX_BF16  at the amx tier, which bf16 calls run on the tiles:
+ *                      "off" none, N those of N tokens or more; unset or
+ *                      anything else from 5 tokens (kernels/matmul.c)
  *   REFUSION_AMX_INT8  at the amx tier, which packed Q8_0 / Q4_0 calls run on
  *                      the int8 tiles: "off" none (vpdpbusd), a number N
  *                      those of N tokens or more; unset or anything else the
@@ -19,5 +22,6 @@
 const char *rf_env_cpu_tier(void) { return getenv("REFUSION_CPU"); }
 const char *rf_env_bf16_act(void) { return getenv("REFUSION_BF16_ACT"); }
 const char *rf_env_amx_int8(void) { return getenv("REFUSION_AMX_INT8"); }
+const char *rf_env_amx_bf16(void) { return getenv("REFUSION_AMX_BF16"); }
 
 rf_fault_points rf_faults;
