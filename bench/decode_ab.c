@@ -37,7 +37,6 @@
 #include "util/util.h"
 
 #define MAX_OPT_WORDS 64
-#define BOOT 2000
 
 typedef struct {
     const char *text;
@@ -89,16 +88,6 @@ static void busy_wait(double s) {
     double end = rf_now() + s;
     while (rf_now() < end) {
     }
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) { /* sorts v */
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 int main(int argc, char **argv) {
@@ -233,18 +222,10 @@ int main(int argc, char **argv) {
         rf_gen_result_free(&r[0]);
         rf_gen_result_free(&r[1]);
     }
-    /* bootstrap of the median per-example ratio (fixed seed: reproducible) */
-    double *tmp = rf_malloc(sizeof(double) * (size_t)n), *meds = rf_malloc(sizeof(double) * BOOT);
-    rf_rng rng;
-    rf_rng_seed(&rng, 12345);
-    for (int b = 0; b < BOOT; b++) {
-        for (int i = 0; i < n; i++) tmp[i] = ratio[rf_rng_below(&rng, (uint64_t)n)];
-        meds[b] = median(tmp, n);
-    }
-    qsort(meds, BOOT, sizeof *meds, cmp_double);
-    double lo = meds[(int)(0.025 * BOOT)], hi = meds[(int)(0.975 * BOOT) - 1];
-    memcpy(tmp, ratio, sizeof(double) * (size_t)n);
-    double med = median(tmp, n), tot = S[1].total_s / S[0].total_s;
+    /* the median per-example ratio and its bootstrap interval */
+    double st[3];
+    rf_median_ci(ratio, n, st);
+    double med = st[0], lo = st[1], hi = st[2], tot = S[1].total_s / S[0].total_s;
     static char with_kernels[2][4400];
     for (int k = 0; k < 2; k++) /* kernel settings: with the option text */
         if (kern_text[k] && kern_text[k][0]) {
@@ -279,7 +260,7 @@ int main(int argc, char **argv) {
     } else {
         json_decref(per);
     }
-    free(tmp), free(meds), free(ta), free(tb), free(ratio);
+    free(ta), free(tb), free(ratio);
     json_decref(ex);
     rf_tok_free(tok);
     rf_tok_free(tok_b);

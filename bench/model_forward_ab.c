@@ -30,32 +30,7 @@
 #include "kernel_settings.h"
 #include "model/forward.h"
 
-enum { MAX_N = 16, BOOT = 2000 };
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) { /* sorts v */
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* the median of v[0..n) and its bootstrap 95% interval */
-static void med_ci(const double *v, int n, double out[3]) {
-    double *tmp = rf_malloc(sizeof(double) * (size_t)n), *meds = rf_malloc(sizeof(double) * BOOT);
-    rf_rng rng;
-    rf_rng_seed(&rng, 12345);
-    for (int b = 0; b < BOOT; b++) {
-        for (int i = 0; i < n; i++) tmp[i] = v[rf_rng_below(&rng, (uint64_t)n)];
-        meds[b] = median(tmp, n);
-    }
-    qsort(meds, BOOT, sizeof *meds, cmp_double);
-    memcpy(tmp, v, sizeof(double) * (size_t)n);
-    out[0] = median(tmp, n), out[1] = meds[(int)(0.025 * BOOT)], out[2] = meds[(int)(0.975 * BOOT) - 1];
-    free(tmp), free(meds);
-}
+enum { MAX_N = 16 };
 
 typedef struct {
     const rf_model *m;
@@ -193,14 +168,14 @@ int main(int argc, char **argv) {
         printf("%5d", ns[w]);
         for (int sd = 0; sd < nsides; sd++) {
             for (int r = 0; r < rounds; r++) v[r] = T(sd, w, r);
-            printf(" %9.2f", median(v, rounds) * 1e3);
+            printf(" %9.2f", rf_median(v, rounds) * 1e3);
             for (int r = 0; r < rounds; r++) v[r] = T(sd, w, r) / T(sd, 0, r);
-            med_ci(v, rounds, st);
+            rf_median_ci(v, rounds, st);
             printf("  %5.2f [%5.2f, %5.2f]      ", st[0], st[1], st[2]);
         }
         if (nsides == 2) {
             for (int r = 0; r < rounds; r++) v[r] = T(1, w, r) / T(0, w, r);
-            med_ci(v, rounds, st);
+            rf_median_ci(v, rounds, st);
             int same = !memcmp(first[0][w], first[1][w], sizeof(float) * (size_t)ns[w] * cfg->vocab_size);
             printf("  %5.3f [%5.3f, %5.3f]  %10s", st[0], st[1], st[2], same ? "identical" : "differ");
         }

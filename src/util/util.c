@@ -350,6 +350,31 @@ float rf_rng_normal(rf_rng *r) {
 
 uint64_t rf_rng_below(rf_rng *r, uint64_t n) { return n ? rf_rng_next(r) % n : 0; }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double rf_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void rf_median_ci(const double *v, int n, double out[3]) {
+    enum { BOOT = 2000 };
+    double *tmp = rf_malloc(sizeof(double) * (size_t)n), *meds = rf_malloc(sizeof(double) * BOOT);
+    rf_rng rng;
+    rf_rng_seed(&rng, 12345);
+    for (int b = 0; b < BOOT; b++) {
+        for (int i = 0; i < n; i++) tmp[i] = v[rf_rng_below(&rng, (uint64_t)n)];
+        meds[b] = rf_median(tmp, n);
+    }
+    qsort(meds, BOOT, sizeof *meds, cmp_double);
+    memcpy(tmp, v, sizeof(double) * (size_t)n);
+    out[0] = rf_median(tmp, n), out[1] = meds[(int)(0.025 * BOOT)], out[2] = meds[(int)(0.975 * BOOT) - 1];
+    free(tmp), free(meds);
+}
+
 int rf_atomic_create(const char *path, char **tmp_out) {
     char *tmp = rf_malloc(strlen(path) + 32);
     sprintf(tmp, "%s.tmp.%d", path, (int)getpid());

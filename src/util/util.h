@@ -136,6 +136,13 @@ double rf_rng_uniform(rf_rng *r);    /* [0, 1) with 53 bits */
 float rf_rng_normal(rf_rng *r);      /* standard normal (Box-Muller) */
 uint64_t rf_rng_below(rf_rng *r, uint64_t n); /* uniform in [0, n) */
 
+/* ---- statistics of repeated timings --------------------------------------- */
+/* The median of v[0..n) (n >= 1; sorts v). */
+double rf_median(double *v, int n);
+/* out[0] = the median of v[0..n), out[1..2] its bootstrap 95% interval
+ * (2,000 resamples, fixed seed: the same numbers every run). v is kept. */
+void rf_median_ci(const double *v, int n, double out[3]);
+
 /* ---- number formats ------------------------------------------------------- */
 static inline float rf_bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
