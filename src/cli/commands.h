@@ -20,6 +20,7 @@ int cmd_probe(int argc, char **argv);          /* teacher-forced view of the two
 int cmd_distill(int argc, char **argv);        /* greedy AR answers as a training file */
 int cmd_logits(int argc, char **argv);         /* raw logits + greedy continuation (JSON) */
 int cmd_serve(int argc, char **argv);          /* HTTP server, OpenAI-style API */
+int cmd_tune(int argc, char **argv);           /* the AMX tile crossovers of this machine */
 
 /* The model a command loads and its tokenizer (NULL: the model's), the rows
  * -m and --tokenizer of the commands that read a data set with a model

@@ -34,6 +34,7 @@ static const command commands[] = {
     {"probe", cmd_probe, "teacher-forced accuracy of the AR and mask heads per position class"},
     {"logits", cmd_logits, "raw next-token logits and the greedy continuation of ids, as JSON"},
     {"serve", cmd_serve, "serve the model over HTTP (OpenAI-style completions API)"},
+    {"tune", cmd_tune, "measure from how many tokens the AMX tiles pay on this machine"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,73 @@
+/* cmd_tune.c - `refusion tune`: from how many tokens the AMX tiles beat the
+ * avx512 kernels on this machine, for a model's weights (model/tune.h),
+ * printed as the environment setting that applies it. */
+#include <omp.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "cli/commands.h"
+#include "common/args.h"
+#include "kernels/cpu.h"
+#include "model/model.h"
+#include "model/tune.h"
+#include "util/util.h"
+
+typedef struct {
+    const char *model;
+    int rounds, threads;
+} tune_args;
+
+#define A(f) offsetof(tune_args, f)
+static const rf_opt tune_opts[] = {
+    {.name = "model", .letter = 'm', .type = RF_OPT_STR, .offset = A(model), .metavar = "MODEL",
+     .help = "checkpoint directory or .gguf file: bf16 weights tune the bf16 tiles, Q8_0 / Q4_0 the int8 tiles"},
+    {.name = "rounds", .type = RF_OPT_INT, .lo = 3, .hi = 1000, .offset = A(rounds), .metavar = "N",
+     .help = "rounds of interleaved calls per width (more: tighter intervals)"},
+    {.name = "threads", .letter = 't', .type = RF_OPT_INT, .lo = 0, .hi = 4096, .offset = A(threads), .metavar = "N",
+     .help = "OpenMP threads (0: OpenMP's default); tune with the threads you decode with"},
+};
+
+int cmd_tune(int argc, char **argv) {
+    tune_args a = {.rounds = 8};
+    const rf_opt_group groups[] = {{NULL, tune_opts, (int)(sizeof tune_opts / sizeof tune_opts[0]), &a, NULL, NULL}};
+    int prc = rf_args_parse("tune", "-m MODEL [--rounds N] [-t N]\n"
+                            "Measure, on this machine and the model's own weights, from how many tokens a\n"
+                            "forward call is faster on the AMX tiles than on the avx512 kernels, and print\n"
+                            "the REFUSION_AMX_BF16 / REFUSION_AMX_INT8 setting that applies it.",
+                            groups, 1, argc, argv, NULL);
+    if (prc) return prc > 0 ? 0 : 2;
+    if (!a.model) {
+        fprintf(stderr, "refusion: tune: -m MODEL is required (see --help)\n");
+        return 2;
+    }
+    if (a.threads > 0) omp_set_num_threads(a.threads);
+    if (rf_cpu_tier_active() != RF_CPU_AMX) {
+        printf("tier %s: nothing to tune (the tile settings apply at the amx tier only)\n", rf_cpu_tier_name());
+        return 0;
+    }
+    rf_model m;
+    if (rf_model_load(&m, a.model)) {
+        rf_print_error();
+        return 1;
+    }
+    rf_tune_result r;
+    double t0 = rf_now();
+    int rc = rf_tune_amx(&m, a.rounds, &r);
+    rf_model_free(&m);
+    if (rc) {
+        rf_print_error();
+        return 1;
+    }
+    const char *var = r.int8 ? "REFUSION_AMX_INT8" : "REFUSION_AMX_BF16";
+    printf("# %s, %d threads, %d rounds per width (%.0f s); the %s tiles against %s\n", a.model, omp_get_max_threads(),
+           a.rounds, rf_now() - t0, r.int8 ? "int8" : "bf16", r.int8 ? "vpdpbusd" : "the avx512 kernel");
+    printf("%7s %10s %10s %26s\n", "tokens", "tiles ms", "other ms", "tiles / other [95%]");
+    for (int i = 0; i < r.n_points; i++) {
+        const rf_tune_point *p = &r.points[i];
+        printf("%7d %10.2f %10.2f %10.3f [%.3f, %.3f]%s\n", p->width, p->ms_tiles, p->ms_other, p->ratio, p->lo, p->hi,
+               p->ratio < 1 ? "  tiles" : "");
+    }
+    if (r.min_tokens) printf("%s=%d\n", var, r.min_tokens);
+    else printf("%s=off\n", var);
+    return 0;
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# refusion tune: on an AMX machine it measures the demo model (bf16 tiles)
+# and a Q8_0 copy (int8 tiles), prints one row per width and a last line
+# that is the environment setting its rows imply (the smallest width from
+# which every ratio is below 1, else off), a value REFUSION_AMX_* accepts;
+# at another tier it says there is nothing to tune; bad input: one error
+# line. (Which path wins is the machine's business: not asserted.)
+set -u
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup cli_tune
+DEMO=$SRC/models/refusion-demo
+
+# the setting the printed rows imply
+implied() {
+  awk '$1 ~ /^[0-9]+$/ && NF >= 5 { w[n] = $1; r[n++] = $4 }
+       END { from = "off"; for (i = n - 1; i >= 0 && r[i] < 1; i--) from = w[i]; print from }' "$T/out"
+}
+
+if "$BIN" info -m "$DEMO" | grep -q '^cpu tier *amx'; then
+  run tune -m "$DEMO" --rounds 3 -t 1
+  check '[ $rc = 0 ] && [ "$(grep -c "^ *[0-9][0-9]* .*\]" "$T/out")" = 8 ]' "bf16 tune: rc $rc, $out $err"
+  last=$(tail -n 1 "$T/out")
+  check '[ "$last" = "REFUSION_AMX_BF16=$(implied)" ]' "bf16: the last line '$last' is not what the rows imply ($(implied)): $out"
+  # the printed setting is one refusion accepts
+  check 'env "$last" "$BIN" info -m "$DEMO" | grep "^cpu tier" | grep -vq "not off or a number"' "bf16 setting refused: $last"
+
+  run convert -m "$DEMO" -o "$T/q8.gguf" --dtype q8_0
+  check '[ $rc = 0 ]' "convert: $err"
+  run tune -m "$T/q8.gguf" --rounds 3 -t 1
+  check '[ $rc = 0 ] && grep -q "the int8 tiles against vpdpbusd" "$T/out"' "q8_0 tune: rc $rc, $out $err"
+  last=$(tail -n 1 "$T/out")
+  check '[ "$last" = "REFUSION_AMX_INT8=$(implied)" ]' "q8_0: the last line '$last' is not what the rows imply ($(implied)): $out"
+
+  run convert -m "$DEMO" -o "$T/f32" --dtype f32
+  expect_fail 1 "the tiles take bf16 or packed Q8_0 / Q4_0" tune -m "$T/f32" --rounds 3
+else
+  echo "SKIPPED: amx (cpu lacks it): the measurement"
+fi
+REFUSION_CPU=avx2 "$BIN" tune -m "$DEMO" >"$T/out" 2>"$T/err"
+check '[ $? = 0 ] && grep -q "^tier avx2: nothing to tune" "$T/out"' "avx2: $(cat "$T/out" "$T/err")"
+
+expect_fail 2 "-m MODEL is required" tune
+expect_fail 2 "rounds" tune -m "$DEMO" --rounds 2
+expect_fail 1 "" tune -m "$T/missing"
+
+echo "cli_tune: $pass passed, $fails failed"
+[ "$fails" = 0 ]
