@@ -2,7 +2,8 @@
 # refusion tune: on an AMX machine it measures the demo model (bf16 tiles)
 # and a Q8_0 copy (int8 tiles), prints one row per width and a last line
 # that is the environment setting its rows imply (the smallest width from
-# which every ratio is below 1, else off), a value REFUSION_AMX_* accepts;
+# which every ratio's interval lies below 1, else off), a value
+# REFUSION_AMX_* accepts;
 # at another tier it says there is nothing to tune; bad input: one error
 # line. (Which path wins is the machine's business: not asserted.)
 set -u
@@ -12,7 +13,7 @@ DEMO=$SRC/models/refusion-demo
 
 # the setting the printed rows imply
 implied() {
-  awk '$1 ~ /^[0-9]+$/ && NF >= 5 { w[n] = $1; r[n++] = $4 }
+  awk '$1 ~ /^[0-9]+$/ && NF >= 6 { w[n] = $1; hi = $6; sub(/\]/, "", hi); r[n++] = hi }
        END { from = "off"; for (i = n - 1; i >= 0 && r[i] < 1; i--) from = w[i]; print from }' "$T/out"
 }
 

@@ -1,6 +1,6 @@
 /* model_tune.c - rf_tune_crossover (model/tune.h): the tiles are kept from
- * the smallest width from which they won at every wider width measured;
- * off when they lost at the widest. rf_tune_amx's refusals of what it
+ * the smallest width from which they won (the ratio's whole interval below
+ * 1) at every wider width measured; off when they did not win at the widest. rf_tune_amx's refusals of what it
  * cannot measure. (The measurement itself: tests/cli_tune.sh.) */
 #include <string.h>
 
@@ -9,10 +9,11 @@
 #include "util/util.h"
 #include "check.h"
 
+/* points whose interval is ratio +- 0.02 */
 static int crossover(const int *w, const double *ratio, int n) {
     rf_tune_point p[RF_TUNE_MAX_WIDTHS];
     memset(p, 0, sizeof p);
-    for (int i = 0; i < n; i++) p[i].width = w[i], p[i].ratio = ratio[i];
+    for (int i = 0; i < n; i++) p[i].width = w[i], p[i].ratio = ratio[i], p[i].lo = ratio[i] - 0.02, p[i].hi = ratio[i] + 0.02;
     return rf_tune_crossover(p, n);
 }
 
@@ -22,7 +23,7 @@ int main(void) {
     const double from9[] = {1.2, 1.1, 1.0, 1.3, 0.95, 0.9, 0.8, 0.7};
     const double dip[] = {0.8, 1.1, 0.9, 1.05, 0.9, 0.9, 0.8, 0.7}; /* a win at 4 and 6 does not count: 8 lost */
     const double lose_widest[] = {0.8, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8, 1.01};
-    const double tie[] = {1.2, 1.1, 1.0, 1.3, 1.0, 0.9, 0.8, 0.7}; /* 1.0 is not a win */
+    const double tie[] = {1.2, 1.1, 1.0, 1.3, 0.99, 0.9, 0.8, 0.7}; /* 0.99 [0.97, 1.01] is a tie, not a win */
     CHECK(crossover(w, all_win, 8) == 4, "all won: %d, want 4", crossover(w, all_win, 8));
     CHECK(crossover(w, from9, 8) == 9, "won from 9: %d", crossover(w, from9, 8));
     CHECK(crossover(w, dip, 8) == 9, "won at 4 and 6, lost at 8, won from 9: %d, want 9", crossover(w, dip, 8));

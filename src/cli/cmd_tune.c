@@ -65,7 +65,7 @@ int cmd_tune(int argc, char **argv) {
     for (int i = 0; i < r.n_points; i++) {
         const rf_tune_point *p = &r.points[i];
         printf("%7d %10.2f %10.2f %10.3f [%.3f, %.3f]%s\n", p->width, p->ms_tiles, p->ms_other, p->ratio, p->lo, p->hi,
-               p->ratio < 1 ? "  tiles" : "");
+               p->hi < 1 ? "  tiles" : "");
     }
     if (r.min_tokens) printf("%s=%d\n", var, r.min_tokens);
     else printf("%s=off\n", var);

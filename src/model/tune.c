@@ -10,7 +10,7 @@
 
 int rf_tune_crossover(const rf_tune_point *p, int n) {
     int from = 0;
-    for (int i = n - 1; i >= 0 && p[i].ratio < 1; i--) from = p[i].width;
+    for (int i = n - 1; i >= 0 && p[i].hi < 1; i--) from = p[i].width;
     return from;
 }
 

@@ -39,9 +39,11 @@ typedef struct {
  * settings are process-wide). 0, or -1 with rf_last_error(). */
 int rf_tune_amx(const rf_model *m, int rounds, rf_tune_result *out);
 
-/* The smallest measured width from which the tiles were faster (median
- * ratio < 1) at that width and every wider one measured; 0 (off) when
- * they lost at the widest. */
+/* The smallest measured width from which the tiles were faster at that
+ * width and every wider one measured, faster meaning the whole 95%
+ * interval of the ratio below 1 (a tie keeps the avx512 kernels: two runs
+ * of the same comparison minutes apart can differ by more than one run's
+ * interval); 0 (off) when they were not faster at the widest. */
 int rf_tune_crossover(const rf_tune_point *p, int n);
 
 #endif
