@@ -32,6 +32,14 @@
 
 enum { MAX_N = 16 };
 
+/* "[lo, hi]" of a median_ci result, with d decimals (one word per bound:
+ * scripts read the columns) */
+static const char *ci_text(const double st[3], int d) {
+    static char buf[64];
+    snprintf(buf, sizeof buf, "[%.*f, %.*f]", d, st[1], d, st[2]);
+    return buf;
+}
+
 typedef struct {
     const rf_model *m;
     rf_kvcache c;
@@ -160,8 +168,8 @@ int main(int argc, char **argv) {
         printf("# %c: %s (tier %s)\n", "AB"[sd], text[0] ? text : "the defaults", rf_cpu_tier_name());
     }
     if (slow_b > 0) printf("# B slowed by %.1f%% of each call's time (--slow-b)\n", slow_b);
-    printf("%5s %9s %23s", "n", "A ms", "c_A(n) median [95%]");
-    if (nsides == 2) printf(" %9s %23s %23s %10s", "B ms", "c_B(n) median [95%]", "B/A median [95%]", "logits");
+    printf("%5s %9s  %-22s", "n", "A ms", "c_A(n) median [95%]");
+    if (nsides == 2) printf(" %9s  %-22s  %-22s %10s", "B ms", "c_B(n) median [95%]", "B/A median [95%]", "logits");
     printf("\n");
     double *v = rf_malloc(sizeof(double) * (size_t)rounds), st[3];
     for (int w = 0; w < nn; w++) {
@@ -171,13 +179,13 @@ int main(int argc, char **argv) {
             printf(" %9.2f", rf_median(v, rounds) * 1e3);
             for (int r = 0; r < rounds; r++) v[r] = T(sd, w, r) / T(sd, 0, r);
             rf_median_ci(v, rounds, st);
-            printf("  %5.2f [%5.2f, %5.2f]      ", st[0], st[1], st[2]);
+            printf("  %5.2f %-16s", st[0], ci_text(st, 2));
         }
         if (nsides == 2) {
             for (int r = 0; r < rounds; r++) v[r] = T(1, w, r) / T(0, w, r);
             rf_median_ci(v, rounds, st);
             int same = !memcmp(first[0][w], first[1][w], sizeof(float) * (size_t)ns[w] * cfg->vocab_size);
-            printf("  %5.3f [%5.3f, %5.3f]  %10s", st[0], st[1], st[2], same ? "identical" : "differ");
+            printf("  %5.3f %-16s %10s", st[0], ci_text(st, 3), same ? "identical" : "differ");
         }
         printf("\n");
     }

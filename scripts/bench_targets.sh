@@ -22,6 +22,8 @@
 #      call, bf16, Q8_0 and Q4_0
 #   2c. on an AMX machine (tier amx, bf16 and int8: Q8_0, Q4_0): a 64-token call
 #      <= 1.5x a 1-token call
+#   2d. 2a and 2c again from interleaved calls with 95% intervals
+#      (bench_model_forward_ab), the verdict only where the interval decides
 #   3. AR decode at the 0.6B shape in Q8_0 >= 30 tokens/s with 2 threads
 #   4. ... and at least llama.cpp's tokens/s on the same GGUF file, same
 #      threads, side by side (scripts/bench_llamacpp.sh)
@@ -47,6 +49,25 @@ echo "$out" | awk '
   $1 == 16 && what != "" { printf "  %s: n=16 costs %sx n=1%s\n", what, $3, (toupper(what) ~ /Q8_0/ && what ~ /avx2/ ? ($3 + 0 <= 1.8 ? " (target <= 1.8: MET)" : " (target <= 1.8: missed)") : what ~ /tier (avx512|amx)/ ? ($3 + 0 <= 1.6 ? " (target <= 1.6: MET)" : " (target <= 1.6: missed)") : "") }
   $1 == 64 && what ~ /tier amx/ { printf "  %s: n=64 costs %sx n=1 (AMX target <= 1.5: %s)\n", what, $3, ($3 + 0 <= 1.5 ? "MET" : "missed") }
   /^  (avx2|avx512|amx) / { for (i = 2; i < NF; i += 2) if (toupper($i) == "Q8_0") printf "  AR decode %s Q8_0: %s tokens/s (target >= 30: %s)\n", $1, $(i + 1), ($(i + 1) + 0 >= 30 ? "MET" : "missed") }'
+echo; echo "## 2d. the same call costs from interleaved calls (bench_model_forward_ab: per round each width"
+echo "## beside a 1-token call; median over the rounds [95% interval]): MET when the whole interval is within"
+echo "## the target, missed when it is all above, else undecided"
+cpu=$("$B/refusion" info -m models/refusion-demo | sed -n 's/.*(this CPU: \([a-z0-9]*\)).*/\1/p')
+for tier in avx512 amx; do
+  case "$tier/$cpu" in avx512/avx512 | avx512/amx | amx/amx) ;; *) echo "  SKIPPED: $tier (cpu lacks it)"; continue ;; esac
+  for dt in bf16 q8_0 q4_0; do
+    q=(); [ "$dt" = bf16 ] || q=(--quantize "$dt")
+    out=$(run "$B/bench_model_forward_ab" -m /tmp/rfbench/qwen3-0.6b-bf16 "${q[@]}" --n 8,16,64 --a "tier=$tier" --rounds 10 | tee /dev/stderr)
+    echo "$out" | awk -v what="$dt $tier" '
+      function verdict(med, lo, hi, t) { return hi <= t ? "MET" : lo > t ? "missed" : "undecided" }
+      $1 ~ /^(8|16|64)$/ && NF >= 5 {
+        lo = $4; hi = $5; gsub(/[\[,]/, "", lo); gsub(/\]/, "", hi)
+        t = $1 == 8 ? 1.3 : $1 == 16 ? 1.6 : 1.5
+        if ($1 == 64 && what !~ /amx/) next
+        printf "  %s: n=%s costs %sx n=1 [%s, %s] (target <= %s: %s)\n", what, $1, $3, lo, hi, t, verdict($3, lo, hi, t) }'
+  done
+done
+
 echo; echo "## 1b. wide-call kernels (n = 16, 32) against the probe's peak of their instruction (target >= 70%), one thread and all"
 for t in 1 "$OMP_NUM_THREADS"; do
   out=$(OMP_NUM_THREADS=$t run "$B/bench_kernels_matmul" --n 1,16,32 --dtype bf16,q8_0,q4_0 | tee /dev/stderr)
