@@ -89,7 +89,8 @@ void rf_matmul_set_bf16_act(int single);
  * kernel; a negative value restores the default: the tiles for Q8_0 calls
  * of 5..32 tokens and Q4_0 calls of 9..16, the widths where they
  * measured faster on a 2-core Xeon (matmul.c amx_q_wanted,
- * results/kernels_amx_int8_prefetch.txt). Not thread-safe: set it before
+ * results/kernels_amx_int8_prefetch.txt; another VM of the same model
+ * found them slower: REFUSION_AMX_INT8, `refusion tune`). Not thread-safe: set it before
  * the matmuls run (tests, benchmarks). */
 void rf_matmul_set_amx_int8(int min_tokens);
 /* The setting in force: -1 the default widths, 0 none, N from N tokens;

@@ -302,14 +302,14 @@ void rf_kernels_shutdown(void) {
 }
 
 /* A tile crossover from the environment (REFUSION_AMX_BF16 / _INT8): "off"
- * 0 (never), a number N >= 1 from N tokens, unset or anything else -1 (the
- * built-in widths; refusion info says when a value was not understood). */
+ * or 0: 0 (never); a number N >= 1: from N tokens; unset or anything else:
+ * -1 (the built-in widths; refusion info says when a value was not
+ * understood). */
 int rf_kernels_env_min_tokens(const char *e) {
     char *end = NULL;
     long v = e ? strtol(e, &end, 10) : -1;
     return e && !strcmp(e, "off") ? 0 : e && *e && !*end && v >= 0 && v <= 1 << 20 ? (int)v : -1;
 }
-#define env_min_tokens rf_kernels_env_min_tokens
 
 /* Which kernel a call runs: per weight dtype and the active CPU tier. */
 typedef enum { PATH_NONE, PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX512_BF16, PATH_AVX512_FLOAT, PATH_AVX512_Q, PATH_AMX_BF16, PATH_AMX_Q } mm_path;
@@ -325,7 +325,7 @@ typedef enum { PATH_NONE, PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX512_BF16, PATH_A
 static int g_amx_bf16_min_n = -2;
 
 int rf_matmul_amx_bf16(void) {
-    if (g_amx_bf16_min_n == -2) g_amx_bf16_min_n = env_min_tokens(rf_env_amx_bf16());
+    if (g_amx_bf16_min_n == -2) g_amx_bf16_min_n = rf_kernels_env_min_tokens(rf_env_amx_bf16());
     return g_amx_bf16_min_n;
 }
 
@@ -370,7 +370,7 @@ static mm_path choose_path(rf_dtype dt, int cols, int n) {
 static int g_amx_q_min_n = -2;
 
 int rf_matmul_amx_int8(void) {
-    if (g_amx_q_min_n == -2) g_amx_q_min_n = env_min_tokens(rf_env_amx_int8());
+    if (g_amx_q_min_n == -2) g_amx_q_min_n = rf_kernels_env_min_tokens(rf_env_amx_int8());
     return g_amx_q_min_n;
 }
 

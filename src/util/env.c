@@ -5,12 +5,13 @@
  *                      (hi + lo) instead of activations rounded to bf16 once
  *                      (kernels/matmul.c)
  *   REFUSION_AMX_BF16  at the amx tier, which bf16 calls run on the tiles:
- *                      "off" none, N those of N tokens or more; unset or
- *                      anything else from 5 tokens (kernels/matmul.c)
+ *                      "off" (or 0) none, N those of N tokens or more; unset
+ *                      or anything else from 5 tokens (kernels/matmul.c;
+ *                      `refusion tune` measures the value for a machine)
  *   REFUSION_AMX_INT8  at the amx tier, which packed Q8_0 / Q4_0 calls run on
- *                      the int8 tiles: "off" none (vpdpbusd), a number N
- *                      those of N tokens or more; unset or anything else the
- *                      default widths (kernels/matmul.c)
+ *                      the int8 tiles: "off" (or 0) none (vpdpbusd), a
+ *                      number N those of N tokens or more; unset or anything
+ *                      else the default widths (kernels/matmul.c)
  * (The trainer also reads the MPI launcher's and OpenBLAS's own variables,
  * train/dist.c and train/blas_env.c: those are other programs' protocols.)
  * Test faults are not read from the environment by the library: programs
