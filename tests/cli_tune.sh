@@ -13,7 +13,8 @@ DEMO=$SRC/models/refusion-demo
 
 # the setting the printed rows imply
 implied() {
-  awk '$1 ~ /^[0-9]+$/ && NF >= 6 { w[n] = $1; hi = $6; sub(/\]/, "", hi); r[n++] = hi }
+  awk 'BEGIN { n = 0 }
+       $1 ~ /^[0-9]+$/ && NF >= 6 { w[n] = $1; hi = $6; sub(/\]/, "", hi); r[n++] = hi + 0 }
        END { from = "off"; for (i = n - 1; i >= 0 && r[i] < 1; i--) from = w[i]; print from }' "$T/out"
 }
 
