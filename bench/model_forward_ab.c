@@ -21,14 +21,15 @@
  * says whether A's and B's logits are bit-identical at each width (the
  * int8 tiles and vpdpbusd should be; tiers may differ in the last bits).
  * --slow-b PCT busy-waits PCT% of each B call's time after it (the test
- * checks that the benchmark sees such a slowdown). */
+ * checks that the benchmark sees such a slowdown). The calls are timed by
+ * rf_call_timing_run (model/call_timing.h). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernel_settings.h"
-#include "model/forward.h"
+#include "model/call_timing.h"
 
 enum { MAX_N = 16 };
 
@@ -40,21 +41,34 @@ static const char *ci_text(const double st[3], int d) {
     return buf;
 }
 
+/* what the timing callbacks need: each side's settings, the first logits
+ * each side gave at each width, and the test's slowdown of B */
 typedef struct {
-    const rf_model *m;
-    rf_kvcache c;
-    rf_runstate *s;
-    int ctx, *tok, *pos, *idx;
-    float *logits;
-} caller;
+    bench_kernels *S;
+    float *(*first)[MAX_N + 1];
+    const int *ns;
+    int vocab;
+    double slow_b;
+} sides;
 
-/* one call of n tokens after the ctx-token context; seconds */
-static double call(caller *k, int n) {
-    rf_kv_crop(&k->c, k->ctx);
-    rf_batch b = {1, n, k->tok + k->ctx, k->pos + k->ctx, 0, n, k->idx, k->logits};
-    double t0 = rf_now();
-    if (rf_forward(k->m, &k->c, k->s, &b) != 0) rf_die("%s", rf_last_error());
-    return rf_now() - t0;
+static void apply(int side, void *arg) { bench_kernels_apply(&((sides *)arg)->S[side]); }
+
+/* keeps the side's first logits at width w (untimed round); busy-waits
+ * after each timed B call for --slow-b, recording it as part of the call */
+static double after_call(int round, int side, int w, const float *logits, double s, void *arg) {
+    sides *x = arg;
+    if (round < 0 && !x->first[side][w]) {
+        size_t bytes = sizeof(float) * (size_t)x->ns[w] * x->vocab;
+        x->first[side][w] = rf_malloc(bytes);
+        memcpy(x->first[side][w], logits, bytes);
+    }
+    if (round >= 0 && side == 1 && x->slow_b > 0) { /* the test's known slowdown */
+        double end = rf_now() + s * x->slow_b / 100;
+        while (rf_now() < end) {
+        }
+        s *= 1 + x->slow_b / 100;
+    }
+    return s;
 }
 
 static void usage(const char *argv0) {
@@ -115,49 +129,13 @@ int main(int argc, char **argv) {
     if (rf_model_load(&m, path) != 0) rf_die("%s", rf_last_error());
     if (quant && rf_model_quantize(&m, !strcmp(quant, "q8_0") ? RF_Q8_0 : RF_Q4_0) != 0) rf_die("%s", rf_last_error());
     const rf_config *cfg = &m.cfg;
-    int nmax = 1;
-    for (int i = 0; i < nn; i++) nmax = ns[i] > nmax ? ns[i] : nmax;
-    caller k = {.m = &m, .ctx = ctx};
-    rf_kv_init(&k.c, cfg, ctx + nmax + 1);
-    k.s = rf_runstate_new(cfg, ctx > nmax ? ctx : nmax, ctx + nmax + 1);
-    k.tok = rf_malloc(sizeof(int) * (size_t)(ctx + nmax));
-    k.pos = rf_malloc(sizeof(int) * (size_t)(ctx + nmax));
-    k.idx = rf_malloc(sizeof(int) * (size_t)(ctx + nmax));
-    for (int i = 0; i < ctx + nmax; i++) k.tok[i] = (i * 7919) % cfg->vocab_size, k.pos[i] = i, k.idx[i] = i;
-    size_t nlog = (size_t)nmax * cfg->vocab_size;
-    k.logits = rf_malloc(sizeof(float) * nlog);
     float *first[2][MAX_N + 1] = {{NULL}};
-    rf_batch pre = {1, ctx, k.tok, k.pos, 0, 0, k.idx, NULL};
-    if (rf_forward(&m, &k.c, k.s, &pre) != 0) rf_die("%s", rf_last_error());
-
-    /* warm-up: each side and width once (page faults, scratch buffers), keeping the logits */
-    for (int sd = 0; sd < nsides; sd++) {
-        bench_kernels_apply(&S[sd]);
-        for (int w = 0; w < nn; w++) {
-            call(&k, ns[w]);
-            first[sd][w] = rf_malloc(sizeof(float) * (size_t)ns[w] * cfg->vocab_size);
-            memcpy(first[sd][w], k.logits, sizeof(float) * (size_t)ns[w] * cfg->vocab_size);
-        }
-    }
-    /* t[side][width][round]: the mean of the side's two calls in the round */
-    double *t = rf_calloc((size_t)2 * nn * rounds, sizeof(double));
-#define T(sd, w, r) t[((size_t)(sd) * nn + (w)) * rounds + (r)]
-    static const int abba[2][4] = {{0, 1, 1, 0}, {1, 0, 0, 1}};
-    for (int r = 0; r < rounds; r++)
-        for (int q = 0; q < 4; q++) {
-            int sd = nsides == 2 ? abba[r % 2][q] : 0;
-            bench_kernels_apply(&S[sd]);
-            for (int w = 0; w < nn; w++) {
-                double s = call(&k, ns[w]);
-                if (sd == 1 && slow_b > 0) { /* the test's known slowdown */
-                    double end = rf_now() + s * slow_b / 100;
-                    while (rf_now() < end) {
-                    }
-                    s *= 1 + slow_b / 100;
-                }
-                T(sd, w, r) += s / (nsides == 2 ? 2 : 4);
-            }
-        }
+    sides x = {S, first, ns, cfg->vocab_size, slow_b};
+    rf_call_timing p = {ctx, ns, nn, nsides, rounds, apply, after_call, &x};
+    /* seconds of round r, side sd, width w: the mean of the side's calls in the round */
+    double *t = rf_malloc(sizeof(double) * (size_t)rounds * nsides * nn);
+#define T(sd, w, r) t[((size_t)(r) * nsides + (sd)) * nn + (w)]
+    if (rf_call_timing_run(&m, &p, t) != 0) rf_die("%s", rf_last_error());
 
     printf("# %s%s%s, %d-token context, logits for every token, %d rounds (%s), %d threads, cpu %s\n", path,
            quant ? " quantised to " : "", quant ? quant : "", ctx, rounds, nsides == 2 ? "A B B A, B A A B" : "4 calls each",
@@ -191,9 +169,7 @@ int main(int argc, char **argv) {
     }
     for (int sd = 0; sd < 2; sd++)
         for (int w = 0; w < nn; w++) free(first[sd][w]);
-    free(v), free(t), free(k.tok), free(k.pos), free(k.idx), free(k.logits);
-    rf_runstate_free(k.s);
-    rf_kv_free(&k.c);
+    free(v), free(t);
     rf_model_free(&m);
     return 0;
 }
