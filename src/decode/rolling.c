@@ -435,7 +435,10 @@ int rf_call_cost_measure(const rf_model *m, int max_n, float *cost) {
     rf_batch pre = {1, ctx, tok, pos, 0, 1, lidx, logits};
     int rc = rf_forward(m, &kv, rs, &pre);
     /* widths interleaved within each round (a busy spell hits them alike),
-     * after one untimed round that warms caches and threads */
+     * after one untimed round that warms caches and threads. Not
+     * rf_call_timing_run (model/call_timing.h): this runs when a decoder
+     * starts, one setting and one call per width and round (the fastest
+     * kept), a quarter of that routine's four calls per side and round. */
     for (int r = 0; r <= ROUNDS && !rc; r++)
         for (int n = 1; n <= max_n && !rc; n++) {
             for (int i = 0; i < n; i++) pos[i] = ctx + i;
