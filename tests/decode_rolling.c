@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "helpers/demo_model.h"
 #include "decode/decode.h"
 #include "helpers/small_config.h"
 #include "tokenizer/tokenizer.h"
@@ -129,14 +130,9 @@ static void test_random_models(void) {
 /* The demo model with its tokenizer and chat format, on task questions of
  * the three families it was trained on. */
 static void test_demo_model(void) {
-    const char *src = getenv("REFUSION_SRC");
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/models/refusion-demo", src ? src : ".");
     rf_model m;
-    if (rf_model_load(&m, dir)) {
-        CHECK(0, "%s: %s", dir, rf_last_error());
-        return;
-    }
+    if (rf_test_demo_load(&m, dir, sizeof dir)) return;
     rf_tokenizer *tok = rf_tok_for_model(dir, NULL);
     CHECK(tok != NULL, "%s: no tokenizer: %s", dir, rf_last_error());
     if (!tok) {
@@ -283,14 +279,9 @@ static double demo_adaptive_tpc(const rf_model *m, rf_tokenizer *tok, int which)
 }
 
 static void test_demo_adaptive(void) {
-    const char *src = getenv("REFUSION_SRC");
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/models/refusion-demo", src ? src : ".");
     rf_model m;
-    if (rf_model_load(&m, dir)) {
-        CHECK(0, "%s: %s", dir, rf_last_error());
-        return;
-    }
+    if (rf_test_demo_load(&m, dir, sizeof dir)) return;
     rf_tokenizer *tok = rf_tok_for_model(dir, NULL);
     CHECK(tok != NULL, "%s: no tokenizer: %s", dir, rf_last_error());
     if (tok) {

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "helpers/demo_model.h"
 #include "decode/ar_step.h"
 #include "decode/decode.h"
 #include "decode/rolling_step.h"
@@ -268,14 +269,9 @@ static void test_reuse(const rf_model *m, const int *p1, int n1, int drafts) {
 
 /* the demo model (a trained mask head: many drafts pass) with its chat format */
 static void test_demo(void) {
-    const char *src = getenv("REFUSION_SRC");
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/models/refusion-demo", src ? src : ".");
     rf_model m;
-    if (rf_model_load(&m, dir)) {
-        CHECK(0, "%s: %s", dir, rf_last_error());
-        return;
-    }
+    if (rf_test_demo_load(&m, dir, sizeof dir)) return;
     rf_tokenizer *tok = rf_tok_for_model(dir, NULL);
     CHECK(tok != NULL, "%s: no tokenizer: %s", dir, rf_last_error());
     if (!tok) {

@@ -12,6 +12,7 @@
 #include "model/call_timing.h"
 #include "util/util.h"
 #include "check.h"
+#include "helpers/demo_model.h"
 
 enum { MAX_APPLY = 64, MAX_CALLS = 256 };
 
@@ -40,14 +41,9 @@ static double after_call(int round, int side, int w, const float *logits, double
 }
 
 int main(void) {
-    const char *src = getenv("REFUSION_SRC");
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/models/refusion-demo", src ? src : ".");
     rf_model m;
-    if (rf_model_load(&m, dir)) {
-        CHECK(0, "%s: %s", dir, rf_last_error());
-        return check_summary("model_call_timing");
-    }
+    if (rf_test_demo_load(&m, dir, sizeof dir)) return check_summary("model_call_timing");
     const int widths[] = {1, 3, 2}, nw = 3, rounds = 3;
     double sec[3 * 2 * 3];
 
