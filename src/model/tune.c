@@ -2,7 +2,6 @@
 #include "model/tune.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #include "kernels/cpu.h"
 #include "model/call_timing.h"
