@@ -41,14 +41,15 @@ int cmd_tune(int argc, char **argv) {
         return 2;
     }
     if (a.threads > 0) omp_set_num_threads(a.threads);
-    if (rf_cpu_tier_active() != RF_CPU_AMX) {
-        printf("tier %s: nothing to tune (the tile settings apply at the amx tier only)\n", rf_cpu_tier_name());
-        return 0;
-    }
-    rf_model m;
+    rf_model m; /* loaded first: a bad model is an error on every tier */
     if (rf_model_load(&m, a.model)) {
         rf_print_error();
         return 1;
+    }
+    if (rf_cpu_tier_active() != RF_CPU_AMX) {
+        printf("tier %s: nothing to tune (the tile settings apply at the amx tier only)\n", rf_cpu_tier_name());
+        rf_model_free(&m);
+        return 0;
     }
     rf_tune_result r;
     double t0 = rf_now();
