@@ -525,7 +525,11 @@ void rf_q_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, in
 
 /* one 32-block of one token: the int8 activations, their scale, and
  * -off * sum(q) (the weights' offset, 128 for Q8_0 and 8 for Q4_0, folded
- * into the integer dot) */
+ * into the integer dot). A call's blocks lie block-major: block b of token
+ * t at [b * n + t], so that a tile's tokens sit at constant offsets from
+ * one pointer (token-major, the kernels below ran out of registers for a
+ * pointer per token and spilled them into vector registers: 4 extra vmovq
+ * per 16 vpdpbusd) */
 typedef struct {
     int8_t q[32];
     float dx;
@@ -536,9 +540,9 @@ size_t rf_q8p_prep_avx512_bytes(int n, int cols) { return (size_t)n * (cols / RF
 
 void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt) {
     const int nb = cols / RF_QK, off = wdt == RF_Q8_0 ? 128 : 8; /* the weights' offset (see the pack) */
-    xq_block *o = xp;
     for (int t = 0; t < n; t++)
-        for (int b = 0; b < nb; b++, o++) { /* the same rounding as rf_q_prep_avx512 */
+        for (int b = 0; b < nb; b++) { /* the same rounding as rf_q_prep_avx512 */
+            xq_block *o = (xq_block *)xp + (size_t)b * n + t;
             const float *x = X + (size_t)t * cols + b * RF_QK;
             __m512 a = _mm512_loadu_ps(x), c = _mm512_loadu_ps(x + 16);
             float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
@@ -562,16 +566,16 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt)
  * formats). */
 
 /* One 32-block of P panels for T tokens: ia[p][t] = the integer dot of
- * panel p's block with token t's (x[t * ldx]), the weights' offset folded
+ * panel p's block with token t's (x[t]), the weights' offset folded
  * in through x's init: 8 vpdpbusd of the 8 column groups (Q4_0: 4
  * vectors, each unpacked into groups v and 4 + v once for all tokens).
  * Both loop orders below (panel groups outside, blocks outside) run it. */
 static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, const int P, const int T,
                                                              const uint8_t *wb, size_t panel, const xq_block *x,
-                                                             size_t ldx, __m512i ia[][8]) {
+                                                             __m512i ia[][8]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int t = 0; t < T; t++) {
-        __m512i init = _mm512_set1_epi32(x[t * ldx].init);
+        __m512i init = _mm512_set1_epi32(x[t].init);
         for (int p = 0; p < P; p++) ia[p][t] = init;
     }
     for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
@@ -583,11 +587,11 @@ static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, 
         }
         for (int t = 0; t < T; t++) {
             int32_t ql, qh;
-            memcpy(&ql, x[t * ldx].q + 4 * v, 4);
+            memcpy(&ql, x[t].q + 4 * v, 4);
             __m512i xl = _mm512_set1_epi32(ql);
             for (int p = 0; p < P; p++) ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], lo[p], xl);
             if (dt != RF_Q8_0) {
-                memcpy(&qh, x[t * ldx].q + 16 + 4 * v, 4);
+                memcpy(&qh, x[t].q + 16 + 4 * v, 4);
                 __m512i xh = _mm512_set1_epi32(qh);
                 for (int p = 0; p < P; p++) ia[p][t] = _mm512_dpbusd_epi32(ia[p][t], hi[p], xh);
             }
@@ -595,13 +599,14 @@ static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, 
     }
 }
 
-/* P panels x T tokens of Q8_0 or Q4_0 (dt, a constant at every call site):
+/* P panels x T tokens of Q8_0 or Q4_0 (dt, a constant at every call site;
+ * x: the tile's first token in block 0, a block's tokens bs apart):
  * per block an integer accumulator per (panel, token), 8 vpdpbusd of the
  * 8 column groups (Q4_0: 4 vectors, each unpacked into groups v and 4 + v
  * once for all tokens), then one conversion and one FMA into the f32 sum */
 static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, const int P, const int T,
                                                          const uint8_t *w, size_t panel, int nb, const xq_block *x,
-                                                         size_t ldx, float *y, size_t ldy, int rows_left,
+                                                         size_t bs, float *y, size_t ldy, int rows_left,
                                                          const uint8_t *pf, int pmod, int prem) {
     const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK, scales = dt == RF_Q8_0 ? 512 : 256;
     __m512 acc[8][8];
@@ -617,11 +622,12 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
             for (int p = 0; p < P; p++)
                 for (size_t l = (size_t)prem * 64; l < block; l += (size_t)pmod * 64)
                     _mm_prefetch((const char *)pf + p * panel + b * block + l, _MM_HINT_T1);
-        qblock_dot(dt, P, T, wb, panel, x + b, ldx, ia);
+        const xq_block *xb = x + (size_t)b * bs;
+        qblock_dot(dt, P, T, wb, panel, xb, ia);
         for (int p = 0; p < P; p++) {
             __m512 dw = _mm512_load_ps((const float *)(wb + p * panel + scales));
             for (int t = 0; t < T; t++)
-                acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dw, _mm512_set1_ps(x[t * ldx + b].dx)),
+                acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dw, _mm512_set1_ps(xb[t].dx)),
                                             acc[p][t]);
         }
     }
@@ -639,7 +645,7 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
     ((DT) == RF_Q8_0 ? ((T) == 1 ? 8 : (T) == 2 ? 5 : (T) == 3 ? 4 : (T) == 4 ? 3 : (T) <= 6 ? 2 : 1)     \
                      : ((T) == 1 ? 6 : (T) == 2 ? 4 : (T) == 3 ? 3 : (T) <= 6 ? 2 : 1))
 
-#define QPK(DT, P, T) qpkern(DT, P, T, w, panel, nb, x, ldx, y, ldy, rows_left, pf, pmod, prem)
+#define QPK(DT, P, T) qpkern(DT, P, T, w, panel, nb, x, bs, y, ldy, rows_left, pf, pmod, prem)
 #define QPK_P(DT, T)                                                                                  \
     do {                                                                                              \
         enum { PM_ = QP_PANELS(DT, T) };                                                              \
@@ -660,7 +666,7 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
     default: QPK_P(DT, 8); break;  \
     }
 /* P is QP_PANELS(dt, T), or 4, 2, 1 for a range's last panels */
-static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, int nb, const xq_block *x, size_t ldx,
+static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, int nb, const xq_block *x, size_t bs,
                    float *y, size_t ldy, int rows_left, const uint8_t *pf, int pmod, int prem) {
     if (dt == RF_Q8_0) {
         QPK_T(RF_Q8_0);
@@ -694,30 +700,30 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
  * dot of each (panel, token), scaled into acc[t][16 p] */
 static inline __attribute__((always_inline)) void qbkern(const rf_dtype dt, const int P, const int T,
                                                          const uint8_t *wb, size_t panel, const xq_block *x,
-                                                         size_t ldx, float *acc) {
+                                                         float *acc) {
     const size_t scales = dt == RF_Q8_0 ? 512 : 256;
     __m512i ia[BO_PANELS][8];
-    qblock_dot(dt, P, T, wb, panel, x, ldx, ia);
+    qblock_dot(dt, P, T, wb, panel, x, ia);
     for (int p = 0; p < P; p++) {
         __m512 dw = _mm512_load_ps((const float *)(wb + p * panel + scales));
         for (int t = 0; t < T; t++) {
             float *a = acc + (size_t)t * 16 * BO_PANELS + 16 * p;
             _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]),
-                                               _mm512_mul_ps(dw, _mm512_set1_ps(x[t * ldx].dx)), _mm512_load_ps(a)));
+                                               _mm512_mul_ps(dw, _mm512_set1_ps(x[t].dx)), _mm512_load_ps(a)));
         }
     }
 }
 
 #define QB_T(DT, P)                                                                                \
     switch (T) {                                                                                   \
-    case 1: qbkern(DT, P, 1, wb, panel, xb, nb, a); break;                                         \
-    case 2: qbkern(DT, P, 2, wb, panel, xb, nb, a); break;                                         \
-    case 3: qbkern(DT, P, 3, wb, panel, xb, nb, a); break;                                         \
-    case 4: qbkern(DT, P, 4, wb, panel, xb, nb, a); break;                                         \
-    case 5: qbkern(DT, P, 5, wb, panel, xb, nb, a); break;                                         \
-    case 6: qbkern(DT, P, 6, wb, panel, xb, nb, a); break;                                         \
-    case 7: qbkern(DT, P, 7, wb, panel, xb, nb, a); break;                                         \
-    default: qbkern(DT, P, 8, wb, panel, xb, nb, a); break;                                        \
+    case 1: qbkern(DT, P, 1, wb, panel, xb, a); break;                                             \
+    case 2: qbkern(DT, P, 2, wb, panel, xb, a); break;                                             \
+    case 3: qbkern(DT, P, 3, wb, panel, xb, a); break;                                             \
+    case 4: qbkern(DT, P, 4, wb, panel, xb, a); break;                                             \
+    case 5: qbkern(DT, P, 5, wb, panel, xb, a); break;                                             \
+    case 6: qbkern(DT, P, 6, wb, panel, xb, a); break;                                             \
+    case 7: qbkern(DT, P, 7, wb, panel, xb, a); break;                                             \
+    default: qbkern(DT, P, 8, wb, panel, xb, a); break;                                            \
     }
 
 /* P (BO_PANELS or fewer at the range's end) panels from w, all n tokens,
@@ -733,7 +739,7 @@ static void qbgroup(rf_dtype dt, int P, const uint8_t *w, size_t panel, int nb, 
             for (size_t l = 0; l < block; l += 64) _mm_prefetch((const char *)wb + p * panel + PF_AHEAD + l, _MM_HINT_T0);
         for (int t0 = 0, i = 0; i < ntt; i++) {
             const int T = n / ntt + (i < n % ntt);
-            const xq_block *xb = X + (size_t)t0 * nb + b;
+            const xq_block *xb = X + (size_t)b * n + t0;
             float *a = acc + (size_t)t0 * 16 * BO_PANELS;
             if (dt == RF_Q8_0) {
                 if (P == BO_PANELS) QB_T(RF_Q8_0, BO_PANELS) else QB_T(RF_Q8_0, 1)
@@ -789,7 +795,7 @@ void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, i
                  * group waited for memory and the others for nothing (a
                  * 16-token call streamed at half the 1-token call's speed) */
                 const uint8_t *pf = ntt > 1 && ge < b ? pk + (size_t)((r + group) / 16) * panel : NULL;
-                qptile(W->dtype, P, T, pk + (size_t)(r / 16) * panel, panel, nb, X + (size_t)t0 * nb, nb,
+                qptile(W->dtype, P, T, pk + (size_t)(r / 16) * panel, panel, nb, X + t0, n,
                        Y + (size_t)t0 * ldy + r, ldy, b - r, pf, ntt, i);
                 r += 16 * P;
             }
