@@ -4,6 +4,7 @@
  * reference magnitude and stated at each CHECK. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include "kernels/cpu.h"
 #include "kernels/kernels.h"
 #include "util/util.h"
@@ -289,6 +290,31 @@ static void test_sum_exp(rf_rng *g, const char *tier) {
     CHECK(!bad, "%s rf_sum_exp: %d of %d lengths beyond rel err 1e-5 + 1e-9 n (worst %.3g)", tier, bad, cases, worst);
 }
 
+/* at the avx512 tier rf_silu_mul runs 16 lanes at a time: the same numbers
+ * as the avx2 loop, bit for bit (lengths around the vector widths, values
+ * over the exp's whole range and beyond) */
+static void test_silu_tiers(rf_rng *g) {
+    if (rf_cpu_set_tier(RF_CPU_AVX512) != 0) {
+        printf("SKIPPED: silu at avx512 against avx2 (cpu lacks avx512)\n");
+        return;
+    }
+    const int ns[] = {1, 8, 15, 16, 17, 24, 31, 33, 3072, 3079};
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        int n = ns[k];
+        float *x = randv(g, n, 40.0f), *u = randv(g, n, 1.0f), *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+        if (n > 3) { x[0] = -100.0f; x[1] = 100.0f; x[2] = NAN; }
+        memcpy(a, x, sizeof(float) * n), memcpy(b, x, sizeof(float) * n);
+        rf_cpu_set_tier(RF_CPU_AVX2);
+        rf_silu_mul(a, u, n);
+        rf_cpu_set_tier(RF_CPU_AVX512);
+        rf_silu_mul(b, u, n);
+        CHECK(!memcmp(a, b, sizeof(float) * n), "silu_mul n=%d: avx512 differs from avx2", n);
+        free(x), free(u), free(a), free(b);
+    }
+    test_silu_sweep(); /* its accuracy at avx512 too */
+    rf_cpu_set_tier(rf_cpu_tier_detected());
+}
+
 int main(void) {
     rf_rng g;
     rf_rng_seed(&g, 99);
@@ -296,6 +322,7 @@ int main(void) {
     test_rope(&g);
     test_silu_softmax_add_dot(&g);
     test_silu_sweep();
+    test_silu_tiers(&g);
     test_argmax(&g);
     for (int t = RF_CPU_AVX2; t <= RF_CPU_AVX512; t++) {
         if (rf_cpu_set_tier((rf_cpu_tier)t) != 0) {

@@ -143,6 +143,13 @@ void rf_rmsnorm(float *out, const float *x, const float *w, int n, int dim, floa
 /* HF rotate_half RoPE, in place: x is [n, n_heads, head_dim]; token i has
  * position pos[i]; pairs (j, j + head_dim/2); inv_freq[j] = theta^(-2j/hd). */
 void rf_rope(float *x, const int *pos, int n, int n_heads, int head_dim, float theta);
+/* the same in two steps, so that a forward pass computes each token's
+ * angles once for all its layers and heads (the cosines and sines were
+ * half the per-token work of a wide call): cs[i, :half) = cos and
+ * cs[i, half:hd) = sin of token i's angles; rf_rope_apply rotates with them
+ * (rf_rope = table + apply, the same numbers) */
+void rf_rope_table(float *cs, const int *pos, int n, int head_dim, float theta);
+void rf_rope_apply(float *x, const float *cs, int n, int n_heads, int head_dim);
 /* g[i] = silu(g[i]) * u[i] */
 void rf_silu_mul(float *g, const float *u, size_t n);
 /* in place softmax of x[0..n) (max-subtracted, f32) */

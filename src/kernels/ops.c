@@ -9,6 +9,7 @@
 #include "kernels/cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/simd.h"
+#include "util/util.h"
 
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -53,17 +54,22 @@ void rf_rmsnorm(float *out, const float *x, const float *w, int n, int dim, floa
  * f32(pos) * inv_freq[j] as an f32 product (torch's float matmul), so the
  * rounding of the angle at large positions matches the reference model;
  * cos and sin of that f32 angle are then computed accurately. */
-void rf_rope(float *x, const int *pos, int n, int n_heads, int head_dim, float theta) {
-    int half = head_dim / 2;
-    float *inv_freq = malloc(sizeof(float) * 3 * (size_t)(half + 8));
-    float *cs = inv_freq + half + 8, *sn = cs + half + 8;
-    for (int j = 0; j < half; j++) inv_freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
-    for (int i = 0; i < n; i++) {
-        for (int j = 0; j < half; j++) {
-            float ang = (float)pos[i] * inv_freq[j];
-            cs[j] = cosf(ang);
-            sn[j] = sinf(ang);
+void rf_rope_table(float *cs, const int *pos, int n, int head_dim, float theta) {
+    const int half = head_dim / 2;
+    for (int j = 0; j < half; j++) {
+        const float inv_freq = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+        for (int i = 0; i < n; i++) {
+            float ang = (float)pos[i] * inv_freq;
+            cs[(size_t)i * head_dim + j] = cosf(ang);
+            cs[(size_t)i * head_dim + half + j] = sinf(ang);
         }
+    }
+}
+
+void rf_rope_apply(float *x, const float *cs_table, int n, int n_heads, int head_dim) {
+    const int half = head_dim / 2;
+    for (int i = 0; i < n; i++) {
+        const float *cs = cs_table + (size_t)i * head_dim, *sn = cs + half;
         for (int h = 0; h < n_heads; h++) {
             float *a = x + ((size_t)i * n_heads + h) * head_dim, *b = a + half;
             int j = 0;
@@ -80,13 +86,22 @@ void rf_rope(float *x, const int *pos, int n, int n_heads, int head_dim, float t
             }
         }
     }
-    free(inv_freq);
+}
+
+void rf_rope(float *x, const int *pos, int n, int n_heads, int head_dim, float theta) {
+    if (n <= 0) return;
+    size_t bytes = sizeof(float) * (size_t)n * head_dim;
+    float *cs = malloc(bytes);
+    if (!cs) rf_oom(bytes);
+    rf_rope_table(cs, pos, n, head_dim, theta);
+    rf_rope_apply(x, cs, n, n_heads, head_dim);
+    free(cs);
 }
 
 /* silu(g) * u = g / (1 + e^-g) * u */
 void rf_silu_mul(float *g, const float *u, size_t n) {
     const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
-    size_t i = 0;
+    size_t i = rf_cpu_tier_active() >= RF_CPU_AVX512 ? rf_silu_mul_avx512(g, u, n) : 0;
     for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_loadu_ps(g + i);
         __m256 e = rf_exp8(_mm256_sub_ps(zero, v));

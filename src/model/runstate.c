@@ -36,10 +36,11 @@ rf_runstate *rf_runstate_alloc(const rf_config *cfg, int max_tokens, int max_ctx
     s->att = rf_block_aligned(scoped, T * qd * sizeof(float));
     s->hb = rf_block_aligned(scoped, T * ffn * sizeof(float));
     s->hb2 = rf_block_aligned(scoped, T * ffn * sizeof(float));
+    s->rope = rf_block_aligned(scoped, T * cfg->head_dim * sizeof(float));
     s->scores = rf_block_aligned(scoped, (size_t)s->n_threads * RF_ATT_ROWS * (max_ctx + T) * sizeof(float));
-    s->bytes = (2 * T * (d + qd + kvd + ffn) +
+    s->bytes = (2 * T * (d + qd + kvd + ffn) + T * cfg->head_dim +
                 (size_t)s->n_threads * RF_ATT_ROWS * (max_ctx + T)) * sizeof(float);
-    if (!(s->x && s->xb && s->q && s->k && s->v && s->att && s->hb && s->hb2 && s->scores)) {
+    if (!(s->x && s->xb && s->q && s->k && s->v && s->att && s->hb && s->hb2 && s->rope && s->scores)) {
         size_t bytes = s->bytes;
         rf_runstate_release(s);
         rf_oom(bytes);
@@ -58,6 +59,7 @@ void rf_runstate_release(rf_runstate *s) {
     rf_block_free(sc, s->att);
     rf_block_free(sc, s->hb);
     rf_block_free(sc, s->hb2);
+    rf_block_free(sc, s->rope);
     rf_block_free(sc, s->scores);
     rf_block_free(sc, s);
 }

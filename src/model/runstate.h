@@ -23,6 +23,7 @@ struct rf_runstate {
     float *att;    /* [T, n_heads * hd] attention output */
     float *hb;     /* [T, ffn] gate, then silu(gate) * up */
     float *hb2;    /* [T, ffn] up */
+    float *rope;   /* [T, hd] each token's RoPE cosines and sines (rf_rope_table), once per call */
     float *scores; /* [n_threads, RF_ATT_ROWS, max_ctx + max_tokens] attention weights (a tile of tokens x a head pair) */
 };
 
