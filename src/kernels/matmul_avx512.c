@@ -174,13 +174,16 @@ void rf_bf16_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W,
 
 size_t rf_bf16p_prep_avx512_bytes(int n, int cols) { return (size_t)n * ((cols + 1) / 2 * 2) * sizeof(float); }
 
-/* per token 2 * ceil(cols / 2) floats (a zero pads an odd cols): x itself
- * (split: f32-grade), or x rounded to bf16 (single: the documented
- * rounding of rf_matmul_bf16_act, the same numbers at every n) */
+/* x itself (split: f32-grade), or x rounded to bf16 (single: the
+ * documented rounding of rf_matmul_bf16_act, the same numbers at every n),
+ * pair-major: the columns 2j, 2j + 1 of token t at [(j * n + t) * 2] (a zero
+ * pads an odd cols), so that a tile's tokens sit at constant offsets from
+ * one pointer per column pair (token-major, a 16-token tile needed a
+ * pointer register per token) */
 void rf_bf16p_prep_avx512(void *xp, const float *X, int n, int cols, int single) {
-    const int ld = (cols + 1) / 2 * 2;
+    const int k2 = (cols + 1) / 2;
     float *o = xp;
-    for (int t = 0; t < n; t++, o += ld) {
+    for (int t = 0; t < n; t++) {
         const float *x = X + (size_t)t * cols;
         for (int c = 0; c < cols; c += 16) {
             int m = cols - c;
@@ -189,9 +192,11 @@ void rf_bf16p_prep_avx512(void *xp, const float *X, int n, int cols, int single)
             if (single) /* round to nearest even bf16 and back: the top 16 bits */
                 v = _mm512_castsi512_ps(
                     _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
-            _mm512_mask_storeu_ps(o + c, k, v);
+            _Alignas(64) float pairs[16];
+            _mm512_store_ps(pairs, v);
+            for (int j = c / 2, e = j + 8 < k2 ? j + 8 : k2; j < e; j++)
+                memcpy(o + ((size_t)j * n + t) * 2, pairs + 2 * (j - c / 2), 2 * sizeof(float));
         }
-        if (cols & 1) o[cols] = 0.0f;
     }
 }
 
@@ -204,11 +209,17 @@ void rf_bf16p_prep_avx512(void *xp, const float *X, int n, int cols, int single)
  * Q8_0 calls 29.8 -> 26.9 ms. 1 KiB gained less, 4 KiB as much. */
 #define PF_AHEAD 2048
 
-/* P panels x T tokens; x rows ldx floats apart */
+/* the widest bf16 token tile */
+#ifndef BP_MAX_T
+#define BP_MAX_T 16
+#endif
+
+/* P panels x T tokens; x: the tile's first token in column pair 0, the
+ * pairs ps floats apart (the prep's pair-major layout) */
 static inline __attribute__((always_inline)) void pkern(const int P, const int T, const uint16_t *w, size_t panel,
-                                                        int k2, const float *x, size_t ldx, float *y, size_t ldy,
+                                                        int k2, const float *x, size_t ps, float *y, size_t ldy,
                                                         int rows_left) {
-    __m512 acc[6][8];
+    __m512 acc[6][BP_MAX_T];
     for (int p = 0; p < P; p++)
         for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
     const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
@@ -220,8 +231,9 @@ static inline __attribute__((always_inline)) void pkern(const int P, const int T
             we[p] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); /* column 2j */
             wo[p] = _mm512_castsi512_ps(_mm512_and_si512(v, top)); /* column 2j + 1 */
         }
+        const float *xj = x + (size_t)j * ps;
         for (int t = 0; t < T; t++) {
-            __m512 xe = _mm512_set1_ps(x[t * ldx + 2 * j]), xo = _mm512_set1_ps(x[t * ldx + 2 * j + 1]);
+            __m512 xe = _mm512_set1_ps(xj[2 * t]), xo = _mm512_set1_ps(xj[2 * t + 1]);
             for (int p = 0; p < P; p++) acc[p][t] = _mm512_fmadd_ps(wo[p], xo, _mm512_fmadd_ps(we[p], xe, acc[p][t]));
         }
     }
@@ -235,19 +247,19 @@ static inline __attribute__((always_inline)) void pkern(const int P, const int T
 /* Panels per tile for T tokens: P*T accumulators + 2P widened weights + 2
  * broadcasts within the 32 registers. One expression, so that the
  * dispatch can use it as a constant. */
-#define BP_PANELS(T) ((T) <= 2 ? 6 : (T) == 3 ? 5 : (T) == 4 ? 4 : (T) <= 6 ? 3 : 2)
+#define BP_PANELS(T) ((T) <= 2 ? 6 : (T) == 3 ? 5 : (T) == 4 ? 4 : (T) <= 6 ? 3 : (T) <= 8 ? 2 : 1)
 
-#define PK(P, T) pkern(P, T, w, panel, k2, x, ldx, y, ldy, rows_left)
+#define PK(P, T) pkern(P, T, w, panel, k2, x, ps, y, ldy, rows_left)
 #define PK_P(T)                                                \
     do {                                                       \
         enum { PM_ = BP_PANELS(T) };                           \
         if (P == PM_) PK(PM_, T);                              \
         else if (P == 4) PK(4 < PM_ ? 4 : PM_, T);             \
-        else if (P == 2) PK(2, T);                             \
+        else if (P == 2) PK(2 < PM_ ? 2 : PM_, T);             \
         else PK(1, T);                                         \
     } while (0)
 /* P is BP_PANELS(T), or 4, 2, 1 for a group's last panels */
-static void ptile(int P, int T, const uint16_t *w, size_t panel, int k2, const float *x, size_t ldx, float *y,
+static void ptile(int P, int T, const uint16_t *w, size_t panel, int k2, const float *x, size_t ps, float *y,
                   size_t ldy, int rows_left) {
     switch (T) {
     case 1: PK_P(1); break;
@@ -257,7 +269,17 @@ static void ptile(int P, int T, const uint16_t *w, size_t panel, int k2, const f
     case 5: PK_P(5); break;
     case 6: PK_P(6); break;
     case 7: PK_P(7); break;
-    default: PK_P(8); break;
+    case 8: PK_P(8); break;
+#if BP_MAX_T > 8
+    case 9: PK_P(9); break;
+    case 10: PK_P(10); break;
+    case 11: PK_P(11); break;
+    case 12: PK_P(12); break;
+    case 13: PK_P(13); break;
+    case 14: PK_P(14); break;
+    case 15: PK_P(15); break;
+#endif
+    default: PK_P(BP_MAX_T); break;
     }
 }
 
@@ -270,11 +292,12 @@ static void ptile(int P, int T, const uint16_t *w, size_t panel, int k2, const f
  * 8 tokens.) */
 void rf_bf16p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
     const int cols = W->cols, k2 = (cols + 1) / 2;
-    const size_t ldx = (size_t)k2 * 2;      /* floats */
+    const size_t ps = (size_t)n * 2;        /* floats from a column pair to the next */
     const size_t panel = (size_t)k2 * 32;   /* in uint16 */
     const uint16_t *pk = W->packed;
     const float *X = xp;
-    const int ntt = (n + 7) / 8, tmax = (n + ntt - 1) / ntt; /* near-equal tiles of up to 8: 10 = 5 + 5 */
+    /* near-equal tiles of up to BP_MAX_T: 20 = 10 + 10 */
+    const int ntt = (n + BP_MAX_T - 1) / BP_MAX_T, tmax = (n + ntt - 1) / ntt;
     const int group = 16 * BP_PANELS(tmax);
     for (int g = a; g < b; g += group) {
         const int ge = b - g < group ? b : g + group;
@@ -283,7 +306,7 @@ void rf_bf16p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W
             for (int r = g; r < ge;) {
                 int left = (ge - r + 15) / 16, P = BP_PANELS(T);
                 if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 ? 2 : 1;
-                ptile(P, T, pk + (size_t)(r / 16) * panel, panel, k2, X + (size_t)t0 * ldx, ldx,
+                ptile(P, T, pk + (size_t)(r / 16) * panel, panel, k2, X + (size_t)t0 * 2, ps,
                       Y + (size_t)t0 * ldy + r, ldy, b - r);
                 r += 16 * P;
             }
