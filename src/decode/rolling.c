@@ -301,11 +301,17 @@ static void roll_commit(rf_roll_seq *q, const float *logits) {
     int nn = 0;
     if (j < k) /* stale: the drafts after the failed one, then the masks' */
         for (int i = j + 1; i < k; i++) draft[nn] = draft[i], conf[nn++] = conf[i];
-    for (int i = j < k ? 0 : 1; i < w; i++) {
+    /* the masks' drafts: two passes over the vocabulary per row, the rows
+     * shared among the threads (one thread took ~3% of a 0.6B-shape decode
+     * over them while the others waited) */
+    const int i0 = j < k ? 0 : 1, n0 = nn;
+#pragma omp parallel for schedule(static) if ((size_t)(w - i0) * V >= (1u << 18))
+    for (int i = i0; i < w; i++) {
         const float *l = logits + (size_t)(1 + k + i) * V;
         rf_logit_stats s = rf_logits_stats(l, V);
-        draft[nn] = s.argmax, conf[nn++] = (float)rf_logit_prob(l, &s, s.argmax);
+        draft[n0 + i - i0] = s.argmax, conf[n0 + i - i0] = (float)rf_logit_prob(l, &s, s.argmax);
     }
+    if (w > i0) nn += w - i0;
     q->nd = nn, q->fresh = j == k;
 
     q->st = ans_step(ans, 0);
