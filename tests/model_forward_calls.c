@@ -60,25 +60,30 @@ static void build(const rf_model *m, rf_runstate *s, rf_kvcache *kv, const int *
 static int same_cache(const rf_kvcache *a, const rf_kvcache *b) {
     if (a->len != b->len || a->n_rows != b->n_rows) return 0;
     if (memcmp(a->pos, b->pos, (size_t)a->len * sizeof(int))) return 0;
+    const int nkv = a->kv_dim / a->head_dim;
     for (int l = 0; l < a->n_layers; l++)
-        for (int i = 0; i < a->len; i++) {
-            size_t o = rf_kv_main_off(a, l, i);
-            if (memcmp(a->k + o, b->k + o, (size_t)a->kv_dim * sizeof(float)) ||
-                memcmp(a->v + o, b->v + o, (size_t)a->kv_dim * sizeof(float)))
-                return 0;
-        }
+        for (int i = 0; i < a->len; i++)
+            for (int g = 0; g < nkv; g++) {
+                size_t oa = rf_kv_main_off(a, l, i) + g * rf_kv_main_head(a),
+                       ob = rf_kv_main_off(b, l, i) + g * rf_kv_main_head(b);
+                if (memcmp(a->k + oa, b->k + ob, (size_t)a->head_dim * sizeof(float)) ||
+                    memcmp(a->v + oa, b->v + ob, (size_t)a->head_dim * sizeof(float)))
+                    return 0;
+            }
     for (int r = 0; r < a->n_rows; r++) {
         if (a->row_len[r] != b->row_len[r]) return 0;
         if (memcmp(a->row_pos + (size_t)r * a->row_cap, b->row_pos + (size_t)r * b->row_cap,
                    (size_t)a->row_len[r] * sizeof(int)))
             return 0;
         for (int l = 0; l < a->n_layers; l++)
-            for (int i = 0; i < a->row_len[r]; i++) {
-                size_t o = rf_kv_row_off(a, r, l, i);
-                if (memcmp(a->row_k + o, b->row_k + o, (size_t)a->kv_dim * sizeof(float)) ||
-                    memcmp(a->row_v + o, b->row_v + o, (size_t)a->kv_dim * sizeof(float)))
-                    return 0;
-            }
+            for (int i = 0; i < a->row_len[r]; i++)
+                for (int g = 0; g < nkv; g++) {
+                    size_t oa = rf_kv_row_off(a, r, l, i) + g * rf_kv_row_head(a),
+                           ob = rf_kv_row_off(b, r, l, i) + g * rf_kv_row_head(b);
+                    if (memcmp(a->row_k + oa, b->row_k + ob, (size_t)a->head_dim * sizeof(float)) ||
+                        memcmp(a->row_v + oa, b->row_v + ob, (size_t)a->head_dim * sizeof(float)))
+                        return 0;
+                }
     }
     return 1;
 }

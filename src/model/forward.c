@@ -19,8 +19,9 @@
 #include "model/runstate.h"
 #include "util/util.h"
 
-/* The keys/values token (r, j) attends to, as up to two contiguous runs in
- * the cache: main[0, n0) and, for a forked cache, row r's extension [0, n1). */
+/* The keys/values of one KV head token (r, j) attends to, as up to two
+ * contiguous runs in the cache (head_dim floats per entry): main[0, n0)
+ * and, for a forked cache, row r's extension [0, n1). */
 typedef struct {
     const float *k0, *v0;
     int n0;
@@ -29,7 +30,7 @@ typedef struct {
 } kv_view;
 
 /* Attention of a tile of nt consecutive tokens of one run, for query head h and, with hstep 2, head h + 1 (adjacent heads
- * that share KV head g): out[j] = softmax(q[j] . K^T * scale) V over the
+ * that share the KV head of the views w): out[j] = softmax(q[j] . K^T * scale) V over the
  * keys of view w[j], for every token j of the tile.
  *
  * The keys go in blocks of ATT_KEYS, and every token of the tile takes its
@@ -46,8 +47,9 @@ typedef struct {
  * sc: hstep * ATT_TILE rows of ncap floats. */
 #define ATT_TILE (RF_ATT_ROWS / 2)
 #define ATT_KEYS 64
-static void attend_tile(float *const *out, const float *const *q, const kv_view *w, int nt, int g, int hd,
-                        int hstep, int ld, float scale, float *sc, size_t ncap) {
+static void attend_tile(float *const *out, const float *const *q, const kv_view *w, int nt, int hd, int hstep,
+                        float scale, float *sc, size_t ncap) {
+    const int ld = hd; /* one head's entries, head-major (kvcache.h) */
     int nmax = 0;
     for (int j = 0; j < nt; j++)
         if (w[j].n0 + w[j].n1 > nmax) nmax = w[j].n0 + w[j].n1;
@@ -58,7 +60,7 @@ static void attend_tile(float *const *out, const float *const *q, const kv_view 
             for (int part = 0; part < 2 && a < b; part++) { /* main, then the row's extension */
                 int base = part ? w[j].n0 : 0, lim = part ? b : (b < w[j].n0 ? b : w[j].n0);
                 if (a >= lim) continue;
-                const float *K = (part ? w[j].k1 : w[j].k0) + (size_t)(a - base) * ld + (size_t)g * hd;
+                const float *K = (part ? w[j].k1 : w[j].k0) + (size_t)(a - base) * ld;
                 if (hstep == 2) rf_scores2(s0 + a, s1 + a, q[j], q[j] + hd, K, ld, lim - a, hd, scale);
                 else rf_scores(s0 + a, q[j], K, ld, lim - a, hd, scale);
                 a = lim;
@@ -76,7 +78,7 @@ static void attend_tile(float *const *out, const float *const *q, const kv_view 
             for (int part = 0; part < 2 && a < b; part++) {
                 int base = part ? w[j].n0 : 0, lim = part ? b : (b < w[j].n0 ? b : w[j].n0);
                 if (a >= lim) continue;
-                const float *V = (part ? w[j].v1 : w[j].v0) + (size_t)(a - base) * ld + (size_t)g * hd;
+                const float *V = (part ? w[j].v1 : w[j].v0) + (size_t)(a - base) * ld;
                 if (hstep == 2) rf_mix2(out[j], out[j] + hd, s0 + a, s1 + a, V, ld, lim - a, hd);
                 else rf_mix(out[j], s0 + a, V, ld, lim - a, hd);
                 a = lim;
@@ -220,8 +222,13 @@ static void forward_runs(const rf_model *m, rf_runstate *s, int T, const int *to
                 int j = i - u->start;
                 size_t off = u->row >= 0 ? rf_kv_row_off(c, u->row, l, c->row_len[u->row] + j)
                                          : rf_kv_main_off(c, l, c->len + j);
-                memcpy((u->row >= 0 ? c->row_k : c->k) + off, s->k + (size_t)i * kvd, kvd * sizeof(float));
-                memcpy((u->row >= 0 ? c->row_v : c->v) + off, s->v + (size_t)i * kvd, kvd * sizeof(float));
+                size_t hs = u->row >= 0 ? rf_kv_row_head(c) : rf_kv_main_head(c); /* head-major */
+                for (int g = 0; g < nkv; g++) {
+                    memcpy((u->row >= 0 ? c->row_k : c->k) + off + g * hs, s->k + (size_t)i * kvd + g * hd,
+                           hd * sizeof(float));
+                    memcpy((u->row >= 0 ? c->row_v : c->v) + off + g * hs, s->v + (size_t)i * kvd + g * hd,
+                           hd * sizeof(float));
+                }
             }
             rf_team_barrier(&team);
             /* every (head or head pair, tile of up to ATT_TILE tokens of one
@@ -247,10 +254,11 @@ static void forward_runs(const rf_model *m, rf_runstate *s, int T, const int *to
                 for (int t = 0; t < nt; t++) {
                     int j = i + t - u->start;
                     int lim = u->bidirectional ? u->n : j + 1; /* tokens of its run this one sees */
-                    w[t].k0 = c->k + rf_kv_main_off(c, l, 0);
-                    w[t].v0 = c->v + rf_kv_main_off(c, l, 0);
+                    const int g = h / group; /* the KV head: its entries one contiguous run */
+                    w[t].k0 = c->k + rf_kv_main_off(c, l, 0) + g * rf_kv_main_head(c);
+                    w[t].v0 = c->v + rf_kv_main_off(c, l, 0) + g * rf_kv_main_head(c);
                     if (u->row >= 0) {
-                        size_t off = rf_kv_row_off(c, u->row, l, 0);
+                        size_t off = rf_kv_row_off(c, u->row, l, 0) + g * rf_kv_row_head(c);
                         w[t].n0 = c->fork_len;
                         w[t].k1 = c->row_k + off;
                         w[t].v1 = c->row_v + off;
@@ -263,7 +271,7 @@ static void forward_runs(const rf_model *m, rf_runstate *s, int T, const int *to
                     out[t] = s->att + (size_t)(i + t) * qd + h * hd;
                     q[t] = s->q + (size_t)(i + t) * qd + h * hd;
                 }
-                attend_tile(out, q, w, nt, h / group, hd, hstep, c->ld, scale, sc, ncap);
+                attend_tile(out, q, w, nt, hd, hstep, scale, sc, ncap);
             }
             {
                 float *const Y[1] = {s->xb};

@@ -19,6 +19,7 @@ void rf_kv_init(rf_kvcache *c, const rf_config *cfg, int cap) {
     c->n_layers = cfg->n_layers;
     c->kv_dim = cfg->n_kv_heads * cfg->head_dim;
     c->ld = rf_kv_ld(cfg);
+    c->head_dim = cfg->head_dim;
     c->cap = cap;
     size_t n = (size_t)c->n_layers * cap * c->ld;
     c->k = rf_scoped_aligned(n * sizeof(float));
@@ -135,23 +136,28 @@ int rf_kv_commit_row(rf_kvcache *c, int r, int start, int count) {
         rf_set_error("KV cache full: %d + %d entries exceed capacity %d", c->len, count, c->cap);
         return -1;
     }
-    for (int l = 0; l < c->n_layers; l++) {
-        memcpy(c->k + main_off(c, l, c->len), c->row_k + row_off(c, r, l, start),
-               (size_t)count * c->ld * sizeof(float));
-        memcpy(c->v + main_off(c, l, c->len), c->row_v + row_off(c, r, l, start),
-               (size_t)count * c->ld * sizeof(float));
-    }
+    const size_t mh = rf_kv_main_head(c), rh = rf_kv_row_head(c), run = (size_t)count * c->head_dim;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int g = 0; g < c->ld / c->head_dim; g++) {
+            memcpy(c->k + main_off(c, l, c->len) + g * mh, c->row_k + row_off(c, r, l, start) + g * rh,
+                   run * sizeof(float));
+            memcpy(c->v + main_off(c, l, c->len) + g * mh, c->row_v + row_off(c, r, l, start) + g * rh,
+                   run * sizeof(float));
+        }
     memcpy(c->pos + c->len, c->row_pos + (size_t)r * c->row_cap + start, count * sizeof(int));
     c->len += count;
     return 0;
 }
 
 void rf_kv_copy_prefix(rf_kvcache *dst, const rf_kvcache *src, int n) {
-    if (n < 0 || n > src->len || n > dst->cap || dst->ld != src->ld) rf_die("kv copy of %d entries invalid", n);
-    for (int l = 0; n > 0 && l < dst->n_layers; l++) {
-        memcpy(dst->k + main_off(dst, l, 0), src->k + main_off(src, l, 0), (size_t)n * dst->ld * sizeof(float));
-        memcpy(dst->v + main_off(dst, l, 0), src->v + main_off(src, l, 0), (size_t)n * dst->ld * sizeof(float));
-    }
+    if (n < 0 || n > src->len || n > dst->cap || dst->ld != src->ld || dst->head_dim != src->head_dim)
+        rf_die("kv copy of %d entries invalid", n);
+    const size_t dh = rf_kv_main_head(dst), sh = rf_kv_main_head(src), run = (size_t)n * dst->head_dim;
+    for (int l = 0; n > 0 && l < dst->n_layers; l++)
+        for (int g = 0; g < dst->ld / dst->head_dim; g++) {
+            memcpy(dst->k + main_off(dst, l, 0) + g * dh, src->k + main_off(src, l, 0) + g * sh, run * sizeof(float));
+            memcpy(dst->v + main_off(dst, l, 0) + g * dh, src->v + main_off(src, l, 0) + g * sh, run * sizeof(float));
+        }
     if (n > 0) memcpy(dst->pos, src->pos, (size_t)n * sizeof(int));
     dst->len = n;
 }

@@ -9,13 +9,14 @@
  * main prefix (it is not copied) and each row has its own extension of up to
  * row_cap entries. Row r attends to main[0, len) + ext_r[0, row_len[r]).
  *
- * Layout: k, v are [n_layers][cap][ld] f32; row_k, row_v are
- * [n_rows][n_layers][row_cap][ld] f32, of which each entry uses the first
- * kv_dim = n_kv_heads * head_dim floats. ld (rf_kv_ld) pads kv_dim when
- * its bytes are a multiple of 1 KiB: attention reads one head's slice of
- * every entry, and at a stride of whole kilobytes those slices all map to
- * a few cache sets (at the Qwen3-0.6B shape, 4 KiB: a 512-token prefill
- * spent more time in attention than in the matmuls). */
+ * Layout: head-major. k, v are [n_layers][n_kv_heads][cap][head_dim] f32;
+ * row_k, row_v are [n_rows][n_layers][n_kv_heads][row_cap][head_dim] f32.
+ * Attention reads one head's keys and values of every entry: head-major,
+ * they are one contiguous run the hardware prefetchers follow (entry-major,
+ * a head's slices were kv_dim floats apart, 4 KiB at the Qwen3-0.6B
+ * shape: every entry another page, and a wide call's attention took 3.5x
+ * its 1-token time). ld = kv_dim is the floats of one entry over all heads
+ * (the sizes of a layer's block: cap * ld). */
 #ifndef RF_KVCACHE_H
 #define RF_KVCACHE_H
 
@@ -23,7 +24,8 @@
 
 typedef struct rf_kvcache {
     int n_layers, kv_dim;
-    int ld;              /* floats from one entry to the next (kv_dim or padded) */
+    int ld;              /* floats of one entry over all heads (kv_dim) */
+    int head_dim;        /* floats of one entry of one head */
     int cap, len;        /* main sequence capacity / committed length */
     float *k, *v;
     int *pos;            /* [cap] position id of each main entry */
@@ -42,19 +44,20 @@ typedef struct rf_kvcache {
     int grows;                 /* a lender: row buffers its borrowers made */
 } rf_kvcache;
 
-/* The entry stride for cfg's KV width (see Layout above). */
-static inline int rf_kv_ld(const rf_config *cfg) {
-    int kv_dim = cfg->n_kv_heads * cfg->head_dim;
-    return kv_dim % 256 == 0 ? kv_dim + 16 : kv_dim;
-}
-/* Float offset of main entry i of layer l in k / v. */
+/* The floats of one entry over all heads for cfg's KV width (see Layout above). */
+static inline int rf_kv_ld(const rf_config *cfg) { return cfg->n_kv_heads * cfg->head_dim; }
+/* Float offset of main entry i of layer l, head 0, in k / v; head g's is
+ * g * rf_kv_main_head(c) further. */
 static inline size_t rf_kv_main_off(const rf_kvcache *c, int l, int i) {
-    return ((size_t)l * c->cap + i) * c->ld;
+    return (size_t)l * c->cap * c->ld + (size_t)i * c->head_dim;
 }
-/* Float offset of row r's extension entry i of layer l in row_k / row_v. */
+static inline size_t rf_kv_main_head(const rf_kvcache *c) { return (size_t)c->cap * c->head_dim; }
+/* Float offset of row r's extension entry i of layer l, head 0, in row_k /
+ * row_v; head g's is g * rf_kv_row_head(c) further. */
 static inline size_t rf_kv_row_off(const rf_kvcache *c, int r, int l, int i) {
-    return (((size_t)r * c->n_layers + l) * c->row_cap + i) * c->ld;
+    return ((size_t)r * c->n_layers + l) * c->row_cap * c->ld + (size_t)i * c->head_dim;
 }
+static inline size_t rf_kv_row_head(const rf_kvcache *c) { return (size_t)c->row_cap * c->head_dim; }
 
 void rf_kv_init(rf_kvcache *c, const rf_config *cfg, int cap);
 void rf_kv_free(rf_kvcache *c);

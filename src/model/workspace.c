@@ -80,6 +80,7 @@ void rf_workspace_kv_init(rf_workspace *w, rf_kvcache *c, const rf_config *cfg, 
     c->n_layers = cfg->n_layers;
     c->kv_dim = kv_dim;
     c->ld = ld;
+    c->head_dim = cfg->head_dim;
     c->cap = entries;
     c->len = c->n_rows = c->fork_len = c->row_cap = 0;
     c->lent = c->grows = 0;
