@@ -210,9 +210,7 @@ void rf_bf16p_prep_avx512(void *xp, const float *X, int n, int cols, int single)
 #define PF_AHEAD 2048
 
 /* the widest bf16 token tile */
-#ifndef BP_MAX_T
 #define BP_MAX_T 16
-#endif
 
 /* P panels x T tokens; x: the tile's first token in column pair 0, the
  * pairs ps floats apart (the prep's pair-major layout) */
@@ -270,7 +268,6 @@ static void ptile(int P, int T, const uint16_t *w, size_t panel, int k2, const f
     case 6: PK_P(6); break;
     case 7: PK_P(7); break;
     case 8: PK_P(8); break;
-#if BP_MAX_T > 8
     case 9: PK_P(9); break;
     case 10: PK_P(10); break;
     case 11: PK_P(11); break;
@@ -278,7 +275,6 @@ static void ptile(int P, int T, const uint16_t *w, size_t panel, int k2, const f
     case 13: PK_P(13); break;
     case 14: PK_P(14); break;
     case 15: PK_P(15); break;
-#endif
     default: PK_P(BP_MAX_T); break;
     }
 }
@@ -719,9 +715,7 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
  * Q8_0 and 4.1x to 3.85x in Q4_0, 24 and 64 tokens within the noise (an
  * earlier machine had the panel-group order ahead beyond 24, Q4_0 16). */
 #define BO_PANELS 2
-#define BO_MAX_N_Q8 64
-#define BO_MAX_N_Q4 64
-#define BO_MAX_N (BO_MAX_N_Q8 > BO_MAX_N_Q4 ? BO_MAX_N_Q8 : BO_MAX_N_Q4) /* the sums buffer */
+#define BO_MAX_N 64 /* Q8_0 and Q4_0; the sums buffer */
 
 /* one block of BO_PANELS (P) panels for one tile of T tokens: the integer
  * dot of each (panel, token), scaled into acc[t][16 p] */
@@ -804,7 +798,7 @@ void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, i
      * reached 520 G ops/s (83% of the vpdpbusd peak) with tiles of 4 against
      * 450 with tiles of 8, Q4_0 455 with 6 against 430 with 8 or 4 */
     const int tcap = W->dtype == RF_Q8_0 ? 4 : 6;
-    if (n > tcap && n <= (W->dtype == RF_Q8_0 ? BO_MAX_N_Q8 : BO_MAX_N_Q4)) { /* more than one tile */
+    if (n > tcap && n <= BO_MAX_N) { /* more than one tile */
         qp_range_blocks(Y, ldy, X, W, n, a, b);
         return;
     }
