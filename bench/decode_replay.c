@@ -100,12 +100,12 @@ static double replay(const rf_model *m, const rf_call_log *log, int from, int to
     max_ctx = max_main + row_cap + max_T; /* what rf_forward checks a forked call against */
     rf_kvcache kv;
     rf_kv_init(&kv, &m->cfg, max_main);
-    size_t main_bytes = (size_t)kv.n_layers * kv.cap * kv.ld * sizeof(float);
+    size_t main_bytes = (size_t)kv.n_layers * kv.cap * kv.kv_dim * sizeof(float);
     memset(kv.k, 0, main_bytes);
     memset(kv.v, 0, main_bytes);
     /* allocate the rows once, at their largest, and zero them */
     rf_kv_fork(&kv, max_R, row_cap);
-    size_t row_bytes = (size_t)max_R * kv.n_layers * row_cap * kv.ld * sizeof(float);
+    size_t row_bytes = (size_t)max_R * kv.n_layers * row_cap * kv.kv_dim * sizeof(float);
     memset(kv.row_k, 0, row_bytes);
     memset(kv.row_v, 0, row_bytes);
     rf_kv_unfork(&kv);

@@ -169,7 +169,7 @@ int64_t rf_gen_mem_bytes(const rf_model *m, int n_prompt, const rf_gen_params *p
     if (p->rolling) ar = 1; /* rolling.c allocates as AR does, with calls of up to 2 slots */
     const rf_config *c = &m->cfg;
     int64_t L = c->n_layers, d = c->hidden_size, V = c->vocab_size, f = c->intermediate_size;
-    int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = rf_kv_ld(c); /* the floats of one KV cache entry */
+    int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim; /* the floats of one KV cache entry */
     int64_t P = n_prompt > 0 ? n_prompt : 1, G, T, rows = 0, S = 1;
     if (ar) {
         G = p->gen_length > 0 ? p->gen_length : 1;

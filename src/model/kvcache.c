@@ -18,10 +18,9 @@ void rf_kv_init(rf_kvcache *c, const rf_config *cfg, int cap) {
     memset(c, 0, sizeof *c);
     c->n_layers = cfg->n_layers;
     c->kv_dim = cfg->n_kv_heads * cfg->head_dim;
-    c->ld = rf_kv_ld(cfg);
     c->head_dim = cfg->head_dim;
     c->cap = cap;
-    size_t n = (size_t)c->n_layers * cap * c->ld;
+    size_t n = (size_t)c->n_layers * cap * c->kv_dim;
     c->k = rf_scoped_aligned(n * sizeof(float));
     c->v = rf_scoped_aligned(n * sizeof(float));
     c->pos = rf_scoped_calloc((size_t)cap, sizeof(int));
@@ -61,8 +60,8 @@ void rf_kv_crop(rf_kvcache *c, int len) {
 
 void rf_kv_fork(rf_kvcache *c, int n_rows, int row_cap) {
     if (n_rows <= 0 || row_cap <= 0) rf_die("kv fork into %d rows of %d", n_rows, row_cap);
-    size_t need = (size_t)n_rows * c->n_layers * row_cap * c->ld;
-    /* row_pos holds need / (n_layers * ld) ints: it fits whenever row_k does */
+    size_t need = (size_t)n_rows * c->n_layers * row_cap * c->kv_dim;
+    /* row_pos holds need / (n_layers * kv_dim) ints: it fits whenever row_k does */
     if (need > c->row_floats_alloc || n_rows > c->rows_alloc) {
         if (need < c->row_floats_alloc) need = c->row_floats_alloc;
         int rows = n_rows > c->rows_alloc ? n_rows : c->rows_alloc;
@@ -77,7 +76,7 @@ void rf_kv_fork(rf_kvcache *c, int n_rows, int row_cap) {
         /* own: scoped, a failure dies (and the unwinding frees the others);
          * lent: plain, all or none */
         float *k = rf_block_aligned(own, need * sizeof(float)), *v = rf_block_aligned(own, need * sizeof(float));
-        int *pos = rf_block_aligned(own, (need / ((size_t)c->n_layers * c->ld) + 1) * sizeof(int));
+        int *pos = rf_block_aligned(own, (need / ((size_t)c->n_layers * c->kv_dim) + 1) * sizeof(int));
         int *len = rf_block_aligned(own, (size_t)rows * sizeof(int));
         if (!k || !v || !pos || !len) {
             free(k), free(v), free(pos), free(len);
@@ -103,7 +102,7 @@ void rf_kv_row_crop(rf_kvcache *c, int r, int len) {
 void rf_kv_select_rows(rf_kvcache *c, const int *keep, int n_keep) {
     if (n_keep < 0 || n_keep > c->n_rows) rf_die("kv select %d of %d rows", n_keep, c->n_rows);
     /* Rows are moved through a scratch copy so any order (and repeats) works. */
-    size_t row_floats = (size_t)c->n_layers * c->row_cap * c->ld;
+    size_t row_floats = (size_t)c->n_layers * c->row_cap * c->kv_dim;
     float *tk = rf_scoped_malloc((size_t)n_keep * row_floats * sizeof(float));
     float *tv = rf_scoped_malloc((size_t)n_keep * row_floats * sizeof(float));
     int *tp = rf_scoped_malloc((size_t)n_keep * c->row_cap * sizeof(int) + 1);
@@ -138,7 +137,7 @@ int rf_kv_commit_row(rf_kvcache *c, int r, int start, int count) {
     }
     const size_t mh = rf_kv_main_head(c), rh = rf_kv_row_head(c), run = (size_t)count * c->head_dim;
     for (int l = 0; l < c->n_layers; l++)
-        for (int g = 0; g < c->ld / c->head_dim; g++) {
+        for (int g = 0; g < c->kv_dim / c->head_dim; g++) {
             memcpy(c->k + main_off(c, l, c->len) + g * mh, c->row_k + row_off(c, r, l, start) + g * rh,
                    run * sizeof(float));
             memcpy(c->v + main_off(c, l, c->len) + g * mh, c->row_v + row_off(c, r, l, start) + g * rh,
@@ -150,11 +149,11 @@ int rf_kv_commit_row(rf_kvcache *c, int r, int start, int count) {
 }
 
 void rf_kv_copy_prefix(rf_kvcache *dst, const rf_kvcache *src, int n) {
-    if (n < 0 || n > src->len || n > dst->cap || dst->ld != src->ld || dst->head_dim != src->head_dim)
+    if (n < 0 || n > src->len || n > dst->cap || dst->kv_dim != src->kv_dim || dst->head_dim != src->head_dim)
         rf_die("kv copy of %d entries invalid", n);
     const size_t dh = rf_kv_main_head(dst), sh = rf_kv_main_head(src), run = (size_t)n * dst->head_dim;
     for (int l = 0; n > 0 && l < dst->n_layers; l++)
-        for (int g = 0; g < dst->ld / dst->head_dim; g++) {
+        for (int g = 0; g < dst->kv_dim / dst->head_dim; g++) {
             memcpy(dst->k + main_off(dst, l, 0) + g * dh, src->k + main_off(src, l, 0) + g * sh, run * sizeof(float));
             memcpy(dst->v + main_off(dst, l, 0) + g * dh, src->v + main_off(src, l, 0) + g * sh, run * sizeof(float));
         }

@@ -15,16 +15,14 @@
  * they are one contiguous run the hardware prefetchers follow. (Entry-major,
  * a head's slices were kv_dim floats apart, 4 KiB at the Qwen3-0.6B shape,
  * every entry on another page: head-major, attention took 23-30% less time
- * at a 192-token context.) ld = kv_dim is the floats of one entry over all
- * heads (a layer's block is cap * ld floats). */
+ * at a 192-token context.) A layer's block is cap * kv_dim floats. */
 #ifndef RF_KVCACHE_H
 #define RF_KVCACHE_H
 
 #include "io/config.h"
 
 typedef struct rf_kvcache {
-    int n_layers, kv_dim;
-    int ld;              /* floats of one entry over all heads (kv_dim) */
+    int n_layers, kv_dim; /* kv_dim: floats of one entry over all heads */
     int head_dim;        /* floats of one entry of one head */
     int cap, len;        /* main sequence capacity / committed length */
     float *k, *v;
@@ -44,18 +42,16 @@ typedef struct rf_kvcache {
     int grows;                 /* a lender: row buffers its borrowers made */
 } rf_kvcache;
 
-/* The floats of one entry over all heads for cfg's KV width (see Layout above). */
-static inline int rf_kv_ld(const rf_config *cfg) { return cfg->n_kv_heads * cfg->head_dim; }
 /* Float offset of main entry i of layer l, head 0, in k / v; head g's is
  * g * rf_kv_main_head(c) further. */
 static inline size_t rf_kv_main_off(const rf_kvcache *c, int l, int i) {
-    return (size_t)l * c->cap * c->ld + (size_t)i * c->head_dim;
+    return (size_t)l * c->cap * c->kv_dim + (size_t)i * c->head_dim;
 }
 static inline size_t rf_kv_main_head(const rf_kvcache *c) { return (size_t)c->cap * c->head_dim; }
 /* Float offset of row r's extension entry i of layer l, head 0, in row_k /
  * row_v; head g's is g * rf_kv_row_head(c) further. */
 static inline size_t rf_kv_row_off(const rf_kvcache *c, int r, int l, int i) {
-    return ((size_t)r * c->n_layers + l) * c->row_cap * c->ld + (size_t)i * c->head_dim;
+    return ((size_t)r * c->n_layers + l) * c->row_cap * c->kv_dim + (size_t)i * c->head_dim;
 }
 static inline size_t rf_kv_row_head(const rf_kvcache *c) { return (size_t)c->row_cap * c->head_dim; }
 

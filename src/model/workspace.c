@@ -55,8 +55,8 @@ void rf_workspace_kv_init(rf_workspace *w, rf_kvcache *c, const rf_config *cfg, 
         rf_kv_init(c, cfg, entries);
         return;
     }
-    const int kv_dim = cfg->n_kv_heads * cfg->head_dim, ld = rf_kv_ld(cfg);
-    size_t kv_floats = (size_t)cfg->n_layers * entries * ld, cap = (size_t)entries;
+    const int kv_dim = cfg->n_kv_heads * cfg->head_dim;
+    size_t kv_floats = (size_t)cfg->n_layers * entries * kv_dim, cap = (size_t)entries;
     /* each buffer is dropped before its bigger one is made, so a failed
      * allocation (rf_die) leaves w empty there, never pointing at freed memory */
     if (kv_floats > w->kv_floats) {
@@ -79,7 +79,6 @@ void rf_workspace_kv_init(rf_workspace *w, rf_kvcache *c, const rf_config *cfg, 
     *c = w->kv;
     c->n_layers = cfg->n_layers;
     c->kv_dim = kv_dim;
-    c->ld = ld;
     c->head_dim = cfg->head_dim;
     c->cap = entries;
     c->len = c->n_rows = c->fork_len = c->row_cap = 0;

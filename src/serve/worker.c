@@ -650,7 +650,7 @@ typedef struct {
 } prefix_cache;
 
 static size_t kv_bytes(const rf_kvcache *kv) {
-    return (size_t)kv->n_layers * kv->cap * kv->ld * 2 * sizeof(float) + (size_t)kv->cap * sizeof(int);
+    return (size_t)kv->n_layers * kv->cap * kv->kv_dim * 2 * sizeof(float) + (size_t)kv->cap * sizeof(int);
 }
 
 static void pc_drop(prefix_cache *pc, pc_entry **link) {
