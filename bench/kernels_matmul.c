@@ -79,10 +79,10 @@ static double now(void) {
 static double g_peak[3][5]; /* [tier][dtype]: the peak the kernel is measured against */
 
 static void measure_peaks(int have512) {
-    double f32 = rf_measure_fma_gflops(), i8 = rf_peak_i8_maddubs_avx2();
-    printf("peaks (G ops/s): avx2 f32 FMA %.0f, avx2 int8 maddubs %.0f", f32, i8);
+    double f32 = rf_measure_fma_gflops(), i8 = rf_peak_i8_maddubs_avx2(), i8u = rf_peak_i8_maddubs16_avx2();
+    printf("peaks (G ops/s): avx2 f32 FMA %.0f, avx2 int8 maddubs %.0f (Q8_0 step), %.0f (Q4_0 step)", f32, i8, i8u);
     g_peak[0][RF_F32] = g_peak[0][RF_F16] = g_peak[0][RF_BF16] = f32;
-    g_peak[0][RF_Q8_0] = g_peak[0][RF_Q4_0] = i8;
+    g_peak[0][RF_Q8_0] = i8, g_peak[0][RF_Q4_0] = i8u;
     g_peak[1][RF_F32] = g_peak[1][RF_F16] = f32;
     if (have512) {
         double f512 = rf_peak_f32_fma_avx512(), b = rf_peak_bf16_dot_avx512(), v = rf_peak_i8_vnni_avx512();

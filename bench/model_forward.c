@@ -210,12 +210,12 @@ int main(int argc, char **argv) {
     if (n_gen < 1 || n_gen > 400) n_gen = 32;
     int have512 = rf_cpu_tier_detected() >= RF_CPU_AVX512;
     g_gbs = rf_measure_read_gbs();
-    double f32 = rf_measure_fma_gflops(), i8 = rf_peak_i8_maddubs_avx2();
+    double f32 = rf_measure_fma_gflops(), i8 = rf_peak_i8_maddubs_avx2(), i8u = rf_peak_i8_maddubs16_avx2();
     g_peak[0][RF_BF16] = g_peak[1][RF_F32] = g_peak[0][RF_F32] = f32;
-    g_peak[0][RF_Q8_0] = g_peak[0][RF_Q4_0] = i8;
+    g_peak[0][RF_Q8_0] = i8, g_peak[0][RF_Q4_0] = i8u;
     printf("machine: %d threads, cpu %s%s%s, measured read bandwidth %.1f GB/s\n", omp_get_max_threads(),
            rf_cpu_tier_str(rf_cpu_tier_detected()), rf_cpu_note()[0] ? "; " : "", rf_cpu_note(), g_gbs);
-    printf("peaks (G ops/s): avx2 f32 FMA %.0f, avx2 int8 maddubs %.0f", f32, i8);
+    printf("peaks (G ops/s): avx2 f32 FMA %.0f, avx2 int8 maddubs %.0f (Q8_0 step), %.0f (Q4_0 step)", f32, i8, i8u);
     if (have512) {
         /* the loaded weights are packed: bf16 runs on f32 FMAs (matmul_avx512.c) */
         g_peak[1][RF_BF16] = rf_peak_f32_fma_avx512();

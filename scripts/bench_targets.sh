@@ -36,13 +36,15 @@ echo "# $(date -u +%F' '%H:%M) UTC, $(grep -m1 'model name' /proc/cpuinfo | cut 
 echo "# $("$B/refusion" info -m models/refusion-demo 2>/dev/null | grep -i 'tier' | tr -s ' ' | paste -sd';' || true)"
 
 run() { echo; echo "\$ $*"; "$@"; }
+# (each run's output also goes to stderr with tee -a: without -a, stdout and stderr
+# redirected to one file, tee reopened it truncated and cut the report)
 
 echo; echo "## 1. 1-token matmul: % of the measured read bandwidth (target >= 85%)"
-out=$(run "$B/bench_kernels_matmul" --shape 151936x1024 --n 1 --dtype bf16,q8_0,q4_0 | tee /dev/stderr)
+out=$(run "$B/bench_kernels_matmul" --shape 151936x1024 --n 1 --dtype bf16,q8_0,q4_0 | tee -a /dev/stderr)
 echo "$out" | awk '$1 == "0.6B" && $6 == 1 { p = $9 + 0; printf "  %-6s %-5s %s of the read bandwidth: %s\n", $4, $5, $9, (p > 100 ? "PROBE BUG (a kernel cannot beat the bandwidth)" : p >= 85 ? "MET" : "missed") }'
 
 echo; echo "## 2-3. 0.6B forward: 16-token / 1-token cost (target <= 1.8x for Q8_0 at avx2), AR decode tokens/s (target >= 30 for Q8_0)"
-out=$(run "$B/bench_model_forward" --dtype q8_0,bf16,q4_0 --n 1,4,8,16,64 --decode 64 | tee /dev/stderr)
+out=$(run "$B/bench_model_forward" --dtype q8_0,bf16,q4_0 --n 1,4,8,16,64 --decode 64 | tee -a /dev/stderr)
 echo "$out" | awk '
   /^Qwen3-0.6B/ { what = $0; sub(/ \(.*\), tier/, ", tier", what) }
   $1 == 8 && what ~ /tier (avx512|amx)/ { printf "  %s: n=8 costs %sx n=1 (target <= 1.3: %s)\n", what, $3, ($3 + 0 <= 1.3 ? "MET" : "missed") }
@@ -57,7 +59,7 @@ for tier in avx512 amx; do
   case "$tier/$cpu" in avx512/avx512 | avx512/amx | amx/amx) ;; *) echo "  SKIPPED: $tier (cpu lacks it)"; continue ;; esac
   for dt in bf16 q8_0 q4_0; do
     q=(); [ "$dt" = bf16 ] || q=(--quantize "$dt")
-    out=$(run "$B/bench_model_forward_ab" -m /tmp/rfbench/qwen3-0.6b-bf16 "${q[@]}" --n 8,16,64 --a "tier=$tier" --rounds 10 | tee /dev/stderr)
+    out=$(run "$B/bench_model_forward_ab" -m /tmp/rfbench/qwen3-0.6b-bf16 "${q[@]}" --n 8,16,64 --a "tier=$tier" --rounds 10 | tee -a /dev/stderr)
     echo "$out" | awk -v what="$dt $tier" '
       function verdict(med, lo, hi, t) { return hi <= t ? "MET" : lo > t ? "missed" : "undecided" }
       $1 ~ /^(8|16|64)$/ && NF >= 5 {
@@ -70,7 +72,7 @@ done
 
 echo; echo "## 1b. wide-call kernels (n = 16, 32) against the probe's peak of their instruction (target >= 70%), one thread and all"
 for t in 1 "$OMP_NUM_THREADS"; do
-  out=$(OMP_NUM_THREADS=$t run "$B/bench_kernels_matmul" --n 1,16,32 --dtype bf16,q8_0,q4_0 | tee /dev/stderr)
+  out=$(OMP_NUM_THREADS=$t run "$B/bench_kernels_matmul" --n 1,16,32 --dtype bf16,q8_0,q4_0 | tee -a /dev/stderr)
   echo "$out" | awk -v t="$t" '$1 == "0.6B" && $6 >= 16 && $5 ~ /p$/ { p = $11 + 0; printf "  %d thread(s) %-10s %-6s %-5s n=%-3s %s of the peak: %s\n", t, $2, $4, $5, $6, $11, (p > 100 ? "PROBE BUG" : p >= 70 ? "MET" : "missed") }'
 done
 

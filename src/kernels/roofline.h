@@ -17,10 +17,12 @@ double rf_measure_fma_gflops(void);
  * from register-only loops of 12 independent chains per thread, each
  * thread's fastest of 200 short bursts, summed over the threads:
  *   avx2:   f32 FMA (rf_measure_fma_gflops); int8 sign + maddubs + madd + add
- *           (the AVX2 Q8_0 kernel's step: 32 MACs per 4 instructions)
+ *           (the AVX2 Q8_0 kernel's step: 32 MACs per 4 instructions), and
+ *           maddubs + add (the Q4_0 kernel's: 32 MACs per 2 instructions)
  *   avx512: f32 FMA (16-wide), bf16 vdpbf16ps (32 MACs), int8 vpdpbusd (64).
  * The avx512 ones must only be called when the CPU has that tier. */
 double rf_peak_i8_maddubs_avx2(void);
+double rf_peak_i8_maddubs16_avx2(void);
 double rf_peak_f32_fma_avx512(void);
 double rf_peak_bf16_dot_avx512(void);
 double rf_peak_i8_vnni_avx512(void);
