@@ -14,6 +14,18 @@
 #define main_off rf_kv_main_off
 #define row_off rf_kv_row_off
 
+/* n consecutive entries of one layer, head by head (the cache is
+ * head-major): from k, v at so (head 0; head g sh floats further) to
+ * dk, dv at doff (head g dh further); c gives the heads' shape. */
+static void copy_entries(const rf_kvcache *c, float *dk, float *dv, size_t doff, size_t dh, const float *k,
+                         const float *v, size_t so, size_t sh, int n) {
+    const size_t run = (size_t)n * c->head_dim * sizeof(float);
+    for (int g = 0; g < c->kv_dim / c->head_dim; g++) {
+        memcpy(dk + doff + g * dh, k + so + g * sh, run);
+        memcpy(dv + doff + g * dh, v + so + g * sh, run);
+    }
+}
+
 void rf_kv_init(rf_kvcache *c, const rf_config *cfg, int cap) {
     memset(c, 0, sizeof *c);
     c->n_layers = cfg->n_layers;
@@ -135,14 +147,9 @@ int rf_kv_commit_row(rf_kvcache *c, int r, int start, int count) {
         rf_set_error("KV cache full: %d + %d entries exceed capacity %d", c->len, count, c->cap);
         return -1;
     }
-    const size_t mh = rf_kv_main_head(c), rh = rf_kv_row_head(c), run = (size_t)count * c->head_dim;
     for (int l = 0; l < c->n_layers; l++)
-        for (int g = 0; g < c->kv_dim / c->head_dim; g++) {
-            memcpy(c->k + main_off(c, l, c->len) + g * mh, c->row_k + row_off(c, r, l, start) + g * rh,
-                   run * sizeof(float));
-            memcpy(c->v + main_off(c, l, c->len) + g * mh, c->row_v + row_off(c, r, l, start) + g * rh,
-                   run * sizeof(float));
-        }
+        copy_entries(c, c->k, c->v, main_off(c, l, c->len), rf_kv_main_head(c), c->row_k, c->row_v,
+                     row_off(c, r, l, start), rf_kv_row_head(c), count);
     memcpy(c->pos + c->len, c->row_pos + (size_t)r * c->row_cap + start, count * sizeof(int));
     c->len += count;
     return 0;
@@ -151,12 +158,9 @@ int rf_kv_commit_row(rf_kvcache *c, int r, int start, int count) {
 void rf_kv_copy_prefix(rf_kvcache *dst, const rf_kvcache *src, int n) {
     if (n < 0 || n > src->len || n > dst->cap || dst->kv_dim != src->kv_dim || dst->head_dim != src->head_dim)
         rf_die("kv copy of %d entries invalid", n);
-    const size_t dh = rf_kv_main_head(dst), sh = rf_kv_main_head(src), run = (size_t)n * dst->head_dim;
     for (int l = 0; n > 0 && l < dst->n_layers; l++)
-        for (int g = 0; g < dst->kv_dim / dst->head_dim; g++) {
-            memcpy(dst->k + main_off(dst, l, 0) + g * dh, src->k + main_off(src, l, 0) + g * sh, run * sizeof(float));
-            memcpy(dst->v + main_off(dst, l, 0) + g * dh, src->v + main_off(src, l, 0) + g * sh, run * sizeof(float));
-        }
+        copy_entries(dst, dst->k, dst->v, main_off(dst, l, 0), rf_kv_main_head(dst), src->k, src->v,
+                     main_off(src, l, 0), rf_kv_main_head(src), n);
     if (n > 0) memcpy(dst->pos, src->pos, (size_t)n * sizeof(int));
     dst->len = n;
 }
