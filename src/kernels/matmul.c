@@ -405,59 +405,74 @@ typedef struct {
     int single;     /* bf16 activations rounded once (rf_matmul_bf16_act) */
 } mm_prep;
 
-/* the activations in the layout the chosen kernel reads, once per call, in
- * the calling thread's scratch */
-static mm_prep prepare(const float *X, const rf_mat *W, int n) {
+/* The activations in the layout the chosen kernel reads, once per call:
+ * plan picks the path and takes the buffer (the calling thread's scratch),
+ * fill writes share part of parts of it. The preps that split (splits) do
+ * so along their layout's major dimension, so that the shares are
+ * contiguous and threads do not write the same cache lines; the others
+ * fill whole (part 0 of 1). */
+static mm_prep plan(const float *X, const rf_mat *W, int n) {
     mm_prep p = {choose_path(W->dtype, W->cols, n), X, 0};
     /* amx: Q8_0 / Q4_0 calls on packed W of the widths amx_q_wanted picks
      * run on int8 tiles; the others stream W through vpdpbusd */
     if (p.path == PATH_AVX512_Q && W->packed && amx_q_wanted(W->dtype, n) && rf_cpu_tier_active() == RF_CPU_AMX)
         p.path = PATH_AMX_Q;
-    if (p.path == PATH_AMX_Q) {
-        void *b = prep_buf(rf_q_prep_amx_bytes(n, W->cols));
-        if (!b) return (mm_prep){PATH_NONE, X, 0};
-        rf_q_prep_amx(b, X, n, W->cols, W->dtype);
-        p.xp = b;
-    } else if (p.path == PATH_AVX2_Q) {
-        void *b = prep_buf(rf_q_prep_avx2_bytes(n, W->cols));
-        if (!b) return (mm_prep){PATH_NONE, X, 0};
-        rf_q_prep_avx2(b, X, n, W->cols);
-        p.xp = b;
-    } else if (p.path == PATH_AVX512_Q && W->packed) {
-        void *b = prep_buf(rf_q8p_prep_avx512_bytes(n, W->cols));
-        if (!b) return (mm_prep){PATH_NONE, X, 0};
-        rf_q8p_prep_avx512(b, X, n, W->cols, W->dtype);
-        p.xp = b;
-    } else if (p.path == PATH_AVX512_Q) {
-        void *b = prep_buf(rf_q_prep_avx512_bytes(n, W->cols));
-        if (!b) return (mm_prep){PATH_NONE, X, 0};
-        rf_q_prep_avx512(b, X, n, W->cols, W->dtype);
-        p.xp = b;
-    } else if (p.path == PATH_AVX512_BF16 && W->packed) {
-        p.single = rf_matmul_bf16_act();
-        void *b = prep_buf(rf_bf16p_prep_avx512_bytes(n, W->cols));
-        if (!b) return (mm_prep){PATH_NONE, X, 0};
-        rf_bf16p_prep_avx512(b, X, n, W->cols, p.single);
-        p.xp = b;
-    } else if (p.path == PATH_AVX512_BF16) {
-        p.single = rf_matmul_bf16_act();
-        void *b = prep_buf(rf_bf16_prep_avx512_bytes(n, W->cols, p.single));
-        if (!b) return (mm_prep){PATH_NONE, X, 0};
-        rf_bf16_prep_avx512(b, X, n, W->cols, p.single);
-        p.xp = b;
-    } else if (p.path == PATH_AMX_BF16 && W->packed) {
-        p.single = rf_matmul_bf16_act();
-        void *b = prep_buf(rf_bf16p_prep_amx_bytes(n, W->cols, p.single));
-        if (!b) return (mm_prep){PATH_NONE, X, 0};
-        rf_bf16p_prep_amx(b, X, n, W->cols, p.single);
-        p.xp = b;
-    } else if (p.path == PATH_AMX_BF16) {
-        p.single = rf_matmul_bf16_act();
-        void *b = prep_buf(rf_bf16_prep_amx_bytes(n, W->cols, p.single));
-        if (!b) return (mm_prep){PATH_NONE, X, 0};
-        rf_bf16_prep_amx(b, X, n, W->cols, p.single);
-        p.xp = b;
+    if (p.path == PATH_AVX512_BF16 || p.path == PATH_AMX_BF16) p.single = rf_matmul_bf16_act();
+    size_t bytes = 0;
+    switch (p.path) {
+    case PATH_AMX_Q: bytes = rf_q_prep_amx_bytes(n, W->cols); break;
+    case PATH_AVX2_Q: bytes = rf_q_prep_avx2_bytes(n, W->cols); break;
+    case PATH_AVX512_Q:
+        bytes = W->packed ? rf_q8p_prep_avx512_bytes(n, W->cols) : rf_q_prep_avx512_bytes(n, W->cols);
+        break;
+    case PATH_AVX512_BF16:
+        bytes = W->packed ? rf_bf16p_prep_avx512_bytes(n, W->cols) : rf_bf16_prep_avx512_bytes(n, W->cols, p.single);
+        break;
+    case PATH_AMX_BF16:
+        bytes = W->packed ? rf_bf16p_prep_amx_bytes(n, W->cols, p.single) : rf_bf16_prep_amx_bytes(n, W->cols, p.single);
+        break;
+    default: return p; /* X as it is */
     }
+    void *buf = prep_buf(bytes);
+    if (!buf) return (mm_prep){PATH_NONE, X, 0};
+    p.xp = buf;
+    return p;
+}
+
+static int splits(const mm_prep *p, const rf_mat *W) {
+    return p->path == PATH_AVX2_Q || ((p->path == PATH_AVX512_Q || p->path == PATH_AVX512_BF16) && W->packed);
+}
+
+static void fill(const mm_prep *p, const float *X, const rf_mat *W, int n, int part, int parts) {
+    void *b = (void *)p->xp;
+    switch (p->path) {
+    case PATH_AMX_Q: rf_q_prep_amx(b, X, n, W->cols, W->dtype); break;
+    case PATH_AVX2_Q: rf_q_prep_avx2(b, X, n, W->cols, part, parts); break;
+    case PATH_AVX512_Q:
+        if (W->packed)
+            rf_q8p_prep_avx512(b, X, n, W->cols, W->dtype, part, parts);
+        else
+            rf_q_prep_avx512(b, X, n, W->cols, W->dtype);
+        break;
+    case PATH_AVX512_BF16:
+        if (W->packed)
+            rf_bf16p_prep_avx512(b, X, n, W->cols, p->single, part, parts);
+        else
+            rf_bf16_prep_avx512(b, X, n, W->cols, p->single);
+        break;
+    case PATH_AMX_BF16:
+        if (W->packed)
+            rf_bf16p_prep_amx(b, X, n, W->cols, p->single);
+        else
+            rf_bf16_prep_amx(b, X, n, W->cols, p->single);
+        break;
+    default: break;
+    }
+}
+
+static mm_prep prepare(const float *X, const rf_mat *W, int n) {
+    mm_prep p = plan(X, W, n);
+    fill(&p, X, W, n, 0, 1);
     return p;
 }
 
@@ -470,6 +485,13 @@ static int chunk_rows(int nr, int nt, int packed) {
     if (packed) return (chunk + 127) / 128 * 128;
     return (chunk < 24 ? 24 : chunk + 11) / 12 * 12;
 }
+
+/* the smallest chunks that end a wide call's matmul on packed weights (see
+ * rf_matmul_team): one group of the blocks-outside Q8_0 / Q4_0 kernel (2
+ * panels), two bf16 panels; from TAIL_MIN_N tokens (below, calls stream
+ * at the bandwidth in 8-panel tiles) */
+#define TAIL_ROWS 32
+#define TAIL_MIN_N 5
 
 /* output rows [a, b) of V (a view) for all n tokens, on this thread */
 static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, const rf_mat *V, int n, int a, int b) {
@@ -550,32 +572,65 @@ void rf_matmul_team(rf_team *team, int tid, int count, float *const *Y, const fl
             for (int j = 0; j < count; j++) rf_matmul_team(team, tid, 1, Y + j, X, W + j, n);
             return;
         }
-    rf_team_barrier(team); /* X is complete; the last matmul's plan is no longer read */
     if (tid == 0) {
-        /* one thread prepares the activations, shared by all count matrices
-         * (they have the same dtype and cols), in its own scratch */
-        mm_prep p = prepare(X, W[0], n);
+        /* the plan, shared by all count matrices (they have the same dtype
+         * and cols); nobody reads the last matmul's plan or scratch any
+         * more (its closing barrier), nor the work counter */
+        mm_prep p = plan(X, W[0], n);
         team->mm_path = (int)p.path;
         team->mm_single = p.single;
         team->mm_xp = p.xp;
         atomic_store_explicit(&team->next, 0, memory_order_relaxed);
     }
-    rf_team_barrier(team);
+    rf_team_barrier(team); /* X is complete, the plan published */
     const mm_prep p = {(mm_path)team->mm_path, team->mm_xp, team->mm_single};
+    /* every thread prepares its share of the activations (thread 0 alone
+     * made its team wait ~1% of a rolling call's time at the 0.6B shape) */
+    if (splits(&p, W[0]))
+        fill(&p, X, W[0], n, tid, team->n);
+    else if (tid == 0)
+        fill(&p, X, W[0], n, 0, 1);
+    rf_team_barrier(team);
     /* the chunks of all count matrices in one shared loop: a thread that
-     * finishes a small matrix (k, v) goes on with the next */
+     * finishes a small matrix (k, v) goes on with the next. Wide calls on
+     * packed weights end with small chunks (the last matrix's final
+     * team->n big chunks' rows): a big chunk taken last leaves the other
+     * threads idle for half of it on average, an estimated ~3% of a 9-16
+     * token call's o_proj and down at the 0.6B shape (8 chunks of 128 rows) */
     int total = 0, chunk[8], first[9];
+    int big = -1, tail_start = 0, tail_chunk = 0; /* the last matrix's big chunks, where its tail starts */
     for (int i = 0; i < count; i++) {
-        chunk[i] = chunk_rows(W[i]->rows, team->n, W[i]->packed != NULL);
+        const int rows = W[i]->rows;
+        chunk[i] = chunk_rows(rows, team->n, W[i]->packed != NULL);
         first[i] = total;
-        total += (W[i]->rows + chunk[i] - 1) / chunk[i];
+        if (i == count - 1 && W[i]->packed && n >= TAIL_MIN_N && team->n > 1) {
+            /* the last team->n big chunks' rows (whole 32-row groups) in
+             * chunks of an eighth of a big one, at least TAIL_ROWS */
+            tail_start = rows > team->n * chunk[i] ? (rows - team->n * chunk[i]) / TAIL_ROWS * TAIL_ROWS : 0;
+            tail_chunk = (chunk[i] / 8 + TAIL_ROWS - 1) / TAIL_ROWS * TAIL_ROWS;
+            if (tail_chunk < TAIL_ROWS) tail_chunk = TAIL_ROWS;
+            big = (tail_start + chunk[i] - 1) / chunk[i];
+            total += big + (rows - tail_start + tail_chunk - 1) / tail_chunk;
+        } else
+            total += (rows + chunk[i] - 1) / chunk[i];
     }
     first[count] = total;
     for (int c = rf_team_next(team); c < total; c = rf_team_next(team)) {
         int i = 0;
         while (c >= first[i + 1]) i++;
-        int a = (c - first[i]) * chunk[i], b = a + chunk[i] < W[i]->rows ? a + chunk[i] : W[i]->rows;
-        run_range(&p, Y[i], W[i]->rows, X, W[i], n, a, b);
+        const int rows = W[i]->rows, k = c - first[i];
+        int a, b;
+        if (i < count - 1 || big < 0) {
+            a = k * chunk[i];
+            b = a + chunk[i] < rows ? a + chunk[i] : rows;
+        } else if (k < big) {
+            a = k * chunk[i];
+            b = a + chunk[i] < tail_start ? a + chunk[i] : tail_start;
+        } else {
+            a = tail_start + (k - big) * tail_chunk;
+            b = a + tail_chunk < rows ? a + tail_chunk : rows;
+        }
+        run_range(&p, Y[i], rows, X, W[i], n, a, b);
     }
     rf_team_barrier(team); /* every Y is complete */
 }

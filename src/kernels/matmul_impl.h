@@ -46,7 +46,8 @@ typedef struct {
     int32_t nsum8; /* -8 * sum(q): Q4_0's nibble offset, folded into the integer dot */
 } rf_xq_avx2;      /* one 32-block of one token, 40 bytes */
 size_t rf_q_prep_avx2_bytes(int n, int cols);
-void rf_q_prep_avx2(void *xp, const float *X, int n, int cols);
+/* share part of parts (tokens: its layout is token-major) */
+void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, int part, int parts);
 void rf_q_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 /* ---- avx2, W packed (matmul_avx2p.c; a is a multiple of 16) ---- */
 /* bf16: X as it is (f32, no prep) */
@@ -65,13 +66,15 @@ void rf_bf16_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W,
  * weights, the activations f32 (split) or rounded to bf16 (single) by the
  * prep; a is a multiple of 16 */
 size_t rf_bf16p_prep_avx512_bytes(int n, int cols);
-void rf_bf16p_prep_avx512(void *xp, const float *X, int n, int cols, int single);
+/* share part of parts (16-column chunks: its layout is pair-major) */
+void rf_bf16p_prep_avx512(void *xp, const float *X, int n, int cols, int single, int part, int parts);
 void rf_bf16p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 /* Q8_0 / Q4_0 with W in 16-row panels (rf_mat_pack) and the activations
  * per token and block (the same rounding as rf_q_prep_avx512; the prep
  * depends on the weight dtype); a is a multiple of 16 */
 size_t rf_q8p_prep_avx512_bytes(int n, int cols);
-void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt);
+/* share part of parts (blocks: its layout is block-major) */
+void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt, int part, int parts);
 void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 /* f32 / f16 weights with 16-wide FMAs (X used as it is, no prep) */
 void rf_float_range_avx512(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b);

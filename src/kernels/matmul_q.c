@@ -28,11 +28,11 @@ static inline float hmax8(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-void rf_q_prep_avx2(void *xp, const float *X, int n, int cols) {
-    const int nb = cols / RF_QK;
-    rf_xq_avx2 *o = xp;
+void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, int part, int parts) {
+    const int nb = cols / RF_QK, t0 = (int)((long)n * part / parts), t1 = (int)((long)n * (part + 1) / parts);
+    rf_xq_avx2 *o = (rf_xq_avx2 *)xp + (size_t)t0 * nb;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    for (int t = 0; t < n; t++)
+    for (int t = t0; t < t1; t++)
         for (int b = 0; b < nb; b++, o++) {
             const float *x = X + (size_t)t * cols + b * RF_QK;
             __m256 v[4], m = _mm256_setzero_ps();
