@@ -357,7 +357,18 @@ static void test_cancel(void) {
     rf_roll_seq *q = rf_roll_seq_new(&m, pr, 2, &p);
     const int *t, *ps;
     int nl;
-    CHECK(q && rf_roll_seq_next(q, 8, &t, &ps, &nl) == 2 && nl == 1, "cancel: first call");
+    /* the first call: the prompt, then the slot's masks after it (logits for
+     * the last prompt token and the masks); a budget without room for the
+     * masks gets the prompt alone */
+    rf_roll_seq *q0 = rf_roll_seq_new(&m, pr, 2, &p);
+    CHECK(q0 && rf_roll_seq_next(q0, 5, &t, &ps, &nl) == 2 && nl == 1 && t[0] == 3 && t[1] == 4,
+          "a budget of 5: the prompt alone");
+    rf_roll_seq_free(q0);
+    int n0 = q ? rf_roll_seq_next(q, 8, &t, &ps, &nl) : 0;
+    int masks_ok = n0 == 6 && nl == 5 && t[0] == 3 && t[1] == 4;
+    for (int i = 2; masks_ok && i < 6; i++) masks_ok = t[i] == c.mask_id && ps[i] == i;
+    CHECK(masks_ok, "first call: %d tokens, %d logits (want the prompt and 4 masks at positions 2-5, 5 logits)", n0,
+          nl);
     flag = 1;
     CHECK(rf_roll_seq_next(q, 8, &t, &ps, &nl) == -1, "cancel: a call after the flag was handed out");
     rf_roll_seq_free(q);

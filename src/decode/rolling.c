@@ -32,7 +32,9 @@
  * demo model), so up to STALE_DRAFTS of them are fed again. Drafts are fed
  * only while the mask head's probability for them exceeds slot_threshold
  * (the plan's rule for starting a slot). With W = slot_size masks per call a
- * call holds at most 1 + (W - 1) + W tokens. */
+ * call holds at most 1 + (W - 1) + W tokens. The prefill's last chunk is
+ * such a call with the last prompt token as its committed token, no drafts
+ * and W masks: the first drafts come with the first answer token. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -182,6 +184,7 @@ struct rf_roll_seq {
     int stale;             /* its drafts follow a failed one */
     int n_call;            /* its tokens, 1 + k + w */
     int last_n;            /* tokens handed out by the last rf_roll_seq_next */
+    int pre_w;             /* masks after the prompt's last chunk (that call's w) */
     double t0;             /* when they were */
 };
 
@@ -200,7 +203,7 @@ rf_roll_seq *rf_roll_seq_new_reusing(const rf_model *m, const int *prompt, int n
     q->V = m->cfg.vocab_size, q->G = p->gen_length, q->eos = gen_eos_id(m, p), q->mask = gen_mask_id(m, p);
     q->W = p->slot_size;
     const int W = q->W, chunk = n_prompt < 256 ? n_prompt : 256;
-    q->cap = chunk > 2 * W ? chunk : 2 * W;
+    q->cap = chunk + W > 2 * W ? chunk + W : 2 * W;
     rf_workspace_kv_init(p->ws, &q->kv, &m->cfg, n_prompt + q->G);
     q->tok = rf_scoped_malloc((size_t)q->cap * sizeof(int)), q->pos = rf_scoped_malloc((size_t)q->cap * sizeof(int));
     q->draft = rf_scoped_malloc((size_t)2 * W * sizeof(int));
@@ -209,9 +212,10 @@ rf_roll_seq *rf_roll_seq_new_reusing(const rf_model *m, const int *prompt, int n
     policy_init(&q->pol, p);
     rf_rng_seed(&q->rng, p->seed);
     ans_init(&q->ans, &q->p, q->G, q->eos);
-    /* the prefill is the first call (one step, as gen_prefill counts it): no
-     * drafts, no masks; the last prompt token's logits give the first
-     * answer token */
+    /* the prefill is the first call (one step, as gen_prefill counts it):
+     * the last prompt token's logits give the first answer token, and the
+     * masks after the prompt's last chunk (rf_roll_seq_next) the first
+     * drafts */
     q->st = ans_step(&q->ans, 0);
     /* a reused prefix: its entries as a prefill would have computed them
      * (the same tokens at the same positions 0..n_reuse-1) */
@@ -255,6 +259,25 @@ int rf_roll_seq_next(rf_roll_seq *q, int budget, const int **tokens, const int *
         for (int i = 0; i < n; i++) q->pos[i] = q->fed + i;
         *tokens = q->prompt + q->fed, *pos = q->pos;
         *n_logits = q->fed + n == q->n_prompt;
+        /* the last chunk plans the first slot too: masks after the prompt,
+         * where a call whose drafts all passed has them (the first at the
+         * answer position the last prompt token's logits decide). Without
+         * them the first decoding call fed no drafts and committed one token
+         * (at the 0.6B shape a fifth of a 50-token prompt's prefill costs
+         * less than that call) */
+        q->pre_w = 0;
+        if (*n_logits) {
+            int wn = q->p.draft_adaptive ? policy_slot(&q->pol, q->W) : q->W;
+            if (q->p.draft_adaptive && wn == 1) wn = 0; /* as roll_commit: a plain AR start */
+            if (wn > q->G) wn = q->G;
+            if (wn > 0 && n + wn <= budget && n + wn <= q->cap) {
+                memcpy(q->tok, q->prompt + q->fed, (size_t)n * sizeof(int));
+                for (int i = 0; i < wn; i++) q->tok[n + i] = q->mask, q->pos[n + i] = q->fed + n + i;
+                *tokens = q->tok, *n_logits = 1 + wn;
+                q->pre_w = wn;
+                return q->last_n = n + wn;
+            }
+        }
         return q->last_n = n;
     }
     *tokens = q->tok, *pos = q->pos, *n_logits = q->n_call;
@@ -349,11 +372,11 @@ int rf_roll_seq_after(rf_roll_seq *q, const float *logits) {
     q->last_n = 0;
     if (q->done || n < 1) return q->done;
     if (q->fed < q->n_prompt) {
-        q->fed += n;
+        q->fed += n - q->pre_w;
         if (q->fed < q->n_prompt) return 0;
-        /* the prefill's last chunk: as if the last prompt token were fed,
-         * nothing to crop */
-        q->k = q->w = 0, q->base = q->kv.len - 1, q->stale = 0;
+        /* the prefill's last chunk: as if the last prompt token were fed
+         * with no drafts and pre_w masks (cropped with the call's rest) */
+        q->k = 0, q->w = q->pre_w, q->base = q->kv.len - 1 - q->pre_w, q->stale = 0;
     } else if (q->p.draft_adaptive) {
         policy_time(&q->pol, n, rf_now() - q->t0);
     }
