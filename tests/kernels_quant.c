@@ -248,7 +248,8 @@ static double test_matmuls(const char *tier) {
     rf_rng_seed(&g, 4321);
     const int rows_l[] = {1, 3, 7, 33, 257};
     const int cols_l[] = {32, 96, 160, 1024};
-    const int n_l[] = {1, 2, 3, 5, 7, 9, 16, 17, 24, 33, 64};
+    /* every kernel path: 1-4 / 1-6 token tiles, blocks outside (to 128), panel groups beyond */
+    const int n_l[] = {1, 2, 3, 5, 7, 9, 16, 17, 24, 33, 64, 65, 100, 129};
     double worst = 0;
     for (int q = 0; q < 2; q++) {
         rf_dtype dt = q ? RF_Q4_0 : RF_Q8_0;

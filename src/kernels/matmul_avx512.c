@@ -698,7 +698,7 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
 
 /* ---- a few tokens: the weight blocks outside, the token tiles inside ------------
  *
- * Calls of more tokens than one tile holds (Q8_0 5..64, Q4_0 7..64).
+ * Calls of more tokens than one tile holds (Q8_0 5..128, Q4_0 7..128).
  * The panel-group order below (rf_qp_range_avx512's own) reads a group's
  * weights from memory in its first token tile and brings the next group in
  * with software prefetches spread over the other tiles; at the 0.6B shape
@@ -715,9 +715,13 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
  * panel-group order or faster: on another Xeon (Emerald Rapids, avx512, 2
  * threads, 0.6B) a 32-token call went from 3.2x to 3.0x a 1-token call in
  * Q8_0 and 4.1x to 3.85x in Q4_0, 24 and 64 tokens within the noise (an
- * earlier machine had the panel-group order ahead beyond 24, Q4_0 16). */
+ * earlier machine had the panel-group order ahead beyond 24, Q4_0 16).
+ * Up to 128 tokens since a prefill of the demo's prompts with the rolling
+ * slot's masks (50-100 tokens) crossed 64: there a Q8_0 call of 65 tokens
+ * cost 1.00x a 64-token call against 1.05-1.08x in the panel-group order,
+ * 80 tokens 1.24-1.25x against 1.25-1.32x, 96 and 128 alike. */
 #define BO_PANELS 2
-#define BO_MAX_N 64 /* Q8_0 and Q4_0; the sums buffer */
+#define BO_MAX_N 128 /* Q8_0 and Q4_0; the sums buffer (16 KiB on the stack) */
 
 /* one block of BO_PANELS (P) panels for one tile of T tokens: the integer
  * dot of each (panel, token), scaled into acc[t][16 p] */
