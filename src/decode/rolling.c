@@ -243,6 +243,13 @@ int rf_roll_seq_take_cache(rf_roll_seq *q, rf_kvcache *kv, int **ids) {
 
 int rf_roll_seq_width(const rf_roll_seq *q) { return q->cap; }
 
+/* the next call's slot: W, or the adaptive policy's width */
+static int next_slot(rf_roll_seq *q) { return q->p.draft_adaptive ? policy_slot(&q->pol, q->W) : q->W; }
+
+/* the masks a slot of Wc feeds: an adaptive width of 1 is a plain AR call
+ * (one mask would draft nothing) */
+static int slot_masks(const rf_roll_seq *q, int Wc) { return q->p.draft_adaptive && Wc == 1 ? 0 : Wc; }
+
 rf_kvcache *rf_roll_seq_kv(rf_roll_seq *q) { return &q->kv; }
 
 int rf_roll_seq_done(const rf_roll_seq *q) { return q->done; }
@@ -268,8 +275,7 @@ int rf_roll_seq_next(rf_roll_seq *q, int budget, const int **tokens, const int *
          * instead of 3,993, 2.32x AR's speed instead of 2.23x) */
         q->pre_w = 0;
         if (*n_logits) {
-            int wn = q->p.draft_adaptive ? policy_slot(&q->pol, q->W) : q->W;
-            if (q->p.draft_adaptive && wn == 1) wn = 0; /* as roll_commit: a plain AR start */
+            int wn = slot_masks(q, next_slot(q));
             if (wn > q->G) wn = q->G;
             if (wn > 0 && n + wn <= budget && n + wn <= q->cap) {
                 memcpy(q->tok, q->prompt + q->fed, (size_t)n * sizeof(int));
@@ -290,7 +296,7 @@ int rf_roll_seq_next(rf_roll_seq *q, int budget, const int **tokens, const int *
  * the next call. */
 static void roll_commit(rf_roll_seq *q, const float *logits) {
     const rf_gen_params *p = &q->p;
-    const int V = q->V, G = q->G, W = q->W, eos = q->eos, k = q->k, w = q->w;
+    const int V = q->V, G = q->G, eos = q->eos, k = q->k, w = q->w;
     rf_answer *ans = &q->ans;
     int *draft = q->draft, *ap = q->ap;
     float *conf = q->conf;
@@ -342,7 +348,7 @@ static void roll_commit(rf_roll_seq *q, const float *logits) {
     /* feed: the last committed token, the drafts for the next answer
      * positions (while confident; fewer when stale), W masks; nothing past
      * the answer's end */
-    int room = G - q->n_ans, Wc = p->draft_adaptive ? policy_slot(&q->pol, W) : W;
+    int room = G - q->n_ans, Wc = next_slot(q);
     int kn = q->nd < Wc - 1 ? q->nd : Wc - 1;
     if (!q->fresh && kn > STALE_DRAFTS) kn = STALE_DRAFTS;
     if (kn > room) kn = room;
@@ -351,7 +357,7 @@ static void roll_commit(rf_roll_seq *q, const float *logits) {
             kn = i;
             break;
         }
-    if (p->draft_adaptive && Wc == 1) Wc = 0; /* a plain AR call: one mask would draft nothing */
+    Wc = slot_masks(q, Wc);
     int wn = room - kn < Wc ? room - kn : Wc;
     q->base = q->kv.len;
     if (p->draft_adaptive) kn = policy_drafts(&q->pol, conf, kn, !q->fresh, wn);

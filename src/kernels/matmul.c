@@ -407,10 +407,10 @@ typedef struct {
 
 /* The activations in the layout the chosen kernel reads, once per call:
  * plan picks the path and takes the buffer (the calling thread's scratch),
- * fill writes share part of parts of it. The preps that split (splits) do
- * so along their layout's major dimension, so that the shares are
- * contiguous and threads do not write the same cache lines; the others
- * fill whole (part 0 of 1). */
+ * fill writes share part of parts of it. The preps that split do so along
+ * their layout's major dimension, so that the shares are contiguous and
+ * threads do not write the same cache lines; the others are written whole
+ * by part 0. */
 static mm_prep plan(const float *X, const rf_mat *W, int n) {
     mm_prep p = {choose_path(W->dtype, W->cols, n), X, 0};
     /* amx: Q8_0 / Q4_0 calls on packed W of the widths amx_q_wanted picks
@@ -439,27 +439,29 @@ static mm_prep plan(const float *X, const rf_mat *W, int n) {
     return p;
 }
 
-static int splits(const mm_prep *p, const rf_mat *W) {
-    return p->path == PATH_AVX2_Q || ((p->path == PATH_AVX512_Q || p->path == PATH_AVX512_BF16) && W->packed);
-}
-
 static void fill(const mm_prep *p, const float *X, const rf_mat *W, int n, int part, int parts) {
     void *b = (void *)p->xp;
     switch (p->path) {
-    case PATH_AMX_Q: rf_q_prep_amx(b, X, n, W->cols, W->dtype); break;
-    case PATH_AVX2_Q: rf_q_prep_avx2(b, X, n, W->cols, part, parts); break;
+    case PATH_AVX2_Q: rf_q_prep_avx2(b, X, n, W->cols, part, parts); return;
     case PATH_AVX512_Q:
-        if (W->packed)
+        if (W->packed) {
             rf_q8p_prep_avx512(b, X, n, W->cols, W->dtype, part, parts);
-        else
-            rf_q_prep_avx512(b, X, n, W->cols, W->dtype);
+            return;
+        }
         break;
     case PATH_AVX512_BF16:
-        if (W->packed)
+        if (W->packed) {
             rf_bf16p_prep_avx512(b, X, n, W->cols, p->single, part, parts);
-        else
-            rf_bf16_prep_avx512(b, X, n, W->cols, p->single);
+            return;
+        }
         break;
+    default: break;
+    }
+    if (part) return; /* the preps below do not split */
+    switch (p->path) {
+    case PATH_AMX_Q: rf_q_prep_amx(b, X, n, W->cols, W->dtype); break;
+    case PATH_AVX512_Q: rf_q_prep_avx512(b, X, n, W->cols, W->dtype); break;
+    case PATH_AVX512_BF16: rf_bf16_prep_avx512(b, X, n, W->cols, p->single); break;
     case PATH_AMX_BF16:
         if (W->packed)
             rf_bf16p_prep_amx(b, X, n, W->cols, p->single);
@@ -586,10 +588,7 @@ void rf_matmul_team(rf_team *team, int tid, int count, float *const *Y, const fl
     const mm_prep p = {(mm_path)team->mm_path, team->mm_xp, team->mm_single};
     /* every thread prepares its share of the activations (thread 0 alone
      * made its team wait ~1% of a rolling call's time at the 0.6B shape) */
-    if (splits(&p, W[0]))
-        fill(&p, X, W[0], n, tid, team->n);
-    else if (tid == 0)
-        fill(&p, X, W[0], n, 0, 1);
+    fill(&p, X, W[0], n, tid, team->n);
     rf_team_barrier(team);
     /* the chunks of all count matrices in one shared loop: a thread that
      * finishes a small matrix (k, v) goes on with the next. Wide calls on
@@ -597,40 +596,38 @@ void rf_matmul_team(rf_team *team, int tid, int count, float *const *Y, const fl
      * team->n big chunks' rows): a big chunk taken last leaves the other
      * threads idle for half of it on average, an estimated ~3% of a 9-16
      * token call's o_proj and down at the 0.6B shape (8 chunks of 128 rows) */
-    int total = 0, chunk[8], first[9];
-    int big = -1, tail_start = 0, tail_chunk = 0; /* the last matrix's big chunks, where its tail starts */
+    /* per matrix: nbig chunks of chunk rows up to tail_start, then chunks
+     * of tail rows to its end (none but in the last matrix of a wide call) */
+    int total = 0, chunk[8], nbig[8], tail_start[8], tail[8], first[9];
     for (int i = 0; i < count; i++) {
         const int rows = W[i]->rows;
         chunk[i] = chunk_rows(rows, team->n, W[i]->packed != NULL);
-        first[i] = total;
+        tail_start[i] = rows, tail[i] = chunk[i];
         if (i == count - 1 && W[i]->packed && n >= TAIL_MIN_N && team->n > 1) {
             /* the last team->n big chunks' rows (whole 32-row groups) in
              * chunks of an eighth of a big one, at least TAIL_ROWS */
-            tail_start = rows > team->n * chunk[i] ? (rows - team->n * chunk[i]) / TAIL_ROWS * TAIL_ROWS : 0;
-            tail_chunk = (chunk[i] / 8 + TAIL_ROWS - 1) / TAIL_ROWS * TAIL_ROWS;
-            if (tail_chunk < TAIL_ROWS) tail_chunk = TAIL_ROWS;
-            big = (tail_start + chunk[i] - 1) / chunk[i];
-            total += big + (rows - tail_start + tail_chunk - 1) / tail_chunk;
-        } else
-            total += (rows + chunk[i] - 1) / chunk[i];
+            tail_start[i] = rows > team->n * chunk[i] ? (rows - team->n * chunk[i]) / TAIL_ROWS * TAIL_ROWS : 0;
+            tail[i] = (chunk[i] / 8 + TAIL_ROWS - 1) / TAIL_ROWS * TAIL_ROWS;
+            if (tail[i] < TAIL_ROWS) tail[i] = TAIL_ROWS;
+        }
+        nbig[i] = (tail_start[i] + chunk[i] - 1) / chunk[i];
+        first[i] = total;
+        total += nbig[i] + (rows - tail_start[i] + tail[i] - 1) / tail[i];
     }
     first[count] = total;
     for (int c = rf_team_next(team); c < total; c = rf_team_next(team)) {
         int i = 0;
         while (c >= first[i + 1]) i++;
-        const int rows = W[i]->rows, k = c - first[i];
+        const int k = c - first[i];
         int a, b;
-        if (i < count - 1 || big < 0) {
+        if (k < nbig[i]) {
             a = k * chunk[i];
-            b = a + chunk[i] < rows ? a + chunk[i] : rows;
-        } else if (k < big) {
-            a = k * chunk[i];
-            b = a + chunk[i] < tail_start ? a + chunk[i] : tail_start;
+            b = a + chunk[i] < tail_start[i] ? a + chunk[i] : tail_start[i];
         } else {
-            a = tail_start + (k - big) * tail_chunk;
-            b = a + tail_chunk < rows ? a + tail_chunk : rows;
+            a = tail_start[i] + (k - nbig[i]) * tail[i];
+            b = a + tail[i] < W[i]->rows ? a + tail[i] : W[i]->rows;
         }
-        run_range(&p, Y[i], rows, X, W[i], n, a, b);
+        run_range(&p, Y[i], W[i]->rows, X, W[i], n, a, b);
     }
     rf_team_barrier(team); /* every Y is complete */
 }

@@ -24,6 +24,7 @@
 #include "io/quant.h"
 #include "kernels/matmul_impl.h"
 #include "kernels/simd512.h"
+#include "kernels/team.h"
 #include "util/util.h"
 
 /* ---- shared ---------------------------------------------------------------- */
@@ -181,12 +182,13 @@ size_t rf_bf16p_prep_avx512_bytes(int n, int cols) { return (size_t)n * ((cols +
  * one pointer per column pair (token-major, a 16-token tile needed a
  * pointer register per token) */
 void rf_bf16p_prep_avx512(void *xp, const float *X, int n, int cols, int single, int part, int parts) {
-    const int k2 = (cols + 1) / 2, nc = (cols + 15) / 16;
-    const int c0 = (int)((long)nc * part / parts) * 16, c1 = (int)((long)nc * (part + 1) / parts) * 16;
+    const int k2 = (cols + 1) / 2;
+    int c0, c1; /* this share's 16-column chunks */
+    rf_share((cols + 15) / 16, part, parts, &c0, &c1);
     float *o = xp;
     for (int t = 0; t < n; t++) {
         const float *x = X + (size_t)t * cols;
-        for (int c = c0; c < c1; c += 16) {
+        for (int c = 16 * c0; c < 16 * c1; c += 16) {
             int m = cols - c;
             __mmask16 k = m >= 16 ? 0xFFFF : (__mmask16)((1u << m) - 1);
             __m512 v = _mm512_maskz_loadu_ps(k, x + c);
@@ -560,7 +562,8 @@ size_t rf_q8p_prep_avx512_bytes(int n, int cols) { return (size_t)n * (cols / RF
 
 void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt, int part, int parts) {
     const int nb = cols / RF_QK, off = wdt == RF_Q8_0 ? 128 : 8; /* the weights' offset (see the pack) */
-    const int b0 = (int)((long)nb * part / parts), b1 = (int)((long)nb * (part + 1) / parts);
+    int b0, b1;
+    rf_share(nb, part, parts, &b0, &b1);
     for (int t = 0; t < n; t++)
         for (int b = b0; b < b1; b++) { /* the same rounding as rf_q_prep_avx512 */
             xq_block *o = (xq_block *)xp + (size_t)b * n + t;

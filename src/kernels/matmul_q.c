@@ -16,6 +16,7 @@
 
 #include "io/quant.h"
 #include "kernels/matmul_impl.h"
+#include "kernels/team.h"
 #include "util/util.h"
 
 size_t rf_q_prep_avx2_bytes(int n, int cols) { return (size_t)n * (cols / RF_QK) * sizeof(rf_xq_avx2); }
@@ -29,7 +30,9 @@ static inline float hmax8(__m256 v) {
 }
 
 void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, int part, int parts) {
-    const int nb = cols / RF_QK, t0 = (int)((long)n * part / parts), t1 = (int)((long)n * (part + 1) / parts);
+    const int nb = cols / RF_QK;
+    int t0, t1;
+    rf_share(n, part, parts, &t0, &t1);
     rf_xq_avx2 *o = (rf_xq_avx2 *)xp + (size_t)t0 * nb;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int t = t0; t < t1; t++)

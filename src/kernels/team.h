@@ -57,10 +57,13 @@ static inline void rf_team_barrier(rf_team *t) {
  * barriers) */
 static inline int rf_team_next(rf_team *t) { return atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed); }
 
-/* this thread's contiguous share [*a, *b) of n items */
-static inline void rf_team_share(const rf_team *t, int tid, int n, int *a, int *b) {
-    *a = (int)((long)n * tid / t->n);
-    *b = (int)((long)n * (tid + 1) / t->n);
+/* share part of parts of n items: [*a, *b), contiguous, sizes within one */
+static inline void rf_share(int n, int part, int parts, int *a, int *b) {
+    *a = (int)((long)n * part / parts);
+    *b = (int)((long)n * (part + 1) / parts);
 }
+
+/* this thread's contiguous share [*a, *b) of n items */
+static inline void rf_team_share(const rf_team *t, int tid, int n, int *a, int *b) { rf_share(n, tid, t->n, a, b); }
 
 #endif
