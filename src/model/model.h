@@ -41,7 +41,8 @@ void rf_model_free(rf_model *m);
 /* model/pack.c: give the bf16 layer matrices and the lm head their packed
  * copies (kernels.h rf_mat_pack; also Q8_0 / Q4_0 ones, at every tier). The loaders call it; whoever
  * changes the matrices in place afterwards calls rf_model_unpack first
- * (rf_model_quantize does). Returns 0. */
+ * (rf_model_quantize does). Returns 0, or -1 with the error set when the
+ * copies do not fit in memory. */
 int rf_model_pack(rf_model *m);
 void rf_model_unpack(rf_model *m);
 

@@ -257,6 +257,20 @@ void *rf_try_aligned_alloc(size_t n) {
     return p;
 }
 
+void *rf_try_huge_alloc(size_t n) {
+    const size_t huge = (size_t)2 << 20;
+    if (n < huge) return rf_try_aligned_alloc(n);
+    size_t sz;
+    void *p = rf_add_size(n, huge - 1, &sz) || fail_now() ? NULL : aligned_alloc(huge, sz & ~(huge - 1));
+    if (!p) {
+        rf_set_error("out of memory allocating %zu bytes", n);
+        return NULL;
+    }
+    (void)madvise(p, sz & ~(huge - 1), MADV_HUGEPAGE); /* advice: where refused, 4 KiB pages */
+    memset(p, 0, sz & ~(huge - 1));                    /* the pages fault in after the advice */
+    return p;
+}
+
 void *rf_aligned_alloc(size_t n) {
     void *p = rf_try_aligned_alloc(n);
     if (!p) rf_oom(n);

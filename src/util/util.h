@@ -79,6 +79,12 @@ char *rf_strdup(const char *s);
 void *rf_try_malloc(size_t n);
 void *rf_try_realloc(void *p, size_t n);
 void *rf_try_aligned_alloc(size_t n); /* as rf_aligned_alloc, NULL on failure */
+/* As rf_try_aligned_alloc, for big blocks read from end to end on every call
+ * (the packed weights): from 2 MiB on, aligned to 2 MiB and advised into
+ * transparent huge pages, where the kernel allows them (madvise mode), so that
+ * a stream takes one TLB entry per 2 MiB and the hardware prefetchers do not
+ * stop at every 4 KiB page boundary. Free with free(). */
+void *rf_try_huge_alloc(size_t n);
 /* Room for element n of the array p (*cap elements of elem bytes): when n
  * has reached *cap, *cap doubles (from `first`) and p is reallocated; dies
  * when out of memory. Returns the (possibly moved) array. */
