@@ -43,8 +43,10 @@ int rf_model_pack(rf_model *m) {
     size_t total = 0;
     for (int i = 0; i < nt; i++) total += (rf_mat_pack_bytes(tg[i]) + 63) / 64 * 64;
     if (total) {
-        /* huge pages: a 16-token call of the 0.6B shape 4-6% faster, a
-         * 1-token call 2-5% (Q8_0, Q4_0; Xeon, avx512, 2 threads) */
+        /* huge pages: a 16-token call of the 0.6B shape 2-9% faster, a
+         * 1-token call 0-6% (Q8_0, Q4_0; Xeon, avx512, 2 threads). In a VM
+         * whose memory the host backs on first touch, loading may take
+         * longer (docs/benchmarks.md, "The weights in huge pages") */
         char *p = rf_try_huge_alloc(total);
         if (!p) {
             free(tg);
