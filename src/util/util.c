@@ -84,10 +84,12 @@ static int fail_now(void) {
 }
 
 static void *sys_malloc(size_t n) { return fail_now() ? NULL : malloc(n ? n : 1); }
-static void *sys_aligned(size_t n) { /* 64-byte aligned, n rounded up; NULL on overflow */
+/* align-byte aligned (a power of two), n rounded up to a multiple of it;
+ * NULL on overflow */
+static void *sys_aligned(size_t n, size_t align) {
     size_t sz;
-    if (rf_add_size(n ? n : 1, 63, &sz)) return NULL;
-    return fail_now() ? NULL : aligned_alloc(64, sz & ~(size_t)63);
+    if (rf_add_size(n ? n : 1, align - 1, &sz)) return NULL;
+    return fail_now() ? NULL : aligned_alloc(align, sz & ~(align - 1));
 }
 
 /* ---- scoped blocks ------------------------------------------------------------
@@ -113,7 +115,7 @@ static _Thread_local char t_owner;
 static void *scoped_alloc(size_t n, int zero) {
     size_t sz;
     if (rf_add_size(n, SCOPED_HDR, &sz)) rf_oom(n);
-    scoped_blk *b = sys_aligned(sz);
+    scoped_blk *b = sys_aligned(sz, 64);
     if (!b) rf_oom(n);
     if (zero) memset((char *)b + SCOPED_HDR, 0, n);
     b->owner = &t_owner;
@@ -247,28 +249,25 @@ void *rf_calloc(size_t n, size_t sz) {
     return p;
 }
 
-void *rf_try_aligned_alloc(size_t n) {
-    void *p = sys_aligned(n);
+/* a zeroed block of n bytes rounded up to align; huge: advised into
+ * transparent huge pages before its pages are first touched */
+static void *try_zeroed(size_t n, size_t align, int huge) {
+    void *p = sys_aligned(n, align);
     if (!p) {
         rf_set_error("out of memory allocating %zu bytes", n);
         return NULL;
     }
-    memset(p, 0, (n + 63) & ~(size_t)63);
+    const size_t sz = (n + align - 1) & ~(align - 1); /* no overflow: sys_aligned checked it */
+    if (huge) (void)madvise(p, sz, MADV_HUGEPAGE);    /* advice: where refused, 4 KiB pages */
+    memset(p, 0, sz);
     return p;
 }
 
+void *rf_try_aligned_alloc(size_t n) { return try_zeroed(n, 64, 0); }
+
 void *rf_try_huge_alloc(size_t n) {
     const size_t huge = (size_t)2 << 20;
-    if (n < huge) return rf_try_aligned_alloc(n);
-    size_t sz;
-    void *p = rf_add_size(n, huge - 1, &sz) || fail_now() ? NULL : aligned_alloc(huge, sz & ~(huge - 1));
-    if (!p) {
-        rf_set_error("out of memory allocating %zu bytes", n);
-        return NULL;
-    }
-    (void)madvise(p, sz & ~(huge - 1), MADV_HUGEPAGE); /* advice: where refused, 4 KiB pages */
-    memset(p, 0, sz & ~(huge - 1));                    /* the pages fault in after the advice */
-    return p;
+    return n < huge ? try_zeroed(n, 64, 0) : try_zeroed(n, huge, 1);
 }
 
 void *rf_aligned_alloc(size_t n) {
