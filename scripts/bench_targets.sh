@@ -10,8 +10,10 @@
 #
 # Targets (README "Benchmarks"):
 #   1. a 1-token matmul streams its weights at >= 85% of the measured read
-#      bandwidth, per tier and dtype (bf16, Q8_0, Q4_0; the 0.6B lm_head
-#      matrix, 151936 x 1024, far larger than the caches)
+#      bandwidth, per tier and dtype (bf16, Q8_0, Q4_0; the packed layout the
+#      model uses; a matrix of 1024 columns and as many rows as make it, in
+#      Q4_0, 2.5x the L3: the 0.6B lm_head, 151936 x 1024, or more where the
+#      L3 holds that in Q4_0 or Q8_0: 260 MiB on an Emerald Rapids Xeon)
 #   2. a 16-token Q8_0 forward of the 0.6B shape costs <= 1.8x a 1-token one
 #      at avx2 (and the same ratio at avx512; bf16 for comparison, also with
 #      the activations rounded to bf16 once: REFUSION_BF16_ACT=bf16)
@@ -40,8 +42,13 @@ run() { echo; echo "\$ $*"; "$@"; }
 # redirected to one file, tee reopened it truncated and cut the report)
 
 echo; echo "## 1. 1-token matmul: % of the measured read bandwidth (target >= 85%)"
-out=$(run "$B/bench_kernels_matmul" --shape 151936x1024 --n 1 --dtype bf16,q8_0,q4_0 | tee -a /dev/stderr)
-echo "$out" | awk '$1 == "0.6B" && $6 == 1 { p = $9 + 0; printf "  %-6s %-5s %s of the read bandwidth: %s\n", $4, $5, $9, (p > 100 ? "PROBE BUG (a kernel cannot beat the bandwidth)" : p >= 85 ? "MET" : "missed") }'
+l3=$(getconf LEVEL3_CACHE_SIZE 2>/dev/null || echo 0); [ "${l3:-0}" -gt 0 ] || l3=$((32 << 20))
+rows=$(( (l3 * 5 / 2 / 576 + 15) / 16 * 16 )) # a Q4_0 row of 1024 columns: 576 bytes
+[ "$rows" -ge 151936 ] || rows=151936
+out=$(run "$B/bench_kernels_matmul" --shape "${rows}x1024" --n 1 --dtype bf16,q8_0,q4_0 | tee -a /dev/stderr)
+# the benchmark runs the read probe again when a row beats it and flags a
+# row still above it (bench/read_probe.h)
+echo "$out" | awk '$6 == 1 && $5 ~ /p$/ { p = $9 + 0; printf "  %-6s %-5s %s of the read bandwidth: %s\n", $4, $5, $9, (/PROBE BUG/ ? "PROBE BUG (a kernel cannot beat the bandwidth)" : p >= 85 ? "MET" : "missed") }'
 
 echo; echo "## 2-3. 0.6B forward: 16-token / 1-token cost (target <= 1.8x for Q8_0 at avx2), AR decode tokens/s (target >= 30 for Q8_0)"
 out=$(run "$B/bench_model_forward" --dtype q8_0,bf16,q4_0 --n 1,4,8,16,64 --decode 64 | tee -a /dev/stderr)

@@ -5,9 +5,12 @@
 #ifndef RF_ROOFLINE_H
 #define RF_ROOFLINE_H
 
-/* GB/s (1e9 bytes) summing a 1 GiB f32 array with AVX2 as the packed
- * kernels stream their weights (4 prefetched streams per thread), best of 8
- * passes. A kernel reading faster than this is a probe bug. */
+/* GB/s (1e9 bytes) summing a 1 GiB f32 array (in huge pages, as the
+ * packed weights) with AVX2 as the packed kernels stream their weights (4
+ * prefetched streams per thread), best of 8 passes; 0 if the array cannot
+ * be allocated. A kernel reading faster than this in the same minute is a
+ * probe bug (the bandwidth of a shared machine moves from minute to
+ * minute: compare a kernel with a probe measured next to it). */
 double rf_measure_read_gbs(void);
 /* GFLOP/s (FMA = 2 flops) of a register-only 8-wide FMA loop (each
  * thread's fastest of 200 short bursts, summed over the threads). */
