@@ -48,7 +48,11 @@ rows=$(( (l3 * 5 / 2 / 576 + 15) / 16 * 16 )) # a Q4_0 row of 1024 columns: 576 
 out=$(run "$B/bench_kernels_matmul" --shape "${rows}x1024" --n 1 --dtype bf16,q8_0,q4_0 | tee -a /dev/stderr)
 # the benchmark runs the read probe again when a row beats it and flags a
 # row still above it (bench/read_probe.h)
-echo "$out" | awk '$6 == 1 && $5 ~ /p$/ { p = $9 + 0; printf "  %-6s %-5s %s of the read bandwidth: %s\n", $4, $5, $9, (/PROBE BUG/ ? "PROBE BUG (a kernel cannot beat the bandwidth)" : p >= 85 ? "MET" : "missed") }'
+# (fields counted from the shape's: a layer name may be one word or two)
+echo "$out" | awk '{ for (s = 1; s <= NF && $s !~ /^[0-9]+x[0-9]+$/; s++); }
+  s < NF && $(s + 3) == 1 && $(s + 2) ~ /p$/ { p = $(s + 6) + 0
+    printf "  %-6s %-5s %s of the read bandwidth: %s\n", $(s + 1), $(s + 2), $(s + 6),
+      (/PROBE BUG/ ? "PROBE BUG (a kernel cannot beat the bandwidth)" : p >= 85 ? "MET" : "missed") }'
 
 echo; echo "## 2-3. 0.6B forward: 16-token / 1-token cost (target <= 1.8x for Q8_0 at avx2), AR decode tokens/s (target >= 30 for Q8_0)"
 out=$(run "$B/bench_model_forward" --dtype q8_0,bf16,q4_0 --n 1,4,8,16,64 --decode 64 | tee -a /dev/stderr)
