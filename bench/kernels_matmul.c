@@ -49,7 +49,6 @@
 
 typedef struct { int rows, cols; const char *what; } shape;
 
-
 static const shape shapes[] = {
     {2048, 1024, "0.6B q_proj"},   {1024, 2048, "0.6B o_proj"},
     {3072, 1024, "0.6B gate/up"},  {1024, 3072, "0.6B down"},

@@ -38,7 +38,6 @@
 #include "model/forward.h"
 #include "util/util.h"
 
-
 static double g_gbs, g_peak[3][5]; /* [tier][dtype]; amx: the tile instructions' peaks */
 
 static size_t mat_bytes(const rf_mat *w) { return rf_dtype_row_bytes(w->dtype, w->cols) * w->rows; }

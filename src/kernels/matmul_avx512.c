@@ -248,11 +248,10 @@ static inline __attribute__((always_inline)) void pkern(const int P, const int T
 /* Panels per tile for T tokens: P*T accumulators + 2P widened weights + 2
  * broadcasts within the 32 registers. One expression, so that the
  * dispatch can use it as a constant. Two panels up to 13 tokens (26 + 4 +
- * 2 registers; one panel had been the rule from 9): each broadcast then
- * feeds two FMAs, and on an Emerald Rapids Xeon (avx512, 2 threads, 0.6B
- * shape, builds alternated A B B A twice) a call of 10 tokens went from
- * 1.54x to 1.32x a 1-token call, 12 tokens 1.69x -> 1.44x, 13 tokens
- * 1.69x -> 1.56x (16 tokens, one panel, unchanged). The most panels the
+ * 2 registers), where each broadcast feeds two FMAs: on an Emerald Rapids
+ * Xeon (avx512, 2 threads, 0.6B shape, A B B A twice) a call of 10 tokens
+ * cost 1.32x a 1-token call against 1.54x with one panel, 12 tokens 1.44x
+ * against 1.69x, 13 tokens 1.56x against 1.69x (16 tokens: one panel). The most panels the
  * registers allow at 3-8 tokens (6, 5, 4, 3, 3, 3) were within 0.03 of
  * these either way. */
 #define BP_PANELS(T) ((T) <= 2 ? 6 : (T) == 3 ? 5 : (T) == 4 ? 4 : (T) <= 6 ? 3 : (T) <= 13 ? 2 : 1)

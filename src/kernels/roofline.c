@@ -21,8 +21,8 @@ double rf_measure_read_gbs(void) {
      * against 32.3 GB/s, medians of 10 alternated runs) */
     float *a = rf_try_huge_alloc(n * sizeof(float));
     if (!a) return 0;
-    /* first touch from the threads that will read (NUMA placement), and
-     * non-zero so the pages are really mapped */
+    /* non-zero, written by the threads that will read it (the allocator
+     * has already touched every page once, zeroing it) */
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) a[i] = 1.0f;
     double best = 0, sink = 0;
