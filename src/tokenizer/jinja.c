@@ -1195,7 +1195,7 @@ static void sput(J *j, sbuf *b, const char *s, size_t n) {
     if (!n) return;
     charge_n(j, j->at, n, 1); /* WORK_BYTE per byte copied */
     if (b->n + n > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
+        size_t nc = b->cap ? b->cap * 2 : 32;
         while (nc < b->n + n) nc *= 2;
         b->p = jgrow(j, b->p, b->n, nc);
         b->cap = nc;
@@ -1411,6 +1411,9 @@ static val undef_why(J *j, const char *fmt, const char *a, size_t an) {
     u.n = strlen(buf);
     return u;
 }
+
+/* the same with a fixed reason: nothing allocated (a loop makes one per item) */
+#define undef_is(why) ((val){.t = T_UNDEF, .s = (why), .n = sizeof(why) - 1})
 
 static const char *type_name(val v) {
     switch (v.t) {
@@ -1895,14 +1898,14 @@ static val get_item(J *j, const jnode *at, val obj, val key) {
             size_t a = cp_off(obj.s, obj.n, (size_t)i), b = cp_off(obj.s, obj.n, (size_t)i + 1);
             return sub(j, obj, a, b - a);
         }
-        return undef_why(j, "string index out of range%.*s", "", 0);
+        return undef_is("string index out of range");
     }
     if (obj.t == T_DICT || obj.t == T_NS) {
         val *v = dict_get(j, obj.d, key);
         if (v) return *v;
     }
     if (key.t == T_STR) return get_attr(j, at, obj, key.s, key.n);
-    return undef_why(j, "no item for this key in a value%.*s", "", 0);
+    return undef_is("no item for this key in a value");
 }
 
 /* Python's slice indices for a sequence of length len */
@@ -2129,6 +2132,7 @@ static val need_str(J *j, const jnode *at, val v, const char *what) {
  * (memmem), charged by the bytes it passes. */
 static size_t find_fwd(J *j, const jnode *at, val s, size_t off, val p) {
     if (off + p.n > s.n) return s.n;
+    charge(j, at, 2 * WORK_ITEM); /* a call per hit: count('a') of 'aaa...' makes one per byte */
     const char *h = memmem(s.s + off, s.n - off, p.s, p.n);
     size_t r = h ? (size_t)(h - s.s) : s.n;
     charge_n(j, at, (r < s.n ? r + p.n : s.n) - off, WORK_BYTE);
@@ -2919,7 +2923,7 @@ static val eval_node(J *j, frame *f, jnode *n) {
     }
     case E_COND:
         if (truthy(eval(j, f, n->b))) return eval(j, f, n->a);
-        return n->c ? eval(j, f, n->c) : undef_why(j, "the conditional expression has no else branch%.*s", "", 0);
+        return n->c ? eval(j, f, n->c) : undef_is("the conditional expression has no else branch");
     case E_LIST: case E_TUPLE: {
         jlist *l = new_list(j, (size_t)n->nv);
         for (int i = 0; i < n->nv; i++) l->v[l->n++] = eval(j, f, n->v[i]);
@@ -2989,8 +2993,8 @@ static void exec_for(J *j, frame *f, jnode *n, sbuf *out) {
         val *lv = loop->v;
         lv[0] = vint(i + 1), lv[1] = vint(i), lv[2] = vint(len - i), lv[3] = vint(len - i - 1);
         lv[4] = vbool(i == 0), lv[5] = vbool(i == len - 1), lv[6] = vint(len);
-        lv[7] = i > 0 ? items->v[i - 1] : undef_why(j, "there is no previous item%.*s", "", 0);
-        lv[8] = i + 1 < len ? items->v[i + 1] : undef_why(j, "there is no next item%.*s", "", 0);
+        lv[7] = i > 0 ? items->v[i - 1] : undef_is("there is no previous item");
+        lv[8] = i + 1 < len ? items->v[i + 1] : undef_is("there is no next item");
         lv[9] = vint(1), lv[10] = vint(0);
         /* each iteration has its own scope: a set in the body does not
          * reach the next iteration (jinja2's rule; namespaces are how
@@ -3111,7 +3115,7 @@ void rf_jinja_limits_default(rf_jinja_limits *lim) {
     lim->max_output = 16u << 20;
     lim->max_steps = 10000000;
     lim->max_depth = 100;
-    lim->max_memory = (size_t)512 << 20;
+    lim->max_memory = (size_t)256 << 20;
 }
 
 static J *new_j(const rf_jinja_limits *lim) {

@@ -32,7 +32,7 @@ typedef struct {
     size_t max_memory; /* bytes of values and syntax tree */
 } rf_jinja_limits;
 
-/* 16 MiB output, 10 M steps, depth 100, 512 MiB memory */
+/* 16 MiB output, 10 M steps, depth 100, 256 MiB memory */
 void rf_jinja_limits_default(rf_jinja_limits *lim);
 
 /* Render the template src[0..len) with the variables of vars (a JSON
