@@ -1,7 +1,10 @@
 /* jinja.c - libFuzzer: any bytes as a chat template, rendered over a fixed
  * conversation with tools (small limits, so that every input is quick).
  * Each input renders or fails with one line "chat template: ..."; nothing
- * may crash, hang or grow without bound. */
+ * may crash, hang or grow without bound: scripts/fuzz.sh runs it with a
+ * per-input limit of 2 s and 600 MiB (-timeout, -rss_limit_mb), which the
+ * seed corpus's hostile-*.jinja (overflow, nesting, repetition, super-linear
+ * filters) would each exceed without the interpreter's bounds. */
 #include <jansson.h>
 #include <string.h>
 
@@ -25,8 +28,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!vars) abort();
     }
     rf_jinja_limits lim = {.max_output = 1u << 20, .max_steps = 200000, .max_depth = 40, .max_memory = 64u << 20};
-    size_t n;
-    char *out = rf_jinja_render((const char *)data, size, vars, &lim, &n);
+    size_t n, n_spans;
+    rf_text_span *spans;
+    /* the conversation as data: its spans are tracked through every operation */
+    char *out = rf_jinja_render_data((const char *)data, size, NULL, vars, &lim, &n, &spans, &n_spans);
+    for (size_t i = 0; out && i < n_spans; i++) /* sorted, apart, within the output */
+        if (spans[i].start >= spans[i].end || spans[i].end > n || (i && spans[i].start <= spans[i - 1].end)) abort();
+    free(spans);
     if (out) {
         if (n > lim.max_output) abort(); /* more than the limit came back */
         free(out);
