@@ -435,3 +435,4 @@ struct rf_workspace *rf_session_workspace(refusion_session *s) { return s->ws; }
 
 const rf_model *rf_api_model(const refusion_model *m) { return &m->m; }
 const rf_tokenizer *rf_api_tokenizer(const refusion_tokenizer *t) { return t->t; }
+const char *rf_api_model_path(const refusion_model *m) { return m->path; }
