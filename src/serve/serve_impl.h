@@ -31,6 +31,8 @@ typedef struct job {
     volatile int cancel_flag; /* rf_gen_params.cancel: the client left, or the answer is complete
                                  (max_tokens / stop); read by the decoder without the lock */
     double queued_at;       /* rf_now() when queued */
+    double deadline;        /* rf_now() by which a running job must end (--generation-timeout) */
+    int timed_out;          /* it passed the deadline: stopped, answered 503 */
     char *out;              /* stream: SSE bytes so far; else: the whole JSON body at DONE */
     size_t out_len, out_cap, out_sent;
     int status;             /* HTTP status of a non-stream answer */
@@ -92,6 +94,7 @@ struct rf_server {
     unsigned long n_latency, n_failed;
     unsigned long n_http[6];  /* HTTP answers by class: 1xx..5xx, [0] unused */
     unsigned long n_cancelled;
+    unsigned long n_gen_timeouts; /* generations stopped at their deadline */
     long long calls_after_cancel;
     /* the workers' sessions (/health): buffer allocations made while running
      * jobs (flat once each worker has run its largest request), and the
@@ -120,6 +123,9 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r);
 /* The client of j left: stop producing its output and, while it is still
  * queued, never run it. s->mu held. */
 void rf_serve_cancel_locked(rf_server *s, job *j);
+/* A running job past its deadline (now: rf_now()) is stopped: it ends
+ * before its next model call and is answered 503. s->mu held. */
+void rf_serve_expire_locked(rf_server *s, job *j, double now);
 /* OpenAI's error body {"error": {"message", "type", "param", "code"}};
  * param and code may be NULL (JSON null). */
 json_t *rf_serve_error_json(const char *msg, const char *type, const char *param, const char *code);

@@ -317,7 +317,7 @@ static int choice_begin(rf_server *s, job *j, int index, run_ctx *c, int *calls0
     for (int i = 0; i < j->req.n_stop; i++)
         if (strlen(j->req.stop[i]) > c->max_stop) c->max_stop = strlen(j->req.stop[i]);
     pthread_mutex_lock(&s->mu);
-    int gone = j->cancelled;
+    int gone = j->cancelled || j->timed_out;
     *calls0 = j->calls_now;
     if (!gone) j->cancel_flag = 0;
     pthread_mutex_unlock(&s->mu);
@@ -426,6 +426,23 @@ static void job_finish(rf_server *s, job *j, job_acc *a, int rc) {
     int status = 200;
     if (rc && j->cancelled) {
         /* the client left: nobody reads the answer */
+    } else if (rc && j->timed_out) {
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "the generation ran past its deadline of %d s and was stopped (--generation-timeout; fewer tokens "
+                 "or steps finish sooner)", s->cfg.generation_timeout_s);
+        if (s->cfg.verbose) fprintf(stderr, "refusion serve: %s: %s\n", j->id, msg);
+        body = rf_serve_error_body(msg, "server_error", NULL, "generation_timeout");
+        status = 503;
+        if (j->req.stream) {
+            pthread_mutex_lock(&s->mu);
+            out_append(j, "data: ", 6);
+            out_append(j, body, strlen(body));
+            out_append(j, "\n\n", 2);
+            pthread_mutex_unlock(&s->mu);
+            free(body);
+            body = NULL;
+        }
     } else if (rc) {
         /* the request was checked before it was queued, so this is our fault */
         char msg[300];
@@ -480,6 +497,8 @@ static void job_finish(rf_server *s, job *j, job_acc *a, int rc) {
         s->gen_seconds += a->sum.seconds;
         s->latency_sum += rf_now() - j->queued_at;
         s->n_latency++;
+    } else if (j->timed_out) {
+        s->n_gen_timeouts++;
     } else if (!j->cancelled) {
         s->n_failed++;
     }
@@ -555,6 +574,7 @@ static int start_job_locked(rf_server *s, job *j) {
         return -1;
     }
     j->state = JOB_RUNNING;
+    j->deadline = rf_now() + s->cfg.generation_timeout_s;
     s->n_running++;
     if (s->n_running > s->peak_running) s->peak_running = s->n_running;
     pthread_cond_broadcast(&j->cv); /* its connection waits for it to leave the queue */
@@ -1248,6 +1268,13 @@ void rf_serve_cancel_locked(rf_server *s, job *j) {
     j->cancel_flag = 1; /* a running decoder stops before its next model call */
     j->abandoned = 1; /* a queued job is dropped when the worker reaches it */
     j->calls_at_cancel = j->calls_now;
+}
+
+void rf_serve_expire_locked(rf_server *s, job *j, double now) {
+    (void)s;
+    if (j->state != JOB_RUNNING || j->timed_out || now <= j->deadline) return;
+    j->timed_out = 1;
+    j->cancel_flag = 1; /* the decoder stops before its next model call */
 }
 
 void rf_serve_get_stats(rf_server *s, rf_serve_stats *out) {
