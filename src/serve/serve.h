@@ -22,7 +22,11 @@
  * model call.
  *
  * request.c  JSON body -> prompt ids + settings (all validation)
- * worker.c   the job queue and the worker threads, max_tokens / stop cuts, SSE chunks
+ * worker.c   the job queues and the worker threads (decoders that are not batched)
+ * scheduler.c continuous batching: one model call per step for every batched generation
+ * answer.c   a choice's answer: max_tokens / stop cuts, SSE chunks, the response
+ * oai.c      OpenAI's response shapes and error bodies
+ * prefix_cache.c the KV caches of finished generations, reused by later prompts
  * http.c     libmicrohttpd glue: routing, bodies, responses, start/stop */
 #ifndef RF_SERVE_H
 #define RF_SERVE_H

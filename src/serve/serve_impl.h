@@ -1,4 +1,4 @@
-/* serve_impl.h - what http.c and worker.c share: the server and its jobs.
+/* serve_impl.h - what the server's files share: the server and its jobs.
  *
  * Locking: one mutex (rf_server.mu) guards the queue, every job's output
  * fields, reference counts and the counters. The model and tokenizer are
@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "model/forward.h" /* rf_batch, rf_kvcache: the workers' forwarded calls */
 #include "serve/serve.h"
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
@@ -74,7 +75,7 @@ struct rf_server {
     unsigned long long batch_mixed_calls;  /* calls with a rolling-slot row beside other rows */
     /* the model calls of the generations run in the workers (plan-and-infill,
      * MDM, n > 1 choices) that joined the batched calls, waiting here for the
-     * scheduler's next step (worker.c remote_forward) */
+     * scheduler's next step (scheduler.c rf_serve_remote_forward) */
     struct remote_call *rhead, *rtail;
     int workers_live;         /* worker threads not yet ended: the scheduler serves their calls until then */
     int scheduler_gone;       /* the scheduler has ended: a worker's call is refused */
@@ -112,9 +113,18 @@ struct rf_server {
     size_t *buffer_bytes;     /* [cfg.workers] */
 };
 
+/* worker.c: the job queues (s->mu held): the first job off a queue (NULL:
+ * empty); a job leaving the queue to run (-1: its client left, dropped);
+ * every queued job failed (shutdown) */
+job *rf_queue_pop_locked(job **head, job **tail);
+int rf_job_start_locked(rf_server *s, job *j);
+void rf_queue_fail_locked(rf_server *s, job **head, job **tail);
+/* scheduler.c: the executor of a worker's model calls under continuous
+ * batching (rf_workspace_set_forward; user: the rf_worker) */
+int rf_serve_remote_forward(void *user, const rf_model *m, rf_kvcache *c, const rf_batch *b);
 /* worker.c: the thread of an rf_worker */
 void *rf_serve_worker_main(void *worker);
-/* worker.c: the scheduler thread of the batched generations (arg: the server) */
+/* scheduler.c: the scheduler thread of the batched generations (arg: the server) */
 void *rf_serve_scheduler_main(void *server);
 /* Queue a parsed request (taken over: r is cleared). NULL, with the reason
  * in rf_last_error(), when stopping or the queue is full (HTTP 503). The job
