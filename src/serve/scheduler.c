@@ -342,6 +342,51 @@ typedef struct {
     int rows;              /* rows in all (a forked call's R rows each count) */
 } step_calls;
 
+/* Grow the run state *rs for a call of T tokens over contexts up to ctx
+ * (a wider call than any before: twice the tokens, or T): 0, or
+ * RF_ERR_NOMEM (*rs is then NULL). */
+static int fit_runstate(rf_server *s, rf_runstate **rs, int T, int ctx, int *max_ctx) {
+    if (*rs && rf_runstate_fits(*rs, T, ctx)) return 0;
+    int want = *rs && 2 * (*rs)->max_tokens > T ? 2 * (*rs)->max_tokens : T;
+    if (ctx > *max_ctx) *max_ctx = ctx;
+    rf_runstate_release(*rs);
+    if (!(*rs = guarded_runstate(&s->m->cfg, want, *max_ctx))) {
+        rf_set_error("out of memory for the batched model calls' buffers");
+        return RF_ERR_NOMEM;
+    }
+    return 0;
+}
+
+/* The step's call in /health's and /metrics' counters. */
+static void count_step(rf_server *s, const step_calls *sc, int n_roll, int n_worker, int worker_rows) {
+    pthread_mutex_lock(&s->mu);
+    s->batch_calls += sc->n > 0;
+    s->batch_rows += (unsigned long long)sc->rows;
+    s->batch_rolling_rows += (unsigned long long)n_roll;
+    if (n_roll && sc->rows > 1) s->batch_mixed_calls++;
+    if (sc->rows > s->batch_peak) s->batch_peak = sc->rows;
+    s->batch_worker_calls += (unsigned long long)n_worker;
+    s->batch_worker_rows += (unsigned long long)worker_rows;
+    if (n_worker && sc->n > 1) s->batch_worker_mixed_calls++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The workers' calls of the step are over (rc): their logits where their
+ * decoders asked (rem_l[k]: the first row of call k in logits), and each
+ * worker woken. A call refused before the pass is NULL (answered then). */
+static void deliver_remote(rf_server *s, remote_call **rem, const int *rem_l, int nrem, const float *logits, int V,
+                           int rc) {
+    for (int k = 0; k < nrem; k++) {
+        if (!rem[k]) continue;
+        const rf_batch *b = rem[k]->b;
+        if (!rc && b->n_logits > 0)
+            memcpy(b->logits, logits + (size_t)rem_l[k] * V, (size_t)b->n_logits * V * sizeof(float));
+        pthread_mutex_lock(&s->mu);
+        remote_done_locked(rem[k], rc);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
 void *rf_serve_scheduler_main(void *arg) {
     rf_server *s = arg;
     int threads = s->cfg.batch_threads > 0 ? s->cfg.batch_threads : s->cfg.defaults.threads;
@@ -423,15 +468,7 @@ void *rf_serve_scheduler_main(void *arg) {
             pthread_mutex_lock(&s->mu);
             continue;
         }
-        if (!rc && (!rs || !rf_runstate_fits(rs, T, ctx))) { /* a wider call than any before */
-            int want = rs && 2 * rs->max_tokens > T ? 2 * rs->max_tokens : T;
-            if (ctx > max_ctx) max_ctx = ctx;
-            rf_runstate_release(rs);
-            if (!(rs = guarded_runstate(&s->m->cfg, want, max_ctx))) {
-                rf_set_error("out of memory for the batched model calls' buffers");
-                rc = RF_ERR_NOMEM;
-            }
-        }
+        if (!rc) rc = fit_runstate(s, &rs, T, ctx, &max_ctx);
 
         /* the calls, each checked as rf_forward checks it alone: one that
          * fails leaves (its generation fails), the others go */
@@ -469,26 +506,8 @@ void *rf_serve_scheduler_main(void *arg) {
             rf_call_batch cb = {sc.n, sc.kv, sc.calls, sb.logits};
             rc = guarded_forward(s->m, rs, &cb);
         }
-        pthread_mutex_lock(&s->mu);
-        s->batch_calls += sc.n > 0;
-        s->batch_rows += (unsigned long long)sc.rows;
-        s->batch_rolling_rows += (unsigned long long)n_roll;
-        if (n_roll && sc.rows > 1) s->batch_mixed_calls++;
-        if (sc.rows > s->batch_peak) s->batch_peak = sc.rows;
-        s->batch_worker_calls += (unsigned long long)n_worker;
-        s->batch_worker_rows += (unsigned long long)worker_rows;
-        if (n_worker && sc.n > 1) s->batch_worker_mixed_calls++;
-        pthread_mutex_unlock(&s->mu);
-        /* the workers' calls: their logits where their decoders asked */
-        for (int k = 0; k < nrem; k++) {
-            if (!rem[k]) continue; /* refused above */
-            const rf_batch *b = rem[k]->b;
-            if (!rc && b->n_logits > 0)
-                memcpy(b->logits, sb.logits + (size_t)rem_l[k] * V, (size_t)b->n_logits * V * sizeof(float));
-            pthread_mutex_lock(&s->mu);
-            remote_done_locked(rem[k], rc);
-            pthread_mutex_unlock(&s->mu);
-        }
+        count_step(s, &sc, n_roll, n_worker, worker_rows);
+        deliver_remote(s, rem, rem_l, nrem, sb.logits, V, rc);
         /* each row takes its logits (draws its tokens: on_tokens streams them) */
         for (int i = 0; i < n_rows && (nr || rc); i++) {
             batch_row *r = rows[i];
