@@ -476,6 +476,11 @@ raises(ValueError, "slot_size", plain.create_chat_completion, msgs, slot_sise=3)
 raises(ValueError, "lora_path", Llama, model_path=DEMO, lora_path="x.gguf", verbose=False)
 raises(ValueError, "chat_format", Llama, model_path=DEMO, chat_format="llama-2", verbose=False)
 raises(ValueError, "does not exist", Llama, model_path=T + "/nope")
+# a bad generation_config.json: the library's message, naming the file and the key
+import shutil
+shutil.copytree(DEMO, T + "/badcfg")
+open(T + "/badcfg/generation_config.json", "w").write('{"refusion": {"slots": 3}}')
+raises(ValueError, "badcfg/generation_config.json: unknown setting \"refusion.slots\"", Llama, model_path=T + "/badcfg", verbose=False)
 raises(ValueError, "exceed context window", Llama(model_path=DEMO, n_ctx=8, verbose=False).create_chat_completion, msgs)
 check(plain.create_chat_completion(messages=msgs, response_format={"type": "text"}, logprobs=False)["choices"][0]["message"]["content"]
       == cli("d_chat")["text"], "neutral response_format / logprobs")
