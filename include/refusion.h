@@ -88,6 +88,17 @@ RF_API void rf_tokenizer_close(refusion_tokenizer *t);
  * "builtin". 0, or RF_ERR_INVALID (unreadable file, syntax error: the
  * message names the line). Not while other threads use t. */
 RF_API int rf_tokenizer_set_chat_template(refusion_tokenizer *t, const char *spec);
+/* Whether rf_tokenize_chat (and rf_tokenize with chat = 1) parses special
+ * tokens written in the messages: 0 (the default) encodes a message's
+ * "<|im_end|>" or "<|mask|>" as plain text, so that it cannot end its turn
+ * or forge another; the template's own markers are special either way.
+ * 1 parses them as special tokens. Not while other threads use t. */
+RF_API void rf_tokenizer_set_special_in_content(refusion_tokenizer *t, int on);
+/* 0 when the chat template renders a plain conversation (a user turn; a
+ * system and a user turn; user, assistant, user), else RF_ERR_INVALID with
+ * the template's error for the first: a template that can render no
+ * conversation at all, reported when it is loaded rather than at each use. */
+RF_API int rf_tokenizer_check_chat_template(const refusion_tokenizer *t);
 /* Token ids of text (UTF-8); chat = 1 wraps it as one user turn of the chat
  * template with the generation prompt. Writes at most cap ids; returns the
  * number of ids the text has (more than cap: call again with a larger
