@@ -14,7 +14,17 @@
 # still answers right; method="xx" and unknown settings raise RefusionError
 # naming the allowed values; every public name has a docstring;
 # `pip install ./python` builds offline (--no-index) and the installed copy
-# works, its version CMake's and rf_version()'s. Exit 77 (skipped) when
+# works, its version CMake's and rf_version()'s. Fresh venvs (offline):
+# installed from the source tree and from the `cmake --install` prefix, the
+# package finds the library with no environment, imported outside the
+# source tree; with the recorded library gone the error names each place
+# tried. Llama, written as llama-cpp-python's README writes it, on the demo
+# model: with no settings the answer of `refusion generate` and of the
+# server; llama_types.py's result shapes, streaming, stop strings, echo,
+# seeds, n_threads, tokenize/detokenize on bytes, ReFusion settings as
+# keyword arguments, refused arguments named, a bad generation_config.json,
+# ClosedError after close(). docs/python.md's ```python examples run.
+# Exit 77 (skipped) when
 # python3 is missing or the build is a sanitizer build (its .so cannot be
 # loaded into an uninstrumented python3).
 set -u
@@ -209,7 +219,7 @@ check(m.create_chat_completion(msgs, max_tokens=10, method="ar")["choices"][0]["
 
 # docstrings on every public name
 missing = [n for n in refusion.__all__ if not getattr(refusion, n).__doc__ and n not in ("METHODS", "AR_VERIFY")]
-for cls in (refusion.Model, refusion.Session):
+for cls in (refusion.Model, refusion.Session, refusion.Llama):
     for name, v in vars(cls).items():
         if not name.startswith("_") and not (getattr(v, "__doc__", None) or "").strip():
             missing.append(cls.__name__ + "." + name)
