@@ -231,8 +231,8 @@ static uint32_t file_type(rf_dtype t) {
     case RF_Q4_0: return 2;
     case RF_Q8_0: return 7;
     case RF_BF16: return 32;
+    default: return 0; /* not written as a whole file's type */
     }
-    return 0;
 }
 
 /* One tensor being written: a matrix of the model, or an f32 norm vector. */
@@ -244,18 +244,7 @@ typedef struct {
 /* row r of src as f32 */
 static void src_row(const rf_mat *W, int64_t r, float *out) {
     size_t rb = rf_dtype_row_bytes(W->dtype, W->cols);
-    const uint8_t *p = (const uint8_t *)W->data + (size_t)r * rb;
-    switch (W->dtype) {
-    case RF_F32: memcpy(out, p, (size_t)W->cols * 4); break;
-    case RF_BF16:
-        for (int i = 0; i < W->cols; i++) out[i] = rf_bf16_to_f32(((const uint16_t *)p)[i]);
-        break;
-    case RF_F16:
-        for (int i = 0; i < W->cols; i++) out[i] = rf_f16_to_f32(((const uint16_t *)p)[i]);
-        break;
-    case RF_Q8_0: rf_dequantize_row_q8_0(p, out, W->cols); break;
-    case RF_Q4_0: rf_dequantize_row_q4_0(p, out, W->cols); break;
-    }
+    rf_dequantize_row(W->dtype, (const uint8_t *)W->data + (size_t)r * rb, out, W->cols);
 }
 
 static void fill_rows(void *vctx, int64_t row0, int64_t n_rows, void *dst) {
@@ -280,6 +269,7 @@ static void fill_rows(void *vctx, int64_t row0, int64_t n_rows, void *dst) {
             break;
         case RF_Q8_0: rf_quantize_row_q8_0(row, o, cols); break;
         case RF_Q4_0: rf_quantize_row_q4_0(row, o, cols); break;
+        default: break; /* rf_model_gguf_add writes no other type */
         }
     }
     free(row);
