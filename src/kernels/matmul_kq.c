@@ -152,13 +152,22 @@ static void decode(rf_dtype dt, const void *blk, decoded *o) {
         const int five = dt == RF_Q5_K;
         const uint8_t *qs = five ? x5->qs : x4->qs, *sc = five ? x5->scales : x4->scales;
         const float d = rf_f16_to_f32(x4->d), dmin = rf_f16_to_f32(x4->dmin); /* same place in both */
-        for (int j = 0; j < 4; j++)
-            for (int l = 0; l < 32; l++) {
-                int lo = qs[32 * j + l] & 0x0F, hi = qs[32 * j + l] >> 4;
-                if (five) lo |= ((x5->qh[l] >> (2 * j)) & 1) << 4, hi |= ((x5->qh[l] >> (2 * j + 1)) & 1) << 4;
-                o->q[64 * j + l] = (int8_t)lo;
-                o->q[64 * j + 32 + l] = (int8_t)hi;
+        /* 64 weights per 32 bytes: low nibbles first, then high; Q5_K's
+         * fifth bits: bits 2j and 2j + 1 of qh[l] (a 16-bit shift moves
+         * bits across bytes, the masks keep each byte's own) */
+        const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)x5->qh) : _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            if (five) {
+                const __m256i h = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j));
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
             }
+            _mm256_storeu_si256((__m256i *)(o->q + 64 * j), lo);
+            _mm256_storeu_si256((__m256i *)(o->q + 64 * j + 32), hi);
+        }
         for (int j = 0; j < 8; j++) {
             uint8_t s, m;
             rf_k4_scale_min(j, sc, &s, &m);
@@ -170,15 +179,23 @@ static void decode(rf_dtype dt, const void *blk, decoded *o) {
     case RF_Q6_K: {
         const rf_block_q6_k *x = blk;
         const float d = rf_f16_to_f32(x->d);
+        /* per 128 weights: weight 32p + l from a nibble of ql[l] (p = 0, 2)
+         * or ql[l + 32] (p = 1, 3) and bits 2p, 2p + 1 of qh[l], minus 32;
+         * each 16-bit shift is masked to the byte's own bits */
+        const __m256i low4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi8(32);
         for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = x->ql + 64 * h, *qh = x->qh + 32 * h;
-            int8_t *q = o->q + 128 * h;
-            for (int l = 0; l < 32; l++) {
-                q[l] = (int8_t)(((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) - 32);
-                q[l + 32] = (int8_t)(((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
-                q[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-                q[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-            }
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+            const __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+                _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(qh, m30)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
+            };
+            for (int p = 0; p < 4; p++)
+                _mm256_storeu_si256((__m256i *)(o->q + 128 * h + 32 * p), _mm256_sub_epi8(q[p], off));
         }
         for (int i = 0; i < 16; i++) o->s[i] = d * x->scales[i], o->m[i] = 0;
         break;
