@@ -14,7 +14,10 @@
 #  2. dequantization bit-identical to llama.cpp's: each file converted to
 #     F32 by `refusion convert` and by llama_model_quantize (ftype ALL_F32,
 #     requantize allowed: ggml's own dequantizers) holds the same bytes;
-#  3. a tensor of a ggml type refusion does not read is refused with the
+#  3. `refusion convert --dtype q4_k_m|q6_k` writes the bytes llama-quantize
+#     writes from the same file (demo and grown shapes), and llama.cpp runs
+#     the file as refusion does;
+#  4. a tensor of a ggml type refusion does not read is refused with the
 #     type's name and what to do.
 # Skipped (exit 77) only when node-llama-cpp cannot be installed from npm.
 set -u
@@ -73,6 +76,21 @@ for base in demo g320; do
       bad "$base $name: dequantized weights differ from ggml's: $(tail -n 3 "$T/eq")"; fi
   done
 done
+
+# writing: `refusion convert --dtype q4_k_m|q6_k` holds the bytes
+# llama-quantize writes from the same f16 file (its mixes' per-tensor types
+# and fallbacks included), and llama.cpp runs refusion's file as refusion does
+for base in demo g320; do
+  for spec in q4_k_m:15 q6_k:18; do
+    dt=${spec%%:*}
+    "$BIN" convert -m "$T/$base.gguf" -o "$T/w-$dt.gguf" --dtype $dt >/dev/null || { bad "convert $base --dtype $dt"; continue; }
+    "$Q" "$T/$base.gguf" "$T/l-$dt.gguf" "${spec#*:}" >"$T/q.log" 2>&1 || { bad "llama.cpp quantize $base $dt"; continue; }
+    if python3 "$G/tensors_equal.py" "$T/w-$dt.gguf" "$T/l-$dt.gguf" >"$T/eq" 2>&1; then ok; else
+      bad "$base --dtype $dt: tensors differ from llama-quantize's: $(tail -n 3 "$T/eq")"; fi
+  done
+done
+"$BIN" logits -m "$T/w-q4_k_m.gguf" --ids "$IDS" -n 8 >"$T/ours.json" && node "$G/llamacpp.mjs" logits "$NPM" "$T/w-q4_k_m.gguf" "$IDS" 8 >"$T/llama.json" &&
+  compare "$T/ours.json" "$T/llama.json" "refusion-written g320 q4_k_m vs llama.cpp" $TOL && ok || bad "refusion's q4_k_m file: llama.cpp disagrees"
 
 # a type refusion does not read (IQ2_XXS written into a tensor's type field)
 python3 -c '

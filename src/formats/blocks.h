@@ -120,6 +120,9 @@ void rf_q3k_scales(const uint8_t packed[RF_K_SCALE_SIZE], int8_t out[16]);
 /* x[k] -> blocks (k a whole number of blocks): ggml's reference quantisers */
 void rf_quantize_row_q8_0(const float *x, void *y, int64_t k);
 void rf_quantize_row_q4_0(const float *x, void *y, int64_t k);
+void rf_quantize_row_q5_0(const float *x, void *y, int64_t k);
+void rf_quantize_row_q4_k(const float *x, void *y, int64_t k);
+void rf_quantize_row_q6_k(const float *x, void *y, int64_t k);
 /* blocks -> y[k], for every quantised dtype (ggml's dequantisers) */
 void rf_dequantize_row(rf_dtype t, const void *x, float *y, int64_t k);
 void rf_dequantize_row_q8_0(const void *x, float *y, int64_t k);
