@@ -514,7 +514,7 @@ class Session:
         p.method = METHODS[method]
         p.ar_correct, p.ar_check_first = v & 1, v >> 1
         fields = dict(_Params._fields_)
-        internal = ("method", "on_tokens", "user", "cancel", "on_event", "ws", "call_cost", "n_call_cost")
+        internal = ("method", "on_tokens", "user", "cancel", "on_event", "ws", "call_cost", "n_call_cost", "constraint")
         for k, v in kw.items():
             if k not in fields or k in internal:
                 known = ["ar_verify"] + [f for f in fields if f not in internal]
