@@ -1,7 +1,10 @@
 /* cmd_convert.c - `refusion convert`: rewrite a checkpoint in another weight
  * dtype (e.g. the trainer's f32 output to bf16, half the size, for shipping)
  * and optionally sharded. Tensors are converted one 4M-element chunk at a
- * time straight from the mmap'd source, so any size fits in little RAM. */
+ * time straight from the mmap'd source, so any size fits in little RAM.
+ * SIGTERM / SIGINT remove the temporary files being written (and the output
+ * directory when convert made it); the next convert writing OUT removes
+ * those a SIGKILL left. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +17,7 @@
 #include "model/model.h"
 #include "model/tensors.h"
 #include "tokenizer/tokenizer.h"
+#include "util/cleanup.h"
 #include "util/util.h"
 
 static void usage(FILE *f) {
@@ -126,6 +130,8 @@ int cmd_convert(int argc, char **argv) {
         fprintf(stderr, "refusion: convert: -o %s is the input checkpoint itself; write to a new directory\n", out);
         return 2;
     }
+    cli_cleanup_on_signals();
+    cli_sweep_temps("convert", out);
     rf_model m;
     if (rf_model_load(&m, in)) {
         rf_print_error();
@@ -148,6 +154,8 @@ int cmd_convert(int argc, char **argv) {
         return 1;
     }
     int rc = 1, crc;
+    /* a directory made here goes, with what is in it, if a signal ends convert */
+    int out_slot = access(out, F_OK) ? rf_cleanup_add_path(out) : -1;
     rf_progress *pg = rf_progress_start("convert", out, (double)rf_config_n_params(&m.cfg) * rf_dtype_size(dtype),
                                         progress);
     int src = rf_model_save(&m, out, dtype, 0);
@@ -167,6 +175,7 @@ int cmd_convert(int argc, char **argv) {
     printf("wrote %s (%s, %d tensors)\n", out, rf_dtype_name(dtype), rf_tensor_count(&m.cfg));
     rc = 0;
 done:
+    rf_cleanup_drop(out_slot);
     if (rc) rf_print_error();
     rf_model_free(&m);
     return rc;

@@ -82,6 +82,10 @@ typedef struct {
     const char *hf_repo;  /* llama.cpp's -hf: refused (no downloads) */
     const char *generation_config; /* --generation-config FILE|none (NULL: the model's) */
     int config_eos;       /* generation_config.json's eos_token_id (-1: none given) */
+    /* the answer's grammar (generate and chat; at most one of them) */
+    const char *grammar;      /* --grammar GBNF */
+    const char *grammar_file; /* --grammar-file FILE */
+    const char *json_schema;  /* -j / --json-schema JSON */
     unsigned char src[RF_DECODE_ROWS_MAX]; /* RF_SRC_* of each rf_decode_table row */
 } rf_decode_opts;
 
@@ -99,6 +103,7 @@ extern const int rf_decode_table_n;
 typedef struct {
     const char *chat_template; /* --chat-template FILE|builtin, or NULL: the model's */
     int jinja;                 /* --jinja: llama.cpp's spelling for "the model's template" */
+    int special_in_content;    /* --special-in-content: special-token text in messages parsed as such */
 } rf_chat_template_opts;
 extern const rf_opt rf_chat_template_table[];
 extern const int rf_chat_template_table_n;
