@@ -33,13 +33,13 @@ per_input_s=10 rss_mb=4096
 mkdir -p "$B/obj" "$B/corpus/$name"
 # the library (everything but the CLI), once; rebuilt when a source or header is newer
 objs=()
-for src in src/{util,io,kernels,model,tokenizer,decode,train,tasks,api,serve}/*.c src/common/args.c; do
+for src in src/{util,formats,io,kernels,model,tokenizer,decode,train,tasks,api,serve}/*.c src/common/args.c; do
   o="$B/obj/$(echo "${src#src/}" | tr / _).o"
   extra="" # the per-file flags of CMakeLists.txt
   case $src in
     *_avx512.c) extra="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni" ;;
     *_amx.c) extra="-mamx-tile -mamx-bf16 -mamx-int8 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16" ;;
-    src/io/quant.c) extra="-ffp-contract=off" ;;
+    src/formats/*.c) extra="-ffp-contract=off" ;;
   esac
   # stale when its source or any header is newer (a changed struct layout)
   if [ ! -f "$o" ] || [ "$src" -nt "$o" ] || [ -n "$(find src -name '*.h' -newer "$o" -print -quit)" ]; then

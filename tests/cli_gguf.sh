@@ -92,7 +92,7 @@ poke 31 '\x01'; expect_bad "$B" "string length"               # first key's leng
 # the first tensor info (token_embd.weight): its type and offset fields
 off=$(grep -abo 'token_embd.weight' "$G" | head -1 | cut -d: -f1)
 tinfo=$((off + 17 + 4 + 16))                                  # name, n_dims, 2 x ne
-poke $tinfo '\x03'; expect_bad "$B" "ggml type 3 is not supported"
+poke $tinfo '\x10'; expect_bad "$B" "ggml type IQ2_XXS is not supported (re-quantize"
 poke $tinfo '\x63'; expect_bad "$B" "ggml type 99"
 poke $((tinfo + 4)) '\x04'; expect_bad "$B" "not a multiple of the alignment"
 poke $((tinfo + 11)) '\x01'; expect_bad "$B" "past the end"

@@ -17,8 +17,9 @@
 #  3. `refusion convert --dtype q4_k_m|q6_k` writes the bytes llama-quantize
 #     writes from the same file (demo and grown shapes), and llama.cpp runs
 #     the file as refusion does;
-#  4. a tensor of a ggml type refusion does not read is refused with the
-#     type's name and what to do.
+#  4. a tensor of a ggml type refusion does not read, and a K-quant file cut
+#     short, are refused with one error line (the type named, and what to
+#     do).
 # Skipped (exit 77) only when node-llama-cpp cannot be installed from npm.
 set -u
 . "$(dirname "$0")/helpers/common.sh"
@@ -110,6 +111,10 @@ for _ in range(nt):
     r.take("I"); r.take("Q")
 open(sys.argv[2], "wb").write(data)' "$T/demo-Q4_K_M.gguf" "$T/iq2.gguf" "$G"
 expect_fail 1 "ggml type IQ2_XXS is not supported (re-quantize" info -m "$T/iq2.gguf"
+
+# a K-quant file cut short: one error line naming the tensor, no crash
+head -c $(( $(wc -c <"$T/demo-Q4_K_M.gguf") * 3 / 4 )) "$T/demo-Q4_K_M.gguf" >"$T/cut.gguf"
+expect_fail 1 "run past the end of the file" info -m "$T/cut.gguf"
 
 [ $fails -eq 0 ] || { echo "gguf_kquant: $fails failure(s), $pass passed" >&2; exit 1; }
 echo "gguf_kquant: OK ($pass checks)"

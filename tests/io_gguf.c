@@ -224,8 +224,8 @@ static void test_corrupt(void) {
     expect_fail("unknown value type", &s, "unknown value type 13");
     s = valid_spec(), s.kv_type = RF_GGUF_ARRAY;
     expect_fail("array of arrays", &s, "arrays of arrays");
-    s = valid_spec(), s.ggml_type = 3;
-    expect_fail("unsupported ggml type (Q4_1)", &s, "ggml type 3 is not supported");
+    s = valid_spec(), s.ggml_type = 16;
+    expect_fail("unsupported ggml type (IQ2_XXS)", &s, "ggml type IQ2_XXS is not supported (re-quantize");
     s = valid_spec(), s.ggml_type = 1000;
     expect_fail("unknown ggml type", &s, "ggml type 1000");
     s = valid_spec(), s.off0 = 4;

@@ -1,6 +1,6 @@
 /* kernels_quant.c - Q8_0 / Q4_0: the block formats and the matmuls over them.
  *
- *  1. io/quant.c's quantise -> dequantise against an independent scalar
+ *  1. formats/quant.c's quantise -> dequantise against an independent scalar
  *     implementation of ggml's reference formulas written here (its own
  *     f32 <-> f16 conversion by bit manipulation, not F16C), bit-exact on
  *     the block bytes and on the dequantised floats, over random rows and

@@ -227,7 +227,7 @@ static int rd_tensor_info(cursor *c, rf_gguf_tensor *t, int idx) {
             rf_set_error("%s: tensor '%s': ggml type %s is not supported (re-quantize the f16 or bf16 model "
                          "with llama-quantize to one of %s)", c->path, t->name, tn, RF_GGUF_READ_TYPES);
         else
-            rf_set_error("%s: tensor '%s': ggml type id %u is not a ggml type this reader knows (types read: "
+            rf_set_error("%s: tensor '%s': ggml type %u is not a type ggml defines (types read: "
                          "%s)", c->path, t->name, ty, RF_GGUF_READ_TYPES);
         return -1;
     }

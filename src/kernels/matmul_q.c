@@ -1,5 +1,5 @@
 /* matmul_q.c - Y = X . W^T for Q8_0 / Q4_0 weights (ggml's block layouts, see
- * io/quant.h) at the avx2 tier: the activations are quantised per 32-block
+ * formats/blocks.h) at the avx2 tier: the activations are quantised per 32-block
  * to int8 once per call (rf_q_prep_avx2), and each block pair is an integer
  * dot product with AVX2 maddubs (u8 x s8 -> s16 pairs, no overflow: at most
  * 2 * 127 * 127 or 2 * 15 * 127), summed to s32 by madd, converted once per

@@ -54,8 +54,9 @@ void rf_model_unpack(rf_model *m);
 int rf_model_load_gguf(rf_model *m, const char *path);
 /* Add the model's metadata (general.*, qwen3.*, the token ids) and its
  * tensors in dtype to w, as llama.cpp's converter lays them out: norms in
- * F32; for Q4_0 the output matrix (token_embd when tied) in Q8_0, where
- * llama.cpp uses Q6_K, which this project does not implement. The tensors
+ * F32; for Q4_0 the output matrix (token_embd when tied) in Q8_0; RF_Q4_K
+ * is llama-quantize's Q4_K_M mix and RF_Q6_K its Q6_K one, per-tensor
+ * types and fallbacks included (gguf_model.c mix_type). The tensors
  * are converted row by row while w is written: m must outlive the finish. */
 void rf_model_gguf_add(const rf_model *m, rf_gguf_writer *w, rf_dtype dtype, const char *name);
 

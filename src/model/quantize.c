@@ -1,5 +1,5 @@
 /* quantize.c - rf_model_quantize: turn a loaded model's large matrices into
- * ggml's Q8_0 / Q4_0 blocks (io/quant.h) in heap memory.
+ * ggml's Q8_0 / Q4_0 blocks (formats/blocks.h) in heap memory.
  *
  * Quantised: every layer's q, k, v, o, gate, up, down and the lm head.
  * Kept as they are: the embeddings (a lookup reads one row per token, so
