@@ -206,7 +206,7 @@ async function status(f) { try { await f(); return 200; } catch (e) { return e; 
     ['n 100', () => chat({ n: 100 }), 400, 'n', null],
     ['tools', () => chat({ tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }), 400, 'tools', 'unsupported_parameter'],
     ['penalty', () => chat({ presence_penalty: 0.5 }), 400, 'presence_penalty', 'unsupported_parameter'],
-    ['json mode', () => chat({ response_format: { type: 'json_object' } }), 400, 'response_format', 'unsupported_parameter'],
+    ['json schema keyword not enforced', () => chat({ response_format: { type: 'json_schema', json_schema: { name: 'd', schema: { type: 'string', format: 'date' } } } }), 400, 'response_format', 'unsupported_parameter'],
     ['max_tokens 0', () => chat({ max_tokens: 0 }), 400, 'max_tokens', null],
     ['bad stop', () => chat({ stop: [''] }), 400, 'stop', null],
     ['image part', () => client.chat.completions.create({ model, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://x' } }] }] }), 400, null, null],

@@ -535,7 +535,7 @@ static rf_grammar *finish(parser *p, int root) {
         for (int a = 0; a < p->rules[r].n; a++) {
             const seqbuf *q = &p->rules[r].alts[a];
             g->alt[g->n_alt++] = g->n_el;
-            memcpy(g->el + g->n_el, q->e, (size_t)q->n * sizeof *q->e);
+            if (q->n) memcpy(g->el + g->n_el, q->e, (size_t)q->n * sizeof *q->e);
             g->n_el += q->n;
             g->el[g->n_el++] = (gelem){G_END, 0};
         }

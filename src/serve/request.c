@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "common/args.h"
+#include "grammar/constraint.h"
+#include "grammar/json_schema.h"
 #include "serve/serve.h"
 #include "util/util.h"
 
@@ -85,8 +87,9 @@ static int check_unsupported(json_t *o, rf_serve_req *r) {
             REFUSE(tool_keys[i], "\"%s\" is not supported (this server has no tool calling)", tool_keys[i]);
     if ((v = field(o, "response_format"))) {
         const char *t = json_is_object(v) ? json_string_value(json_object_get(v, "type")) : NULL;
-        if (!t || strcmp(t, "text"))
-            REFUSE("response_format", "\"response_format\" must be {\"type\": \"text\"} (JSON modes are not supported)");
+        if (!t || (strcmp(t, "text") && strcmp(t, "json_object") && strcmp(t, "json_schema")))
+            REFUSE("response_format", "\"response_format\" must be {\"type\": \"text\" | \"json_object\" | "
+                                      "\"json_schema\", ...}");
     }
     static const char *const penalties[] = {"presence_penalty", "frequency_penalty", "repetition_penalty"};
     for (size_t i = 0; i < sizeof penalties / sizeof *penalties; i++)
@@ -195,7 +198,7 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
                                           "tool_choice", "functions", "function_call", "parallel_tool_calls",
                                           "response_format", "presence_penalty", "frequency_penalty",
                                           "repetition_penalty", "logit_bias", "echo", "best_of", "suffix", "n",
-                                          "parse_special", NULL};
+                                          "parse_special", "grammar", "json_schema", NULL};
         for (int i = 0; own[i] && !known; i++) known = !strcmp(key, own[i]);
         for (int i = 0; harmless[i] && !known; i++) known = !strcmp(key, harmless[i]);
         if (!known) {
@@ -544,6 +547,66 @@ int64_t rf_serve_work_positions(const rf_serve_req *r) {
     return one * (r->n_choices > 0 ? r->n_choices : 1);
 }
 
+/* "grammar" (GBNF), "json_schema" (a schema, as llama-server takes it) or
+ * "response_format" {"type": "json_object"} / {"type": "json_schema",
+ * "json_schema": {"schema": ...}}: the answer's constraint (docs/grammar.md).
+ * Refused, naming the field: two of them, a decoder that cannot honour a
+ * grammar, a schema keyword that cannot be enforced, bad GBNF. */
+static int parse_constraint(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
+    json_t *g = field(o, "grammar"), *js = field(o, "json_schema"), *rfmt = field(o, "response_format");
+    const char *type = rfmt ? json_string_value(json_object_get(rfmt, "type")) : NULL;
+    int json_mode = type && strcmp(type, "text");
+    int n = (g != NULL) + (js != NULL) + json_mode;
+    if (!n) return 0;
+    const char *param = g ? "grammar" : js ? "json_schema" : "response_format";
+    set_param(r, param);
+    if (n > 1) {
+        rf_set_error("give at most one of \"grammar\", \"json_schema\" and a JSON \"response_format\"");
+        return -1;
+    }
+    if (!tok) {
+        rf_set_error("\"%s\" needs the model's tokenizer, and this model has none", param);
+        return -1;
+    }
+    if (r->p.method != RF_METHOD_AR && !(r->p.method == RF_METHOD_REFUSION && r->p.rolling)) {
+        r->err_unsupported = 1;
+        rf_set_error("\"%s\": a grammar constrains AR decoding and the rolling slot only (\"mode\": \"ar\", or "
+                     "\"rolling\": true); %s refuses it",
+                     param, r->p.method == RF_METHOD_MDM ? "mdm" : "plan-and-infill");
+        return -1;
+    }
+    char *gbnf = NULL;
+    if (g) {
+        if (!json_is_string(g)) {
+            rf_set_error("\"grammar\" must be a string (GBNF)");
+            return -1;
+        }
+        gbnf = rf_strdup(json_string_value(g));
+    } else {
+        json_t *schema = js;
+        if (!js && !strcmp(type, "json_object")) schema = json_object_get(rfmt, "schema"); /* llama-server's */
+        if (!js && !strcmp(type, "json_schema")) {
+            json_t *w = json_object_get(rfmt, "json_schema");
+            if (!(schema = json_is_object(w) ? json_object_get(w, "schema") : NULL)) {
+                rf_set_error("\"response_format\": {\"type\": \"json_schema\"} needs \"json_schema\": "
+                             "{\"schema\": {...}}");
+                return -1;
+            }
+        }
+        gbnf = schema ? rf_json_schema_to_gbnf(schema) : rf_strdup(rf_json_object_gbnf());
+        if (!gbnf) {
+            r->err_unsupported = strstr(rf_last_error(), "not supported") || strstr(rf_last_error(), "not enforced");
+            return -1;
+        }
+    }
+    r->constraint = rf_constraint_from_gbnf(tok, gbnf, strlen(gbnf));
+    free(gbnf);
+    if (!r->constraint) return -1;
+    r->p.constraint = r->constraint;
+    r->err_param[0] = 0;
+    return 0;
+}
+
 int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_model *m,
                    const rf_tokenizer *tok, const rf_decode_opts *defaults, rf_serve_req *out) {
     memset(out, 0, sizeof *out);
@@ -572,6 +635,7 @@ int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_mode
         goto out;
     }
     if (parse_settings(o, m, out)) goto out;
+    if (parse_constraint(o, tok, out)) goto out;
     if (kind == RF_REQ_CHAT ? parse_messages(o, tok, out) : parse_prompt(o, tok, out)) {
         if (!out->err_param[0]) set_param(out, kind == RF_REQ_CHAT ? "messages" : "prompt");
         goto out;
@@ -604,6 +668,8 @@ out:
     if (rc) {
         free(out->prompt);
         out->prompt = NULL, out->n_prompt = 0;
+        rf_constraint_free(out->constraint);
+        out->constraint = NULL, out->p.constraint = NULL;
     }
     return rc;
 }
@@ -611,4 +677,6 @@ out:
 void rf_serve_req_free(rf_serve_req *r) {
     free(r->prompt);
     r->prompt = NULL, r->n_prompt = 0;
+    rf_constraint_free(r->constraint);
+    r->constraint = NULL, r->p.constraint = NULL;
 }

@@ -124,6 +124,7 @@ typedef struct {
     char err_param[64];      /* after an error: the field at fault ("" when none) */
     const char *err_code;    /* ... and OpenAI's code for it (NULL: none), e.g. "context_length_exceeded" */
     int err_unsupported;     /* ... and it is one this server does not implement */
+    struct rf_constraint *constraint; /* "grammar", "json_schema" or a JSON "response_format" (owned; p.constraint) */
 } rf_serve_req;
 
 /* Parse and validate one request body against the model: JSON syntax and
