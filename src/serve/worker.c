@@ -17,6 +17,7 @@
 #include "api/api_internal.h" /* rf_session_allocs, for /health */
 #include "api/api_internal.h"
 #include "serve/serve_impl.h"
+#include "serve/routes_llama.h"
 #include "decode/ar_step.h"
 #include "decode/rolling_step.h"
 #include "model/workspace.h" /* rf_runstate_alloc: the scheduler's own run state */
@@ -181,6 +182,9 @@ typedef struct {
     size_t max_stop;     /* longest stop sequence */
     int ids_sent;        /* streaming: ids already in a chunk */
     size_t text_sent;    /* streaming: text bytes already in a chunk */
+    int stop_index;      /* stop_hit: which stop sequence */
+    int steps_seen;      /* planning steps (AR: tokens) the decoder's events reported */
+    double t0;           /* rf_now() at the choice's start */
 } run_ctx;
 
 static void text_append(run_ctx *c, const char *piece) {
@@ -208,6 +212,11 @@ static void find_stop(run_ctx *c, size_t from) {
         if (f && (!best || f < best)) best = f;
     }
     if (!best) return;
+    for (int i = 0; i < q->n_stop; i++)
+        if (!strncmp(best, q->stop[i], strlen(q->stop[i]))) {
+            c->stop_index = i;
+            break;
+        }
     size_t k = (size_t)(best - c->text);
     c->len = k;
     c->text[k] = 0;
@@ -237,10 +246,21 @@ static void stream_pending(run_ctx *c, int final, const char *finish, json_t *st
     char *piece = rf_malloc(upto - c->text_sent + 1);
     if (upto > c->text_sent) memcpy(piece, c->text + c->text_sent, upto - c->text_sent);
     piece[upto - c->text_sent] = 0;
-    json_t *o = envelope(c->s, c->j, 1);
-    json_object_set_new(o, "choices",
-                        json_pack("[o]", choice(c->j, c->index, piece, c->ids + c->ids_sent, c->n_ids - c->ids_sent, finish, 1)));
-    if (stats) json_object_set_new(o, "refusion", stats);
+    json_t *o;
+    if (c->j->req.kind == RF_REQ_NATIVE) { /* llama-server's chunk; the last one comes from job_finish */
+        json_decref(stats);
+        if (upto == c->text_sent && c->ids_sent == c->n_ids) {
+            free(piece);
+            return;
+        }
+        o = rf_llama_chunk(c->j, piece, c->ids + c->ids_sent, c->n_ids - c->ids_sent);
+    } else {
+        o = envelope(c->s, c->j, 1);
+        json_object_set_new(o, "choices", json_pack("[o]", choice(c->j, c->index, piece, c->ids + c->ids_sent,
+                                                                  c->n_ids - c->ids_sent, finish, 1)));
+        if (stats) json_object_update(o, stats); /* the statistics and timings of the last chunk */
+        json_decref(stats);
+    }
     sse_event(c->s, c->j, o);
     free(piece);
     c->text_sent = upto, c->ids_sent = c->n_ids;
@@ -251,9 +271,12 @@ static void stream_pending(run_ctx *c, int final, const char *finish, json_t *st
  * cost of a generation whose client left is known (/health, the log). */
 static void on_event(const rf_event *ev, void *user) {
     run_ctx *c = user;
-    if (ev->kind != RF_EVENT_PLAN && ev->kind != RF_EVENT_INFILL_ITER && ev->kind != RF_EVENT_AR_TOKEN) return;
     pthread_mutex_lock(&c->s->mu);
-    c->j->calls_now++;
+    if (!c->steps_seen && !c->j->prompt_s) c->j->prompt_s = rf_now() - c->t0;
+    if (ev->step + 1 > c->steps_seen) c->steps_seen = ev->step + 1;
+    if (c->j->req.decode_events && !c->j->cancelled) rf_serve_decode_event_locked(c->s, c->j, ev);
+    if (ev->kind == RF_EVENT_PLAN || ev->kind == RF_EVENT_INFILL_ITER || ev->kind == RF_EVENT_AR_TOKEN)
+        c->j->calls_now++;
     pthread_mutex_unlock(&c->s->mu);
 }
 
@@ -283,6 +306,9 @@ static void on_tokens(const int32_t *ids, int n, void *user) {
     /* a stop may begin in text that arrived before this call */
     find_stop(c, from > c->max_stop ? from - c->max_stop : 0);
     if (c->stop_hit) cut_now(c);
+    pthread_mutex_lock(&c->s->mu);
+    j->n_decoded = c->n_ids;
+    pthread_mutex_unlock(&c->s->mu);
     if (j->req.stream && !j->cancelled) stream_pending(c, 0, NULL, NULL);
 }
 
@@ -311,6 +337,7 @@ static void run_ctx_free(run_ctx *c) {
 static int choice_begin(rf_server *s, job *j, int index, run_ctx *c, int *calls0) {
     memset(c, 0, sizeof *c);
     c->s = s, c->j = j, c->index = index;
+    c->t0 = rf_now();
     if (s->tokenizer && !(c->ts = rf_text_stream_new(s->tokenizer, 1))) return -1;
     int eos = j->req.p.eos_id;
     c->eos = eos == RF_TOKEN_FROM_MODEL ? rf_model_eos_id(s->model) : eos;
@@ -338,6 +365,10 @@ static int choice_end(rf_server *s, job *j, run_ctx *c, rf_stats *r, int rc, dou
         r->seconds = wall;
         r->tokens_per_s = wall > 0 ? c->n_ids / wall : 0;
         r->tokens_per_call = r->n_calls ? (double)c->n_ids / r->n_calls : 0;
+        /* the decoder's own figures are lost with its run: the steps its
+         * events reported, and the kept tokens per step */
+        r->n_steps = c->steps_seen;
+        r->tpf = r->n_steps ? (double)c->n_ids / r->n_steps : 0;
     }
     if (!rc && c->ts && !c->cut) { /* held-back bytes of an incomplete character */
         size_t from = c->len;
@@ -383,10 +414,19 @@ static void sum_finish(rf_stats *sum, int tokens, double tpf_sum) {
  * means every choice ended with EOS). */
 typedef struct {
     json_t *choices;
+    json_t *native;  /* RF_REQ_NATIVE: llama-server's answer (one choice) */
     rf_stats sum;
     double tpf_sum;
     int tokens;
 } job_acc;
+
+/* llama-server's "timings": the prompt's part is the time to the decoder's
+ * first event (its prefill, and for plan-and-infill the first plan) */
+static json_t *job_timings(const job *j, const job_acc *a) {
+    rf_serve_timing t = {j->req.n_prompt, j->prompt_s, a->tokens, a->sum.seconds - j->prompt_s};
+    if (t.predicted_s < 0) t.predicted_s = 0;
+    return rf_serve_timings_json(&t);
+}
 
 static void acc_init(job_acc *a) {
     memset(a, 0, sizeof *a);
@@ -401,17 +441,26 @@ static void acc_init(job_acc *a) {
  * finishing chunk, so that every chunk has a choice (clients read
  * chunk.choices[0] unchecked). */
 static void acc_choice(rf_server *s, job *j, job_acc *a, run_ctx *c, const rf_stats *r, int i, int n) {
-    (void)s;
     int hit_eos = c->n_ids > 0 && c->ids[c->n_ids - 1] == c->eos;
     const char *finish = c->stop_hit || hit_eos ? "stop" : "length";
     a->tokens += c->n_ids;
     a->sum.n_calls += r->n_calls, a->sum.n_steps += r->n_steps, a->sum.seconds += r->seconds;
     a->sum.hit_eos &= hit_eos;
     a->tpf_sum += r->tpf * r->n_steps;
+    if (j->req.kind == RF_REQ_NATIVE) { /* one choice; the answer (or the stream's last chunk) in job_finish */
+        if (j->req.stream) stream_pending(c, 1, NULL, NULL);
+        pthread_mutex_lock(&s->mu);
+        j->n_decoded = c->n_ids; /* after the last stop check */
+        pthread_mutex_unlock(&s->mu);
+        const char *stop_type = c->stop_hit ? "word" : hit_eos ? "eos" : "limit";
+        a->native = rf_llama_final(s, j, j->req.stream ? "" : c->text ? c->text : "", c->ids, j->req.stream ? 0 : c->n_ids,
+                                   stop_type, c->stop_hit ? j->req.stop[c->stop_index] : "");
+        return;
+    }
     json_t *last_stats = NULL;
     if (i == n - 1 && j->req.stream && !j->req.include_usage) {
         sum_finish(&a->sum, a->tokens, a->tpf_sum);
-        last_stats = stats_json(j, &a->sum);
+        last_stats = json_pack("{s:o, s:o}", "refusion", stats_json(j, &a->sum), "timings", job_timings(j, a));
     }
     if (j->req.stream) stream_pending(c, 1, finish, last_stats);
     else json_array_append_new(a->choices, choice(j, i, c->text ? c->text : "", c->ids, c->n_ids, finish, 0));
@@ -447,12 +496,21 @@ static void job_finish(rf_server *s, job *j, job_acc *a, int rc) {
         json_t *usage = json_pack("{s:i, s:i, s:i}", "prompt_tokens", j->req.n_prompt, "completion_tokens", tokens,
                                   "total_tokens", j->req.n_prompt + tokens);
         json_t *o = envelope(s, j, j->req.stream);
-        if (j->req.stream) {
+        if (j->req.kind == RF_REQ_NATIVE) {
+            json_decref(o);
+            o = a->native ? a->native : json_object();
+            a->native = NULL;
+            json_object_set_new(o, "timings", job_timings(j, a));
+            json_object_set_new(o, "refusion", stats_json(j, &a->sum));
+            if (j->req.stream) sse_event(s, j, o);
+            else body = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)), json_decref(o);
+        } else if (j->req.stream) {
             /* usage in a chunk of its own (choices: []) when stream_options asks */
             if (j->req.include_usage) {
                 json_object_set_new(o, "choices", json_array());
                 json_object_set_new(o, "refusion", stats_json(j, &a->sum));
                 json_object_set_new(o, "usage", json_incref(usage));
+                json_object_set_new(o, "timings", job_timings(j, a));
                 sse_event(s, j, o);
             } else {
                 json_decref(o);
@@ -461,17 +519,21 @@ static void job_finish(rf_server *s, job *j, job_acc *a, int rc) {
             json_object_set_new(o, "choices", json_incref(a->choices));
             json_object_set_new(o, "usage", json_incref(usage));
             json_object_set_new(o, "refusion", stats_json(j, &a->sum));
+            json_object_set_new(o, "timings", job_timings(j, a));
             body = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
             json_decref(o);
         }
         json_decref(usage);
     }
     json_decref(a->choices);
-    a->choices = NULL;
+    json_decref(a->native);
+    a->choices = a->native = NULL;
     pthread_mutex_lock(&s->mu);
-    if (j->req.stream) out_append(j, "data: [DONE]\n\n", 14);
+    /* llama-server's own stream ends with its last chunk ("stop": true) */
+    if (j->req.stream && j->req.kind != RF_REQ_NATIVE) out_append(j, "data: [DONE]\n\n", 14);
     else if (body) j->out = body, j->out_len = strlen(body), j->status = status;
     j->state = JOB_DONE;
+    rf_serve_slot_give_locked(s, j);
     s->n_done++;
     s->n_running--;
     if (!rc) {
@@ -555,6 +617,7 @@ static int start_job_locked(rf_server *s, job *j) {
         return -1;
     }
     j->state = JOB_RUNNING;
+    rf_serve_slot_take_locked(s, j);
     s->n_running++;
     if (s->n_running > s->peak_running) s->peak_running = s->n_running;
     pthread_cond_broadcast(&j->cv); /* its connection waits for it to leave the queue */
@@ -717,13 +780,7 @@ typedef struct {
 /* the decoder's callbacks, as the worker path's (the internal ids are ints):
  * one event per model call after the prompt's is counted */
 static void on_tokens_int(const int *ids, int n, void *user) { on_tokens((const int32_t *)ids, n, user); }
-static void on_event_int(const rf_decode_event *ev, void *user) {
-    run_ctx *c = user;
-    if (ev->kind != RF_EVENT_PLAN && ev->kind != RF_EVENT_INFILL_ITER && ev->kind != RF_EVENT_AR_TOKEN) return;
-    pthread_mutex_lock(&c->s->mu);
-    c->j->calls_now++;
-    pthread_mutex_unlock(&c->s->mu);
-}
+static void on_event_int(const rf_decode_event *ev, void *user) { on_event(ev, user); }
 
 /* The scheduler's calls into the library, each behind a catch point: an
  * rf_die inside (a failed allocation, a broken invariant, a test's fault
@@ -1196,6 +1253,8 @@ static int batched(const rf_serve_req *r) {
            (p->method == RF_METHOD_AR || (p->method == RF_METHOD_REFUSION && p->rolling && !p->no_cache));
 }
 
+int rf_serve_batched(const rf_serve_req *r) { return batched(r); }
+
 job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
     pthread_mutex_lock(&s->mu);
     if (s->stopping || s->n_active >= s->cfg.max_queue) {
@@ -1208,6 +1267,7 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
     j->req = *r;
     memset(r, 0, sizeof *r);
     snprintf(j->id, sizeof j->id, "%s-%lu", j->req.kind == RF_REQ_CHAT ? "chatcmpl" : "cmpl", ++s->n_jobs);
+    j->slot = -1;
     j->created = time(NULL);
     j->queued_at = rf_now();
     j->refs = 2;
