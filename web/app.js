@@ -61,6 +61,7 @@ function markdown(text) {
 let cells = [];
 function resetCells(n) {
   cells = [];
+  pending = [];
   const box = $('cells');
   box.textContent = '';
   for (let p = 0; p < n; p++) {
@@ -77,7 +78,7 @@ function setCell(p, state, text) {
   const c = cells[p];
   if (c.classList.contains('committed') && state !== 'mask') return;
   c.className = 'cell ' + state;
-  if (text !== undefined) c.textContent = text.replace(/\n/g, '\u21b5') || '\u2423';
+  if (text !== undefined) c.textContent = text.replace(/\n/g, '\u21b5').replace(/ /g, '\u2423') || '\u2205';
 }
 function resetCellsGrow() {
   const c = document.createElement('span');
@@ -86,7 +87,20 @@ function resetCellsGrow() {
   $('cells').appendChild(c);
   cells.push(c);
 }
-function onDecodeEvent(ev) {
+// Events are drawn one animation frame at a time (more per frame when they
+// arrive faster than that), so that a state the decoder passes through in
+// one network read - a slot planned, then committed - is seen.
+let pending = [], drawing = false;
+function queueDecodeEvent(ev) {
+  pending.push(ev);
+  if (!drawing) { drawing = true; requestAnimationFrame(drawEvents); }
+}
+function drawEvents() {
+  const k = Math.max(1, Math.ceil(pending.length / 20));
+  for (const ev of pending.splice(0, k)) applyDecodeEvent(ev);
+  if (pending.length) requestAnimationFrame(drawEvents); else drawing = false;
+}
+function applyDecodeEvent(ev) {
   const n = ev.apos.length;
   for (let i = 0; i < n; i++) {
     const p = ev.apos[i], t = ev.text[i];
@@ -156,7 +170,7 @@ async function send(text) {
         }
         if (!data || data === '[DONE]') continue;
         const o = JSON.parse(data);
-        if (event === 'decode') { onDecodeEvent(o); continue; }
+        if (event === 'decode') { queueDecodeEvent(o); continue; }
         if (o.error) throw new Error(o.error.message);
         if (o.choices && o.choices.length && o.choices[0].delta.content) {
           answer += o.choices[0].delta.content;
