@@ -20,7 +20,8 @@
  *
  * Threads: a model and a tokenizer may be shared by any number of threads;
  * a session is used by one thread at a time. OpenMP decides how many cores a
- * generation uses (OMP_NUM_THREADS). */
+ * generation uses (OMP_NUM_THREADS, or rf_set_threads on the thread that
+ * calls rf_generate). */
 #ifndef REFUSION_H
 #define REFUSION_H
 
@@ -87,6 +88,17 @@ RF_API void rf_tokenizer_close(refusion_tokenizer *t);
  * "builtin". 0, or RF_ERR_INVALID (unreadable file, syntax error: the
  * message names the line). Not while other threads use t. */
 RF_API int rf_tokenizer_set_chat_template(refusion_tokenizer *t, const char *spec);
+/* Whether rf_tokenize_chat (and rf_tokenize with chat = 1) parses special
+ * tokens written in the messages: 0 (the default) encodes a message's
+ * "<|im_end|>" or "<|mask|>" as plain text, so that it cannot end its turn
+ * or forge another; the template's own markers are special either way.
+ * 1 parses them as special tokens. Not while other threads use t. */
+RF_API void rf_tokenizer_set_special_in_content(refusion_tokenizer *t, int on);
+/* 0 when the chat template renders a plain conversation (a user turn; a
+ * system and a user turn; user, assistant, user), else RF_ERR_INVALID with
+ * the template's error for the first: a template that can render no
+ * conversation at all, reported when it is loaded rather than at each use. */
+RF_API int rf_tokenizer_check_chat_template(const refusion_tokenizer *t);
 /* Token ids of text (UTF-8); chat = 1 wraps it as one user turn of the chat
  * template with the generation prompt. Writes at most cap ids; returns the
  * number of ids the text has (more than cap: call again with a larger
@@ -223,9 +235,18 @@ typedef struct {
  * 32 blocks, thresholds 0.6 / 0.3, AR verification off, greedy, seed 0,
  * the model's EOS and mask (`generate` uses the tokenizer's EOS:
  * rf_tokenizer_eos_id), no min_p or penalties (repeat_penalty 1, window 64).
- * A checkpoint's generation_config.json is not read here: `generate` and
- * `serve` apply it on top of these (docs/settings.md). */
+ * A checkpoint's generation_config.json is not read here:
+ * rf_params_recommended applies it on top of these. */
 RF_API rf_params rf_params_default(void);
+
+/* The model's recommended settings, as `refusion generate` and `serve` start
+ * from with no options: rf_params_default() with the checkpoint's
+ * generation_config.json applied (none for a .gguf file or without the file;
+ * its keys: docs/settings.md), and the answer's EOS: the file's
+ * eos_token_id, else the tokenizer's (t may be NULL), else the model
+ * config's. Into *p: 0, or RF_ERR_INVALID with the file and the key in
+ * rf_last_error(). Since 0.5. */
+RF_API int rf_params_recommended(const refusion_model *m, const refusion_tokenizer *t, rf_params *p);
 
 /* One planning step of ReFusion (AR: one per token). */
 typedef struct {
@@ -280,6 +301,12 @@ RF_API int64_t rf_generate_bytes(const refusion_model *m, int n_prompt, const rf
  * rf_status. stats may be NULL. */
 RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt, const rf_params *p,
                        int32_t *out, int cap, rf_stats *stats);
+
+/* The OpenMP threads of the generations the calling thread runs: n > 0 sets
+ * them (for this thread only: others keep theirs, as OpenMP's
+ * omp_set_num_threads), n <= 0 changes nothing. Returns the number now in
+ * effect on this thread. Since 0.5. */
+RF_API int rf_set_threads(int n);
 
 /* ---- struct layouts, for bindings ------------------------------------------------
  * The fields of rf_params and rf_stats as this library lays them out, for a

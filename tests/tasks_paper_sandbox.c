@@ -4,7 +4,11 @@
  * listener on 127.0.0.1, os.system, and exiting early with status 0. Each
  * must come back as a failed sample (not an error), the next run must work
  * as before, and nothing may be left behind: no temporary directory, no
- * process, no file outside, no connection. Short limits keep it fast. */
+ * process, no file outside, no connection. Then what the sample can see:
+ * only its own processes in /proc, no world-readable file of the host
+ * outside its directory and the interpreter's (one in the host's /tmp,
+ * /dev/shm, /var/tmp, /etc/hostname), while its own files, the standard
+ * library and a private /tmp work. Short limits keep it fast. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -22,7 +26,7 @@
 #include "tasks/sandbox.h"
 #include "util/util.h"
 
-static char base[256], outside[300];
+static char base[256], outside[300], own_dirs[64];
 static rf_sandbox_limits box;
 
 static int dir_entries(const char *d) {
@@ -52,7 +56,9 @@ static int drivers_alive(void) {
         snprintf(p, sizeof p, "/proc/%s/cwd", e->d_name);
         ssize_t m = readlink(p, cwd, sizeof cwd - 1);
         if (m > 0) cwd[m] = 0;
-        if (strstr(cmd, "driver.py") && !strncmp(cwd, base, strlen(base))) n++;
+        /* the sample sees its directory at /tmp/<name> (its private /tmp)
+         * or where it is, under base; the name carries this process's id */
+        if (strstr(cmd, "driver.py") && (!strncmp(cwd, base, strlen(base)) || strstr(cwd, own_dirs))) n++;
     }
     if (dp) closedir(dp);
     return n;
@@ -76,6 +82,68 @@ static int exists(const char *name) {
     return stat(p, &st) == 0;
 }
 
+/* a world-readable file at path holding "secret" (0 when it could not be made) */
+static int plant(const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) return 0;
+    fputs("secret\n", f);
+    fclose(f);
+    chmod(path, 0644);
+    return 1;
+}
+
+/* a sample (it passes when it cannot) that reads each of the paths */
+static void cannot_read(const char *what, const char *const *paths, int n) {
+    char code[2048];
+    size_t k = (size_t)snprintf(code, sizeof code, "import sys\nfor p in [");
+    for (int i = 0; i < n; i++) k += (size_t)snprintf(code + k, sizeof code - k, "%s'%s'", i ? ", " : "", paths[i]);
+    snprintf(code + k, sizeof code - k,
+             "]:\n    try:\n        open(p, 'rb').read()\n    except OSError:\n        continue\n"
+             "    sys.exit('read ' + p)\n");
+    run(what, code, "", 1);
+}
+
+/* its own processes in /proc; its files, the standard library and a
+ * private /tmp it may write */
+static void own_view(void) {
+    run("host processes",
+        "import os\npids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+        "cmds = [open('/proc/%s/cmdline' % p, 'rb').read() for p in pids]\n"
+        "assert all(b'driver.py' in c for c in cmds), cmds\nassert pids == ['1'], pids\n",
+        "", 1);
+    char code[1024], host_tmp[300];
+    snprintf(host_tmp, sizeof host_tmp, "%s-private", base);
+    snprintf(code, sizeof code,
+             "import json, decimal, os\nassert 'def' in open('candidate.py').read()\n"
+             "with open('%s', 'w') as f:\n    f.write('x')\nassert open('%s').read() == 'x'\n",
+             host_tmp, host_tmp);
+    run("reads the sandbox allows", code, "def f():\n    return 1\n", 1);
+    struct stat st;
+    CHECK(stat(host_tmp, &st) != 0, "a write to the sample's /tmp reached the host's");
+    unlink(host_tmp);
+}
+
+static void see_the_host(int namespaces) {
+    if (namespaces) own_view();
+    else printf("note: no namespaces here; the sample sees the host's /proc, /tmp and /dev/shm\n");
+
+    /* the host's /tmp and /dev/shm: the sample's own are empty */
+    char in_tmp[400], in_shm[300], in_var[300];
+    snprintf(in_tmp, sizeof in_tmp, "%s/secret", outside);
+    snprintf(in_shm, sizeof in_shm, "/dev/shm/rf-sandbox-secret-%d", (int)getpid());
+    snprintf(in_var, sizeof in_var, "/var/tmp/rf-sandbox-secret-%d", (int)getpid());
+    int shm = plant(in_shm);
+    CHECK(plant(in_tmp), "cannot write %s", in_tmp);
+    const char *tmps[] = {in_tmp, in_shm};
+    if (namespaces) cannot_read("the host's /tmp and /dev/shm", tmps, shm ? 2 : 1);
+    /* elsewhere: Landlock's read rules */
+    int var = plant(in_var);
+    const char *others[] = {"/etc/hostname", "/etc/passwd", var ? in_var : "/etc/hostname"};
+    if (rf_sandbox_landlock_abi() >= 1) cannot_read("files outside", others, 3);
+    else printf("note: no Landlock here; the sample may read any world-readable file\n");
+    unlink(in_tmp), unlink(in_shm), unlink(in_var);
+}
+
 int main(void) {
     snprintf(base, sizeof base, "/tmp/rf-sandbox-test-XXXXXX");
     if (!mkdtemp(base)) return perror("mkdtemp"), 1;
@@ -83,13 +151,15 @@ int main(void) {
     snprintf(outside, sizeof outside, "%s-outside", base);
     mkdir(outside, 0777);
     chmod(outside, 0777); /* writable by anyone: only the sandbox may stop a write */
+    snprintf(own_dirs, sizeof own_dirs, "/refusion-sandbox-%d-", (int)getpid());
     rf_sandbox_default(&box);
     box.wall_s = 2, box.cpu_s = 1, box.mem_bytes = (size_t)512 << 20, box.procs = 16, box.tmp_base = base;
 
     /* the ordinary cases */
     rf_sandbox_result r = run("right", "def f(x):\n    return x + 1\n", "assert f(1) == 2\n", 1);
-    printf("protections: network %d, pids %d, files %d, not root %d\n", r.net_isolated, r.pid_isolated, r.fs_confined,
-           r.dropped_root);
+    printf("protections: network %d, pids %d, files %d, not root %d, view %d\n", r.net_isolated, r.pid_isolated,
+           r.fs_confined, r.dropped_root, r.view_private);
+    CHECK(!r.pid_isolated || r.view_private, "in its own namespaces the sample has the host's /proc or /tmp");
     run("wrong", "def f(x):\n    return x\n", "assert f(1) == 2\n", 0);
     run("syntax error", "def f(x) return x\n", "assert f(1) == 1\n", 0);
     run("sanitised", "", "", 1); /* nothing at all runs fine */
@@ -108,7 +178,7 @@ int main(void) {
     snprintf(code, sizeof code, "with open('%s/escaped', 'w') as f:\n    f.write('x')\n", outside);
     r = run("write outside", code, "", 0);
     /* Landlock is what confines the writes: where the kernel has it, it must be in force */
-    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1);
+    long abi = rf_sandbox_landlock_abi();
     CHECK(abi < 1 || r.fs_confined, "the kernel has Landlock ABI %ld but the sample was not confined", abi);
     if (abi >= 1) CHECK(!exists("escaped"), "a file was written outside the sandbox");
     else printf("note: no Landlock here; the write outside was not confined\n");
@@ -137,6 +207,8 @@ int main(void) {
     run("exit(0) before the tests", "exit(0)\n", "assert False\n", 0);
     run("os._exit(0) before the tests", "import os\nos._exit(0)\n", "assert False\n", 0);
     run("sys.exit(0) in the tests", "", "import sys\nsys.exit(0)\n", 0);
+
+    see_the_host(r.pid_isolated);
 
     /* and the next sample is scored as ever */
     run("right again", "def g():\n    return 3\n", "assert g() == 3\n", 1);

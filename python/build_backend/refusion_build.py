@@ -8,8 +8,17 @@ metadata the wheel format asks for (PEP 427, core metadata 2.1).
 
 The version is CMakeLists.txt's project(refusion VERSION x.y.z) in the
 source tree, or the VERSION file `cmake --install` writes beside
-pyproject.toml."""
+pyproject.toml.
+
+The wheel records where librefusion was when it was built, in
+refusion/_install_info.py (LIBRARY_DIRS, searched after $REFUSION_LIB):
+the directory given as `--config-settings libdir=DIR`, else the lib
+directory of the `cmake --install` prefix this package was installed under
+(PREFIX/share/refusion/python), else the source tree's build/ (what
+scripts/build.sh builds). A directory without librefusion.so.0 at build time
+is not recorded; the package then looks where its docstring says."""
 import base64
+import glob
 import hashlib
 import os
 import re
@@ -17,6 +26,7 @@ import zipfile
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME = "refusion"
+SONAME = "librefusion.so.0"
 SUMMARY = "ReFusion diffusion language models on the CPU: Python binding of librefusion (ctypes)"
 
 
@@ -30,6 +40,31 @@ def _version():
     if os.path.exists(path):
         return open(path).read().strip()
     raise RuntimeError("no version: neither ../CMakeLists.txt nor VERSION beside pyproject.toml")
+
+
+def _library_dirs(config_settings):
+    """Where librefusion.so.0 is now, for the installed package to look first."""
+    given = (config_settings or {}).get("libdir")
+    if given:
+        given = os.path.abspath(given)
+        if not os.path.exists(os.path.join(given, SONAME)):
+            raise RuntimeError("libdir=%s: no %s there" % (given, SONAME))
+        return [given]
+    share = os.path.dirname(HERE)  # PREFIX/share/refusion for the installed copy
+    if os.path.basename(share) == "refusion":
+        prefix = os.path.normpath(os.path.join(share, "..", ".."))
+        found = sorted(glob.glob(os.path.join(prefix, "lib*", SONAME)) +
+                       glob.glob(os.path.join(prefix, "lib*", "*", SONAME)))
+        return [os.path.dirname(f) for f in found[:1]]
+    build = os.path.normpath(os.path.join(HERE, "..", "build"))
+    if os.path.exists(os.path.join(HERE, "..", "CMakeLists.txt")) and os.path.exists(os.path.join(build, SONAME)):
+        return [build]
+    return []
+
+
+def _install_info(config_settings):
+    return ("# written by the build backend (build_backend/refusion_build.py) into the wheel\n"
+            "VERSION = %r\nLIBRARY_DIRS = %r\n" % (_version(), _library_dirs(config_settings)))
 
 
 def _metadata():
@@ -75,6 +110,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             if n.endswith(".py"):
                 full = os.path.join(root, n)
                 files.append((os.path.relpath(full, HERE).replace(os.sep, "/"), open(full, "rb").read()))
+    files.append((NAME + "/_install_info.py", _install_info(config_settings).encode()))
     di = _dist_info()
     files.append((di + "/METADATA", _metadata().encode()))
     files.append((di + "/WHEEL", b"Wheel-Version: 1.0\nGenerator: refusion_build\nRoot-Is-Purelib: true\n"

@@ -134,11 +134,12 @@ RF_API void rf_tokenizer_close(refusion_tokenizer *t) {
 
 /* The ids of text into ids[0 .. cap-1]; returns how many it has, or an
  * rf_status. */
-static int encode_out(const rf_tokenizer *t, const char *text, int32_t *ids, int cap) {
+static int encode_out_spans(const rf_tokenizer *t, const char *text, const rf_text_span *sp, size_t nsp,
+                            int32_t *ids, int cap) {
     int *volatile v = NULL;
     CATCH_DIE(free(v); return DIED);
     int *out = NULL, n = 0;
-    int rc = rf_tok_encode(t, text, strlen(text), &out, &n);
+    int rc = rf_tok_encode_spans(t, text, strlen(text), sp, nsp, &out, &n);
     v = out;
     END_CATCH();
     if (rc) {
@@ -148,6 +149,9 @@ static int encode_out(const rf_tokenizer *t, const char *text, int32_t *ids, int
     for (int i = 0; i < n && i < cap; i++) ids[i] = v[i];
     free(v);
     return n;
+}
+static int encode_out(const rf_tokenizer *t, const char *text, int32_t *ids, int cap) {
+    return encode_out_spans(t, text, NULL, 0, ids, cap);
 }
 
 RF_API int rf_tokenize(const refusion_tokenizer *t, const char *text, int chat, int32_t *ids, int cap) {
@@ -179,15 +183,34 @@ RF_API int rf_tokenize_chat(const refusion_tokenizer *t, const rf_chat_message *
     if (rc < 0) return rc;
     char *volatile text = NULL;
     rf_chat_msg *volatile cm = NULL;
-    CATCH_DIE(free(text); free(cm); return DIED);
+    rf_text_span *volatile sp = NULL;
+    CATCH_DIE(free(text); free(cm); free(sp); return DIED);
     cm = rf_malloc((size_t)n * sizeof *cm);
     for (int i = 0; i < n; i++) cm[i] = (rf_chat_msg){msgs[i].role, msgs[i].content};
-    text = rf_chat_apply(t->t, cm, n, 1, think);
+    rf_text_span *spans = NULL;
+    size_t nsp = 0;
+    text = rf_chat_apply_spans(t->t, cm, n, 1, think, &spans, &nsp);
+    sp = spans;
     END_CATCH();
     free(cm);
-    rc = text ? encode_out(t->t, text, ids, cap) : RF_ERR_INVALID;
+    /* the messages' special-token text is text unless the tokenizer says otherwise */
+    if (rf_tok_special_in_content(t->t)) nsp = 0;
+    rc = text ? encode_out_spans(t->t, text, sp, nsp, ids, cap) : RF_ERR_INVALID;
     free(text);
+    free(sp);
     return rc;
+}
+
+RF_API void rf_tokenizer_set_special_in_content(refusion_tokenizer *t, int on) {
+    if (t) rf_tok_set_special_in_content(t->t, on);
+}
+
+RF_API int rf_tokenizer_check_chat_template(const refusion_tokenizer *t) {
+    if (!t) return rf_set_error("rf_tokenizer_check_chat_template: tokenizer is NULL"), RF_ERR_INVALID;
+    CATCH_DIE(return DIED);
+    int rc = rf_tok_check_chat_template(t->t);
+    END_CATCH();
+    return rc ? RF_ERR_INVALID : 0;
 }
 
 RF_API int rf_token_id(const refusion_tokenizer *t, const char *piece) {
@@ -412,3 +435,4 @@ struct rf_workspace *rf_session_workspace(refusion_session *s) { return s->ws; }
 
 const rf_model *rf_api_model(const refusion_model *m) { return &m->m; }
 const rf_tokenizer *rf_api_tokenizer(const refusion_tokenizer *t) { return t->t; }
+const char *rf_api_model_path(const refusion_model *m) { return m->path; }

@@ -19,5 +19,7 @@ struct rf_workspace *rf_session_workspace(refusion_session *s);
 /* The internal model and tokenizer behind the handles. */
 const rf_model *rf_api_model(const refusion_model *m);
 const rf_tokenizer *rf_api_tokenizer(const refusion_tokenizer *t);
+/* The path the model was opened from (its generation_config.json is beside it). */
+const char *rf_api_model_path(const refusion_model *m);
 
 #endif

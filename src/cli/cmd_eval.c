@@ -120,6 +120,23 @@ static void paper_progress(int done, int total, const rf_paper_totals *t, void *
     if (done > t->n_resumed) rf_meter_update(m, done - t->n_resumed, extra);
 }
 
+/* The code tasks' sandbox: its directories in $TMPDIR (default /tmp), those
+ * a killed run left removed first, a sample and its directory removed when
+ * a signal ends eval; a kernel without Landlock is said once, as the
+ * samples then read and write what file permissions allow (docs/eval.md). */
+static void code_sandbox_setup(rf_sandbox_limits *box, int quiet) {
+    const char *tmpdir = getenv("TMPDIR");
+    if (tmpdir && *tmpdir) box->tmp_base = tmpdir;
+    cli_cleanup_on_signals();
+    int swept = rf_sandbox_sweep(box->tmp_base);
+    if (swept && !quiet)
+        fprintf(stderr, "refusion: eval: removed %d sandbox director%s left in %s by a killed run\n", swept,
+                swept == 1 ? "y" : "ies", box->tmp_base ? box->tmp_base : "/tmp");
+    if (!quiet && !rf_sandbox_landlock_abi())
+        fprintf(stderr, "refusion: eval: note: this kernel has no Landlock: the code samples can read every "
+                        "world-readable file and write where file permissions allow\n");
+}
+
 /* --task: one of the paper's benchmarks */
 static int eval_paper(const eval_args *a, const rf_decode_opts *d) {
     int task = rf_paper_task_from_name(rf_decode_presets[a->task - 1].name);
@@ -147,6 +164,7 @@ static int eval_paper(const eval_args *a, const rf_decode_opts *d) {
     rf_sandbox_default(&box);
     box.wall_s = a->code_timeout, box.cpu_s = (int)(a->code_timeout + 0.999f);
     o.box = &box;
+    if (task == RF_PAPER_HUMANEVAL || task == RF_PAPER_MBPP) code_sandbox_setup(&box, a->quiet);
 
     json_t *items = rf_paper_load(task, a->data), *answers = NULL;
     if (!items) {

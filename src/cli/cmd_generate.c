@@ -610,6 +610,7 @@ static int generate_main(int argc, char **argv, int interactive) {
         fprintf(stderr, "refusion: %s\n", rf_last_error());
         goto out;
     }
+    if (g.tok) rf_tokenizer_set_special_in_content(g.tok, tpl.special_in_content);
     if (!(g.sess = rf_session_new(g.m))) {
         fprintf(stderr, "refusion: %s\n", rf_last_error());
         goto out;

@@ -198,13 +198,16 @@ int cmd_serve(int argc, char **argv) {
     }
     refusion_tokenizer *tok = NULL;
     int have_tok = rf_model_has_tokenizer(m); /* tokenizer.json or GGUF metadata */
+    /* a template that renders no conversation is refused here, not at every request */
     if (have_tok && (!(tok = rf_tokenizer_open(m)) ||
-                     (tpl.chat_template && rf_tokenizer_set_chat_template(tok, tpl.chat_template)))) {
+                     (tpl.chat_template && rf_tokenizer_set_chat_template(tok, tpl.chat_template)) ||
+                     rf_tokenizer_check_chat_template(tok))) {
         rf_print_error();
         rf_tokenizer_close(tok);
         rf_model_close(m);
         return 1;
     }
+    if (tok) rf_tokenizer_set_special_in_content(tok, tpl.special_in_content);
     /* the checkpoint's recommended settings under the flags; requests override both */
     if (rf_decode_opts_from_config(&c.defaults, model_dir, tok ? rf_tokenizer_eos_id(tok) : -1)) {
         fprintf(stderr, "refusion: serve: %s\n", rf_last_error());

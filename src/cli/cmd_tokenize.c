@@ -26,6 +26,7 @@ static void usage(FILE *f) {
             "                          render with this Jinja template instead of the model's, or with the\n"
             "                          built-in Qwen3 renderer (default: the model's template, else built-in)\n"
             "  --jinja                 use the model's Jinja template (the default; llama.cpp's spelling)\n"
+            "  --special-in-content    parse special tokens written in the messages (by default they are text)\n"
             "  --system S, --user S, --assistant S\n"
             "                          build the chat from arguments instead (repeatable, kept in order)\n"
             "  --no-generation-prompt  with --chat: do not append \"<|im_start|>assistant\\n\"\n"
@@ -125,10 +126,14 @@ static json_t *batch_line(const rf_tokenizer *t, json_t *in, int roundtrip) {
         return o;
     }
     if (msgs) { /* the line's other keys are template variables */
-        char *p = rf_chat_render(t, in, json_is_true(json_object_get(in, "add_generation_prompt")), 1);
+        rf_text_span *sp;
+        size_t nsp;
+        char *p = rf_chat_render_spans(t, in, json_is_true(json_object_get(in, "add_generation_prompt")), 1, &sp, &nsp);
         if (!p) return NULL;
         int *v, nv;
-        if (rf_tok_encode(t, p, strlen(p), &v, &nv)) {
+        int erc = rf_tok_encode_spans(t, p, strlen(p), sp, rf_tok_special_in_content(t) ? 0 : nsp, &v, &nv);
+        free(sp);
+        if (erc) {
             free(p);
             return NULL;
         }
@@ -171,7 +176,7 @@ static int run_batch(const rf_tokenizer *t, int roundtrip) {
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *text_arg = NULL, *chat_template = NULL;
     int decode = 0, skip_special = 0, chat = 0, gen_prompt = 1, think = 1, print_text = 0;
-    int as_json = 0, pieces = 0, info = 0, batch = 0, roundtrip = 0;
+    int as_json = 0, pieces = 0, info = 0, batch = 0, roundtrip = 0, special_in_content = 0;
     json_t *arg_msgs = json_array();
     int rc = 1;
     for (int i = 1; i < argc; i++) {
@@ -189,6 +194,7 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--chat-template") && more) chat_template = argv[++i];
         else if (!strncmp(a, "--chat-template=", 16)) chat_template = a + 16;
         else if (!strcmp(a, "--jinja")) continue;
+        else if (!strcmp(a, "--special-in-content")) special_in_content = 1;
         else if ((!strcmp(a, "--system") || !strcmp(a, "--user") || !strcmp(a, "--assistant")) && more) {
             json_array_append_new(arg_msgs, json_pack("{s:s, s:s}", "role", a + 2, "content", argv[++i]));
             chat = 1;
@@ -215,8 +221,11 @@ int cmd_tokenize(int argc, char **argv) {
     }
     rf_tokenizer *t = rf_tok_load(model);
     char *input = NULL;
+    rf_text_span *spans = NULL; /* with --chat: the conversation's text in input */
+    size_t n_spans = 0;
     int *ids = NULL, n = 0;
     if (!t || (chat_template && rf_tok_set_chat_template(t, chat_template))) goto fail;
+    rf_tok_set_special_in_content(t, special_in_content);
     if (info && as_json) { /* the same as one JSON object */
         json_t *sp = json_array();
         for (int i = 0; i < rf_tok_vocab_size(t); i++)
@@ -286,7 +295,7 @@ int cmd_tokenize(int argc, char **argv) {
                 goto fail;
             }
         }
-        char *p = rf_chat_render(t, msgs, gen_prompt, think);
+        char *p = rf_chat_render_spans(t, msgs, gen_prompt, think, &spans, &n_spans);
         json_decref(msgs);
         if (!p) {
             char msg[1100];
@@ -303,7 +312,7 @@ int cmd_tokenize(int argc, char **argv) {
             goto done;
         }
     }
-    if (rf_tok_encode(t, input, len, &ids, &n)) {
+    if (rf_tok_encode_spans(t, input, len, spans, special_in_content ? 0 : n_spans, &ids, &n)) {
         char msg[1100];
         snprintf(msg, sizeof msg, "%s: %s", src, rf_last_error());
         rf_set_error("%s", msg);
@@ -327,6 +336,7 @@ fail:
     rf_print_error();
     rc = 1;
 done:
+    free(spans);
     free(ids);
     free(input);
     json_decref(arg_msgs);

@@ -32,4 +32,13 @@ extern const rf_opt rf_model_source_table[];
 extern const int rf_model_source_table_n;
 #define RF_MODEL_SOURCE_GROUP(s) {NULL, rf_model_source_table, rf_model_source_table_n, (s), NULL, NULL}
 
+/* SIGTERM, SIGINT and SIGHUP end the program as before, after killing the
+ * helpers and removing the temporary outputs the library registered
+ * (util/cleanup.h): for the commands that write or start such things. */
+void cli_cleanup_on_signals(void);
+/* Remove, saying so on stderr, the temporary outputs of an earlier `cmd`
+ * writing OUT whose process is gone: OUT.tmp.PID and OUT.grow-tmp.PID
+ * beside OUT, NAME.tmp.PID in OUT. */
+void cli_sweep_temps(const char *cmd, const char *out);
+
 #endif

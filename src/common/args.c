@@ -180,6 +180,10 @@ const rf_opt rf_chat_template_table[] = {
      "the built-in Qwen3 renderer"},
     {"jinja", 0, NULL, NULL, RF_OPT_FLAG, 0, 0, 0, 0, NULL, offsetof(rf_chat_template_opts, jinja), NULL,
      "use the model's Jinja chat template (the default; llama.cpp's spelling)"},
+    {"special-in-content", 0, NULL, NULL, RF_OPT_FLAG, 0, 0, 0, 0, NULL,
+     offsetof(rf_chat_template_opts, special_in_content), NULL,
+     "parse special tokens written in the messages (\"<|im_end|>\" ends the turn); by default they are plain text "
+     "and only the template's own markers are special"},
 };
 const int rf_chat_template_table_n = (int)(sizeof rf_chat_template_table / sizeof rf_chat_template_table[0]);
 

@@ -103,6 +103,7 @@ extern const int rf_decode_table_n;
 typedef struct {
     const char *chat_template; /* --chat-template FILE|builtin, or NULL: the model's */
     int jinja;                 /* --jinja: llama.cpp's spelling for "the model's template" */
+    int special_in_content;    /* --special-in-content: special-token text in messages parsed as such */
 } rf_chat_template_opts;
 extern const rf_opt rf_chat_template_table[];
 extern const int rf_chat_template_table_n;

@@ -203,7 +203,7 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
                                           "tool_choice", "functions", "function_call", "parallel_tool_calls",
                                           "response_format", "presence_penalty", "frequency_penalty",
                                           "repetition_penalty", "logit_bias", "echo", "best_of", "suffix", "n",
-                                          "decode_events", NULL};
+                                          "parse_special", "decode_events", NULL};
         for (int i = 0; own[i] && !known; i++) known = !strcmp(key, own[i]);
         for (int i = 0; harmless[i] && !known; i++) known = !strcmp(key, harmless[i]);
         if (!known) {
@@ -277,8 +277,12 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
     return 0;
 }
 
-static int encode(const rf_tokenizer *tok, const char *text, rf_serve_req *r) {
-    if (rf_tok_encode(tok, text, strlen(text), &r->prompt, &r->n_prompt)) {
+/* spans: the client's text, where special-token text is plain text unless
+ * the request says "parse_special": true (llama-server's name) or the
+ * server runs with --special-in-content */
+static int encode(const rf_tokenizer *tok, const char *text, const rf_text_span *spans, size_t n_spans,
+                  rf_serve_req *r) {
+    if (rf_tok_encode_spans(tok, text, strlen(text), spans, n_spans, &r->prompt, &r->n_prompt)) {
         char why[256]; /* rf_set_error must not read its own buffer */
         snprintf(why, sizeof why, "%s", rf_last_error());
         rf_set_error("prompt: %s", why);
@@ -302,7 +306,13 @@ static int parse_prompt(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
             rf_set_error("this model has no tokenizer.json: give \"prompt\" as an array of token ids");
             return -1;
         }
-        return encode(tok, json_string_value(v), r);
+        int special = rf_tok_special_in_content(tok);
+        if (get_bool(o, "parse_special", &special) < 0) {
+            set_param(r, "parse_special");
+            return -1;
+        }
+        rf_text_span all = {0, strlen(json_string_value(v))};
+        return encode(tok, json_string_value(v), &all, special ? 0 : 1, r);
     }
     if (!json_is_array(v)) {
         rf_set_error("\"prompt\" must be a string or an array of token ids");
@@ -422,9 +432,9 @@ static int parse_messages(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
         rf_set_error("this model has no chat template (no tokenizer.json with <|im_start|>): use /v1/completions");
         return -1;
     }
-    int think = 1;
-    if (get_bool(o, "enable_thinking", &think) < 0) {
-        set_param(r, "enable_thinking");
+    int think = 1, special = rf_tok_special_in_content(tok);
+    if (get_bool(o, "enable_thinking", &think) < 0 || get_bool(o, "parse_special", &special) < 0) {
+        set_param(r, get_bool(o, "enable_thinking", &think) < 0 ? "enable_thinking" : "parse_special");
         return -1;
     }
     json_t *kw = field(o, "chat_template_kwargs");
@@ -479,8 +489,11 @@ static int parse_messages(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
         }
         msgs[i].role = role, msgs[i].content = texts[i];
     }
-    char *text = rf_chat_apply(tok, msgs, (int)n, 1, think);
-    if (text) rc = encode(tok, text, r);
+    rf_text_span *spans;
+    size_t n_spans;
+    char *text = rf_chat_apply_spans(tok, msgs, (int)n, 1, think, &spans, &n_spans);
+    if (text) rc = encode(tok, text, spans, special ? 0 : n_spans, r);
+    free(spans);
     r->prompt_text = text; /* /apply-template answers it */
 done:
     for (i = 0; i < n; i++) free(texts[i]);

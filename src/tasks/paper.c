@@ -501,10 +501,11 @@ static int run_code(const json_t *item, const char *code, const char *entry, con
     rf_sandbox_result r;
     if (rf_sandbox_run(code, str_field(item, "test"), entry, box, &r)) return -1;
     *pass = r.passed;
-    json_object_set_new(d, "sandbox", json_pack("{s:b, s:i, s:i, s:b, s:s, s:{s:b, s:b, s:b, s:b}}", "passed", r.passed,
+    json_object_set_new(d, "sandbox", json_pack("{s:b, s:i, s:i, s:b, s:s, s:{s:b, s:b, s:b, s:b, s:b}}", "passed", r.passed,
                                                 "exit_code", r.exit_code, "signal", r.signal, "timed_out", r.timed_out,
                                                 "output_tail", r.tail, "protections", "network", r.net_isolated, "pids",
-                                                r.pid_isolated, "files", r.fs_confined, "not_root", r.dropped_root));
+                                                r.pid_isolated, "files", r.fs_confined, "not_root", r.dropped_root,
+                                                "view", r.view_private));
     return 0;
 }
 

@@ -1,19 +1,21 @@
 /* sandbox.c - see sandbox.h.
  *
  * Process layout: the caller forks a relay (its own process group) that
- * enters new network + PID namespaces (plus a user namespace when not root)
- * and forks the runner, PID 1 of the new namespace; when the runner dies the
- * kernel kills everything the program started in it. The caller waits for
- * the relay with a deadline and kills the whole group at the deadline (and
- * once more afterwards, for anything left). The runner sets the limits,
- * drops root, confines the file system with Landlock and execs python3 on
+ * enters new network, PID and mount namespaces (plus a user namespace when
+ * not root) and forks the runner, PID 1 of the new namespace; when the
+ * runner dies the kernel kills everything the program started in it. The
+ * caller waits for the relay with a deadline and kills the whole group at
+ * the deadline (and once more afterwards, for anything left). The runner
+ * mounts its private view (sandbox_confine.h), sets the limits, drops
+ * root, confines the file system with Landlock and execs python3 on
  * the driver below, which sanitises the candidate (HumanEval), installs the
  * guard and runs candidate + tests; exit status 0 is a pass. */
 #include "tasks/sandbox.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <poll.h>
 #include <grp.h>
 #include <limits.h>
 #include <sched.h>
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -30,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tasks/sandbox_confine.h"
+#include "util/cleanup.h"
 #include "util/util.h"
 
 void rf_sandbox_default(rf_sandbox_limits *l) {
@@ -132,59 +137,6 @@ static const char driver_py[] =
     "sys.stderr.flush()\n"
     "_exit(0)\n";
 
-/* ---- Landlock (linux/landlock.h, written out so that older headers do) ---- */
-#define LL_FS_EXECUTE (1ull << 0)
-#define LL_FS_WRITE_FILE (1ull << 1)
-#define LL_FS_READ_FILE (1ull << 2)
-#define LL_FS_READ_DIR (1ull << 3)
-#define LL_FS_ABI1_ALL ((1ull << 13) - 1) /* EXECUTE .. MAKE_SYM */
-#define LL_FS_REFER (1ull << 13)          /* ABI 2 */
-#define LL_FS_TRUNCATE (1ull << 14)       /* ABI 3 */
-#define LL_FS_IOCTL_DEV (1ull << 15)      /* ABI 5 */
-#define LL_NET_BIND_TCP (1ull << 0)       /* ABI 4 */
-#define LL_NET_CONNECT_TCP (1ull << 1)
-#define LL_SCOPE_ABSTRACT_UNIX (1ull << 0) /* ABI 6 */
-#define LL_SCOPE_SIGNAL (1ull << 1)
-struct ll_ruleset_attr {
-    uint64_t fs, net, scoped;
-};
-struct ll_path_beneath {
-    uint64_t allowed;
-    int32_t parent_fd;
-} __attribute__((packed));
-
-static int ll_allow(int ruleset, const char *path, uint64_t access) {
-    int fd = open(path, O_PATH | O_CLOEXEC);
-    if (fd < 0) return -1;
-    struct ll_path_beneath pb = {access, fd};
-    int rc = (int)syscall(SYS_landlock_add_rule, ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &pb, 0);
-    close(fd);
-    return rc;
-}
-
-/* Everything read-only (and executable) but dir; from ABI 4 no TCP, from
- * ABI 6 no signals or abstract sockets out of the sandbox. 1 when in force. */
-static int landlock_confine(const char *dir) {
-    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1 /* LANDLOCK_CREATE_RULESET_VERSION */);
-    if (abi < 1) return 0;
-    struct ll_ruleset_attr attr = {LL_FS_ABI1_ALL, 0, 0};
-    size_t size = 8;
-    if (abi >= 2) attr.fs |= LL_FS_REFER;
-    if (abi >= 3) attr.fs |= LL_FS_TRUNCATE;
-    if (abi >= 5) attr.fs |= LL_FS_IOCTL_DEV;
-    if (abi >= 4) attr.net = LL_NET_BIND_TCP | LL_NET_CONNECT_TCP, size = 16;
-    if (abi >= 6) attr.scoped = LL_SCOPE_ABSTRACT_UNIX | LL_SCOPE_SIGNAL, size = 24;
-    int rs = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
-    if (rs < 0) return 0;
-    uint64_t file_rw = LL_FS_WRITE_FILE | LL_FS_READ_FILE | (abi >= 3 ? LL_FS_TRUNCATE : 0);
-    int ok = ll_allow(rs, "/", LL_FS_EXECUTE | LL_FS_READ_FILE | LL_FS_READ_DIR) == 0 &&
-             ll_allow(rs, dir, attr.fs) == 0;
-    if (ok) ll_allow(rs, "/dev/null", file_rw); /* optional */
-    ok = ok && syscall(SYS_landlock_restrict_self, rs, 0) == 0;
-    close(rs);
-    return ok;
-}
-
 /* ---- the child side (async-signal-safe calls only after fork) ---- */
 static void put_flag(int fd, char c) {
     if (write(fd, &c, 1) < 0) { /* the caller then reports the protection as absent */
@@ -204,10 +156,39 @@ static void set_limit(int what, rlim_t v) {
     setrlimit(what, &r);
 }
 
+/* what the relay and the runner work from (copied by fork) */
+typedef struct {
+    const char *dir, *python, *entry;
+    const rf_sandbox_limits *l;
+    const rf_sandbox_paths *paths;
+    pid_t caller;  /* the process that forked the relay */
+    int flags_fd;  /* to the caller: the protections in force, the runner's id */
+    int alive_fd;  /* the runner's end of a pipe the relay holds open, or -1 */
+    int as_root;
+} child_args;
+
+/* Killed with SIGKILL when the parent dies, from now on (a change of
+ * credentials clears this: set it after setuid); _exit when it is already
+ * gone. The runner, PID 1 of its namespace, cannot see its parent's id:
+ * the pipe the relay holds open says whether it lives. */
+static void die_with_parent(const child_args *a) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (a->alive_fd < 0) {
+        if (getppid() != a->caller) _exit(126);
+        return;
+    }
+    struct pollfd p = {a->alive_fd, POLLIN, 0};
+    if (poll(&p, 1, 0) != 0) _exit(126); /* the relay never writes: an event is its end */
+}
+
 /* the runner: never returns */
-static void run_python(const char *dir, const char *python, const char *entry, const rf_sandbox_limits *l,
-                       int as_root, int flags_fd) {
-    if (chdir(dir)) _exit(126);
+static void run_python(const child_args *a, int in_namespaces) {
+    const rf_sandbox_limits *l = a->l;
+    /* a private view needs the new mount and PID namespaces; without them
+     * only the working directory changes */
+    int view = in_namespaces ? rf_sandbox_private_view(a->dir, l->file_bytes) : (chdir(a->dir) ? -1 : 0);
+    if (view < 0) _exit(126);
+    if (view) put_flag(a->flags_fd, 'v');
     int in = open("/dev/null", O_RDONLY), out = open("out.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(126);
     set_limit(RLIMIT_CPU, (rlim_t)l->cpu_s);
@@ -216,30 +197,28 @@ static void run_python(const char *dir, const char *python, const char *entry, c
     set_limit(RLIMIT_NPROC, (rlim_t)l->procs);
     set_limit(RLIMIT_NOFILE, 64);
     set_limit(RLIMIT_CORE, 0);
-    if (as_root) {
+    if (a->as_root) {
         /* root is exempt from RLIMIT_NPROC and may write anywhere: run as nobody */
         if (setgroups(0, NULL) || setgid(65534) || setuid(65534)) _exit(126);
-        put_flag(flags_fd, 'r');
+        put_flag(a->flags_fd, 'r');
     }
+    die_with_parent(a);
     prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-    if (landlock_confine(dir)) put_flag(flags_fd, 'f');
-    close(flags_fd);
+    if (rf_sandbox_landlock(a->paths, view)) put_flag(a->flags_fd, 'f');
     close_range(3, ~0u, 0);
-    char *const argv[] = {(char *)"python3", (char *)"-I", (char *)"-B", (char *)"driver.py", (char *)entry, NULL};
+    char *const argv[] = {(char *)"python3", (char *)"-I", (char *)"-B", (char *)"driver.py", (char *)a->entry, NULL};
     char *const envp[] = {NULL};
-    execve(python, argv, envp);
+    execve(a->python, argv, envp);
     _exit(127);
 }
 
 /* the relay: never returns */
-static void relay(const char *dir, const char *python, const char *entry, const rf_sandbox_limits *l,
-                  int flags_fd) {
+static void relay(child_args *a) {
     setpgid(0, 0);
-    int as_root = geteuid() == 0;
     uid_t uid = getuid();
     gid_t gid = getgid();
-    int ns = unshare(CLONE_NEWNET | CLONE_NEWPID | (as_root ? 0 : CLONE_NEWUSER)) == 0;
-    if (ns && !as_root) {
+    int ns = unshare(CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS | (a->as_root ? 0 : CLONE_NEWUSER)) == 0;
+    if (ns && !a->as_root) {
         /* keep our own ids inside the user namespace (files stay ours) */
         char map[64];
         snprintf(map, sizeof map, "%u %u 1\n", (unsigned)uid, (unsigned)uid);
@@ -248,21 +227,27 @@ static void relay(const char *dir, const char *python, const char *entry, const 
         snprintf(map, sizeof map, "%u %u 1\n", (unsigned)gid, (unsigned)gid);
         write_str("/proc/self/gid_map", map);
     }
-    if (!ns) run_python(dir, python, entry, l, as_root, flags_fd);
-    put_flag(flags_fd, 'n');
+    if (!ns) run_python(a, 0);
+    die_with_parent(a);
+    put_flag(a->flags_fd, 'n');
+    int alive[2];
+    if (pipe2(alive, O_CLOEXEC)) _exit(126);
     pid_t c = fork();
     if (c < 0) _exit(126);
     if (c == 0) {
-        put_flag(flags_fd, 'p');
-        run_python(dir, python, entry, l, as_root, flags_fd);
+        close(alive[1]);
+        a->alive_fd = alive[0];
+        put_flag(a->flags_fd, 'p');
+        run_python(a, 1);
     }
+    close(alive[0]);
     /* the caller kills the runner at the deadline: everything in the
      * namespace dies with it, and this wait returns once it is all gone */
     char msg[32];
     int k = snprintf(msg, sizeof msg, "P%d;", (int)c);
-    if (write(flags_fd, msg, (size_t)k) < 0) { /* then the caller kills the whole group */
+    if (write(a->flags_fd, msg, (size_t)k) < 0) { /* then the caller kills the whole group */
     }
-    close(flags_fd);
+    close(a->flags_fd);
     int st;
     while (waitpid(c, &st, 0) < 0 && errno == EINTR) {
     }
@@ -282,24 +267,6 @@ static int write_file(const char *dir, const char *name, const char *text) {
     return ok ? 0 : -1;
 }
 
-static int unlock_one(const char *p, const struct stat *st, int type, struct FTW *f) {
-    (void)st, (void)f;
-    if (type == FTW_D || type == FTW_DNR) chmod(p, 0700);
-    return 0;
-}
-static int remove_one(const char *p, const struct stat *st, int type, struct FTW *f) {
-    (void)st, (void)type, (void)f;
-    remove(p);
-    return 0;
-}
-/* the directory and everything in it, whatever modes the program set */
-static int remove_tree(const char *dir) {
-    nftw(dir, unlock_one, 16, FTW_PHYS);
-    nftw(dir, remove_one, 16, FTW_PHYS | FTW_DEPTH);
-    struct stat st;
-    return lstat(dir, &st) == 0 ? -1 : 0;
-}
-
 static void read_tail(const char *dir, char *tail, size_t cap) {
     char *p = rf_path_join(dir, "out.txt");
     tail[0] = 0;
@@ -317,79 +284,27 @@ static void read_tail(const char *dir, char *tail, size_t cap) {
     fclose(f);
 }
 
-int rf_sandbox_run(const char *code, const char *tests, const char *entry_point, const rf_sandbox_limits *l,
-                   rf_sandbox_result *res) {
-    rf_sandbox_limits def;
-    if (!l) rf_sandbox_default(&def), l = &def;
-    memset(res, 0, sizeof *res);
-    res->exit_code = -1;
-    const char *python = l->python ? l->python : "/usr/bin/python3";
-    if (access(python, X_OK)) {
-        rf_set_error("sandbox: cannot run %s: %s (Debian: apt-get install python3)", python, strerror(errno));
-        return -1;
-    }
-    const char *tmp = l->tmp_base ? l->tmp_base : "/tmp";
-    struct stat bst;
-    if (geteuid() == 0 && (stat(tmp, &bst) || !(bst.st_mode & S_IXOTH))) {
-        rf_set_error("sandbox: %s must be a directory others may enter (the sample runs as nobody)", tmp);
-        return -1;
-    }
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/refusion-sandbox-XXXXXX", tmp);
-    if (!mkdtemp(dir)) {
-        rf_set_error("sandbox: cannot make a temporary directory in %s: %s", tmp, strerror(errno));
-        return -1;
-    }
-    int rc = -1, fds[2] = {-1, -1};
-    if (write_file(dir, "driver.py", driver_py) || write_file(dir, "candidate.py", code) ||
-        write_file(dir, "tests.py", tests))
-        goto done;
-    if (geteuid() == 0 && chown(dir, 65534, 65534)) {
-        rf_set_error("sandbox: cannot hand %s to nobody: %s", dir, strerror(errno));
-        goto done;
-    }
-    if (pipe2(fds, O_CLOEXEC)) {
-        rf_set_error("sandbox: pipe: %s", strerror(errno));
-        goto done;
-    }
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        rf_set_error("sandbox: fork: %s", strerror(errno));
-        goto done;
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        relay(dir, python, entry_point ? entry_point : "", l, fds[1]);
-    }
-    close(fds[1]);
-    fds[1] = -1;
-    setpgid(pid, pid); /* also here: no window in which the group does not exist yet */
-    fcntl(fds[0], F_SETFL, O_NONBLOCK);
-    char flags[64];
+/* Wait for the relay until the deadline, reading the flags it sends; at the
+ * deadline kill the namespace's init (all of it dies, the relay returns
+ * once it is gone), or without a namespace, or if that does not end it
+ * within a second, the whole group. The relay's wait status. */
+static int wait_relay(pid_t pid, int flags_fd, double wall_s, char *flags, size_t cap, int *timed_out) {
     size_t nf = 0;
-    double deadline = rf_now() + l->wall_s;
-    int st = 0, reaped = 0;
+    double deadline = rf_now() + wall_s;
+    int st = 0;
     for (;;) {
         pid_t w = waitpid(pid, &st, WNOHANG);
-        if (w == pid || (w < 0 && errno != EINTR)) {
-            reaped = w == pid;
-            break;
-        }
-        ssize_t k = read(fds[0], flags + nf, sizeof flags - 1 - nf);
+        if (w == pid || (w < 0 && errno != EINTR)) break;
+        ssize_t k = read(flags_fd, flags + nf, cap - 1 - nf);
         if (k > 0) nf += (size_t)k;
+        flags[nf] = 0;
         if (rf_now() >= deadline) {
-            res->timed_out = 1;
-            flags[nf] = 0;
+            *timed_out = 1;
             const char *P = strchr(flags, 'P');
             int runner = P ? atoi(P + 1) : 0;
-            /* kill the namespace's init (all of it dies, the relay returns once
-             * it is gone); without a namespace, or if that does not end it
-             * within a second, the whole group */
-            if (runner > 0) kill(runner, SIGKILL);
-            else kill(-pid, SIGKILL);
-            double hard = rf_now() + 1.0;
-            while (!(reaped = waitpid(pid, &st, WNOHANG) == pid) && rf_now() < hard) {
+            kill(runner > 0 ? runner : -pid, SIGKILL);
+            int reaped = 0;
+            for (double hard = rf_now() + 1.0; !(reaped = waitpid(pid, &st, WNOHANG) == pid) && rf_now() < hard;) {
                 struct timespec ts = {0, 2000000};
                 nanosleep(&ts, NULL);
             }
@@ -410,12 +325,17 @@ int rf_sandbox_run(const char *code, const char *tests, const char *entry_point,
         struct timespec ts = {0, 2000000};
         nanosleep(&ts, NULL);
     }
-    for (ssize_t k; nf < sizeof flags - 1 && (k = read(fds[0], flags + nf, sizeof flags - 1 - nf)) > 0;) nf += (size_t)k;
+    for (ssize_t k; nf < cap - 1 && (k = read(flags_fd, flags + nf, cap - 1 - nf)) > 0;) nf += (size_t)k;
     flags[nf] = 0;
+    return st;
+}
+
+static void fill_result(rf_sandbox_result *res, const char *flags, int st) {
     res->net_isolated = strchr(flags, 'n') != NULL;
     res->pid_isolated = strchr(flags, 'p') != NULL;
     res->fs_confined = strchr(flags, 'f') != NULL;
     res->dropped_root = strchr(flags, 'r') != NULL;
+    res->view_private = strchr(flags, 'v') != NULL;
     if (WIFEXITED(st)) {
         res->exit_code = WEXITSTATUS(st);
         if (res->exit_code > 128 && res->exit_code < 128 + 65) res->signal = res->exit_code - 128;
@@ -423,14 +343,120 @@ int rf_sandbox_run(const char *code, const char *tests, const char *entry_point,
         res->signal = WTERMSIG(st);
     }
     res->passed = !res->timed_out && WIFEXITED(st) && res->exit_code == 0;
+}
+
+/* Run the relay on the files in dir; 0 with *res filled, or -1. */
+static int run_in(const char *dir, const char *python, const char *entry, const rf_sandbox_limits *l,
+                  rf_sandbox_result *res) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC)) {
+        rf_set_error("sandbox: pipe: %s", strerror(errno));
+        return -1;
+    }
+    rf_sandbox_paths paths;
+    rf_sandbox_interpreter_paths(python, &paths);
+    fflush(NULL);
+    pid_t caller = getpid(), pid = fork();
+    if (pid < 0) {
+        rf_set_error("sandbox: fork: %s", strerror(errno));
+        close(fds[0]), close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        child_args a = {dir, python, entry ? entry : "", l, &paths, caller, fds[1], -1, geteuid() == 0};
+        relay(&a);
+    }
+    close(fds[1]);
+    setpgid(pid, pid); /* also here: no window in which the group does not exist yet */
+    /* a program ended by a signal kills the group first (util/cleanup.h) */
+    int group = rf_cleanup_add_group(pid);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    char flags[64];
+    int st = wait_relay(pid, fds[0], l->wall_s, flags, sizeof flags, &res->timed_out);
+    rf_cleanup_drop(group);
+    close(fds[0]);
+    fill_result(res, flags, st);
     read_tail(dir, res->tail, sizeof res->tail);
-    rc = 0;
+    return 0;
+}
+
+/* A directory named refusion-sandbox-<pid>-XXXXXX, locked (flock) while it
+ * is in use: rf_sandbox_sweep removes it once its writer is gone. The
+ * directory's fd holding the lock, or -1. */
+static int make_dir(const char *tmp, char *dir, size_t cap) {
+    snprintf(dir, cap, "%s/refusion-sandbox-%d-XXXXXX", tmp, (int)getpid());
+    if (!mkdtemp(dir)) {
+        rf_set_error("sandbox: cannot make a temporary directory in %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || flock(fd, LOCK_EX)) {
+        rf_set_error("sandbox: cannot lock %s: %s", dir, strerror(errno));
+        if (fd >= 0) close(fd);
+        rf_remove_tree(dir);
+        return -1;
+    }
+    return fd;
+}
+
+int rf_sandbox_run(const char *code, const char *tests, const char *entry_point, const rf_sandbox_limits *l,
+                   rf_sandbox_result *res) {
+    rf_sandbox_limits def;
+    if (!l) rf_sandbox_default(&def), l = &def;
+    memset(res, 0, sizeof *res);
+    res->exit_code = -1;
+    const char *python = l->python ? l->python : "/usr/bin/python3";
+    if (access(python, X_OK)) {
+        rf_set_error("sandbox: cannot run %s: %s (Debian: apt-get install python3)", python, strerror(errno));
+        return -1;
+    }
+    const char *tmp = l->tmp_base ? l->tmp_base : "/tmp";
+    struct stat bst;
+    if (geteuid() == 0 && (stat(tmp, &bst) || !(bst.st_mode & S_IXOTH))) {
+        rf_set_error("sandbox: %s must be a directory others may enter (the sample runs as nobody)", tmp);
+        return -1;
+    }
+    char dir[PATH_MAX];
+    int lock = make_dir(tmp, dir, sizeof dir);
+    if (lock < 0) return -1;
+    int slot = rf_cleanup_add_path(dir), rc = -1;
+    if (write_file(dir, "driver.py", driver_py) || write_file(dir, "candidate.py", code) ||
+        write_file(dir, "tests.py", tests))
+        goto done;
+    if (geteuid() == 0 && chown(dir, 65534, 65534)) {
+        rf_set_error("sandbox: cannot hand %s to nobody: %s", dir, strerror(errno));
+        goto done;
+    }
+    rc = run_in(dir, python, entry_point, l, res);
 done:
-    if (fds[0] >= 0) close(fds[0]);
-    if (fds[1] >= 0) close(fds[1]);
-    if (remove_tree(dir) && rc == 0) {
+    if (rf_remove_tree(dir) && rc == 0) {
         rf_set_error("sandbox: could not remove %s", dir);
         rc = -1;
     }
+    rf_cleanup_drop(slot);
+    close(lock);
     return rc;
+}
+
+int rf_sandbox_sweep(const char *tmp_base) {
+    const char *tmp = tmp_base ? tmp_base : "/tmp";
+    DIR *d = opendir(tmp);
+    if (!d) return 0;
+    int n = 0;
+    const char *stem = "refusion-sandbox-";
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, stem, strlen(stem))) continue;
+        char *end;
+        long pid = strtol(e->d_name + strlen(stem), &end, 10);
+        if (*end != '-' || !rf_pid_gone(pid)) continue;
+        char *p = rf_path_join(tmp, e->d_name);
+        /* its writer is gone here, and no one (in another PID namespace) holds it */
+        int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 && rf_remove_tree(p) == 0) n++;
+        if (fd >= 0) close(fd);
+        free(p);
+    }
+    closedir(d);
+    return n;
 }

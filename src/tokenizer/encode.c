@@ -178,6 +178,11 @@ static const rf_added_token *match_added(const rf_tokenizer *t, const char *text
 }
 
 int rf_tok_encode(const rf_tokenizer *t, const char *text, size_t len, int **ids, int *n_ids) {
+    return rf_tok_encode_spans(t, text, len, NULL, 0, ids, n_ids);
+}
+
+int rf_tok_encode_spans(const rf_tokenizer *t, const char *text, size_t len, const rf_text_span *spans,
+                        size_t n_spans, int **ids, int *n_ids) {
     *ids = NULL;
     *n_ids = 0;
     size_t bad;
@@ -188,9 +193,13 @@ int rf_tok_encode(const rf_tokenizer *t, const char *text, size_t len, int **ids
     rf_ivec out = {0};
     enc_ctx c = {.t = t, .out = &out, .cache_slots = 16};
     while (c.cache_slots < CACHE_MAX_SLOTS && c.cache_slots * 8 < len) c.cache_slots *= 2;
-    size_t seg = 0, pos = 0;
+    size_t seg = 0, pos = 0, si = 0;
     while (pos < len && !c.err) {
         const rf_added_token *a = t->added_first[(unsigned char)text[pos]] ? match_added(t, text, len, pos) : NULL;
+        if (a && a->special && n_spans) { /* plain text where any of it is in a span */
+            while (si < n_spans && spans[si].end <= pos) si++;
+            if (si < n_spans && spans[si].start < pos + (size_t)a->len) a = NULL;
+        }
         if (!a) {
             pos++;
             continue;

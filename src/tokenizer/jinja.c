@@ -9,6 +9,7 @@
  * is one of the limits. */
 #include "tokenizer/jinja.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <setjmp.h>
@@ -32,12 +33,20 @@ typedef struct chunk {
 typedef struct jnode jnode;
 typedef struct J {
     jmp_buf jb;
+    const struct jnode *at; /* the node being evaluated: where a charge's error points */
     chunk *chunks;
     size_t mem, max_mem;
-    long steps, max_steps;
+    uint64_t work, max_work; /* in ticks: WORK_STEP per step, see charge() */
+    long max_steps;
     size_t out_total, max_out;
-    int depth, max_depth;
+    int depth, max_depth; /* macro calls */
+    int nest;             /* evaluation recursion (expressions, statements, macro bodies) */
     int ctl; /* 1 = break, 2 = continue pending */
+    struct marks {
+        size_t *sp; /* [2 * n] sorted [start, end) pairs */
+        size_t n;
+    } *marks;   /* a string's data spans by its mark (0 and 1 unused) */
+    uint32_t n_marks, cap_marks;
     const char *src;
     char err[900];
 } J;
@@ -116,14 +125,19 @@ typedef struct {
     size_t n, pos;
     tok *t;
     size_t nt, cap;
+    size_t at_pos; /* line / column of at_pos, where the last lookup ended: tokens */
+    int at_line, at_col; /* come in source order, so finding each costs the distance */
 } lexer;
 
-static void lpos(const lexer *L, size_t pos, int *line, int *col) {
-    int ln = 1, c = 1;
-    for (size_t i = 0; i < pos && i < L->n; i++) {
+static void lpos(lexer *L, size_t pos, int *line, int *col) {
+    if (pos > L->n) pos = L->n;
+    if (pos < L->at_pos) L->at_pos = 0, L->at_line = 1, L->at_col = 1;
+    int ln = L->at_line ? L->at_line : 1, c = L->at_col ? L->at_col : 1;
+    for (size_t i = L->at_pos; i < pos; i++) {
         if (L->s[i] == '\n') ln++, c = 1;
         else if (((unsigned char)L->s[i] & 0xC0) != 0x80) c++;
     }
+    L->at_pos = pos, L->at_line = ln, L->at_col = c;
     *line = ln, *col = c;
 }
 
@@ -171,8 +185,11 @@ static size_t after_end(lexer *L, size_t p, char sign, int is_var, int *line_sta
 static void lex_string(lexer *L, size_t *pp) {
     size_t p = *pp, start = p;
     char q = L->s[p++];
-    /* decode Python's unicode-escape (what jinja2 applies to string literals) */
-    char *out = jalloc(L->j, L->n - p + 1);
+    /* decode Python's unicode-escape (what jinja2 applies to string literals);
+     * the decoded text is never longer than the literal */
+    size_t end = p;
+    while (end < L->n && L->s[end] != q) end += L->s[end] == '\\' ? 2 : 1;
+    char *out = jalloc(L->j, (end < L->n ? end : L->n) - p + 1);
     size_t o = 0;
     for (;;) {
         if (p >= L->n) lfail(L, start, "%s", "unterminated string literal");
@@ -288,8 +305,9 @@ static size_t lex_tag(lexer *L, size_t p, int is_var, size_t tag_at, int *line_s
             if (is_float) t->f = strtod(buf, NULL);
             else {
                 char *e;
+                errno = 0;
                 long long v = strtoll(buf, &e, 10);
-                if (v == LLONG_MAX || k >= 19) lfail(L, st, "%s", "integer literal too large");
+                if (errno == ERANGE || k >= sizeof buf - 1) lfail(L, st, "%s", "integer literal too large (more than 64 bits)");
                 t->i = v;
             }
         } else if (c == '\'' || c == '"') {
@@ -407,6 +425,7 @@ typedef struct macro macro;
 typedef struct method method;
 typedef struct val {
     uint8_t t, tuple; /* tuple: a T_LIST that prints as (a, b) */
+    uint32_t mark;    /* T_STR: which bytes came from the data (see "data spans") */
     size_t n;         /* T_STR: length in bytes; T_UNDEF: length of the name */
     union {
         int64_t i;   /* T_BOOL, T_INT */
@@ -457,6 +476,7 @@ struct jnode {
     const char **kn;    /* keyword argument / parameter names (E_CMP: operators) */
     size_t *knl;
     int neg;            /* E_TEST: "is not" */
+    int h;              /* an expression's height: 1 + its tallest operand's */
 };
 
 typedef struct {
@@ -544,8 +564,29 @@ static jnode *parse_tuple(parser *P, int with_cond);
 static jnode *parse_primary(parser *P);
 static jnode *parse_postfix(parser *P, jnode *n);
 
+/* Syntax nests at most MAX_SYNTAX levels: the parser's recursion (enter)
+ * and the height of every expression tree (height), so that a chain of
+ * 30,000 '+' or '|f' is refused here rather than recursed through later. */
+#define MAX_SYNTAX 200
 static void enter(parser *P) {
-    if (++P->depth > 200) pfail(P, cur(P), "the template nests too deeply (more than 200 levels)");
+    if (++P->depth > MAX_SYNTAX) pfail(P, cur(P), "the template nests too deeply (more than %d levels)", MAX_SYNTAX);
+}
+static int tallest(jnode *const *v, int n) {
+    int h = 0;
+    for (int i = 0; i < n; i++)
+        if (v[i] && v[i]->h > h) h = v[i]->h;
+    return h;
+}
+/* n with its operands set: its height, refused beyond the limit */
+static jnode *height(parser *P, jnode *n) {
+    jnode *ops[4] = {n->a, n->b, n->c, n->d};
+    int h = tallest(ops, 4), hv = tallest(n->v, n->nv), hw = tallest(n->w, n->nw);
+    h = h > hv ? h : hv;
+    h = h > hw ? h : hw;
+    n->h = h + 1;
+    if (n->h > MAX_SYNTAX)
+        jfail(P->j, n->line, n->col, "the template nests too deeply (an expression more than %d levels deep)", MAX_SYNTAX);
+    return n;
 }
 
 /* ( args ) of a call, filter or test into n: positional in v, keywords in kn / w */
@@ -633,7 +674,7 @@ static jnode *parse_primary(parser *P) {
         pfail(P, t, "unexpected %s in an expression", tok_desc(t, b, sizeof b));
     }
     P->depth--;
-    return n;
+    return height(P, n);
 }
 
 static jnode *parse_postfix(parser *P, jnode *n) {
@@ -646,13 +687,13 @@ static jnode *parse_postfix(parser *P, jnode *n) {
             if (a->k == K_NAME) {
                 jnode *x = node(P, E_ATTR, t);
                 x->a = n, x->name = a->s, x->nlen = a->n;
-                n = x;
+                n = height(P, x);
             } else if (a->k == K_INT) {
                 jnode *x = node(P, E_ITEM, t);
                 x->a = n;
                 x->b = node(P, E_LIT, a);
                 x->b->lit = vint(a->i);
-                n = x;
+                n = height(P, x);
             } else
                 pfail(P, a, "expected an attribute name after '.', got %s", tok_desc(a, b, sizeof b));
             P->i++;
@@ -675,13 +716,13 @@ static jnode *parse_postfix(parser *P, jnode *n) {
             if (!slice && !parts[0]) pfail(P, t, "empty subscript");
             jnode *x = node(P, slice ? E_SLICE : E_ITEM, t);
             x->a = n, x->b = parts[0], x->c = parts[1], x->d = parts[2];
-            n = x;
+            n = height(P, x);
         } else if (is_op(t, "(")) {
             jnode *x = node(P, E_CALL, t);
             x->line = n->line, x->col = n->col; /* errors point at what is called */
             x->a = n;
             parse_args(P, x);
-            n = x;
+            n = height(P, x);
         } else
             return n;
     }
@@ -699,7 +740,7 @@ static jnode *parse_filter_or_test(parser *P, jnode *n) {
             jnode *x = node(P, E_FILTER, nm);
             x->a = n, x->name = nm->s, x->nlen = nm->n;
             if (is_op(cur(P), "(")) parse_args(P, x);
-            n = x;
+            n = height(P, x);
         } else if (is_name(t, "is")) {
             P->i++;
             int neg = 0;
@@ -719,12 +760,12 @@ static jnode *parse_filter_or_test(parser *P, jnode *n) {
                 x->v = jalloc(P->j, sizeof *x->v);
                 x->v[0] = arg, x->nv = 1;
             }
-            n = x;
+            n = height(P, x);
         } else if (is_op(t, "(")) {
             jnode *x = node(P, E_CALL, t);
             x->a = n;
             parse_args(P, x);
-            n = x;
+            n = height(P, x);
         } else
             return n;
     }
@@ -738,6 +779,7 @@ static jnode *parse_unary(parser *P, int with_filter) {
         P->i++;
         n = node(P, is_op(t, "-") ? E_NEG : E_POS, t);
         n->a = parse_unary(P, 0);
+        height(P, n);
     } else
         n = parse_primary(P);
     n = parse_postfix(P, n);
@@ -749,7 +791,7 @@ static jnode *parse_unary(parser *P, int with_filter) {
 static jnode *bin(parser *P, int k, const tok *t, jnode *a, jnode *b) {
     jnode *x = node(P, k, t);
     x->a = a, x->b = b, x->name = t->s, x->nlen = t->n;
-    return x;
+    return height(P, x);
 }
 
 static jnode *parse_pow(parser *P) {
@@ -810,7 +852,7 @@ static jnode *parse_compare(parser *P) {
     if (!ops.n) return first;
     jnode *x = node(P, E_CMP, t0);
     x->a = first, x->v = ops.v, x->nv = ops.n, x->kn = names.s, x->knl = names.l;
-    return x;
+    return height(P, x);
 }
 static jnode *parse_not(parser *P) {
     if (is_name(cur(P), "not")) {
@@ -820,7 +862,7 @@ static jnode *parse_not(parser *P) {
         jnode *x = node(P, E_NOT, t);
         x->a = parse_not(P);
         P->depth--;
-        return x;
+        return height(P, x);
     }
     return parse_compare(P);
 }
@@ -855,7 +897,7 @@ static jnode *parse_expr(parser *P, int with_cond) {
             P->i++;
             x->c = parse_expr(P, 1);
         }
-        n = x;
+        n = height(P, x);
     }
     P->depth--;
     return n;
@@ -874,7 +916,7 @@ static jnode *parse_tuple(parser *P, int with_cond) {
     }
     jnode *x = node(P, E_TUPLE, t);
     x->v = items.v, x->nv = items.n;
-    return x;
+    return height(P, x);
 }
 
 /* ---- statements ---- */
@@ -1144,10 +1186,14 @@ enum { FN_RANGE, FN_NAMESPACE, FN_DICT, FN_RAISE, FN_STRFTIME };
 typedef struct {
     char *p;
     size_t n, cap;
+    size_t *sp; /* [2 * nsp]: the data spans of p, sorted [start, end) pairs */
+    size_t nsp, capsp;
 } sbuf;
 
+static void charge_n(J *j, const jnode *at, uint64_t n, uint64_t each);
 static void sput(J *j, sbuf *b, const char *s, size_t n) {
     if (!n) return;
+    charge_n(j, j->at, n, 1); /* WORK_BYTE per byte copied */
     if (b->n + n > b->cap) {
         size_t nc = b->cap ? b->cap : 256;
         while (nc < b->n + n) nc *= 2;
@@ -1157,6 +1203,9 @@ static void sput(J *j, sbuf *b, const char *s, size_t n) {
     memcpy(b->p + b->n, s, n);
     b->n += n;
 }
+static val sval(J *j, sbuf *b);
+static void sput_v(J *j, sbuf *b, val v);
+static val sub(J *j, val v, size_t off, size_t n);
 static void sputs(J *j, sbuf *b, const char *s) { sput(j, b, s, strlen(s)); }
 static void put_str(J *j, sbuf *b, val v, int depth);
 /* text a statement renders (into the output or a macro's / block's
@@ -1164,37 +1213,146 @@ static void put_str(J *j, sbuf *b, val v, int depth);
  * bounded by the memory limit */
 static void emit(J *j, const jnode *at, sbuf *b, val v) {
     size_t before = b->n;
-    if (v.t == T_STR) sput(j, b, v.s, v.n);
+    if (v.t == T_STR) sput_v(j, b, v);
     else put_str(j, b, v, 0);
     j->out_total += b->n - before;
     if (j->out_total > j->max_out) jfail(j, at->line, at->col, "the output is longer than %zu bytes", j->max_out);
 }
-static val sval(sbuf *b) { return vstr(b->p ? b->p : "", b->n); }
 
-static void step(J *j, const jnode *n) {
-    if (++j->steps > j->max_steps)
-        jfail(j, n->line, n->col, "the template ran more than %ld steps (a loop that does not end?)", j->max_steps);
+/* Work accounting. Every render has a budget of max_steps steps; a step
+ * (a statement executed, an expression evaluated) costs WORK_STEP ticks and
+ * whatever an operator, filter, test or method does beyond constant work is
+ * charged by what it touches: WORK_ITEM per list element, dict entry or
+ * value compared, WORK_BYTE per byte scanned, compared or copied, and a
+ * repetition its count even when the result is empty. Charged before the
+ * work is done, so that no single operation can run long. */
+#define WORK_STEP 64
+#define WORK_ITEM 8
+#define WORK_BYTE 1
+static void charge(J *j, const jnode *at, uint64_t ticks) {
+    if (ticks > j->max_work - j->work)
+        jfail(j, at ? at->line : 0, at ? at->col : 0,
+              "the template ran more than %ld steps (a loop that does not end, or an operation on too much data)",
+              j->max_steps);
+    j->work += ticks;
+}
+/* n things at `each` ticks apiece (saturating) */
+static void charge_n(J *j, const jnode *at, uint64_t n, uint64_t each) {
+    uint64_t t;
+    charge(j, at, __builtin_mul_overflow(n, each, &t) ? UINT64_MAX : t);
+}
+static void step(J *j, const jnode *n) { charge(j, n, WORK_STEP); }
+
+/* Evaluation recursion (an expression inside an expression, a statement
+ * inside a statement, a macro body inside a call) is bounded by a count,
+ * not by the C stack: the parser bounds each tree's height, this bounds
+ * their sum across macro calls. */
+#define MAX_NEST 2000
+static void nest_in(J *j, const jnode *n) {
+    if (++j->nest > MAX_NEST)
+        jfail(j, n->line, n->col, "evaluation nests more than %d levels deep (recursion through macros?)", MAX_NEST);
+}
+
+/* ---- data spans ----
+ * Which bytes of a string were copied from the data variables (the
+ * conversation: messages, tools, ...), so that the caller can tell the
+ * conversation's text from the template's own in the output. A string's
+ * mark: 0 none of it, 1 all of it, else the spans j->marks[mark]. Every
+ * operation that copies bytes carries their spans along (sput_v, sub);
+ * one that transforms them (escape, tojson, repr) marks all it made from
+ * a marked string as data. */
+static void span_add(J *j, sbuf *b, size_t a, size_t e) {
+    if (a >= e) return;
+    if (b->nsp && b->sp[2 * b->nsp - 1] >= a) { /* touches the last one: extend it */
+        if (e > b->sp[2 * b->nsp - 1]) b->sp[2 * b->nsp - 1] = e;
+        return;
+    }
+    if (b->nsp == b->capsp) {
+        size_t nc = b->capsp ? b->capsp * 2 : 4;
+        b->sp = jgrow(j, b->sp, b->nsp * 2 * sizeof *b->sp, nc * 2 * sizeof *b->sp);
+        b->capsp = nc;
+    }
+    b->sp[2 * b->nsp] = a, b->sp[2 * b->nsp + 1] = e;
+    b->nsp++;
+}
+static uint32_t new_mark(J *j, const size_t *sp, size_t n) {
+    if (j->n_marks < 2) j->n_marks = 2;
+    if (j->n_marks >= j->cap_marks) {
+        if (j->cap_marks >= UINT32_MAX / 2) jfail(j, 0, 0, "too many strings");
+        uint32_t nc = j->cap_marks ? j->cap_marks * 2 : 16;
+        j->marks = jgrow(j, j->marks, j->cap_marks * sizeof *j->marks, nc * sizeof *j->marks);
+        j->cap_marks = nc;
+    }
+    size_t *c = jalloc(j, n * 2 * sizeof *c);
+    memcpy(c, sp, n * 2 * sizeof *c);
+    j->marks[j->n_marks] = (struct marks){c, n};
+    return j->n_marks++;
+}
+static val sval(J *j, sbuf *b) {
+    val v = vstr(b->p ? b->p : "", b->n);
+    if (b->nsp == 1 && b->sp[0] == 0 && b->sp[1] == b->n) v.mark = 1;
+    else if (b->nsp) v.mark = new_mark(j, b->sp, b->nsp);
+    return v;
+}
+/* a string value appended, with its spans */
+static void sput_v(J *j, sbuf *b, val v) {
+    size_t at = b->n;
+    sput(j, b, v.s, v.n);
+    if (v.mark == 1) span_add(j, b, at, at + v.n);
+    else if (v.mark > 1) {
+        const struct marks *m = &j->marks[v.mark];
+        charge_n(j, j->at, m->n, WORK_ITEM);
+        for (size_t i = 0; i < m->n; i++) span_add(j, b, at + m->sp[2 * i], at + m->sp[2 * i + 1]);
+    }
+}
+/* v[off, off + n) of a string value, with the spans inside it */
+static val sub(J *j, val v, size_t off, size_t n) {
+    val r = vstr(v.s + off, n);
+    if (!n || v.mark <= 1) {
+        r.mark = n ? v.mark : 0;
+        return r;
+    }
+    const struct marks *m = &j->marks[v.mark];
+    size_t lo = 0, hi = m->n; /* the first span that ends after off */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (m->sp[2 * mid + 1] <= off) lo = mid + 1;
+        else hi = mid;
+    }
+    sbuf t = {0};
+    for (size_t i = lo; i < m->n && m->sp[2 * i] < off + n; i++) {
+        charge(j, j->at, WORK_ITEM);
+        size_t a = m->sp[2 * i] > off ? m->sp[2 * i] - off : 0, e = m->sp[2 * i + 1] - off;
+        span_add(j, &t, a, e < n ? e : n);
+    }
+    if (t.nsp == 1 && t.sp[0] == 0 && t.sp[1] == n) r.mark = 1;
+    else if (t.nsp) r.mark = new_mark(j, t.sp, t.nsp);
+    return r;
+}
+/* a transformed copy of s: all of it data when any of s was */
+static val mark_as(val out, val s) {
+    out.mark = s.t == T_STR && s.mark ? 1 : 0;
+    return out;
 }
 
 /* ---- dicts ---- */
 static int key_eq(val a, const char *s, size_t n) { return a.t == T_STR && a.n == n && !memcmp(a.s, s, n); }
-static int equal(val a, val b, int depth);
-static val *dict_get(jdict *d, val k) {
+static int equal(J *j, val a, val b, int depth);
+/* a dict's entries are scanned: WORK_ENTRY apiece */
+#define WORK_ENTRY 2
+static val *dict_get(J *j, jdict *d, val k) {
+    charge_n(j, j->at, d->n, WORK_ENTRY);
     for (size_t i = 0; i < d->n; i++)
-        if (k.t == T_STR ? key_eq(d->k[i], k.s, k.n) : equal(d->k[i], k, 0)) return &d->v[i];
+        if (k.t == T_STR ? key_eq(d->k[i], k.s, k.n) : equal(j, d->k[i], k, 0)) return &d->v[i];
     return NULL;
 }
-static val *dict_gets(jdict *d, const char *s, size_t n) {
+static val *dict_gets(J *j, jdict *d, const char *s, size_t n) {
+    charge_n(j, j->at, d->n, WORK_ENTRY);
     for (size_t i = 0; i < d->n; i++)
         if (key_eq(d->k[i], s, n)) return &d->v[i];
     return NULL;
 }
-static void dict_set(J *j, jdict *d, val k, val v) {
-    val *p = dict_get(d, k);
-    if (p) {
-        *p = v;
-        return;
-    }
+static void dict_append(J *j, jdict *d, val k, val v) {
     if (d->n == d->cap) {
         size_t nc = d->cap ? d->cap * 2 : 8;
         d->k = jgrow(j, d->k, d->n * sizeof(val), nc * sizeof(val));
@@ -1202,6 +1360,11 @@ static void dict_set(J *j, jdict *d, val k, val v) {
         d->cap = nc;
     }
     d->k[d->n] = k, d->v[d->n++] = v;
+}
+static void dict_set(J *j, jdict *d, val k, val v) {
+    val *p = dict_get(j, d, k);
+    if (p) *p = v;
+    else dict_append(j, d, k, v);
 }
 static jdict *new_dict(J *j) { return jzalloc(j, sizeof(jdict)); }
 static jlist *new_list(J *j, size_t cap) {
@@ -1225,9 +1388,9 @@ static void list_push(J *j, jlist *l, val v) {
 static val vlist(jlist *l) { return (val){.t = T_LIST, .l = l}; }
 static val vdict(jdict *d) { return (val){.t = T_DICT, .d = d}; }
 
-static val *lookup(frame *f, const char *s, size_t n) {
+static val *lookup(J *j, frame *f, const char *s, size_t n) {
     for (; f; f = f->parent) {
-        val *v = dict_gets(&f->vars, s, n);
+        val *v = dict_gets(j, &f->vars, s, n);
         if (v) return v;
     }
     return NULL;
@@ -1311,10 +1474,15 @@ static int in_chars(uint32_t c, val chars) {
     return 0;
 }
 /* str.strip / lstrip / rstrip (chars: T_STR, or anything else for whitespace) */
-static val py_strip(val s, val chars, int left, int right) {
+static void charge_n(J *j, const jnode *at, uint64_t n, uint64_t each);
+static val sub(J *j, val v, size_t off, size_t n);
+static val py_strip(J *j, const jnode *at, val s, val chars, int left, int right) {
+    /* each code point tested against each of chars */
+    uint64_t per = 1 + (chars.t == T_STR ? chars.n : 0);
     size_t a = 0, b = s.n;
     while (left && a < b) {
         size_t adv;
+        charge_n(j, at, per, 1);
         uint32_t c = u8dec(s.s + a, b - a, &adv);
         if (!in_chars(c, chars)) break;
         a += adv;
@@ -1323,11 +1491,12 @@ static val py_strip(val s, val chars, int left, int right) {
         size_t k = b - 1;
         while (k > a && ((unsigned char)s.s[k] & 0xC0) == 0x80) k--;
         size_t adv;
+        charge_n(j, at, per, 1);
         uint32_t c = u8dec(s.s + k, b - k, &adv);
         if (!in_chars(c, chars)) break;
         b = k;
     }
-    return vstr(s.s + a, b - a);
+    return sub(j, s, a, b - a);
 }
 
 /* Python's repr of a float: the shortest digits that read back the same */
@@ -1387,7 +1556,7 @@ static void put_str(J *j, sbuf *b, val v, int depth) {
     case T_BOOL: sputs(j, b, v.i ? "True" : "False"); return;
     case T_INT: snprintf(num, sizeof num, "%lld", (long long)v.i); sputs(j, b, num); return;
     case T_FLOAT: py_float(v.f, num, sizeof num); sputs(j, b, num); return;
-    case T_STR: sput(j, b, v.s, v.n); return;
+    case T_STR: sput_v(j, b, v); return;
     default: put_repr(j, b, v, depth);
     }
 }
@@ -1395,6 +1564,7 @@ static void put_str(J *j, sbuf *b, val v, int depth) {
 static void put_repr(J *j, sbuf *b, val v, int depth) {
     if (depth > 100) jfail(j, 0, 0, "a value nests more than 100 levels deep (does it contain itself?)");
     if (v.t == T_STR) {
+        size_t at0 = b->n;
         int dq = memchr(v.s, '\'', v.n) && !memchr(v.s, '"', v.n);
         char q = dq ? '"' : '\'';
         sput(j, b, &q, 1);
@@ -1410,6 +1580,7 @@ static void put_repr(J *j, sbuf *b, val v, int depth) {
             else sput(j, b, (const char *)&c, 1);
         }
         sput(j, b, &q, 1);
+        if (v.mark) span_add(j, b, at0, b->n);
     } else if (v.t == T_LIST) {
         sputs(j, b, v.tuple ? "(" : "[");
         for (size_t i = 0; i < v.l->n; i++) {
@@ -1436,7 +1607,7 @@ static val to_str(J *j, val v) {
     if (v.t == T_STR) return v;
     sbuf b = {0};
     put_str(j, &b, v, 0);
-    return sval(&b);
+    return sval(j, &b);
 }
 
 /* json.dumps(v, ensure_ascii, indent, sort_keys) with Python's separators */
@@ -1452,7 +1623,8 @@ static void put_json(J *j, const jnode *at, sbuf *b, val v, int indent, int leve
         else if (isinf(v.f)) sputs(j, b, v.f < 0 ? "-Infinity" : "Infinity");
         else py_float(v.f, num, sizeof num), sputs(j, b, num);
         return;
-    case T_STR:
+    case T_STR: {
+        size_t at0 = b->n;
         sputs(j, b, "\"");
         for (size_t i = 0; i < v.n;) {
             unsigned char c = (unsigned char)v.s[i];
@@ -1479,7 +1651,9 @@ static void put_json(J *j, const jnode *at, sbuf *b, val v, int indent, int leve
                 sput(j, b, (const char *)&c, 1), i++;
         }
         sputs(j, b, "\"");
+        if (v.mark) span_add(j, b, at0, b->n);
         return;
+    }
     case T_LIST:
     case T_DICT: {
         int is_list = v.t == T_LIST;
@@ -1497,6 +1671,7 @@ static void put_json(J *j, const jnode *at, sbuf *b, val v, int indent, int leve
                     val x = v.d->k[order[k - 1]], y = v.d->k[order[k]];
                     if (x.t != T_STR || y.t != T_STR) break;
                     size_t m = x.n < y.n ? x.n : y.n;
+                    charge_n(j, at, m + WORK_ITEM, WORK_BYTE);
                     int c = memcmp(x.s, y.s, m);
                     if (c < 0 || (c == 0 && x.n <= y.n)) break;
                     size_t t = order[k - 1];
@@ -1549,23 +1724,27 @@ static int truthy(val v) {
 static int is_num(val v) { return v.t == T_BOOL || v.t == T_INT || v.t == T_FLOAT; }
 static double num(val v) { return v.t == T_FLOAT ? v.f : (double)v.i; }
 
-static int equal(val a, val b, int depth) {
-    if (depth > 100) return 0;
+static int equal(J *j, val a, val b, int depth) {
+    if (depth > 100) jfail(j, j->at ? j->at->line : 0, j->at ? j->at->col : 0, "a value nests more than 100 levels deep");
+    charge(j, j->at, WORK_ITEM);
     if (is_num(a) && is_num(b)) return a.t == T_FLOAT || b.t == T_FLOAT ? num(a) == num(b) : a.i == b.i;
     if (a.t != b.t) return 0;
     switch (a.t) {
     case T_UNDEF: case T_NONE: return 1;
-    case T_STR: return a.n == b.n && !memcmp(a.s, b.s, a.n);
+    case T_STR:
+        if (a.n != b.n) return 0;
+        charge_n(j, j->at, a.n, WORK_BYTE);
+        return !memcmp(a.s, b.s, a.n);
     case T_LIST:
         if (a.tuple != b.tuple || a.l->n != b.l->n) return 0;
         for (size_t i = 0; i < a.l->n; i++)
-            if (!equal(a.l->v[i], b.l->v[i], depth + 1)) return 0;
+            if (!equal(j, a.l->v[i], b.l->v[i], depth + 1)) return 0;
         return 1;
     case T_DICT:
         if (a.d->n != b.d->n) return 0;
         for (size_t i = 0; i < a.d->n; i++) {
-            val *o = dict_get(b.d, a.d->k[i]);
-            if (!o || !equal(a.d->v[i], *o, depth + 1)) return 0;
+            val *o = dict_get(j, b.d, a.d->k[i]);
+            if (!o || !equal(j, a.d->v[i], *o, depth + 1)) return 0;
         }
         return 1;
     case T_NS: return a.d == b.d;
@@ -1582,14 +1761,21 @@ static int order(J *j, const jnode *at, val a, val b, const char *op) {
         if (a.t != T_FLOAT && b.t != T_FLOAT) return a.i < b.i ? -1 : a.i > b.i;
         return x < y ? -1 : x > y;
     }
+    charge(j, at, WORK_ITEM);
     if (a.t == T_STR && b.t == T_STR) {
         size_t m = a.n < b.n ? a.n : b.n;
+        charge_n(j, at, m, WORK_BYTE);
         int c = memcmp(a.s, b.s, m);
         return c ? c : a.n < b.n ? -1 : a.n > b.n;
     }
     if (a.t == T_LIST && b.t == T_LIST) {
         for (size_t i = 0; i < a.l->n && i < b.l->n; i++)
-            if (!equal(a.l->v[i], b.l->v[i], 0)) return order(j, at, a.l->v[i], b.l->v[i], op);
+            if (!equal(j, a.l->v[i], b.l->v[i], 0)) {
+                nest_in(j, at); /* lists in lists: bounded like any recursion */
+                int c = order(j, at, a.l->v[i], b.l->v[i], op);
+                j->nest--;
+                return c;
+            }
         return a.l->n < b.l->n ? -1 : a.l->n > b.l->n;
     }
     if (a.t == T_UNDEF) fail_undef(j, at, a);
@@ -1599,6 +1785,10 @@ static int order(J *j, const jnode *at, val a, val b, const char *op) {
 
 /* the items a for loop (or a filter) walks over */
 static jlist *iter_list(J *j, const jnode *at, val v) {
+    /* what walks the items pays for them: the caller's loop, or a filter's */
+    if (v.t == T_LIST) charge_n(j, at, v.l->n, WORK_ITEM);
+    else if (v.t == T_DICT || v.t == T_NS) charge_n(j, at, v.d->n, WORK_ITEM);
+    else if (v.t == T_STR) charge_n(j, at, v.n, WORK_ITEM);
     switch (v.t) {
     case T_UNDEF: return new_list(j, 0);
     case T_LIST: return v.l;
@@ -1613,7 +1803,7 @@ static jlist *iter_list(J *j, const jnode *at, val v) {
             size_t a;
             u8dec(v.s + i, v.n - i, &a);
             if (i + a > v.n) a = v.n - i;
-            l->v[l->n++] = vstr(v.s + i, a);
+            l->v[l->n++] = sub(j, v, i, a);
             i += a;
         }
         return l;
@@ -1626,12 +1816,13 @@ static int contains(J *j, const jnode *at, val item, val seq) {
     if (seq.t == T_STR) {
         if (item.t != T_STR)
             jfail(j, at->line, at->col, "'in <string>' requires string as left operand, not %s", type_name(item));
+        charge_n(j, at, (uint64_t)seq.n + item.n, WORK_BYTE);
         return item.n == 0 || memmem(seq.s, seq.n, item.s, item.n) != NULL;
     }
-    if (seq.t == T_DICT || seq.t == T_NS) return dict_get(seq.d, item) != NULL;
+    if (seq.t == T_DICT || seq.t == T_NS) return dict_get(j, seq.d, item) != NULL;
     if (seq.t == T_LIST) {
         for (size_t i = 0; i < seq.l->n; i++)
-            if (equal(seq.l->v[i], item, 0)) return 1;
+            if (equal(j, seq.l->v[i], item, 0)) return 1;
         return 0;
     }
     if (seq.t == T_UNDEF) return 0;
@@ -1667,7 +1858,7 @@ static val get_attr(J *j, const jnode *at, val obj, const char *s, size_t n) {
         if (in_names(DICT_METHODS, s, n)) return mk_method(j, obj, s, n);
         /* fall through */
     case T_NS: {
-        val *v = dict_gets(obj.d, s, n);
+        val *v = dict_gets(j, obj.d, s, n);
         if (v) return *v;
         break;
     }
@@ -1697,16 +1888,17 @@ static val get_item(J *j, const jnode *at, val obj, val key) {
         return undef_why(j, "%.*s", w, strlen(w));
     }
     if (obj.t == T_STR && as_index(key, &i)) {
+        charge_n(j, at, obj.n, WORK_BYTE);
         int64_t len = (int64_t)cp_count(obj.s, obj.n);
         if (i < 0) i += len;
         if (i >= 0 && i < len) {
             size_t a = cp_off(obj.s, obj.n, (size_t)i), b = cp_off(obj.s, obj.n, (size_t)i + 1);
-            return vstr(obj.s + a, b - a);
+            return sub(j, obj, a, b - a);
         }
         return undef_why(j, "string index out of range%.*s", "", 0);
     }
     if (obj.t == T_DICT || obj.t == T_NS) {
-        val *v = dict_get(obj.d, key);
+        val *v = dict_get(j, obj.d, key);
         if (v) return *v;
     }
     if (key.t == T_STR) return get_attr(j, at, obj, key.s, key.n);
@@ -1745,6 +1937,7 @@ static val do_slice(J *j, const jnode *at, val obj, val a, val b, val c) {
     size_t *offs = NULL;
     int64_t len;
     if (is_str) {
+        charge_n(j, at, obj.n, WORK_BYTE);
         len = (int64_t)cp_count(obj.s, obj.n);
         offs = jalloc(j, ((size_t)len + 1) * sizeof *offs);
         size_t i = 0;
@@ -1758,20 +1951,59 @@ static val do_slice(J *j, const jnode *at, val obj, val a, val b, val c) {
         len = (int64_t)obj.l->n;
     int64_t s0, s1, st;
     slice_range(j, at, a, b, c, len, &s0, &s1, &st);
-    if (is_str && st == 1) return s1 > s0 ? vstr(obj.s + offs[s0], offs[s1] - offs[s0]) : vstr("", 0);
+    if (is_str && st == 1) return s1 > s0 ? sub(j, obj, offs[s0], offs[s1] - offs[s0]) : vstr("", 0);
+    /* by count: s0 + k * st is an index of the sequence for every k < cnt,
+     * where stepping past the end could overflow */
+    uint64_t span = st > 0 ? (s1 > s0 ? (uint64_t)(s1 - s0) : 0) : (s0 > s1 ? (uint64_t)(s0 - s1) : 0);
+    uint64_t step_abs = st > 0 ? (uint64_t)st : 0 - (uint64_t)st;
+    uint64_t cnt = span ? (span - 1) / step_abs + 1 : 0;
+    charge_n(j, at, cnt, WORK_ITEM);
     sbuf sb = {0};
-    jlist *l = is_str ? NULL : new_list(j, 0);
-    for (int64_t i = s0; st > 0 ? i < s1 : i > s1; i += st) {
-        if (is_str) sput(j, &sb, obj.s + offs[i], offs[i + 1] - offs[i]);
-        else list_push(j, l, obj.l->v[i]);
+    jlist *l = is_str ? NULL : new_list(j, (size_t)cnt);
+    for (uint64_t k = 0; k < cnt; k++) {
+        int64_t i = (int64_t)((uint64_t)s0 + k * (uint64_t)st);
+        if (is_str) sput_v(j, &sb, sub(j, obj, offs[i], offs[i + 1] - offs[i]));
+        else l->v[l->n++] = obj.l->v[i];
     }
-    if (is_str) return sval(&sb);
+    if (is_str) return sval(j, &sb);
     val r = vlist(l);
     r.tuple = obj.tuple;
     return r;
 }
 
 /* ---- arithmetic ---- */
+/* x ** y for y >= 0 by squaring: -1 on int64 overflow */
+static int int_pow(int64_t x, int64_t y, int64_t *out) {
+    int64_t r = 1;
+    while (y > 0) {
+        if ((y & 1) && rf_mul_i64(r, x, &r)) return -1;
+        y >>= 1;
+        if (y && rf_mul_i64(x, x, &x)) return -1;
+    }
+    *out = r;
+    return 0;
+}
+
+/* s * k: a string or list repeated. The count is charged even when the
+ * result is empty ('' * 10**18 loops as long as its count says). */
+static val repeat(J *j, const jnode *at, val s, int64_t k) {
+    if (k < 0) k = 0;
+    size_t unit = s.t == T_STR ? s.n : s.l->n * sizeof(val), total;
+    if (rf_mul_size(unit, (size_t)k, &total) || total > j->max_mem) jfail(j, at->line, at->col, "a repeated value is too long");
+    charge_n(j, at, (uint64_t)k, WORK_ITEM);
+    charge_n(j, at, total, WORK_BYTE);
+    if (s.t == T_STR) {
+        sbuf o = {0};
+        for (int64_t i = 0; i < k; i++) sput_v(j, &o, s);
+        return sval(j, &o);
+    }
+    jlist *l = new_list(j, s.l->n * (size_t)k);
+    for (int64_t i = 0; i < k; i++)
+        if (s.l->n) memcpy(l->v + (size_t)i * s.l->n, s.l->v, s.l->n * sizeof(val));
+    l->n = s.l->n * (size_t)k;
+    return vlist(l);
+}
+
 static val arith(J *j, const jnode *at, const char *op, val a, val b) {
     if (a.t == T_UNDEF) fail_undef(j, at, a);
     if (b.t == T_UNDEF) fail_undef(j, at, b);
@@ -1780,9 +2012,9 @@ static val arith(J *j, const jnode *at, const char *op, val a, val b) {
     if (o == '~') {
         val x = to_str(j, a), y = to_str(j, b);
         sbuf s = {0};
-        sput(j, &s, x.s, x.n);
-        sput(j, &s, y.s, y.n);
-        return sval(&s);
+        sput_v(j, &s, x);
+        sput_v(j, &s, y);
+        return sval(j, &s);
     }
     if (is_num(a) && is_num(b)) {
         int fl = a.t == T_FLOAT || b.t == T_FLOAT;
@@ -1800,10 +2032,7 @@ static val arith(J *j, const jnode *at, const char *op, val a, val b) {
         case '*':
             if (two) { /* ** */
                 if (!fl && y >= 0) {
-                    r = 1;
-                    for (int64_t k = 0; k < y; k++)
-                        if (rf_mul_i64(r, x, &r)) goto overflow;
-                        else if (r == 0 || r == 1) break;
+                    if (int_pow(x, y, &r)) break;
                     return vint(r);
                 }
                 return vfloat(pow(fx, fy));
@@ -1833,14 +2062,13 @@ static val arith(J *j, const jnode *at, const char *op, val a, val b) {
             if (r != 0 && ((r < 0) != (y < 0))) r += y;
             return vint(r);
         }
-    overflow:
         jfail(j, at->line, at->col, "integer overflow in '%s'", op);
     }
     if (o == '+' && a.t == T_STR && b.t == T_STR) {
         sbuf s = {0};
-        sput(j, &s, a.s, a.n);
-        sput(j, &s, b.s, b.n);
-        return sval(&s);
+        sput_v(j, &s, a);
+        sput_v(j, &s, b);
+        return sval(j, &s);
     }
     if (o == '+' && a.t == T_LIST && b.t == T_LIST) {
         jlist *l = new_list(j, a.l->n + b.l->n);
@@ -1854,20 +2082,8 @@ static val arith(J *j, const jnode *at, const char *op, val a, val b) {
     }
     if (o == '*' && !two && (((a.t == T_STR || a.t == T_LIST) && (b.t == T_INT || b.t == T_BOOL)) ||
                              ((b.t == T_STR || b.t == T_LIST) && (a.t == T_INT || a.t == T_BOOL)))) {
-        val s = a.t == T_STR || a.t == T_LIST ? a : b;
-        int64_t k = a.t == T_STR || a.t == T_LIST ? b.i : a.i;
-        if (k < 0) k = 0;
-        size_t unit = s.t == T_STR ? s.n : s.l->n * sizeof(val), total;
-        if (rf_mul_size(unit, (size_t)k, &total) || total > j->max_mem) jfail(j, at->line, at->col, "a repeated value is too long");
-        if (s.t == T_STR) {
-            sbuf o2 = {0};
-            for (int64_t i = 0; i < k; i++) sput(j, &o2, s.s, s.n);
-            return sval(&o2);
-        }
-        jlist *l = new_list(j, s.l->n * (size_t)k);
-        for (int64_t i = 0; i < k; i++) memcpy(l->v + (size_t)i * s.l->n, s.l->v, s.l->n * sizeof(val));
-        l->n = s.l->n * (size_t)k;
-        return vlist(l);
+        int str_first = a.t == T_STR || a.t == T_LIST;
+        return repeat(j, at, str_first ? a : b, str_first ? b.i : a.i);
     }
     jfail(j, at->line, at->col, "unsupported operand type(s) for %s: '%s' and '%s'", op, type_name(a), type_name(b));
 }
@@ -1908,31 +2124,50 @@ static val need_str(J *j, const jnode *at, val v, const char *what) {
     return v;
 }
 
-static int starts_at(val s, size_t off, val p) { return off + p.n <= s.n && !memcmp(s.s + off, p.s, p.n); }
+
+/* The next occurrence of p in s at or after off (s.n when none): linear
+ * (memmem), charged by the bytes it passes. */
+static size_t find_fwd(J *j, const jnode *at, val s, size_t off, val p) {
+    if (off + p.n > s.n) return s.n;
+    const char *h = memmem(s.s + off, s.n - off, p.s, p.n);
+    size_t r = h ? (size_t)(h - s.s) : s.n;
+    charge_n(j, at, (r < s.n ? r + p.n : s.n) - off, WORK_BYTE);
+    return r;
+}
+/* The last occurrence of p (non-empty) ending at or before end, or SIZE_MAX;
+ * charged by the bytes actually compared. */
+static size_t find_back(J *j, const jnode *at, val s, size_t end, val p) {
+    for (size_t i = end >= p.n ? end - p.n + 1 : 0; i-- > 0;) {
+        charge(j, at, WORK_BYTE);
+        if (s.s[i] != p.s[0]) continue;
+        charge_n(j, at, p.n, WORK_BYTE);
+        if (!memcmp(s.s + i, p.s, p.n)) return i;
+    }
+    return SIZE_MAX;
+}
 
 static val str_split(J *j, const jnode *at, val s, val sep, int64_t maxsplit, int from_right) {
     jlist *l = new_list(j, 0);
     if (sep.t == T_NONE || sep.t == T_UNDEF) { /* runs of whitespace, ends dropped */
+        if (from_right) jfail(j, at->line, at->col, "rsplit() without a separator is not supported");
+        charge_n(j, at, s.n, WORK_BYTE);
         size_t i = 0;
         int64_t done = 0;
-        if (!from_right) {
-            while (i < s.n) {
-                size_t adv;
-                while (i < s.n && py_space(u8dec(s.s + i, s.n - i, &adv))) i += adv;
-                if (i >= s.n) break;
-                if (maxsplit >= 0 && done >= maxsplit) {
-                    val rest = py_strip(vstr(s.s + i, s.n - i), NONE, 0, 1);
-                    list_push(j, l, rest);
-                    break;
-                }
-                size_t st = i;
-                while (i < s.n && !py_space(u8dec(s.s + i, s.n - i, &adv))) i += adv;
-                list_push(j, l, vstr(s.s + st, i - st));
-                done++;
+        while (i < s.n) {
+            size_t adv;
+            while (i < s.n && py_space(u8dec(s.s + i, s.n - i, &adv))) i += adv;
+            if (i >= s.n) break;
+            if (maxsplit >= 0 && done >= maxsplit) {
+                val rest = py_strip(j, at, sub(j, s, i, s.n - i), NONE, 0, 1);
+                list_push(j, l, rest);
+                break;
             }
-            return vlist(l);
+            size_t st = i;
+            while (i < s.n && !py_space(u8dec(s.s + i, s.n - i, &adv))) i += adv;
+            list_push(j, l, sub(j, s, st, i - st));
+            done++;
         }
-        jfail(j, at->line, at->col, "rsplit() without a separator is not supported");
+        return vlist(l);
     }
     need_str(j, at, sep, "the separator");
     if (!sep.n) jfail(j, at->line, at->col, "empty separator");
@@ -1941,65 +2176,63 @@ static val str_split(J *j, const jnode *at, val s, val sep, int64_t maxsplit, in
         jlist *rev = new_list(j, 0);
         size_t end = s.n;
         int64_t done = 0;
-        size_t i = s.n;
-        while (i >= sep.n && done < maxsplit) {
-            if (!memcmp(s.s + i - sep.n, sep.s, sep.n)) {
-                list_push(j, rev, vstr(s.s + i, end - i));
-                end = i - sep.n;
-                i = end;
-                done++;
-            } else
-                i--;
+        while (done < maxsplit) {
+            size_t i = find_back(j, at, s, end, sep);
+            if (i == SIZE_MAX) break;
+            list_push(j, rev, sub(j, s, i + sep.n, end - i - sep.n));
+            end = i;
+            done++;
         }
-        list_push(j, rev, vstr(s.s, end));
+        list_push(j, rev, sub(j, s, 0, end));
         for (size_t k = rev->n; k-- > 0;) list_push(j, l, rev->v[k]);
         return vlist(l);
     }
     size_t st = 0;
     int64_t done = 0;
-    for (size_t i = 0; i + sep.n <= s.n;) {
-        if ((maxsplit < 0 || done < maxsplit) && !memcmp(s.s + i, sep.s, sep.n)) {
-            list_push(j, l, vstr(s.s + st, i - st));
-            i += sep.n;
-            st = i;
-            done++;
-        } else
-            i++;
+    while (maxsplit < 0 || done < maxsplit) {
+        size_t i = find_fwd(j, at, s, st, sep);
+        if (i >= s.n) break;
+        list_push(j, l, sub(j, s, st, i - st));
+        st = i + sep.n;
+        done++;
     }
-    list_push(j, l, vstr(s.s + st, s.n - st));
+    list_push(j, l, sub(j, s, st, s.n - st));
     return vlist(l);
 }
 
-static val str_replace(J *j, val s, val old, val nw, int64_t count) {
+static val str_replace(J *j, const jnode *at, val s, val old, val nw, int64_t count) {
     sbuf o = {0};
-    size_t i = 0;
     int64_t done = 0;
     if (!old.n) { /* Python inserts the replacement around every code point */
         size_t k = 0;
         while (count < 0 || done < count) {
-            sput(j, &o, nw.s, nw.n);
+            charge(j, at, WORK_ITEM);
+            sput_v(j, &o, nw);
             done++;
             if (k >= s.n) break;
             size_t adv = (size_t)u8len((unsigned char)s.s[k]);
             if (k + adv > s.n) adv = s.n - k;
-            sput(j, &o, s.s + k, adv);
+            sput_v(j, &o, sub(j, s, k, adv));
             k += adv;
         }
-        sput(j, &o, s.s + k, s.n - k);
-        return sval(&o);
+        sput_v(j, &o, sub(j, s, k, s.n - k));
+        return sval(j, &o);
     }
-    while (i < s.n) {
-        if ((count < 0 || done < count) && starts_at(s, i, old)) {
-            sput(j, &o, nw.s, nw.n);
-            i += old.n;
-            done++;
-        } else
-            sput(j, &o, s.s + i++, 1);
+    size_t i = 0;
+    while (count < 0 || done < count) {
+        size_t h = find_fwd(j, at, s, i, old);
+        if (h >= s.n) break;
+        sput_v(j, &o, sub(j, s, i, h - i));
+        sput_v(j, &o, nw);
+        i = h + old.n;
+        done++;
     }
-    return sval(&o);
+    sput_v(j, &o, sub(j, s, i, s.n - i));
+    return sval(j, &o);
 }
 
 static val str_case(J *j, val s, int mode) { /* 0 lower, 1 upper, 2 title, 3 capitalize (ASCII letters) */
+    charge_n(j, j->at, s.n, WORK_BYTE);
     char *p = jalloc(j, s.n + 1);
     int prev_letter = 0;
     for (size_t i = 0; i < s.n; i++) {
@@ -2011,7 +2244,9 @@ static val str_case(J *j, val s, int mode) { /* 0 lower, 1 upper, 2 title, 3 cap
         p[i] = c;
         prev_letter = mode == 2 ? letter || (((unsigned char)c) >= 0x80) : letter;
     }
-    return vstr(p, s.n);
+    val r = vstr(p, s.n);
+    r.mark = s.mark; /* byte for byte: the same spans */
+    return r;
 }
 
 static int64_t int_arg(J *j, const jnode *at, val v, int64_t def, const char *what) {
@@ -2032,6 +2267,8 @@ static val call_method(J *j, const jnode *at, method *m, const args *a) {
             jlist one = {&p, 1, 1}, *alts = p.t == T_LIST ? p.l : &one;
             for (size_t k = 0; k < alts->n; k++) {
                 val q = need_str(j, at, alts->v[k], nm);
+                charge_n(j, at, q.n, WORK_BYTE);
+                charge(j, at, WORK_ITEM);
                 if (q.n <= s.n && !memcmp(ends ? s.s + s.n - q.n : s.s, q.s, q.n)) return vbool(1);
             }
             return vbool(0);
@@ -2042,10 +2279,10 @@ static val call_method(J *j, const jnode *at, method *m, const args *a) {
         if (IS("strip") || IS("lstrip") || IS("rstrip")) {
             val chars = arg(a, 0, "chars", NONE);
             if (chars.t != T_NONE) need_str(j, at, chars, "the characters to strip");
-            return py_strip(s, chars, !IS("rstrip"), !IS("lstrip"));
+            return py_strip(j, at, s, chars, !IS("rstrip"), !IS("lstrip"));
         }
         if (IS("replace"))
-            return str_replace(j, s, need_str(j, at, arg(a, 0, "old", UNDEF), "replace()'s old"),
+            return str_replace(j, at, s, need_str(j, at, arg(a, 0, "old", UNDEF), "replace()'s old"),
                                need_str(j, at, arg(a, 1, "new", UNDEF), "replace()'s new"),
                                int_arg(j, at, arg(a, 2, "count", UNDEF), -1, "count"));
         if (IS("lower")) return str_case(j, s, 0);
@@ -2053,41 +2290,43 @@ static val call_method(J *j, const jnode *at, method *m, const args *a) {
         if (IS("title")) return str_case(j, s, 2);
         if (IS("capitalize")) return str_case(j, s, 3);
         if (IS("find") || IS("rfind") || IS("count")) {
-            val sub = need_str(j, at, arg(a, 0, "sub", UNDEF), nm);
-            int64_t hits = 0, last = -1, first = -1;
-            for (size_t i = 0; i + sub.n <= s.n; i++)
-                if (starts_at(s, i, sub)) {
-                    if (first < 0) first = (int64_t)cp_count(s.s, i);
-                    last = (int64_t)cp_count(s.s, i);
-                    hits++;
-                    if (IS("count") && sub.n) i += sub.n - 1;
-                }
-            if (IS("count")) return vint(sub.n ? hits : (int64_t)cp_count(s.s, s.n) + 1);
-            return vint(IS("find") ? first : last);
+            val p = need_str(j, at, arg(a, 0, "sub", UNDEF), nm);
+            charge_n(j, at, s.n, WORK_BYTE); /* the code point counts below */
+            if (!p.n) return vint(IS("count") ? (int64_t)cp_count(s.s, s.n) + 1 : IS("find") ? 0 : (int64_t)cp_count(s.s, s.n));
+            if (IS("count")) { /* non-overlapping, from the left */
+                int64_t hits = 0;
+                for (size_t i = find_fwd(j, at, s, 0, p); i < s.n; i = find_fwd(j, at, s, i + p.n, p)) hits++;
+                return vint(hits);
+            }
+            size_t i = IS("find") ? find_fwd(j, at, s, 0, p) : find_back(j, at, s, s.n, p);
+            if (i >= s.n) return vint(-1);
+            return vint((int64_t)cp_count(s.s, i));
         }
         if (IS("join")) {
             jlist *l = iter_list(j, at, arg(a, 0, "iterable", UNDEF));
             sbuf o = {0};
             for (size_t i = 0; i < l->n; i++) {
-                if (i) sput(j, &o, s.s, s.n);
+                if (i) sput_v(j, &o, s);
                 val x = need_str(j, at, l->v[i], "join()'s items");
-                sput(j, &o, x.s, x.n);
+                sput_v(j, &o, x);
             }
-            return sval(&o);
+            return sval(j, &o);
         }
         if (IS("splitlines")) {
             jlist *l = new_list(j, 0);
             size_t st = 0;
+            charge_n(j, at, s.n, WORK_BYTE);
             for (size_t i = 0; i < s.n; i++)
                 if (s.s[i] == '\n' || s.s[i] == '\r') {
-                    list_push(j, l, vstr(s.s + st, i - st));
+                    list_push(j, l, sub(j, s, st, i - st));
                     if (s.s[i] == '\r' && i + 1 < s.n && s.s[i + 1] == '\n') i++;
                     st = i + 1;
                 }
-            if (st < s.n) list_push(j, l, vstr(s.s + st, s.n - st));
+            if (st < s.n) list_push(j, l, sub(j, s, st, s.n - st));
             return vlist(l);
         }
         /* is* predicates over ASCII classes */
+        charge_n(j, at, s.n, WORK_BYTE);
         int ok = s.n > 0, cased = 0;
         for (size_t i = 0; i < s.n; i++) {
             unsigned char c = (unsigned char)s.s[i];
@@ -2105,7 +2344,7 @@ static val call_method(J *j, const jnode *at, method *m, const args *a) {
     }
     if (s.t == T_DICT) {
         if (IS("get")) {
-            val *v = dict_get(s.d, arg(a, 0, "key", UNDEF));
+            val *v = dict_get(j, s.d, arg(a, 0, "key", UNDEF));
             return v ? *v : arg(a, 1, "default", NONE);
         }
         jlist *l = new_list(j, s.d->n);
@@ -2126,7 +2365,7 @@ static val call_method(J *j, const jnode *at, method *m, const args *a) {
         val x = arg(a, 0, "value", UNDEF);
         int64_t hits = 0;
         for (size_t i = 0; i < s.l->n; i++)
-            if (equal(s.l->v[i], x, 0)) {
+            if (equal(j, s.l->v[i], x, 0)) {
                 if (IS("index")) return vint((int64_t)i);
                 hits++;
             }
@@ -2148,6 +2387,7 @@ static val call_macro(J *j, const jnode *at, macro *m, const args *a, val caller
         if (i < d->nw) fset(j, f, d->kn[i], d->knl[i], a->pos[i]);
         else list_push(j, varargs, a->pos[i]);
     }
+    charge_n(j, at, (uint64_t)a->nk * (uint64_t)d->nw, WORK_ENTRY);
     for (int k = 0; k < a->nk; k++) {
         int p;
         for (p = 0; p < d->nw; p++)
@@ -2159,7 +2399,7 @@ static val call_macro(J *j, const jnode *at, macro *m, const args *a, val caller
             dict_set(j, kwargs, vstr(a->kn[k], a->knl[k]), a->kw[k]);
     }
     for (int p = a->np; p < d->nw; p++)
-        if (!dict_gets(&f->vars, d->kn[p], d->knl[p]))
+        if (!dict_gets(j, &f->vars, d->kn[p], d->knl[p]))
             fset(j, f, d->kn[p], d->knl[p], d->w[p] ? eval(j, f, d->w[p]) : undef_why(j, "parameter '%.*s' was not provided", d->kn[p], d->knl[p]));
     val vl = vlist(varargs);
     vl.tuple = 1;
@@ -2171,7 +2411,7 @@ static val call_macro(J *j, const jnode *at, macro *m, const args *a, val caller
     exec_body(j, f, d->v, d->nv, &out);
     j->ctl = saved_ctl;
     j->depth--;
-    return sval(&out);
+    return sval(j, &out);
 }
 
 static val call_func(J *j, const jnode *at, int fn, const args *a) {
@@ -2182,11 +2422,16 @@ static val call_func(J *j, const jnode *at, int fn, const args *a) {
         if (a->np >= 2) lo = x, hi = int_arg(j, at, a->pos[1], 0, "range()'s stop");
         if (a->np >= 3) st = int_arg(j, at, a->pos[2], 1, "range()'s step");
         if (st == 0) jfail(j, at->line, at->col, "range() arg 3 must not be zero");
-        double cnt = ceil(((double)hi - (double)lo) / (double)st);
-        if (cnt < 0) cnt = 0;
-        if (cnt * sizeof(val) > (double)j->max_mem) jfail(j, at->line, at->col, "range() is too long");
+        /* the length exactly, in unsigned arithmetic: hi - lo may not fit in int64 */
+        uint64_t span = st > 0 ? (hi > lo ? (uint64_t)hi - (uint64_t)lo : 0) : (lo > hi ? (uint64_t)lo - (uint64_t)hi : 0);
+        uint64_t step_abs = st > 0 ? (uint64_t)st : 0 - (uint64_t)st;
+        uint64_t cnt = span ? (span - 1) / step_abs + 1 : 0;
+        if (cnt > j->max_mem / sizeof(val)) jfail(j, at->line, at->col, "range() is too long");
+        charge_n(j, at, cnt, WORK_ITEM);
         jlist *l = new_list(j, (size_t)cnt);
-        for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) l->v[l->n++] = vint(i);
+        /* lo + k * st stays within [lo, hi) for k < cnt: no step can overflow */
+        for (uint64_t k = 0; k < cnt; k++) l->v[k] = vint((int64_t)((uint64_t)lo + k * (uint64_t)st));
+        l->n = (size_t)cnt;
         return vlist(l);
     }
     case FN_NAMESPACE:
@@ -2203,6 +2448,7 @@ static val call_func(J *j, const jnode *at, int fn, const args *a) {
     }
     case FN_STRFTIME: {
         val fmt = need_str(j, at, arg(a, 0, "format", UNDEF), "strftime_now()'s format");
+        charge_n(j, at, fmt.n, WORK_BYTE);
         char *cf = jstrndup(j, fmt.s, fmt.n), out[512];
         time_t now = time(NULL);
         struct tm tm;
@@ -2248,12 +2494,12 @@ static int apply_test(J *j, const jnode *at, const char *nm, size_t nl, val x, c
         if (IS("divisibleby")) {
             int64_t d = int_arg(j, at, y, 0, "divisibleby's argument");
             if (!d) jfail(j, at->line, at->col, "modulo by zero");
-            return x.i % d == 0;
+            return d == -1 || x.i % d == 0; /* (INT64_MIN % -1 traps) */
         }
         return (x.i % 2 != 0) == IS("odd");
     }
-    if (IS("eq") || IS("equalto") || IS("==")) return equal(x, y, 0);
-    if (IS("ne") || IS("!=")) return !equal(x, y, 0);
+    if (IS("eq") || IS("equalto") || IS("==")) return equal(j, x, y, 0);
+    if (IS("ne") || IS("!=")) return !equal(j, x, y, 0);
     if (IS("lt") || IS("lessthan") || IS("<")) return order(j, at, x, y, "<") < 0;
     if (IS("le") || IS("<=")) return order(j, at, x, y, "<=") <= 0;
     if (IS("gt") || IS("greaterthan") || IS(">")) return order(j, at, x, y, ">") > 0;
@@ -2266,10 +2512,11 @@ static int apply_test(J *j, const jnode *at, const char *nm, size_t nl, val x, c
         if (x.t == T_LIST) return x.l == y.l;
         if (x.t == T_DICT || x.t == T_NS) return x.d == y.d;
         if (x.t == T_STR) return x.s == y.s && x.n == y.n;
-        return equal(x, y, 0);
+        return equal(j, x, y, 0);
     }
     if (IS("lower") || IS("upper")) {
         if (x.t != T_STR) return 0;
+        charge_n(j, at, x.n, WORK_BYTE);
         for (size_t i = 0; i < x.n; i++)
             if (IS("lower") ? (x.s[i] >= 'A' && x.s[i] <= 'Z') : (x.s[i] >= 'a' && x.s[i] <= 'z')) return 0;
         return 1;
@@ -2281,6 +2528,7 @@ static int apply_test(J *j, const jnode *at, const char *nm, size_t nl, val x, c
 /* "a.b.0" as jinja2's attribute getter: item lookups, digits as indices */
 static val attr_path(J *j, const jnode *at, val x, val path) {
     need_str(j, at, path, "the attribute");
+    charge_n(j, at, path.n, WORK_BYTE);
     size_t i = 0;
     while (i <= path.n) {
         size_t e = i;
@@ -2306,6 +2554,38 @@ static args sub_args(const args *a, int from) {
 }
 
 static val apply_filter(J *j, frame *f, const jnode *at, const char *nm, size_t nl, val x, const args *a);
+
+/* the sort filter: a stable merge sort (n log n comparisons, each charged
+ * by order()) on keys computed once: the attribute, strings lowercased */
+static val sort_items(J *j, const jnode *at, val x, int rev, val attr) {
+    jlist *in = iter_list(j, at, x);
+    size_t n = in->n;
+    jlist *out = new_list(j, n);
+    if (!n) return vlist(out);
+    val *key = jalloc(j, n * sizeof *key);
+    size_t *ix = jalloc(j, n * sizeof *ix), *tmp = jalloc(j, n * sizeof *tmp);
+    for (size_t i = 0; i < n; i++) {
+        val k = attr.t == T_NONE ? in->v[i] : attr_path(j, at, in->v[i], attr);
+        key[i] = k.t == T_STR ? str_case(j, k, 0) : k;
+        ix[i] = i;
+    }
+    for (size_t w = 1; w < n; w *= 2)
+        for (size_t lo = 0; lo < n - w; lo += 2 * w) {
+            size_t mid = lo + w, hi = mid + w < n ? mid + w : n, p = lo, q = mid, o = 0;
+            while (p < mid && q < hi) {
+                int c = order(j, at, key[ix[q]], key[ix[p]], "<");
+                /* take from the right only when strictly before: stable */
+                if (rev ? c > 0 : c < 0) tmp[o++] = ix[q++];
+                else tmp[o++] = ix[p++];
+            }
+            while (p < mid) tmp[o++] = ix[p++];
+            while (q < hi) tmp[o++] = ix[q++];
+            memcpy(ix + lo, tmp, o * sizeof *ix);
+        }
+    for (size_t i = 0; i < n; i++) out->v[i] = in->v[ix[i]];
+    out->n = n;
+    return vlist(out);
+}
 
 /* select / reject / selectattr / rejectattr */
 static val select_items(J *j, const jnode *at, val x, const args *a, int by_attr, int keep) {
@@ -2336,7 +2616,7 @@ static val apply_filter(J *j, frame *f, const jnode *at, const char *nm, size_t 
     if (IS("length") || IS("count")) {
         switch (x.t) {
         case T_UNDEF: return vint(0);
-        case T_STR: return vint((int64_t)cp_count(x.s, x.n));
+        case T_STR: charge_n(j, at, x.n, WORK_BYTE); return vint((int64_t)cp_count(x.s, x.n));
         case T_LIST: return vint((int64_t)x.l->n);
         case T_DICT: case T_NS: return vint((int64_t)x.d->n);
         default: jfail(j, at->line, at->col, "object of type '%s' has no len()", type_name(x));
@@ -2351,20 +2631,20 @@ static val apply_filter(J *j, frame *f, const jnode *at, const char *nm, size_t 
         }
         sbuf b = {0};
         put_json(j, at, &b, x, indent, 0, truthy(arg(a, -1, "ensure_ascii", vbool(0))), truthy(arg(a, -1, "sort_keys", vbool(0))));
-        return sval(&b);
+        return sval(j, &b);
     }
     if (IS("string")) return to_str(j, x);
     if (IS("trim")) {
         if (x.t == T_UNDEF) return vstr("", 0);
         val chars = arg(a, 0, "chars", NONE);
         if (chars.t != T_NONE) need_str(j, at, chars, "trim's characters");
-        return py_strip(to_str(j, x), chars, 1, 1);
+        return py_strip(j, at, to_str(j, x), chars, 1, 1);
     }
     if (IS("upper") || IS("lower") || IS("title") || IS("capitalize"))
         return str_case(j, to_str(j, x), IS("lower") ? 0 : IS("upper") ? 1 : IS("title") ? 2 : 3);
     if (IS("replace")) {
         val s = to_str(j, x);
-        return str_replace(j, s, to_str(j, arg(a, 0, "old", UNDEF)), to_str(j, arg(a, 1, "new", UNDEF)),
+        return str_replace(j, at, s, to_str(j, arg(a, 0, "old", UNDEF)), to_str(j, arg(a, 1, "new", UNDEF)),
                            int_arg(j, at, arg(a, 2, "count", UNDEF), -1, "count"));
     }
     if (IS("items")) {
@@ -2402,11 +2682,11 @@ static val apply_filter(J *j, frame *f, const jnode *at, const char *nm, size_t 
         val sep = to_str(j, arg(a, 0, "d", vstr("", 0))), attr = arg(a, 1, "attribute", NONE);
         sbuf o = {0};
         for (size_t i = 0; i < l->n; i++) {
-            if (i) sput(j, &o, sep.s, sep.n);
+            if (i) sput_v(j, &o, sep);
             val v = attr.t == T_NONE ? l->v[i] : attr_path(j, at, l->v[i], attr);
             put_str(j, &o, v, 0);
         }
-        return sval(&o);
+        return sval(j, &o);
     }
     if (IS("selectattr") || IS("rejectattr")) return select_items(j, at, x, a, 1, IS("selectattr"));
     if (IS("select") || IS("reject")) return select_items(j, at, x, a, 0, IS("select"));
@@ -2434,29 +2714,12 @@ static val apply_filter(J *j, frame *f, const jnode *at, const char *nm, size_t 
         for (size_t i = 0; i < in->n; i++) {
             step(j, at);
             int seen = 0;
-            for (size_t k = 0; k < out->n && !seen; k++) seen = equal(out->v[k], in->v[i], 0);
+            for (size_t k = 0; k < out->n && !seen; k++) seen = equal(j, out->v[k], in->v[i], 0);
             if (!seen) list_push(j, out, in->v[i]);
         }
         return vlist(out);
     }
-    if (IS("sort")) {
-        jlist *in = iter_list(j, at, x), *out = new_list(j, in->n);
-        int rev = truthy(arg(a, 0, "reverse", vbool(0)));
-        val attr = arg(a, 2, "attribute", NONE);
-        if (in->n) memcpy(out->v, in->v, in->n * sizeof(val));
-        out->n = in->n;
-        for (size_t i = 1; i < out->n; i++) /* stable insertion sort */
-            for (size_t k = i; k > 0; k--) {
-                step(j, at);
-                val p = out->v[k - 1], q = out->v[k];
-                val kp = attr.t == T_NONE ? p : attr_path(j, at, p, attr), kq = attr.t == T_NONE ? q : attr_path(j, at, q, attr);
-                if (kp.t == T_STR && kq.t == T_STR) kp = str_case(j, kp, 0), kq = str_case(j, kq, 0);
-                int c = order(j, at, kp, kq, "<");
-                if (rev ? c >= 0 : c <= 0) break;
-                out->v[k - 1] = q, out->v[k] = p;
-            }
-        return vlist(out);
-    }
+    if (IS("sort")) return sort_items(j, at, x, truthy(arg(a, 0, "reverse", vbool(0))), arg(a, 2, "attribute", NONE));
     if (IS("int")) {
         if (x.t == T_INT) return x;
         if (x.t == T_BOOL) return vint(x.i);
@@ -2492,23 +2755,23 @@ static val apply_filter(J *j, frame *f, const jnode *at, const char *nm, size_t 
         if (ind.t != T_STR) {
             int64_t n = int_arg(j, at, w, 4, "indent's width");
             for (int64_t i = 0; i < n && i < 256; i++) sput(j, &pad, " ", 1);
-            ind = sval(&pad);
+            ind = sval(j, &pad);
         }
         /* jinja2: lines = (s + "\n").splitlines(); the first as is, the others indented
          * when not empty (or always, blank=True), joined with "\n" */
         sbuf o = {0};
-        if (first) sput(j, &o, ind.s, ind.n);
+        if (first) sput_v(j, &o, ind);
         size_t st = 0;
         for (size_t i = 0, line = 0; i <= s.n; i++) {
             if (i < s.n && s.s[i] != '\n') continue;
             if (line++) {
                 sput(j, &o, "\n", 1);
-                if (blank || i > st) sput(j, &o, ind.s, ind.n);
+                if (blank || i > st) sput_v(j, &o, ind);
             }
-            sput(j, &o, s.s + st, i - st);
+            sput_v(j, &o, sub(j, s, st, i - st));
             st = i + 1;
         }
-        return sval(&o);
+        return sval(j, &o);
     }
     if (IS("escape") || IS("e")) {
         val s = to_str(j, x);
@@ -2522,7 +2785,7 @@ static val apply_filter(J *j, frame *f, const jnode *at, const char *nm, size_t 
             else if (c == '\'') sputs(j, &o, "&#39;");
             else sput(j, &o, &c, 1);
         }
-        return sval(&o);
+        return mark_as(sval(j, &o), s);
     }
     if (IS("sum")) {
         jlist *l = iter_list(j, at, x);
@@ -2542,6 +2805,7 @@ static val apply_filter(J *j, frame *f, const jnode *at, const char *nm, size_t 
     }
     if (IS("wordcount")) {
         val s = to_str(j, x);
+        charge_n(j, at, s.n, WORK_BYTE);
         int64_t n = 0;
         int in_word = 0;
         for (size_t i = 0; i < s.n; i++) {
@@ -2558,12 +2822,22 @@ static val apply_filter(J *j, frame *f, const jnode *at, const char *nm, size_t 
 }
 
 /* ---- expressions ---- */
+static val eval_node(J *j, frame *f, jnode *n);
 static val eval(J *j, frame *f, jnode *n) {
     step(j, n);
+    nest_in(j, n);
+    const jnode *saved = j->at;
+    j->at = n;
+    val v = eval_node(j, f, n);
+    j->at = saved;
+    j->nest--;
+    return v;
+}
+static val eval_node(J *j, frame *f, jnode *n) {
     switch (n->k) {
     case E_LIT: return n->lit;
     case E_NAME: {
-        val *v = lookup(f, n->name, n->nlen);
+        val *v = lookup(j, f, n->name, n->nlen);
         return v ? *v : undef_why(j, "'%.*s' is undefined", n->name, n->nlen);
     }
     case E_ATTR: return get_attr(j, n, eval(j, f, n->a), n->name, n->nlen);
@@ -2599,7 +2873,10 @@ static val eval(J *j, frame *f, jnode *n) {
         if (x.t == T_UNDEF) fail_undef(j, n, x);
         if (n->k == E_POS && is_num(x)) return x.t == T_BOOL ? vint(x.i) : x;
         if (x.t == T_FLOAT) return vfloat(-x.f);
-        if ((x.t == T_INT || x.t == T_BOOL) && x.i != INT64_MIN) return vint(-x.i);
+        if (x.t == T_INT || x.t == T_BOOL) {
+            if (x.i == INT64_MIN) jfail(j, n->line, n->col, "integer overflow in unary '-'");
+            return vint(n->k == E_NEG ? -x.i : x.i);
+        }
         jfail(j, n->line, n->col, "bad operand type for unary %c: '%s'", n->k == E_NEG ? '-' : '+', type_name(x));
     }
     case E_NOT: return vbool(!truthy(eval(j, f, n->a)));
@@ -2625,8 +2902,8 @@ static val eval(J *j, frame *f, jnode *n) {
             const char *op = n->kn[i];
             size_t ol = n->knl[i];
             int r;
-            if (ol == 2 && !memcmp(op, "==", 2)) r = equal(a, b, 0);
-            else if (ol == 2 && !memcmp(op, "!=", 2)) r = !equal(a, b, 0);
+            if (ol == 2 && !memcmp(op, "==", 2)) r = equal(j, a, b, 0);
+            else if (ol == 2 && !memcmp(op, "!=", 2)) r = !equal(j, a, b, 0);
             else if (ol == 2 && !memcmp(op, "in", 2)) r = contains(j, n, a, b);
             else if (ol == 5) r = !contains(j, n, a, b);
             else {
@@ -2730,8 +3007,17 @@ static void exec_for(J *j, frame *f, jnode *n, sbuf *out) {
     }
 }
 
+static void exec_stmt(J *j, frame *f, jnode *n, sbuf *out);
 static void exec_node(J *j, frame *f, jnode *n, sbuf *out) {
     step(j, n);
+    nest_in(j, n);
+    const jnode *saved = j->at;
+    j->at = n;
+    exec_stmt(j, f, n, out);
+    j->at = saved;
+    j->nest--;
+}
+static void exec_stmt(J *j, frame *f, jnode *n, sbuf *out) {
     switch (n->k) {
     case S_DATA: emit(j, n, out, n->lit); return;
     case S_OUT: emit(j, n, out, eval(j, f, n->a)); return;
@@ -2744,7 +3030,7 @@ static void exec_node(J *j, frame *f, jnode *n, sbuf *out) {
     case S_SETBLOCK: {
         sbuf b = {0};
         exec_body(j, f, n->v, n->nv, &b);
-        val v = sval(&b);
+        val v = sval(j, &b);
         if (n->b) {
             n->c->lit = v;
             v = eval(j, f, n->b);
@@ -2771,7 +3057,7 @@ static void exec_node(J *j, frame *f, jnode *n, sbuf *out) {
     case S_FILTER: {
         sbuf b = {0};
         exec_body(j, f, n->v, n->nv, &b);
-        n->c->lit = sval(&b);
+        n->c->lit = sval(j, &b);
         emit(j, n, out, eval(j, f, n->b));
         return;
     }
@@ -2787,22 +3073,32 @@ static void exec_body(J *j, frame *f, jnode **body, int n, sbuf *out) {
 
 /* ================================================================ entry points */
 
-static val from_json(J *j, const json_t *v, int depth) {
+/* data: the strings are the data's (mark 1) */
+static val from_json(J *j, const json_t *v, int depth, int data) {
     if (depth > 200) jfail(j, 0, 0, "a variable nests more than 200 levels deep");
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
         jdict *d = new_dict(j);
         const char *k;
         json_t *x;
-        json_object_foreach((json_t *)v, k, x) dict_set(j, d, vcstr(k), from_json(j, x, depth + 1));
+        /* a JSON object's keys are distinct: appended without a lookup */
+        json_object_foreach((json_t *)v, k, x) {
+            val key = vcstr(k);
+            key.mark = data && key.n ? 1 : 0;
+            dict_append(j, d, key, from_json(j, x, depth + 1, data));
+        }
         return vdict(d);
     }
     case JSON_ARRAY: {
         jlist *l = new_list(j, json_array_size(v));
-        for (size_t i = 0; i < json_array_size(v); i++) l->v[l->n++] = from_json(j, json_array_get(v, i), depth + 1);
+        for (size_t i = 0; i < json_array_size(v); i++) l->v[l->n++] = from_json(j, json_array_get(v, i), depth + 1, data);
         return vlist(l);
     }
-    case JSON_STRING: return vstr(json_string_value(v), json_string_length(v));
+    case JSON_STRING: {
+        val s = vstr(json_string_value(v), json_string_length(v));
+        s.mark = data && s.n ? 1 : 0;
+        return s;
+    }
     case JSON_INTEGER: return vint(json_integer_value(v));
     case JSON_REAL: return vfloat(json_real_value(v));
     case JSON_TRUE: return vbool(1);
@@ -2816,6 +3112,15 @@ void rf_jinja_limits_default(rf_jinja_limits *lim) {
     lim->max_steps = 10000000;
     lim->max_depth = 100;
     lim->max_memory = (size_t)512 << 20;
+}
+
+static J *new_j(const rf_jinja_limits *lim) {
+    J *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->max_mem = lim->max_memory, j->max_steps = lim->max_steps > 0 ? lim->max_steps : 0;
+    j->max_out = lim->max_output, j->max_depth = lim->max_depth;
+    j->max_work = (uint64_t)j->max_steps > UINT64_MAX / WORK_STEP ? UINT64_MAX : (uint64_t)j->max_steps * WORK_STEP;
+    return j;
 }
 
 static void free_chunks(J *j) {
@@ -2848,11 +3153,16 @@ static void parse_template(J *j, const char *src, size_t len, jnode ***body, int
 }
 
 char *rf_jinja_render(const char *src, size_t len, const json_t *vars, const rf_jinja_limits *lim, size_t *out_len) {
+    return rf_jinja_render_data(src, len, vars, NULL, lim, out_len, NULL, NULL);
+}
+
+char *rf_jinja_render_data(const char *src, size_t len, const json_t *vars, const json_t *data,
+                           const rf_jinja_limits *lim, size_t *out_len, rf_text_span **spans, size_t *n_spans) {
+    if (spans) *spans = NULL, *n_spans = 0;
     rf_jinja_limits dl;
     if (!lim) rf_jinja_limits_default(&dl), lim = &dl;
-    J *j = calloc(1, sizeof *j);
+    J *j = new_j(lim);
     if (!j) return rf_set_error("out of memory"), NULL;
-    j->max_mem = lim->max_memory, j->max_steps = lim->max_steps, j->max_out = lim->max_output, j->max_depth = lim->max_depth;
     char *result = NULL;
     if (setjmp(j->jb)) {
         rf_set_error("%s", j->err);
@@ -2872,7 +3182,12 @@ char *rf_jinja_render(const char *src, size_t len, const json_t *vars, const rf_
     if (vars && json_is_object(vars)) {
         const char *k;
         json_t *x;
-        json_object_foreach((json_t *)vars, k, x) fset(j, root, k, strlen(k), from_json(j, x, 0));
+        json_object_foreach((json_t *)vars, k, x) fset(j, root, k, strlen(k), from_json(j, x, 0, 0));
+    }
+    if (data && json_is_object(data)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)data, k, x) fset(j, root, k, strlen(k), from_json(j, x, 0, 1));
     }
     frame *top = new_frame(j, root); /* the template's own variables shadow the globals */
     sbuf out = {0};
@@ -2884,6 +3199,17 @@ char *rf_jinja_render(const char *src, size_t len, const json_t *vars, const rf_
         if (out.n) memcpy(result, out.p, out.n);
         result[out.n] = 0;
         if (out_len) *out_len = out.n;
+        if (spans && out.nsp) {
+            *spans = malloc(out.nsp * sizeof **spans);
+            if (!*spans) {
+                free(result);
+                result = NULL;
+                rf_set_error("out of memory");
+            } else {
+                for (size_t i = 0; i < out.nsp; i++) (*spans)[i] = (rf_text_span){out.sp[2 * i], out.sp[2 * i + 1]};
+                *n_spans = out.nsp;
+            }
+        }
     }
     free_chunks(j);
     free(j);
@@ -2893,9 +3219,8 @@ char *rf_jinja_render(const char *src, size_t len, const json_t *vars, const rf_
 int rf_jinja_check(const char *src, size_t len) {
     rf_jinja_limits lim;
     rf_jinja_limits_default(&lim);
-    J *j = calloc(1, sizeof *j);
+    J *j = new_j(&lim);
     if (!j) return rf_set_error("out of memory"), -1;
-    j->max_mem = lim.max_memory, j->max_steps = lim.max_steps, j->max_out = lim.max_output, j->max_depth = lim.max_depth;
     if (setjmp(j->jb)) {
         rf_set_error("%s", j->err);
         free_chunks(j);

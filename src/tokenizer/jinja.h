@@ -23,6 +23,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "tokenizer/tokenizer.h" /* rf_text_span */
+
 typedef struct {
     size_t max_output; /* bytes of rendered text */
     long max_steps;    /* statements executed + expressions evaluated */
@@ -39,6 +41,15 @@ void rf_jinja_limits_default(rf_jinja_limits *lim);
  * length when out_len is not NULL), or NULL with the error set. */
 char *rf_jinja_render(const char *src, size_t len, const json_t *vars, const rf_jinja_limits *lim,
                       size_t *out_len);
+
+/* rf_jinja_render with more variables, data (a JSON object, NULL: none),
+ * whose strings are the conversation's rather than the template's: when
+ * spans is not NULL, *spans (malloc'd, NULL when none) gets the *n_spans
+ * byte ranges of the output, sorted and apart, that were copied from data's
+ * strings (through any variable, filter or operator that keeps bytes as
+ * they are; what escaping, tojson or repr made of them counts whole). */
+char *rf_jinja_render_data(const char *src, size_t len, const json_t *vars, const json_t *data,
+                           const rf_jinja_limits *lim, size_t *out_len, rf_text_span **spans, size_t *n_spans);
 
 /* Only parse src: 0, or -1 with the error set (a syntax error's line). */
 int rf_jinja_check(const char *src, size_t len);

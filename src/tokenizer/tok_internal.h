@@ -106,6 +106,7 @@ struct rf_tokenizer {
                               * or GGUF tokenizer.chat_template), or a --chat-template file; NULL if none */
     char *chat_template_from; /* the file it came from, for messages */
     int chat_builtin;        /* 1: render with the built-in Qwen3 renderer even when there is a template */
+    int special_in_content;  /* 1: special tokens in a conversation's text are parsed (rf_tok_set_special_in_content) */
     json_t *special_strings; /* {"bos_token": "...", "eos_token": ...}: tokenizer_config's special tokens as
                               * transformers hands them to the template (NULL: none) */
     char *pretok_pattern;    /* the Split regex as given (GGUF export names it), or NULL */

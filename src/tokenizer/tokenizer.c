@@ -434,6 +434,9 @@ int rf_tok_set_chat_template(rf_tokenizer *t, const char *spec) {
 
 const char *rf_tok_chat_template(const rf_tokenizer *t) { return t->chat_builtin ? NULL : t->chat_template; }
 
+void rf_tok_set_special_in_content(rf_tokenizer *t, int on) { t->special_in_content = on != 0; }
+int rf_tok_special_in_content(const rf_tokenizer *t) { return t ? t->special_in_content : 0; }
+
 void rf_tok_files(const char *path, char **json, char **cfg) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {

@@ -8,6 +8,10 @@
 #include <stddef.h>
 
 typedef struct rf_tokenizer rf_tokenizer;
+/* bytes [start, end) of a text */
+typedef struct {
+    size_t start, end;
+} rf_text_span;
 
 /* path: a tokenizer.json file or a model directory holding tokenizer.json
  * or the slow layout (vocab.json + merges.txt + added_tokens.json and / or
@@ -47,6 +51,18 @@ int rf_tok_gguf_add(const rf_tokenizer *t, struct rf_gguf_writer *w, int n_vocab
 /* Encode UTF-8 text (special/added tokens in the text are matched as such).
  * *ids is malloc'd. -1 on invalid UTF-8 (error names the byte offset). */
 int rf_tok_encode(const rf_tokenizer *t, const char *text, size_t len, int **ids, int *n_ids);
+/* rf_tok_encode where the spans (sorted, apart) are plain text: a special
+ * token is matched only where none of it lies in a span (the other added
+ * tokens, <think> and the like, are matched everywhere, as llama.cpp and
+ * transformers do when special tokens are not parsed). */
+int rf_tok_encode_spans(const rf_tokenizer *t, const char *text, size_t len, const rf_text_span *spans,
+                        size_t n_spans, int **ids, int *n_ids);
+/* Whether the text of a conversation (message contents, tool results, ...)
+ * may hold special tokens: 0 by default, so that a user's "<|im_end|>" is
+ * text and cannot end its turn; 1 parses them as tokenizers did before
+ * (rf_chat_query_ids and the API's chat calls follow this setting). */
+void rf_tok_set_special_in_content(rf_tokenizer *t, int on);
+int rf_tok_special_in_content(const rf_tokenizer *t);
 /* Decode ids to a malloc'd UTF-8 string; skip_special drops special tokens.
  * NULL if an id is out of range. */
 char *rf_tok_decode(const rf_tokenizer *t, const int *ids, int n, int skip_special);
@@ -81,6 +97,11 @@ const char *rf_chat_template_names(void);
 int rf_tok_set_chat_template(rf_tokenizer *t, const char *spec);
 /* The Jinja source in use, NULL when the built-in renderer is. */
 const char *rf_tok_chat_template(const rf_tokenizer *t);
+/* 0 when the template in use renders at least one plain conversation (a
+ * user turn; a system and a user turn; user, assistant, user), else -1 with
+ * the error of the first: a template that can render nothing is reported
+ * when a program loads it, not at each request. */
+int rf_tok_check_chat_template(const rf_tokenizer *t);
 
 struct json_t;
 /* The prompt for a conversation: conv is a JSON array of messages (objects
@@ -95,6 +116,12 @@ struct json_t;
 char *rf_chat_render(const rf_tokenizer *t, const struct json_t *conv, int add_generation_prompt,
                      int enable_thinking);
 
+/* rf_chat_render, with the byte ranges of the text that came from the
+ * conversation (its strings, through the template) in *spans (malloc'd,
+ * sorted, apart; NULL when none), for rf_tok_encode_spans. */
+char *rf_chat_render_spans(const rf_tokenizer *t, const struct json_t *conv, int add_generation_prompt,
+                           int enable_thinking, rf_text_span **spans, size_t *n_spans);
+
 typedef struct {
     const char *role;    /* "system" | "user" | "assistant" | "tool" */
     const char *content;
@@ -102,6 +129,12 @@ typedef struct {
 /* rf_chat_render of plain role / content messages. */
 char *rf_chat_apply(const rf_tokenizer *t, const rf_chat_msg *msgs, int n,
                     int add_generation_prompt, int enable_thinking);
+char *rf_chat_apply_spans(const rf_tokenizer *t, const rf_chat_msg *msgs, int n, int add_generation_prompt,
+                          int enable_thinking, rf_text_span **spans, size_t *n_spans);
+/* The prompt's ids: special-token text in the messages is plain text unless
+ * parse_special. 0, or -1 with the error set. */
+int rf_chat_apply_ids(const rf_tokenizer *t, const rf_chat_msg *msgs, int n, int add_generation_prompt,
+                      int enable_thinking, int parse_special, int **ids, int *n_ids);
 
 /* The prompt of one task query, the one rule training and evaluation share:
  * the chat template of a single user message with the generation prompt
