@@ -153,6 +153,8 @@ int cmd_serve(int argc, char **argv) {
     int prc = rf_args_parse("serve", "-m MODEL [options]\n"
                             "Serve the model over HTTP (OpenAI-compatible): GET /health, /metrics, /v1/models[/ID];\n"
                             "POST /v1/completions, /v1/chat/completions (\"stream\": true for Server-Sent Events).\n"
+                            "llama-server's too: /tokenize, /detokenize, /apply-template, /props, /slots, /completion,\n"
+                            "/infill; a chat page with a live view of the decoding at / (--no-webui, --path DIR).\n"
                             "--parallel requests are decoded at once, the rest wait in arrival order.",
                             groups, 3, argc, argv, NULL);
     if (prc) return prc > 0 ? 0 : 2;

@@ -7,6 +7,7 @@
  *   POST /v1/completions         {"prompt": str | [ids], "max_tokens", ...}
  *   POST /v1/chat/completions    {"messages": [{"role", "content"}], ...}
  *   OPTIONS *                    CORS preflight
+ * and llama-server's own endpoints and the web page at / (routes_llama.h).
  *
  * Generation requests go into a FIFO queue served by a pool of worker
  * threads (--parallel): each runs one generation at a time through the
@@ -23,7 +24,8 @@
  *
  * request.c  JSON body -> prompt ids + settings (all validation)
  * worker.c   the job queue and the worker threads, max_tokens / stop cuts, SSE chunks
- * http.c     libmicrohttpd glue: routing, bodies, responses, start/stop */
+ * http.c     libmicrohttpd glue: routing, bodies, responses, start/stop
+ * routes_llama.c  llama-server's endpoints, answer shapes, slots, the page */
 #ifndef RF_SERVE_H
 #define RF_SERVE_H
 
