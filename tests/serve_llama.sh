@@ -32,6 +32,9 @@ run generate -m "$DEMO" -fa off -p "$Q" --decoder ar -n 2 --threads 1
 expect_fail 2 "unknown option '-sys' (llama.cpp's --system-prompt" serve -m "$DEMO" -sys hello
 expect_fail 2 "unknown option '-ctk' (llama.cpp's --cache-type-k" serve -m "$DEMO" -ctk q8_0
 expect_fail 2 "unknown option '-st' (llama.cpp's --single-turn" generate -m "$DEMO" -st
+# an option's value is never taken for a flag: -p -st, --system -ctk
+run generate -m "$DEMO" --system -ctk -p -st --decoder ar -n 2 --threads 1
+[ $rc -eq 0 ] && ok || bad "values that look like llama.cpp flags: exit $rc, $err"
 
 # ---- --chat-template NAME: llama.cpp's conversation and expected outputs ---------------------
 CONV='[{"role":"system","content":"You are a helpful assistant"},{"role":"user","content":"Hello"},{"role":"assistant","content":"Hi there"},{"role":"user","content":"Who are you"},{"role":"assistant","content":"   I am an assistant   "},{"role":"user","content":"Another question"}]'

@@ -704,7 +704,14 @@ int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *gro
             argv[i] = spelled[n_spelled++];
             continue;
         }
-        if (a[0] != '-' || a[1] == '-' || !a[1]) continue;
+        if (a[0] != '-' || !a[1]) continue;
+        if (a[1] == '-') { /* --name VALUE: the value is left alone too */
+            const rf_opt *l = NULL;
+            for (int j = 0; j < n_rows && !l && !strchr(a, '='); j++)
+                if (!strcmp(a + 2, row[j]->name) || (row[j]->alias && !strcmp(a + 2, row[j]->alias))) l = row[j];
+            if (l && l->type != RF_OPT_FLAG) i++;
+            continue;
+        }
         const rf_opt *o = NULL;
         int llama = -1; /* the llama_shorts entry a multi-letter -xy is */
         for (size_t j = 0; j < N_LLAMA_SHORTS && a[2] && llama < 0; j++)
