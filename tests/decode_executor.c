@@ -1,6 +1,6 @@
 /* decode_executor.c - the decoders make every model call through their
  * workspace (rf_workspace_forward), so that a server can run the calls
- * elsewhere (serve/worker.c: in its batched passes).
+ * elsewhere (serve/scheduler.c: in its batched passes).
  *
  * For AR, ReFusion plan-and-infill (blocks of several slots: forked calls
  * of several rows), the rolling slot and MDM, greedy and sampled: with an

@@ -16,7 +16,9 @@
 #   - a fatal error inside one generation fails that request (500; 503 for a
 #     failed allocation), not the server;
 #  6. bounded queue wait: a request that cannot start within --queue-wait
-#     gets 503 instead of waiting behind a long generation.
+#     gets 503 instead of waiting behind a long generation;
+#  7. a generation past --generation-timeout is stopped (503) while /health
+#     stays responsive.
 # Only 127.0.0.x, port chosen by the kernel; every curl has a time limit.
 set -u
 command -v curl >/dev/null || { echo "FAIL: curl is needed (scripts/install-deps.sh)" >&2; exit 1; }
@@ -200,6 +202,32 @@ spent=$(health | json_int calls_after_cancel)
 [ -n "$spent" ] && [ "$spent" -le 3 ] && ok || bad "model calls after the clients left: $spent (want <= 3, one per job): $(health)"
 post after /v1/completions '{"prompt":"x","max_tokens":8}'
 expect after 200 '"completion_tokens":8'
+stop
+
+# ---- 7. amplified work: a generation's deadline -------------------------------------------------
+# One MDM request of 2,000 steps over 4,000 positions is within the
+# fed-positions budget (8.0M of 8.4M) yet would hold the model for an hour:
+# --generation-timeout stops it before its next model call after 2 s (503),
+# while /health answers within 1 s throughout.
+M=$T/m
+start --generation-timeout 2 --parallel 1
+t0=$(date +%s.%N)
+post mdm_huge /v1/completions '{"prompt":"x","max_tokens":4000,"mode":"mdm","steps":2000}' &
+cpid=$!
+slow=0
+while kill -0 $cpid 2>/dev/null; do
+  tt=$(curl -s -m 5 -o /dev/null -w '%{time_total}' "$URL/health")
+  awk -v t="$tt" 'BEGIN { exit !(t == "" || t > 1.0) }' && slow=$((slow + 1))
+  sleep 0.2
+done
+wait $cpid
+took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+expect mdm_huge 503 '"code":"generation_timeout"'
+awk -v t="$took" 'BEGIN { exit !(t < 30) }' && ok || bad "the MDM request was stopped only after $took s (deadline 2 s)"
+[ $slow -eq 0 ] && ok || bad "/health took over 1 s $slow times while the MDM request ran"
+[ "$(health | json_int generations_timed_out)" = 1 ] && ok || bad "generations_timed_out: $(health)"
+post after_mdm /v1/completions '{"prompt":"x","max_tokens":8}'
+expect after_mdm 200 '"completion_tokens":8'
 stop
 
 echo "serve_limits: $pass checks passed, $fails failed"

@@ -3,7 +3,8 @@
  * The grown checkpoint is written into a temporary directory beside OUT and
  * renamed to OUT when complete (Q8_0 / Q4_0: converted from it into the
  * GGUF file OUT by `refusion convert`, then removed), so a failure leaves
- * nothing at OUT. */
+ * nothing at OUT; SIGTERM / SIGINT remove it, and the next grow writing OUT
+ * removes one a SIGKILL left. */
 #include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
@@ -20,6 +21,7 @@
 #include "model/grow.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "util/cleanup.h"
 #include "util/util.h"
 
 static void usage(FILE *f) {
@@ -50,22 +52,6 @@ static int parse_int(const char *opt, const char *s, long lo, long hi, long *out
     }
     *out = v;
     return 0;
-}
-
-/* remove dir and the plain files in it (the temporary checkpoint) */
-static void remove_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                char *p = rf_path_join(dir, e->d_name);
-                unlink(p);
-                free(p);
-            }
-        closedir(d);
-    }
-    rmdir(dir);
 }
 
 /* OUT must not hold anything yet: 1 when it is an empty directory, 0 when absent, -1 otherwise */
@@ -189,6 +175,8 @@ int cmd_grow(int argc, char **argv) {
         fprintf(stderr, "refusion: grow: %s\n", rf_last_error());
         return 2;
     }
+    cli_cleanup_on_signals();
+    cli_sweep_temps("grow", out);
     int st = out_state(out);
     if (st < 0) {
         fprintf(stderr, "refusion: grow: %s exists; give a new path (or an empty directory)\n", out);
@@ -235,6 +223,7 @@ int cmd_grow(int argc, char **argv) {
     double t0 = rf_now();
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.grow-tmp.%ld", out, (long)getpid());
+    int tmp_slot = rf_cleanup_add_path(tmp); /* removed if a signal ends grow first */
     rf_progress *pg = rf_progress_start("grow", out, bytes, progress);
     int rc = rf_model_grow(&m, &dst, tmp, tmp_dtype, (uint64_t)seed);
     rf_progress_stop(pg);
@@ -252,20 +241,24 @@ int cmd_grow(int argc, char **argv) {
     rf_model_free(&m);
     if (rc) {
         fprintf(stderr, "refusion: grow: %s\n", rf_last_error());
-        remove_dir(tmp);
+        rf_remove_tree(tmp);
+        rf_cleanup_drop(tmp_slot);
         return 1;
     }
     if (gguf) {
         rc = convert_gguf(tmp, out, dt, progress);
-        remove_dir(tmp);
+        rf_remove_tree(tmp);
+        rf_cleanup_drop(tmp_slot);
         if (rc) return rc;
     } else {
         if (st == 1) rmdir(out);
-        if (rename(tmp, out)) {
+        int moved = rename(tmp, out) == 0;
+        if (!moved) {
             fprintf(stderr, "refusion: grow: cannot rename %s to %s: %s\n", tmp, out, strerror(errno));
-            remove_dir(tmp);
-            return 1;
+            rf_remove_tree(tmp);
         }
+        rf_cleanup_drop(tmp_slot);
+        if (!moved) return 1;
     }
     printf("grew %s to %s: %.2fM params, %s, %d layers, hidden %d, %d/%d heads, head_dim %d, ffn %d, vocab %d%s, "
            "%.1f s\n", in, out, params / 1e6, gguf ? dt : rf_dtype_name(dtype), dst.n_layers, dst.hidden_size,

@@ -6,6 +6,7 @@
 #include <malloc.h>
 #endif
 #include <omp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,7 +27,7 @@ typedef struct {
     const char *model, *host, *name, *api_key, *api_key_file, *cors, *path;
     int metrics, slots, no_slots, no_webui, cache_reuse, log_disable;
     int port, parallel, cont_batching, no_cont_batching, max_queue, max_connections, max_per_client, timeout, request_timeout,
-        keepalive_requests, http_threads, queue_wait, max_request_mb, cache_mb, quiet;
+        keepalive_requests, http_threads, queue_wait, generation_timeout, max_request_mb, cache_mb, quiet;
     int64_t max_body, max_request_positions;
 } serve_args;
 
@@ -74,6 +75,9 @@ static const rf_opt serve_opts[] = {
      .help = "event-loop threads serving the connections"},
     {.name = "queue-wait", .type = RF_OPT_INT, .lo = 1, .hi = 86400, .offset = A(queue_wait), .metavar = "S",
      .help = "a request not started after S seconds gets 503"},
+    {.name = "generation-timeout", .type = RF_OPT_INT, .lo = 1, .hi = 86400, .offset = A(generation_timeout),
+     .metavar = "S", .help = "a generation still running S seconds after it started is stopped before its next "
+                             "model call and gets 503 (the client leaving stops it too)"},
     {.name = "max-request-mb", .type = RF_OPT_INT, .lo = 0, .hi = 1 << 30, .offset = A(max_request_mb),
      .metavar = "N", .help = "working memory of one generation; larger requests get 400 (0 = half the RAM)"},
     {.name = "max-request-positions", .type = RF_OPT_I64, .lo = 1, .hi = 1e15, .offset = A(max_request_positions),
@@ -95,6 +99,36 @@ static const rf_opt serve_opts[] = {
      .help = "accepted for llama-server's habit: prompt-prefix reuse is automatic for AR and rolling-slot "
              "generations (--cache-mb)"},
 };
+
+/* The model is opened on a thread of its own that ends before the server
+ * starts. Opening packs the weights in OpenMP loops, and libgomp keeps a
+ * pool of threads for every thread that ran one: the main thread's pool,
+ * idle beside the scheduler's, would make libgomp count more threads than
+ * cores and put the scheduler's threads to sleep between model calls (a
+ * futex wake-up per call where `refusion generate`, one pool, spins). The
+ * pool ends with its thread. */
+typedef struct {
+    const char *dir;
+    refusion_model *m;
+} model_open_job;
+
+static void *model_open_main(void *arg) {
+    model_open_job *o = arg;
+    o->m = rf_model_open(o->dir);
+    if (!o->m) rf_print_error(); /* the error is this thread's */
+    return NULL;
+}
+
+static refusion_model *model_open_alone(const char *dir) {
+    model_open_job o = {dir, NULL};
+    pthread_t t;
+    if (pthread_create(&t, NULL, model_open_main, &o)) {
+        fprintf(stderr, "refusion: serve: cannot start a thread to open the model\n");
+        return NULL;
+    }
+    pthread_join(t, NULL);
+    return o.m;
+}
 
 static int stop_pipe[2];
 static volatile sig_atomic_t n_stop_signals;
@@ -135,6 +169,7 @@ int cmd_serve(int argc, char **argv) {
     serve_args a = {.host = c.host, .port = c.port, .parallel = c.workers, .cors = c.cors_origin,
                     .max_body = (int64_t)c.max_body, .max_queue = c.max_queue, .max_connections = c.max_connections,
                     .max_per_client = c.max_per_client, .timeout = c.timeout_s, .queue_wait = c.queue_wait_s,
+                    .generation_timeout = c.generation_timeout_s,
                     .request_timeout = c.request_timeout_s, .keepalive_requests = c.keepalive_requests,
                     .http_threads = c.http_threads, .cache_mb = (int)(c.cache_bytes >> 20),
                     .max_request_positions = c.max_request_positions, .api_key = getenv("REFUSION_API_KEY")};
@@ -175,6 +210,7 @@ int cmd_serve(int argc, char **argv) {
     c.http_threads = a.http_threads;
     c.max_body = (size_t)a.max_body, c.max_queue = a.max_queue, c.max_connections = a.max_connections;
     c.max_per_client = a.max_per_client, c.timeout_s = a.timeout, c.queue_wait_s = a.queue_wait;
+    c.generation_timeout_s = a.generation_timeout;
     c.max_request_bytes = (size_t)a.max_request_mb << 20;
     c.cache_bytes = (size_t)a.cache_mb << 20;
     c.max_request_positions = a.max_request_positions;
@@ -193,11 +229,8 @@ int cmd_serve(int argc, char **argv) {
         c.defaults.threads = cores > 0 ? cores : 1;
     }
 
-    refusion_model *m = rf_model_open(model_dir);
-    if (!m) {
-        rf_print_error();
-        return 1;
-    }
+    refusion_model *m = model_open_alone(model_dir);
+    if (!m) return 1;
     refusion_tokenizer *tok = NULL;
     int have_tok = rf_model_has_tokenizer(m); /* tokenizer.json or GGUF metadata */
     /* a template that renders no conversation is refused here, not at every request */

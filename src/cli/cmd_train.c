@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "train/train.h"
+#include "util/cleanup.h"
 #include "util/util.h"
 
 static void usage(FILE *f) {
@@ -213,6 +214,8 @@ static void plot_loss(const char *dir, int quiet) {
         return;
     }
     char *csv = rf_path_join(dir, "log.csv"), *script = rf_path_join(dir, "loss.gp.tmp");
+    /* the script and the image being drawn go if a signal ends train meanwhile */
+    int script_slot = rf_cleanup_add_path(script);
     const char *terms[2][3] = {{"pngcairo size 1000,600", "loss.png", "png"},
                                {"svg size 1000,600", "loss.svg", "svg"}};
     for (int t = 0; t < 2; t++) {
@@ -224,6 +227,7 @@ static void plot_loss(const char *dir, int quiet) {
             free(outp);
             break;
         }
+        int tmp_slot = rf_cleanup_add_path(tmp);
         fprintf(f,
                 "set terminal %s\nset output '%s'\nset datafile separator ','\n"
                 "set key autotitle columnhead\nset xlabel 'step'\nset ylabel 'loss'\nset grid\n"
@@ -236,12 +240,14 @@ static void plot_loss(const char *dir, int quiet) {
         snprintf(cmd, sizeof cmd, "gnuplot '%s' >/dev/null 2>&1", script);
         int ok = system(cmd) == 0 && access(tmp, F_OK) == 0 && rename(tmp, outp) == 0;
         if (!ok) unlink(tmp);
+        rf_cleanup_drop(tmp_slot);
         if (ok && !quiet) fprintf(stderr, "loss curve: %s\n", outp);
         free(outp);
         if (ok) break;
         if (t == 1) fprintf(stderr, "refusion: warning: gnuplot failed, no loss plot\n");
     }
     unlink(script);
+    rf_cleanup_drop(script_slot);
     free(csv);
     free(script);
 }
@@ -328,6 +334,9 @@ int cmd_train(int argc, char **argv) {
         return 2;
     }
     env_setup(); /* may re-exec this very command line */
+    /* outside the run (its own handlers stop it at a step's end and save):
+     * a signal removes the temporary files being written */
+    cli_cleanup_on_signals();
 
     /* MPI: under mpirun (its environment names the processes) or --mpi */
     int launched = rf_dist_launched();

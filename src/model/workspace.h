@@ -45,7 +45,7 @@ void rf_workspace_runstate_free(rf_workspace *w, rf_runstate *s);
  * rf_forward would (cache entries, logits into b->logits) and return 0, or
  * -1 with rf_last_error() set (the call then changed nothing). A server
  * uses it to run the call as part of a batched pass over many generations
- * (serve/worker.c); the executor owns the run state the call runs on, and
+ * (serve/scheduler.c); the executor owns the run state the call runs on, and
  * the one rf_workspace_runstate lends while an executor is set only holds
  * the sizes the calls are checked against (no buffers: it must not reach
  * rf_forward). */

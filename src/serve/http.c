@@ -56,6 +56,7 @@ void rf_serve_config_default(rf_serve_config *c) {
     c->keepalive_requests = 100;
     c->http_threads = 2;
     c->queue_wait_s = 300;
+    c->generation_timeout_s = 600;
     c->max_request_bytes = 0;
     c->max_request_positions = 1LL << 23;
     c->verbose = 1;
@@ -227,6 +228,7 @@ static enum MHD_Result send_health(struct MHD_Connection *c, request *q, rf_serv
                           "calls_after_cancel", (json_int_t)s->calls_after_cancel);
     size_t held = 0;
     for (int i = 0; i < s->cfg.workers; i++) held += s->buffer_bytes[i];
+    json_object_set_new(o, "generations_timed_out", json_integer((json_int_t)s->n_gen_timeouts));
     json_object_set_new(o, "buffer_allocs", json_integer((json_int_t)s->buffer_allocs));
     json_object_set_new(o, "buffer_bytes", json_integer((json_int_t)held));
     if (show_model) json_object_set_new(o, "model", json_string(s->model_name));
@@ -254,6 +256,8 @@ static enum MHD_Result send_metrics(struct MHD_Connection *c, request *q, rf_ser
     M("requests_total", "counter", "Generation requests finished (answered, failed or cancelled).", " %lu", s->n_done);
     M("requests_failed_total", "counter", "Generations that failed on the server's side.", " %lu", s->n_failed);
     M("requests_cancelled_total", "counter", "Generations whose client left before the answer.", " %lu", s->n_cancelled);
+    M("generation_timeouts_total", "counter", "Generations stopped at --generation-timeout.", " %lu",
+      s->n_gen_timeouts);
     M("prompt_tokens_total", "counter", "Prompt tokens of the answered requests.", " %lld", s->prompt_tokens);
     M("completion_tokens_total", "counter", "Answer tokens returned.", " %lld", s->tokens_done);
     M("generation_seconds_total", "counter", "Decoder time of the answered requests.", " %.6f", s->gen_seconds);
@@ -447,6 +451,7 @@ static void *watcher_main(void *arg) {
         }
         for (waiter *w = s->waiters, *next; w; w = next) {
             next = w->next;
+            if (tick % 10 == 0) rf_serve_expire_locked(s, w->j, now); /* its job, while its client waits */
             if (!w->armed || !wait_over_locked(s, w, tick % 10 == 0 || s->watcher_stop, now)) continue;
             if (n == cap) {
                 cap = cap ? 2 * cap : 64;
@@ -972,6 +977,7 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
     if (s->cfg.keepalive_requests < 1) s->cfg.keepalive_requests = 1;
     if (s->cfg.http_threads < 1) s->cfg.http_threads = 1;
     if (s->cfg.queue_wait_s < 1) s->cfg.queue_wait_s = 1;
+    if (s->cfg.generation_timeout_s < 1) s->cfg.generation_timeout_s = 1;
     if (!s->cfg.max_request_bytes) s->cfg.max_request_bytes = rf_phys_mem() ? rf_phys_mem() / 2 : (size_t)1 << 31;
     s->model_name = c->model_name ? rf_strdup(c->model_name) : basename_of(s->m->dir ? s->m->dir : "refusion");
     /* the id goes into every answer's JSON: refuse one that cannot */

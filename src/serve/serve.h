@@ -23,7 +23,11 @@
  * model call.
  *
  * request.c  JSON body -> prompt ids + settings (all validation)
- * worker.c   the job queue and the worker threads, max_tokens / stop cuts, SSE chunks
+ * worker.c   the job queues and the worker threads (decoders that are not batched)
+ * scheduler.c continuous batching: one model call per step for every batched generation
+ * answer.c   a choice's answer: max_tokens / stop cuts, SSE chunks, the response
+ * oai.c      OpenAI's response shapes and error bodies
+ * prefix_cache.c the KV caches of finished generations, reused by later prompts
  * http.c     libmicrohttpd glue: routing, bodies, responses, start/stop
  * routes_llama.c  llama-server's endpoints, answer shapes, slots, the page */
 #ifndef RF_SERVE_H
@@ -61,6 +65,8 @@ typedef struct {
     int keepalive_requests;  /* requests on one connection; the last answer says "Connection: close" */
     int http_threads;        /* MHD's thread pool: event loops that serve every connection */
     int queue_wait_s;        /* a request still queued after this long gets 503 */
+    int generation_timeout_s;/* a generation still running this long after it started is stopped before its
+                                next model call and answered 503 */
     size_t max_request_bytes;/* a generation's working memory (rf_gen_mem_bytes); 0: half the RAM */
     long long max_request_positions; /* positions a generation may feed the model (rf_serve_work_positions) */
     int verbose;             /* 1: one log line per request on stderr */

@@ -1,4 +1,4 @@
-/* serve_impl.h - what http.c and worker.c share: the server and its jobs.
+/* serve_impl.h - what the server's files share: the server and its jobs.
  *
  * Locking: one mutex (rf_server.mu) guards the queue, every job's output
  * fields, reference counts and the counters. The model and tokenizer are
@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "model/forward.h" /* rf_batch, rf_kvcache: the workers' forwarded calls */
 #include "serve/serve.h"
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
@@ -31,6 +32,8 @@ typedef struct job {
     volatile int cancel_flag; /* rf_gen_params.cancel: the client left, or the answer is complete
                                  (max_tokens / stop); read by the decoder without the lock */
     double queued_at;       /* rf_now() when queued */
+    double deadline;        /* rf_now() by which a running job must end (--generation-timeout) */
+    int timed_out;          /* it passed the deadline: stopped, answered 503 */
     char *out;              /* stream: SSE bytes so far; else: the whole JSON body at DONE */
     size_t out_len, out_cap, out_sent;
     int status;             /* HTTP status of a non-stream answer */
@@ -75,7 +78,7 @@ struct rf_server {
     unsigned long long batch_mixed_calls;  /* calls with a rolling-slot row beside other rows */
     /* the model calls of the generations run in the workers (plan-and-infill,
      * MDM, n > 1 choices) that joined the batched calls, waiting here for the
-     * scheduler's next step (worker.c remote_forward) */
+     * scheduler's next step (scheduler.c rf_serve_remote_forward) */
     struct remote_call *rhead, *rtail;
     int workers_live;         /* worker threads not yet ended: the scheduler serves their calls until then */
     int scheduler_gone;       /* the scheduler has ended: a worker's call is refused */
@@ -95,6 +98,7 @@ struct rf_server {
     unsigned long n_latency, n_failed;
     unsigned long n_http[6];  /* HTTP answers by class: 1xx..5xx, [0] unused */
     unsigned long n_cancelled;
+    unsigned long n_gen_timeouts; /* generations stopped at their deadline */
     long long calls_after_cancel;
     /* the workers' sessions (/health): buffer allocations made while running
      * jobs (flat once each worker has run its largest request), and the
@@ -117,9 +121,18 @@ struct rf_server {
 /* worker.c: 1 when the request's generation is a row of the batched calls
  * (AR, the rolling slot; one choice) under continuous batching */
 int rf_serve_batched(const rf_serve_req *r);
+/* worker.c: the job queues (s->mu held): the first job off a queue (NULL:
+ * empty); a job leaving the queue to run (-1: its client left, dropped);
+ * every queued job failed (shutdown) */
+job *rf_queue_pop_locked(job **head, job **tail);
+int rf_job_start_locked(rf_server *s, job *j);
+void rf_queue_fail_locked(rf_server *s, job **head, job **tail);
+/* scheduler.c: the executor of a worker's model calls under continuous
+ * batching (rf_workspace_set_forward; user: the rf_worker) */
+int rf_serve_remote_forward(void *user, const rf_model *m, rf_kvcache *c, const rf_batch *b);
 /* worker.c: the thread of an rf_worker */
 void *rf_serve_worker_main(void *worker);
-/* worker.c: the scheduler thread of the batched generations (arg: the server) */
+/* scheduler.c: the scheduler thread of the batched generations (arg: the server) */
 void *rf_serve_scheduler_main(void *server);
 /* Queue a parsed request (taken over: r is cleared). NULL, with the reason
  * in rf_last_error(), when stopping or the queue is full (HTTP 503). The job
@@ -128,6 +141,9 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r);
 /* The client of j left: stop producing its output and, while it is still
  * queued, never run it. s->mu held. */
 void rf_serve_cancel_locked(rf_server *s, job *j);
+/* A running job past its deadline (now: rf_now()) is stopped: it ends
+ * before its next model call and is answered 503. s->mu held. */
+void rf_serve_expire_locked(rf_server *s, job *j, double now);
 /* OpenAI's error body {"error": {"message", "type", "param", "code"}};
  * param and code may be NULL (JSON null). */
 json_t *rf_serve_error_json(const char *msg, const char *type, const char *param, const char *code);

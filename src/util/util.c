@@ -1,6 +1,7 @@
 /* util.c - see util.h */
 #include "util/util.h"
 #include "refusion.h" /* rf_log_set is public */
+#include "util/cleanup.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -396,6 +397,8 @@ int rf_atomic_create(const char *path, char **tmp_out) {
         rf_set_error("%s: cannot create: %s", tmp, strerror(errno));
         free(tmp);
         tmp = NULL;
+    } else {
+        rf_cleanup_add_path(tmp); /* removed if a signal ends the program first */
     }
     *tmp_out = tmp;
     return fd;
@@ -427,19 +430,23 @@ int rf_atomic_commit(int fd, const char *tmp, const char *path) {
     if (close(fd) != 0) {
         rf_set_error("%s: close failed: %s", tmp, strerror(errno));
         unlink(tmp);
+        rf_cleanup_drop_path(tmp);
         return -1;
     }
+    int rc = 0;
     if (rename(tmp, path) != 0) {
         rf_set_error("%s: rename failed: %s", path, strerror(errno));
         unlink(tmp);
-        return -1;
+        rc = -1;
     }
-    return 0;
+    rf_cleanup_drop_path(tmp);
+    return rc;
 }
 
 void rf_atomic_abandon(int fd, const char *tmp) {
     close(fd);
     unlink(tmp);
+    rf_cleanup_drop_path(tmp);
 }
 
 int rf_write_file_atomic(const char *path, const void *data, size_t n) {

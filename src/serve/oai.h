@@ -1,0 +1,22 @@
+/* oai.h - OpenAI's response shapes and a job's output buffer (oai.c). */
+#ifndef RF_SERVE_OAI_H
+#define RF_SERVE_OAI_H
+
+#include <jansson.h>
+
+#include "serve/serve_impl.h"
+
+/* append n bytes to j's output (s->mu held) */
+void rf_job_out_append(job *j, const char *p, size_t n);
+/* one SSE event "data: <json>" (o consumed; s->mu held / taken) */
+void rf_job_sse_append_locked(job *j, json_t *o);
+void rf_job_sse_event(rf_server *s, job *j, json_t *o);
+/* {"id", "object", "created", "model"} of a response (chunk: a stream's) */
+json_t *rf_oai_envelope(const rf_server *s, const job *j, int chunk);
+/* choices[index] with its text and token ids; finish NULL: none yet */
+json_t *rf_oai_choice(const job *j, int index, const char *text, const int32_t *ids, int n, const char *finish,
+                      int chunk);
+/* the "refusion" object: the decoder's statistics and settings */
+json_t *rf_oai_stats(const job *j, const rf_stats *r);
+
+#endif
