@@ -140,7 +140,8 @@ badreq b_jacobi 400 POST /v1/completions '{"prompt": "x", "jacobi": "yes", "ar_v
 badreq b_jacobi_a 400 POST /v1/completions '{"prompt": "x", "jacobi": true}'
 badreq b_utf8 400 POST /v1/completions $'{"prompt": "\xff\xfe"}'
 badreq b_404 404 GET /v1/nothing ''
-badreq b_404post 404 POST /v1/embeddings '{"input": "x"}'
+badreq b_404post 404 POST /v1/nothing '{"input": "x"}'
+badreq b_embed 501 POST /v1/embeddings '{"input": "x"}'
 badreq b_405 405 GET /v1/completions ''
 badreq b_405b 405 POST /health '{}'
 big=$(head -c 10000 /dev/zero | tr '\0' a)

@@ -168,7 +168,8 @@ static void test_bad(void) {
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"temperature\": true}", "\"temperature\""},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"top_p\": 0}", "\"top_p\""},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"top_k\": -1}", "\"top_k\""},
-        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"seed\": -1}", "\"seed\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"seed\": -2}", "\"seed\""},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"top_k\": 5}", "top_k"},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stream\": \"yes\"}", "\"stream\""},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"n\": 0}", "\"n\" must be an integer in [1, 8]"},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"n\": 9}", "\"n\" must be an integer in [1, 8]"},
@@ -199,6 +200,19 @@ static void test_bad(void) {
         {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"chat_template_kwargs\": 1}",
          "\"chat_template_kwargs\""},
     };
+    /* seed -1: a random seed, drawn per request, in [0, INT64_MAX] */
+    {
+        rf_serve_req a, b;
+        const char *body = "{\"prompt\": \"x\", \"seed\": -1}";
+        int ra = rf_serve_parse(body, strlen(body), RF_REQ_COMPLETION, M, TOK, &DOPTS, &a);
+        int rb = rf_serve_parse(body, strlen(body), RF_REQ_COMPLETION, M, TOK, &DOPTS, &b);
+        CHECK(ra == 0 && rb == 0, "seed -1 refused: %s", rf_last_error());
+        if (!ra && !rb) {
+            CHECK(a.p.seed <= (uint64_t)INT64_MAX && a.p.seed == a.d.gen.seed && a.p.seed != b.p.seed,
+                  "seed -1: seeds %llu, %llu", (unsigned long long)a.p.seed, (unsigned long long)b.p.seed);
+            rf_serve_req_free(&a), rf_serve_req_free(&b);
+        }
+    }
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rf_serve_req r;
         int rc = rf_serve_parse(cases[i].body, strlen(cases[i].body), cases[i].kind, M, TOK, &DOPTS, &r);

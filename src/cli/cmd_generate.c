@@ -278,7 +278,7 @@ static void print_json(const answer *r, const int32_t *prompt, int P, const char
 /* ---- the command ------------------------------------------------------------------- */
 typedef struct {
     const char *model, *prompt, *file, *ids, *system, *reverse_prompt;
-    int chat, no_chat, no_think, json, visualize, naive, interactive, verbose;
+    int chat, no_chat, no_think, json, visualize, naive, interactive, no_conversation, verbose;
 } gen_args;
 
 #define A(f) offsetof(gen_args, f)
@@ -291,7 +291,7 @@ static const rf_opt gen_opts[] = {
      .help = "read the prompt from FILE ('-': stdin)"},
     {.name = "ids", .type = RF_OPT_STR, .offset = A(ids), .metavar = "IDS",
      .help = "prompt as token ids, comma or space separated (no chat template)"},
-    {.name = "system", .type = RF_OPT_STR, .offset = A(system), .metavar = "TEXT",
+    {.name = "system", .alias = "system-prompt", .type = RF_OPT_STR, .offset = A(system), .metavar = "TEXT",
      .help = "system message of the chat template"},
     {.name = "chat", .type = RF_OPT_FLAG, .offset = A(chat),
      .help = "apply the chat template (default: when the tokenizer has <|im_start|>)"},
@@ -301,6 +301,8 @@ static const rf_opt gen_opts[] = {
     {.name = "interactive", .letter = 'i', .alias = "conversation", .type = RF_OPT_FLAG, .offset = A(interactive),
      .help = "multi-turn chat in the terminal (as `refusion chat`): /reset clears the history, /exit "
              "quits, Ctrl-C stops the answer"},
+    {.name = "no-conversation", .type = RF_OPT_FLAG, .offset = A(no_conversation),
+     .help = "one answer to the prompt, no chat in the terminal (llama.cpp's -no-cnv; chat too)"},
     {.name = "reverse-prompt", .letter = 'r', .type = RF_OPT_STR, .offset = A(reverse_prompt), .metavar = "TEXT",
      .help = "stop the answer where its text contains TEXT (cut before it; the decoder stops at its next "
              "model call)"},
@@ -565,7 +567,7 @@ static int generate_main(int argc, char **argv, int interactive) {
     if (prc) return prc > 0 ? 0 : 2;
     rf_decode_opts_finish(&g.d);
     if (rf_decode_opts_cli(cmd, &g.d)) return 2;
-    interactive |= g.a.interactive;
+    interactive = (interactive || g.a.interactive) && !g.a.no_conversation;
     g.think = !g.a.no_think;
     int chat = g.a.no_chat ? 0 : g.a.chat || tpl.chat_template || tpl.jinja ? 1 : -1;
     int n_src = (g.a.prompt != NULL) + (g.a.file != NULL) + (g.a.ids != NULL);

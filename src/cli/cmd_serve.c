@@ -24,7 +24,8 @@
 #include "util/util.h"
 
 typedef struct {
-    const char *model, *host, *name, *api_key, *cors;
+    const char *model, *host, *name, *api_key, *api_key_file, *cors, *path;
+    int metrics, slots, no_slots, no_webui, cache_reuse, log_disable;
     int port, parallel, cont_batching, no_cont_batching, max_queue, max_connections, max_per_client, timeout, request_timeout,
         keepalive_requests, http_threads, queue_wait, generation_timeout, max_request_mb, cache_mb, quiet;
     int64_t max_body, max_request_positions;
@@ -37,7 +38,7 @@ static const rf_opt serve_opts[] = {
     {.name = "host", .type = RF_OPT_STR, .offset = A(host), .metavar = "ADDR", .help = "address to listen on"},
     {.name = "port", .type = RF_OPT_INT, .lo = 0, .hi = 65535, .offset = A(port), .metavar = "N",
      .help = "port (0 = any free port, printed at start)"},
-    {.name = "name", .type = RF_OPT_STR, .offset = A(name), .metavar = "NAME",
+    {.name = "name", .letter = 'a', .alias = "alias", .type = RF_OPT_STR, .offset = A(name), .metavar = "NAME",
      .help = "model id in responses (default: the directory's name)"},
     {.name = "parallel", .alias = "workers", .type = RF_OPT_INT, .lo = 1, .hi = 256, .offset = A(parallel),
      .metavar = "N", .help = "requests decoded at the same time: AR and rolling-slot generations as rows of "
@@ -51,6 +52,8 @@ static const rf_opt serve_opts[] = {
     {.name = "api-key", .type = RF_OPT_STR, .offset = A(api_key), .metavar = "KEY",
      .help = "require \"Authorization: Bearer KEY\" on every request but /health (default: the "
              "REFUSION_API_KEY environment variable; none when unset)"},
+    {.name = "api-key-file", .type = RF_OPT_STR, .offset = A(api_key_file), .metavar = "FILE",
+     .help = "the API key from FILE's first line (llama-server's option; one key: a file with more is refused)"},
     {.name = "cors", .type = RF_OPT_STR, .offset = A(cors), .metavar = "ORIGIN",
      .help = "Access-Control-Allow-Origin of every answer, for web pages of that origin (\"*\": any page may "
              "read the answers); default: no CORS headers"},
@@ -68,7 +71,7 @@ static const rf_opt serve_opts[] = {
      .help = "seconds to send a whole request (headers and body), however steadily"},
     {.name = "keepalive-requests", .type = RF_OPT_INT, .lo = 1, .hi = 1000000, .offset = A(keepalive_requests),
      .metavar = "N", .help = "requests on one connection (keep-alive); the last answer closes it"},
-    {.name = "http-threads", .type = RF_OPT_INT, .lo = 1, .hi = 64, .offset = A(http_threads), .metavar = "N",
+    {.name = "http-threads", .alias = "threads-http", .type = RF_OPT_INT, .lo = 1, .hi = 64, .offset = A(http_threads), .metavar = "N",
      .help = "event-loop threads serving the connections"},
     {.name = "queue-wait", .type = RF_OPT_INT, .lo = 1, .hi = 86400, .offset = A(queue_wait), .metavar = "S",
      .help = "a request not started after S seconds gets 503"},
@@ -83,7 +86,18 @@ static const rf_opt serve_opts[] = {
     {.name = "cache-mb", .type = RF_OPT_INT, .lo = 0, .hi = 1 << 30, .offset = A(cache_mb), .metavar = "N",
      .help = "memory for the KV caches of finished AR generations, reused by requests whose prompt begins "
              "with their tokens (a chat's next turn, a shared system prompt); 0 = off"},
-    {.name = "quiet", .letter = 'q', .type = RF_OPT_FLAG, .offset = A(quiet), .help = "no log line per request"},
+    {.name = "quiet", .letter = 'q', .alias = "log-disable", .type = RF_OPT_FLAG, .offset = A(quiet),
+     .help = "no log line per request"},
+    {.name = "metrics", .type = RF_OPT_FLAG, .offset = A(metrics),
+     .help = "accepted for llama-server's habit: GET /metrics (Prometheus text) is always served"},
+    {.name = "slots", .type = RF_OPT_FLAG, .offset = A(slots), .help = "GET /slots: each slot's state (the default)"},
+    {.name = "no-slots", .type = RF_OPT_FLAG, .offset = A(no_slots), .help = "no GET /slots (404)"},
+    {.name = "no-webui", .type = RF_OPT_FLAG, .offset = A(no_webui), .help = "no web page at / (404)"},
+    {.name = "path", .type = RF_OPT_STR, .offset = A(path), .metavar = "DIR",
+     .help = "serve the files of DIR at / instead of the built-in web page"},
+    {.name = "cache-reuse", .type = RF_OPT_INT, .lo = 0, .hi = 1 << 30, .offset = A(cache_reuse), .metavar = "N",
+     .help = "accepted for llama-server's habit: prompt-prefix reuse is automatic for AR and rolling-slot "
+             "generations (--cache-mb)"},
 };
 
 /* The model is opened on a thread of its own that ends before the server
@@ -126,6 +140,29 @@ static void on_stop_signal(int sig) {
     (void)w;
 }
 
+/* llama-server's --api-key-file: keys one per line; this server checks one
+ * key, so a file with more than one is refused rather than half honoured.
+ * The key (in a static buffer: it lives as long as the server), or NULL with
+ * the reason in rf_last_error(). */
+static char *read_api_key_file(const char *path) {
+    static char key[1024];
+    char *text = rf_read_text(path);
+    if (!text) return NULL;
+    int n = 0, too_long = 0;
+    for (char *line = strtok(text, "\r\n"); line; line = strtok(NULL, "\r\n")) {
+        while (*line == ' ' || *line == '\t') line++;
+        if (!*line) continue;
+        if (n++ == 0) too_long = snprintf(key, sizeof key, "%s", line) >= (int)sizeof key;
+    }
+    free(text);
+    if (n != 1 || too_long) {
+        rf_set_error("%s: %s (one key of at most %zu bytes, on one line)", path,
+                     too_long ? "the key is too long" : n ? "holds more than one key" : "holds no key", sizeof key - 1);
+        return NULL;
+    }
+    return key;
+}
+
 int cmd_serve(int argc, char **argv) {
     rf_serve_config c;
     rf_serve_config_default(&c);
@@ -151,6 +188,8 @@ int cmd_serve(int argc, char **argv) {
     int prc = rf_args_parse("serve", "-m MODEL [options]\n"
                             "Serve the model over HTTP (OpenAI-compatible): GET /health, /metrics, /v1/models[/ID];\n"
                             "POST /v1/completions, /v1/chat/completions (\"stream\": true for Server-Sent Events).\n"
+                            "llama-server's too: /tokenize, /detokenize, /apply-template, /props, /slots, /completion,\n"
+                            "/infill; a chat page with a live view of the decoding at / (--no-webui, --path DIR).\n"
                             "--parallel requests are decoded at once, the rest wait in arrival order.",
                             groups, 3, argc, argv, NULL);
     if (prc) return prc > 0 ? 0 : 2;
@@ -158,7 +197,14 @@ int cmd_serve(int argc, char **argv) {
     if (rf_decode_opts_cli("serve", &c.defaults)) return 2;
     const char *model_dir = a.model;
     c.host = a.host, c.port = a.port, c.model_name = a.name, c.workers = a.parallel;
+    char *file_key = NULL;
+    if (a.api_key_file && !(file_key = read_api_key_file(a.api_key_file))) {
+        fprintf(stderr, "refusion: serve: --api-key-file %s\n", rf_last_error());
+        return 2;
+    }
+    if (file_key) a.api_key = file_key;
     c.api_key = a.api_key && *a.api_key ? a.api_key : NULL;
+    c.webui = !a.no_webui, c.web_path = a.path, c.slots_endpoint = !a.no_slots;
     c.cors_origin = a.cors && *a.cors ? a.cors : NULL;
     c.request_timeout_s = a.request_timeout, c.keepalive_requests = a.keepalive_requests;
     c.http_threads = a.http_threads;
@@ -204,6 +250,10 @@ int cmd_serve(int argc, char **argv) {
         rf_model_close(m);
         return 1;
     }
+    /* llama-server's default: a request without a seed gets a fresh one
+     * (request.c draws it), unless --seed or the checkpoint's file fixes it */
+    const rf_opt *seed_row = rf_opt_find(rf_decode_table, rf_decode_table_n, "seed");
+    if (c.defaults.src[seed_row - rf_decode_table] == RF_SRC_DEFAULT) p->seed = RF_SEED_RANDOM;
     if (c.defaults.config_eos >= 0 && !c.defaults.ignore_eos) p->eos_id = c.defaults.config_eos;
     else if (tok && rf_tokenizer_eos_id(tok) >= 0 && !c.defaults.ignore_eos)
         p->eos_id = rf_tokenizer_eos_id(tok); /* as `generate` does */

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,18 +64,19 @@ const rf_opt rf_decode_table[] = {
      "ar sampling: keep the smallest set with probability mass >= X (1 = off)"},
     {"min-p", 0, NULL, "min_p", RF_OPT_FLOAT, 0, 1, 0, 0, NULL, G(min_p), "X",
      "ar sampling (also --rolling): keep the tokens whose probability >= X times the top one's (0 = off)"},
-    {"repeat-penalty", 0, NULL, NULL, RF_OPT_FLOAT, 0, 1e6, 1, 0, NULL, G(repeat_penalty), "X",
+    {"repeat-penalty", 0, NULL, "repeat_penalty", RF_OPT_FLOAT, 0, 1e6, 1, 0, NULL, G(repeat_penalty), "X",
      "ar sampling (also --rolling): divide the logits of the tokens in the last --repeat-last-n tokens "
      "by X (multiply the negative ones; 1 = off)"},
-    {"presence-penalty", 0, NULL, NULL, RF_OPT_FLOAT, -2, 2, 0, 0, NULL, G(presence_penalty), "X",
+    {"presence-penalty", 0, NULL, "presence_penalty", RF_OPT_FLOAT, -2, 2, 0, 0, NULL, G(presence_penalty), "X",
      "ar sampling (also --rolling): subtract X from the logits of the tokens in that window (0 = off)"},
-    {"frequency-penalty", 0, NULL, NULL, RF_OPT_FLOAT, -2, 2, 0, 0, NULL, G(frequency_penalty), "X",
+    {"frequency-penalty", 0, NULL, "frequency_penalty", RF_OPT_FLOAT, -2, 2, 0, 0, NULL, G(frequency_penalty), "X",
      "ar sampling (also --rolling): subtract X times its count in that window from a token's logit (0 = off)"},
-    {"repeat-last-n", 0, NULL, NULL, RF_OPT_INT, -1, 1000000000, 0, 0, NULL, G(penalty_last_n), "N",
+    {"repeat-last-n", 0, NULL, "repeat_last_n", RF_OPT_INT, -1, 1000000000, 0, 0, NULL, G(penalty_last_n), "N",
      "the penalties' window: the last N tokens of prompt + answer (-1 = all, 0 = none)"},
     {"ignore-eos", 0, NULL, "ignore_eos", RF_OPT_FLAG, 0, 0, 0, 0, NULL, D(ignore_eos), NULL,
      "the answer does not end at the end-of-sequence token: it runs to --gen-length"},
-    {"seed", 's', NULL, "seed", RF_OPT_I64, 0, (double)INT64_MAX, 0, 0, NULL, G(seed), "N", "sampling seed"},
+    {"seed", 's', NULL, "seed", RF_OPT_I64, -1, (double)INT64_MAX, 0, 0, NULL, G(seed), "N",
+     "sampling seed; -1: a random one (serve: the default, drawn per request and reported in the answer)"},
     {"steps", 0, NULL, "steps", RF_OPT_INT, 0, 1000000, 0, RF_HI_CONTEXT, NULL, G(mdm_steps), "N",
      "mdm: diffusion steps over the answer (0 = the answer length)"},
     {"threads", 't', NULL, NULL, RF_OPT_INT, 0, 1024, 0, 0, NULL, D(threads), "N",
@@ -82,6 +85,9 @@ const rf_opt rf_decode_table[] = {
      "prompt + answer limit in tokens (0 = the model's context)"},
     {"n-gpu-layers", 0, "gpu-layers", NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(n_gpu_layers), "N",
      "accepted for llama.cpp's habit and ignored, with a note: this build runs on the CPU"},
+    {"flash-attn", 0, NULL, NULL, RF_OPT_CHOICE, 0, 0, 0, 0, "auto|on|off", D(flash_attn), "on|off|auto",
+     "accepted for llama.cpp's habit, with a note when given: attention here is always computed exactly, "
+     "in one pass over the cache (no separate kernel to switch)"},
     {"generation-config", 0, NULL, NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(generation_config), "FILE|none",
      "the recommended settings to start from (default: the model directory's generation_config.json; "
      "none: the built-in defaults); flags override them"},
@@ -102,24 +108,84 @@ _Static_assert(sizeof rf_decode_table / sizeof rf_decode_table[0] <= RF_DECODE_R
 
 const char *const rf_src_names[5] = {"default", "generation_config.json", "flag", "request", "preset"};
 
-/* llama.cpp's multi-letter short options, for the rows whose long name they
- * stand for (a command without the row does not know the spelling either) */
+/* llama.cpp's multi-letter short options (common/arg.cpp): the row of ours
+ * each stands for, or NULL where we have none, and llama.cpp's long name. A
+ * command without the row does not know the spelling either; the parser
+ * then names llama.cpp's option instead of reading "-sys" as "-s ys". */
 static const struct {
-    const char *spelling, *name;
+    const char *spelling, *name, *llama;
 } llama_shorts[] = {
-    {"cnv", "interactive"}, {"np", "parallel"}, {"cb", "cont-batching"}, {"ngl", "n-gpu-layers"}, {"hf", "hf-repo"},
+    {"cnv", "interactive", "--conversation"},
+    {"no-cnv", "no-conversation", "--no-conversation"},
+    {"st", NULL, "--single-turn"},
+    {"sys", "system", "--system-prompt"},
+    {"sysf", NULL, "--system-prompt-file"},
+    {"np", "parallel", "--parallel"},
+    {"cb", "cont-batching", "--cont-batching"},
+    {"nocb", "no-cont-batching", "--no-cont-batching"},
+    {"ngl", "n-gpu-layers", "--n-gpu-layers"},
+    {"ngld", NULL, "--n-gpu-layers-draft"},
+    {"fa", "flash-attn", "--flash-attn"},
+    {"hf", "hf-repo", "--hf-repo"},
+    {"hfr", "hf-repo", "--hf-repo"},
+    {"hff", NULL, "--hf-file"},
+    {"hft", NULL, "--hf-token"},
+    {"hfd", NULL, "--hf-repo-draft"},
+    {"hfv", NULL, "--hf-repo-v"},
+    {"mu", NULL, "--model-url"},
+    {"md", NULL, "--model-draft"},
+    {"ctk", NULL, "--cache-type-k"},
+    {"ctv", NULL, "--cache-type-v"},
+    {"ctkd", NULL, "--cache-type-k-draft"},
+    {"ctvd", NULL, "--cache-type-v-draft"},
+    {"dev", NULL, "--device"},
+    {"devd", NULL, "--device-draft"},
+    {"ts", NULL, "--tensor-split"},
+    {"sm", NULL, "--split-mode"},
+    {"mg", NULL, "--main-gpu"},
+    {"tb", NULL, "--threads-batch"},
+    {"td", NULL, "--threads-draft"},
+    {"tbd", NULL, "--threads-batch-draft"},
+    {"ub", NULL, "--ubatch-size"},
+    {"Cr", NULL, "--cpu-range"},
+    {"Cb", NULL, "--cpu-mask-batch"},
+    {"Crb", NULL, "--cpu-range-batch"},
+    {"cd", NULL, "--ctx-size-draft"},
+    {"dt", NULL, "--defrag-thold"},
+    {"nkvo", NULL, "--no-kv-offload"},
+    {"kvu", NULL, "--kv-unified"},
+    {"cmoe", NULL, "--cpu-moe"},
+    {"ncmoe", NULL, "--n-cpu-moe"},
+    {"ot", NULL, "--override-tensor"},
+    {"lcs", NULL, "--lookup-cache-static"},
+    {"lcd", NULL, "--lookup-cache-dynamic"},
+    {"gan", NULL, "--grp-attn-n"},
+    {"gaw", NULL, "--grp-attn-w"},
+    {"sp", NULL, "--special"},
+    {"mli", NULL, "--multiline-input"},
+    {"lv", NULL, "--verbosity"},
+    {"to", "timeout", "--timeout"},
+    {"sps", NULL, "--slot-prompt-similarity"},
+    {"cram", NULL, "--cache-ram"},
+    {"mm", NULL, "--mmproj"},
+    {"mmu", NULL, "--mmproj-url"},
+    {"jf", NULL, "--json-schema-file"},
+    {"dkvc", NULL, "--dump-kv-cache"},
 };
+#define N_LLAMA_SHORTS (sizeof llama_shorts / sizeof *llama_shorts)
 
 static const char *llama_short(const rf_opt *o) {
-    for (size_t i = 0; i < sizeof llama_shorts / sizeof *llama_shorts; i++)
-        if (!strcmp(o->name, llama_shorts[i].name)) return llama_shorts[i].spelling;
+    for (size_t i = 0; i < N_LLAMA_SHORTS; i++)
+        if (llama_shorts[i].name && !strcmp(o->name, llama_shorts[i].name)) return llama_shorts[i].spelling;
     return NULL;
 }
 
 const rf_opt rf_chat_template_table[] = {
     {"chat-template", 0, NULL, NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, offsetof(rf_chat_template_opts, chat_template),
-     "FILE|builtin", "render prompts with this Jinja template instead of the model's (chat_template.jinja, "
-     "tokenizer_config.json or GGUF), or with the built-in Qwen3 renderer"},
+     "FILE|NAME", "render prompts with this Jinja template file instead of the model's (chat_template.jinja, "
+     "tokenizer_config.json or GGUF), with llama.cpp's built-in template NAME (chatml, llama3, llama2, "
+     "llama2-sys, mistral-v7, mistral-v7-tekken, phi3, zephyr, gemma, vicuna, deepseek), or with builtin: "
+     "the built-in Qwen3 renderer"},
     {"jinja", 0, NULL, NULL, RF_OPT_FLAG, 0, 0, 0, 0, NULL, offsetof(rf_chat_template_opts, jinja), NULL,
      "use the model's Jinja chat template (the default; llama.cpp's spelling)"},
     {"special-in-content", 0, NULL, NULL, RF_OPT_FLAG, 0, 0, 0, 0, NULL,
@@ -139,6 +205,52 @@ void rf_decode_opts_finish(rf_decode_opts *d) {
     d->gen.ar_correct = d->ar_verify & 1;
     d->gen.ar_check_first = d->ar_verify >> 1;
     if (d->ignore_eos) d->gen.eos_id = -1;
+}
+
+static int row_index(const char *key);
+
+uint64_t rf_seed_random(void) {
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) { /* no entropy source: time and address */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        x = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)&x;
+        x ^= x >> 31, x *= 0x9E3779B97F4A7C15ull, x ^= x >> 29;
+    }
+    return x & (uint64_t)INT64_MAX;
+}
+
+/* the AR sampling rows and their neutral values: plan-and-infill (without
+ * the rolling slot) uses none of them, MDM not top-k / top-p */
+static const struct {
+    const char *row;
+    int mdm; /* MDM ignores it too */
+} ar_sampling[] = {{"top-k", 1}, {"top-p", 1}, {"min-p", 0}, {"repeat-penalty", 0}, {"presence-penalty", 0},
+                   {"frequency-penalty", 0}};
+
+static int at_neutral(const rf_gen_params *p, const char *row) {
+    if (!strcmp(row, "top-k")) return p->top_k == 0;
+    if (!strcmp(row, "top-p")) return p->top_p == 1.0f;
+    if (!strcmp(row, "min-p")) return p->min_p == 0.0f;
+    if (!strcmp(row, "repeat-penalty")) return p->repeat_penalty == 1.0f;
+    if (!strcmp(row, "presence-penalty")) return p->presence_penalty == 0.0f;
+    return p->frequency_penalty == 0.0f;
+}
+
+int rf_decode_opts_unused(const rf_decode_opts *d) {
+    const rf_gen_params *p = &d->gen;
+    int infill = p->method == RF_METHOD_REFUSION && !p->rolling, mdm = p->method == RF_METHOD_MDM;
+    if (!infill && !mdm) return -1;
+    for (size_t k = 0; k < sizeof ar_sampling / sizeof *ar_sampling; k++) {
+        int i = row_index(ar_sampling[k].row);
+        int given = d->src[i] == RF_SRC_FLAG || d->src[i] == RF_SRC_REQUEST;
+        if (!given || (mdm && !ar_sampling[k].mdm) || at_neutral(p, ar_sampling[k].row)) continue;
+        rf_set_error("--%s / \"%s\" is one of the AR sampling settings, which %s does not use: it draws from the "
+                     "whole distribution (use the ar decoder or the rolling slot, or leave it out)",
+                     rf_decode_table[i].name, rf_decode_table[i].http, mdm ? "mdm" : "plan-and-infill");
+        return i;
+    }
+    return -1;
 }
 
 /* ---- generation_config.json ------------------------------------------------------------ */
@@ -266,7 +378,16 @@ static int apply_config(rf_decode_opts *d, json_t *root, int tok_eos) {
     return 0;
 }
 
+static int from_config_file(rf_decode_opts *d, const char *model_path, int tok_eos);
+
+/* the file's settings, then the check that no flag sets what the decoder
+ * chosen (by a flag or the file) does not use */
 int rf_decode_opts_from_config(rf_decode_opts *d, const char *model_path, int tok_eos) {
+    if (from_config_file(d, model_path, tok_eos)) return -1;
+    return rf_decode_opts_unused(d) >= 0 ? -1 : 0;
+}
+
+static int from_config_file(rf_decode_opts *d, const char *model_path, int tok_eos) {
     char path[4096];
     const char *file = d->generation_config;
     if (file && !strcmp(file, "none")) return 0;
@@ -311,6 +432,8 @@ int rf_decode_opts_cli(const char *cmd, rf_decode_opts *d) {
                 cmd, d->hf_repo, d->hf_repo);
         return -1;
     }
+    /* serve draws a seed per request instead */
+    if (d->gen.seed == RF_SEED_RANDOM && strcmp(cmd, "serve")) d->gen.seed = rf_seed_random();
     int n_grammars = (d->grammar != NULL) + (d->grammar_file != NULL) + (d->json_schema != NULL);
     if (n_grammars && strcmp(cmd, "generate") && strcmp(cmd, "chat")) {
         fprintf(stderr, "refusion: %s: --grammar, --grammar-file and --json-schema are for generate and chat\n", cmd);
@@ -322,6 +445,9 @@ int rf_decode_opts_cli(const char *cmd, rf_decode_opts *d) {
     }
     if (d->n_gpu_layers)
         fprintf(stderr, "refusion: %s: note: -ngl %s ignored: this build runs on the CPU\n", cmd, d->n_gpu_layers);
+    if (d->src[row_index("flash-attn")] == RF_SRC_FLAG)
+        fprintf(stderr, "refusion: %s: note: -fa %s has no effect: attention is always one exact pass over the "
+                "cache\n", cmd, d->flash_attn == 1 ? "on" : d->flash_attn == 2 ? "off" : "auto");
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (cpus > 0 && d->threads > cpus) {
         /* more OpenMP threads than CPUs only makes them wait for each other
@@ -545,6 +671,13 @@ void rf_decode_opts_preset(rf_decode_opts *d, int preset) {
     }
 }
 
+/* argv[i] (-fa, --flash-attn) stands alone: no on|off|auto after it */
+static int flash_attn_bare(int argc, char **argv, int i) {
+    if (i + 1 >= argc) return 1;
+    const char *v = argv[i + 1];
+    return strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto");
+}
+
 int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *groups, int n_groups, int argc,
                   char **argv, int *first_pos) {
     int n_rows = 0;
@@ -580,10 +713,38 @@ int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *gro
     int n_spelled = 0;
     for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
         const char *a = argv[i];
-        if (a[0] != '-' || a[1] == '-' || !a[1]) continue;
+        /* llama.cpp's -fa was a bare flag before it took on|off|auto: both
+         * launch lines work (a bare one means on) */
+        if ((!strcmp(a, "-fa") || !strcmp(a, "--flash-attn")) && flash_attn_bare(argc, argv, i)) {
+            spelled[n_spelled] = rf_strdup("--flash-attn=on");
+            was[n_spelled] = argv[i];
+            argv[i] = spelled[n_spelled++];
+            continue;
+        }
+        if (a[0] != '-' || !a[1]) continue;
+        if (a[1] == '-') { /* --name VALUE: the value is left alone too */
+            const rf_opt *l = NULL;
+            for (int j = 0; j < n_rows && !l && !strchr(a, '='); j++)
+                if (!strcmp(a + 2, row[j]->name) || (row[j]->alias && !strcmp(a + 2, row[j]->alias))) l = row[j];
+            if (l && l->type != RF_OPT_FLAG) i++;
+            continue;
+        }
         const rf_opt *o = NULL;
-        for (int j = 0; j < n_rows && !o; j++)
-            if (llama_short(row[j]) && !strcmp(a + 1, llama_short(row[j]))) o = row[j];
+        int llama = -1; /* the llama_shorts entry a multi-letter -xy is */
+        for (size_t j = 0; j < N_LLAMA_SHORTS && a[2] && llama < 0; j++)
+            if (!strcmp(a + 1, llama_shorts[j].spelling)) llama = (int)j;
+        for (int j = 0; j < n_rows && !o && llama >= 0 && llama_shorts[llama].name; j++)
+            if (!strcmp(row[j]->name, llama_shorts[llama].name)) o = row[j];
+        if (llama >= 0 && !o) {
+            fprintf(stderr, "refusion: %s: unknown option '%s' (llama.cpp's %s, which %s does not have; see --help)\n",
+                    cmd, a, llama_shorts[llama].llama, cmd);
+            for (int k = 0; k < argc; k++) /* argv gets its own strings back */
+                for (int j = 0; j < n_spelled; j++)
+                    if (argv[k] == spelled[j]) argv[k] = was[j];
+            for (int j = 0; j < n_spelled; j++) free(spelled[j]);
+            free(spelled), free(was), free(lo), free(row), free(row_base), free(row_src), free(shorts);
+            return -1;
+        }
         if (o) {
             size_t len = strlen(o->name) + 3;
             spelled[n_spelled] = rf_malloc(len);

@@ -14,12 +14,15 @@
  * Spellings follow llama.cpp where it has one: -t/--threads, --temp,
  * -s/--seed, -c/--ctx-size, -n/--n-predict, --top-k, --top-p, -f/--file,
  * --min-p, --repeat-penalty, --ignore-eos, -r/--reverse-prompt, and its
- * multi-letter short options (-cnv, -np, -cb, -ngl, -hf: args.c's
- * llama_shorts, for the rows a command has); --opt=value works for every long option. */
+ * multi-letter short options (-cnv, -sys, -np, -cb, -ngl, -fa, -hf ...: args.c's
+ * llama_shorts, for the rows a command has; one of llama.cpp's that a command
+ * lacks is an error naming it, never read as a one-letter option with its
+ * value glued on); --opt=value works for every long option. */
 #ifndef RF_ARGS_H
 #define RF_ARGS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "decode/decode.h"
@@ -80,6 +83,7 @@ typedef struct {
     int ignore_eos;       /* the answer does not end at EOS (eos -1) */
     const char *n_gpu_layers; /* llama.cpp's -ngl: accepted with a note (this build runs on the CPU) */
     const char *hf_repo;  /* llama.cpp's -hf: refused (no downloads) */
+    int flash_attn;       /* llama.cpp's -fa auto|on|off: accepted with a note (attention is one exact pass) */
     const char *generation_config; /* --generation-config FILE|none (NULL: the model's) */
     int config_eos;       /* generation_config.json's eos_token_id (-1: none given) */
     /* the answer's grammar (generate and chat; at most one of them) */
@@ -130,7 +134,8 @@ void rf_decode_opts_preset(rf_decode_opts *d, int preset);
  * "slot_size", ...; '_' or '-'), typed as in a request body; an unknown key
  * there is an error; its "rolling" is part of the choice of decoder, so it
  * is not applied when --decoder or a preset was given. Then rf_decode_opts_finish. 0, or -1 with the file and
- * the key in rf_last_error(). */
+ * the key in rf_last_error(), or with rf_decode_opts_unused's reason (a flag
+ * that the decoder chosen does not use). */
 int rf_decode_opts_from_config(rf_decode_opts *d, const char *model_path, int tok_eos);
 /* One line per decoding setting with its value and where it came from
  * (--verbose). */
@@ -139,6 +144,17 @@ void rf_decode_opts_print(FILE *f, const rf_decode_opts *d);
  * refused (one error line, -1), -ngl gets a note line, --threads above the
  * online CPUs a warning and the cap. Prints to stderr as "refusion: cmd: ...". */
 int rf_decode_opts_cli(const char *cmd, rf_decode_opts *d);
+/* --seed -1 / "seed": -1: draw a random seed (the value no seed can have:
+ * seeds are in [0, INT64_MAX]). serve draws one per request that has none;
+ * the other commands once, in rf_decode_opts_cli. */
+#define RF_SEED_RANDOM UINT64_MAX
+/* A seed from the system's random source, in [0, INT64_MAX]. */
+uint64_t rf_seed_random(void);
+/* A sampling setting set by a flag or a request that d's decoder does not
+ * use (top-k, top-p for plan-and-infill and mdm, which draw from the full
+ * distribution): its row in rf_decode_table, with the reason in
+ * rf_last_error(); -1 when there is none. */
+int rf_decode_opts_unused(const rf_decode_opts *d);
 /* The answer length -n -1 stands for: the rest of the context (ctx_size, or
  * n_ctx when it is 0) after n_prompt tokens, in whole slots for
  * plan-and-infill; other lengths unchanged. */

@@ -10,6 +10,7 @@
 
 #include "serve/answer.h"
 #include "serve/oai.h"
+#include "serve/routes_llama.h"
 #include "util/util.h"
 
 static void text_append(run_ctx *c, const char *piece) {
@@ -37,6 +38,11 @@ static void find_stop(run_ctx *c, size_t from) {
         if (f && (!best || f < best)) best = f;
     }
     if (!best) return;
+    for (int i = 0; i < q->n_stop; i++)
+        if (!strncmp(best, q->stop[i], strlen(q->stop[i]))) {
+            c->stop_index = i;
+            break;
+        }
     size_t k = (size_t)(best - c->text);
     c->len = k;
     c->text[k] = 0;
@@ -66,23 +72,40 @@ static void stream_pending(run_ctx *c, int final, const char *finish, json_t *st
     char *piece = rf_malloc(upto - c->text_sent + 1);
     if (upto > c->text_sent) memcpy(piece, c->text + c->text_sent, upto - c->text_sent);
     piece[upto - c->text_sent] = 0;
-    json_t *o = rf_oai_envelope(c->s, c->j, 1);
-    json_object_set_new(o, "choices",
-                        json_pack("[o]", rf_oai_choice(c->j, c->index, piece, c->ids + c->ids_sent, c->n_ids - c->ids_sent, finish, 1)));
-    if (stats) json_object_set_new(o, "refusion", stats);
+    json_t *o;
+    if (c->j->req.kind == RF_REQ_NATIVE) { /* llama-server's chunk; the last one comes from rf_job_finish */
+        json_decref(stats);
+        if (upto == c->text_sent && c->ids_sent == c->n_ids) {
+            free(piece);
+            return;
+        }
+        o = rf_llama_chunk(c->j, piece, c->ids + c->ids_sent, c->n_ids - c->ids_sent);
+    } else {
+        o = rf_oai_envelope(c->s, c->j, 1);
+        json_object_set_new(o, "choices", json_pack("[o]", rf_oai_choice(c->j, c->index, piece, c->ids + c->ids_sent,
+                                                                         c->n_ids - c->ids_sent, finish, 1)));
+        if (stats) json_object_update(o, stats); /* the statistics and timings of the last chunk */
+        json_decref(stats);
+    }
     rf_job_sse_event(c->s, c->j, o);
     free(piece);
     c->text_sent = upto, c->ids_sent = c->n_ids;
 }
 
-/* Decoder callback, once per planning step / infill iteration / AR token,
- * i.e. once per model call after the prompt: counts the calls, so that the
- * cost of a generation whose client left is known (/health, the log). */
+/* Decoder callback, once per event. A planning step / infill iteration / AR
+ * token is one model call after the prompt: counted, so that the cost of a
+ * generation whose client left is known (/health, the log). The first event
+ * ends the prompt's part of the timings; the steps seen stand in for the
+ * decoder's own count when the answer is cut; a job that asked for them
+ * gets every event in its stream (routes_llama.c). */
 void rf_answer_on_event(const rf_event *ev, void *user) {
     run_ctx *c = user;
-    if (ev->kind != RF_EVENT_PLAN && ev->kind != RF_EVENT_INFILL_ITER && ev->kind != RF_EVENT_AR_TOKEN) return;
     pthread_mutex_lock(&c->s->mu);
-    c->j->calls_now++;
+    if (!c->steps_seen && !c->j->prompt_s) c->j->prompt_s = rf_now() - c->t0;
+    if (ev->step + 1 > c->steps_seen) c->steps_seen = ev->step + 1;
+    if (c->j->req.decode_events && !c->j->cancelled) rf_serve_decode_event_locked(c->s, c->j, ev);
+    if (ev->kind == RF_EVENT_PLAN || ev->kind == RF_EVENT_INFILL_ITER || ev->kind == RF_EVENT_AR_TOKEN)
+        c->j->calls_now++;
     pthread_mutex_unlock(&c->s->mu);
 }
 
@@ -112,6 +135,9 @@ void rf_answer_on_tokens(const int32_t *ids, int n, void *user) {
     /* a stop may begin in text that arrived before this call */
     find_stop(c, from > c->max_stop ? from - c->max_stop : 0);
     if (c->stop_hit) cut_now(c);
+    pthread_mutex_lock(&c->s->mu);
+    j->n_decoded = c->n_ids;
+    pthread_mutex_unlock(&c->s->mu);
     if (j->req.stream && !j->cancelled) stream_pending(c, 0, NULL, NULL);
 }
 
@@ -140,6 +166,7 @@ void rf_answer_free(run_ctx *c) {
 int rf_answer_begin(rf_server *s, job *j, int index, run_ctx *c, int *calls0) {
     memset(c, 0, sizeof *c);
     c->s = s, c->j = j, c->index = index;
+    c->t0 = rf_now();
     if (s->tokenizer && !(c->ts = rf_text_stream_new(s->tokenizer, 1))) return -1;
     int eos = j->req.p.eos_id;
     c->eos = eos == RF_TOKEN_FROM_MODEL ? rf_model_eos_id(s->model) : eos;
@@ -167,6 +194,10 @@ int rf_answer_end(rf_server *s, job *j, run_ctx *c, rf_stats *r, int rc, double 
         r->seconds = wall;
         r->tokens_per_s = wall > 0 ? c->n_ids / wall : 0;
         r->tokens_per_call = r->n_calls ? (double)c->n_ids / r->n_calls : 0;
+        /* the decoder's own figures are lost with its run: the steps its
+         * events reported, and the kept tokens per step */
+        r->n_steps = c->steps_seen;
+        r->tpf = r->n_steps ? (double)c->n_ids / r->n_steps : 0;
     }
     if (!rc && c->ts && !c->cut) { /* held-back bytes of an incomplete character */
         size_t from = c->len;
@@ -187,6 +218,14 @@ static void sum_finish(rf_stats *sum, int tokens, double tpf_sum) {
 }
 
 
+/* llama-server's "timings": the prompt's part is the time to the decoder's
+ * first event (its prefill, and for plan-and-infill the first plan) */
+static json_t *job_timings(const job *j, const job_acc *a) {
+    rf_serve_timing t = {j->req.n_prompt, j->prompt_s, a->tokens, a->sum.seconds - j->prompt_s};
+    if (t.predicted_s < 0) t.predicted_s = 0;
+    return rf_serve_timings_json(&t);
+}
+
 void rf_acc_init(job_acc *a) {
     memset(a, 0, sizeof *a);
     a->choices = json_array();
@@ -200,17 +239,26 @@ void rf_acc_init(job_acc *a) {
  * finishing chunk, so that every chunk has a choice (clients read
  * chunk.choices[0] unchecked). */
 void rf_acc_choice(rf_server *s, job *j, job_acc *a, run_ctx *c, const rf_stats *r, int i, int n) {
-    (void)s;
     int hit_eos = c->n_ids > 0 && c->ids[c->n_ids - 1] == c->eos;
     const char *finish = c->stop_hit || hit_eos ? "stop" : "length";
     a->tokens += c->n_ids;
     a->sum.n_calls += r->n_calls, a->sum.n_steps += r->n_steps, a->sum.seconds += r->seconds;
     a->sum.hit_eos &= hit_eos;
     a->tpf_sum += r->tpf * r->n_steps;
+    if (j->req.kind == RF_REQ_NATIVE) { /* one choice; the answer (or the stream's last chunk) in rf_job_finish */
+        if (j->req.stream) stream_pending(c, 1, NULL, NULL);
+        pthread_mutex_lock(&s->mu);
+        j->n_decoded = c->n_ids; /* after the last stop check */
+        pthread_mutex_unlock(&s->mu);
+        const char *stop_type = c->stop_hit ? "word" : hit_eos ? "eos" : "limit";
+        a->native = rf_llama_final(s, j, j->req.stream ? "" : c->text ? c->text : "", c->ids, j->req.stream ? 0 : c->n_ids,
+                                   stop_type, c->stop_hit ? j->req.stop[c->stop_index] : "");
+        return;
+    }
     json_t *last_stats = NULL;
     if (i == n - 1 && j->req.stream && !j->req.include_usage) {
         sum_finish(&a->sum, a->tokens, a->tpf_sum);
-        last_stats = rf_oai_stats(j, &a->sum);
+        last_stats = json_pack("{s:o, s:o}", "refusion", rf_oai_stats(j, &a->sum), "timings", job_timings(j, a));
     }
     if (j->req.stream) stream_pending(c, 1, finish, last_stats);
     else json_array_append_new(a->choices, rf_oai_choice(j, i, c->text ? c->text : "", c->ids, c->n_ids, finish, 0));
@@ -263,12 +311,21 @@ void rf_job_finish(rf_server *s, job *j, job_acc *a, int rc) {
         json_t *usage = json_pack("{s:i, s:i, s:i}", "prompt_tokens", j->req.n_prompt, "completion_tokens", tokens,
                                   "total_tokens", j->req.n_prompt + tokens);
         json_t *o = rf_oai_envelope(s, j, j->req.stream);
-        if (j->req.stream) {
+        if (j->req.kind == RF_REQ_NATIVE) {
+            json_decref(o);
+            o = a->native ? a->native : json_object();
+            a->native = NULL;
+            json_object_set_new(o, "timings", job_timings(j, a));
+            json_object_set_new(o, "refusion", rf_oai_stats(j, &a->sum));
+            if (j->req.stream) rf_job_sse_event(s, j, o);
+            else body = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)), json_decref(o);
+        } else if (j->req.stream) {
             /* usage in a chunk of its own (choices: []) when stream_options asks */
             if (j->req.include_usage) {
                 json_object_set_new(o, "choices", json_array());
                 json_object_set_new(o, "refusion", rf_oai_stats(j, &a->sum));
                 json_object_set_new(o, "usage", json_incref(usage));
+                json_object_set_new(o, "timings", job_timings(j, a));
                 rf_job_sse_event(s, j, o);
             } else {
                 json_decref(o);
@@ -277,17 +334,21 @@ void rf_job_finish(rf_server *s, job *j, job_acc *a, int rc) {
             json_object_set_new(o, "choices", json_incref(a->choices));
             json_object_set_new(o, "usage", json_incref(usage));
             json_object_set_new(o, "refusion", rf_oai_stats(j, &a->sum));
+            json_object_set_new(o, "timings", job_timings(j, a));
             body = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
             json_decref(o);
         }
         json_decref(usage);
     }
     json_decref(a->choices);
-    a->choices = NULL;
+    json_decref(a->native);
+    a->choices = a->native = NULL;
     pthread_mutex_lock(&s->mu);
-    if (j->req.stream) rf_job_out_append(j, "data: [DONE]\n\n", 14);
+    /* llama-server's own stream ends with its last chunk ("stop": true) */
+    if (j->req.stream && j->req.kind != RF_REQ_NATIVE) rf_job_out_append(j, "data: [DONE]\n\n", 14);
     else if (body) j->out = body, j->out_len = strlen(body), j->status = status;
     j->state = JOB_DONE;
+    rf_serve_slot_give_locked(s, j);
     s->n_done++;
     s->n_running--;
     if (!rc) {

@@ -26,6 +26,9 @@ typedef struct {
     size_t max_stop;     /* longest stop sequence */
     int ids_sent;        /* streaming: ids already in a chunk */
     size_t text_sent;    /* streaming: text bytes already in a chunk */
+    int stop_index;      /* stop_hit: which stop sequence */
+    int steps_seen;      /* planning steps (AR: tokens) the decoder's events reported */
+    double t0;           /* rf_now() at the choice's start */
 } run_ctx;
 
 /* A job's choices as they complete: the plain answer's choices, the
@@ -34,6 +37,7 @@ typedef struct {
  * means every choice ended with EOS). */
 typedef struct {
     json_t *choices;
+    json_t *native;  /* RF_REQ_NATIVE: llama-server's answer (one choice) */
     rf_stats sum;
     double tpf_sum;
     int tokens;

@@ -34,6 +34,7 @@
 #include "api/api_internal.h"
 #include "api/api_internal.h"
 #include "serve/serve_impl.h"
+#include "serve/routes_llama.h"
 #include "util/util.h"
 
 #ifndef MHD_HTTP_CONTENT_TOO_LARGE
@@ -59,6 +60,8 @@ void rf_serve_config_default(rf_serve_config *c) {
     c->max_request_bytes = 0;
     c->max_request_positions = 1LL << 23;
     c->verbose = 1;
+    c->webui = 1;
+    c->slots_endpoint = 1;
     c->workers = 2;
     c->cors_origin = NULL;
     rf_decode_opts_default(&c->defaults);
@@ -110,6 +113,7 @@ typedef struct rf_conn {
 /* Per-request state (MHD's con_cls), made by the URI log callback. */
 typedef struct request {
     route_id route;
+    int llama;             /* R_NONE: llama-server's route (routes_llama.h), or -1 */
     int started;           /* the handler has seen the headers */
     char *body;
     size_t len;
@@ -169,7 +173,8 @@ static enum MHD_Result send_text(struct MHD_Connection *c, rf_server *s, request
     add_common_headers(s, q, r);
     if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, routes[q->route].method);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, q->llama >= 0 ? rf_llama_route_method(q->llama)
+                                                                        : routes[q->route].method);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     q->status = status;
@@ -539,11 +544,22 @@ static void sse_free(void *cls) {
 static enum MHD_Result generate_start(struct MHD_Connection *c, request *q, rf_server *s) {
     rf_serve_req req;
     rf_req_kind kind = q->route == R_CHAT ? RF_REQ_CHAT : RF_REQ_COMPLETION;
-    if (rf_serve_parse(q->body ? q->body : "", q->len, kind, s->m, s->tok, &s->cfg.defaults, &req)) {
+    char *native = NULL; /* llama-server's /completion, /infill: their body as a completions one */
+    if (q->llama >= 0) {
+        int status;
+        char param[64];
+        if (!(native = rf_llama_translate(s, q->llama, q->body ? q->body : "", q->len, &status, param, sizeof param)))
+            return send_error_p(c, s, q, status, param, status == 501 ? "not_supported" : NULL, "%s", rf_last_error());
+    }
+    int bad = rf_serve_parse(native ? native : q->body ? q->body : "", native ? strlen(native) : q->len, kind, s->m,
+                             s->tok, &s->cfg.defaults, &req);
+    free(native);
+    if (bad) {
         return send_error_p(c, s, q, 400, req.err_param,
                             req.err_code ? req.err_code : req.err_unsupported ? "unsupported_parameter" : NULL, "%s",
                             rf_last_error());
     }
+    if (q->llama >= 0) req.kind = RF_REQ_NATIVE;
     /* what the decoder will allocate, against the per-request limit */
     int64_t need = rf_generate_bytes(s->model, req.n_prompt, &req.p);
     if ((uint64_t)need > s->cfg.max_request_bytes) {
@@ -657,6 +673,7 @@ static int content_length(const char *v, unsigned long long *out) {
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
     rf_server *s = cls;
     request *q = rf_calloc(1, sizeof *q);
+    q->llama = -1;
     q->raw_uri = uri, q->raw_len = uri ? strlen(uri) : 0;
     q->fd = -1;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -678,6 +695,9 @@ static void set_busy(rf_server *s, request *q, int busy) {
     pthread_mutex_unlock(&s->mu);
 }
 
+static enum MHD_Result llama_request(struct MHD_Connection *c, request *q, rf_server *s, const char *method,
+                                     const char *url, int keyed);
+
 /* MHD calls this first with the headers, then once per piece of body, then
  * once more with *up_size == 0 when the body is complete (and again each
  * time a parked generation is resumed). */
@@ -696,12 +716,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         copy_printable(q->method, sizeof q->method, method);
         copy_printable(q->url, sizeof q->url, url);
         q->route = R_NONE;
+        q->llama = -1;
         for (int i = 0; i < R_NONE; i++) {
             size_t n = strlen(routes[i].path);
             if (routes[i].prefix ? !strncmp(url, routes[i].path, n) && url[n] && !strchr(url + n, '/')
                                  : !strcmp(url, routes[i].path))
                 q->route = (route_id)i, q->model_id = url + n;
         }
+        if (q->route == R_NONE) q->llama = rf_llama_route(s, url);
         /* MHD cuts the line into method, target and version in place: the
          * version follows the target's end unless a NUL byte ended it early */
         if (q->raw_uri && version != q->raw_uri + q->raw_len + 1) {
@@ -748,10 +770,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     /* the request is complete */
     if (!strcmp(method, "OPTIONS")) return send_preflight(c, q, s);
-    if (q->route == R_NONE)
+    if (q->route == R_NONE && q->llama < 0)
         return send_error_p(c, s, q, 404, NULL, "not_found", "no such endpoint: %s %.100s", method, url);
-    /* every route but /health needs the key, when there is one */
+    /* every route but /health (and the web page, which asks for the key) needs the key, when there is one */
     int keyed = !s->cfg.api_key || key_ok(c, s->cfg.api_key);
+    if (q->llama >= 0) return llama_request(c, q, s, method, url, keyed);
     if (!keyed && q->route != R_HEALTH)
         return send_error_p(c, s, q, 401, NULL, "invalid_api_key",
                             "missing or wrong API key (send the header \"Authorization: Bearer <key>\")");
@@ -769,6 +792,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (q->route == R_MODELS || q->route == R_MODEL) return send_models(c, q, s);
     set_busy(s, q, 1); /* the request is complete: its deadline is over */
     return generate_start(c, q, s);
+}
+
+/* llama-server's routes (routes_llama.c): the generations are queued as
+ * jobs, the rest answered at once */
+static enum MHD_Result llama_request(struct MHD_Connection *c, request *q, rf_server *s, const char *method,
+                                     const char *url, int keyed) {
+    if (!keyed && q->llama != RL_PAGE)
+        return send_error_p(c, s, q, 401, NULL, "invalid_api_key",
+                            "missing or wrong API key (send the header \"Authorization: Bearer <key>\")");
+    const char *want = rf_llama_route_method(q->llama);
+    if (strcmp(method, want) && !(!strcmp(want, "GET") && !strcmp(method, "HEAD")))
+        return send_error(c, s, q, MHD_HTTP_METHOD_NOT_ALLOWED, "%.64s takes %s, not %.16s", url, want, method);
+    if (q->no_memory) return send_error(c, s, q, 503, "out of memory storing the request body");
+    if (q->too_large)
+        return send_error(c, s, q, MHD_HTTP_CONTENT_TOO_LARGE, "the request body is larger than %zu bytes",
+                          s->cfg.max_body);
+    if (rf_llama_is_generation(q->llama)) {
+        set_busy(s, q, 1);
+        return generate_start(c, q, s);
+    }
+    char *out = NULL;
+    const char *type = "application/json";
+    int status = rf_llama_answer(s, q->llama, url, q->body ? q->body : "", q->len, &out, &type);
+    return send_text(c, s, q, status, out, type);
 }
 
 static void request_free_locked(rf_server *s, request *q) {
@@ -913,6 +960,7 @@ static void stop_watcher(rf_server *s) {
 }
 
 static void free_workers(rf_server *s) {
+    rf_serve_slots_free(s);
     for (int i = 0; i < s->cfg.workers; i++) rf_session_free(s->workers[i].sess);
     free(s->workers);
     free(s->buffer_bytes);
@@ -950,6 +998,7 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
     pthread_cond_init(&s->batch_cv, NULL);
     if (s->cfg.workers < 1) s->cfg.workers = 1;
     s->workers = rf_calloc((size_t)s->cfg.workers, sizeof *s->workers);
+    rf_serve_slots_init(s);
     s->buffer_bytes = rf_calloc((size_t)s->cfg.workers, sizeof *s->buffer_bytes);
     for (int i = 0; i < s->cfg.workers; i++) {
         s->workers[i].s = s;

@@ -91,10 +91,8 @@ static int check_unsupported(json_t *o, rf_serve_req *r) {
             REFUSE("response_format", "\"response_format\" must be {\"type\": \"text\" | \"json_object\" | "
                                       "\"json_schema\", ...}");
     }
-    static const char *const penalties[] = {"presence_penalty", "frequency_penalty", "repetition_penalty"};
-    for (size_t i = 0; i < sizeof penalties / sizeof *penalties; i++)
-        if ((v = field(o, penalties[i])) && !(json_is_number(v) && json_number_value(v) == 0))
-            REFUSE(penalties[i], "\"%s\" is not supported (only 0)", penalties[i]);
+    if ((v = field(o, "repetition_penalty")) && !(json_is_number(v) && json_number_value(v) == 1))
+        REFUSE("repetition_penalty", "\"repetition_penalty\" is spelled \"repeat_penalty\" here (llama.cpp's name)");
     if ((v = field(o, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
         REFUSE("logit_bias", "\"logit_bias\" is not supported");
     if ((v = field(o, "echo")) && !json_is_false(v)) REFUSE("echo", "\"echo\" is not supported (only false)");
@@ -183,6 +181,16 @@ static int parse_row(json_t *v, const char *key, const rf_opt *row, const rf_mod
     }
 }
 
+/* A sampling setting the request (or the server's flags) gave that its
+ * decoder does not use is refused, never silently ignored. */
+static int unused_setting(rf_serve_req *r) {
+    int row = rf_decode_opts_unused(&r->d);
+    if (row < 0) return 0;
+    set_param(r, rf_decode_table[row].http ? rf_decode_table[row].http : rf_decode_table[row].name);
+    r->err_unsupported = 1;
+    return -1;
+}
+
 /* The decoding settings every endpoint shares, and the OpenAI fields around them. */
 static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
     /* every field must be one we know: nothing is silently ignored */
@@ -198,7 +206,7 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
                                           "tool_choice", "functions", "function_call", "parallel_tool_calls",
                                           "response_format", "presence_penalty", "frequency_penalty",
                                           "repetition_penalty", "logit_bias", "echo", "best_of", "suffix", "n",
-                                          "parse_special", "grammar", "json_schema", NULL};
+                                          "parse_special", "grammar", "json_schema", "decode_events", NULL};
         for (int i = 0; own[i] && !known; i++) known = !strcmp(key, own[i]);
         for (int i = 0; harmless[i] && !known; i++) known = !strcmp(key, harmless[i]);
         if (!known) {
@@ -247,6 +255,14 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
         }
         r->err_param[0] = 0;
     }
+    if (get_bool(o, "decode_events", &r->decode_events) < 0 || (r->decode_events && !r->stream)) {
+        set_param(r, "decode_events");
+        if (r->decode_events) rf_set_error("\"decode_events\" needs \"stream\": true (they are Server-Sent Events)");
+        return -1;
+    }
+    if (unused_setting(r)) return -1;
+    /* no seed: a fresh one for each request, reported in the answer's settings */
+    if (r->p.seed == RF_SEED_RANDOM) r->p.seed = r->d.gen.seed = rf_seed_random();
     if (parse_stop(o, r)) {
         set_param(r, "stop");
         return -1;
@@ -481,7 +497,7 @@ static int parse_messages(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
     char *text = rf_chat_apply_spans(tok, msgs, (int)n, 1, think, &spans, &n_spans);
     if (text) rc = encode(tok, text, spans, special ? 0 : n_spans, r);
     free(spans);
-    free(text);
+    r->prompt_text = text; /* /apply-template answers it */
 done:
     for (i = 0; i < n; i++) free(texts[i]);
     free(texts);
@@ -667,7 +683,8 @@ out:
     json_decref(o);
     if (rc) {
         free(out->prompt);
-        out->prompt = NULL, out->n_prompt = 0;
+        free(out->prompt_text);
+        out->prompt = NULL, out->n_prompt = 0, out->prompt_text = NULL;
         rf_constraint_free(out->constraint);
         out->constraint = NULL, out->p.constraint = NULL;
     }
@@ -676,7 +693,8 @@ out:
 
 void rf_serve_req_free(rf_serve_req *r) {
     free(r->prompt);
-    r->prompt = NULL, r->n_prompt = 0;
+    free(r->prompt_text);
+    r->prompt = NULL, r->n_prompt = 0, r->prompt_text = NULL;
     rf_constraint_free(r->constraint);
     r->constraint = NULL, r->p.constraint = NULL;
 }

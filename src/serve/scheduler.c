@@ -49,13 +49,7 @@ typedef struct {
 /* the decoder's callbacks, as the worker path's (the internal ids are ints):
  * one event per model call after the prompt's is counted */
 static void on_tokens_int(const int *ids, int n, void *user) { rf_answer_on_tokens((const int32_t *)ids, n, user); }
-static void on_event_int(const rf_decode_event *ev, void *user) {
-    run_ctx *c = user;
-    if (ev->kind != RF_EVENT_PLAN && ev->kind != RF_EVENT_INFILL_ITER && ev->kind != RF_EVENT_AR_TOKEN) return;
-    pthread_mutex_lock(&c->s->mu);
-    c->j->calls_now++;
-    pthread_mutex_unlock(&c->s->mu);
-}
+static void on_event_int(const rf_decode_event *ev, void *user) { rf_answer_on_event(ev, user); }
 
 /* The scheduler's calls into the library, each behind a catch point: an
  * rf_die inside (a failed allocation, a broken invariant, a test's fault

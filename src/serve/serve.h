@@ -7,6 +7,7 @@
  *   POST /v1/completions         {"prompt": str | [ids], "max_tokens", ...}
  *   POST /v1/chat/completions    {"messages": [{"role", "content"}], ...}
  *   OPTIONS *                    CORS preflight
+ * and llama-server's own endpoints and the web page at / (routes_llama.h).
  *
  * Generation requests go into a FIFO queue served by a pool of worker
  * threads (--parallel): each runs one generation at a time through the
@@ -27,7 +28,8 @@
  * answer.c   a choice's answer: max_tokens / stop cuts, SSE chunks, the response
  * oai.c      OpenAI's response shapes and error bodies
  * prefix_cache.c the KV caches of finished generations, reused by later prompts
- * http.c     libmicrohttpd glue: routing, bodies, responses, start/stop */
+ * http.c     libmicrohttpd glue: routing, bodies, responses, start/stop
+ * routes_llama.c  llama-server's endpoints, answer shapes, slots, the page */
 #ifndef RF_SERVE_H
 #define RF_SERVE_H
 
@@ -68,6 +70,9 @@ typedef struct {
     size_t max_request_bytes;/* a generation's working memory (rf_gen_mem_bytes); 0: half the RAM */
     long long max_request_positions; /* positions a generation may feed the model (rf_serve_work_positions) */
     int verbose;             /* 1: one log line per request on stderr */
+    int webui;               /* 1: GET / serves the web page (web_path's files, or the built-in one) */
+    const char *web_path;    /* a folder served at / instead of the built-in page (NULL: built in) */
+    int slots_endpoint;      /* 1: GET /slots answers */
     rf_decode_opts defaults; /* decoding settings when a request does not say (threads: per worker) */
 } rf_serve_config;
 
@@ -101,7 +106,7 @@ void rf_serve_stop(rf_server *s);
 /* ---- request parsing (request.c), exposed for tests --------------------------
  * Checked against the model's configuration and tokenizer themselves (the
  * handles' insides: api/api_internal.h), as the unit test builds them. */
-typedef enum { RF_REQ_COMPLETION, RF_REQ_CHAT } rf_req_kind;
+typedef enum { RF_REQ_COMPLETION, RF_REQ_CHAT, RF_REQ_NATIVE } rf_req_kind; /* NATIVE: llama-server's /completion */
 
 #define RF_SERVE_MAX_STOP 4
 #define RF_SERVE_STOP_LEN 64
@@ -111,6 +116,7 @@ typedef struct {
     rf_req_kind kind;
     int *prompt;             /* [n_prompt] token ids (malloc'd) */
     int n_prompt;
+    char *prompt_text;       /* chat: the rendered prompt (malloc'd), else NULL */
     rf_decode_opts d;        /* the request's settings (the table's rows, their sources) */
     rf_gen_params p;         /* = d.gen; callbacks left NULL */
     int ar;                  /* p.method == RF_METHOD_AR */
@@ -121,6 +127,7 @@ typedef struct {
     int n_stop;
     int n_choices;           /* "n" in [1, RF_SERVE_MAX_N]: choice i is a generation of its own,
                                 sampled with seed + i (identical choices when greedy) */
+    int decode_events;       /* "decode_events": true: the decoder's events as SSE "event: decode" (routes_llama.c) */
     char err_param[64];      /* after an error: the field at fault ("" when none) */
     const char *err_code;    /* ... and OpenAI's code for it (NULL: none), e.g. "context_length_exceeded" */
     int err_unsupported;     /* ... and it is one this server does not implement */

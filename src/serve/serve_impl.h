@@ -38,6 +38,9 @@ typedef struct job {
     size_t out_len, out_cap, out_sent;
     int status;             /* HTTP status of a non-stream answer */
     pthread_cond_t cv;      /* signalled when out grows or state changes */
+    int slot;               /* running: its entry in rf_server.slots (-1: none) */
+    int n_decoded;          /* answer tokens final so far (/slots) */
+    double prompt_s;        /* seconds from the start to the decoder's first event (timings.prompt_ms) */
     struct job *next;       /* queue link */
 } job;
 
@@ -111,8 +114,13 @@ struct rf_server {
     unsigned long n_refused, n_request_timeouts;
     int loopback;             /* the bound address is a loopback one */
     size_t *buffer_bytes;     /* [cfg.workers] */
+    job **slots;              /* [n_slots] the running job of each slot (/slots; routes_llama.c), or NULL */
+    int n_slots;
 };
 
+/* worker.c: 1 when the request's generation is a row of the batched calls
+ * (AR, the rolling slot; one choice) under continuous batching */
+int rf_serve_batched(const rf_serve_req *r);
 /* worker.c: the job queues (s->mu held): the first job off a queue (NULL:
  * empty); a job leaving the queue to run (-1: its client left, dropped);
  * every queued job failed (shutdown) */

@@ -12,6 +12,7 @@
 #include "model/workspace.h"
 #include "serve/answer.h"
 #include "serve/oai.h"
+#include "serve/routes_llama.h"
 #include "util/util.h"
 
 /* One choice of the job: a generation of its own, sampled with seed +
@@ -96,6 +97,7 @@ int rf_job_start_locked(rf_server *s, job *j) {
         return -1;
     }
     j->state = JOB_RUNNING;
+    rf_serve_slot_take_locked(s, j);
     j->deadline = rf_now() + s->cfg.generation_timeout_s;
     s->n_running++;
     if (s->n_running > s->peak_running) s->peak_running = s->n_running;
@@ -154,6 +156,8 @@ static int batched(const rf_serve_req *r) {
            (p->method == RF_METHOD_AR || (p->method == RF_METHOD_REFUSION && p->rolling && !p->no_cache));
 }
 
+int rf_serve_batched(const rf_serve_req *r) { return batched(r); }
+
 job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
     pthread_mutex_lock(&s->mu);
     if (s->stopping || s->n_active >= s->cfg.max_queue) {
@@ -166,6 +170,7 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
     j->req = *r;
     memset(r, 0, sizeof *r);
     snprintf(j->id, sizeof j->id, "%s-%lu", j->req.kind == RF_REQ_CHAT ? "chatcmpl" : "cmpl", ++s->n_jobs);
+    j->slot = -1;
     j->created = time(NULL);
     j->queued_at = rf_now();
     j->refs = 2;

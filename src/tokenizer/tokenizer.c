@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "tokenizer/jinja.h"
 #include "tokenizer/tok_internal.h"
@@ -407,8 +408,15 @@ int rf_tok_set_chat_template(rf_tokenizer *t, const char *spec) {
         return 0;
     }
     size_t len;
-    char *text = rf_read_file_max(spec, RF_CHAT_TEMPLATE_MAX, &len);
-    if (!text) return -1;
+    const char *named = rf_chat_template_named(spec);
+    char *text = named ? rf_strdup(named) : NULL;
+    if (named) len = strlen(named);
+    else if (access(spec, F_OK)) {
+        rf_set_error("chat template '%s' is neither a file nor a built-in name (builtin, %s)", spec,
+                     rf_chat_template_names());
+        return -1;
+    } else if (!(text = rf_read_file_max(spec, RF_CHAT_TEMPLATE_MAX, &len)))
+        return -1;
     if (rf_jinja_check(text, len)) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s: %s", spec, rf_last_error());

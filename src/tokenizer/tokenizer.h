@@ -89,8 +89,14 @@ int rf_tok_mask_id(const rf_tokenizer *t);  /* <|mask|> */
  * rf_tok_set_chat_template(t, "builtin")) the built-in renderer of Qwen3's
  * template for plain conversations (chat.c) is used. */
 #define RF_CHAT_TEMPLATE_MAX (1u << 20) /* template files larger than this are refused */
-/* spec: "builtin", or a Jinja template file that replaces the model's
- * (checked for syntax errors now). 0, or -1 with the error set. */
+/* llama.cpp's built-in template names (chatml, llama3, gemma, ...): the
+ * Jinja text that renders as llama.cpp's formatter of that name does, or
+ * NULL; and the names, comma separated, for messages (chat_named.c). */
+const char *rf_chat_template_named(const char *name);
+const char *rf_chat_template_names(void);
+/* spec: "builtin", one of those names, or a Jinja template file that
+ * replaces the model's (checked for syntax errors now). 0, or -1 with the
+ * error set. */
 int rf_tok_set_chat_template(rf_tokenizer *t, const char *spec);
 /* The Jinja source in use, NULL when the built-in renderer is. */
 const char *rf_tok_chat_template(const rf_tokenizer *t);
