@@ -24,5 +24,6 @@ const char *rf_env_cpu_tier(void) { return getenv("REFUSION_CPU"); }
 const char *rf_env_bf16_act(void) { return getenv("REFUSION_BF16_ACT"); }
 const char *rf_env_amx_int8(void) { return getenv("REFUSION_AMX_INT8"); }
 const char *rf_env_amx_bf16(void) { return getenv("REFUSION_AMX_BF16"); }
+const char *rf_env_bf16p(void) { return getenv("REFUSION_BF16P"); }
 
 rf_fault_points rf_faults;
