@@ -5,10 +5,12 @@
  * answer token); then each call feeds the token just produced. Stops after
  * gen_length tokens or after an EOS (which is part of the answer). Sampling:
  * greedy at temperature 0, else softmax(l / T) cut to top_k / top_p / min_p;
- * the penalties first (rf_sample_token). */
+ * the penalties first (rf_sample_token). With p->constraint the grammar
+ * masks each row first (decode/constraint.h). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode/constraint.h"
 #include "decode/decode_impl.h"
 #include "model/forward.h"
 
@@ -27,12 +29,21 @@ int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_
     rf_rng_seed(&rng, p->seed);
     rf_answer ans;
     ans_init(&ans, p, G, eos);
+    rf_constraint_run *cr = p->constraint ? rf_constraint_run_new(p->constraint, eos, V) : NULL;
 
     /* prefill; the last prompt token's logits give the first answer token */
-    int rc = gen_prefill(m, &kv, rs, prompt, n_prompt, chunk, pos, logits, &ans);
-    rf_step_stat *st = &ans.steps[ans.n_steps - 1];
+    int rc = p->constraint && !cr ? -1 : gen_prefill(m, &kv, rs, prompt, n_prompt, chunk, pos, logits, &ans);
+    rf_step_stat *st = rc ? NULL : &ans.steps[ans.n_steps - 1];
     for (int i = 0; i < G && rc == 0; i++) {
+        if (cr && rf_constraint_run_mask(cr, logits)) {
+            rc = -1;
+            break;
+        }
         int t = rf_sample_token(logits, V, p, prompt, n_prompt, ans.tok, i, &rng);
+        if (cr && rf_constraint_run_accept(cr, t)) {
+            rc = -1;
+            break;
+        }
         ans_fill(&ans, i, t);
         st->tpf_ref = 1.0;
         ans_event(&ans, RF_EV_AR_TOKEN, i, 1, &i, &t, NULL);
@@ -45,6 +56,7 @@ int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_
         ans.n_calls++;
         st->calls++;
     }
+    rf_constraint_run_free(cr);
     rf_scoped_free(logits), rf_scoped_free(pos);
     rf_workspace_runstate_free(p->ws, rs);
     rf_kv_free(&kv);
