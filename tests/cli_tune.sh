@@ -9,6 +9,7 @@
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup cli_tune
+export XDG_CACHE_HOME="$T/cache" # tune writes its cache there, not in the real one
 DEMO=$SRC/models/refusion-demo
 
 # the setting the printed rows imply

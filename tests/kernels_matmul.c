@@ -21,7 +21,12 @@
  * 5e-5 tolerance: it must compute exactly that), and against the plain
  * reference with the documented bound |y - ref| <= 2^-8 sum_k |x_k w_k|
  * per output (rounding x to bf16 changes each term by at most 2^-9 of it;
- * 2x margin for the f32 accumulation). */
+ * 2x margin for the f32 accumulation).
+ *
+ * Packed bf16 at avx512 and up has two kernels (rf_matmul_set_bf16p_kernel:
+ * FMAs on widened weights, vdpbf16ps on the packed vectors); every bf16
+ * check runs once with each forced, and the per-kernel call counts must
+ * show that the forced one ran and the other did not. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,7 +205,7 @@ static double test_tier(void) {
 static void test_token_sweep(void) {
     rf_rng g;
     rf_rng_seed(&g, 777);
-    const int shp[][2] = {{113, 70}, {37, 160}, {100, 96}};
+    const int shp[][2] = {{113, 70}, {37, 160}, {100, 96}, {50, 33}};
     scale_for(RF_BF16);
     for (int single = 0; single < (rf_cpu_tier_active() >= RF_CPU_AVX512 ? 2 : 1); single++) {
         rf_matmul_set_bf16_act(single);
@@ -302,10 +307,22 @@ int main(void) {
             printf("SKIPPED: %s (this build has no AMX kernels; it runs the %s ones)\n", g_tier, rf_cpu_tier_name());
             continue;
         }
-        double worst = test_tier();
-        printf("%s: worst relative error %.3g\n", g_tier, worst);
-        if (t >= RF_CPU_AVX512) test_bf16_single();
-        test_token_sweep();
+        /* the packed bf16 kernels exist at avx512 and up; avx2 has one */
+        for (int k = 0; k < (t >= RF_CPU_AVX512 ? 2 : 1); k++) {
+            const char *kname = k == RF_BF16P_DP ? "vdpbf16ps" : "fma";
+            rf_matmul_set_bf16p_kernel(k);
+            unsigned long ran[2] = {rf_matmul_bf16p_calls(RF_BF16P_FMA), rf_matmul_bf16p_calls(RF_BF16P_DP)};
+            double worst = test_tier();
+            printf("%s (packed bf16: %s): worst relative error %.3g\n", g_tier, kname, worst);
+            if (t >= RF_CPU_AVX512) test_bf16_single();
+            test_token_sweep();
+            if (t >= RF_CPU_AVX512) {
+                unsigned long now_k = rf_matmul_bf16p_calls(k) - ran[k], now_o = rf_matmul_bf16p_calls(!k) - ran[!k];
+                CHECK(now_k > 0 && now_o == 0, "%s packed bf16 forced to %s: %lu calls ran it, %lu the other kernel",
+                      g_tier, kname, now_k, now_o);
+            }
+        }
+        rf_matmul_set_bf16p_kernel(-1);
     }
     rf_kernels_shutdown(); /* nothing left for LeakSanitizer */
     return check_summary("kernels_matmul");

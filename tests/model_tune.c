@@ -2,9 +2,14 @@
  * the smallest width from which they won (the ratio's whole interval below
  * 1) at every wider width measured; off when they did not win at the widest. rf_tune_amx's refusals of what it
  * cannot measure. (The measurement itself: tests/cli_tune.sh.) */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <math.h>
+#include <unistd.h>
 #include "kernels/cpu.h"
+#include "kernels/kernels.h"
 #include "model/tune.h"
 #include "util/util.h"
 #include "check.h"
@@ -50,5 +55,63 @@ int main(void) {
               rf_cpu_tier_name(), rf_last_error());
         printf("SKIPPED: amx (cpu lacks it): the dtype refusals\n");
     }
+    /* the packed bf16 kernel's choice: dp only when it won at the widest and lost nowhere */
+    const int bw[] = {1, 4, 8, 12, 16};
+    const double dp_wins[] = {1.0, 0.9, 0.8, 0.7, 0.7}, dp_loses_1[] = {1.1, 0.9, 0.8, 0.7, 0.7}, tie16[] = {1, 0.9, 0.9, 0.9, 0.99};
+    rf_tune_point bp[5];
+    const double *cases[3] = {dp_wins, dp_loses_1, tie16};
+    const int want[3] = {RF_BF16P_DP, RF_BF16P_FMA, RF_BF16P_FMA};
+    for (int c = 0; c < 3; c++) {
+        for (int i = 0; i < 5; i++) bp[i] = (rf_tune_point){bw[i], cases[c][i], cases[c][i] - 0.02, cases[c][i] + 0.02, 0, 0};
+        CHECK(rf_tune_bf16p_choice(bp, 5) == want[c], "bf16p choice case %d: %d", c, rf_tune_bf16p_choice(bp, 5));
+    }
+
+    /* the cache: a good file applies (and the forced kernel is the one that runs), a corrupt or stale one is ignored */
+    char dir[] = "/tmp/model_tune_XXXXXX", path[4096], warn[4400];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    setenv("XDG_CACHE_HOME", dir, 1);
+    unsetenv("REFUSION_BF16P"), unsetenv("REFUSION_TUNE");
+    CHECK(rf_tune_cache_path(path, sizeof path) == 0 && strstr(path, dir) == path, "cache path %s", path);
+    int k = -1;
+    CHECK(rf_tune_cache_read(path, &k, warn, sizeof warn) == 0, "no file: nothing");
+    CHECK(rf_tune_cache_write(RF_BF16P_DP) == 0, "write: %s", rf_last_error());
+    CHECK(rf_tune_cache_read(path, &k, warn, sizeof warn) == 1 && k == RF_BF16P_DP, "read back: %d", k);
+    rf_matmul_set_bf16p_kernel(RF_BF16P_FMA);
+    CHECK(rf_tune_cache_apply() == 1 && rf_matmul_bf16p_kernel() == RF_BF16P_DP, "applied: %s", rf_tune_cache_state());
+    if (rf_cpu_tier_active() >= RF_CPU_AVX512) {
+        uint16_t w[32 * 32];
+        for (int i = 0; i < 32 * 32; i++) w[i] = rf_f32_to_bf16((float)(i % 7) - 3);
+        rf_mat W = {RF_BF16, w, 32, 32, NULL};
+        void *pk = aligned_alloc(64, (rf_mat_pack_bytes(&W) + 63) / 64 * 64);
+        rf_mat_pack(&W, pk);
+        float X[2 * 32], Y[2][2 * 32];
+        for (int i = 0; i < 64; i++) X[i] = (float)(i % 5) * 0.25f;
+        for (int kk = 0; kk < 2; kk++) {
+            rf_matmul_set_bf16p_kernel(kk);
+            unsigned long before = rf_matmul_bf16p_calls(kk), other = rf_matmul_bf16p_calls(!kk);
+            rf_matmul(Y[kk], X, &W, 2);
+            CHECK(rf_matmul_bf16p_calls(kk) == before + 1 && rf_matmul_bf16p_calls(!kk) == other, "kernel %d ran", kk);
+        }
+        for (int i = 0; i < 64; i++) CHECK(fabsf(Y[0][i] - Y[1][i]) <= 1e-5f * (1 + fabsf(Y[0][i])), "y[%d] %g vs %g", i, Y[0][i], Y[1][i]);
+        free(pk);
+    } else {
+        printf("SKIPPED: avx512 (cpu lacks it): which packed bf16 kernel runs\n");
+    }
+    FILE *f = fopen(path, "w");
+    fputs("refusion tune cache 1\ncpu: x\nbf16p: maybe\n", f);
+    fclose(f);
+    CHECK(rf_tune_cache_read(path, &k, warn, sizeof warn) == -1 && strstr(warn, "corrupt"), "corrupt: %s", warn);
+    f = fopen(path, "w");
+    fprintf(f, "refusion tune cache 1\ncpu: %s\nbuild: an older one\nbf16p: dp\n", rf_tune_cpu_model());
+    fclose(f);
+    CHECK(rf_tune_cache_read(path, &k, warn, sizeof warn) == -1 && strstr(warn, "stale"), "stale: %s", warn);
+    rf_matmul_set_bf16p_kernel(RF_BF16P_FMA);
+    CHECK(rf_tune_cache_apply() == -1 && rf_matmul_bf16p_kernel() == RF_BF16P_FMA, "stale applied: %s", rf_tune_cache_state());
+    setenv("REFUSION_TUNE", "off", 1);
+    CHECK(rf_tune_cache_apply() == 0 && !strcmp(rf_tune_cache_state(), "off"), "REFUSION_TUNE=off: %s", rf_tune_cache_state());
+    remove(path);
+    char sub[4200];
+    snprintf(sub, sizeof sub, "%s/refusion", dir);
+    rmdir(sub), rmdir(dir);
     return check_summary("model_tune");
 }

@@ -1,6 +1,8 @@
-/* cmd_tune.c - `refusion tune`: from how many tokens the AMX tiles beat the
- * avx512 kernels on this machine, for a model's weights (model/tune.h),
- * printed as the environment setting that applies it. */
+/* cmd_tune.c - `refusion tune`: on this machine and a model's weights
+ * (model/tune.h): from how many tokens the AMX tiles beat the avx512
+ * kernels, printed as the environment setting that applies it; and which
+ * packed bf16 kernel is faster at avx512 and up, printed and saved to the
+ * tune cache that model loads apply. */
 #include <omp.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -14,7 +16,7 @@
 
 typedef struct {
     const char *model;
-    int rounds, threads;
+    int rounds, threads, no_save;
 } tune_args;
 
 #define A(f) offsetof(tune_args, f)
@@ -25,15 +27,50 @@ static const rf_opt tune_opts[] = {
      .help = "rounds of interleaved calls per width (more: tighter intervals)"},
     {.name = "threads", .letter = 't', .type = RF_OPT_INT, .lo = 0, .hi = 4096, .offset = A(threads), .metavar = "N",
      .help = "OpenMP threads (0: OpenMP's default); tune with the threads you decode with"},
+    {.name = "no-save", .type = RF_OPT_FLAG, .offset = A(no_save),
+     .help = "print the packed bf16 kernel's choice without writing it to the tune cache"},
 };
+
+/* the packed bf16 kernels at avx512 and up: printed, saved unless no_save */
+static int tune_bf16p(const rf_model *m, const tune_args *a) {
+    rf_tune_bf16p_result r;
+    double t0 = rf_now();
+    if (rf_tune_bf16p(m, a->rounds, &r)) {
+        rf_print_error();
+        return 1;
+    }
+    printf("# %s, %d threads, %d rounds per width (%.0f s); packed bf16: vdpbf16ps against fma (tier %s, %s)\n",
+           a->model, omp_get_max_threads(), a->rounds, rf_now() - t0, rf_cpu_tier_name(), rf_tune_cpu_model());
+    printf("%7s %10s %10s %26s\n", "tokens", "dp ms", "fma ms", "dp / fma [95%]");
+    for (int i = 0; i < r.n_points; i++) {
+        const rf_tune_point *p = &r.points[i];
+        printf("%7d %10.2f %10.2f %10.3f [%.3f, %.3f]%s\n", p->width, p->ms_tiles, p->ms_other, p->ratio, p->lo, p->hi,
+               p->hi < 1 ? "  dp" : p->lo > 1 ? "  fma" : "");
+    }
+    printf("# logits: max |dp - fma| = %.2g of max |logit|\n", r.max_logit_diff);
+    const char *choice = r.kernel == RF_BF16P_DP ? "dp" : "fma";
+    if (!a->no_save) {
+        char path[4096];
+        if (rf_tune_cache_write(r.kernel) || rf_tune_cache_path(path, sizeof path)) {
+            rf_print_error();
+            return 1;
+        }
+        printf("# saved to %s (applied at model load; REFUSION_TUNE=off or --no-tune ignores it)\n", path);
+    }
+    printf("REFUSION_BF16P=%s\n", choice);
+    return 0;
+}
 
 int cmd_tune(int argc, char **argv) {
     tune_args a = {.rounds = 8};
     const rf_opt_group groups[] = {{NULL, tune_opts, (int)(sizeof tune_opts / sizeof tune_opts[0]), &a, NULL, NULL}};
-    int prc = rf_args_parse("tune", "-m MODEL [--rounds N] [-t N]\n"
-                            "Measure, on this machine and the model's own weights, from how many tokens a\n"
-                            "forward call is faster on the AMX tiles than on the avx512 kernels, and print\n"
-                            "the REFUSION_AMX_BF16 / REFUSION_AMX_INT8 setting that applies it.",
+    int prc = rf_args_parse("tune", "-m MODEL [--rounds N] [-t N] [--no-save]\n"
+                            "Measure, on this machine and the model's own weights: at the amx tier, from how\n"
+                            "many tokens a forward call is faster on the AMX tiles than on the avx512\n"
+                            "kernels (printed as the REFUSION_AMX_BF16 / REFUSION_AMX_INT8 setting); at\n"
+                            "avx512 and up with bf16 weights, which packed bf16 kernel is faster (vdpbf16ps\n"
+                            "or widened FMAs), printed as REFUSION_BF16P and saved to the tune cache\n"
+                            "($XDG_CACHE_HOME/refusion, per CPU model and build) that model loads apply.",
                             groups, 1, argc, argv, NULL);
     if (prc) return prc > 0 ? 0 : 2;
     if (!a.model) {
@@ -41,22 +78,29 @@ int cmd_tune(int argc, char **argv) {
         return 2;
     }
     if (a.threads > 0) omp_set_num_threads(a.threads);
+    rf_tune_cache_disable(); /* measured from the built-in settings, not the last choice */
     rf_model m; /* loaded first: a bad model is an error on every tier */
     if (rf_model_load(&m, a.model)) {
         rf_print_error();
         return 1;
     }
+    const rf_mat *q = &m.layers[0].q;
+    const int bf16p = rf_cpu_tier_active() >= RF_CPU_AVX512 && q->dtype == RF_BF16 && q->packed;
     if (rf_cpu_tier_active() != RF_CPU_AMX) {
-        printf("tier %s: nothing to tune (the tile settings apply at the amx tier only)\n", rf_cpu_tier_name());
+        int rc = 0;
+        if (bf16p) rc = tune_bf16p(&m, &a);
+        else
+            printf("tier %s: nothing to tune (the tile settings apply at the amx tier, the packed bf16 kernels "
+                   "to bf16 weights at avx512 and up)\n", rf_cpu_tier_name());
         rf_model_free(&m);
-        return 0;
+        return rc;
     }
     rf_tune_result r;
     double t0 = rf_now();
     int rc = rf_tune_amx(&m, a.rounds, &r);
-    rf_model_free(&m);
     if (rc) {
         rf_print_error();
+        rf_model_free(&m);
         return 1;
     }
     const char *var = r.int8 ? "REFUSION_AMX_INT8" : "REFUSION_AMX_BF16";
@@ -70,5 +114,7 @@ int cmd_tune(int argc, char **argv) {
     }
     if (r.min_tokens) printf("%s=%d\n", var, r.min_tokens);
     else printf("%s=off\n", var);
-    return 0;
+    rc = bf16p ? tune_bf16p(&m, &a) : 0;
+    rf_model_free(&m);
+    return rc;
 }

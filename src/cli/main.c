@@ -11,6 +11,7 @@
 
 #include "common/args.h"
 #include "cli/commands.h"
+#include "model/tune.h"
 
 typedef struct {
     const char *name;
@@ -34,11 +35,12 @@ static const command commands[] = {
     {"probe", cmd_probe, "teacher-forced accuracy of the AR and mask heads per position class"},
     {"logits", cmd_logits, "raw next-token logits and the greedy continuation of ids, as JSON"},
     {"serve", cmd_serve, "serve the model over HTTP (OpenAI-style completions API)"},
-    {"tune", cmd_tune, "measure from how many tokens the AMX tiles pay on this machine"},
+    {"tune", cmd_tune, "measure this machine's kernel choices (AMX crossovers, packed bf16 kernel)"},
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: refusion <command> [options]   (refusion <command> --help)\n\ncommands:\n");
+    fprintf(f, "usage: refusion [--no-tune] <command> [options]   (refusion <command> --help)\n"
+                 "  --no-tune: ignore the tune cache (`refusion tune`; also REFUSION_TUNE=off)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-16s %s\n", commands[i].name, commands[i].help);
 }
@@ -103,6 +105,10 @@ int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--version")) {
         printf("refusion %s\n", RF_VERSION_STRING);
         return 0;
+    }
+    if (argc >= 2 && !strcmp(argv[1], "--no-tune")) { /* before the command: no tune cache */
+        rf_tune_cache_disable();
+        argc--, argv++;
     }
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);

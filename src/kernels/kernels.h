@@ -12,7 +12,9 @@
  *                     rf_matmul_set_bf16_act(0), kept f32-grade. W packed
  *                     in 16-row panels (rf_mat_pack; the loaders do it):
  *                     16-wide f32 FMAs on the weights widened in registers
- *                     (matmul_avx512.c says why not vdpbf16ps); W row-major:
+ *                     (matmul_avx512.c), or vdpbf16ps on the packed
+ *                     vectors (matmul_bf16dp_avx512.c), as
+ *                     rf_matmul_bf16p_kernel picks; W row-major:
  *                     vdpbf16ps (split: bf16 hi + lo, twice the
  *                     instructions), 4 rows x 6 tokens per tile
  *   Q8_0, Q4_0        activations quantised per 32-block to int8 (scale
@@ -103,6 +105,21 @@ int rf_matmul_amx_int8(void);
  * (util/env.c) gives it; rf_matmul_amx_bf16 says the setting in force. */
 void rf_matmul_set_amx_bf16(int min_tokens);
 int rf_matmul_amx_bf16(void);
+/* The avx512 tier's kernel for packed bf16 W (rf_mat_pack):
+ * RF_BF16P_FMA: the weights widened to f32, 16-wide FMAs (matmul_avx512.c);
+ * RF_BF16P_DP: vdpbf16ps on the packed vectors (matmul_bf16dp_avx512.c).
+ * Both take the activations as rf_matmul_bf16_act says and agree to f32
+ * accumulation error, not bit for bit. Which is faster depends on the CPU
+ * (vdpbf16ps: half the FMAs' multiply-adds per second on an Emerald Rapids
+ * Xeon, twice on AMD Zen 5); `refusion tune` measures it (model/tune.h).
+ * A negative value restores the default: REFUSION_BF16P=fma|dp (util/env.c)
+ * when set, else fma. Not thread-safe: set it before the matmuls run. */
+enum { RF_BF16P_FMA = 0, RF_BF16P_DP = 1 };
+void rf_matmul_set_bf16p_kernel(int kernel);
+int rf_matmul_bf16p_kernel(void);
+/* How many rf_matmul / rf_matmul_team calls ran the given packed bf16
+ * kernel since the process started (all threads): which one runs. */
+unsigned long rf_matmul_bf16p_calls(int kernel);
 
 /* Frees the matmul's per-thread scratch buffers of the calling thread and
  * of the OpenMP thread pool (a thread's are also freed when it exits). Call

@@ -32,6 +32,7 @@
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <immintrin.h>
@@ -312,7 +313,8 @@ int rf_kernels_env_min_tokens(const char *e) {
 }
 
 /* Which kernel a call runs: per weight dtype and the active CPU tier. */
-typedef enum { PATH_NONE, PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX2_KQ, PATH_AVX512_BF16, PATH_AVX512_FLOAT, PATH_AVX512_Q, PATH_AMX_BF16, PATH_AMX_Q } mm_path;
+typedef enum { PATH_NONE, PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX2_KQ, PATH_AVX512_BF16, PATH_AVX512_FLOAT, PATH_AVX512_Q, PATH_AMX_BF16, PATH_AMX_Q,
+               PATH_AVX512_BF16DP /* packed bf16, vdpbf16ps (rf_matmul_bf16p_kernel) */ } mm_path;
 
 /* amx tiles hold 16 tokens: bf16 calls of fewer than RF_AMX_BF16_MIN_N run
  * the avx512 kernels, which stream the weights faster (0.6B shape, bf16, 2
@@ -398,6 +400,26 @@ int rf_matmul_bf16_act(void) {
 
 void rf_matmul_set_bf16_act(int single) { g_bf16_single = single != 0; }
 
+/* the avx512 tier's packed bf16 kernel; -1 = not read from REFUSION_BF16P yet */
+static int g_bf16p_kernel = -1;
+static _Atomic unsigned long g_bf16p_calls[2];
+
+int rf_matmul_bf16p_kernel(void) {
+    if (g_bf16p_kernel < 0) {
+        const char *e = rf_env_bf16p();
+        g_bf16p_kernel = e && !strcmp(e, "dp") ? RF_BF16P_DP : RF_BF16P_FMA;
+    }
+    return g_bf16p_kernel;
+}
+
+void rf_matmul_set_bf16p_kernel(int kernel) {
+    g_bf16p_kernel = kernel < 0 ? -1 : kernel == RF_BF16P_DP ? RF_BF16P_DP : RF_BF16P_FMA;
+}
+
+unsigned long rf_matmul_bf16p_calls(int kernel) {
+    return kernel == RF_BF16P_FMA || kernel == RF_BF16P_DP ? atomic_load(&g_bf16p_calls[kernel]) : 0;
+}
+
 /* One matmul's plan: the kernel path, the activations in its layout, and
  * the row chunks threads take. */
 typedef struct {
@@ -419,6 +441,11 @@ static mm_prep plan(const float *X, const rf_mat *W, int n) {
     if (p.path == PATH_AVX512_Q && W->packed && amx_q_wanted(W->dtype, n) && rf_cpu_tier_active() == RF_CPU_AMX)
         p.path = PATH_AMX_Q;
     if (p.path == PATH_AVX512_BF16 || p.path == PATH_AMX_BF16) p.single = rf_matmul_bf16_act();
+    if (p.path == PATH_AVX512_BF16 && W->packed) {
+        int k = rf_matmul_bf16p_kernel();
+        atomic_fetch_add_explicit(&g_bf16p_calls[k], 1, memory_order_relaxed);
+        if (k == RF_BF16P_DP) p.path = PATH_AVX512_BF16DP;
+    }
     size_t bytes = 0;
     switch (p.path) {
     case PATH_AMX_Q: bytes = rf_q_prep_amx_bytes(n, W->cols); break;
@@ -430,6 +457,7 @@ static mm_prep plan(const float *X, const rf_mat *W, int n) {
     case PATH_AVX512_BF16:
         bytes = W->packed ? rf_bf16p_prep_avx512_bytes(n, W->cols) : rf_bf16_prep_avx512_bytes(n, W->cols, p.single);
         break;
+    case PATH_AVX512_BF16DP: bytes = rf_bf16dp_prep_avx512_bytes(n, W->cols, p.single); break;
     case PATH_AMX_BF16:
         bytes = W->packed ? rf_bf16p_prep_amx_bytes(n, W->cols, p.single) : rf_bf16_prep_amx_bytes(n, W->cols, p.single);
         break;
@@ -458,6 +486,7 @@ static void fill(const mm_prep *p, const float *X, const rf_mat *W, int n, int p
             return;
         }
         break;
+    case PATH_AVX512_BF16DP: rf_bf16dp_prep_avx512(b, X, n, W->cols, p->single, part, parts); return;
     default: break;
     }
     if (part) return; /* the preps below do not split */
@@ -521,6 +550,7 @@ static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, co
         else
             rf_bf16_range_avx512(Y, ldy, p->xp, V, n, a, b, p->single);
         break;
+    case PATH_AVX512_BF16DP: rf_bf16dp_range_avx512(Y, ldy, p->xp, V, n, a, b, p->single); break;
     case PATH_AVX512_FLOAT: rf_float_range_avx512(Y, ldy, X, V, n, a, b); break;
     case PATH_AMX_BF16:
         if (V->packed)

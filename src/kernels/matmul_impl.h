@@ -79,6 +79,13 @@ size_t rf_bf16p_prep_avx512_bytes(int n, int cols);
 /* share part of parts (16-column chunks: its layout is pair-major) */
 void rf_bf16p_prep_avx512(void *xp, const float *X, int n, int cols, int single, int part, int parts);
 void rf_bf16p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
+/* the same W with vdpbf16ps on the packed vectors (matmul_bf16dp_avx512.c;
+ * rf_matmul_bf16p_kernel RF_BF16P_DP): the activations as bf16 pairs, hi
+ * only (single) or hi and lo (split); a is a multiple of 16 */
+size_t rf_bf16dp_prep_avx512_bytes(int n, int cols, int single);
+/* share part of parts (16-column chunks: its layout is pair-major) */
+void rf_bf16dp_prep_avx512(void *xp, const float *X, int n, int cols, int single, int part, int parts);
+void rf_bf16dp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
 /* Q8_0 / Q4_0 with W in 16-row panels (rf_mat_pack) and the activations
  * per token and block (the same rounding as rf_q_prep_avx512; the prep
  * depends on the weight dtype); a is a multiple of 16 */

@@ -15,6 +15,7 @@
 
 #include "model/model.h"
 #include "model/tensors.h"
+#include "model/tune.h"
 #include "util/util.h"
 
 static int file_exists(const char *path) {
@@ -115,6 +116,7 @@ static int read_index(const char *path, const rf_tspec *ts, int n, char ***files
 
 int rf_model_load(rf_model *m, const char *dir) {
     struct stat st;
+    rf_tune_cache_apply(); /* the kernel choices measured on this CPU, if any */
     if (stat(dir, &st) == 0 && S_ISREG(st.st_mode)) return rf_model_load_gguf(m, dir);
     memset(m, 0, sizeof *m);
     m->dir = rf_strdup(dir);

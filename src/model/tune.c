@@ -1,7 +1,10 @@
-/* tune.c - the AMX tile crossovers of this machine (tune.h). */
+/* tune.c - the AMX tile crossovers and the packed bf16 kernel of this
+ * machine (tune.h). */
 #include "model/tune.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu.h"
 #include "model/call_timing.h"
@@ -78,6 +81,107 @@ int rf_tune_amx(const rf_model *m, int rounds, rf_tune_result *out) {
         }
         out->min_tokens = rf_tune_crossover(out->points, nw);
     }
+    rf_scoped_free(t), rf_scoped_free(v);
+    return rc;
+}
+
+/* ---- the packed bf16 kernel ------------------------------------------------- */
+
+/* max |b - a| / max |a| over cnt values */
+static double check_rel(const float *a, const float *b, size_t cnt) {
+    double d = 0, s = 0;
+    for (size_t i = 0; i < cnt; i++) {
+        double e = fabs((double)b[i] - a[i]);
+        if (e > d) d = e;
+        if (fabs(a[i]) > s) s = fabs(a[i]);
+    }
+    return s > 0 ? d / s : d;
+}
+
+int rf_tune_bf16p_choice(const rf_tune_point *p, int n) {
+    if (n < 1 || !(p[n - 1].hi < 1)) return RF_BF16P_FMA;
+    for (int i = 0; i < n; i++)
+        if (p[i].lo > 1) return RF_BF16P_FMA;
+    return RF_BF16P_DP;
+}
+
+/* 1 token (the memory-bound call) up to the widest rolling slot */
+static const int bf16p_widths[] = {1, 4, 8, 12, 16};
+#define BF16P_NW ((int)(sizeof bf16p_widths / sizeof bf16p_widths[0]))
+
+/* side 0: vdpbf16ps, side 1: fma */
+static void set_bf16p(int side, void *arg) {
+    (void)arg;
+    rf_matmul_set_bf16p_kernel(side ? RF_BF16P_FMA : RF_BF16P_DP);
+}
+
+/* the untimed round's logits of side 0 per width, compared with side 1's */
+typedef struct {
+    float *ref[BF16P_NW];
+    int vocab;
+    double diff;
+} logit_cmp;
+
+static double compare_logits(int round, int side, int w, const float *logits, double seconds, void *arg) {
+    logit_cmp *c = arg;
+    if (round >= 0) return seconds;
+    size_t cnt = (size_t)bf16p_widths[w] * c->vocab;
+    if (side == 0) {
+        if (!c->ref[w]) c->ref[w] = rf_scoped_malloc(cnt * sizeof(float));
+        memcpy(c->ref[w], logits, cnt * sizeof(float));
+    } else if (c->ref[w]) {
+        double e = check_rel(c->ref[w], logits, cnt);
+        if (e > c->diff) c->diff = e;
+    }
+    return seconds;
+}
+
+int rf_tune_bf16p(const rf_model *m, int rounds, rf_tune_bf16p_result *out) {
+    const rf_mat *q = &m->layers[0].q;
+    if (rounds < 3 || rounds > 1000) {
+        rf_set_error("tune: rounds must be in [3, 1000] (got %d)", rounds);
+        return -1;
+    }
+    if (rf_cpu_tier_active() < RF_CPU_AVX512) {
+        rf_set_error("tune: the active tier is %s; the packed bf16 kernels differ at avx512 and up", rf_cpu_tier_name());
+        return -1;
+    }
+    if (q->dtype != RF_BF16 || !q->packed) {
+        rf_set_error("tune: the layer weights are %s%s; the packed bf16 kernels take packed bf16", rf_dtype_name(q->dtype),
+                     q->dtype == RF_BF16 ? " without a packed copy" : "");
+        return -1;
+    }
+    const int wmax = bf16p_widths[BF16P_NW - 1];
+    int ctx = 64;
+    if (ctx + wmax > m->cfg.max_pos) ctx = m->cfg.max_pos - wmax;
+    if (ctx < 1) {
+        rf_set_error("tune: %d tokens do not fit the context (%d)", wmax + 1, m->cfg.max_pos);
+        return -1;
+    }
+    const int before = rf_matmul_bf16p_kernel();
+    logit_cmp cmp = {{NULL}, m->cfg.vocab_size, 0};
+    rf_call_timing p = {ctx, bf16p_widths, BF16P_NW, 2, rounds, set_bf16p, compare_logits, &cmp};
+    double *t = rf_scoped_malloc((size_t)rounds * 2 * BF16P_NW * sizeof(double));
+    double *v = rf_scoped_malloc((size_t)rounds * sizeof(double));
+    int rc = rf_call_timing_run(m, &p, t);
+    rf_matmul_set_bf16p_kernel(before);
+    if (!rc) {
+        out->n_points = BF16P_NW;
+        for (int w = 0; w < BF16P_NW; w++) {
+            rf_tune_point *pt = &out->points[w];
+            double st[3];
+            for (int r = 0; r < rounds; r++) v[r] = t[((size_t)r * 2) * BF16P_NW + w] / t[((size_t)r * 2 + 1) * BF16P_NW + w];
+            rf_median_ci(v, rounds, st);
+            pt->width = bf16p_widths[w], pt->ratio = st[0], pt->lo = st[1], pt->hi = st[2];
+            for (int r = 0; r < rounds; r++) v[r] = t[((size_t)r * 2) * BF16P_NW + w];
+            pt->ms_tiles = rf_median(v, rounds) * 1e3;
+            for (int r = 0; r < rounds; r++) v[r] = t[((size_t)r * 2 + 1) * BF16P_NW + w];
+            pt->ms_other = rf_median(v, rounds) * 1e3;
+        }
+        out->kernel = rf_tune_bf16p_choice(out->points, BF16P_NW);
+        out->max_logit_diff = cmp.diff;
+    }
+    for (int w = 0; w < BF16P_NW; w++) rf_scoped_free(cmp.ref[w]);
     rf_scoped_free(t), rf_scoped_free(v);
     return rc;
 }

@@ -46,4 +46,55 @@ int rf_tune_amx(const rf_model *m, int rounds, rf_tune_result *out);
  * interval); 0 (off) when they were not faster at the widest. */
 int rf_tune_crossover(const rf_tune_point *p, int n);
 
+
+
+/* ---- the avx512 tier's packed bf16 kernel (kernels.h rf_matmul_bf16p_kernel):
+ * vdpbf16ps against the widened-FMA kernel, on whole forward calls of the
+ * model's own shapes, interleaved as above ---- */
+typedef struct {
+    int n_points;
+    rf_tune_point points[RF_TUNE_MAX_WIDTHS]; /* ratio: vdpbf16ps / fma; ms_tiles: vdpbf16ps, ms_other: fma */
+    int kernel;                               /* the choice (rf_tune_bf16p_choice) */
+    double max_logit_diff;                    /* max |dp - fma| over the calls' logits / max |fma| */
+} rf_tune_bf16p_result;
+
+/* m's layer weights must be packed bf16 and the active tier avx512 or amx;
+ * rounds >= 3. The setting in force before is restored. 0, or -1 with
+ * rf_last_error(). */
+int rf_tune_bf16p(const rf_model *m, int rounds, rf_tune_bf16p_result *out);
+/* RF_BF16P_DP when vdpbf16ps won (the whole 95% interval below 1) at the
+ * widest width measured and lost clearly (interval above 1) at none; else
+ * RF_BF16P_FMA, the default. */
+int rf_tune_bf16p_choice(const rf_tune_point *p, int n);
+
+/* ---- the tune cache (tune_cache.c): the choices `refusion tune` measured,
+ * one file per CPU model, $XDG_CACHE_HOME/refusion/tune-<cpu hash>.txt
+ * ($HOME/.cache when XDG_CACHE_HOME is unset), holding the CPU model
+ * string and the build that measured them. Loaded at model load
+ * (rf_model_load) unless disabled; a file of another build (stale) or one
+ * that does not parse (corrupt) is ignored with one warning. ---- */
+
+/* this CPU's model string (cpuid brand) and this build's identity */
+const char *rf_tune_cpu_model(void);
+const char *rf_tune_build_id(void);
+/* the cache file of this CPU into buf; -1 (with rf_last_error) when no
+ * cache folder is known or the path does not fit */
+int rf_tune_cache_path(char *buf, size_t cap);
+/* Parses a cache file: 1 with *bf16p_kernel set; 0 when there is no file;
+ * -1 when it is corrupt or stale, with the reason in warn. */
+int rf_tune_cache_read(const char *path, int *bf16p_kernel, char *warn, size_t cap);
+/* Writes the choices to this CPU's cache file (the folder created;
+ * written to a temporary name, then renamed). 0, or -1 with rf_last_error. */
+int rf_tune_cache_write(int bf16p_kernel);
+/* Applies this CPU's cache (rf_model_load calls it: a small file read per
+ * load) unless rf_tune_cache_disable was called, REFUSION_TUNE=off, or
+ * REFUSION_BF16P is set (the environment wins). A corrupt or stale file's
+ * warning goes to the program's log callback (rf_log_set, as RF_LOG_WARN;
+ * the library prints nothing). 1 applied, 0 nothing to apply, -1 ignored. */
+int rf_tune_cache_apply(void);
+/* no cache from now on in this process (`refusion --no-tune`) */
+void rf_tune_cache_disable(void);
+/* what the last rf_tune_cache_apply did: "off", "none", "applied: <path>"
+ * or "ignored: <path>" ("" before any) */
+const char *rf_tune_cache_state(void);
 #endif

@@ -24,5 +24,9 @@ const char *rf_env_cpu_tier(void) { return getenv("REFUSION_CPU"); }
 const char *rf_env_bf16_act(void) { return getenv("REFUSION_BF16_ACT"); }
 const char *rf_env_amx_int8(void) { return getenv("REFUSION_AMX_INT8"); }
 const char *rf_env_amx_bf16(void) { return getenv("REFUSION_AMX_BF16"); }
+const char *rf_env_bf16p(void) { return getenv("REFUSION_BF16P"); }
+const char *rf_env_tune(void) { return getenv("REFUSION_TUNE"); }
+const char *rf_env_cache_home(void) { return getenv("XDG_CACHE_HOME"); }
+const char *rf_env_home(void) { return getenv("HOME"); }
 
 rf_fault_points rf_faults;
