@@ -1,12 +1,17 @@
 /* kernels_matmul.c - benchmark rf_matmul on the Qwen3-0.6B and Qwen3-8B layer
  * shapes against this machine's measured rooflines.
  *
- *   bench_kernels_matmul [--quick] [--blas] [--dtype bf16,q8_0,q4_0,f32,f16] [--n 1,4,16]
+ *   bench_kernels_matmul [--quick] [--blas] [--dtype bf16,q8_0,q4_0,f32,f16,q4_k,...] [--n 1,4,16]
  *                        [--shape RxC] [--tier avx2,avx512,amx] [--clock wall|cpu]
  *                        [--amx-int8 MIN_TOKENS]
  *
  * Every CPU tier this machine has (kernels/cpu.h; or those given) and every
- * dtype (default bf16, q8_0, q4_0) is timed; the tier is printed per row.
+ * dtype (default bf16, q8_0, q4_0; also q4_1 q5_0 q5_1 iq4_nl q2_k q3_k
+ * q4_k q5_k q6_k iq4_xs, whose weights are a fixed byte pattern with finite
+ * scales: the kernel's speed does not depend on the values) is timed; the
+ * tier is printed per row. The per-type 1-token GB/s and the wide calls'
+ * cost (the x1 column: a call's time over the 1-token call's) of the
+ * llama.cpp ladder: --dtype q4_k,q5_k,q6_k,iq4_xs,q8_0,q4_0 --n 1,2,4,8,16,32.
  * --blas also times OpenBLAS cblas_sgemm on the f32 rows with n >= 16 (the
  * "blas ms" column) for comparison. Note: OpenBLAS 0.3.21 does not know
  * this CPU model and falls back to its SSE3 "Prescott" kernels unless run
@@ -56,9 +61,11 @@ static const shape shapes[] = {
     {4096, 4096, "8B q/o_proj"},
 };
 
-static const char *dtname(rf_dtype t) {
-    return t == RF_F32 ? "f32" : t == RF_F16 ? "f16" : t == RF_BF16 ? "bf16" : t == RF_Q8_0 ? "q8_0" : "q4_0";
-}
+/* --dtype names, in rf_dtype's order (formats/dtype.h) */
+static const char *const dnames[RF_DTYPE_COUNT] = {"f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1",
+                                                   "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k",
+                                                   "q6_k", "q8_k", "iq4_nl", "iq4_xs"};
+static const char *dtname(rf_dtype t) { return dnames[t]; }
 
 static int g_cpu_clock;
 /* seconds on the chosen clock */
@@ -69,13 +76,15 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static double g_peak[3][5]; /* [tier][dtype]: the peak the kernel is measured against */
+static double g_peak[3][RF_DTYPE_COUNT]; /* [tier][dtype]: the peak the kernel is measured against */
 
 static void measure_peaks(int have512) {
     double f32 = rf_measure_fma_gflops(), i8 = rf_peak_i8_maddubs_avx2(), i8u = rf_peak_i8_maddubs16_avx2();
     printf("peaks (G ops/s): avx2 f32 FMA %.0f, avx2 int8 maddubs %.0f (Q8_0 step), %.0f (Q4_0 step)", f32, i8, i8u);
     g_peak[0][RF_F32] = g_peak[0][RF_F16] = g_peak[0][RF_BF16] = f32;
     g_peak[0][RF_Q8_0] = i8, g_peak[0][RF_Q4_0] = i8u;
+    /* the other block types: the avx2 maddubs kernel at every tier */
+    for (int d = RF_Q4_1; d < RF_DTYPE_COUNT; d++) g_peak[0][d] = g_peak[1][d] = i8;
     g_peak[1][RF_F32] = g_peak[1][RF_F16] = f32;
     if (have512) {
         double f512 = rf_peak_f32_fma_avx512(), b = rf_peak_bf16_dot_avx512(), v = rf_peak_i8_vnni_avx512();
@@ -84,7 +93,7 @@ static void measure_peaks(int have512) {
         g_peak[1][RF_BF16] = b;
         g_peak[1][RF_Q8_0] = g_peak[1][RF_Q4_0] = v;
     }
-    for (int d = 0; d < 5; d++) g_peak[2][d] = g_peak[1][d];
+    for (int d = 0; d < RF_DTYPE_COUNT; d++) g_peak[2][d] = g_peak[1][d];
     if (rf_cpu_tier_detected() >= RF_CPU_AMX && rf_peak_bf16_tile_amx() > 0) {
         /* amx: bf16 on TDPBF16PS; packed Q8_0 / Q4_0 on TDPBSUD with K = one 32-block */
         g_peak[2][RF_BF16] = rf_peak_bf16_tile_amx();
@@ -129,6 +138,8 @@ static void *make_weights(rf_dtype dt, int rows, int cols) {
                 else if (dt == RF_BF16) ((uint16_t *)o)[c] = rf_f32_to_bf16(row[c]);
             if (dt == RF_Q8_0) rf_quantize_row_q8_0(row, o, cols);
             if (dt == RF_Q4_0) rf_quantize_row_q4_0(row, o, cols);
+            if (dt >= RF_Q4_1) /* bytes below 0x40: every f16 scale in them finite */
+                for (size_t i = 0; i < rb; i++) o[i] = (char)((((size_t)r * rb + i) * 2654435761u >> 7) & 0x3f);
         }
         free(row);
     }
@@ -137,16 +148,15 @@ static void *make_weights(rf_dtype dt, int rows, int cols) {
 
 int main(int argc, char **argv) {
     int ns[16] = {1, 4, 8, 16, 32, 64, 128}, n_ns = 7;
-    static const char *const dnames[] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
     static const char *const tnames[] = {"avx2", "avx512", "amx"};
-    int dts[5] = {RF_BF16, RF_Q8_0, RF_Q4_0}, n_dts = 3, tiers[3] = {0, 1, 2}, n_tiers = 3;
+    int dts[RF_DTYPE_COUNT] = {RF_BF16, RF_Q8_0, RF_Q4_0}, n_dts = 3, tiers[3] = {0, 1, 2}, n_tiers = 3;
     int only_r = 0, only_c = 0, blas = 0;
     double target = 0.15;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) target = 0.05;
         else if (!strcmp(argv[i], "--blas")) blas = 1;
         else if (!strcmp(argv[i], "--amx-int8") && i + 1 < argc) rf_matmul_set_amx_int8(atoi(argv[++i]));
-        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && (n_dts = parse_list(argv[++i], dnames, 5, dts, 5)) > 0) {
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && (n_dts = parse_list(argv[++i], dnames, RF_DTYPE_COUNT, dts, RF_DTYPE_COUNT)) > 0) {
         } else if (!strcmp(argv[i], "--tier") && i + 1 < argc &&
                    (n_tiers = parse_list(argv[++i], tnames, 3, tiers, 3)) > 0) {
         } else if (!strcmp(argv[i], "--n") && i + 1 < argc) {
@@ -164,11 +174,16 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--blas] [--dtype bf16,q8_0,q4_0,f32,f16] [--n 1,4,16] "
+            fprintf(stderr, "usage: %s [--quick] [--blas] [--dtype bf16,q8_0,q4_0,f32,f16,q4_k,...] [--n 1,4,16] "
                             "[--shape RxC] [--tier avx2,avx512,amx] [--clock wall|cpu] [--amx-int8 MIN_TOKENS]\n", argv[0]);
             return 2;
         }
     }
+    for (int di = 0; di < n_dts; di++)
+        if (dts[di] == RF_Q8_K) {
+            fprintf(stderr, "--dtype q8_k: Q8_K holds activations, not weights\n");
+            return 2;
+        }
     int have512 = rf_cpu_tier_detected() >= RF_CPU_AVX512;
     printf("threads: %d, clock: %s, cpu: %s%s%s\n", omp_get_max_threads(), g_cpu_clock ? "process cpu" : "wall",
            rf_cpu_tier_str(rf_cpu_tier_detected()),

@@ -173,6 +173,9 @@ typedef void (*rf_event_callback)(const rf_event *ev, void *user);
 
 /* The session's buffers that rf_generate lends the decoder (library-owned). */
 struct rf_workspace;
+/* A grammar over a tokenizer's vocabulary (rf_constraint_gbnf,
+ * rf_constraint_json_schema). */
+typedef struct rf_constraint rf_constraint;
 
 /* The settings of one generation: what rf_generate, the CLI's option table,
  * the server and the decoders all read, as they are. Since 0.5 the decoders'
@@ -229,6 +232,12 @@ typedef struct {
     const volatile int *cancel; /* optional: non-zero stops before the next model call (any thread) */
     struct rf_workspace *ws; /* NULL: rf_generate lends the session's buffers through it; a decoder
                                 called without a session allocates its own */
+    /* since 0.6 */
+    const rf_constraint *constraint; /* optional: the answer is a sentence of this grammar (each token
+                                drawn from the distribution masked to the tokens the grammar allows;
+                                EOS only where the answer is complete). AR and the rolling slot (the
+                                same answer); plan-and-infill and MDM refuse it. Read-only: generations
+                                may share one */
 } rf_params;
 
 /* The defaults of `refusion generate`: ReFusion, 512 tokens, slots of 4,
@@ -301,6 +310,16 @@ RF_API int64_t rf_generate_bytes(const refusion_model *m, int n_prompt, const rf
  * rf_status. stats may be NULL. */
 RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt, const rf_params *p,
                        int32_t *out, int cap, rf_stats *stats);
+
+/* ---- grammars (docs/grammar.md) ----------------------------------------------
+ * A GBNF grammar (llama.cpp's format, start symbol root) or a JSON schema
+ * (the supported keywords are listed in docs/grammar.md; any other is
+ * refused naming it) over t's vocabulary, for rf_params.constraint. NULL
+ * with rf_last_error() saying what and where. Free with rf_constraint_free
+ * after the generations using it. Since 0.6. */
+RF_API rf_constraint *rf_constraint_gbnf(const refusion_tokenizer *t, const char *gbnf);
+RF_API rf_constraint *rf_constraint_json_schema(const refusion_tokenizer *t, const char *schema_json);
+RF_API void rf_constraint_free(rf_constraint *c);
 
 /* The OpenMP threads of the generations the calling thread runs: n > 0 sets
  * them (for this thread only: others keep theirs, as OpenMP's

@@ -42,7 +42,7 @@ int main(void) {
     size_t size = 0;
     const rf_field *p = rf_params_fields(&size);
     CHECK(size == sizeof(rf_params), "rf_params size %zu", size);
-    check_tiles("rf_params", p, size, 32);
+    check_tiles("rf_params", p, size, 33);
     CHECK(!strcmp(p[0].name, "method") && p[0].offset == offsetof(rf_params, method), "first field");
     const rf_field *s = rf_stats_fields(&size);
     CHECK(size == sizeof(rf_stats), "rf_stats size %zu", size);

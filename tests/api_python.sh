@@ -14,17 +14,27 @@
 # still answers right; method="xx" and unknown settings raise RefusionError
 # naming the allowed values; every public name has a docstring;
 # `pip install ./python` builds offline (--no-index) and the installed copy
-# works, its version CMake's and rf_version()'s. Exit 77 (skipped) when
+# works, its version CMake's and rf_version()'s. Fresh venvs (offline):
+# installed from the source tree and from the `cmake --install` prefix, the
+# package finds the library with no environment, imported outside the
+# source tree; with the recorded library gone the error names each place
+# tried. Llama, written as llama-cpp-python's README writes it, on the demo
+# model: with no settings the answer of `refusion generate` and of the
+# server; llama_types.py's result shapes, streaming, stop strings, echo,
+# seeds, n_threads, tokenize/detokenize on bytes, ReFusion settings as
+# keyword arguments, refused arguments named, a bad generation_config.json,
+# ClosedError after close(). docs/python.md's ```python examples run.
+# Exit 77 (skipped) when
 # python3 is missing or the build is a sanitizer build (its .so cannot be
 # loaded into an uninstrumented python3).
 set -u
-BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
 SRC=${REFUSION_SRC:?REFUSION_SRC must point at the source tree}
-BUILD=$(dirname "$BIN")
+. "$SRC/tests/helpers/common.sh"
 command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }
+BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
+BUILD=$(dirname "$BIN")
 grep -q '^CMAKE_BUILD_TYPE:STRING=Asan' "$BUILD/CMakeCache.txt" 2>/dev/null && { echo "sanitizer build: skipped"; exit 77; }
-T=$(mktemp -d /tmp/rf_api_python.XXXXXX)
-trap 'rm -rf "$T"' EXIT
+rf_test_setup api_python
 . "$SRC/tests/helpers/small_model.sh"
 rf_small_model "$T" || { echo "FAIL: small model"; exit 1; }
 
@@ -209,7 +219,7 @@ check(m.create_chat_completion(msgs, max_tokens=10, method="ar")["choices"][0]["
 
 # docstrings on every public name
 missing = [n for n in refusion.__all__ if not getattr(refusion, n).__doc__ and n not in ("METHODS", "AR_VERIFY")]
-for cls in (refusion.Model, refusion.Session):
+for cls in (refusion.Model, refusion.Session, refusion.Llama):
     for name, v in vars(cls).items():
         if not name.startswith("_") and not (getattr(v, "__doc__", None) or "").strip():
             missing.append(cls.__name__ + "." + name)
@@ -234,4 +244,280 @@ r = m.create_chat_completion([{"role": "user", "content": sys.argv[2]}], max_tok
 print(md.version("refusion"), refusion.version(), r["choices"][0]["message"]["content"] == sys.argv[3])' "$T/site" "$Q" \
   "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["text"])' "$T/ar.json")" 2>&1)
 [ "$got" = "$want_v $want_v True" ] || { echo "FAIL: the pip-installed package: '$got', want '$want_v $want_v True'"; rc3=1; }
-[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ]
+
+# ---- pip install into fresh venvs (offline), the library found with no environment ------------
+# From the source tree the wheel records the build directory (the default
+# build/, else --config-settings libdir=); from the `cmake --install` prefix,
+# the prefix's lib directory. With neither there, the error names every
+# place tried.
+NOENV=(env -u REFUSION_LIB -u LD_LIBRARY_PATH -u PYTHONPATH PKG_CONFIG_PATH= OMP_NUM_THREADS=1)
+mkvenv() { # DIR: a fresh venv with its pip (ensurepip: offline), the package pip-installed from $2 with options $3...
+  local d=$1 from=$2
+  shift 2
+  python3 -m venv "$d" >"$d.log" 2>&1 && "$d/bin/python" -m pip install --no-index --no-deps "$@" "$from" >>"$d.log" 2>&1 ||
+    { bad "venv $d: pip install $* $from: $(tail -3 "$d.log")"; return 1; }
+}
+where() { # VENV: whether the package imported (outside the source tree) is the venv's, and the library it loaded
+  (cd "$T" && "${NOENV[@]}" "$1/bin/python" -c '
+import os, sys, refusion
+p = refusion.library_path()
+print(refusion.__file__.startswith(sys.argv[1]), os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p)))' "$1" 2>&1)
+}
+real_build=$(cd "$BUILD" && pwd -P)
+cs=()
+[ "$real_build" = "$(cd "$SRC" && pwd -P)/build" ] || cs=(--config-settings "libdir=$BUILD")
+mkvenv "$T/v1" "$SRC/python" "${cs[@]}" && ok
+got=$(where "$T/v1")
+[ "$got" = "True $real_build/librefusion.so.0" ] && ok || bad "venv from the source tree: '$got', want 'True $real_build/librefusion.so.0'"
+
+P=$T/prefix
+cmake --install "$BUILD" --prefix "$P" >"$T/install.log" 2>&1 && ok || bad "cmake --install: $(tail -3 "$T/install.log")"
+plib=$(cd "$(dirname "$(find "$P" -name librefusion.so.0 | head -1)")" && pwd -P)
+mkvenv "$T/v2" "$P/share/refusion/python" && ok
+got=$(where "$T/v2")
+[ "$got" = "True $plib/librefusion.so.0" ] && ok || bad "venv from the install prefix: '$got', want 'True $plib/librefusion.so.0'"
+# ... and it generates there, the CLI's answer
+got=$(cd "$T" && "${NOENV[@]}" "$T/v2/bin/python" -c '
+import sys, refusion
+llm = refusion.Llama(model_path=sys.argv[1], verbose=False)
+print(llm.create_chat_completion([{"role": "user", "content": sys.argv[2]}], max_tokens=10, decoder="ar")["choices"][0]["message"]["content"])' \
+  "$T/m" "$Q" 2>&1)
+[ "$got" = "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["text"])' "$T/ar.json")" ] && ok ||
+  bad "Llama from the install prefix: '$got'"
+
+mkdir -p "$T/gone"
+cp "$BUILD/librefusion.so.0" "$T/gone/"
+mkvenv "$T/v3" "$SRC/python" --config-settings "libdir=$T/gone" && ok
+got=$(where "$T/v3")
+[ "$got" = "True $(cd "$T/gone" && pwd -P)/librefusion.so.0" ] && ok || bad "venv with libdir=: '$got'"
+rm -rf "$T/gone"
+if ! ldconfig -p 2>/dev/null | grep -q 'librefusion\.so\.0'; then
+  got=$(cd "$T" && "${NOENV[@]}" "$T/v3/bin/python" -c 'import refusion; refusion.Llama(model_path="m")' 2>&1 | tail -1)
+  case "$got" in
+  "refusion._library.RefusionError: librefusion not found; tried: recorded at install $T/gone/librefusion.so.0 (no such file);"*"the system loader librefusion.so.0 ("*"REFUSION_LIB"*) ok ;;
+  *) bad "no library: '$got'" ;;
+  esac
+fi
+got=$(cd "$T" && REFUSION_LIB=$T/nope "$T/v1/bin/python" -c 'import refusion; refusion.version()' 2>&1 | tail -1)
+[ "$got" = "refusion._library.RefusionError: librefusion: REFUSION_LIB ($T/nope) does not load: no such file" ] && ok ||
+  bad "a bad REFUSION_LIB: '$got'"
+
+# ---- Llama as llama-cpp-python's README writes it, on the demo model -------------------------
+# with no settings: the answer of `refusion generate` and of the server with
+# no settings (both start from the model's generation_config.json)
+DEMO=$SRC/models/refusion-demo
+QD="Tom has 12 apples. He buys 7 more. How many apples does he have now?"
+QR="Q: What is 12 plus 7? A: "
+demo() { # name, generate options...
+  local name=$1
+  shift
+  OMP_NUM_THREADS=1 "$BIN" generate -m "$DEMO" --json "$@" >"$T/$name.json" 2>"$T/$name.err" ||
+    bad "refusion generate $*: $(cat "$T/$name.err")"
+}
+demo d_chat -p "$QD"
+demo d_raw --no-chat -p "$QR"
+demo d_readme --no-chat -p "$QR" -n 32
+demo d_temp -p "$QD" --temp 0.8 -s 7
+demo d_ar -p "$QD" --decoder ar
+demo d_sys -p "$QD" --system "Answer with the number."
+rf_serve_start "$T/serve.log" -m "$DEMO" --threads 1 -q
+curl -s "$URL/v1/chat/completions" -d "$(python3 -c 'import json,sys; print(json.dumps({"messages": [{"role": "user", "content": sys.argv[1]}]}))' "$QD")" >"$T/srv_chat.json"
+curl -s "$URL/v1/completions" -d "$(python3 -c 'import json,sys; print(json.dumps({"prompt": sys.argv[1]}))' "$QR")" >"$T/srv_raw.json"
+kill "$SPID" 2>/dev/null
+wait "$SPID" 2>/dev/null
+SPID=""
+
+(cd "$T" && OMP_NUM_THREADS=2 "$T/v1/bin/python" - "$T" "$DEMO" "$QD" "$QR" >"$T/llama.out" 2>"$T/llama.err") <<'PY'
+import json, sys
+from refusion import Llama  # llama-cpp-python: from llama_cpp import Llama; the rest is the same
+import refusion
+
+T, DEMO, QD, QR = sys.argv[1:5]
+fails = 0
+def check(cond, what):
+    global fails
+    if not cond:
+        fails += 1
+        print("FAIL: Llama:", what, file=sys.stderr)
+def cli(name):
+    return json.load(open("%s/%s.json" % (T, name)))
+def raises(exc, needle, fn, *a, **kw):
+    name = getattr(fn, "__name__", type(fn).__name__)
+    try:
+        fn(*a, **kw)
+    except exc as e:
+        check(needle in str(e), "%s raised %r, which does not name %r" % (name, str(e), needle))
+        return
+    except Exception as e:
+        check(False, "%s(%s) raised %s (%s), not %s" % (name, kw or a, type(e).__name__, e, exc.__name__))
+        return
+    check(False, "%s(%s) did not raise" % (name, kw or a))
+
+# the shapes: llama-cpp-python's llama_types.py (OpenAI's)
+COMPLETION = {"id", "object", "created", "model", "choices", "usage"}
+COMPLETION_CHOICE = {"text", "index", "logprobs", "finish_reason"}
+USAGE = {"prompt_tokens", "completion_tokens", "total_tokens"}
+CHAT = {"id", "object", "created", "model", "choices", "usage"}
+CHAT_CHOICE = {"index", "message", "logprobs", "finish_reason"}
+CHUNK = {"id", "model", "object", "created", "choices"}
+CHUNK_CHOICE = {"index", "delta", "logprobs", "finish_reason"}
+def shape(o, keys, what):
+    check(isinstance(o, dict) and set(o) == keys, "%s: keys %s, want %s" % (what, sorted(o) if isinstance(o, dict) else o, sorted(keys)))
+def common(o, obj, what):
+    check(isinstance(o["id"], str) and o["object"] == obj and isinstance(o["created"], int) and isinstance(o["model"], str)
+          and isinstance(o["choices"], list) and len(o["choices"]) == 1, "%s: %s" % (what, o))
+def usage(u, what):
+    shape(u, USAGE, what + " usage")
+    check(all(isinstance(u[k], int) for k in USAGE) and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], "%s usage %s" % (what, u))
+
+# ---- the README's completion -----------------------------------------------------------------
+llm = Llama(
+      model_path=DEMO,
+      # n_gpu_layers=-1, # Uncomment to use GPU acceleration
+      seed=1337, # Uncomment to set a specific seed
+      n_ctx=2048, # Uncomment to increase the context window
+      n_threads=1,
+      verbose=False,
+)
+output = llm(
+      QR, # Prompt
+      max_tokens=32, # Generate up to 32 tokens, set to None to generate up to the end of the context window
+      stop=["Q:", "\n"], # Stop generating just before the model would generate a new question
+      echo=True # Echo the prompt back in the output
+) # Generate a completion, can also call create_completion
+shape(output, COMPLETION, "completion")
+common(output, "text_completion", "completion")
+shape(output["choices"][0], COMPLETION_CHOICE, "completion choice")
+usage(output["usage"], "completion")
+full = cli("d_readme")["text"]
+cuts = [full.index(s) for s in ("Q:", "\n") if s in full]
+want = full[:min(cuts)] if cuts else full
+check(output["choices"][0]["text"] == QR + want, "echo + stop: %r, want %r" % (output["choices"][0]["text"], QR + want))
+check(output["choices"][0]["finish_reason"] == ("stop" if cuts or cli("d_readme")["hit_eos"] else "length"), "finish_reason %s" % output["choices"][0])
+check(output["usage"]["prompt_tokens"] == len(cli("d_readme")["prompt_ids"]) and output["usage"]["completion_tokens"] <= 32, "usage %s" % output["usage"])
+check(output["model"] == DEMO, "model %r" % output["model"])
+# n_threads: OpenMP's setting of the thread that generated (OMP_NUM_THREADS=2 here)
+check(refusion._library.L.lib.rf_set_threads(0) == 1, "n_threads=1 not in effect: %d" % refusion._library.L.lib.rf_set_threads(0))
+check(llm.n_ctx() == 2048 and llm.n_vocab() == 850 and llm.token_eos() == 845 and llm.token_bos() == -1,
+      "n_ctx %d n_vocab %d token_eos %d token_bos %d" % (llm.n_ctx(), llm.n_vocab(), llm.token_eos(), llm.token_bos()))
+
+# ---- tokens ------------------------------------------------------------------------------------
+for text in (b"Hello, world!", "12 + 7 = 19 \u2713 caf\u00e9".encode()):
+    ids = llm.tokenize(text)
+    check(isinstance(ids, list) and ids and all(type(i) is int for i in ids), "tokenize(%r) = %r" % (text, ids))
+    back = llm.detokenize(ids)
+    check(isinstance(back, bytes) and back == text, "detokenize(tokenize(%r)) = %r" % (text, back))
+    check(llm.tokenize(text, add_bos=False) == ids, "add_bos=False changes the ids")
+    check(llm.detokenize(ids[1:], prev_tokens=ids[:1]) == text[len(llm.detokenize(ids[:1])):], "prev_tokens")
+check(llm.tokenize(b"<|im_end|>", special=True) == [845], "special=True: %s" % llm.tokenize(b"<|im_end|>", special=True))
+raises(ValueError, "special=True", llm.tokenize, b"a<|im_end|>")
+check(llm.detokenize([845]) == b"" and llm.detokenize([845], special=True) == b"<|im_end|>", "detokenize special")
+
+# ---- chat with no settings: the CLI's and the server's answer ---------------------------------
+plain = Llama(model_path=DEMO, verbose=False)
+msgs = [{"role": "user", "content": QD}]
+r = plain.create_chat_completion(messages=msgs)
+shape(r, CHAT, "chat")
+common(r, "chat.completion", "chat")
+shape(r["choices"][0], CHAT_CHOICE, "chat choice")
+check(r["choices"][0]["message"] == {"role": "assistant", "content": cli("d_chat")["text"]},
+      "chat with no settings: %r, CLI %r" % (r["choices"][0]["message"], cli("d_chat")["text"]))
+srv = json.load(open(T + "/srv_chat.json"))
+check(r["choices"][0]["message"]["content"] == srv["choices"][0]["message"]["content"],
+      "chat with no settings: %r, server %r" % (r["choices"][0]["message"]["content"], srv["choices"][0]["message"]["content"]))
+check(r["usage"] == {k: srv["usage"][k] for k in USAGE} and r["choices"][0]["finish_reason"] == srv["choices"][0]["finish_reason"],
+      "usage %s finish %s, server %s %s" % (r["usage"], r["choices"][0]["finish_reason"], srv["usage"], srv["choices"][0]["finish_reason"]))
+usage(r["usage"], "chat")
+raw = plain(QR, max_tokens=None)
+srv = json.load(open(T + "/srv_raw.json"))
+check(raw["choices"][0]["text"] == cli("d_raw")["text"] == srv["choices"][0]["text"],
+      "completion with max_tokens=None: %r, CLI %r, server %r" % (raw["choices"][0]["text"], cli("d_raw")["text"], srv["choices"][0]["text"]))
+check(plain(QR)["usage"]["completion_tokens"] <= 16, "llm(prompt) is not 16 tokens at most (llama-cpp-python's default)")
+r = plain.create_chat_completion(messages=[{"role": "system", "content": "Answer with the number."}] + msgs)
+check(r["choices"][0]["message"]["content"] == cli("d_sys")["text"], "system message: %r, CLI %r" % (r["choices"][0]["message"]["content"], cli("d_sys")["text"]))
+
+# streaming: the role, the text, an empty delta with finish_reason
+chunks = list(plain.create_chat_completion(messages=msgs, stream=True))
+for i, c in enumerate(chunks):
+    shape(c, CHUNK, "chunk %d" % i)
+    common(c, "chat.completion.chunk", "chunk %d" % i)
+    shape(c["choices"][0], CHUNK_CHOICE, "chunk %d choice" % i)
+check(chunks[0]["choices"][0]["delta"] == {"role": "assistant"} and chunks[0]["choices"][0]["finish_reason"] is None, "first chunk %s" % chunks[0])
+check(chunks[-1]["choices"][0]["delta"] == {} and chunks[-1]["choices"][0]["finish_reason"] == "stop", "last chunk %s" % chunks[-1])
+check(all(set(c["choices"][0]["delta"]) == {"content"} and c["choices"][0]["finish_reason"] is None for c in chunks[1:-1]) and len(chunks) > 3,
+      "middle chunks %s" % chunks[1:3])
+check("".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == cli("d_chat")["text"], "streamed text")
+check(len({c["id"] for c in chunks}) == 1, "chunk ids differ")
+cchunks = list(plain(QR, max_tokens=None, stream=True))
+for i, c in enumerate(cchunks):
+    shape(c, COMPLETION - {"usage"}, "completion chunk %d" % i)
+    shape(c["choices"][0], COMPLETION_CHOICE, "completion chunk %d choice" % i)
+check("".join(c["choices"][0]["text"] for c in cchunks) == cli("d_raw")["text"] and cchunks[-1]["choices"][0]["finish_reason"] in ("stop", "length"),
+      "streamed completion")
+
+# stop strings, plain and streamed
+full = cli("d_chat")["text"]
+stop = full[len(full) // 2:len(full) // 2 + 3]
+check(len(full) > 8 and stop.strip() != "", "the demo's answer %r is too short for a stop test" % full)
+r = plain.create_chat_completion(messages=msgs, stop=[stop, "never said"])
+check(r["choices"][0]["message"]["content"] == full[:full.index(stop)] and r["choices"][0]["finish_reason"] == "stop",
+      "stop %r: %s" % (stop, r["choices"][0]))
+st = "".join(c["choices"][0]["delta"].get("content", "") for c in plain.create_chat_completion(messages=msgs, stop=stop, stream=True))
+check(st == full[:full.index(stop)], "streamed stop %r: %r" % (stop, st))
+
+# seeds and sampling: the CLI's --temp 0.8 -s 7, the same twice
+a = plain.create_chat_completion(messages=msgs, temperature=0.8, seed=7)["choices"][0]["message"]["content"]
+b = plain.create_chat_completion(messages=msgs, temperature=0.8, seed=7)["choices"][0]["message"]["content"]
+check(a == b == cli("d_temp")["text"], "temperature 0.8 seed 7: %r, %r, CLI %r" % (a, b, cli("d_temp")["text"]))
+# ReFusion's settings as keyword arguments (here and in the constructor)
+check(plain.create_chat_completion(messages=msgs, decoder="ar")["choices"][0]["message"]["content"] == cli("d_ar")["text"], "decoder=ar")
+with Llama(model_path=DEMO, verbose=False, decoder="ar") as l2:
+    check(l2.create_chat_completion(messages=msgs)["choices"][0]["message"]["content"] == cli("d_ar")["text"], "Llama(decoder=ar)")
+raises(refusion.ClosedError, "closed", l2.tokenize, b"x")
+
+# refused, by name: what nothing here provides
+raises(ValueError, "tools", plain.create_chat_completion, msgs, tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
+raises(ValueError, "response_format", plain.create_chat_completion, msgs, response_format={"type": "json_object"})
+raises(ValueError, "logprobs", plain.create_chat_completion, msgs, logprobs=True)
+raises(ValueError, "top_logprobs", plain.create_chat_completion, msgs, top_logprobs=3)
+raises(ValueError, "logprobs", plain.create_completion, QR, logprobs=2)
+raises(ValueError, "grammar", plain.create_completion, QR, grammar=object())
+raises(ValueError, "slot_size", plain.create_chat_completion, msgs, slot_sise=3)
+raises(ValueError, "lora_path", Llama, model_path=DEMO, lora_path="x.gguf", verbose=False)
+raises(ValueError, "chat_format", Llama, model_path=DEMO, chat_format="llama-2", verbose=False)
+raises(ValueError, "does not exist", Llama, model_path=T + "/nope")
+# a bad generation_config.json: the library's message, naming the file and the key
+import shutil
+shutil.copytree(DEMO, T + "/badcfg")
+open(T + "/badcfg/generation_config.json", "w").write('{"refusion": {"slots": 3}}')
+raises(ValueError, "badcfg/generation_config.json: unknown setting \"refusion.slots\"", Llama, model_path=T + "/badcfg", verbose=False)
+raises(ValueError, "exceed context window", Llama(model_path=DEMO, n_ctx=8, verbose=False).create_chat_completion, msgs)
+check(plain.create_chat_completion(messages=msgs, response_format={"type": "text"}, logprobs=False)["choices"][0]["message"]["content"]
+      == cli("d_chat")["text"], "neutral response_format / logprobs")
+Llama(model_path=DEMO, n_gpu_layers=-1, n_batch=64, use_mmap=True, verbose=False).close()
+
+# after close(): a clear error, a RuntimeError
+llm.close()
+for fn, a in ((llm, (QR,)), (llm.tokenize, (b"x",)), (llm.create_chat_completion, (msgs,)), (llm.n_vocab, ())):
+    raises(refusion.ClosedError, "closed", fn, *a)
+check(issubclass(refusion.ClosedError, RuntimeError), "ClosedError is not a RuntimeError")
+llm.close()  # twice: nothing
+print("api_python (Llama): %d failed" % fails)
+sys.exit(1 if fails else 0)
+PY
+rc4=$?
+grep "^FAIL" "$T/llama.err" >&2
+grep -v "^FAIL" "$T/llama.err" | grep -q . && { echo "FAIL: stderr of the Llama tests: $(grep -v "^FAIL" "$T/llama.err" | tail -20)"; rc4=1; }
+[ -s "$T/llama.out" ] || { echo "FAIL: the Llama tests did not finish"; rc4=1; }
+
+# ---- docs/python.md: its ```python examples run as written (from the source tree) -------------
+python3 - "$SRC/docs/python.md" "$T/doc.py" <<'PY'
+import re, sys
+blocks = re.findall(r"^```python\n(.*?)^```", open(sys.argv[1]).read(), re.S | re.M)
+open(sys.argv[2], "w").write("\n".join(blocks))
+sys.exit(0 if len(blocks) >= 3 else 1)
+PY
+[ $? -eq 0 ] && ok || bad "docs/python.md: fewer than 3 python examples"
+(cd "$SRC" && "${NOENV[@]}" "$T/v1/bin/python" "$T/doc.py" >"$T/doc.out" 2>"$T/doc.err") && ok ||
+  bad "docs/python.md's examples: $(tail -5 "$T/doc.err")"
+[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $fails -eq 0 ]

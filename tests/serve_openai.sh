@@ -180,7 +180,8 @@ async function status(f) { try { await f(); return 200; } catch (e) { return e; 
   try { tc = await client.chat.completions.create({ model, messages: toolMsgs, max_tokens: 8, mode: 'ar' }); }
   catch (e) { ok(false, `tool calls in the history refused: ${e.status} ${JSON.stringify(e.error)}`); }
   if (tc && ref.text) {
-    const viaText = await client.completions.create({ model, prompt: ref.text, max_tokens: 8, mode: 'ar' });
+    // the reference text's markers are the template's: parsed as special tokens, as asked
+    const viaText = await client.completions.create({ model, prompt: ref.text, max_tokens: 8, mode: 'ar', parse_special: true });
     ok(tc.usage.prompt_tokens === viaText.usage.prompt_tokens && tc.choices[0].message.content === viaText.choices[0].text,
        `tool calls rendered unlike Qwen3's template: ${tc.usage.prompt_tokens} prompt tokens vs ${viaText.usage.prompt_tokens}`);
   }

@@ -14,7 +14,7 @@ AR_VERIFY = {"off": 0, "correct": 1, "first": 2, "both": 3}
 (the rf_params fields they set)."""
 
 # rf_params fields a caller does not set: the binding owns them
-_INTERNAL = ("method", "on_tokens", "user", "cancel", "on_event", "ws", "call_cost", "n_call_cost")
+_INTERNAL = ("method", "on_tokens", "user", "cancel", "on_event", "ws", "call_cost", "n_call_cost", "constraint")
 
 
 def _ids(seq):

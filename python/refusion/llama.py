@@ -140,15 +140,19 @@ class Llama:
         self.chat_format = chat_format
         self._model = Model(self.model_path, lib=lib,
                             chat_template="builtin" if chat_format == "chatml" else chat_template)
-        self._n_ctx = min(n_ctx, self._model.n_ctx) if n_ctx else self._model.n_ctx
-        self.n_threads = n_threads
-        self._session = self._model._shared_session()
-        self._session.threads = n_threads or 0
-        self._recommended = self._model.recommended()
-        self._settings = dict(kwargs)  # ReFusion settings given here: every call's defaults
-        if last_n_tokens_size is not None:
-            self._settings["penalty_last_n"] = last_n_tokens_size
-        self._base = settings_params(self._recommended, self._settings)  # checked now, not at the first call
+        try:
+            self._n_ctx = min(n_ctx, self._model.n_ctx) if n_ctx else self._model.n_ctx
+            self.n_threads = n_threads
+            self._session = self._model._shared_session()
+            self._session.threads = n_threads or 0
+            self._recommended = self._model.recommended()
+            self._settings = dict(kwargs)  # ReFusion settings given here: every call's defaults
+            if last_n_tokens_size is not None:
+                self._settings["penalty_last_n"] = last_n_tokens_size
+            self._base = settings_params(self._recommended, self._settings)  # checked now, not at the first call
+        except BaseException:
+            self._model.close()
+            raise
         self._seed = None
         self.set_seed(seed)
         if verbose:

@@ -12,6 +12,7 @@
 
 #include "decode/decode.h"
 #include "decode/decode_impl.h" /* rf_gen_mem_bytes */
+#include "grammar/constraint.h"
 #include "model/model.h"
 #include "api/api_internal.h"
 #include "model/workspace.h"
@@ -124,6 +125,25 @@ RF_API int rf_tokenizer_set_chat_template(refusion_tokenizer *t, const char *spe
     rc = rf_tok_set_chat_template(t->t, spec);
     END_CATCH();
     return rc ? RF_ERR_INVALID : 0;
+}
+
+/* a constraint from GBNF (json 0) or a JSON schema's text (json 1) */
+static rf_constraint *constraint_new(const refusion_tokenizer *t, const char *text, int json) {
+    if (!t || !text) {
+        rf_set_error("%s: bad arguments", json ? "rf_constraint_json_schema" : "rf_constraint_gbnf");
+        return NULL;
+    }
+    rf_constraint *volatile c = NULL;
+    CATCH_DIE(return NULL);
+    c = json ? rf_constraint_from_json_schema(t->t, text, strlen(text)) : rf_constraint_from_gbnf(t->t, text, strlen(text));
+    END_CATCH();
+    return c;
+}
+RF_API rf_constraint *rf_constraint_gbnf(const refusion_tokenizer *t, const char *gbnf) {
+    return constraint_new(t, gbnf, 0);
+}
+RF_API rf_constraint *rf_constraint_json_schema(const refusion_tokenizer *t, const char *schema_json) {
+    return constraint_new(t, schema_json, 1);
 }
 
 RF_API void rf_tokenizer_close(refusion_tokenizer *t) {
@@ -412,6 +432,7 @@ static const rf_field params_fields[] = {
     FIELD(rf_params, FLOAT, presence_penalty) FIELD(rf_params, FLOAT, frequency_penalty)
     FIELD(rf_params, INT, penalty_last_n) FIELD(rf_params, PTR, on_tokens) FIELD(rf_params, PTR, on_event)
     FIELD(rf_params, PTR, user) FIELD(rf_params, PTR, cancel) FIELD(rf_params, PTR, ws)
+    FIELD(rf_params, PTR, constraint)
     {NULL, 0, 0}};
 static const rf_field stats_fields[] = {
     FIELD(rf_stats, INT, n_tokens) FIELD(rf_stats, INT, hit_eos) FIELD(rf_stats, INT, n_calls)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -29,8 +30,11 @@ static void usage(FILE *f) {
             "                        OUT ends in .gguf)\n"
             "  --format gguf         OUT is one GGUF file as llama.cpp writes it (architecture\n"
             "                        qwen3, the tokenizer in its metadata, ReFusion's mask and\n"
-            "                        begin tokens kept): --dtype bf16|f16|f32|q8_0|q4_0. Norms stay\n"
-            "                        f32; with q4_0 the output matrix (token_embd when tied) is q8_0.\n"
+            "                        begin tokens kept): --dtype bf16|f16|f32|q8_0|q6_k|q4_k_m|q4_0.\n"
+            "                        Norms stay f32; q6_k and q4_k_m are llama-quantize's mixes\n"
+            "                        (q4_k_m: q6_k output, attn_v and ffn_down of some layers;\n"
+            "                        rows not whole 256-blocks in q5_0 / q8_0); with q4_0 the\n"
+            "                        output matrix (token_embd when tied) is q8_0.\n"
             "  --name NAME           general.name of the GGUF file (default: IN's base name)\n"
             "  --progress / --no-progress  bytes written on stderr (default: when stderr is a terminal)\n");
 }
@@ -103,14 +107,17 @@ int cmd_convert(int argc, char **argv) {
         fprintf(stderr, "refusion: convert: --format must be safetensors or gguf, got '%s'\n", format);
         return 2;
     }
-    if (!strcmp(dt, "q8_0") || !strcmp(dt, "Q8_0")) dtype = RF_Q8_0;
-    else if (!strcmp(dt, "q4_0") || !strcmp(dt, "Q4_0")) dtype = RF_Q4_0;
+    /* the GGUF block types: llama.cpp's ftype names (q4_k_m: its Q4_K_M mix) */
+    if (!strcasecmp(dt, "q8_0")) dtype = RF_Q8_0;
+    else if (!strcasecmp(dt, "q4_0")) dtype = RF_Q4_0;
+    else if (!strcasecmp(dt, "q4_k_m")) dtype = RF_Q4_K;
+    else if (!strcasecmp(dt, "q6_k")) dtype = RF_Q6_K;
     else if (rf_dtype_parse(dt, &dtype)) {
         fprintf(stderr, "refusion: convert: --dtype must be bf16, f16, f32%s, got '%s'\n",
-                gguf ? ", q8_0 or q4_0" : "", dt);
+                gguf ? ", q8_0, q6_k, q4_k_m or q4_0 (other llama.cpp types: llama-quantize from an f16 GGUF)" : "", dt);
         return 2;
     }
-    if (!gguf && (dtype == RF_Q8_0 || dtype == RF_Q4_0)) {
+    if (!gguf && rf_dtype_is_quant(dtype)) {
         fprintf(stderr, "refusion: convert: --dtype %s needs --format gguf (safetensors has no "
                 "ggml block types)\n", dt);
         return 2;
@@ -131,8 +138,8 @@ int cmd_convert(int argc, char **argv) {
         return 1;
     }
     if (gguf) {
-        /* Q8_0 / Q4_0: 34 / 18 bytes per 32 weights */
-        double per = dtype == RF_Q8_0 ? 34.0 / 32 : dtype == RF_Q4_0 ? 18.0 / 32 : (double)rf_dtype_size(dtype);
+        /* block types: their bytes per weight (the mixes' extra bits aside) */
+        double per = rf_dtype_bits(dtype) / 8;
         rf_progress *pg = rf_progress_start("convert", out, rf_config_n_params(&m.cfg) * per, progress);
         int grc = convert_gguf(&m, in, out, dtype, name);
         rf_progress_stop(pg);

@@ -517,6 +517,32 @@ static int chat_repl(gen_ctx *g) {
     return rc;
 }
 
+/* --grammar / --grammar-file / --json-schema into g->d.gen.constraint
+ * (one error line and -1 when it cannot be built) */
+static int grammar_setup(gen_ctx *g, const char *cmd) {
+    const rf_decode_opts *d = &g->d;
+    if (!d->grammar && !d->grammar_file && !d->json_schema) return 0;
+    const char *opt = d->grammar ? "--grammar" : d->grammar_file ? "--grammar-file" : "--json-schema";
+    if (!g->tok) {
+        fprintf(stderr, "refusion: %s: %s needs the model's tokenizer (the grammar reads token bytes)\n", cmd, opt);
+        return -1;
+    }
+    char *file = NULL;
+    if (d->grammar_file && !(file = rf_read_text(d->grammar_file))) {
+        fprintf(stderr, "refusion: %s: --grammar-file: %s\n", cmd, rf_last_error());
+        return -1;
+    }
+    rf_constraint *c = d->json_schema ? rf_constraint_json_schema(g->tok, d->json_schema)
+                                      : rf_constraint_gbnf(g->tok, file ? file : d->grammar);
+    free(file);
+    if (!c) {
+        fprintf(stderr, "refusion: %s: %s: %s\n", cmd, opt, rf_last_error());
+        return -1;
+    }
+    g->d.gen.constraint = c;
+    return 0;
+}
+
 static int generate_main(int argc, char **argv, int interactive) {
     const char *cmd = interactive ? "chat" : "generate";
     gen_ctx g;
@@ -609,6 +635,7 @@ static int generate_main(int argc, char **argv, int interactive) {
         goto out;
     }
     if (g.tok) rf_tokenizer_set_special_in_content(g.tok, tpl.special_in_content);
+    if (grammar_setup(&g, cmd)) goto out;
     if (!(g.sess = rf_session_new(g.m))) {
         fprintf(stderr, "refusion: %s\n", rf_last_error());
         goto out;
@@ -667,6 +694,7 @@ out:
     free(prompt);
     free(file_text);
     rf_session_free(g.sess);
+    rf_constraint_free((rf_constraint *)g.d.gen.constraint);
     rf_tokenizer_close(g.tok);
     rf_model_close(g.m);
     return rc;

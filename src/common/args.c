@@ -85,6 +85,14 @@ const rf_opt rf_decode_table[] = {
     {"generation-config", 0, NULL, NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(generation_config), "FILE|none",
      "the recommended settings to start from (default: the model directory's generation_config.json; "
      "none: the built-in defaults); flags override them"},
+    {"grammar", 0, NULL, NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(grammar), "GBNF",
+     "generate: the answer is a sentence of this grammar (llama.cpp's GBNF, start symbol root; "
+     "docs/grammar.md); ar decoding and --rolling (the same answer), refused by plan-and-infill and mdm"},
+    {"grammar-file", 0, NULL, NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(grammar_file), "FILE",
+     "generate: --grammar read from FILE"},
+    {"json-schema", 'j', NULL, NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(json_schema), "JSON",
+     "generate: the answer is a JSON document valid under this JSON schema (a schema keyword it cannot "
+     "enforce is refused, naming it: docs/grammar.md)"},
     {"hf-repo", 0, NULL, NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(hf_repo), "REPO",
      "refused: nothing is downloaded (download the checkpoint yourself and give it with -m)"},
 };
@@ -301,6 +309,15 @@ int rf_decode_opts_cli(const char *cmd, rf_decode_opts *d) {
         fprintf(stderr, "refusion: %s: -hf %s: this build downloads nothing; fetch the checkpoint yourself "
                         "(e.g. `huggingface-cli download %s --local-dir DIR`) and give it with -m DIR\n",
                 cmd, d->hf_repo, d->hf_repo);
+        return -1;
+    }
+    int n_grammars = (d->grammar != NULL) + (d->grammar_file != NULL) + (d->json_schema != NULL);
+    if (n_grammars && strcmp(cmd, "generate") && strcmp(cmd, "chat")) {
+        fprintf(stderr, "refusion: %s: --grammar, --grammar-file and --json-schema are for generate and chat\n", cmd);
+        return -1;
+    }
+    if (n_grammars > 1) {
+        fprintf(stderr, "refusion: %s: give at most one of --grammar, --grammar-file and --json-schema\n", cmd);
         return -1;
     }
     if (d->n_gpu_layers)

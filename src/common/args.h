@@ -82,6 +82,10 @@ typedef struct {
     const char *hf_repo;  /* llama.cpp's -hf: refused (no downloads) */
     const char *generation_config; /* --generation-config FILE|none (NULL: the model's) */
     int config_eos;       /* generation_config.json's eos_token_id (-1: none given) */
+    /* the answer's grammar (generate and chat; at most one of them) */
+    const char *grammar;      /* --grammar GBNF */
+    const char *grammar_file; /* --grammar-file FILE */
+    const char *json_schema;  /* -j / --json-schema JSON */
     unsigned char src[RF_DECODE_ROWS_MAX]; /* RF_SRC_* of each rf_decode_table row */
 } rf_decode_opts;
 

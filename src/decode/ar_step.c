@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "decode/ar_step.h"
+#include "decode/constraint.h"
 #include "decode/decode_impl.h"
 
 enum { PREFILL_CHUNK = 256 }; /* the widest prompt chunk (ar.c sizes its run state by it) */
@@ -32,6 +33,9 @@ struct rf_ar_seq {
     int done;
     int feed_tok, feed_pos; /* the next decode call's token */
     int last_n;     /* tokens handed out by the last rf_ar_seq_next */
+    rf_constraint_run *cr; /* p.constraint's run, NULL without one */
+    float *masked;  /* [V] the row the constraint masks */
+    char *error;    /* why the answer stopped (the constraint failed), NULL if it did not */
 };
 
 rf_ar_seq *rf_ar_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p) {
@@ -52,6 +56,14 @@ rf_ar_seq *rf_ar_seq_new_reusing(const rf_model *m, const int *prompt, int n_pro
     rf_workspace_kv_init(p->ws, &q->kv, &m->cfg, n_prompt + q->G);
     rf_rng_seed(&q->rng, p->seed);
     ans_init(&q->ans, &q->p, q->G, q->eos);
+    if (p->constraint) {
+        if (!(q->cr = rf_constraint_run_new(p->constraint, q->eos, q->V))) {
+            ans_free(&q->ans);
+            rf_scoped_free(q->prompt), rf_scoped_free(q);
+            return NULL;
+        }
+        q->masked = rf_scoped_malloc((size_t)q->V * sizeof(float));
+    }
     q->st = ans_step(&q->ans, 0); /* the prefill's step, as gen_prefill opens it */
     /* a reused prefix: its entries as a prefill would have computed them
      * (the same tokens at the same positions 0..n_reuse-1) */
@@ -101,7 +113,19 @@ rf_kvcache *rf_ar_seq_kv(rf_ar_seq *q) { return &q->kv; }
 /* Draw answer token n_ans from logits. */
 static void draw(rf_ar_seq *q, const float *logits) {
     int i = q->n_ans;
+    if (q->cr) { /* the grammar's mask on a copy of the row */
+        memcpy(q->masked, logits, (size_t)q->V * sizeof(float));
+        logits = q->masked;
+        if (rf_constraint_run_mask(q->cr, q->masked)) {
+            q->error = rf_strdup(rf_last_error()), q->done = 1;
+            return;
+        }
+    }
     int t = rf_sample_token(logits, q->V, &q->p, q->prompt, q->n_prompt, q->ans.tok, i, &q->rng);
+    if (q->cr && rf_constraint_run_accept(q->cr, t)) {
+        q->error = rf_strdup(rf_last_error()), q->done = 1;
+        return;
+    }
     ans_fill(&q->ans, i, t);
     q->st->tpf_ref = 1.0;
     ans_event(&q->ans, RF_EV_AR_TOKEN, i, 1, &i, &t, NULL);
@@ -130,8 +154,20 @@ int rf_ar_seq_after(rf_ar_seq *q, const float *logits) {
 
 int rf_ar_seq_done(const rf_ar_seq *q) { return q->done; }
 
+static void release_constraint(rf_ar_seq *q) {
+    rf_constraint_run_free(q->cr);
+    if (q->masked) rf_scoped_free(q->masked);
+    free(q->error);
+}
+
 int rf_ar_seq_finish(rf_ar_seq *q, rf_gen_result *out) {
-    int rc = ans_finish(&q->ans, q->n_prompt, out);
+    int rc;
+    if (q->error) {
+        rf_set_error("%s", q->error);
+        memset(out, 0, sizeof *out);
+        rc = ans_end(&q->ans, -1, q->n_prompt, out);
+    } else rc = ans_finish(&q->ans, q->n_prompt, out);
+    release_constraint(q);
     rf_kv_free(&q->kv);
     rf_scoped_free(q->prompt);
     rf_scoped_free(q);
@@ -141,6 +177,7 @@ int rf_ar_seq_finish(rf_ar_seq *q, rf_gen_result *out) {
 void rf_ar_seq_free(rf_ar_seq *q) {
     if (!q) return;
     ans_free(&q->ans);
+    release_constraint(q);
     rf_kv_free(&q->kv);
     rf_scoped_free(q->prompt);
     rf_scoped_free(q);

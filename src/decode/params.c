@@ -39,6 +39,12 @@ int rf_gen_check_settings(const rf_gen_params *p) {
         rf_set_error("unknown method %d", (int)p->method);
         return -1;
     }
+    if (p->constraint && p->method != RF_METHOD_AR && !(p->method == RF_METHOD_REFUSION && p->rolling)) {
+        rf_set_error("a grammar constrains AR decoding and the rolling slot only: %s refuses it "
+                     "(docs/refusion.md, constrained decoding)",
+                     p->method == RF_METHOD_MDM ? "MDM" : "plan-and-infill");
+        return -1;
+    }
     if (p->eos_id < RF_ID_FROM_MODEL) {
         rf_set_error("eos_id must be a token id, -1 (none) or RF_TOKEN_FROM_MODEL, got %d", p->eos_id);
         return -1;

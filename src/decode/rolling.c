@@ -24,6 +24,13 @@
  * and seed, token for token: ReFusion here only changes how many tokens one
  * call yields (tests/decode_rolling.c checks this on random models).
  *
+ * Under a grammar (p->constraint) the AR head's row at each position is
+ * masked as AR decoding masks it before the draw, and the grammar advances
+ * by each committed token, so the answer is constrained AR decoding's.
+ * Drafts are fed only while the grammar takes them from the committed
+ * state: a draft it refuses cannot equal the masked draw, so cutting the
+ * call there saves work without changing any answer.
+ *
  * Drafts for the next call: when every fed draft passed, the masks behind
  * them saw the right prefix: their argmaxes (from the second mask on; the
  * first mask's position is the token just committed) are the new drafts.
@@ -38,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode/constraint.h"
 #include "decode/decode_impl.h"
 #include "decode/rolling_step.h"
 #include "model/forward.h"
@@ -185,6 +193,9 @@ struct rf_roll_seq {
     int n_call;            /* its tokens, 1 + k + w */
     int last_n;            /* tokens handed out by the last rf_roll_seq_next */
     int pre_w;             /* masks after the prompt's last chunk (that call's w) */
+    rf_constraint_run *cr; /* p->constraint's run, NULL without one */
+    float *masked;         /* [V] the row the constraint masks */
+    char *error;           /* why the answer stopped (the constraint failed), NULL if it did not */
     double t0;             /* when they were */
 };
 
@@ -209,6 +220,15 @@ rf_roll_seq *rf_roll_seq_new_reusing(const rf_model *m, const int *prompt, int n
     q->draft = rf_scoped_malloc((size_t)2 * W * sizeof(int));
     q->conf = rf_scoped_malloc((size_t)2 * W * sizeof(float));
     q->ap = rf_scoped_malloc((size_t)2 * W * sizeof(int));
+    if (p->constraint) {
+        if (!(q->cr = rf_constraint_run_new(p->constraint, q->eos, q->V))) {
+            rf_kv_free(&q->kv);
+            rf_scoped_free(q->tok), rf_scoped_free(q->pos), rf_scoped_free(q->draft), rf_scoped_free(q->conf),
+                rf_scoped_free(q->ap), rf_scoped_free(q);
+            return NULL;
+        }
+        q->masked = rf_scoped_malloc((size_t)q->V * sizeof(float));
+    }
     policy_init(&q->pol, p);
     rf_rng_seed(&q->rng, p->seed);
     ans_init(&q->ans, &q->p, q->G, q->eos);
@@ -305,7 +325,14 @@ static void roll_commit(rf_roll_seq *q, const float *logits) {
      * every draft passed, the position after them) gets the drawn token. */
     int j = 0, a0 = q->n_ans;
     for (;;) {
-        int t = rf_sample_token(logits + (size_t)j * V, V, p, q->prompt, q->n_prompt, ans->tok, q->n_ans, &q->rng);
+        const float *row = logits + (size_t)j * V;
+        if (q->cr) { /* the grammar's mask on a copy of the row */
+            memcpy(q->masked, row, (size_t)V * sizeof(float));
+            row = q->masked;
+            if (rf_constraint_run_mask(q->cr, q->masked)) break;
+        }
+        int t = rf_sample_token(row, V, p, q->prompt, q->n_prompt, ans->tok, q->n_ans, &q->rng);
+        if (q->cr && rf_constraint_run_accept(q->cr, t)) break;
         int pass = j < k && draft[j] == t;
         if (j < k && p->draft_adaptive) policy_seen(&q->pol, j, conf[j], q->stale, pass);
         ans_fill(ans, q->n_ans, t);
@@ -314,6 +341,9 @@ static void roll_commit(rf_roll_seq *q, const float *logits) {
         if (t == eos || q->n_ans >= G) q->done = 1;
         if (!pass || q->done) break;
         j++;
+    }
+    if (q->cr && !q->done && q->n_ans - a0 == j) { /* the grammar failed (bounds) before the position's draw */
+        q->error = rf_strdup(rf_last_error()), q->done = 1;
     }
     int n_new = q->n_ans - a0;
     q->st->tokens = n_new, q->st->tpf_ref = n_new;
@@ -352,6 +382,7 @@ static void roll_commit(rf_roll_seq *q, const float *logits) {
     int kn = q->nd < Wc - 1 ? q->nd : Wc - 1;
     if (!q->fresh && kn > STALE_DRAFTS) kn = STALE_DRAFTS;
     if (kn > room) kn = room;
+    if (q->cr && kn > 0) kn = rf_constraint_run_prefix(q->cr, draft, kn);
     for (int i = 0; i < kn; i++)
         if (!(conf[i] > p->slot_threshold)) {
             kn = i;
@@ -394,6 +425,9 @@ int rf_roll_seq_after(rf_roll_seq *q, const float *logits) {
 }
 
 static void roll_release(rf_roll_seq *q) {
+    rf_constraint_run_free(q->cr);
+    if (q->masked) rf_scoped_free(q->masked);
+    free(q->error);
     rf_scoped_free(q->tok), rf_scoped_free(q->pos), rf_scoped_free(q->draft), rf_scoped_free(q->conf),
         rf_scoped_free(q->ap);
     rf_kv_free(&q->kv);
@@ -401,7 +435,12 @@ static void roll_release(rf_roll_seq *q) {
 }
 
 int rf_roll_seq_finish(rf_roll_seq *q, rf_gen_result *out) {
-    int rc = ans_finish(&q->ans, q->n_prompt, out);
+    int rc;
+    if (q->error) {
+        rf_set_error("%s", q->error);
+        memset(out, 0, sizeof *out);
+        rc = ans_end(&q->ans, -1, q->n_prompt, out);
+    } else rc = ans_finish(&q->ans, q->n_prompt, out);
     roll_release(q);
     return rc;
 }

@@ -453,7 +453,7 @@ static const char *const ANNOTATIONS[] = {"title", "description", "default", "ex
 static const char *const HANDLED[] = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
                                       "properties", "required", "additionalProperties", "items", "prefixItems",
                                       "minItems", "maxItems", "minLength", "maxLength", "pattern", "minimum",
-                                      "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+                                      "maximum", "exclusiveMinimum", "exclusiveMaximum", "format", NULL};
 
 static int in_list(const char *k, const char *const *list) {
     for (int i = 0; list[i]; i++)

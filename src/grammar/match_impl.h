@@ -23,6 +23,15 @@ typedef struct {
 } gm_cache_entry;
 enum { GM_CACHE = 32 };
 
+/* an interned stack set with its byte transitions, filled as the trie
+ * walks ask for them */
+typedef struct {
+    int off, len;     /* its stacks: set_pool[off .. + len) */
+    uint64_t top[4];  /* the bytes some stack of it takes */
+    int *trans;       /* [256] the set after byte b: a set id, GS_EMPTY, or GS_UNKNOWN; NULL: none known */
+} gset;
+enum { GS_EMPTY = -1, GS_UNKNOWN = -3, GS_FLUSH_AT = 8192, GS_MAX = 65536 };
+
 struct rf_gmatch {
     const rf_grammar *g;
     gnode *nodes;
@@ -37,6 +46,10 @@ struct rf_gmatch {
     int *tmp, cap_tmp;
     gm_cache_entry cache[GM_CACHE];
     int cache_next;
+    gset *sets;
+    int n_sets, cap_sets;
+    int *set_pool, n_set_pool, cap_set_pool;
+    int *set_htab, set_hcap;
 };
 
 /* the node after stack x's top took a byte (its expansion memoised), or -1 */

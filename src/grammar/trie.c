@@ -3,9 +3,12 @@
  * stack set the automaton's step of its parent's by the node's byte; a
  * subtree is skipped as soon as the set is empty, so the work is the
  * number of trie nodes whose bytes the grammar can still take (not the
- * vocabulary times its token lengths). The answers of the last GM_CACHE
- * states are kept per run: JSON strings, numbers and whitespace return to
- * the same state again and again. */
+ * vocabulary times its token lengths). Stack sets are interned per run with
+ * their byte transitions, filled in as walks ask for them: inside a JSON
+ * string every character leads back to the same set, so a walk is mostly
+ * table lookups. The answers of the last GM_CACHE states are kept as well.
+ * The interned sets are dropped between walks once there are more than
+ * GS_FLUSH_AT (memory stays bounded on long answers). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,9 +117,17 @@ static uint64_t set_hash(const int *ids, int n) {
     return h;
 }
 
+static void sets_clear(rf_gmatch *m) {
+    for (int i = 0; i < m->n_sets; i++) free(m->sets[i].trans);
+    m->n_sets = 0, m->n_set_pool = 0;
+    if (m->set_htab) memset(m->set_htab, 0, (size_t)m->set_hcap * sizeof *m->set_htab);
+}
+
 void gm_cache_free(rf_gmatch *m) {
     for (int i = 0; i < GM_CACHE; i++) free(m->cache[i].ids), free(m->cache[i].bits);
     memset(m->cache, 0, sizeof m->cache);
+    sets_clear(m);
+    free(m->sets), free(m->set_pool), free(m->set_htab);
 }
 
 /* the union of the top byte sets of a stack set */
@@ -129,39 +140,86 @@ static void top_bytes(const rf_gmatch *m, const int *ids, int n, uint64_t u[4]) 
     }
 }
 
+static void set_rehash(rf_gmatch *m) {
+    int cap = m->set_hcap ? 2 * m->set_hcap : 1024;
+    free(m->set_htab);
+    m->set_htab = rf_calloc((size_t)cap, sizeof *m->set_htab);
+    m->set_hcap = cap;
+    for (int i = 0; i < m->n_sets; i++) {
+        uint32_t h = (uint32_t)set_hash(m->set_pool + m->sets[i].off, m->sets[i].len) & (cap - 1);
+        while (m->set_htab[h]) h = (h + 1) & (cap - 1);
+        m->set_htab[h] = i + 1;
+    }
+}
+
+/* the id of the stack set ids[0..n) (sorted), -2 past GS_MAX (error set) */
+static int set_intern(rf_gmatch *m, const int *ids, int n) {
+    if (2 * (m->n_sets + 1) > m->set_hcap) set_rehash(m);
+    uint32_t h = (uint32_t)set_hash(ids, n) & (m->set_hcap - 1);
+    for (; m->set_htab[h]; h = (h + 1) & (m->set_hcap - 1)) {
+        const gset *s = &m->sets[m->set_htab[h] - 1];
+        if (s->len == n && !memcmp(m->set_pool + s->off, ids, (size_t)n * sizeof *ids)) return m->set_htab[h] - 1;
+    }
+    if (m->n_sets >= GS_MAX) {
+        rf_set_error("grammar: more than %d parser states in one step (the grammar is too ambiguous)", GS_MAX);
+        return -2;
+    }
+    m->sets = rf_grow(m->sets, sizeof *m->sets, m->n_sets, &m->cap_sets, 256);
+    while (m->n_set_pool + n + 1 > m->cap_set_pool)
+        m->set_pool = rf_grow(m->set_pool, sizeof *m->set_pool, m->cap_set_pool, &m->cap_set_pool, 4096);
+    gset *s = &m->sets[m->n_sets];
+    s->off = m->n_set_pool, s->len = n, s->trans = NULL;
+    memcpy(m->set_pool + s->off, ids, (size_t)n * sizeof *ids);
+    m->n_set_pool += n;
+    top_bytes(m, ids, n, s->top);
+    m->set_htab[h] = m->n_sets + 1;
+    return m->n_sets++;
+}
+
+/* the set after byte b from set sid: an id, GS_EMPTY, or -2 (error) */
+static int set_step(rf_gmatch *m, int sid, uint8_t b, int **scratch, int *cap_scratch) {
+    if (!(m->sets[sid].top[b >> 6] >> (b & 63) & 1)) return GS_EMPTY;
+    if (!m->sets[sid].trans) {
+        m->sets[sid].trans = rf_malloc(256 * sizeof(int));
+        for (int i = 0; i < 256; i++) m->sets[sid].trans[i] = GS_UNKNOWN;
+    }
+    int r = m->sets[sid].trans[b];
+    if (r != GS_UNKNOWN) return r;
+    int n = 0;
+    /* the input set is copied out: interning may move the pool */
+    int len = m->sets[sid].len, *in = rf_malloc(((size_t)len + 1) * sizeof *in);
+    memcpy(in, m->set_pool + m->sets[sid].off, (size_t)len * sizeof *in);
+    int rc = gm_step(m, in, len, b, scratch, &n, cap_scratch);
+    free(in);
+    if (rc) return -2;
+    r = n ? set_intern(m, *scratch, n) : GS_EMPTY;
+    if (r == -2) return -2;
+    m->sets[sid].trans[b] = r;
+    return r;
+}
+
 static int walk(rf_gmatch *m, const rf_token_trie *t, uint64_t *bits) {
+    if (m->n_sets > GS_FLUSH_AT) sets_clear(m);
     const int D = t->max_len + 1;
-    int *off = rf_malloc((size_t)D * sizeof *off), *len = rf_malloc((size_t)D * sizeof *len);
-    uint64_t (*uni)[4] = rf_malloc((size_t)D * sizeof *uni);
-    int *buf = NULL, n_buf = 0, cap_buf = 0, *step = NULL, n_step = 0, cap_step = 0, rc = 0;
-    buf = rf_grow(buf, sizeof *buf, 0, &cap_buf, m->n_cur + 64);
-    memcpy(buf, m->cur, (size_t)m->n_cur * sizeof *buf);
-    off[0] = 0, len[0] = m->n_cur, n_buf = m->n_cur;
-    top_bytes(m, m->cur, m->n_cur, uni[0]);
-    for (int i = 1; i < t->n_nodes;) {
+    int *sid = rf_malloc((size_t)D * sizeof *sid), *scratch = NULL, cap_scratch = 0, rc = 0;
+    sid[0] = set_intern(m, m->cur, m->n_cur);
+    if (sid[0] < 0) rc = -1;
+    for (int i = 1; i < t->n_nodes && !rc;) {
         int d = t->depth[i];
-        uint8_t b = t->byte[i];
-        n_buf = off[d - 1] + len[d - 1]; /* the sets of depths >= d are gone */
-        if (!(uni[d - 1][b >> 6] >> (b & 63) & 1)) {
-            i = t->end[i];
-            continue;
-        }
-        if (gm_step(m, buf + off[d - 1], len[d - 1], b, &step, &n_step, &cap_step)) {
+        int s = set_step(m, sid[d - 1], t->byte[i], &scratch, &cap_scratch);
+        if (s == -2) {
             rc = -1;
             break;
         }
-        if (n_step == 0) {
+        if (s == GS_EMPTY) {
             i = t->end[i];
             continue;
         }
         for (int k = t->tok0[i]; k < t->tok0[i + 1]; k++) bits[t->toks[k] >> 6] |= 1ull << (t->toks[k] & 63);
-        while (n_buf + n_step > cap_buf) buf = rf_grow(buf, sizeof *buf, cap_buf, &cap_buf, 64);
-        memcpy(buf + n_buf, step, (size_t)n_step * sizeof *buf);
-        off[d] = n_buf, len[d] = n_step;
-        top_bytes(m, step, n_step, uni[d]);
+        sid[d] = s;
         i++;
     }
-    free(off), free(len), free(uni), free(buf), free(step);
+    free(sid), free(scratch);
     return rc;
 }
 

@@ -26,27 +26,9 @@
 /* a sane bound for metadata keys */
 #define RF_GGUF_MAX_KEY 4096
 
-uint32_t rf_gguf_ggml_type(rf_dtype t) {
-    switch (t) {
-    case RF_F32: return RF_GGML_F32;
-    case RF_F16: return RF_GGML_F16;
-    case RF_BF16: return RF_GGML_BF16;
-    case RF_Q8_0: return RF_GGML_Q8_0;
-    case RF_Q4_0: return RF_GGML_Q4_0;
-    }
-    return UINT32_MAX;
-}
+uint32_t rf_gguf_ggml_type(rf_dtype t) { return rf_dtype_ggml_id(t); }
 
-int rf_gguf_dtype(uint32_t ggml_type, rf_dtype *out) {
-    switch (ggml_type) {
-    case RF_GGML_F32: *out = RF_F32; return 0;
-    case RF_GGML_F16: *out = RF_F16; return 0;
-    case RF_GGML_BF16: *out = RF_BF16; return 0;
-    case RF_GGML_Q8_0: *out = RF_Q8_0; return 0;
-    case RF_GGML_Q4_0: *out = RF_Q4_0; return 0;
-    }
-    return -1;
-}
+int rf_gguf_dtype(uint32_t ggml_type, rf_dtype *out) { return rf_dtype_from_ggml(ggml_type, out); }
 
 /* size of a fixed-size metadata value type, 0 for STRING / ARRAY / unknown */
 static size_t value_size(uint32_t type) {
@@ -240,14 +222,19 @@ static int rd_tensor_info(cursor *c, rf_gguf_tensor *t, int idx) {
     if (rd_u32(c, &ty) || rd_u64(c, &t->offset)) return -1;
     t->ggml_type = ty;
     if (rf_gguf_dtype(ty, &t->dtype)) {
-        rf_set_error("%s: tensor '%s': ggml type %u is not supported (only F32, F16, BF16, Q8_0, "
-                     "Q4_0)", c->path, t->name, ty);
+        const char *tn = rf_ggml_type_name(ty);
+        if (tn)
+            rf_set_error("%s: tensor '%s': ggml type %s is not supported (re-quantize the f16 or bf16 model "
+                         "with llama-quantize to one of %s)", c->path, t->name, tn, RF_GGUF_READ_TYPES);
+        else
+            rf_set_error("%s: tensor '%s': ggml type id %u is not a ggml type this reader knows (types read: "
+                         "%s)", c->path, t->name, ty, RF_GGUF_READ_TYPES);
         return -1;
     }
     size_t row = rf_dtype_row_bytes(t->dtype, t->ne[0]);
     if (row == 0 && t->ne[0] != 0) {
         rf_set_error("%s: tensor '%s': %s rows of %" PRId64 " weights are not whole blocks of %d",
-                     c->path, t->name, rf_dtype_name(t->dtype), t->ne[0], RF_QK);
+                     c->path, t->name, rf_dtype_name(t->dtype), t->ne[0], rf_dtype_block_elems(t->dtype));
         return -1;
     }
     uint64_t rows = t->ne[0] ? n_el / (uint64_t)t->ne[0] : 0;

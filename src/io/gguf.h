@@ -25,8 +25,11 @@ enum {
     RF_GGUF_FLOAT64 = 12,
 };
 
-/* the ggml tensor types this project reads and writes (ggml.h's ids) */
+/* the ggml tensor types this project reads and writes (ggml.h's ids; the
+ * whole table: formats/dtype.c) */
 enum { RF_GGML_F32 = 0, RF_GGML_F16 = 1, RF_GGML_Q4_0 = 2, RF_GGML_Q8_0 = 8, RF_GGML_BF16 = 30 };
+#define RF_GGUF_READ_TYPES \
+    "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"
 /* ggml type id of a dtype, and back (-1: not one of ours) */
 uint32_t rf_gguf_ggml_type(rf_dtype t);
 int rf_gguf_dtype(uint32_t ggml_type, rf_dtype *out);

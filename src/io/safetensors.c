@@ -26,19 +26,6 @@
 
 /* ---- dtypes ---------------------------------------------------------------- */
 
-size_t rf_dtype_size(rf_dtype t) { return t == RF_F32 ? 4 : 2; }
-
-const char *rf_dtype_name(rf_dtype t) {
-    switch (t) {
-    case RF_F32: return "F32";
-    case RF_F16: return "F16";
-    case RF_BF16: return "BF16";
-    case RF_Q8_0: return "Q8_0";
-    case RF_Q4_0: return "Q4_0";
-    }
-    return "?";
-}
-
 int rf_dtype_parse(const char *s, rf_dtype *out) {
     static const struct { const char *name; rf_dtype t; } names[] = {
         {"F32", RF_F32},  {"float32", RF_F32},  {"f32", RF_F32},   {"fp32", RF_F32},

@@ -49,7 +49,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "io/dtype.h" /* rf_dtype */
+#include "formats/dtype.h" /* rf_dtype */
 
 /* A row-major weight matrix [rows, cols] (torch Linear: [out, in]).
  * packed: NULL, or a copy of a bf16, Q8_0 or Q4_0 W in the panel layout

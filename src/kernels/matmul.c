@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <immintrin.h>
-#include "io/quant.h"
+#include "formats/blocks.h"
 #include "kernels/cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_impl.h"
@@ -312,7 +312,7 @@ int rf_kernels_env_min_tokens(const char *e) {
 }
 
 /* Which kernel a call runs: per weight dtype and the active CPU tier. */
-typedef enum { PATH_NONE, PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX512_BF16, PATH_AVX512_FLOAT, PATH_AVX512_Q, PATH_AMX_BF16, PATH_AMX_Q } mm_path;
+typedef enum { PATH_NONE, PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX2_KQ, PATH_AVX512_BF16, PATH_AVX512_FLOAT, PATH_AVX512_Q, PATH_AMX_BF16, PATH_AMX_Q } mm_path;
 
 /* amx tiles hold 16 tokens: bf16 calls of fewer than RF_AMX_BF16_MIN_N run
  * the avx512 kernels, which stream the weights faster (0.6B shape, bf16, 2
@@ -342,6 +342,7 @@ static mm_path choose_path(rf_dtype dt, int cols, int n) {
     if (dt == RF_BF16 && rf_cpu_tier_active() == RF_CPU_AMX && cols % 32 == 0 && amx_bf16_wanted(n))
         return PATH_AMX_BF16;
     if (dt == RF_Q8_0 || dt == RF_Q4_0) return avx512 ? PATH_AVX512_Q : PATH_AVX2_Q;
+    if (rf_dtype_is_quant(dt)) return PATH_AVX2_KQ; /* the other block types, every tier */
     if (dt == RF_BF16) return avx512 ? PATH_AVX512_BF16 : PATH_AVX2_FLOAT;
     return avx512 ? PATH_AVX512_FLOAT : PATH_AVX2_FLOAT; /* f32, f16 */
 }
@@ -422,6 +423,7 @@ static mm_prep plan(const float *X, const rf_mat *W, int n) {
     switch (p.path) {
     case PATH_AMX_Q: bytes = rf_q_prep_amx_bytes(n, W->cols); break;
     case PATH_AVX2_Q: bytes = rf_q_prep_avx2_bytes(n, W->cols); break;
+    case PATH_AVX2_KQ: bytes = rf_kq_prep_bytes(n, W->cols); break;
     case PATH_AVX512_Q:
         bytes = W->packed ? rf_q8p_prep_avx512_bytes(n, W->cols) : rf_q_prep_avx512_bytes(n, W->cols);
         break;
@@ -443,6 +445,7 @@ static void fill(const mm_prep *p, const float *X, const rf_mat *W, int n, int p
     void *b = (void *)p->xp;
     switch (p->path) {
     case PATH_AVX2_Q: rf_q_prep_avx2(b, X, n, W->cols, part, parts); return;
+    case PATH_AVX2_KQ: rf_kq_prep(b, X, n, W->cols, part, parts); return;
     case PATH_AVX512_Q:
         if (W->packed) {
             rf_q8p_prep_avx512(b, X, n, W->cols, W->dtype, part, parts);
@@ -505,6 +508,7 @@ static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, co
         else
             rf_q_range_avx2(Y, ldy, p->xp, V, n, a, b);
         break;
+    case PATH_AVX2_KQ: rf_kq_range(Y, ldy, p->xp, V, n, a, b); break;
     case PATH_AVX512_Q:
         if (V->packed)
             rf_qp_range_avx512(Y, ldy, p->xp, V, n, a, b);
@@ -657,11 +661,10 @@ void rf_matmul(float *Y, const float *X, const rf_mat *W, int n) {
     rf_matmul_rows(Y, X, W, n, 0, W->rows);
 }
 
-/* Row r of a quantised matrix, dequantised (ggml's formulas, io/quant.c). */
+/* Row r of a quantised matrix, dequantised (ggml's formulas, formats/). */
 static void dequant_row(float *out, const rf_mat *W, int r) {
     const char *row = (const char *)W->data + (size_t)r * rf_dtype_row_bytes(W->dtype, W->cols);
-    if (W->dtype == RF_Q8_0) rf_dequantize_row_q8_0(row, out, W->cols);
-    else rf_dequantize_row_q4_0(row, out, W->cols);
+    rf_dequantize_row(W->dtype, row, out, W->cols);
 }
 
 void rf_matmul_naive(float *Y, const float *X, const rf_mat *W, int n) {

@@ -48,7 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/quant.h"
+#include "formats/blocks.h"
 #include "kernels/matmul_impl.h"
 #include "util/util.h"
 

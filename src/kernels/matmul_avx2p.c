@@ -29,7 +29,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "io/quant.h"
+#include "formats/blocks.h"
 #include "kernels/matmul_impl.h"
 
 #define AI __attribute__((always_inline))

@@ -21,7 +21,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "io/quant.h"
+#include "formats/blocks.h"
 #include "kernels/matmul_impl.h"
 #include "kernels/simd512.h"
 #include "kernels/team.h"

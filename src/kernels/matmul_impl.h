@@ -49,6 +49,16 @@ size_t rf_q_prep_avx2_bytes(int n, int cols);
 /* share part of parts (tokens: its layout is token-major) */
 void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, int part, int parts);
 void rf_q_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
+/* ---- avx2 (matmul_kq.c): the other block types (Q4_1, Q5_0, Q5_1,
+ * IQ4_NL, the K-quants, IQ4_XS), row-major, decoded per block ---- */
+typedef struct {
+    int8_t q[32];
+    float d;      /* activation scale */
+    int16_t s[2]; /* sums of q[0..16) and q[16..32): the weights' mins */
+} rf_xk;          /* one 32-block of one token, 40 bytes */
+size_t rf_kq_prep_bytes(int n, int cols);
+void rf_kq_prep(void *xp, const float *X, int n, int cols, int part, int parts);
+void rf_kq_range(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 /* ---- avx2, W packed (matmul_avx2p.c; a is a multiple of 16) ---- */
 /* bf16: X as it is (f32, no prep) */
 void rf_bf16p_range_avx2(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b);

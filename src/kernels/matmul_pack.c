@@ -13,7 +13,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include "io/quant.h"
+#include "formats/blocks.h"
 #include "kernels/matmul_impl.h"
 #include "util/util.h"
 

@@ -14,7 +14,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "io/quant.h"
+#include "formats/blocks.h"
 #include "kernels/matmul_impl.h"
 #include "kernels/team.h"
 #include "util/util.h"

@@ -231,8 +231,10 @@ static uint32_t file_type(rf_dtype t) {
     case RF_Q4_0: return 2;
     case RF_Q8_0: return 7;
     case RF_BF16: return 32;
+    case RF_Q4_K: return 15; /* the Q4_K_M mix (mix_type) */
+    case RF_Q6_K: return 18;
+    default: return 0; /* not written as a whole file's type */
     }
-    return 0;
 }
 
 /* One tensor being written: a matrix of the model, or an f32 norm vector. */
@@ -244,18 +246,7 @@ typedef struct {
 /* row r of src as f32 */
 static void src_row(const rf_mat *W, int64_t r, float *out) {
     size_t rb = rf_dtype_row_bytes(W->dtype, W->cols);
-    const uint8_t *p = (const uint8_t *)W->data + (size_t)r * rb;
-    switch (W->dtype) {
-    case RF_F32: memcpy(out, p, (size_t)W->cols * 4); break;
-    case RF_BF16:
-        for (int i = 0; i < W->cols; i++) out[i] = rf_bf16_to_f32(((const uint16_t *)p)[i]);
-        break;
-    case RF_F16:
-        for (int i = 0; i < W->cols; i++) out[i] = rf_f16_to_f32(((const uint16_t *)p)[i]);
-        break;
-    case RF_Q8_0: rf_dequantize_row_q8_0(p, out, W->cols); break;
-    case RF_Q4_0: rf_dequantize_row_q4_0(p, out, W->cols); break;
-    }
+    rf_dequantize_row(W->dtype, (const uint8_t *)W->data + (size_t)r * rb, out, W->cols);
 }
 
 static void fill_rows(void *vctx, int64_t row0, int64_t n_rows, void *dst) {
@@ -280,9 +271,37 @@ static void fill_rows(void *vctx, int64_t row0, int64_t n_rows, void *dst) {
             break;
         case RF_Q8_0: rf_quantize_row_q8_0(row, o, cols); break;
         case RF_Q4_0: rf_quantize_row_q4_0(row, o, cols); break;
+        case RF_Q5_0: rf_quantize_row_q5_0(row, o, cols); break;
+        case RF_Q4_K: rf_quantize_row_q4_k(row, o, cols); break;
+        case RF_Q6_K: rf_quantize_row_q6_k(row, o, cols); break;
+        default: break; /* rf_model_gguf_add writes no other type */
         }
     }
     free(row);
+}
+
+/* llama.cpp's choice of the layers that get more bits in its _M mixes:
+ * the first and last eighth and every third one between */
+static int more_bits(int layer, int n_layers) {
+    return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
+/* The type of one matrix in a file of dtype, as llama-quantize picks it
+ * without an importance matrix (llama-quant.cpp): Q4_K is the Q4_K_M mix
+ * (the output matrix, token_embd when tied, Q6_K; attn_v and ffn_down of
+ * the more_bits layers Q6_K; the rest Q4_K), Q6_K all Q6_K; a K-quant row
+ * that is not whole 256-blocks falls back (Q4_K -> Q5_0, Q6_K -> Q8_0). Q4_0
+ * keeps its output matrix in Q8_0 (llama.cpp: Q6_K). */
+static rf_dtype mix_type(rf_dtype dtype, const char *gname, int layer, int n_layers, int is_output, int cols) {
+    if (dtype == RF_Q4_0) return is_output ? RF_Q8_0 : RF_Q4_0;
+    if (dtype != RF_Q4_K && dtype != RF_Q6_K) return dtype;
+    rf_dtype t = dtype;
+    if (is_output) t = RF_Q6_K;
+    else if (dtype == RF_Q4_K && layer >= 0 && more_bits(layer, n_layers) &&
+             (strstr(gname, ".attn_v.") || strstr(gname, ".ffn_down.")))
+        t = RF_Q6_K;
+    if (cols % RF_QK_K) t = t == RF_Q4_K ? RF_Q5_0 : RF_Q8_0;
+    return t;
 }
 
 void rf_model_gguf_add(const rf_model *m, rf_gguf_writer *w, rf_dtype dtype, const char *name) {
@@ -317,12 +336,10 @@ void rf_model_gguf_add(const rf_model *m, rf_gguf_writer *w, rf_dtype dtype, con
         gguf_fill *g = &fills[i];
         if (ts[i].mat) {
             g->src = *ts[i].mat;
-            g->dst = dtype;
-            /* the output projection decides every token: llama.cpp keeps it
-             * at Q6_K in its Q4_0 mix; Q8_0 is our nearest */
+            /* the output projection decides every token: more bits */
             int is_output = !strcmp(gname, "output.weight") ||
                             (c->tie_embeddings && !strcmp(gname, "token_embd.weight"));
-            if (dtype == RF_Q4_0 && is_output) g->dst = RF_Q8_0;
+            g->dst = mix_type(dtype, gname, ts[i].desc->layer, c->n_layers, is_output, ts[i].cols);
             int64_t ne[2] = {ts[i].cols, ts[i].rows};
             rf_gguf_w_tensor(w, gname, g->dst, 2, ne, fill_rows, g);
         } else {

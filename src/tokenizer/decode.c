@@ -36,6 +36,15 @@ char *rf_tok_decode(const rf_tokenizer *t, const int *ids, int n, int skip_speci
     return rf_buf_cstr(&out);
 }
 
+const char *rf_tok_bytes(const rf_tokenizer *t, int id, int *n) {
+    if (id < 0 || id >= t->n_vocab || !t->bytes[id]) {
+        *n = 0;
+        return NULL;
+    }
+    *n = t->nbytes[id];
+    return t->bytes[id];
+}
+
 struct rf_tok_stream {
     const rf_tokenizer *t;
     int skip_special;

@@ -66,6 +66,9 @@ int rf_tok_special_in_content(const rf_tokenizer *t);
 /* Decode ids to a malloc'd UTF-8 string; skip_special drops special tokens.
  * NULL if an id is out of range. */
 char *rf_tok_decode(const rf_tokenizer *t, const int *ids, int n, int skip_special);
+/* The raw bytes a token stands for (*n of them; a piece of a UTF-8
+ * character stays a piece), NULL for an id outside the vocabulary. */
+const char *rf_tok_bytes(const rf_tokenizer *t, int id, int *n);
 
 /* 0 if s[0..n) is valid UTF-8, else -1 with *bad = offset of the first bad byte. */
 int rf_utf8_check(const char *s, size_t n, size_t *bad);

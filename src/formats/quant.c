@@ -1,24 +1,11 @@
-/* quant.c - ggml's Q8_0 / Q4_0 block formats: the scalar reference
- * quantise / dequantise (the fast matmuls over these blocks live in kernels/). */
-#include "io/quant.h"
+/* quant.c - ggml's reference quantisers of the Q8_0 / Q4_0 blocks and the
+ * dequantisers of those two (the other types: formats/dequant.c; the fast
+ * matmuls over the blocks live in kernels/). */
+#include "formats/blocks.h"
 
 #include <math.h>
 
 #include "util/util.h"
-
-int rf_dtype_is_quant(rf_dtype t) { return t == RF_Q8_0 || t == RF_Q4_0; }
-
-size_t rf_dtype_row_bytes(rf_dtype t, int64_t cols) {
-    if (cols < 0) return 0;
-    switch (t) {
-    case RF_F32: return (size_t)cols * 4;
-    case RF_F16:
-    case RF_BF16: return (size_t)cols * 2;
-    case RF_Q8_0: return cols % RF_QK ? 0 : (size_t)(cols / RF_QK) * sizeof(rf_block_q8_0);
-    case RF_Q4_0: return cols % RF_QK ? 0 : (size_t)(cols / RF_QK) * sizeof(rf_block_q4_0);
-    }
-    return 0;
-}
 
 void rf_quantize_row_q8_0(const float *x, void *vy, int64_t k) {
     rf_block_q8_0 *y = vy;

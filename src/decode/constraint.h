@@ -1,0 +1,31 @@
+/* constraint.h - the hook through which a grammar constrains decoding
+ * (rf_params.constraint; implemented in grammar/constraint.c).
+ *
+ * A decoder that honours a constraint opens a run per generation and, for
+ * every answer position in order: masks the logits row the token is drawn
+ * from (the tokens the grammar refuses get -inf; EOS is allowed exactly
+ * where the answer so far is a complete sentence), draws as it would
+ * without the constraint, and accepts the token. Unconstrained decoding
+ * never calls these (rf_params.constraint NULL), so it is unchanged.
+ * AR decoding and the rolling slot honour it (their answers stay equal);
+ * plan-and-infill and MDM refuse it (rf_gen_check_settings). */
+#ifndef RF_DECODE_CONSTRAINT_H
+#define RF_DECODE_CONSTRAINT_H
+
+struct rf_constraint;
+typedef struct rf_constraint_run rf_constraint_run;
+
+/* A run of c for a model of `vocab` tokens ending answers with eos (>= 0).
+ * NULL with rf_last_error(). */
+rf_constraint_run *rf_constraint_run_new(const struct rf_constraint *c, int eos, int vocab);
+void rf_constraint_run_free(rf_constraint_run *r);
+/* logits[t] = -inf for every token t the grammar refuses next. 0, or -1
+ * with the error set (a bound of the grammar hit, or no token allowed). */
+int rf_constraint_run_mask(rf_constraint_run *r, float *logits);
+/* Advance by token t (one the mask allowed). 0, or -1 with the error set. */
+int rf_constraint_run_accept(rf_constraint_run *r, int t);
+/* How many of tok[0..n) in a row the grammar takes from here (drafts),
+ * the state left as it was. */
+int rf_constraint_run_prefix(rf_constraint_run *r, const int *tok, int n);
+
+#endif
