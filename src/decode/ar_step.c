@@ -1,16 +1,15 @@
-/* ar_step.c - AR decoding (ar.c) as a sequence driven one model call at a
- * time from outside, so that a scheduler can run the calls of many
- * sequences as rows of one forward call (rf_forward_seqs) and the weights
- * are read once for all of them.
+/* ar_step.c - AR decoding (ar.c) as a step machine driven one model call
+ * at a time from outside: rf_generate_ar drives it alone with its own calls,
+ * a scheduler runs the calls of many sequences as rows of one forward call
+ * (rf_forward_seqs) so that the weights are read once for all of them.
  *
- * The sequence does what rf_generate_ar does, in the same order: the
- * prompt is prefilled in chunks (one model call in the statistics), the last
- * prompt token's logits give the first answer token, then each call feeds
- * the token just drawn; the same draws (rf_sample_token, one RNG seeded
- * with p->seed), the same events, the same statistics. Only who makes the
- * model calls changes, so the answer is rf_generate_ar's as long as a row's
- * numbers do not depend on the other rows of its call (forward.c computes
- * every token's matmul rows and attention on their own). */
+ * The prompt is prefilled in chunks (one model call in the statistics), the
+ * last prompt token's logits give the first answer token, then each call
+ * feeds the token just drawn; the draws are rf_sample_token's with one RNG
+ * seeded with p->seed. Only who makes the model calls differs between the
+ * drivers, so the answer is the same as long as a row's numbers do not
+ * depend on the other rows of its call (forward.c computes every token's
+ * matmul rows and attention on their own). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +17,7 @@
 #include "decode/constraint.h"
 #include "decode/decode_impl.h"
 
-enum { PREFILL_CHUNK = 256 }; /* ar.c's chunk */
+enum { PREFILL_CHUNK = 256 }; /* the widest prompt chunk (ar.c sizes its run state by it) */
 
 struct rf_ar_seq {
     const rf_model *m;
@@ -54,7 +53,7 @@ rf_ar_seq *rf_ar_seq_new_reusing(const rf_model *m, const int *prompt, int n_pro
     q->prompt = rf_scoped_malloc((size_t)n_prompt * sizeof(int));
     memcpy(q->prompt, prompt, (size_t)n_prompt * sizeof(int));
     q->V = m->cfg.vocab_size, q->G = p->gen_length, q->eos = gen_eos_id(m, p);
-    rf_kv_init(&q->kv, &m->cfg, n_prompt + q->G);
+    rf_workspace_kv_init(p->ws, &q->kv, &m->cfg, n_prompt + q->G);
     rf_rng_seed(&q->rng, p->seed);
     ans_init(&q->ans, &q->p, q->G, q->eos);
     if (p->constraint) {
@@ -111,7 +110,7 @@ int rf_ar_seq_wants_logits(const rf_ar_seq *q) {
 
 rf_kvcache *rf_ar_seq_kv(rf_ar_seq *q) { return &q->kv; }
 
-/* Draw answer token n_ans from logits, as rf_generate_ar's loop body. */
+/* Draw answer token n_ans from logits. */
 static void draw(rf_ar_seq *q, const float *logits) {
     int i = q->n_ans;
     if (q->cr) { /* the grammar's mask on a copy of the row */

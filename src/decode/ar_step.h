@@ -1,6 +1,7 @@
 /* ar_step.h - AR decoding one model call at a time, the calls made by the
- * caller (a scheduler batching many sequences: rf_forward_seqs). The answer,
- * events and statistics are rf_generate_ar's for the same settings.
+ * caller: rf_generate_ar drives it with rf_forward, a scheduler batching
+ * many sequences with rf_forward_seqs. The answer, events and statistics
+ * are rf_generate_ar's for the same settings.
  *
  *   q = rf_ar_seq_new(m, prompt, n, &p);
  *   while (!rf_ar_seq_done(q)) {
@@ -11,7 +12,8 @@
  *   }
  *   rf_ar_seq_finish(q, &result);
  *
- * Memory: scoped blocks (util.h) of the calling thread. */
+ * Memory: scoped blocks (util.h) of the calling thread; the cache from
+ * p->ws when it has one. */
 #ifndef RF_AR_STEP_H
 #define RF_AR_STEP_H
 
@@ -20,7 +22,7 @@
 
 typedef struct rf_ar_seq rf_ar_seq;
 
-/* p is copied (its callbacks, user and cancel are kept as pointers). NULL
+/* p is copied (its callbacks, user, cancel and ws are kept as pointers). NULL
  * with rf_last_error() when rf_gen_check refuses the settings. */
 rf_ar_seq *rf_ar_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p);
 /* The same, with the first n_reuse prompt tokens' cache entries copied from
@@ -33,7 +35,8 @@ rf_ar_seq *rf_ar_seq_new_reusing(const rf_model *m, const int *prompt, int n_pro
 /* Move the sequence's cache out (before rf_ar_seq_finish / _free): *kv
  * holds the entries of the tokens fed so far, in order at positions 0, 1,
  * ...; *ids (malloc'd) those tokens (prompt, then answer). Returns their
- * count. The caller frees *kv with rf_kv_free. */
+ * count. The caller frees *kv with rf_kv_free. Only for a sequence made
+ * without p->ws (its own cache). */
 int rf_ar_seq_take_cache(rf_ar_seq *q, rf_kvcache *kv, int **ids);
 /* The tokens of the sequence's next call, at most budget of them (a prompt
  * chunk, or the token just drawn): their count (0: nothing, done or budget
