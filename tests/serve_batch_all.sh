@@ -39,7 +39,7 @@ reqs = {
     # with fewer blocks than slots, several slots are infilled at once: calls
     # of R > 1 forked rows
     "pi_arv":  chat(Q[2], rolling=False, ar_verify="both", blocks=3),
-    "pi_2":    chat(Q[3], rolling=False, blocks=2, slot_threshold=0.3, temperature=0.9, top_k=20, seed=2),
+    "pi_2":    chat(Q[3], rolling=False, blocks=2, slot_threshold=0.3, temperature=0.9, seed=2),
     # MDM (bidirectional calls) and n = 2 choices (each its own generation)
     "mdm":     chat(Q[4], mode="mdm", max_tokens=32),
     "mdm_t":   chat(Q[0], mode="mdm", max_tokens=24, temperature=0.8, seed=4),
