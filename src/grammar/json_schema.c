@@ -89,20 +89,21 @@ static int rule_of(conv *c, const char *body) {
 }
 
 /* the base rules every grammar gets */
-static const char *BASE =
-    "space ::= | \" \" | \"\\n\" [ \\t]{0,20}\n"
-    "null ::= \"null\" space\n"
-    "boolean ::= (\"true\" | \"false\") space\n"
-    "int-digits ::= \"-\"? ([0-9] | [1-9] [0-9]{0,15})\n"
-    "integer ::= int-digits space\n"
-    "number ::= int-digits (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)? space\n"
-    "hex ::= [0-9a-fA-F]\n"
-    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-CeEfF] hex{3} | [dD] [0-7] hex{2}))\n"
-    "string ::= \"\\\"\" char* \"\\\"\" space\n"
-    "value ::= object | array | string | number | boolean | null\n"
-    "member ::= string \":\" space value\n"
-    "object ::= \"{\" space (member (\",\" space member)*)? \"}\" space\n"
-    "array ::= \"[\" space (value (\",\" space value)*)? \"]\" space\n";
+#define BASE_RULES \
+    "space ::= | \" \" | \"\\n\" [ \\t]{0,20}\n" \
+    "null ::= \"null\" space\n" \
+    "boolean ::= (\"true\" | \"false\") space\n" \
+    "int-digits ::= \"-\"? ([0-9] | [1-9] [0-9]{0,15})\n" \
+    "integer ::= int-digits space\n" \
+    "number ::= int-digits (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)? space\n" \
+    "hex ::= [0-9a-fA-F]\n" \
+    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-CeEfF] hex{3} | [dD] [0-7] hex{2}))\n" \
+    "string ::= \"\\\"\" char* \"\\\"\" space\n" \
+    "value ::= object | array | string | number | boolean | null\n" \
+    "member ::= string \":\" space value\n" \
+    "object ::= \"{\" space (member (\",\" space member)*)? \"}\" space\n" \
+    "array ::= \"[\" space (value (\",\" space value)*)? \"]\" space\n"
+static const char *BASE = BASE_RULES;
 
 /* text as a GBNF literal (its bytes; quotes, backslashes and controls escaped) */
 static void gbnf_literal(sbuf *b, const char *s, size_t n) {
@@ -956,18 +957,4 @@ char *rf_json_schema_text_to_gbnf(const char *text, size_t len) {
     return g;
 }
 
-const char *rf_json_object_gbnf(void) {
-    return "root ::= object\n"
-           "space ::= | \" \" | \"\\n\" [ \\t]{0,20}\n"
-           "null ::= \"null\" space\n"
-           "boolean ::= (\"true\" | \"false\") space\n"
-           "int-digits ::= \"-\"? ([0-9] | [1-9] [0-9]{0,15})\n"
-           "number ::= int-digits (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)? space\n"
-           "hex ::= [0-9a-fA-F]\n"
-           "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-CeEfF] hex{3} | [dD] [0-7] hex{2}))\n"
-           "string ::= \"\\\"\" char* \"\\\"\" space\n"
-           "value ::= object | array | string | number | boolean | null\n"
-           "member ::= string \":\" space value\n"
-           "object ::= \"{\" space (member (\",\" space member)*)? \"}\" space\n"
-           "array ::= \"[\" space (value (\",\" space value)*)? \"]\" space\n";
-}
+const char *rf_json_object_gbnf(void) { return "root ::= object\n" BASE_RULES; }

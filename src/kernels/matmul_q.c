@@ -16,42 +16,22 @@
 
 #include "formats/blocks.h"
 #include "kernels/matmul_impl.h"
+#include "kernels/simd.h"
 #include "kernels/team.h"
 #include "util/util.h"
 
 size_t rf_q_prep_avx2_bytes(int n, int cols) { return (size_t)n * (cols / RF_QK) * sizeof(rf_xq_avx2); }
-
-/* max |v| over 8 lanes */
-static inline float hmax8(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
 
 void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, int part, int parts) {
     const int nb = cols / RF_QK;
     int t0, t1;
     rf_share(n, part, parts, &t0, &t1);
     rf_xq_avx2 *o = (rf_xq_avx2 *)xp + (size_t)t0 * nb;
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int t = t0; t < t1; t++)
         for (int b = 0; b < nb; b++, o++) {
-            const float *x = X + (size_t)t * cols + b * RF_QK;
-            __m256 v[4], m = _mm256_setzero_ps();
-            for (int i = 0; i < 4; i++) v[i] = _mm256_loadu_ps(x + 8 * i), m = _mm256_max_ps(m, _mm256_and_ps(v[i], absmask));
-            const float d = hmax8(m) / 127.0f, id = d ? 1.0f / d : 0.0f;
-            __m256i q[4];
-            for (int i = 0; i < 4; i++)
-                q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], _mm256_set1_ps(id)),
-                                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-            /* s32 -> s8 in order: packs interleave 128-bit lanes, a final
-             * permute restores the order (ggml does the same) */
-            __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
-            __m256i p = _mm256_packs_epi16(p01, p23);
-            p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            __m256i q[4], p;
+            o->d = rf_quant32_i8(X + (size_t)t * cols + b * RF_QK, q, &p);
             _mm256_storeu_si256((__m256i *)o->q, p);
-            o->d = d;
             __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
             __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
             s4 = _mm_hadd_epi32(s4, s4);

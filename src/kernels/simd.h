@@ -38,4 +38,29 @@ static inline __m256 rf_exp8(__m256 x) {
     return _mm256_blendv_ps(y, _mm256_setzero_ps(), under);
 }
 
+/* max over 8 lanes */
+static inline float rf_hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* 32 activations as int8 levels q = round(x / d), d = max |x| / 127 (0 for
+ * an all-zero block): the levels as s32 in lv[4], 32 s8 in order in *packed
+ * (packs interleave 128-bit lanes, a final permute restores the order, as
+ * ggml does); returns d */
+static inline float rf_quant32_i8(const float *x, __m256i lv[4], __m256i *packed) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) v[i] = _mm256_loadu_ps(x + 8 * i), m = _mm256_max_ps(m, _mm256_and_ps(v[i], absmask));
+    const float d = rf_hmax8(m) / 127.0f, id = d ? 1.0f / d : 0.0f;
+    for (int i = 0; i < 4; i++)
+        lv[i] = _mm256_cvtps_epi32(
+            _mm256_round_ps(_mm256_mul_ps(v[i], _mm256_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(lv[0], lv[1]), _mm256_packs_epi32(lv[2], lv[3]));
+    *packed = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    return d;
+}
+
 #endif

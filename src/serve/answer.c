@@ -283,11 +283,8 @@ void rf_job_finish(rf_server *s, job *j, job_acc *a, int rc) {
         status = 503;
         if (j->req.stream) {
             pthread_mutex_lock(&s->mu);
-            rf_job_out_append(j, "data: ", 6);
-            rf_job_out_append(j, body, strlen(body));
-            rf_job_out_append(j, "\n\n", 2);
+            rf_job_sse_text_locked(j, body);
             pthread_mutex_unlock(&s->mu);
-            free(body);
             body = NULL;
         }
     } else if (rc) {
@@ -298,11 +295,8 @@ void rf_job_finish(rf_server *s, job *j, job_acc *a, int rc) {
         body = rf_serve_error_body(msg, "server_error", NULL, NULL);
         if (j->req.stream) {
             pthread_mutex_lock(&s->mu);
-            rf_job_out_append(j, "data: ", 6);
-            rf_job_out_append(j, body, strlen(body));
-            rf_job_out_append(j, "\n\n", 2);
+            rf_job_sse_text_locked(j, body);
             pthread_mutex_unlock(&s->mu);
-            free(body);
             body = NULL;
         } else {
             status = rc == RF_ERR_NOMEM ? 503 : 500;

@@ -29,11 +29,16 @@ void rf_job_sse_append_locked(job *j, json_t *o) {
     char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     json_decref(o);
     if (!txt) txt = rf_serve_error_body("an event of the answer could not be built", "server_error", NULL, NULL);
+    rf_job_sse_text_locked(j, txt);
+    pthread_cond_broadcast(&j->cv);
+}
+
+/* One SSE event "data: <txt>\n\n" of text already built (txt is consumed). */
+void rf_job_sse_text_locked(job *j, char *txt) {
     rf_job_out_append(j, "data: ", 6);
     rf_job_out_append(j, txt, strlen(txt));
     rf_job_out_append(j, "\n\n", 2);
     free(txt);
-    pthread_cond_broadcast(&j->cv);
 }
 void rf_job_sse_event(rf_server *s, job *j, json_t *o) {
     pthread_mutex_lock(&s->mu);

@@ -10,6 +10,7 @@
 void rf_job_out_append(job *j, const char *p, size_t n);
 /* one SSE event "data: <json>" (o consumed; s->mu held / taken) */
 void rf_job_sse_append_locked(job *j, json_t *o);
+void rf_job_sse_text_locked(job *j, char *txt);
 void rf_job_sse_event(rf_server *s, job *j, json_t *o);
 /* {"id", "object", "created", "model"} of a response (chunk: a stream's) */
 json_t *rf_oai_envelope(const rf_server *s, const job *j, int chunk);

@@ -65,10 +65,8 @@ static void run_job(rf_server *s, rf_worker *w, job *j) {
 static void fail_job_locked(job *j, const char *msg) {
     char *txt = rf_serve_error_body(msg, "server_error", NULL, "server_shutting_down");
     if (j->req.stream) {
-        rf_job_out_append(j, "data: ", 6);
-        rf_job_out_append(j, txt, strlen(txt));
-        rf_job_out_append(j, "\n\ndata: [DONE]\n\n", 16);
-        free(txt);
+        rf_job_sse_text_locked(j, txt);
+        rf_job_out_append(j, "data: [DONE]\n\n", 14);
     } else {
         free(j->out);
         j->out = txt, j->out_len = strlen(txt), j->status = 503;
