@@ -31,10 +31,14 @@ LIBS="$(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd openblas)
 per_input_s=10 rss_mb=4096
 [ "$name" = jinja ] && per_input_s=2 rss_mb=600
 mkdir -p "$B/obj" "$B/corpus/$name"
+# the web page embedded as CMakeLists.txt does it (cmake/embed_web.cmake)
+cmake -DDIR="$PWD/web" -DOUT="$PWD/$B/web_assets.c.tmp" -P cmake/embed_web.cmake
+cmp -s "$B/web_assets.c.tmp" "$B/web_assets.c" || mv "$B/web_assets.c.tmp" "$B/web_assets.c"
+rm -f "$B/web_assets.c.tmp"
 # the library (everything but the CLI), once; rebuilt when a source or header is newer
 objs=()
-for src in src/{util,formats,io,kernels,model,tokenizer,decode,train,tasks,api,serve}/*.c src/common/args.c; do
-  o="$B/obj/$(echo "${src#src/}" | tr / _).o"
+for src in src/{util,formats,io,kernels,model,tokenizer,grammar,decode,train,tasks,api,serve}/*.c src/common/args.c "$B/web_assets.c"; do
+  o="$B/obj/$(echo "${src#src/}" | sed "s|^$B/||" | tr / _).o"
   extra="" # the per-file flags of CMakeLists.txt
   case $src in
     *_avx512.c) extra="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni" ;;
