@@ -115,6 +115,16 @@ text = "".join(e["content"] for e in ev)
 assert text == sys.argv[2], (text, sys.argv[2])
 assert ev[-1]["stop"] is True and "timings" in ev[-1] and all(e["stop"] is False for e in ev[:-1])
 PY
+# /completion under a grammar (GBNF) and a JSON schema, as llama-server takes them
+g=$(post /completion '{"prompt":"'"$Q"'","n_predict":8,"grammar":"root ::= \"yes\" | \"no\"","mode":"ar"}' | field 'o["content"]')
+check '[ "$g" = yes ] || [ "$g" = no ]' "/completion with a grammar: '$g'"
+post /completion '{"prompt":"'"$Q"'","n_predict":64,"json_schema":{"type":"object","properties":{"n":{"type":"boolean"}},"required":["n"],"additionalProperties":false},"mode":"ar"}' >"$T/js"
+python3 - "$T/js" <<'PY' && ok || bad "/completion with a json_schema: $(cat "$T/js")"
+import json, sys
+o = json.load(open(sys.argv[1]))
+v = json.loads(o["content"])
+assert set(v) == {"n"} and isinstance(v["n"], bool), v
+PY
 check '[ "$(code /embeddings "{\"content\":\"x\"}")" = 501 ]' "/embeddings: 501"
 ic=$(code /infill '{"input_prefix":"def f(x):\n    return ","input_suffix":"\n","n_predict":4,"mode":"ar"}')
 if "$BIN" tokenize -m "$DEMO" --info | grep -q .; then

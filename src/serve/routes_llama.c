@@ -327,7 +327,7 @@ static int translate_fields(json_t *o, char *param, size_t cap) {
         if (!json_is_boolean(v)) BAD("return_tokens", "\"return_tokens\" must be true or false");
         json_object_del(o, "return_tokens");
     }
-    for (const char *const *k = (const char *const[]){"grammar", "json_schema", "samplers", "lora", NULL}; *k; k++)
+    for (const char *const *k = (const char *const[]){"samplers", "lora", NULL}; *k; k++)
         if ((v = json_object_get(o, *k)) && !json_is_null(v) && !(json_is_string(v) && !*json_string_value(v)))
             BAD(*k, "\"%s\" is not supported by this server", *k);
 #undef BAD
