@@ -5,7 +5,8 @@
 #    chat prompt as its safetensors checkpoint, with -m FILE.gguf in
 #    generate, tokenize, logits, info, eval;
 #  - GGUF -> safetensors (bf16) again: the same logits; q8_0 / q4_0 files
-#    load and decode; bad option combinations are refused;
+#    load and decode; a q8_0 file as safetensors holds its dequantised
+#    weights; bad option combinations are refused;
 #  - corrupted files (truncated, bad magic, huge counts, offsets past the end,
 #    unknown types, misaligned) and a header fuzz: exit 1 with one line
 #    "refusion: ..." and never a crash.
@@ -64,8 +65,13 @@ for dt in q8_0 q4_0; do
 done
 "$BIN" convert -m "$DEMO" -o "$T/x" --format safetensors --dtype q8_0 2>"$T/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "needs --format gguf" "$T/err" || bad "q8_0 to safetensors: rc $rc, $(cat "$T/err")"
-"$BIN" convert -m "$T/q8_0.gguf" -o "$T/x" --dtype bf16 2>"$T/err"; rc=$?
-[ $rc -eq 1 ] && grep -q "cannot be written as safetensors" "$T/err" || bad "Q8_0 GGUF to safetensors: rc $rc"
+# a quantised GGUF to safetensors: its weights dequantised, the same f32
+# values (so the same logits) as the GGUF converted to f32
+"$BIN" convert -m "$T/q8_0.gguf" -o "$T/x" --dtype f32 >/dev/null 2>"$T/err" || bad "Q8_0 GGUF to safetensors: $(cat "$T/err")"
+cp "$DEMO/tokenizer.json" "$DEMO/tokenizer_config.json" "$T/x/" 2>/dev/null
+"$BIN" convert -m "$T/q8_0.gguf" -o "$T/q8f32.gguf" --dtype f32 >/dev/null || bad "Q8_0 GGUF to f32 GGUF"
+"$BIN" logits -m "$T/x" --ids "$IDS" -n 4 > "$T/l.x" && "$BIN" logits -m "$T/q8f32.gguf" --ids "$IDS" -n 4 > "$T/l.q8f32" &&
+  cmp -s "$T/l.x" "$T/l.q8f32" || bad "Q8_0 GGUF as safetensors and as an f32 GGUF: the logits differ"
 
 # corrupted files: exit 1, one line "refusion: <file>: ..."
 expect_bad() { # file, needle

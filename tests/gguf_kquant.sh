@@ -14,10 +14,15 @@
 #  2. dequantization bit-identical to llama.cpp's: each file converted to
 #     F32 by `refusion convert` and by llama_model_quantize (ftype ALL_F32,
 #     requantize allowed: ggml's own dequantizers) holds the same bytes;
-#  3. `refusion convert --dtype q4_k_m|q6_k` writes the bytes llama-quantize
-#     writes from the same file (demo and grown shapes), and llama.cpp runs
-#     the file as refusion does;
-#  4. a tensor of a ggml type refusion does not read, and a K-quant file cut
+#  3. `refusion convert --dtype X` writes the bytes llama-quantize writes
+#     from the same file for every file type X it takes (Q4_K_M, Q4_K_S,
+#     Q5_K_M, Q5_K_S, Q6_K, Q3_K_S/M/L, Q2_K, IQ4_XS, IQ4_NL, Q4_0, Q4_1,
+#     Q5_0, Q5_1, Q8_0; demo, grown and a deeper GQA-4 untied shape; also
+#     from a quantised file), and llama.cpp runs the files as refusion does;
+#  4. `refusion info` counts each file's tensors per type as llama-quantize
+#     reports them and prints its bits per weight; --verify finds an
+#     infinite block scale;
+#  5. a tensor of a ggml type refusion does not read, and a K-quant file cut
 #     short, are refused with one error line (the type named, and what to
 #     do).
 # Skipped (exit 77) only when node-llama-cpp cannot be installed from npm.
@@ -60,6 +65,23 @@ for base in demo g320; do
     name=${spec%%:*} ft=${spec#*:} f=$T/$base-${spec%%:*}.gguf
     "$Q" "$T/$base.gguf" "$f" "$ft" >"$T/q.log" 2>&1 || { bad "llama.cpp quantize $base $name: $(tail -n 2 "$T/q.log")"; continue; }
     types=$(grep -o 'converting to [a-zA-Z0-9_]*' "$T/q.log" | sed 's/converting to //' | sort | uniq -c | tr -s ' \n' ' ')
+    # info: as many tensors of each type as llama-quantize says it wrote,
+    # and the file's bits per weight (every tensor's bytes over its weights)
+    "$BIN" info -m "$f" >"$T/info" 2>"$T/err" || { bad "info $base $name: $(cat "$T/err")"; continue; }
+    bpw=$(python3 -c 'import sys; sys.path.insert(0, sys.argv[2]); from tensors_equal import tensors
+t = tensors(sys.argv[1]).values(); n = 0; b = 0
+for ne, ty, data in t:
+    w = 1
+    for d in ne: w *= d
+    n += w; b += len(data)
+print(f"{8 * b / n:.2f}")' "$f" "$G")
+    line=$(grep '^tensors' "$T/info")
+    set -- $types
+    while [ $# -ge 2 ]; do
+      echo "$line" | grep -Eq "[ ,]$1 $(echo "$2" | tr a-z A-Z)[,;]" || bad "info $base $name: '$line' lacks $1 $2"
+      shift 2
+    done
+    echo "$line" | grep -q "; $bpw bits per weight" && ok || bad "info $base $name: '$line', want $bpw bits per weight"
     "$BIN" logits -m "$f" --ids "$IDS" -n 8 >"$T/ours.json" 2>"$T/err" || { bad "refusion cannot run $base $name ($types): $(cat "$T/err")"; continue; }
     node "$G/llamacpp.mjs" logits "$NPM" "$f" "$IDS" 8 >"$T/llama.json" || { bad "llama.cpp cannot run $base $name"; continue; }
     if compare "$T/ours.json" "$T/llama.json" "$base $name ($types) vs llama.cpp" $TOL; then ok; else
@@ -78,11 +100,18 @@ for base in demo g320; do
   done
 done
 
-# writing: `refusion convert --dtype q4_k_m|q6_k` holds the bytes
-# llama-quantize writes from the same f16 file (its mixes' per-tensor types
-# and fallbacks included), and llama.cpp runs refusion's file as refusion does
-for base in demo g320; do
-  for spec in q4_k_m:15 q6_k:18; do
+# writing: `refusion convert --dtype X` holds the bytes llama-quantize
+# writes from the same f16 file for every file type X (its mixes'
+# per-tensor types and fallbacks included): the demo, the grown shape
+# (rows not whole 256-blocks) and a deeper model with 4 query heads per KV
+# head and an output matrix of its own (the rules by layer, by GQA and for
+# an untied token_embd)
+"$BIN" init -o "$T/g4" --tokenizer "$DEMO/tokenizer.json" --hidden 256 --layers 18 --heads 8 --kv-heads 2 \
+  --head-dim 32 --ffn 512 --vocab 850 --tied 0 >/dev/null && "$BIN" convert -m "$T/g4" -o "$T/g4.gguf" --dtype f16 >/dev/null ||
+  bad "init / convert the GQA-4 untied model"
+WRITE="q4_k_m:15 q4_k_s:14 q5_k_m:17 q5_k_s:16 q6_k:18 q3_k_s:11 q3_k_m:12 q3_k_l:13 q2_k:10 iq4_xs:30 iq4_nl:25 q4_0:2 q4_1:3 q5_0:8 q5_1:9 q8_0:7"
+for base in demo g320 g4; do
+  for spec in $WRITE; do
     dt=${spec%%:*}
     "$BIN" convert -m "$T/$base.gguf" -o "$T/w-$dt.gguf" --dtype $dt >/dev/null || { bad "convert $base --dtype $dt"; continue; }
     "$Q" "$T/$base.gguf" "$T/l-$dt.gguf" "${spec#*:}" >"$T/q.log" 2>&1 || { bad "llama.cpp quantize $base $dt"; continue; }
@@ -90,8 +119,18 @@ for base in demo g320; do
       bad "$base --dtype $dt: tensors differ from llama-quantize's: $(tail -n 3 "$T/eq")"; fi
   done
 done
-"$BIN" logits -m "$T/w-q4_k_m.gguf" --ids "$IDS" -n 8 >"$T/ours.json" && node "$G/llamacpp.mjs" logits "$NPM" "$T/w-q4_k_m.gguf" "$IDS" 8 >"$T/llama.json" &&
-  compare "$T/ours.json" "$T/llama.json" "refusion-written g320 q4_k_m vs llama.cpp" $TOL && ok || bad "refusion's q4_k_m file: llama.cpp disagrees"
+# from a quantised file: dequantised, then quantised again, as
+# llama-quantize --allow-requantize does
+"$BIN" convert -m "$T/demo-Q4_K_M.gguf" -o "$T/w-re.gguf" --dtype iq4_xs >/dev/null &&
+  "$Q" "$T/demo-Q4_K_M.gguf" "$T/l-re.gguf" 30 requant >"$T/q.log" 2>&1 &&
+  python3 "$G/tensors_equal.py" "$T/w-re.gguf" "$T/l-re.gguf" >"$T/eq" 2>&1 && ok ||
+  bad "Q4_K_M file to --dtype iq4_xs: differs from llama-quantize's: $(tail -n 3 "$T/eq")"
+# llama.cpp runs refusion's files (the grown shape) as refusion does
+for dt in q4_k_m iq4_xs; do
+  "$BIN" convert -m "$T/g320.gguf" -o "$T/w-$dt.gguf" --dtype $dt >/dev/null || { bad "convert g320 $dt"; continue; }
+  "$BIN" logits -m "$T/w-$dt.gguf" --ids "$IDS" -n 8 >"$T/ours.json" && node "$G/llamacpp.mjs" logits "$NPM" "$T/w-$dt.gguf" "$IDS" 8 >"$T/llama.json" &&
+    compare "$T/ours.json" "$T/llama.json" "refusion-written g320 $dt vs llama.cpp" $TOL && ok || bad "refusion's $dt file: llama.cpp disagrees"
+done
 
 # a type refusion does not read (IQ2_XXS written into a tensor's type field)
 python3 -c '
@@ -111,6 +150,30 @@ for _ in range(nt):
     r.take("I"); r.take("Q")
 open(sys.argv[2], "wb").write(data)' "$T/demo-Q4_K_M.gguf" "$T/iq2.gguf" "$G"
 expect_fail 1 "ggml type IQ2_XXS is not supported (re-quantize" info -m "$T/iq2.gguf"
+
+# info --verify dequantizes the blocks: an infinite f16 scale (d of the
+# second Q4_K block of blk.1.ffn_up: weights 256..511) is found where it
+# is, the file as written passes
+python3 -c '
+import sys
+sys.path.insert(0, sys.argv[3])
+from tensors_equal import Reader
+data = bytearray(open(sys.argv[1], "rb").read())
+r = Reader(bytes(data)); r.p = 8
+nt, nkv = r.take("Q"), r.take("Q")
+for _ in range(nkv):
+    r.string(); r.value(r.take("I"))
+for _ in range(nt):
+    name, nd = r.string(), r.take("I")
+    for _ in range(nd): r.take("Q")
+    ty, off = r.take("I"), r.take("Q")
+    if name == "blk.1.ffn_up.weight":
+        at = off
+base = (r.p + 31) // 32 * 32
+data[base + at + 144:base + at + 146] = b"\x00\x7c"
+open(sys.argv[2], "wb").write(data)' "$T/demo-Q4_K_M.gguf" "$T/inf.gguf" "$G"
+"$BIN" info --verify -m "$T/demo-Q4_K_M.gguf" >/dev/null 2>"$T/err" && ok || bad "info --verify on the Q4_K_M file: $(cat "$T/err")"
+expect_fail 1 "a weight matrix of layer 1 has a non-finite value at element 256" info --verify -m "$T/inf.gguf"
 
 # a K-quant file cut short: one error line naming the tensor, no crash
 head -c $(( $(wc -c <"$T/demo-Q4_K_M.gguf") * 3 / 4 )) "$T/demo-Q4_K_M.gguf" >"$T/cut.gguf"

@@ -1,5 +1,6 @@
 /* kernels_kquant.c - the matmuls over Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K,
- * Q4_K, Q5_K, Q6_K and IQ4_XS weights (kernels/matmul_kq.c) at every CPU
+ * Q4_K, Q5_K, Q6_K and IQ4_XS weights (kernels/matmul_kq.c; at the avx512
+ * and amx tiers the 256-weight types run matmul_kq_avx512.c) at every CPU
  * tier this machine has (tiers it lacks printed as SKIPPED), on random
  * blocks (random level bytes, f16 scales in a sane range; every bit pattern
  * of the levels and sub-block scales is a valid block), rows 1, 3, 17, 40,

@@ -7,6 +7,10 @@ file this reader cannot parse. Standard library only."""
 import struct
 import sys
 
+# ggml type id: (weights per block, bytes per block)
+BLOCKS = {0: (1, 4), 1: (1, 2), 30: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+          10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 20: (32, 18),
+          23: (256, 136)}
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
 
@@ -60,10 +64,10 @@ def tensors(path):
         n_el = 1
         for d in ne:
             n_el *= d
-        # F32 / F16 / BF16: the tensor's own bytes; a block type: up to the
-        # next tensor (the alignment padding included)
-        size = {0: 4, 1: 2, 30: 2}.get(ty)
-        end = off + n_el * size if size else min(o for o in offs if o > off)
+        # the tensor's own bytes (ggml-common.h's block sizes); a type not
+        # in the table: up to the next tensor (the alignment padding included)
+        blk = BLOCKS.get(ty)
+        end = off + n_el // blk[0] * blk[1] if blk else min(o for o in offs if o > off)
         out[name] = (tuple(ne), ty, data[base + off:base + end])
     return out
 

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -30,11 +29,12 @@ static void usage(FILE *f) {
             "                        OUT ends in .gguf)\n"
             "  --format gguf         OUT is one GGUF file as llama.cpp writes it (architecture\n"
             "                        qwen3, the tokenizer in its metadata, ReFusion's mask and\n"
-            "                        begin tokens kept): --dtype bf16|f16|f32|q8_0|q6_k|q4_k_m|q4_0.\n"
-            "                        Norms stay f32; q6_k and q4_k_m are llama-quantize's mixes\n"
-            "                        (q4_k_m: q6_k output, attn_v and ffn_down of some layers;\n"
-            "                        rows not whole 256-blocks in q5_0 / q8_0); with q4_0 the\n"
-            "                        output matrix (token_embd when tied) is q8_0.\n"
+            "                        begin tokens kept): --dtype bf16|f16|f32 or one of\n"
+            "                        llama-quantize's types (q8_0, q6_k, q5_k_m, q4_k_m, iq4_xs,\n"
+            "                        ...: see docs/checkpoints.md), with its per-tensor types\n"
+            "                        and bytes (q4_k_m: q6_k output, attn_v and ffn_down of\n"
+            "                        some layers; rows not whole 256-blocks in q5_0 / q8_0).\n"
+            "                        Norms stay f32.\n"
             "  --name NAME           general.name of the GGUF file (default: IN's base name)\n"
             "  --progress / --no-progress  bytes written on stderr (default: when stderr is a terminal)\n");
 }
@@ -45,8 +45,7 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 /* IN -> one GGUF file, tokenizer included when IN has one */
-static int convert_gguf(const rf_model *m, const char *in, const char *out, rf_dtype dtype,
-                        const char *name) {
+static int convert_gguf(const rf_model *m, const char *in, const char *out, rf_ftype ft, const char *name) {
     rf_tokenizer *tok = NULL;
     if (rf_tok_model_has_tokenizer(in) && !(tok = rf_tok_load(in))) return -1;
     char base[256];
@@ -59,7 +58,7 @@ static int convert_gguf(const rf_model *m, const char *in, const char *out, rf_d
         name = slash ? slash + 1 : base;
     }
     rf_gguf_writer *w = rf_gguf_writer_new();
-    rf_model_gguf_add(m, w, dtype, name);
+    rf_model_gguf_add_ftype(m, w, ft, name);
     if (tok && rf_tok_gguf_add(tok, w, m->cfg.vocab_size)) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", rf_last_error());
@@ -71,7 +70,7 @@ static int convert_gguf(const rf_model *m, const char *in, const char *out, rf_d
     int rc = rf_gguf_writer_finish(w, out);
     rf_tok_free(tok);
     if (rc == 0)
-        printf("wrote %s (GGUF qwen3, %s, %d layers%s)\n", out, rf_dtype_name(dtype), m->cfg.n_layers,
+        printf("wrote %s (GGUF qwen3, %s, %d layers%s)\n", out, rf_ftype_name(ft), m->cfg.n_layers,
                tok ? ", tokenizer" : ", no tokenizer");
     return rc;
 }
@@ -107,16 +106,15 @@ int cmd_convert(int argc, char **argv) {
         fprintf(stderr, "refusion: convert: --format must be safetensors or gguf, got '%s'\n", format);
         return 2;
     }
-    /* the GGUF block types: llama.cpp's ftype names (q4_k_m: its Q4_K_M mix) */
-    if (!strcasecmp(dt, "q8_0")) dtype = RF_Q8_0;
-    else if (!strcasecmp(dt, "q4_0")) dtype = RF_Q4_0;
-    else if (!strcasecmp(dt, "q4_k_m")) dtype = RF_Q4_K;
-    else if (!strcasecmp(dt, "q6_k")) dtype = RF_Q6_K;
-    else if (rf_dtype_parse(dt, &dtype)) {
-        fprintf(stderr, "refusion: convert: --dtype must be bf16, f16, f32%s, got '%s'\n",
-                gguf ? ", q8_0, q6_k, q4_k_m or q4_0 (other llama.cpp types: llama-quantize from an f16 GGUF)" : "", dt);
+    /* llama-quantize's file type names (q4_k_m: its Q4_K_M mix), or a
+     * safetensors / torch name of an element type */
+    rf_ftype ft;
+    if (rf_ftype_parse(dt, &ft) && (rf_dtype_parse(dt, &dtype) || rf_ftype_of_dtype(dtype, &ft))) {
+        if (gguf) fprintf(stderr, "refusion: convert: --dtype must be one of %s, got '%s'\n", rf_ftype_list(), dt);
+        else fprintf(stderr, "refusion: convert: --dtype must be bf16, f16 or f32, got '%s'\n", dt);
         return 2;
     }
+    dtype = rf_ftype_base(ft);
     if (!gguf && rf_dtype_is_quant(dtype)) {
         fprintf(stderr, "refusion: convert: --dtype %s needs --format gguf (safetensors has no "
                 "ggml block types)\n", dt);
@@ -141,17 +139,11 @@ int cmd_convert(int argc, char **argv) {
         /* block types: their bytes per weight (the mixes' extra bits aside) */
         double per = rf_dtype_bits(dtype) / 8;
         rf_progress *pg = rf_progress_start("convert", out, rf_config_n_params(&m.cfg) * per, progress);
-        int grc = convert_gguf(&m, in, out, dtype, name);
+        int grc = convert_gguf(&m, in, out, ft, name);
         rf_progress_stop(pg);
         if (grc) rf_print_error();
         rf_model_free(&m);
         return grc ? 1 : 0;
-    }
-    if (m.gguf && m.cfg.dtype != RF_F32 && m.cfg.dtype != RF_F16 && m.cfg.dtype != RF_BF16) {
-        fprintf(stderr, "refusion: convert: %s: a %s GGUF cannot be written as safetensors "
-                "(only F32/F16/BF16 ones)\n", in, rf_dtype_name(m.cfg.dtype));
-        rf_model_free(&m);
-        return 1;
     }
     int rc = 1, crc;
     /* a directory made here goes, with what is in it, if a signal ends convert */

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "common/args.h"
+#include "formats/blocks.h"
 #include "cli/commands.h"
 #include "kernels/cpu.h"
 #include "model/model.h"
@@ -30,16 +31,19 @@ static const rf_opt info_opts[] = {
     {.name = "json", .type = RF_OPT_FLAG, .offset = A(json), .help = "print the description as one JSON object"},
 };
 
-/* index of the first non-finite value of a matrix, or -1 */
+/* index of the first non-finite value of a matrix, or -1 (block types:
+ * dequantised a row at a time) */
 static long long first_nonfinite(const rf_mat *w) {
-    size_t n = (size_t)w->rows * w->cols;
-    for (size_t i = 0; i < n; i++) {
-        float x = w->dtype == RF_F32  ? ((const float *)w->data)[i]
-                : w->dtype == RF_BF16 ? rf_bf16_to_f32(((const uint16_t *)w->data)[i])
-                                      : rf_f16_to_f32(((const uint16_t *)w->data)[i]);
-        if (!isfinite(x)) return (long long)i;
+    float *row = rf_malloc((size_t)w->cols * sizeof(float));
+    const size_t rb = rf_dtype_row_bytes(w->dtype, w->cols);
+    long long bad = -1;
+    for (int64_t r = 0; r < w->rows && bad < 0; r++) {
+        rf_dequantize_row(w->dtype, (const uint8_t *)w->data + (size_t)r * rb, row, w->cols);
+        for (int64_t i = 0; i < w->cols && bad < 0; i++)
+            if (!isfinite(row[i])) bad = (long long)(r * w->cols + i);
     }
-    return -1;
+    free(row);
+    return bad;
 }
 
 static int verify(const rf_model *m) {
@@ -66,6 +70,33 @@ static int verify(const rf_model *m) {
     return 0;
 }
 
+/* The tensors of the files by weight type: how many, and their weights
+ * and bytes (the bits per weight of the file, as llama.cpp counts them:
+ * every tensor's bytes over every tensor's weights) */
+typedef struct {
+    int n[RF_DTYPE_COUNT];
+    double weights, bytes;
+} type_counts;
+
+static void count_types(const rf_model *m, type_counts *tc) {
+    memset(tc, 0, sizeof *tc);
+    for (int k = 0; k < m->n_files; k++)
+        for (int i = 0; i < m->files[k].n_tensors; i++) {
+            const rf_tensor *t = &m->files[k].tensors[i];
+            double w = 1;
+            for (int d = 0; d < t->ndim; d++) w *= (double)t->shape[d];
+            tc->n[t->dtype]++, tc->weights += w, tc->bytes += (double)t->nbytes;
+        }
+    for (int i = 0; m->gguf && i < m->gguf->n_tensors; i++) {
+        const rf_gguf_tensor *t = &m->gguf->tensors[i];
+        double w = 1;
+        for (int d = 0; d < t->n_dims; d++) w *= (double)t->ne[d];
+        tc->n[t->dtype]++, tc->weights += w, tc->bytes += (double)t->nbytes;
+    }
+}
+
+static double bits_per_weight(const type_counts *tc) { return tc->weights ? 8 * tc->bytes / tc->weights : 0; }
+
 /* What info prints, as JSON (--json). */
 static json_t *info_json(const rf_model *m, const char *dir, const char *tokenizer, size_t bytes, double t_load) {
     const rf_config *c = &m->cfg;
@@ -86,9 +117,15 @@ static json_t *info_json(const rf_model *m, const char *dir, const char *tokeniz
                             "tie_embeddings", c->tie_embeddings, "rope_theta", (double)c->rope_theta, "rms_eps",
                             (double)c->rms_eps, "bos_id", c->bos_id, "eos_id", c->eos_id, "pad_id", c->pad_id,
                             "mask_id", c->mask_id, "bot_id", c->bot_id);
-    return json_pack("{s:s, s:o, s:o, s:I, s:s, s:I, s:s?, s:f, s:f, s:{s:s, s:s, s:s}}", "model", dir, "files",
-                     files, "config", cfg, "params", (json_int_t)rf_config_n_params(c), "dtype",
-                     rf_dtype_name(c->dtype), "bytes", (json_int_t)bytes, "tokenizer", tokenizer, "load_ms",
+    type_counts tc;
+    count_types(m, &tc);
+    json_t *types = json_object();
+    for (int t = 0; t < RF_DTYPE_COUNT; t++)
+        if (tc.n[t]) json_object_set_new(types, rf_dtype_name((rf_dtype)t), json_integer(tc.n[t]));
+    return json_pack("{s:s, s:o, s:o, s:I, s:s, s:o, s:f, s:I, s:s?, s:f, s:f, s:{s:s, s:s, s:s}}", "model", dir,
+                     "files", files, "config", cfg, "params", (json_int_t)rf_config_n_params(c), "dtype",
+                     rf_dtype_name(c->dtype), "tensor_types", types, "bits_per_weight", bits_per_weight(&tc),
+                     "bytes", (json_int_t)bytes, "tokenizer", tokenizer, "load_ms",
                      t_load * 1e3, "peak_rss_mb", rf_peak_rss() / 1e6, "cpu", "tier", rf_cpu_tier_name(),
                      "detected", rf_cpu_tier_str(rf_cpu_tier_detected()), "note", rf_cpu_note());
 }
@@ -175,6 +212,13 @@ int cmd_info(int argc, char **argv) {
     printf("params     %lld (%.3f %s)\n", np, np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? "B" : "M");
     printf("dtype      %s (%.3f GB in %d file%s)\n", rf_dtype_name(c->dtype), bytes / 1e9,
            n_files, n_files == 1 ? "" : "s");
+    /* the tensors by type: "109 Q4_K, 19 Q6_K, 73 F32; 4.95 bits per weight" */
+    type_counts tc;
+    count_types(&m, &tc);
+    printf("tensors    ");
+    for (int t = 0, first = 1; t < RF_DTYPE_COUNT; t++)
+        if (tc.n[t]) printf("%s%d %s", first ? "" : ", ", tc.n[t], rf_dtype_name((rf_dtype)t)), first = 0;
+    printf("; %.2f bits per weight\n", bits_per_weight(&tc));
     printf("tokenizer  %s\n", !tokenizer ? "(none)" : m.gguf ? "GGUF metadata (tokenizer.ggml.*)" : "tokenizer.json");
     printf("load       %.1f ms, peak RSS %.1f MB\n", t_load * 1e3, rf_peak_rss() / 1e6);
     /* the kernels' instruction-set tier (kernels/cpu.h), and why when it

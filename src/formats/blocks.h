@@ -1,5 +1,5 @@
 /* blocks.h - ggml's block-quantised weight layouts (ggml-common.h), bit for
- * bit, and the scalar reference conversions (formats/quant.c,
+ * bit, and the scalar reference conversions (formats/quant*.c,
  * formats/dequant.c).
  *
  * Every scale (d, dmin, m) is an IEEE f16 unless said otherwise. Legacy
@@ -117,12 +117,22 @@ static inline void rf_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t
 /* Q3_K: the 16 scales (signed, offset 32 removed) from the 12 packed bytes */
 void rf_q3k_scales(const uint8_t packed[RF_K_SCALE_SIZE], int8_t out[16]);
 
-/* x[k] -> blocks (k a whole number of blocks): ggml's reference quantisers */
+/* x[k] -> blocks (k a whole number of blocks): ggml's quantisers as
+ * llama-quantize runs them without an importance matrix (the same bytes) */
 void rf_quantize_row_q8_0(const float *x, void *y, int64_t k);
 void rf_quantize_row_q4_0(const float *x, void *y, int64_t k);
+void rf_quantize_row_q4_1(const float *x, void *y, int64_t k);
 void rf_quantize_row_q5_0(const float *x, void *y, int64_t k);
+void rf_quantize_row_q5_1(const float *x, void *y, int64_t k);
+void rf_quantize_row_q2_k(const float *x, void *y, int64_t k);
+void rf_quantize_row_q3_k(const float *x, void *y, int64_t k);
 void rf_quantize_row_q4_k(const float *x, void *y, int64_t k);
+void rf_quantize_row_q5_k(const float *x, void *y, int64_t k);
 void rf_quantize_row_q6_k(const float *x, void *y, int64_t k);
+void rf_quantize_row_iq4_nl(const float *x, void *y, int64_t k);
+void rf_quantize_row_iq4_xs(const float *x, void *y, int64_t k);
+/* the quantiser of any weight block type; -1 for the element types and Q8_K */
+int rf_quantize_row(rf_dtype t, const float *x, void *y, int64_t k);
 /* blocks -> y[k], for every quantised dtype (ggml's dequantisers) */
 void rf_dequantize_row(rf_dtype t, const void *x, float *y, int64_t k);
 void rf_dequantize_row_q8_0(const void *x, float *y, int64_t k);

@@ -59,6 +59,17 @@ typedef struct {
 size_t rf_kq_prep_bytes(int n, int cols);
 void rf_kq_prep(void *xp, const float *X, int n, int cols, int part, int parts);
 void rf_kq_range(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
+/* one block decoded: int8 levels, and per 16 weights a scale s and a min
+ * m with w = s q - m (matmul_kq.c) */
+typedef struct {
+    int8_t q[256];
+    float s[16], m[16];
+} rf_kq_block;
+void rf_kq_decode(rf_dtype dt, const void *blk, rf_kq_block *o);
+/* the avx512 tier's rf_kq_range for the 256-weight super-block types (the
+ * K-quants, IQ4_XS): 64 weights per vpdpbusd (matmul_kq_avx512.c);
+ * rf_kq_range runs it when the active tier is avx512 or amx */
+void rf_kq_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 /* ---- avx2, W packed (matmul_avx2p.c; a is a multiple of 16) ---- */
 /* bf16: X as it is (f32, no prep) */
 void rf_bf16p_range_avx2(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b);

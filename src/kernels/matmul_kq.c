@@ -14,11 +14,14 @@
  * with the integer sum from maddubs (|q| against x_q carrying q's sign, as
  * for Q8_0). A decoded block is used for all tokens of the call's token
  * block before the next is decoded: each weight is read and decoded once
- * per call (per token block of rf_token_block tokens). */
+ * per call (per token block of rf_token_block tokens). At the avx512 and
+ * amx tiers the 256-weight types run matmul_kq_avx512.c's dot over the same
+ * decoded blocks. */
 #include <immintrin.h>
 #include <string.h>
 
 #include "formats/blocks.h"
+#include "kernels/cpu.h"
 #include "kernels/matmul_impl.h"
 #include "kernels/simd.h"
 #include "kernels/team.h"
@@ -50,10 +53,7 @@ void rf_kq_prep(void *xp, const float *X, int n, int cols, int part, int parts) 
 
 /* ---- decoding: one block into levels q[elems], scale s and min m per 16 ---- */
 
-typedef struct {
-    int8_t q[RF_QK_K];
-    float s[RF_QK_K / 16], m[RF_QK_K / 16];
-} decoded;
+typedef rf_kq_block decoded;
 
 /* the legacy nibble order: byte j holds weight j (low) and j + 16 (high) */
 static inline void nibbles32(const uint8_t *qs, int8_t *q, int offset) {
@@ -69,7 +69,7 @@ static inline void fifth_bits32(const uint8_t qh[4], int8_t *q, int offset) {
     for (int j = 0; j < 32; j++) q[j] = (int8_t)(q[j] + (((h >> j) & 1) << 4) - offset);
 }
 
-static void decode(rf_dtype dt, const void *blk, decoded *o) {
+void rf_kq_decode(rf_dtype dt, const void *blk, decoded *o) {
     switch (dt) {
     case RF_Q4_1: {
         const rf_block_q4_1 *x = blk;
@@ -234,6 +234,10 @@ static inline float hsum8(__m256 v) {
 void rf_kq_range(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
     const rf_dtype dt = W->dtype;
     const int be = rf_dtype_block_elems(dt), nc = be / RF_QK, nblk = W->cols / be, nb = W->cols / RF_QK;
+    if (be == RF_QK_K && rf_cpu_tier_active() >= RF_CPU_AVX512) {
+        rf_kq_range_avx512(Y, ldy, xp, W, n, a, b);
+        return;
+    }
     const size_t bb = rf_dtype_block_bytes(dt), ws = rf_dtype_row_bytes(dt, W->cols);
     const int has_min = dt == RF_Q4_1 || dt == RF_Q5_1 || dt == RF_Q2_K || dt == RF_Q4_K || dt == RF_Q5_K;
     const rf_xk *X = xp;
@@ -248,7 +252,7 @@ void rf_kq_range(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, i
             const char *row = (const char *)W->data + (size_t)r * ws;
             for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps(), accm[t] = 0;
             for (int k = 0; k < nblk; k++) {
-                decode(dt, row + k * bb, &w);
+                rf_kq_decode(dt, row + k * bb, &w);
                 block_dot(&w, nc, has_min, X + (size_t)t0 * nb + k * nc, nb, T, acc, accm);
             }
             for (int t = 0; t < T; t++) Y[(size_t)(t0 + t) * ldy + r] = hsum8(acc[t]) - accm[t];

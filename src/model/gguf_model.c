@@ -223,20 +223,6 @@ done:
 
 /* ---- writing ------------------------------------------------------------------ */
 
-/* llama.cpp's general.file_type (enum llama_ftype) */
-static uint32_t file_type(rf_dtype t) {
-    switch (t) {
-    case RF_F32: return 0;
-    case RF_F16: return 1;
-    case RF_Q4_0: return 2;
-    case RF_Q8_0: return 7;
-    case RF_BF16: return 32;
-    case RF_Q4_K: return 15; /* the Q4_K_M mix (mix_type) */
-    case RF_Q6_K: return 18;
-    default: return 0; /* not written as a whole file's type */
-    }
-}
-
 /* One tensor being written: a matrix of the model, or an f32 norm vector. */
 typedef struct {
     rf_mat src;      /* for vectors: {RF_F32, data, 1, len} */
@@ -269,46 +255,23 @@ static void fill_rows(void *vctx, int64_t row0, int64_t n_rows, void *dst) {
         case RF_F16:
             for (int i = 0; i < cols; i++) ((uint16_t *)o)[i] = rf_f32_to_f16(row[i]);
             break;
-        case RF_Q8_0: rf_quantize_row_q8_0(row, o, cols); break;
-        case RF_Q4_0: rf_quantize_row_q4_0(row, o, cols); break;
-        case RF_Q5_0: rf_quantize_row_q5_0(row, o, cols); break;
-        case RF_Q4_K: rf_quantize_row_q4_k(row, o, cols); break;
-        case RF_Q6_K: rf_quantize_row_q6_k(row, o, cols); break;
-        default: break; /* rf_model_gguf_add writes no other type */
+        default: rf_quantize_row(g->dst, row, o, cols); break; /* rf_ftype_tensor_type: never Q8_K */
         }
     }
     free(row);
 }
 
-/* llama.cpp's choice of the layers that get more bits in its _M mixes:
- * the first and last eighth and every third one between */
-static int more_bits(int layer, int n_layers) {
-    return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
-}
-
-/* The type of one matrix in a file of dtype, as llama-quantize picks it
- * without an importance matrix (llama-quant.cpp): Q4_K is the Q4_K_M mix
- * (the output matrix, token_embd when tied, Q6_K; attn_v and ffn_down of
- * the more_bits layers Q6_K; the rest Q4_K), Q6_K all Q6_K; a K-quant row
- * that is not whole 256-blocks falls back (Q4_K -> Q5_0, Q6_K -> Q8_0). Q4_0
- * keeps its output matrix in Q8_0 (llama.cpp: Q6_K). */
-static rf_dtype mix_type(rf_dtype dtype, const char *gname, int layer, int n_layers, int is_output, int cols) {
-    if (dtype == RF_Q4_0) return is_output ? RF_Q8_0 : RF_Q4_0;
-    if (dtype != RF_Q4_K && dtype != RF_Q6_K) return dtype;
-    rf_dtype t = dtype;
-    if (is_output) t = RF_Q6_K;
-    else if (dtype == RF_Q4_K && layer >= 0 && more_bits(layer, n_layers) &&
-             (strstr(gname, ".attn_v.") || strstr(gname, ".ffn_down.")))
-        t = RF_Q6_K;
-    if (cols % RF_QK_K) t = t == RF_Q4_K ? RF_Q5_0 : RF_Q8_0;
-    return t;
-}
-
 void rf_model_gguf_add(const rf_model *m, rf_gguf_writer *w, rf_dtype dtype, const char *name) {
+    rf_ftype ft = RF_FTYPE_F32;
+    rf_ftype_of_dtype(dtype, &ft);
+    rf_model_gguf_add_ftype(m, w, ft, name);
+}
+
+void rf_model_gguf_add_ftype(const rf_model *m, rf_gguf_writer *w, rf_ftype ft, const char *name) {
     const rf_config *c = &m->cfg;
     rf_gguf_w_str(w, "general.architecture", "qwen3");
     rf_gguf_w_str(w, "general.name", name);
-    rf_gguf_w_u32(w, "general.file_type", file_type(dtype));
+    rf_gguf_w_u32(w, "general.file_type", (uint32_t)ft);
     rf_gguf_w_u32(w, "general.quantization_version", 2);
     rf_gguf_w_u32(w, "qwen3.block_count", (uint32_t)c->n_layers);
     rf_gguf_w_u32(w, "qwen3.context_length", (uint32_t)c->max_pos);
@@ -336,10 +299,9 @@ void rf_model_gguf_add(const rf_model *m, rf_gguf_writer *w, rf_dtype dtype, con
         gguf_fill *g = &fills[i];
         if (ts[i].mat) {
             g->src = *ts[i].mat;
-            /* the output projection decides every token: more bits */
-            int is_output = !strcmp(gname, "output.weight") ||
-                            (c->tie_embeddings && !strcmp(gname, "token_embd.weight"));
-            g->dst = mix_type(dtype, gname, ts[i].desc->layer, c->n_layers, is_output, ts[i].cols);
+            const rf_ftype_tensor ti = {gname, ts[i].desc->layer, c->n_layers, ts[i].cols, c->tie_embeddings,
+                                        c->n_heads / c->n_kv_heads};
+            g->dst = rf_ftype_tensor_type(ft, &ti);
             int64_t ne[2] = {ts[i].cols, ts[i].rows};
             rf_gguf_w_tensor(w, gname, g->dst, 2, ne, fill_rows, g);
         } else {

@@ -4,6 +4,7 @@
 #ifndef RF_MODEL_H
 #define RF_MODEL_H
 
+#include "formats/ftype.h"
 #include "io/config.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
@@ -53,11 +54,14 @@ void rf_model_unpack(rf_model *m);
  * Matrices may be F32/F16/BF16/Q8_0/Q4_0, norms F32/F16/BF16. */
 int rf_model_load_gguf(rf_model *m, const char *path);
 /* Add the model's metadata (general.*, qwen3.*, the token ids) and its
- * tensors in dtype to w, as llama.cpp's converter lays them out: norms in
- * F32; for Q4_0 the output matrix (token_embd when tied) in Q8_0; RF_Q4_K
- * is llama-quantize's Q4_K_M mix and RF_Q6_K its Q6_K one, per-tensor
- * types and fallbacks included (gguf_model.c mix_type). The tensors
- * are converted row by row while w is written: m must outlive the finish. */
+ * tensors to w, as llama.cpp's converter lays them out, in the file type
+ * ft: norms in F32, each matrix in the type llama-quantize gives it in a
+ * file of that type (formats/ftype.h: the mixes' per-tensor types and
+ * fallbacks) and with ggml's quantisers, so that the bytes are
+ * llama-quantize's. The tensors are converted row by row while w is
+ * written: m must outlive the finish. rf_model_gguf_add: the file type a
+ * dtype stands for (rf_ftype_of_dtype: RF_Q4_K is Q4_K_M). */
+void rf_model_gguf_add_ftype(const rf_model *m, rf_gguf_writer *w, rf_ftype ft, const char *name);
 void rf_model_gguf_add(const rf_model *m, rf_gguf_writer *w, rf_dtype dtype, const char *name);
 
 /* Write a randomly initialised checkpoint of the config's shape into dir:
@@ -72,7 +76,8 @@ int rf_model_write_random(const rf_config *cfg, const char *dir, rf_dtype dtype,
  * model.safetensors (or shards of at most shard_bytes with an index when
  * shard_bytes > 0) in dtype RF_F32/RF_F16/RF_BF16, converted tensor by
  * tensor from wherever m's weights are (mmap, heap, a trainer's block).
- * Quantised weights cannot be written. 0, or -1 with rf_last_error(). */
+ * Quantised weights (a GGUF of ggml block types) are dequantised. 0, or -1
+ * with rf_last_error(). */
 int rf_model_save(const rf_model *m, const char *dir, rf_dtype dtype, size_t shard_bytes);
 
 /* A random model held in memory (no files): for tests and benchmarks that

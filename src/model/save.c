@@ -4,11 +4,13 @@
  * (rf_st_writer_add_gen), so neither a conversion nor a random 8B model
  * needs the whole checkpoint in RAM. */
 #include <dirent.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "formats/blocks.h"
 #include "model/model.h"
 #include "model/tensors.h"
 #include "util/util.h"
@@ -136,8 +138,19 @@ static void fill_converted(void *vctx, size_t e0, size_t n, void *dst) {
         memcpy(dst, (const char *)c->src + e0 * es, n * es);
         return;
     }
+    /* a block type (a quantised GGUF): each block dequantised once, the
+     * rows being whole blocks */
+    const int quant = rf_dtype_is_quant(c->src_dtype);
+    const size_t be = (size_t)rf_dtype_block_elems(c->src_dtype), bb = rf_dtype_block_bytes(c->src_dtype);
+    float blk[RF_QK_K];
+    size_t have = SIZE_MAX;
     for (size_t i = 0; i < n; i++) {
-        float x = load_elem(c->src_dtype, c->src, e0 + i);
+        size_t e = e0 + i;
+        if (quant && e / be != have) {
+            have = e / be;
+            rf_dequantize_row(c->src_dtype, (const char *)c->src + have * bb, blk, (int64_t)be);
+        }
+        float x = quant ? blk[e % be] : load_elem(c->src_dtype, c->src, e);
         switch (c->dst_dtype) {
             case RF_BF16: ((uint16_t *)dst)[i] = rf_f32_to_bf16(x); break;
             case RF_F16: ((uint16_t *)dst)[i] = rf_f32_to_f16(x); break;
@@ -157,21 +170,13 @@ int rf_model_save(const rf_model *m, const char *dir, rf_dtype dtype, size_t sha
     conv_ctx *cc = rf_calloc((size_t)n, sizeof *cc);
     rf_st_fill_fn *fill = rf_calloc((size_t)n, sizeof *fill);
     void **ctx = rf_calloc((size_t)n, sizeof *ctx);
-    int rc = 0;
     for (int i = 0; i < n; i++) {
-        if (ts[i].mat && ts[i].mat->dtype != RF_F32 && ts[i].mat->dtype != RF_F16 &&
-            ts[i].mat->dtype != RF_BF16) {
-            rf_set_error("%s: tensor '%s' is %s: only f32/f16/bf16 weights can be written as "
-                         "safetensors", dir, ts[i].name, rf_dtype_name(ts[i].mat->dtype));
-            rc = -1;
-            break;
-        }
         cc[i] = ts[i].mat ? (conv_ctx){ts[i].mat->dtype, dtype, ts[i].mat->data}
                           : (conv_ctx){RF_F32, dtype, *ts[i].vec}; /* norms are f32 in memory */
         fill[i] = fill_converted;
         ctx[i] = &cc[i];
     }
-    if (!rc) rc = rf_model_write_tensors(&m->cfg, dir, dtype, NULL, shard_bytes, fill, ctx);
+    int rc = rf_model_write_tensors(&m->cfg, dir, dtype, NULL, shard_bytes, fill, ctx);
     free(ctx);
     free(fill);
     free(cc);
