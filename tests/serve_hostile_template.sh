@@ -2,9 +2,10 @@
 # serve_hostile_template.sh - `refusion serve` on a copy of the demo model
 # whose chat template is hostile (the cases of helpers/hostile_templates.sh):
 #  - at start-up: a template refused when read (nesting past the limit, an
-#    integer literal past 64 bits) and one that fails to render every
-#    conversation stop `serve` with exit 1 and one line naming the problem
-#    (under a time limit: a server that started would run on);
+#    integer literal past 64 bits; from --chat-template and from
+#    tokenizer_config.json) and one that fails to render every conversation
+#    stop `serve` with exit 1 and one line naming the problem, never
+#    listening;
 #  - at request time: a template that renders ordinary conversations but
 #    turns hostile on one message (each render-time case behind its own
 #    trigger) answers every such chat request, four at a time, with a 400
@@ -33,12 +34,28 @@ c = json.load(open(sys.argv[1])); c["chat_template"] = open(sys.argv[2]).read();
 }
 
 # ---- start-up: refused with one line -----------------------------------------------------------
-# start_refused NAME NEEDLE TEMPLATE
+# start_refused NAME NEEDLE TEMPLATE [MODEL]: serve with the template
+# (--chat-template, or MODEL's own) exits 1 with one line; one that starts
+# listening, or is still running after 60 s, is killed
 start_refused() {
   printf '%s' "$3" >"$T/start.jinja"
-  model_with start "$T/start.jinja"
-  timeout -s KILL 60 "$BIN" serve -m "$T/start" --host 127.0.0.1 --port 0 >/dev/null 2>"$T/start.err"
-  local rc=$?
+  local args=(-m "$DEMO" --chat-template "$T/start.jinja") rc
+  [ -n "${4:-}" ] && args=(-m "$4")
+  "$BIN" serve "${args[@]}" --host 127.0.0.1 --port 0 >/dev/null 2>"$T/start.err" &
+  local pid=$!
+  for _ in $(seq 1 600); do
+    kill -0 $pid 2>/dev/null || break
+    grep -q 'listening on' "$T/start.err" && break
+    sleep 0.1
+  done
+  if kill -0 $pid 2>/dev/null; then
+    kill -KILL $pid
+    wait $pid 2>/dev/null
+    bad "start-up with '$1': the server started (or hung) instead of refusing: $(head -c 300 "$T/start.err")"
+    return
+  fi
+  wait $pid
+  rc=$?
   if [ $rc -eq 1 ] && [ "$(grep -c . "$T/start.err")" -eq 1 ] && grep -q "^refusion: .*chat template: " "$T/start.err" &&
     grep -qF -- "$2" "$T/start.err"; then
     ok
@@ -47,6 +64,10 @@ start_refused() {
   fi
 }
 hostile_load_cases start_refused
+# the same from the model's tokenizer_config.json
+chain 30000 '{{ 1' ' + 1' ' }}' >"$T/plus.jinja"
+model_with plus "$T/plus.jinja"
+start_refused "chained + (tokenizer_config.json)" "$HOSTILE_DEEP" "" "$T/plus"
 # a template that renders no conversation: one case of each class
 start_never() { start_refused "$1" "$2" "$3"; grep -q "renders no conversation" "$T/start.err" && ok || bad "$1: $(cat "$T/start.err")"; }
 M=$HOSTILE_M
@@ -94,13 +115,13 @@ chat() {
     "{\"messages\":[{\"role\":\"user\",\"content\":\"hostile-$1\"}],\"max_tokens\":4${2:-}}" >"$T/c.$1.code" 2>/dev/null
 }
 # refused_answer NAME CODE-FILE BODY-FILE NEEDLE: a 400 whose error message
-# is one line holding "chat template: " and NEEDLE
+# is one line (no escaped control character) holding "chat template: " and
+# NEEDLE (none of the needles has a character JSON escapes)
 refused_answer() {
   local code
   code=$(cat "$2" 2>/dev/null)
-  if [ "$code" = 400 ] && python3 -c 'import json, sys
-m = json.load(open(sys.argv[1]))["error"]["message"]
-sys.exit(not ("\n" not in m and "chat template: " in m and sys.argv[2] in m))' "$3" "$4" 2>/dev/null; then
+  if [ "$code" = 400 ] && grep -q '^{"error":{"message":"[^"]*chat template: ' "$3" && grep -qF -- "$4" "$3" &&
+    ! grep -q '\\u00\|\\n' "$3"; then
     ok
   else
     bad "$1: want 400 with one line 'chat template: ...$4', got ${code:-nothing}: $(head -c 300 "$3" 2>/dev/null)"
