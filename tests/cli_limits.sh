@@ -11,7 +11,7 @@
 # and what must work: tokenize --jsonl with "\u0000" in the text (valid
 # JSON, the NUL is encoded), a non-UTF-8 prompt reported at its offset in
 # the user's text, not in the chat-templated text, and tokenize / generate
-# under a 128 MiB address-space limit (ulimit -v).
+# under a 128 MiB address-space limit (ulimit -v), where train is refused.
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup cli_limits
@@ -79,6 +79,12 @@ for args in "tokenize -m $DEMO hello" "tokenize -m $DEMO --chat --user hello" "g
   [ $rc -eq 0 ] && [ -s "$T/vm.out" ] && cmp -s "$T/free.out" "$T/vm.out" && ok ||
     bad "$args under ulimit -v 131072: exit $rc, $(head -c 300 "$T/vm.out" "$T/vm.err")"
 done
+# training under it: OpenBLAS's work buffer cannot fit, refused before the first step
+(ulimit -v 131072; exec env -u OPENBLAS_NUM_THREADS OMP_NUM_THREADS=2 timeout -s KILL 60 "$BIN" train --data "$T/d.jsonl" \
+  --tokenizer "$DEMO" --config tiny --batch 2 --seq-len 32 --steps 1 --no-plot -o "$T/vmtr") >"$T/vm.out" 2>"$T/vm.err"
+rc=$?
+[ $rc -eq 1 ] && [ "$(grep -c . "$T/vm.err")" -eq 1 ] && grep -q '^refusion: .*address-space limit (ulimit -v 131072 KiB)' "$T/vm.err" &&
+  [ ! -e "$T/vmtr" ] && ok || bad "train under ulimit -v 131072: exit $rc, $(head -c 300 "$T/vm.err")"
 
 echo "cli_limits: $pass checks passed, $fails failed"
 [ $fails -eq 0 ]
