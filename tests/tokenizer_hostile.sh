@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tokenizer_hostile.sh - chat templates written to hurt, through
+# tokenizer_hostile.sh - chat templates written to hurt (the cases of
+# helpers/hostile_templates.sh and more), through
 # `refusion tokenize --chat`: each one ends within 2 s of CPU under a 600 MiB
 # address-space limit (ulimit -v), with exit 1 and one line
 # "refusion: ...chat template: ...", or renders what Python would:
@@ -18,6 +19,7 @@
 # template's own markers stay special.
 set -u
 . "$(dirname "$0")/helpers/common.sh"
+. "$(dirname "$0")/helpers/hostile_templates.sh"
 rf_test_setup tokenizer_hostile
 DEMO=$SRC/models/refusion-demo
 CPU_MAX=2.0
@@ -77,22 +79,12 @@ c = json.load(open(sys.argv[1])); c["chat_template"] = sys.argv[2]; json.dump(c,
       fi ;;
   esac
 }
-chain() { # chain N HEAD PIECE TAIL: HEAD PIECE*N TAIL
-  local s
-  s=$(printf "%${1}s" "" | sed "s/ /$3/g")
-  printf '%s%s%s' "$2" "$s" "$4"
-}
+M=$HOSTILE_M
+# ---- every case of helpers/hostile_templates.sh, from a template file -----------------------
+hostile_load_cases refused
+hostile_render_cases refused
 
-M='{% set M = 2**62 + (2**62 - 1) %}'
-# ---- integer overflow, in every operator and in range -------------------------------------
-refused "+ overflow" "integer overflow in '+'" '{{ 9223372036854775807 + 1 }}'
-refused "- overflow" "integer overflow in '-'" '{{ -9223372036854775807 - 2 }}'
-refused "* overflow" "integer overflow in '*'" '{{ 4611686018427387904 * 2 }}'
-refused "// overflow" "integer overflow in '//'" '{{ (-9223372036854775807 - 1) // -1 }}'
-refused "** overflow" "integer overflow in '**'" '{{ 3 ** 9223372036854775807 }}'
-refused "unary - overflow" "integer overflow in unary '-'" '{{ -(-9223372036854775807 - 1) }}'
-refused "sum overflow" "integer overflow in '+'" '{{ [9223372036854775807, 1]|sum }}'
-refused "range too long" "range() is too long" "$M{{ range(-M - 1, M)|length }}"
+# ---- what the bounds must not refuse --------------------------------------------------------
 renders "% of INT64_MIN by -1" "0" '{{ (-9223372036854775807 - 1) % -1 }}'
 renders "(-1) ** (2^63 - 1)" "-1" '{{ (-1) ** 9223372036854775807 }}'
 renders "range(1, M, M)" "1" "$M{{ range(1, M, M)|length }}"
@@ -100,67 +92,15 @@ renders "range across int64" "[-9223372036854775808, -1, 9223372036854775806]" "
 renders "range down across int64" "[9223372036854775807, 0, -9223372036854775807]" "$M{{ range(M, -M - 1, -M)|list }}"
 renders "slices with huge steps" "[2] c [3] True" \
   "{{ [1,2,3][1::9223372036854775807] }} {{ 'abc'[::-9223372036854775807] }} {{ [1,2,3][::-9223372036854775807-1] }} {{ (-9223372036854775807-1) is divisibleby(-1) }}"
-refused "integer literal" "integer literal too large" '{{ 9223372036854775808 }}'
-
-# ---- depth of every nesting construct: refused at load -------------------------------------
-deep="the template nests too deeply"
-N=30000
-refused "chained +" "$deep" "$(chain $N '{{ 1' ' + 1' ' }}')"
-refused "chained ~" "$deep" "$(chain $N "{{ 'a'" " ~ 'a'" ' }}')"
-refused "chained *" "$deep" "$(chain $N '{{ 1' ' * 1' ' }}')"
-refused "chained and" "$deep" "$(chain $N '{{ 1' ' and 1' ' }}')"
-refused "chained or" "$deep" "$(chain $N '{{ 0' ' or 0' ' }}')"
-refused "chained filters" "$deep" "$(chain $N '{{ 1' '|string' ' }}')"
-refused "chained attributes" "$deep" "$(chain $N '{{ messages' '.a' ' }}')"
-refused "chained subscripts" "$deep" "$(chain $N '{{ messages' '[0]' ' }}')"
-refused "chained calls" "$deep" "$(chain $N '{{ range' '()' ' }}')"
-refused "chained conditionals" "$deep" "$(chain 3000 '{{ 1' ' if 1' ' }}')"
-refused "nested else branches" "$deep" "$(chain 3000 '{{ ' '1 if 0 else ' '1 }}')"
-refused "not chain" "$deep" "$(chain $N '{{ ' 'not ' '1 }}')"
-refused "unary minus chain" "$deep" "$(chain $N '{{ ' '- ' '1 }}')"
-refused "parentheses" "$deep" "$(chain 3000 '{{ ' '(' '1')$(chain 3000 '' ')' ' }}')"
-refused "nested lists" "$deep" "$(chain 3000 '{{ ' '[' '1')$(chain 3000 '' ']' ' }}')"
-refused "nested dicts" "$deep" "$(chain 3000 '{{ ' "{'a': " '1')$(chain 3000 '' '}' ' }}')"
-refused "nested statements" "$deep" "$(chain 3000 '' '{% if 1 %}' 'x')$(chain 3000 '' '{% endif %}' '')"
-refused "nested data compared" "nests more than" \
-  '{% set ns = namespace(a=[]) %}{% for i in range(100000) %}{% set ns.a = [ns.a] %}{% endfor %}{{ ns.a < ns.a }}'
-refused "nested data equal" "nests more than 100 levels" \
-  '{% set ns = namespace(a=[]) %}{% for i in range(100000) %}{% set ns.a = [ns.a] %}{% endfor %}{{ ns.a == ns.a }}'
-
-# ---- repetition by huge counts, even of nothing --------------------------------------------
-steps="ran more than"
-refused "'' * 10**18" "$steps" "{{ '' * 10**18 }}"
-refused "10**18 * ''" "$steps" "{{ 10**18 * '' }}"
-refused "[] * 10**18" "$steps" '{{ ([] * 10**18)|length }}'
-refused "'x' * 10**18" "a repeated value is too long" "{{ 'x' * 10**18 }}"
-refused "repetition in a loop" "$steps" "{% for i in range(1000000) %}{{ '' * 1000000 }}{% endfor %}"
-
-# ---- super-linear work on large inputs: the work budget or the memory limit ----------------
-steps="more than"
-big="{% set s = 'a' * 1000000 %}{% set l = range(1000000)|list %}"
-loop() { printf '%s{%% for i in range(100000) %%}%s{%% endfor %%}' "$big" "$1"; }
-refused "unique of 3M" "$steps" '{{ range(3000000)|unique|length }}'
-refused "in a list, repeatedly" "$steps" "$(loop '{% if -1 in l %}{% endif %}')"
-refused "in a string, repeatedly" "$steps" "$(loop "{% if 'b' in s %}{% endif %}")"
-refused "sort, repeatedly" "$steps" "$(loop '{% set x = l|sort %}')"
-refused "replace, repeatedly" "$steps" "$(loop "{% set x = s.replace('b', 'c') %}")"
-refused "join of empties, repeatedly" "$steps" "{% set e = [''] * 1000000 %}{% for i in range(100000) %}{% set x = e|join %}{% endfor %}"
-refused "split, repeatedly" "$steps" "$(loop "{% set x = s.split('b') %}")"
-refused "count, repeatedly" "$steps" "$(loop "{% set x = s.count('a') %}")"
-refused "strip by many chars" "$steps" "{{ ('a' * 1000000).strip('b' * 100000 + 'a')|length }}"
-refused "startswith, repeatedly" "$steps" "$(loop "{% set x = s.startswith(s) %}")"
-refused "length of a string, repeatedly" "$steps" "$(loop '{% set x = s|length %}')"
-refused "a 2^60-node value compared" "$steps" \
-  '{% set ns = namespace(a=[1]) %}{% for i in range(60) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns.a == ns.a }}'
 renders "count is linear" "1000000" "{{ ('a' * 1000000).count('a') }}"
 renders "a 100,000-key template lexes in linear time" "$(printf '1%.0s' $(seq 1 20000))" "$(chain 20000 '' "{{ 'x'|length }}" '')"
 
 # ---- the same classes from the model's own files -------------------------------------------
 for via in config jinja gguf; do
-  refused "range overflow" "1" "$M{{ range(1, M, M)|length }}{{ raise_exception(range(1, M, M)|length) }}" $via
-  refused "chained +" "$deep" "$(chain $N '{{ 1' ' + 1' ' }}')" $via
-  refused "'' * 10**18" "$steps" "{{ '' * 10**18 }}" $via
-  refused "unique of 3M" "$steps" '{{ range(3000000)|unique|length }}' $via
+  refused "range overflow" "has 1 items" "$M{{ raise_exception('range(1, M, M) has ' ~ (range(1, M, M)|length) ~ ' items') }}" $via
+  refused "chained +" "$HOSTILE_DEEP" "$(chain 30000 '{{ 1' ' + 1' ' }}')" $via
+  refused "'' * 10**18" "$HOSTILE_STEPS" "{{ '' * 10**18 }}" $via
+  refused "unique of 3M" "more than" '{{ range(3000000)|unique|length }}' $via
 done
 
 # ---- special-token text in messages is text ------------------------------------------------

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -99,7 +100,33 @@ static void install_test_faults(void) {
     }
 }
 
+int openblas_get_num_threads(void); /* OpenBLAS extension, not in every cblas.h */
+
+/* OpenBLAS starts its threads when the library loads, and each allocates a
+ * 128 MiB buffer; under an address-space limit (ulimit -v) that cannot
+ * hold them, they retry the allocation for ever, and the process never ends
+ * (its exit waits for them). Such a limit gets one BLAS thread, which
+ * allocates nothing until a matrix product runs: this command line is run
+ * again with OPENBLAS_NUM_THREADS=1 (read only when the library loads).
+ * A program that still does not fit then fails on its own allocation, with
+ * one line. */
+#define BLAS_THREAD_SPACE ((rlim_t)256 << 20) /* its buffer, its stack, a malloc arena */
+static void fit_address_limit(char **argv) {
+    struct rlimit rl;
+    int threads = openblas_get_num_threads();
+    if (threads <= 1 || getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY) return;
+    if (rl.rlim_cur / BLAS_THREAD_SPACE > (rlim_t)threads) return; /* room for the threads and the rest */
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    fflush(NULL);
+    execv("/proc/self/exe", argv);
+    fprintf(stderr, "refusion: the address-space limit (ulimit -v %llu KiB) is too small for %d OpenBLAS threads, "
+                    "and running again with one failed: set OPENBLAS_NUM_THREADS=1\n",
+            (unsigned long long)(rl.rlim_cur >> 10), threads);
+    _exit(2); /* not exit: it would wait for the BLAS threads */
+}
+
 int main(int argc, char **argv) {
+    fit_address_limit(argv);
     install_test_faults();
     rf_log_set(log_to_stderr, NULL);
     if (argc == 2 && !strcmp(argv[1], "--version")) {

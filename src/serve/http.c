@@ -81,13 +81,16 @@ static const struct {
     [R_CHAT] = {"/v1/chat/completions", "POST", 0},
 };
 
-/* A connection suspended while its job runs, until the watcher resumes it. */
-typedef enum { W_START, W_DONE, W_STREAM } wait_kind;
+/* A connection suspended while its request is parsed or its job runs,
+ * until the watcher resumes it. */
+typedef enum { W_START, W_DONE, W_STREAM, W_PARSE } wait_kind;
 typedef struct rf_waiter {
     struct MHD_Connection *c;
-    job *j;
+    job *j;          /* NULL for W_PARSE */
     int fd;
-    wait_kind kind;  /* W_START: while queued; W_DONE: until done; W_STREAM: until more output */
+    wait_kind kind;  /* W_START: while queued; W_DONE: until done; W_STREAM: until more output;
+                        W_PARSE: until a parser thread has handled the request (ready) */
+    int ready;       /* W_PARSE: the parser is done with the request */
     int armed;       /* suspended: the watcher may resume it */
     int linked;      /* in s->waiters */
     double deadline; /* rf_now() after which the wait ends (0: none) */
@@ -131,6 +134,16 @@ typedef struct request {
     int fd;
     double queue_deadline;
     waiter w;
+    /* handed to a parser thread (parse_request): in s->parse_head's list
+     * until taken; what it made of the request when no job came of it */
+    struct request *parse_next;
+    int parsed;            /* the parser is done: answer with the below, unless job */
+    int answer_status;     /* an error (err_*) or, for llama-server's routes, answer / answer_type */
+    char err_param[64];
+    const char *err_code;
+    char err_msg[512];
+    char *answer;
+    const char *answer_type;
 } request;
 
 /* for the log: what the client sent, cut to size, control characters as '?' */
@@ -422,12 +435,14 @@ static void unpark(rf_server *s, struct MHD_Connection *c, waiter *w) {
 
 /* Is the wait over? s->mu held. check_gone: look at the socket too. */
 static int wait_over_locked(rf_server *s, const waiter *w, int check_gone, double now) {
+    if (w->kind == W_PARSE) return w->ready; /* the parser holds the request until then */
     const job *j = w->j;
     if (s->stopping && j->state == JOB_DONE) return 1;
     switch (w->kind) {
     case W_START: if (j->state != JOB_QUEUED) return 1; break;
     case W_DONE: if (j->state == JOB_DONE) return 1; break;
     case W_STREAM: if (j->out_sent < j->out_len || j->state == JOB_DONE) return 1; break;
+    case W_PARSE: break;
     }
     if (w->deadline > 0 && now > w->deadline) return 1;
     return check_gone && client_gone(w->fd);
@@ -451,7 +466,7 @@ static void *watcher_main(void *arg) {
         }
         for (waiter *w = s->waiters, *next; w; w = next) {
             next = w->next;
-            if (tick % 10 == 0) rf_serve_expire_locked(s, w->j, now); /* its job, while its client waits */
+            if (tick % 10 == 0 && w->j) rf_serve_expire_locked(s, w->j, now); /* its job, while its client waits */
             if (!w->armed || !wait_over_locked(s, w, tick % 10 == 0 || s->watcher_stop, now)) continue;
             if (n == cap) {
                 cap = cap ? 2 * cap : 64;
@@ -541,7 +556,26 @@ static void sse_free(void *cls) {
 
 /* ---- generation requests ---------------------------------------------------- */
 /* The body is complete: check the request and queue its job. */
-static enum MHD_Result generate_start(struct MHD_Connection *c, request *q, rf_server *s) {
+/* Keep an error answer for the request (a parser thread cannot answer:
+ * the connection belongs to MHD's event loop); returns status. */
+static int keep_error(request *q, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int keep_error(request *q, int status, const char *param, const char *code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(q->err_msg, sizeof q->err_msg, fmt, ap);
+    va_end(ap);
+    snprintf(q->err_param, sizeof q->err_param, "%s", param ? param : "");
+    q->err_code = code;
+    return q->answer_status = status;
+}
+
+/* A generation request parsed (the chat template rendered, the prompt
+ * tokenized), checked against the per-request limits and queued: 0 with
+ * q->job set, or the status of the error answer kept in q. Runs in a
+ * parser thread: a template or a prompt that takes seconds holds no event
+ * loop, so /health and every other connection are answered meanwhile. */
+static int prepare_generation(rf_server *s, request *q) {
     rf_serve_req req;
     rf_req_kind kind = q->route == R_CHAT ? RF_REQ_CHAT : RF_REQ_COMPLETION;
     char *native = NULL; /* llama-server's /completion, /infill: their body as a completions one */
@@ -549,22 +583,21 @@ static enum MHD_Result generate_start(struct MHD_Connection *c, request *q, rf_s
         int status;
         char param[64];
         if (!(native = rf_llama_translate(s, q->llama, q->body ? q->body : "", q->len, &status, param, sizeof param)))
-            return send_error_p(c, s, q, status, param, status == 501 ? "not_supported" : NULL, "%s", rf_last_error());
+            return keep_error(q, status, param, status == 501 ? "not_supported" : NULL, "%s", rf_last_error());
     }
     int bad = rf_serve_parse(native ? native : q->body ? q->body : "", native ? strlen(native) : q->len, kind, s->m,
                              s->tok, &s->cfg.defaults, &req);
     free(native);
-    if (bad) {
-        return send_error_p(c, s, q, 400, req.err_param,
-                            req.err_code ? req.err_code : req.err_unsupported ? "unsupported_parameter" : NULL, "%s",
-                            rf_last_error());
-    }
+    if (bad)
+        return keep_error(q, 400, req.err_param,
+                          req.err_code ? req.err_code : req.err_unsupported ? "unsupported_parameter" : NULL, "%s",
+                          rf_last_error());
     if (q->llama >= 0) req.kind = RF_REQ_NATIVE;
     /* what the decoder will allocate, against the per-request limit */
     int64_t need = rf_generate_bytes(s->model, req.n_prompt, &req.p);
     if ((uint64_t)need > s->cfg.max_request_bytes) {
         rf_serve_req_free(&req);
-        return send_error(c, s, q, 400,
+        return keep_error(q, 400, NULL, NULL,
                           "this request needs about %.0f MB of working memory; the server allows %.0f MB per "
                           "request (fewer tokens, or --max-request-mb)",
                           need / 1e6, s->cfg.max_request_bytes / 1e6);
@@ -574,7 +607,7 @@ static enum MHD_Result generate_start(struct MHD_Connection *c, request *q, rf_s
     int64_t fed = rf_serve_work_positions(&req);
     if (fed > s->cfg.max_request_positions) {
         rf_serve_req_free(&req);
-        return send_error(c, s, q, 400,
+        return keep_error(q, 400, NULL, NULL,
                           "this request may feed the model up to %lld positions (prompt, max_tokens, slot_size, "
                           "steps, n); the server allows %lld per request (--max-request-positions)",
                           (long long)fed, s->cfg.max_request_positions);
@@ -582,13 +615,80 @@ static enum MHD_Result generate_start(struct MHD_Connection *c, request *q, rf_s
     job *j = rf_serve_submit(s, &req);
     if (!j) {
         rf_serve_req_free(&req);
-        return send_error(c, s, q, 503, "%s", rf_last_error());
+        return keep_error(q, 503, NULL, NULL, "%s", rf_last_error());
     }
-    q->job = j;
-    q->fd = connection_fd(c);
     /* bounded queue wait: a request is not kept waiting forever behind others */
     q->queue_deadline = rf_now() + s->cfg.queue_wait_s;
-    park(s, c, &q->w, j, q->fd, W_START, q->queue_deadline);
+    q->job = j;
+    return 0;
+}
+
+/* What a parser thread does with a request: a generation is prepared; one
+ * of llama-server's other routes (/tokenize, /apply-template, ...) is
+ * answered into q->answer. */
+static void parse_request(rf_server *s, request *q) {
+    if (q->route != R_NONE || rf_llama_is_generation(q->llama)) {
+        prepare_generation(s, q);
+        return;
+    }
+    q->answer_type = "application/json";
+    q->answer_status = rf_llama_answer(s, q->llama, q->url, q->body ? q->body : "", q->len, &q->answer, &q->answer_type);
+}
+
+static void *parser_main(void *arg) {
+    rf_server *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->parse_head && !s->parse_stop) pthread_cond_wait(&s->parse_cv, &s->mu);
+        request *q = s->parse_head;
+        if (!q) break; /* stopping, and nothing left to parse */
+        if (!(s->parse_head = q->parse_next)) s->parse_tail = NULL;
+        q->parse_next = NULL;
+        pthread_mutex_unlock(&s->mu);
+        parse_request(s, q);
+        pthread_mutex_lock(&s->mu);
+        q->parsed = !q->job; /* with a job, generate_continue answers */
+        q->w.ready = 1;      /* the watcher resumes the connection */
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static enum MHD_Result generate_continue(struct MHD_Connection *c, request *q, rf_server *s);
+
+/* The parser is done and made no job: its answer */
+static enum MHD_Result parsed_answer(struct MHD_Connection *c, request *q, rf_server *s) {
+    unpark(s, c, &q->w);
+    q->parsed = 0;
+    if (q->answer_type) {
+        char *out = q->answer;
+        q->answer = NULL;
+        return send_text(c, s, q, q->answer_status, out, q->answer_type);
+    }
+    return send_error_p(c, s, q, q->answer_status, q->err_param[0] ? q->err_param : NULL, q->err_code, "%s",
+                        q->err_msg);
+}
+
+/* The request to a parser thread, its connection parked until the parser
+ * is done; without parser threads (they could not start, or the server is
+ * stopping), parsed here. */
+static enum MHD_Result parse_later(struct MHD_Connection *c, request *q, rf_server *s) {
+    q->fd = connection_fd(c);
+    pthread_mutex_lock(&s->mu);
+    int queued = s->n_parsers > 0 && !s->parse_stop;
+    if (queued) {
+        q->w.ready = 0; /* set by the parser, maybe before park below has run */
+        if (s->parse_tail) s->parse_tail->parse_next = q;
+        else s->parse_head = q;
+        s->parse_tail = q;
+        pthread_cond_signal(&s->parse_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!queued) {
+        parse_request(s, q);
+        return q->job ? generate_continue(c, q, s) : parsed_answer(c, q, s);
+    }
+    park(s, c, &q->w, NULL, q->fd, W_PARSE, 0);
     return MHD_YES;
 }
 
@@ -746,6 +846,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (q->job) return generate_continue(c, q, s);
+    if (q->parsed) return parsed_answer(c, q, s);
     if (q->status) { /* answered early: discard the rest */
         *up_size = 0;
         return MHD_YES;
@@ -791,7 +892,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (q->route == R_METRICS) return send_metrics(c, q, s);
     if (q->route == R_MODELS || q->route == R_MODEL) return send_models(c, q, s);
     set_busy(s, q, 1); /* the request is complete: its deadline is over */
-    return generate_start(c, q, s);
+    return parse_later(c, q, s);
 }
 
 /* llama-server's routes (routes_llama.c): the generations are queued as
@@ -808,9 +909,11 @@ static enum MHD_Result llama_request(struct MHD_Connection *c, request *q, rf_se
     if (q->too_large)
         return send_error(c, s, q, MHD_HTTP_CONTENT_TOO_LARGE, "the request body is larger than %zu bytes",
                           s->cfg.max_body);
-    if (rf_llama_is_generation(q->llama)) {
+    /* the generations, and the POST routes that tokenize or render a
+     * template, to a parser thread; the rest answered here */
+    if (rf_llama_is_generation(q->llama) || !strcmp(want, "POST")) {
         set_busy(s, q, 1);
-        return generate_start(c, q, s);
+        return parse_later(c, q, s);
     }
     char *out = NULL;
     const char *type = "application/json";
@@ -825,6 +928,7 @@ static void request_free_locked(rf_server *s, request *q) {
         rf_serve_job_unref_locked(q->job);
     }
     if (q->k && q->k->q == q) q->k->q = NULL;
+    free(q->answer);
     free(q->body);
     free(q);
 }
@@ -959,6 +1063,16 @@ static void stop_watcher(rf_server *s) {
     s->watcher_started = 0;
 }
 
+/* the parser threads handle what is queued, then end; requests that come
+ * later are parsed in MHD's threads (parse_later) */
+static void stop_parsers(rf_server *s) {
+    pthread_mutex_lock(&s->mu);
+    s->parse_stop = 1;
+    pthread_cond_broadcast(&s->parse_cv);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->n_parsers; i++) pthread_join(s->parsers[i], NULL);
+}
+
 static void free_workers(rf_server *s) {
     rf_serve_slots_free(s);
     for (int i = 0; i < s->cfg.workers; i++) rf_session_free(s->workers[i].sess);
@@ -996,6 +1110,7 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->queue_cv, NULL);
     pthread_cond_init(&s->batch_cv, NULL);
+    pthread_cond_init(&s->parse_cv, NULL);
     if (s->cfg.workers < 1) s->cfg.workers = 1;
     s->workers = rf_calloc((size_t)s->cfg.workers, sizeof *s->workers);
     rf_serve_slots_init(s);
@@ -1024,6 +1139,11 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
         goto fail;
     }
     s->watcher_started = 1;
+    /* as many parser threads as event loops; with none (they could not
+     * start) requests are parsed in the event loops */
+    s->parsers = rf_calloc((size_t)s->cfg.http_threads, sizeof *s->parsers);
+    while (s->n_parsers < s->cfg.http_threads && !pthread_create(&s->parsers[s->n_parsers], NULL, parser_main, s))
+        s->n_parsers++;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | (v6 ? MHD_USE_IPv6 : 0);
     /* MHD's own total is a backstop above ours (on_accept refuses at once;
      * at MHD's limit new clients would wait in the backlog instead) */
@@ -1037,15 +1157,18 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
     if (!s->daemon) {
         rf_set_error("cannot start the HTTP server (libmicrohttpd) on %s:%d", c->host, s->port);
         stop_workers(s);
+        stop_parsers(s);
         stop_watcher(s);
         goto fail;
     }
     return s;
 fail:
     free_workers(s);
+    free(s->parsers);
     close(s->listen_fd);
     pthread_cond_destroy(&s->queue_cv);
     pthread_cond_destroy(&s->batch_cv);
+    pthread_cond_destroy(&s->parse_cv);
     pthread_mutex_destroy(&s->mu);
     free(s->model_name);
     free(s);
@@ -1060,14 +1183,19 @@ void rf_serve_stop(rf_server *s) {
     /* 1. no new jobs; the workers finish the running ones and fail the
      *    queued ones, so no connection thread is left waiting on a job */
     stop_workers(s);
-    /* 2. answer the parked requests: MHD must not stop with a suspended
+    /* 2. the requests being parsed get their answers (a 503 for a
+     *    generation: no job is taken now) */
+    stop_parsers(s);
+    /* 3. answer the parked requests: MHD must not stop with a suspended
      *    connection */
     stop_watcher(s);
-    /* 3. close the connections and join MHD's threads (MHD closes the
+    /* 4. close the connections and join MHD's threads (MHD closes the
      *    listening socket it was given too) */
     MHD_stop_daemon(s->daemon);
     pthread_cond_destroy(&s->queue_cv);
     pthread_cond_destroy(&s->batch_cv);
+    pthread_cond_destroy(&s->parse_cv);
+    free(s->parsers);
     pthread_mutex_destroy(&s->mu);
     free_workers(s);
     free(s->model_name);

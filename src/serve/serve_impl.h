@@ -112,6 +112,12 @@ struct rf_server {
     pthread_t watcher;
     int watcher_started, watcher_stop;
     unsigned long n_refused, n_request_timeouts;
+    /* http.c: the parser threads, which render chat templates and tokenize
+     * prompts off MHD's event loops; their queue of requests */
+    pthread_t *parsers;
+    int n_parsers, parse_stop;
+    struct request *parse_head, *parse_tail;
+    pthread_cond_t parse_cv;
     int loopback;             /* the bound address is a loopback one */
     size_t *buffer_bytes;     /* [cfg.workers] */
     job **slots;              /* [n_slots] the running job of each slot (/slots; routes_llama.c), or NULL */

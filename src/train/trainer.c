@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "tokenizer/tokenizer.h"
@@ -175,8 +176,11 @@ static int bind_tokenizer(rf_config *c, const rf_tokenizer *tok, int new_model) 
     return 0;
 }
 
-/* A micro-batch's activations against the machine, before rf_tacts_new
- * allocates them: per token it keeps at least 4 d + 3 q + 3 ffn floats per
+/* the work buffer OpenBLAS allocates for a thread's first matrix product */
+#define BLAS_BUFFER_BYTES (128LL << 20)
+
+/* A micro-batch's activations against the machine and the address-space
+ * limit, before rf_tacts_new allocates them: per token it keeps at least 4 d + 3 q + 3 ffn floats per
  * layer, so `--batch 1000000` is one clear line instead of a 393 GB malloc. */
 static int check_batch_memory(const rf_config *c, int64_t n_tok, const rf_train_opts *o) {
     int64_t per_tok = 4 * (int64_t)c->n_layers *
@@ -188,6 +192,24 @@ static int check_batch_memory(const rf_config *c, int64_t n_tok, const rf_train_
                      "least %.1f GB of activations; this machine has %.1f GB (lower --batch, raise "
                      "--accum, or use more processes)",
                      o->batch, o->seq_len, (long long)n_tok, (double)n_tok * per_tok / 1e9, have / 1e9);
+        return -1;
+    }
+    /* under an address-space limit (ulimit -v) the activations and
+     * OpenBLAS's work buffer must fit in what the process has left: OpenBLAS
+     * retries a buffer it cannot allocate for ever */
+    struct rlimit rl;
+    unsigned long vm_pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%lu", &vm_pages) != 1) vm_pages = 0;
+        fclose(f);
+    }
+    uint64_t used = (uint64_t)vm_pages * (uint64_t)sysconf(_SC_PAGESIZE), blas = (uint64_t)BLAS_BUFFER_BYTES;
+    if (vm_pages && !getrlimit(RLIMIT_AS, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+        (uint64_t)rl.rlim_cur < used + blas + (uint64_t)need) {
+        rf_set_error("training needs about %.0f MB more address space (activations and OpenBLAS's %.0f MB "
+                     "buffer) than the address-space limit (ulimit -v %llu KiB) leaves: raise it, or lower --batch",
+                     ((double)need + blas) / 1e6, blas / 1e6, (unsigned long long)(rl.rlim_cur >> 10));
         return -1;
     }
     return 0;
