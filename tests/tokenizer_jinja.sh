@@ -5,7 +5,8 @@
 # it up (tests/data/templates/hf_render.py, Debian's python3-jinja2), byte
 # for byte: Qwen3's template (tools, tool calls, thinking on / off,
 # multi-turn reasoning), the demo model's own, plain ChatML, and templates in
-# the style of Llama 3, Mistral, Gemma and DeepSeek, each over every
+# the style of Llama 3, Mistral, Gemma and DeepSeek, and one that uses every
+# filter the interpreter has (filters.jinja), each over every
 # conversation of tests/data/templates/conversations.json. Where jinja2
 # raises, we must fail too, with one error line naming a line and column.
 # Then: the built-in Qwen3 renderer equals Qwen3's template on the plain
@@ -183,4 +184,3 @@ expect_error "tools without a template" 'renders no tools' "$BIN" tokenize -m "$
 
 echo "tokenizer_jinja: $pass checks passed, $fails failed"
 [ "$fails" -eq 0 ]
-echo "tokenizer_jinja: all passed"
