@@ -21,14 +21,20 @@ static const rf_opt own_opts[] = {
     {.name = "json", .type = RF_OPT_FLAG, .offset = offsetof(own, json), .help = "j"},
 };
 
+/* "test LINE" split at spaces into argv[64] (its strings in buf); argc */
+static int split(const char *line, char *buf, size_t cap, char **argv) {
+    snprintf(buf, cap, "test %s", line);
+    int argc = 0;
+    for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
+    argv[argc] = NULL;
+    return argc;
+}
+
 /* parse a space-separated command line; 0 / 1 / -1 as rf_args_parse */
 static int parse(const char *line, own *o, rf_decode_opts *d, int *pos, char ***argv_out, int *argc_out) {
     static char buf[512];
     static char *argv[64];
-    snprintf(buf, sizeof buf, "test %s", line);
-    int argc = 0;
-    for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
-    argv[argc] = NULL;
+    int argc = split(line, buf, sizeof buf, argv);
     memset(o, 0, sizeof *o);
     rf_decode_opts_default(d);
     rf_opt_group g[] = {{NULL, own_opts, 2, o, NULL, NULL}, RF_DECODE_GROUP(d, NULL)};
@@ -167,10 +173,7 @@ static const rf_opt more_opts[] = {
 static int parse_more(const char *line, more *m) {
     static char buf[512];
     static char *argv[64];
-    snprintf(buf, sizeof buf, "test %s", line);
-    int argc = 0;
-    for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
-    argv[argc] = NULL;
+    int argc = split(line, buf, sizeof buf, argv);
     rf_arg_list_free(&m->turns);
     *m = (more){.x = 0.02, .size = -1};
     rf_opt_group g[] = {{NULL, more_opts, 6, m, NULL, NULL}};
