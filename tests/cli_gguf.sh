@@ -11,12 +11,8 @@
 #    unknown types, misaligned) and a header fuzz: exit 1 with one line
 #    "refusion: ..." and never a crash.
 set -u
-BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
-SRC=${REFUSION_SRC:?REFUSION_SRC not set}
-T=$(mktemp -d /tmp/rf_cli_gguf.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup cli_gguf
 DEMO=$SRC/models/refusion-demo
 G=$T/demo.gguf
 
@@ -121,5 +117,5 @@ echo "fuzz: 100 files, $rejected rejected, $crash crashes, $multi multi-line mes
 [ $crash -eq 0 ] || bad "$crash fuzzed files crashed"
 [ $multi -eq 0 ] || bad "$multi rejections were not one line"
 
-[ $fails -eq 0 ] || { echo "cli_gguf: $fails failure(s)" >&2; exit 1; }
-echo "cli_gguf: OK"
+echo "cli_gguf: $fails failed"
+[ "$fails" -eq 0 ]

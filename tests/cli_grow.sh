@@ -112,5 +112,22 @@ run grow -m "$DEMO" -o "$T/bad.gguf" --ffn 1000 --dtype q4_0
 check '[ $rc = 1 ] && one_line && echo "$err" | grep -q "blocks of 32" && [ ! -e "$T/bad.gguf" ]' "q4_0 shape: $rc $err"
 check '! ls "$T" | grep -q "tmp"' "temporary files left: $(ls "$T")"
 
+# init and grow read the model shape from one option table: the same rows,
+# ranges and messages; --max-pos and --theta are init's alone
+expect_fail 2 "--tied expects an integer in [0, 1], got '2'" grow -m "$DEMO" -o "$T/x" --tied 2
+expect_fail 2 "--tied expects an integer in [0, 1], got '2'" init -o "$T/x" --tied 2
+expect_fail 2 "--layers expects an integer in [1, 4096], got '0'" grow -m "$DEMO" -o "$T/x" --layers 0
+expect_fail 2 "--layers expects an integer in [1, 4096], got '0'" init -o "$T/x" --layers 0
+expect_fail 2 "unknown option '--max-pos'" grow -m "$DEMO" -o "$T/x" --layers 5 --max-pos 64
+expect_fail 2 "-m SMALL and -o BIG are required" grow -o "$T/x" --layers 5
+expect_fail 2 "--dtype must be bf16, f32 or f16" init -o "$T/x" --dtype q4_0
+check '[ ! -e "$T/x" ]' "a refused command line wrote $T/x"
+for c in init grow; do
+  run "$c" --help
+  for o in preset hidden layers heads kv-heads head-dim ffn vocab tied progress no-progress; do
+    check 'grep -q -- "--$o\b" "$T/out"' "$c --help lacks --$o"
+  done
+done
+
 echo "cli_grow: $pass passed, $fails failed"
 [ "$fails" = 0 ]

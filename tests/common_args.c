@@ -21,14 +21,20 @@ static const rf_opt own_opts[] = {
     {.name = "json", .type = RF_OPT_FLAG, .offset = offsetof(own, json), .help = "j"},
 };
 
+/* "test LINE" split at spaces into argv[64] (its strings in buf); argc */
+static int split(const char *line, char *buf, size_t cap, char **argv) {
+    snprintf(buf, cap, "test %s", line);
+    int argc = 0;
+    for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
+    argv[argc] = NULL;
+    return argc;
+}
+
 /* parse a space-separated command line; 0 / 1 / -1 as rf_args_parse */
 static int parse(const char *line, own *o, rf_decode_opts *d, int *pos, char ***argv_out, int *argc_out) {
     static char buf[512];
     static char *argv[64];
-    snprintf(buf, sizeof buf, "test %s", line);
-    int argc = 0;
-    for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
-    argv[argc] = NULL;
+    int argc = split(line, buf, sizeof buf, argv);
     memset(o, 0, sizeof *o);
     rf_decode_opts_default(d);
     rf_opt_group g[] = {{NULL, own_opts, 2, o, NULL, NULL}, RF_DECODE_GROUP(d, NULL)};
@@ -144,9 +150,67 @@ static void test_help(void) {
     free(txt);
 }
 
+/* the row kinds of the commands outside decoding: a double, a flag pair on
+ * one int (--progress 1 / --no-progress -1, last one wins), rows sharing a
+ * repeatable list (kept in command-line order, each value with its row),
+ * and "not given" defaults (outside the row's range) left out of --help */
+typedef struct {
+    double x;
+    int progress, size;
+    rf_arg_list turns;
+} more;
+static const rf_opt more_opts[] = {
+    {.name = "std", .type = RF_OPT_DOUBLE, .lo = 0, .open_lo = 1, .hi = 1e12, .offset = offsetof(more, x),
+     .metavar = "X", .help = "x"},
+    {.name = "progress", .type = RF_OPT_FLAG, .offset = offsetof(more, progress), .help = "p"},
+    {.name = "no-progress", .type = RF_OPT_FLAG, .hi = -1, .offset = offsetof(more, progress), .help = "np"},
+    {.name = "hidden", .type = RF_OPT_INT, .lo = 1, .hi = 100, .offset = offsetof(more, size), .metavar = "N",
+     .help = "h"},
+    {.name = "user", .type = RF_OPT_LIST, .offset = offsetof(more, turns), .metavar = "S", .help = "u"},
+    {.name = "system", .type = RF_OPT_LIST, .offset = offsetof(more, turns), .metavar = "S", .help = "s"},
+};
+
+static int parse_more(const char *line, more *m) {
+    static char buf[512];
+    static char *argv[64];
+    int argc = split(line, buf, sizeof buf, argv);
+    rf_arg_list_free(&m->turns);
+    *m = (more){.x = 0.02, .size = -1};
+    rf_opt_group g[] = {{NULL, more_opts, 6, m, NULL, NULL}};
+    return rf_args_parse("test", "[options]", g, 1, argc, argv, NULL);
+}
+
+static void test_more_kinds(void) {
+    more m = {0};
+    CHECK(parse_more("--std 0.123456789012 --no-progress", &m) == 0, "parse");
+    CHECK(m.x == 0.123456789012, "--std as a double: %.17g", m.x);
+    CHECK(m.progress == -1, "--no-progress: %d", m.progress);
+    CHECK(parse_more("--no-progress --progress", &m) == 0 && m.progress == 1, "--progress last: %d", m.progress);
+    CHECK(parse_more("--std 0", &m) == -1, "--std 0 (open lower bound) accepted");
+    CHECK(parse_more("--user a --system b --user c", &m) == 0 && m.turns.n == 3, "list: %d values", m.turns.n);
+    CHECK(m.turns.n == 3 && !strcmp(m.turns.value[1], "b") && !strcmp(m.turns.row[1]->name, "system") &&
+              !strcmp(m.turns.row[2]->name, "user") && !strcmp(m.turns.value[2], "c"),
+          "list order and rows");
+    CHECK(parse_more("--user", &m) == -1, "--user without a value accepted");
+    rf_arg_list_free(&m.turns);
+
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&txt, &len);
+    more def = {.x = 0.02, .size = -1};
+    rf_opt_group g[] = {{NULL, more_opts, 6, &def, NULL, &def}};
+    rf_args_usage(f, "test", "[options]", g, 1);
+    fclose(f);
+    CHECK(strstr(txt, "default 0.02") != NULL, "--std's default not shown:\n%s", txt);
+    CHECK(strstr(txt, "default -1") == NULL, "the unset --hidden shown as a default:\n%s", txt);
+    CHECK(strstr(txt, "repeatable") != NULL, "a list row not marked repeatable:\n%s", txt);
+    free(txt);
+}
+
 int main(void) {
     test_table();
     test_parse();
     test_help();
+    test_more_kinds();
     return check_summary("common_args");
 }

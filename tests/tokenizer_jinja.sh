@@ -5,7 +5,8 @@
 # it up (tests/data/templates/hf_render.py, Debian's python3-jinja2), byte
 # for byte: Qwen3's template (tools, tool calls, thinking on / off,
 # multi-turn reasoning), the demo model's own, plain ChatML, and templates in
-# the style of Llama 3, Mistral, Gemma and DeepSeek, each over every
+# the style of Llama 3, Mistral, Gemma and DeepSeek, and one that uses every
+# filter the interpreter has (filters.jinja), each over every
 # conversation of tests/data/templates/conversations.json. Where jinja2
 # raises, we must fail too, with one error line naming a line and column.
 # Then: the built-in Qwen3 renderer equals Qwen3's template on the plain
@@ -15,15 +16,11 @@
 # pick "default"; and templates that are broken, loop too long, recurse too
 # deep or grow too large fail with one clear line.
 set -uo pipefail
-BIN=${REFUSION_BIN:?REFUSION_BIN not set}
-SRC=${REFUSION_SRC:?REFUSION_SRC not set}
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup tokenizer_jinja
+WORK=$T
 D=$SRC/tests/data/templates
 DEMO=$SRC/models/refusion-demo
-WORK=$(mktemp -d /tmp/rf_jinja.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-n_fail=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1" >&2; n_fail=$((n_fail + 1)); }
 
 PY=
 for p in /usr/bin/python3 python3; do
@@ -185,5 +182,5 @@ expect_error "missing template file" "nope.jinja" "$BIN" tokenize -m "$DEMO" --c
 expect_error "tools without a template" 'renders no tools' "$BIN" tokenize -m "$DEMO" --chat --text --chat-template builtin \
   '{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}'
 
-[ $n_fail -eq 0 ] || { echo "tokenizer_jinja: $n_fail failed" >&2; exit 1; }
-echo "tokenizer_jinja: all passed"
+echo "tokenizer_jinja: $pass checks passed, $fails failed"
+[ "$fails" -eq 0 ]

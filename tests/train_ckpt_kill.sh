@@ -34,13 +34,8 @@
 #    byte, and none of the save's leftovers;
 #  - a plain `train --resume` then ends bit-identical to the reference run.
 set -u
-BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
-T=$(mktemp -d /tmp/rf_ckpt_kill.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup train_ckpt_kill
 
 for i in $(seq 1 60); do
   a=$((i * 37 % 1000)) b=$((i * 11 % 97))

@@ -4,13 +4,8 @@
 # plot; Ctrl-C and SIGTERM save and exit 0, --resume finishes the run; malformed data
 # files fail with exit 1 and one line naming file and record, writing nothing.
 set -u
-BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
-T=$(mktemp -d /tmp/rf_train_cli.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup train_cli
 
 python3 - "$T" <<'EOF' || { echo "FAIL: python3 needed to write the data" >&2; exit 1; }
 import json, random, sys
@@ -32,6 +27,20 @@ COMMON=(--tokenizer "$T/tok" --config tiny --batch 8 --seq-len 48 --lr 3e-3 --th
 "$BIN" train --help >"$T/help" 2>&1 && grep -q -- "--objective" "$T/help" && ok || bad "train --help"
 "$BIN" train --data "$T/data.json" -o "$T/x" --objective bert >/dev/null 2>"$T/err"
 [ $? -eq 2 ] && grep -q "objective" "$T/err" && ok || bad "--objective bert not refused"
+expect_fail 2 "--batch expects an integer in [1, 1048576], got '0'" train --data "$T/data.json" -o "$T/x" --batch 0
+expect_fail 2 "--lr expects a number in [0, 10], got 'fast'" train --data "$T/data.json" -o "$T/x" --lr fast
+expect_fail 2 "--slot-sizes: bad list '4,x'" train --data "$T/data.json" -o "$T/x" --slot-sizes 4,x
+expect_fail 2 "--init and --resume exclude each other" train --data "$T/data.json" -o "$T/x" --init "$T/a" --resume
+expect_fail 2 "--data and -o DIR are required" train --data "$T/data.json"
+expect_fail 2 "unknown option '--bogus'" train --data "$T/data.json" -o "$T/x" --bogus
+[ ! -e "$T/x" ] && ok || bad "a refused command line wrote $T/x"
+# --help lists every option, from the option table
+"$BIN" train --help >"$T/help" 2>&1
+for o in data out init config tokenizer init-std resume objective slot-sizes mdm-pad aux-ar mask-floor batch seq-len \
+         accum steps epochs lr min-lr warmup weight-decay beta2 clip seed threads save-every stop-at skip-long \
+         log-every no-plot quiet json mpi allreduce bucket-mb; do
+  grep -q -- "--$o\b" "$T/help" && ok || bad "train --help lacks --$o"
+done
 
 # ---- a short run --------------------------------------------------------------------
 "$BIN" train --data "$T/data.json" -o "$T/run" "${COMMON[@]}" --steps 12 --log-every 4 \

@@ -34,17 +34,12 @@
 # Skipped (exit 77) only when mpirun is not installed (scripts/install-deps.sh
 # installs openmpi-bin libopenmpi-dev).
 set -u
-BIN=${REFUSION_BIN:?REFUSION_BIN must point at the refusion binary}
 if ! command -v mpirun >/dev/null 2>&1; then
   echo "train_mpi: SKIPPED: mpirun not found (install openmpi-bin libopenmpi-dev: scripts/install-deps.sh)"
   exit 77
 fi
-T=$(mktemp -d /tmp/rf_train_mpi.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup train_mpi
 
 # root in containers; the shared-memory transport without the ptrace-based
 # single copy (not allowed in most containers); no network interfaces needed

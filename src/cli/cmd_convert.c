@@ -5,6 +5,7 @@
  * SIGTERM / SIGINT remove the temporary files being written (and the output
  * directory when convert made it); the next convert writing OUT removes
  * those a SIGKILL left. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,25 +20,26 @@
 #include "util/cleanup.h"
 #include "util/util.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: refusion convert -m IN -o OUT [--format safetensors|gguf] [--dtype TYPE] [--name NAME]\n"
-            "Rewrite a checkpoint with its weights stored in another dtype (default bf16).\n"
-            "IN is a checkpoint directory or a .gguf file.\n"
-            "  --format safetensors  OUT is a directory: config.json, model.safetensors and the\n"
-            "                        tokenizer files (--dtype bf16|f16|f32; the default unless\n"
-            "                        OUT ends in .gguf)\n"
-            "  --format gguf         OUT is one GGUF file as llama.cpp writes it (architecture\n"
-            "                        qwen3, the tokenizer in its metadata, ReFusion's mask and\n"
-            "                        begin tokens kept): --dtype bf16|f16|f32 or one of\n"
-            "                        llama-quantize's types (q8_0, q6_k, q5_k_m, q4_k_m, iq4_xs,\n"
-            "                        ...: see docs/checkpoints.md), with its per-tensor types\n"
-            "                        and bytes (q4_k_m: q6_k output, attn_v and ffn_down of\n"
-            "                        some layers; rows not whole 256-blocks in q5_0 / q8_0).\n"
-            "                        Norms stay f32.\n"
-            "  --name NAME           general.name of the GGUF file (default: IN's base name)\n"
-            "  --progress / --no-progress  bytes written on stderr (default: when stderr is a terminal)\n");
-}
+typedef struct {
+    const char *in, *out, *dtype, *format, *name;
+} convert_args;
+
+#define A(f) offsetof(convert_args, f)
+static const rf_opt convert_opts[] = {
+    {.name = "model", .letter = 'm', .type = RF_OPT_STR, .offset = A(in), .metavar = "IN",
+     .help = "the checkpoint: a directory or a .gguf file"},
+    {.name = "out", .letter = 'o', .type = RF_OPT_STR, .offset = A(out), .metavar = "OUT", .help = "the output"},
+    {.name = "format", .type = RF_OPT_STR, .offset = A(format), .metavar = "FORMAT",
+     .help = "safetensors: OUT is a directory: config.json, model.safetensors and the tokenizer files "
+             "(--dtype bf16|f16|f32; the default unless OUT ends in .gguf). gguf: OUT is one GGUF file as llama.cpp "
+             "writes it (architecture qwen3, the tokenizer in its metadata, ReFusion's mask and begin tokens kept): "
+             "--dtype bf16|f16|f32 or one of llama-quantize's types (q8_0, q6_k, q5_k_m, q4_k_m, iq4_xs, ...: see "
+             "docs/checkpoints.md), with its per-tensor types and bytes (q4_k_m: q6_k output, attn_v and ffn_down of "
+             "some layers; rows not whole 256-blocks in q5_0 / q8_0). Norms stay f32."},
+    {.name = "dtype", .type = RF_OPT_STR, .offset = A(dtype), .metavar = "TYPE", .help = "the weights' storage type"},
+    {.name = "name", .type = RF_OPT_STR, .offset = A(name), .metavar = "NAME",
+     .help = "general.name of the GGUF file (default: IN's base name)"},
+};
 
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
@@ -76,30 +78,22 @@ static int convert_gguf(const rf_model *m, const char *in, const char *out, rf_f
 }
 
 int cmd_convert(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *dt = "bf16", *format = NULL, *name = NULL;
-    int progress = 0; /* 1 --progress, -1 --no-progress, 0: on a terminal */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--progress")) progress = 1;
-        else if (!strcmp(a, "--no-progress")) progress = -1;
-        else if (v && (!strcmp(a, "-m") || !strcmp(a, "--model"))) in = argv[++i];
-        else if (v && (!strcmp(a, "-o") || !strcmp(a, "--out"))) out = argv[++i];
-        else if (v && !strcmp(a, "--dtype")) dt = argv[++i];
-        else if (v && !strcmp(a, "--format")) format = argv[++i];
-        else if (v && !strcmp(a, "--name")) name = argv[++i];
-        else {
-            fprintf(stderr, "refusion: convert: bad option '%s' (see --help)\n", a);
-            return 2;
-        }
-    }
-    rf_dtype dtype;
+    convert_args a = {.dtype = "bf16"}, def_a = a;
+    int progress = 0;
+    const rf_opt_group groups[] = {
+        {NULL, convert_opts, (int)(sizeof convert_opts / sizeof convert_opts[0]), &a, NULL, &def_a},
+        RF_PROGRESS_GROUP(&progress),
+    };
+    int prc = rf_args_parse("convert", "-m IN -o OUT [--format safetensors|gguf] [--dtype TYPE] [--name NAME]\n"
+                            "Rewrite a checkpoint with its weights stored in another dtype.",
+                            groups, 2, argc, argv, NULL);
+    if (prc) return prc > 0 ? 0 : 2;
+    const char *in = a.in, *out = a.out, *dt = a.dtype, *format = a.format, *name = a.name;
     if (!in || !out) {
-        usage(stderr);
+        fprintf(stderr, "refusion: convert: -m IN and -o OUT are required (see --help)\n");
         return 2;
     }
+    rf_dtype dtype;
     if (!format) format = ends_with(out, ".gguf") ? "gguf" : "safetensors";
     int gguf = !strcmp(format, "gguf");
     if (!gguf && strcmp(format, "safetensors")) {

@@ -289,126 +289,55 @@ done:
     return rc;
 }
 
-int cmd_eval(int argc, char **argv) {
+/* The command line into a and d: 0 to go on, 1 after --help, -1 after the
+ * error line. With --table, the positional arguments start at *first. */
+static int eval_parse(int argc, char **argv, eval_args *a, rf_decode_opts *d, int *first) {
     rf_sandbox_limits sb;
     rf_sandbox_default(&sb);
-    eval_args a = {.code_timeout = (float)sb.wall_s}, def_a = a;
-    rf_decode_opts d, def;
-    rf_decode_opts_default(&d);
-    def = d;
+    eval_args def_a = {.code_timeout = (float)sb.wall_s};
+    *a = def_a;
+    rf_decode_opts def;
+    rf_decode_opts_default(d);
+    def = *d;
     const rf_opt_group groups[] = {
-        RF_MODEL_SOURCE_GROUP(&a.src),
-        {NULL, eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]), &a, NULL, &def_a},
-        RF_DECODE_GROUP(&d, &def),
+        RF_MODEL_SOURCE_GROUP(&a->src),
+        {NULL, eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]), a, NULL, &def_a},
+        RF_DECODE_GROUP(d, &def),
     };
     const char *synopsis = "-m MODEL [options]\n"
                            "Decode every example of a task file, check the answers, report accuracy\n"
                            "and speed per task family and overall; --task NAME --data FILE: one of the\n"
                            "paper's benchmarks (gsm8k, math, humaneval, mbpp, arc-c, mmlu-pro, gpqa).";
-    int first = argc;
-    int prc = rf_args_parse("eval", synopsis, groups, 3, argc, argv, &first);
-    if (prc) return prc > 0 ? 0 : 2;
-    if (a.table) return eval_table(argc, argv, first);
-    if (first < argc) {
-        fprintf(stderr, "refusion: eval: unexpected argument '%s' (see --help)\n", argv[first]);
-        return 2;
+    *first = argc;
+    int prc = rf_args_parse("eval", synopsis, groups, 3, argc, argv, first);
+    if (prc || a->table) return prc;
+    if (*first < argc) {
+        fprintf(stderr, "refusion: eval: unexpected argument '%s' (see --help)\n", argv[*first]);
+        return -1;
     }
-    if (a.task && !d.preset) {
+    if (a->task && !d->preset) {
         /* the task's preset is the default: parse again over it, so that the
          * options given still override it */
-        int task = a.task;
-        rf_decode_opts_default(&d);
-        rf_decode_opts_preset(&d, task);
-        a = def_a;
-        if (rf_args_parse("eval", synopsis, groups, 3, argc, argv, &first)) return 2;
+        int task = a->task;
+        rf_decode_opts_default(d);
+        rf_decode_opts_preset(d, task);
+        *a = def_a;
+        if (rf_args_parse("eval", synopsis, groups, 3, argc, argv, first)) return -1;
     }
-    rf_decode_opts_finish(&d);
-    if (rf_decode_opts_cli("eval", &d)) return 2;
-    /* the checkpoint's recommended settings under the flags and the preset
-     * (EOS: the tokenizer's, below) */
-    if (!a.answers && rf_decode_opts_from_config(&d, a.src.model, -1)) {
-        fprintf(stderr, "refusion: eval: %s\n", rf_last_error());
-        return 1;
-    }
-    if (a.task) return eval_paper(&a, &d);
-    if (!a.data) a.data = "data/test.json";
-    const char *model_dir = a.src.model, *tok_path = a.src.tokenizer, *data = a.data, *answers_path = a.answers,
-               *out = a.out;
-    if (d.threads > 0) omp_set_num_threads(d.threads);
+    rf_decode_opts_finish(d);
+    return rf_decode_opts_cli("eval", d) ? -1 : 0;
+}
 
-    rf_eval_opts o;
-    memset(&o, 0, sizeof o);
-    o.answers = answers_path != NULL;
-    if (!answers_path && !model_dir) {
-        fprintf(stderr, "refusion: eval: -m MODEL is required (or --answers FILE)\n");
-        return 2;
-    }
-    o.gen = d.gen;
-    rf_mdm_params_default(&o.mdm, &o.gen);
-    if (d.gen.mdm_steps > 0) o.mdm.steps = d.gen.mdm_steps;
-    o.mdm.early_stop = !a.no_early_stop;
-    o.limit = a.limit;
-
-    if (access(data, R_OK)) {
-        fprintf(stderr, "refusion: eval: cannot read the task file %s: %s (write one with `refusion tasks -o %s`, "
-                        "or give --data FILE)\n", data, strerror(errno), !strcmp(data, "data/test.json") ? "data" : "DIR");
-        return 1;
-    }
-    json_t *examples = rf_tasks_load(data, 1), *answers = NULL;
-    if (!examples) {
-        rf_print_error();
-        return 1;
-    }
-    if (answers_path) {
-        json_error_t jerr;
-        answers = json_load_file(answers_path, 0, &jerr);
-        if (!answers) {
-            fprintf(stderr, "refusion: %s: line %d: %s\n", answers_path, jerr.line, jerr.text);
-            json_decref(examples);
-            return 1;
-        }
-    }
-    rf_model m;
-    rf_tokenizer *tok = NULL;
-    int have_model = 0, rc = 1;
-    if (!answers_path) {
-        if (rf_eval_load_model(&m, &tok, model_dir, tok_path)) goto fail;
-        have_model = 1;
-        /* the decoders take EOS and mask from the tokenizer the model was trained with */
-        if (!d.ignore_eos) o.gen.eos_id = rf_tok_eos_id(tok);
-        o.gen.mask_id = rf_tok_mask_id(tok);
-    }
-
-    char *def_out = NULL;
-    if (!out) {
-        const char *base = answers_path ? base_name(answers_path) : base_name(model_dir);
-        size_t n = strlen(base) + 64;
-        def_out = rf_malloc(n);
-        snprintf(def_out, n, "results/%s-%s", base, rf_decoder_name(o.gen.method, o.answers));
-        out = def_out;
-    }
-
-    rf_eval_report rep;
-    rf_meter meter;
-    int n_ex = (int)json_array_size(examples);
-    rf_meter_init(&meter, "eval", a.limit > 0 && a.limit < n_ex ? a.limit : n_ex, a.quiet);
-    /* "eval: [###...] 37/300  acc 45.9%  120 tok/s  eta 1m20s" */
-    o.on_example = rf_meter_eval_example, o.user = &meter;
-    if (rf_eval_run(have_model ? &m : NULL, tok, examples, answers, &o, &rep)) {
-        rf_meter_abort(&meter); /* end the line */
-        rf_eval_report_free(&rep);
-        free(def_out);
-        goto fail;
-    }
-
-    json_t *settings = settings_json(&o);
-    char *sline = settings_line(settings), *table = rf_eval_markdown_table(&rep);
-    const char *what = answers_path ? answers_path : model_dir;
-    if (!a.json)
-        printf("%s, decoder %s %s, %s (%d examples)\n\n%s", what, rf_decoder_name(o.gen.method, o.answers), sline, data,
-               rep.all.n, table);
-
-    /* <out>.md and <out>.json, each written atomically */
+/* the report: the table on stdout (or, --json, the document), <out>.md and
+ * <out>.json, each written atomically; 0, or 1 after the error line */
+static int write_report(const eval_args *a, const rf_eval_opts *o, rf_eval_report *rep, const char *what,
+                        const char *out) {
+    const char *data = a->data;
+    json_t *settings = settings_json(o);
+    char *sline = settings_line(settings), *table = rf_eval_markdown_table(rep);
+    if (!a->json)
+        printf("%s, decoder %s %s, %s (%d examples)\n\n%s", what, rf_decoder_name(o->gen.method, o->answers), sline,
+               data, rep->all.n, table);
     size_t n = strlen(out) + 8;
     char *md_path = rf_malloc(n), *json_path = rf_malloc(n), *dir = rf_strdup(out);
     snprintf(md_path, n, "%s.md", out);
@@ -426,41 +355,121 @@ int cmd_eval(int argc, char **argv) {
              "- data: %s (%d examples)\n- settings: `%s`\n- tokens: answer tokens up to and including "
              "the first EOS; tokens/s = tokens / decoder time; TPF as the decoder reports it; "
              "latency = mean decoder time per example\n\n%s",
-             what, rf_decoder_name(o.gen.method, o.answers), data, rep.all.n, sline, table);
+             what, rf_decoder_name(o->gen.method, o->answers), data, rep->all.n, sline, table);
     json_t *doc = json_pack("{s:s, s:s, s:s?, s:s, s:O, s:o, s:O}", "model", what, "decoder",
-                            rf_decoder_name(o.gen.method, o.answers), "tokenizer", tok_path, "data", data, "settings",
-                            settings, "metrics", rf_eval_metrics_json(&rep), "examples", rep.examples);
+                            rf_decoder_name(o->gen.method, o->answers), "tokenizer", a->src.tokenizer, "data", data,
+                            "settings", settings, "metrics", rf_eval_metrics_json(rep), "examples", rep->examples);
     char *js = json_dumps(doc, JSON_PRESERVE_ORDER | JSON_INDENT(1) | JSON_REAL_PRECISION(8));
     if (ok) ok = rf_write_file_atomic(md_path, md, strlen(md)) == 0;
     if (ok) ok = rf_write_file_atomic(json_path, js, strlen(js)) == 0;
-    if (ok && a.json) printf("%s\n", js);
-    if (ok) {
-        fprintf(stderr, "refusion: wrote %s and %s\n", md_path, json_path);
-        rc = 0;
-    } else {
-        rf_print_error();
-    }
+    if (ok && a->json) printf("%s\n", js);
+    if (ok) fprintf(stderr, "refusion: wrote %s and %s\n", md_path, json_path);
+    else rf_print_error();
     free(js);
     json_decref(doc);
-    free(md);
-    free(md_path);
-    free(json_path);
-    free(dir);
-    free(sline);
-    free(table);
+    free(md), free(md_path), free(json_path), free(dir), free(sline), free(table);
     json_decref(settings);
+    return ok ? 0 : 1;
+}
+
+/* the task file and, with --answers, the answers to score; 0, or 1 after the error line */
+static int load_inputs(const eval_args *a, json_t **examples, json_t **answers) {
+    const char *data = a->data;
+    *answers = NULL;
+    if (access(data, R_OK)) {
+        fprintf(stderr, "refusion: eval: cannot read the task file %s: %s (write one with `refusion tasks -o %s`, "
+                        "or give --data FILE)\n", data, strerror(errno), !strcmp(data, "data/test.json") ? "data" : "DIR");
+        return 1;
+    }
+    if (!(*examples = rf_tasks_load(data, 1))) {
+        rf_print_error();
+        return 1;
+    }
+    if (a->answers) {
+        json_error_t jerr;
+        *answers = json_load_file(a->answers, 0, &jerr);
+        if (!*answers) {
+            fprintf(stderr, "refusion: %s: line %d: %s\n", a->answers, jerr.line, jerr.text);
+            json_decref(*examples);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int cmd_eval(int argc, char **argv) {
+    eval_args a;
+    rf_decode_opts d;
+    int first;
+    int prc = eval_parse(argc, argv, &a, &d, &first);
+    if (prc) return prc > 0 ? 0 : 2;
+    if (a.table) return eval_table(argc, argv, first);
+    /* the checkpoint's recommended settings under the flags and the preset
+     * (EOS: the tokenizer's, below) */
+    if (!a.answers && rf_decode_opts_from_config(&d, a.src.model, -1)) {
+        fprintf(stderr, "refusion: eval: %s\n", rf_last_error());
+        return 1;
+    }
+    if (a.task) return eval_paper(&a, &d);
+    if (!a.data) a.data = "data/test.json";
+    const char *model_dir = a.src.model, *answers_path = a.answers;
+    if (d.threads > 0) omp_set_num_threads(d.threads);
+
+    rf_eval_opts o;
+    memset(&o, 0, sizeof o);
+    o.answers = answers_path != NULL;
+    if (!answers_path && !model_dir) {
+        fprintf(stderr, "refusion: eval: -m MODEL is required (or --answers FILE)\n");
+        return 2;
+    }
+    o.gen = d.gen;
+    rf_mdm_params_default(&o.mdm, &o.gen);
+    if (d.gen.mdm_steps > 0) o.mdm.steps = d.gen.mdm_steps;
+    o.mdm.early_stop = !a.no_early_stop;
+    o.limit = a.limit;
+
+    json_t *examples, *answers;
+    if (load_inputs(&a, &examples, &answers)) return 1;
+    rf_model m;
+    rf_tokenizer *tok = NULL;
+    int have_model = 0, rc = 1;
+    if (!answers_path) {
+        if (rf_eval_load_model(&m, &tok, model_dir, a.src.tokenizer)) {
+            rf_print_error();
+            goto done;
+        }
+        have_model = 1;
+        /* the decoders take EOS and mask from the tokenizer the model was trained with */
+        if (!d.ignore_eos) o.gen.eos_id = rf_tok_eos_id(tok);
+        o.gen.mask_id = rf_tok_mask_id(tok);
+    }
+    char *def_out = NULL;
+    const char *out = a.out;
+    if (!out) {
+        const char *base = answers_path ? base_name(answers_path) : base_name(model_dir);
+        size_t n = strlen(base) + 64;
+        def_out = rf_malloc(n);
+        snprintf(def_out, n, "results/%s-%s", base, rf_decoder_name(o.gen.method, o.answers));
+        out = def_out;
+    }
+    rf_eval_report rep;
+    rf_meter meter;
+    int n_ex = (int)json_array_size(examples);
+    rf_meter_init(&meter, "eval", a.limit > 0 && a.limit < n_ex ? a.limit : n_ex, a.quiet);
+    /* "eval: [###...] 37/300  acc 45.9%  120 tok/s  eta 1m20s" */
+    o.on_example = rf_meter_eval_example, o.user = &meter;
+    if (rf_eval_run(have_model ? &m : NULL, tok, examples, answers, &o, &rep)) {
+        rf_meter_abort(&meter); /* end the line */
+        rf_print_error();
+    } else {
+        rc = write_report(&a, &o, &rep, answers_path ? answers_path : model_dir, out);
+    }
     rf_eval_report_free(&rep);
     free(def_out);
+done:
     if (tok) rf_tok_free(tok);
     if (have_model) rf_model_free(&m);
     json_decref(examples);
     json_decref(answers);
     return rc;
-fail:
-    rf_print_error();
-    if (tok) rf_tok_free(tok);
-    if (have_model) rf_model_free(&m);
-    json_decref(examples);
-    json_decref(answers);
-    return 1;
 }

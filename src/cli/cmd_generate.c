@@ -545,6 +545,54 @@ static int grammar_setup(gen_ctx *g, const char *cmd) {
     return 0;
 }
 
+/* The prompt's ids: --ids, or the text encoded (with the chat template when
+ * chat is 1; -1: when the vocabulary has <|im_start|>). 0, or -1 after the
+ * error line. */
+static int encode_prompt(gen_ctx *g, int chat, int32_t **prompt, int *P) {
+    if (g->a.ids) return parse_ids(g->a.ids, prompt, P) ? -1 : 0;
+    if (!g->tok) {
+        fprintf(stderr, "refusion: %s: no tokenizer (tokenizer.json or GGUF tokenizer metadata), give the prompt as --ids\n", g->a.model);
+        return -1;
+    }
+    if (chat < 0) chat = rf_token_id(g->tok, "<|im_start|>") >= 0;
+    int erc;
+    if (chat) {
+        rf_chat_message msgs[2] = {{"system", g->a.system}, {"user", g->a.prompt}};
+        erc = g->a.system ? encode_chat(g, msgs, 2, prompt, P) : encode_chat(g, msgs + 1, 1, prompt, P);
+    } else {
+        if (g->a.system) {
+            fprintf(stderr, "refusion: generate: --system needs the chat template (not --no-chat)\n");
+            return -1;
+        }
+        erc = encode_text(g, g->a.prompt, prompt, P);
+    }
+    if (erc) {
+        fprintf(stderr, "refusion: generate: prompt: %s\n", rf_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+/* The answer's report: --json, or (--visualize: the answer) the statistics
+ * line on stderr; the answer's text (malloc'd, or NULL) in *answer_text. */
+static void report_answer(const gen_ctx *g, answer *r, const int32_t *prompt, int P, char **answer_text) {
+    const char *mode = rf_method_name(g->d.gen.method);
+    if (r->stop_text) *answer_text = r->stop_text, r->stop_text = NULL;
+    else if (g->tok) *answer_text = detokenize(g->tok, r->ids, r->n, 1);
+    if (g->a.json) {
+        print_json(r, prompt, P, *answer_text, mode, &g->d);
+        return;
+    }
+    if (g->a.visualize) printf("%s\n", *answer_text ? *answer_text : "");
+    fflush(stdout); /* the answer before the statistics line on stderr */
+    if (g->a.reverse_prompt && !r->st.n_calls) /* stopped at the stop text: no statistics */
+        fprintf(stderr, "[%s: %d tokens, stopped at the reverse prompt]\n", mode, r->n);
+    else
+        fprintf(stderr, "[%s: %d tokens, %d model calls, TPF %.2f, %.2f tokens/call, %.1f tokens/s, %.2f s]\n",
+                mode, r->st.n_tokens, r->st.n_calls, r->st.tpf, r->st.tokens_per_call, r->st.tokens_per_s,
+                r->st.seconds);
+}
+
 static int generate_main(int argc, char **argv, int interactive) {
     const char *cmd = interactive ? "chat" : "generate";
     gen_ctx g;
@@ -646,49 +694,12 @@ static int generate_main(int argc, char **argv, int interactive) {
         rc = chat_repl(&g);
         goto out;
     }
-    if (g.a.ids) {
-        if (parse_ids(g.a.ids, &prompt, &P)) goto out;
-    } else {
-        if (!g.tok) {
-            fprintf(stderr, "refusion: %s: no tokenizer (tokenizer.json or GGUF tokenizer metadata), give the prompt as --ids\n", g.a.model);
-            goto out;
-        }
-        if (chat < 0) chat = rf_token_id(g.tok, "<|im_start|>") >= 0;
-        int erc;
-        if (chat) {
-            rf_chat_message msgs[2] = {{"system", g.a.system}, {"user", g.a.prompt}};
-            erc = g.a.system ? encode_chat(&g, msgs, 2, &prompt, &P) : encode_chat(&g, msgs + 1, 1, &prompt, &P);
-        } else {
-            if (g.a.system) {
-                fprintf(stderr, "refusion: generate: --system needs the chat template (not --no-chat)\n");
-                goto out;
-            }
-            erc = encode_text(&g, g.a.prompt, &prompt, &P);
-        }
-        if (erc) {
-            fprintf(stderr, "refusion: generate: prompt: %s\n", rf_last_error());
-            goto out;
-        }
-    }
+    if (encode_prompt(&g, chat, &prompt, &P)) goto out;
     if (run_decoder(&g, prompt, P, &u, &r)) {
         fprintf(stderr, "refusion: generate: %s\n", rf_last_error());
         goto out;
     }
-    const char *mode = rf_method_name(g.d.gen.method);
-    if (r.stop_text) answer_text = r.stop_text, r.stop_text = NULL;
-    else if (g.tok) answer_text = detokenize(g.tok, r.ids, r.n, 1);
-    if (g.a.json) {
-        print_json(&r, prompt, P, answer_text, mode, &g.d);
-    } else {
-        if (g.a.visualize) printf("%s\n", answer_text ? answer_text : "");
-        fflush(stdout); /* the answer before the statistics line on stderr */
-        if (g.a.reverse_prompt && !r.st.n_calls) /* stopped at the stop text: no statistics */
-            fprintf(stderr, "[%s: %d tokens, stopped at the reverse prompt]\n", mode, r.n);
-        else
-            fprintf(stderr, "[%s: %d tokens, %d model calls, TPF %.2f, %.2f tokens/call, %.1f tokens/s, %.2f s]\n",
-                    mode, r.st.n_tokens, r.st.n_calls, r.st.tpf, r.st.tokens_per_call, r.st.tokens_per_s,
-                    r.st.seconds);
-    }
+    report_answer(&g, &r, prompt, P, &answer_text);
     rc = 0;
 out:
     free(r.ids);

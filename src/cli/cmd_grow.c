@@ -8,6 +8,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,35 +26,22 @@
 #include "util/cleanup.h"
 #include "util/util.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: refusion grow -m SMALL -o BIG (--preset NAME | shape options) [options]\n"
-            "Grow a checkpoint to a larger Qwen3 shape, computing the same function: the\n"
-            "grown model gives SMALL's logits at every position (docs/growth.md).\n\n"
-            "  -m, --model SMALL    source checkpoint (directory or .gguf)\n"
-            "  -o, --out BIG        output: a directory (f32/f16/bf16) or a GGUF file (q8_0/q4_0, or\n"
-            "                       any dtype when BIG ends in .gguf);\n"
-            "                       must not exist (an empty directory is fine)\n"
-            "  --preset NAME        target shape: 0.6b | 1.7b | 4b | 8b (the shapes of `refusion init`)\n"
-            "  --hidden N  --layers N  --heads N  --kv-heads N  --head-dim N  --ffn N  --vocab N\n"
-            "  --tied 0|1           the target's shape (override the preset's; without a preset\n"
-            "                       the source's shape is the start)\n"
-            "  --dtype T            f32 | f16 | bf16 (default) | q8_0 | q4_0\n"
-            "  --seed S             seed of the extra layers' random matrices (default 0)\n"
-            "  --progress / --no-progress  bytes written on stderr (default: when stderr is a terminal)\n");
-}
+typedef struct {
+    const char *in, *out, *dtype;
+    int64_t seed;
+} grow_args;
 
-static int parse_int(const char *opt, const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "refusion: grow: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
+#define A(f) offsetof(grow_args, f)
+static const rf_opt grow_opts[] = {
+    {.name = "model", .letter = 'm', .type = RF_OPT_STR, .offset = A(in), .metavar = "SMALL",
+     .help = "source checkpoint (directory or .gguf)"},
+    {.name = "out", .letter = 'o', .type = RF_OPT_STR, .offset = A(out), .metavar = "BIG",
+     .help = "output: a directory (f32/f16/bf16) or a GGUF file (q8_0/q4_0, or any dtype when BIG ends in .gguf); "
+             "must not exist (an empty directory is fine)"},
+    {.name = "dtype", .type = RF_OPT_STR, .offset = A(dtype), .metavar = "T", .help = "f32, f16, bf16, q8_0 or q4_0"},
+    {.name = "seed", .type = RF_OPT_I64, .lo = 0, .hi = 9.3e18, .offset = A(seed), .metavar = "S",
+     .help = "seed of the extra layers' random matrices"},
+};
 
 /* OUT must not hold anything yet: 1 when it is an empty directory, 0 when absent, -1 otherwise */
 static int out_state(const char *out) {
@@ -109,49 +98,27 @@ static int convert_gguf(const char *tmp, const char *out, const char *dt, int pr
 }
 
 int cmd_grow(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *preset = NULL, *dt = "bf16";
-    long hidden = -1, layers = -1, heads = -1, kv = -1, hd = -1, ffn = -1, vocab = -1, tied = -1, seed = 0;
-    int progress = 0; /* 1 --progress, -1 --no-progress, 0: on a terminal */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--progress") || !strcmp(a, "--no-progress")) {
-            progress = a[2] == 'n' ? -1 : 1;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "refusion: grow: unknown option or missing value: %s (see --help)\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        long *ip = NULL, lo = 1, hi = 1 << 24;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) in = v;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;
-        else if (!strcmp(a, "--preset")) preset = v;
-        else if (!strcmp(a, "--dtype")) dt = v;
-        else if (!strcmp(a, "--hidden")) ip = &hidden;
-        else if (!strcmp(a, "--layers")) ip = &layers, hi = 4096;
-        else if (!strcmp(a, "--heads")) ip = &heads;
-        else if (!strcmp(a, "--kv-heads")) ip = &kv;
-        else if (!strcmp(a, "--head-dim")) ip = &hd;
-        else if (!strcmp(a, "--ffn")) ip = &ffn;
-        else if (!strcmp(a, "--vocab")) ip = &vocab;
-        else if (!strcmp(a, "--tied")) ip = &tied, lo = 0, hi = 1;
-        else if (!strcmp(a, "--seed")) ip = &seed, lo = 0, hi = 0x7fffffffffffffffL;
-        else {
-            fprintf(stderr, "refusion: grow: unknown option %s (see --help)\n", a);
-            return 2;
-        }
-        if (ip && parse_int(a, v, lo, hi, ip)) return 2;
-    }
+    grow_args a = {.dtype = "bf16"}, def_a = a;
+    rf_shape_opts sh;
+    rf_shape_opts_unset(&sh);
+    int progress = 0;
+    const rf_opt_group groups[] = {
+        {NULL, grow_opts, (int)(sizeof grow_opts / sizeof grow_opts[0]), &a, NULL, &def_a},
+        RF_PROGRESS_GROUP(&progress),
+        RF_SHAPE_GROUP("target shape (the preset's, or without one the source's, with the sizes given instead of "
+                       "its own; 0.6b and up are the shapes of `refusion init`)", &sh, &sh),
+    };
+    int prc = rf_args_parse("grow", "-m SMALL -o BIG (--preset NAME | shape options) [options]\n"
+                            "Grow a checkpoint to a larger Qwen3 shape, computing the same function: the\n"
+                            "grown model gives SMALL's logits at every position (docs/growth.md).",
+                            groups, 3, argc, argv, NULL);
+    if (prc) return prc > 0 ? 0 : 2;
+    const char *in = a.in, *out = a.out, *preset = sh.preset, *dt = a.dtype;
     if (!in || !out) {
         fprintf(stderr, "refusion: grow: -m SMALL and -o BIG are required (see --help)\n");
         return 2;
     }
-    if (!preset && hidden < 0 && layers < 0 && heads < 0 && kv < 0 && hd < 0 && ffn < 0 && vocab < 0 && tied < 0) {
+    if (!preset && !rf_shape_opts_given(&sh)) {
         fprintf(stderr, "refusion: grow: give a target shape: --preset NAME or shape options (see --help)\n");
         return 2;
     }
@@ -189,10 +156,10 @@ int cmd_grow(int argc, char **argv) {
         return 1;
     }
     if (!preset) shape = m.cfg;
-    const struct { long v; int *f; } ov[] = {
-        {hidden, &shape.hidden_size}, {layers, &shape.n_layers},        {heads, &shape.n_heads},
-        {kv, &shape.n_kv_heads},      {hd, &shape.head_dim},            {ffn, &shape.intermediate_size},
-        {vocab, &shape.vocab_size},   {tied, &shape.tie_embeddings},
+    const struct { int v; int *f; } ov[] = {
+        {sh.hidden, &shape.hidden_size}, {sh.layers, &shape.n_layers},   {sh.heads, &shape.n_heads},
+        {sh.kv_heads, &shape.n_kv_heads}, {sh.head_dim, &shape.head_dim}, {sh.ffn, &shape.intermediate_size},
+        {sh.vocab, &shape.vocab_size},   {sh.tied, &shape.tie_embeddings},
     };
     for (size_t i = 0; i < sizeof ov / sizeof ov[0]; i++)
         if (ov[i].v >= 0) *ov[i].f = (int)ov[i].v;
@@ -225,7 +192,7 @@ int cmd_grow(int argc, char **argv) {
     snprintf(tmp, sizeof tmp, "%s.grow-tmp.%ld", out, (long)getpid());
     int tmp_slot = rf_cleanup_add_path(tmp); /* removed if a signal ends grow first */
     rf_progress *pg = rf_progress_start("grow", out, bytes, progress);
-    int rc = rf_model_grow(&m, &dst, tmp, tmp_dtype, (uint64_t)seed);
+    int rc = rf_model_grow(&m, &dst, tmp, tmp_dtype, (uint64_t)a.seed);
     rf_progress_stop(pg);
     /* the tokenizer travels with the weights */
     static const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json"};

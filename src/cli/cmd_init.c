@@ -2,6 +2,8 @@
  * checkpoint in the Hugging Face layout (config.json + safetensors), from a
  * preset shape with optional overrides, optionally with a tokenizer copied in. */
 #include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,37 +15,32 @@
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: refusion init -o DIR [options]\n"
-            "Write a randomly initialised checkpoint (config.json + model.safetensors).\n\n"
-            "  -o, --out DIR        output directory (created if needed)\n"
-            "  --preset NAME        tiny | small | 0.6b | 1.7b | 4b | 8b (default tiny)\n"
-            "  --hidden N  --layers N  --heads N  --kv-heads N  --head-dim N\n"
-            "  --ffn N  --vocab N  --tied 0|1  --max-pos N  --theta X\n"
-            "                       override the preset's shape (head-dim defaults to\n"
-            "                       hidden/heads when hidden or heads is changed)\n"
-            "  --dtype bf16|f32|f16 weight storage type (default bf16)\n"
-            "  --shard-mb N         split into shards of at most N MB with an index\n"
-            "  --progress / --no-progress  bytes written on stderr (default: when stderr is a terminal)\n"
-            "  --seed S             RNG seed (default 0)\n"
-            "  --std X              init standard deviation (default 0.02)\n"
-            "  --tokenizer FILE     copy this tokenizer.json (and tokenizer_config.json\n"
-            "                       beside it) into DIR; special token ids and the\n"
-            "                       vocabulary size are taken from it\n");
-}
+typedef struct {
+    const char *out, *tokenizer, *dtype;
+    int max_pos, shard_mb;
+    double theta, std;
+    int64_t seed;
+} init_args;
 
-static int parse_int(const char *opt, const char *s, long lo, long hi, long *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) {
-        fprintf(stderr, "refusion: init: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo,
-                hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
+#define A(f) offsetof(init_args, f)
+static const rf_opt init_opts[] = {
+    {.name = "out", .letter = 'o', .type = RF_OPT_STR, .offset = A(out), .metavar = "DIR",
+     .help = "output directory (created if needed)"},
+    {.name = "max-pos", .type = RF_OPT_INT, .lo = 1, .hi = 1 << 30, .offset = A(max_pos), .metavar = "N",
+     .help = "context length (max_position_embeddings; default: the preset's)"},
+    {.name = "theta", .type = RF_OPT_DOUBLE, .lo = 0, .open_lo = 1, .hi = 1e12, .offset = A(theta), .metavar = "X",
+     .help = "RoPE base (rope_theta; default: the preset's)"},
+    {.name = "dtype", .type = RF_OPT_STR, .offset = A(dtype), .metavar = "TYPE",
+     .help = "weight storage type: bf16, f32 or f16"},
+    {.name = "shard-mb", .type = RF_OPT_INT, .lo = 0, .hi = 1 << 30, .offset = A(shard_mb), .metavar = "N",
+     .help = "split into shards of at most N MB with an index; 0: one file"},
+    {.name = "seed", .type = RF_OPT_I64, .lo = 0, .hi = 9.3e18, .offset = A(seed), .metavar = "S", .help = "RNG seed"},
+    {.name = "std", .type = RF_OPT_DOUBLE, .lo = 0, .open_lo = 1, .hi = 1e12, .offset = A(std), .metavar = "X",
+     .help = "init standard deviation"},
+    {.name = "tokenizer", .type = RF_OPT_STR, .offset = A(tokenizer), .metavar = "FILE",
+     .help = "copy this tokenizer.json (and tokenizer_config.json beside it) into DIR; special token ids and the "
+             "vocabulary size are taken from it"},
+};
 
 /* ---- tokenizer: ids of the special tokens, read with jansson ----------------- */
 
@@ -116,134 +113,116 @@ static int read_tokenizer(const char *path, const char *cfg_path, tok_ids *t) {
     return 0;
 }
 
-int cmd_init(int argc, char **argv) {
-    const char *out = NULL, *preset = "tiny", *tokenizer = NULL;
-    rf_dtype dtype = RF_BF16;
-    long hidden = -1, layers = -1, heads = -1, kv = -1, hd = -1, ffn = -1, vocab = -1, tied = -1,
-         maxpos = -1, shard_mb = 0, seed = 0;
-    double std = 0.02, theta = -1;
-    int progress = 0; /* 1 --progress, -1 --no-progress, 0: on a terminal */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--progress") || !strcmp(a, "--no-progress")) {
-            progress = a[2] == 'n' ? -1 : 1;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "refusion: init: unknown option or missing value: %s\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        long *ip = NULL;
-        long lo = 1, hi = 1 << 24;
-        if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;
-        else if (!strcmp(a, "--preset")) preset = v;
-        else if (!strcmp(a, "--tokenizer")) tokenizer = v;
-        else if (!strcmp(a, "--hidden")) ip = &hidden;
-        else if (!strcmp(a, "--layers")) ip = &layers, hi = 4096;
-        else if (!strcmp(a, "--heads")) ip = &heads;
-        else if (!strcmp(a, "--kv-heads")) ip = &kv;
-        else if (!strcmp(a, "--head-dim")) ip = &hd;
-        else if (!strcmp(a, "--ffn")) ip = &ffn;
-        else if (!strcmp(a, "--vocab")) ip = &vocab;
-        else if (!strcmp(a, "--max-pos")) ip = &maxpos, hi = 1 << 30;
-        else if (!strcmp(a, "--tied")) ip = &tied, lo = 0, hi = 1;
-        else if (!strcmp(a, "--shard-mb")) ip = &shard_mb, lo = 0, hi = 1 << 30;
-        else if (!strcmp(a, "--seed")) ip = &seed, lo = 0, hi = 0x7fffffffffffffffL;
-        else if (!strcmp(a, "--std") || !strcmp(a, "--theta")) {
-            char *end;
-            double x = strtod(v, &end);
-            if (!*v || *end || !(x > 0) || x > 1e12) {
-                fprintf(stderr, "refusion: init: %s expects a positive number, got '%s'\n", a, v);
-                return 2;
-            }
-            *(a[2] == 's' ? &std : &theta) = x;
-        } else if (!strcmp(a, "--dtype")) {
-            if (rf_dtype_parse(v, &dtype)) {
-                fprintf(stderr, "refusion: init: --dtype must be bf16, f32 or f16, got '%s'\n", v);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "refusion: init: unknown option %s (see --help)\n", a);
-            return 2;
-        }
-        if (ip && parse_int(a, v, lo, hi, ip)) return 2;
+/* the shape: the preset, then the sizes given (head-dim follows hidden/heads
+ * when either changes and no head-dim is given; kv-heads become the heads
+ * when the preset's no longer divide them) */
+static int shape_config(const rf_shape_opts *sh, const init_args *a, rf_dtype dtype, rf_config *c) {
+    if (rf_config_preset(c, sh->preset)) {
+        rf_print_error();
+        return -1;
     }
-    if (!out) {
+    if (sh->hidden > 0) c->hidden_size = sh->hidden;
+    if (sh->heads > 0) c->n_heads = sh->heads;
+    if (sh->head_dim > 0) c->head_dim = sh->head_dim;
+    else if (sh->hidden > 0 || sh->heads > 0) c->head_dim = c->hidden_size / c->n_heads;
+    if (sh->kv_heads > 0) c->n_kv_heads = sh->kv_heads;
+    else if (sh->heads > 0 && c->n_heads % c->n_kv_heads) c->n_kv_heads = c->n_heads;
+    if (sh->layers > 0) c->n_layers = sh->layers;
+    if (sh->ffn > 0) c->intermediate_size = sh->ffn;
+    if (a->max_pos > 0) c->max_pos = a->max_pos;
+    if (sh->tied >= 0) c->tie_embeddings = sh->tied;
+    if (a->theta > 0) c->rope_theta = (float)a->theta;
+    c->dtype = dtype;
+    return 0;
+}
+
+/* the vocabulary and special ids: the tokenizer's (tokenizer_config.json
+ * beside it, when there, in *tok_cfg), or the preset's for --vocab */
+static int vocab_config(const char *tokenizer, int vocab, rf_config *c, char **tok_cfg) {
+    *tok_cfg = NULL;
+    if (!tokenizer) {
+        if (vocab > 0 && vocab != c->vocab_size) { /* re-derive the default ids for the new vocabulary */
+            c->vocab_size = vocab;
+            rf_config_default_special_ids(c);
+            if (c->bos_id >= vocab) c->bos_id = -1;
+            if (c->eos_id >= vocab) c->eos_id = -1;
+        }
+        return 0;
+    }
+    /* tokenizer_config.json lives beside tokenizer.json (the tokenizer's rule) */
+    char *tok_json;
+    rf_tok_files(tokenizer, &tok_json, tok_cfg);
+    free(tok_json);
+    FILE *probe = fopen(*tok_cfg, "r");
+    if (probe) fclose(probe);
+    else {
+        free(*tok_cfg);
+        *tok_cfg = NULL;
+    }
+    tok_ids t;
+    if (read_tokenizer(tokenizer, *tok_cfg, &t)) {
+        rf_print_error();
+        return -1;
+    }
+    int need = t.max_id + 1;
+    if (vocab > 0 && vocab < need) {
+        fprintf(stderr, "refusion: %s: needs a vocabulary of %d (with <|mask|>), --vocab is %d\n", tokenizer, need,
+                vocab);
+        return -1;
+    }
+    /* a Qwen-sized preset keeps its (padded) vocabulary; toy ones fit the tokenizer */
+    if (vocab <= 0) vocab = (c->vocab_size >= need && c->vocab_size > RF_QWEN_MASK_ID) ? c->vocab_size : need;
+    c->vocab_size = vocab;
+    c->mask_id = t.mask;
+    c->bot_id = t.bot;
+    c->eos_id = t.eos;
+    c->bos_id = t.bos;
+    c->pad_id = t.pad;
+    return 0;
+}
+
+int cmd_init(int argc, char **argv) {
+    init_args a = {.dtype = "bf16", .max_pos = -1, .theta = -1, .std = 0.02}, def_a = a;
+    rf_shape_opts sh, def_sh;
+    rf_shape_opts_unset(&sh);
+    sh.preset = "tiny";
+    def_sh = sh;
+    int progress = 0;
+    const rf_opt_group groups[] = {
+        {NULL, init_opts, (int)(sizeof init_opts / sizeof init_opts[0]), &a, NULL, &def_a},
+        RF_PROGRESS_GROUP(&progress),
+        RF_SHAPE_GROUP("model shape (the preset's, with the sizes given instead of its own; head-dim follows "
+                       "hidden/heads when either is changed)", &sh, &def_sh),
+    };
+    int prc = rf_args_parse("init", "-o DIR [options]\n"
+                            "Write a randomly initialised checkpoint (config.json + model.safetensors).",
+                            groups, 3, argc, argv, NULL);
+    if (prc) return prc > 0 ? 0 : 2;
+    if (!a.out) {
         fprintf(stderr, "refusion: init: -o DIR is required (see --help)\n");
         return 2;
     }
-    rf_config c;
-    if (rf_config_preset(&c, preset)) {
-        rf_print_error();
+    rf_dtype dtype;
+    if (rf_dtype_parse(a.dtype, &dtype)) {
+        fprintf(stderr, "refusion: init: --dtype must be bf16, f32 or f16, got '%s'\n", a.dtype);
         return 2;
     }
-    if (hidden > 0) c.hidden_size = (int)hidden;
-    if (heads > 0) c.n_heads = (int)heads;
-    if (hd > 0) c.head_dim = (int)hd;
-    else if (hidden > 0 || heads > 0) c.head_dim = c.hidden_size / c.n_heads;
-    if (kv > 0) c.n_kv_heads = (int)kv;
-    else if (heads > 0 && c.n_heads % c.n_kv_heads) c.n_kv_heads = c.n_heads;
-    if (layers > 0) c.n_layers = (int)layers;
-    if (ffn > 0) c.intermediate_size = (int)ffn;
-    if (maxpos > 0) c.max_pos = (int)maxpos;
-    if (tied >= 0) c.tie_embeddings = (int)tied;
-    if (theta > 0) c.rope_theta = (float)theta;
-    c.dtype = dtype;
-
-    char *tok_cfg = NULL;
-    if (tokenizer) {
-        /* tokenizer_config.json lives beside tokenizer.json (the tokenizer's rule) */
-        char *tok_json;
-        rf_tok_files(tokenizer, &tok_json, &tok_cfg);
-        free(tok_json);
-        FILE *probe = fopen(tok_cfg, "r");
-        if (probe) fclose(probe);
-        else {
-            free(tok_cfg);
-            tok_cfg = NULL;
-        }
-        tok_ids t;
-        if (read_tokenizer(tokenizer, tok_cfg, &t)) {
-            rf_print_error();
-            free(tok_cfg);
-            return 1;
-        }
-        int need = t.max_id + 1;
-        if (vocab > 0 && vocab < need) {
-            fprintf(stderr, "refusion: %s: needs a vocabulary of %d (with <|mask|>), --vocab is %ld\n",
-                    tokenizer, need, vocab);
-            free(tok_cfg);
-            return 1;
-        }
-        /* a Qwen-sized preset keeps its (padded) vocabulary; toy ones fit the tokenizer */
-        if (vocab <= 0) vocab = (c.vocab_size >= need && c.vocab_size > RF_QWEN_MASK_ID) ? c.vocab_size : need;
-        c.vocab_size = (int)vocab;
-        c.mask_id = t.mask;
-        c.bot_id = t.bot;
-        c.eos_id = t.eos;
-        c.bos_id = t.bos;
-        c.pad_id = t.pad;
-    } else if (vocab > 0 && vocab != c.vocab_size) {
-        /* re-derive the default ids for the new vocabulary */
-        c.vocab_size = (int)vocab;
-        rf_config_default_special_ids(&c);
-        if (c.bos_id >= vocab) c.bos_id = -1;
-        if (c.eos_id >= vocab) c.eos_id = -1;
+    rf_config c;
+    if (shape_config(&sh, &a, dtype, &c)) return 2;
+    char *tok_cfg;
+    if (vocab_config(a.tokenizer, sh.vocab, &c, &tok_cfg)) {
+        free(tok_cfg);
+        return 1;
     }
 
     double t0 = rf_now();
-    size_t shard_bytes = (size_t)shard_mb * 1000 * 1000;
-    rf_progress *pg = rf_progress_start("init", out, (double)rf_config_n_params(&c) * rf_dtype_size(dtype), progress);
-    int rc = rf_model_write_random(&c, out, dtype, shard_bytes, (float)std, (uint64_t)seed);
+    size_t shard_bytes = (size_t)a.shard_mb * 1000 * 1000;
+    rf_progress *pg = rf_progress_start("init", a.out, (double)rf_config_n_params(&c) * rf_dtype_size(dtype), progress);
+    int rc = rf_model_write_random(&c, a.out, dtype, shard_bytes, (float)a.std, (uint64_t)a.seed);
     rf_progress_stop(pg);
-    if (rc == 0 && tokenizer) {
-        rc = rf_copy_file_into(tokenizer, out, "tokenizer.json");
-        if (rc == 0 && tok_cfg) rc = rf_copy_file_into(tok_cfg, out, "tokenizer_config.json");
+    if (rc == 0 && a.tokenizer) {
+        rc = rf_copy_file_into(a.tokenizer, a.out, "tokenizer.json");
+        if (rc == 0 && tok_cfg) rc = rf_copy_file_into(tok_cfg, a.out, "tokenizer_config.json");
     }
     free(tok_cfg);
     if (rc) {
@@ -251,7 +230,7 @@ int cmd_init(int argc, char **argv) {
         return 1;
     }
     long long np = rf_config_n_params(&c);
-    printf("wrote %s: %.2fM params, %s, %d layers, hidden %d, vocab %d, %.1f s\n", out, np / 1e6,
+    printf("wrote %s: %.2fM params, %s, %d layers, hidden %d, vocab %d, %.1f s\n", a.out, np / 1e6,
            rf_dtype_name(dtype), c.n_layers, c.hidden_size, c.vocab_size, rf_now() - t0);
     return 0;
 }

@@ -2,6 +2,7 @@
  * chat messages -> prompt (--chat), and a JSON-lines batch mode used by the
  * differential tests and for data preparation. */
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,39 +12,45 @@
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: refusion tokenize -m PATH [options] [TEXT]\n"
-            "Encode TEXT (or --file, or stdin) with the tokenizer of a model and print the ids.\n\n"
-            "  -m, --model PATH        model directory (tokenizer.json [+ tokenizer_config.json]), a tokenizer.json\n"
-            "                          or a .gguf file (its tokenizer.ggml.* metadata)\n"
-            "  -f, --file FILE         read the input from FILE\n"
-            "  --decode                the input is token ids (separated by spaces or commas): print the text\n"
-            "  --skip-special          with --decode: drop special tokens\n"
-            "  --chat                  the input is a JSON array of messages, or an object with \"messages\" and\n"
-            "                          other template variables (\"tools\", ...): apply the chat template, then encode\n"
-            "  --chat-template FILE|builtin\n"
-            "                          render with this Jinja template instead of the model's, or with the\n"
-            "                          built-in Qwen3 renderer (default: the model's template, else built-in)\n"
-            "  --jinja                 use the model's Jinja template (the default; llama.cpp's spelling)\n"
-            "  --special-in-content    parse special tokens written in the messages (by default they are text)\n"
-            "  --system S, --user S, --assistant S\n"
-            "                          build the chat from arguments instead (repeatable, kept in order)\n"
-            "  --no-generation-prompt  with --chat: do not append \"<|im_start|>assistant\\n\"\n"
-            "  --no-think              with --chat: enable_thinking=false (empty <think> block after the prompt)\n"
-            "  --text                  with --chat: print the rendered prompt instead of ids\n"
-            "  --json                  print ids as a JSON array (with --info: one JSON object)\n"
-            "  --pieces                print one line per token: id and its vocab string\n"
-            "  --info                  print vocab size and the eos / mask / special ids\n"
-            "  --jsonl                 batch mode: every stdin line is a JSON object, answered by one line:\n"
-            "                            {\"text\": S}                    -> {\"ids\": [...]}\n"
-            "                            {\"ids\": [...], \"skip_special\": B} -> {\"text\": S}\n"
-            "                            {\"messages\": [...], \"add_generation_prompt\": B, \"enable_thinking\": B,\n"
-            "                             other template variables}\n"
-            "                                                           -> {\"text\": prompt, \"ids\": [...]}\n"
-            "  --roundtrip             with --jsonl: text lines also get \"decoded\" (decode of the ids) and\n"
-            "                          \"streamed\" (the same through the streaming decoder)\n");
-}
+typedef struct {
+    const char *model, *file;
+    int decode, skip_special, chat, gen_prompt, think, print_text, as_json, pieces, info, batch, roundtrip;
+    rf_arg_list turns; /* --system / --user / --assistant, in order */
+} tokenize_args;
+
+#define A(f) offsetof(tokenize_args, f)
+static const rf_opt tokenize_opts[] = {
+    {.name = "model", .letter = 'm', .type = RF_OPT_STR, .offset = A(model), .metavar = "PATH",
+     .help = "model directory (tokenizer.json [+ tokenizer_config.json]), a tokenizer.json or a .gguf file (its "
+             "tokenizer.ggml.* metadata)"},
+    {.name = "file", .letter = 'f', .type = RF_OPT_STR, .offset = A(file), .metavar = "FILE",
+     .help = "read the input from FILE"},
+    {.name = "decode", .type = RF_OPT_FLAG, .offset = A(decode),
+     .help = "the input is token ids (separated by spaces or commas): print the text"},
+    {.name = "skip-special", .type = RF_OPT_FLAG, .offset = A(skip_special), .help = "with --decode: drop special tokens"},
+    {.name = "chat", .type = RF_OPT_FLAG, .offset = A(chat),
+     .help = "the input is a JSON array of messages, or an object with \"messages\" and other template variables "
+             "(\"tools\", ...): apply the chat template, then encode"},
+    {.name = "system", .type = RF_OPT_LIST, .offset = A(turns), .metavar = "S",
+     .help = "a system message: the chat is built from --system, --user and --assistant, in their order"},
+    {.name = "user", .type = RF_OPT_LIST, .offset = A(turns), .metavar = "S", .help = "a user message"},
+    {.name = "assistant", .type = RF_OPT_LIST, .offset = A(turns), .metavar = "S", .help = "an assistant message"},
+    {.name = "no-generation-prompt", .type = RF_OPT_FLAG, .lo = -1, .offset = A(gen_prompt),
+     .help = "with --chat: do not append \"<|im_start|>assistant\\n\""},
+    {.name = "no-think", .type = RF_OPT_FLAG, .lo = -1, .offset = A(think),
+     .help = "with --chat: enable_thinking=false (empty <think> block after the prompt)"},
+    {.name = "text", .type = RF_OPT_FLAG, .offset = A(print_text), .help = "with --chat: print the rendered prompt instead of ids"},
+    {.name = "json", .type = RF_OPT_FLAG, .offset = A(as_json), .help = "print ids as a JSON array (with --info: one JSON object)"},
+    {.name = "pieces", .type = RF_OPT_FLAG, .offset = A(pieces), .help = "print one line per token: id and its vocab string"},
+    {.name = "info", .type = RF_OPT_FLAG, .offset = A(info), .help = "print vocab size and the eos / mask / special ids"},
+    {.name = "jsonl", .type = RF_OPT_FLAG, .offset = A(batch),
+     .help = "batch mode: every stdin line is a JSON object, answered by one line: {\"text\": S} -> {\"ids\": [...]}; "
+             "{\"ids\": [...], \"skip_special\": B} -> {\"text\": S}; {\"messages\": [...], \"add_generation_prompt\": B, "
+             "\"enable_thinking\": B, other template variables} -> {\"text\": prompt, \"ids\": [...]}"},
+    {.name = "roundtrip", .type = RF_OPT_FLAG, .offset = A(roundtrip),
+     .help = "with --jsonl: text lines also get \"decoded\" (decode of the ids) and \"streamed\" (the same through "
+             "the streaming decoder)"},
+};
 
 static json_t *ids_json(const int *ids, int n) {
     json_t *a = json_array();
@@ -173,60 +180,9 @@ static int run_batch(const rf_tokenizer *t, int roundtrip) {
     return n_err ? 1 : 0;
 }
 
-int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *file = NULL, *text_arg = NULL, *chat_template = NULL;
-    int decode = 0, skip_special = 0, chat = 0, gen_prompt = 1, think = 1, print_text = 0;
-    int as_json = 0, pieces = 0, info = 0, batch = 0, roundtrip = 0, special_in_content = 0;
-    json_t *arg_msgs = json_array();
-    int rc = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int more = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            json_decref(arg_msgs);
-            return 0;
-        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && more) model = argv[++i];
-        else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && more) file = argv[++i];
-        else if (!strcmp(a, "--decode")) decode = 1;
-        else if (!strcmp(a, "--skip-special")) skip_special = 1;
-        else if (!strcmp(a, "--chat")) chat = 1;
-        else if (!strcmp(a, "--chat-template") && more) chat_template = argv[++i];
-        else if (!strncmp(a, "--chat-template=", 16)) chat_template = a + 16;
-        else if (!strcmp(a, "--jinja")) continue;
-        else if (!strcmp(a, "--special-in-content")) special_in_content = 1;
-        else if ((!strcmp(a, "--system") || !strcmp(a, "--user") || !strcmp(a, "--assistant")) && more) {
-            json_array_append_new(arg_msgs, json_pack("{s:s, s:s}", "role", a + 2, "content", argv[++i]));
-            chat = 1;
-        } else if (!strcmp(a, "--no-generation-prompt")) gen_prompt = 0;
-        else if (!strcmp(a, "--no-think")) think = 0;
-        else if (!strcmp(a, "--text")) print_text = 1;
-        else if (!strcmp(a, "--json")) as_json = 1;
-        else if (!strcmp(a, "--pieces")) pieces = 1;
-        else if (!strcmp(a, "--info")) info = 1;
-        else if (!strcmp(a, "--jsonl")) batch = 1;
-        else if (!strcmp(a, "--roundtrip")) roundtrip = 1;
-        else if (a[0] != '-' && !text_arg) text_arg = a;
-        else {
-            fprintf(stderr, "refusion: tokenize: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            json_decref(arg_msgs);
-            return 2;
-        }
-    }
-    if (!model) {
-        fprintf(stderr, "refusion: tokenize: -m PATH (model directory or tokenizer.json) is required\n");
-        json_decref(arg_msgs);
-        return 2;
-    }
-    rf_tokenizer *t = rf_tok_load(model);
-    char *input = NULL;
-    rf_text_span *spans = NULL; /* with --chat: the conversation's text in input */
-    size_t n_spans = 0;
-    int *ids = NULL, n = 0;
-    if (!t || (chat_template && rf_tok_set_chat_template(t, chat_template))) goto fail;
-    rf_tok_set_special_in_content(t, special_in_content);
-    if (info && as_json) { /* the same as one JSON object */
+/* --info: vocabulary size, eos, mask and the special ids (--json: one object) */
+static void print_info(const rf_tokenizer *t, int as_json) {
+    if (as_json) {
         json_t *sp = json_array();
         for (int i = 0; i < rf_tok_vocab_size(t); i++)
             if (rf_tok_is_special(t, i)) json_array_append_new(sp, json_integer(i));
@@ -237,109 +193,170 @@ int cmd_tokenize(int argc, char **argv) {
         printf("%s\n", js);
         free(js);
         json_decref(o);
-        rc = 0;
-        goto done;
+        return;
     }
-    if (info) {
-        printf("vocab_size %d\neos %d %s\nmask %d %s\n", rf_tok_vocab_size(t), rf_tok_eos_id(t),
-               rf_tok_piece(t, rf_tok_eos_id(t)) ? rf_tok_piece(t, rf_tok_eos_id(t)) : "-", rf_tok_mask_id(t),
-               rf_tok_piece(t, rf_tok_mask_id(t)));
-        printf("special");
-        for (int i = 0; i < rf_tok_vocab_size(t); i++)
-            if (rf_tok_is_special(t, i)) printf(" %d", i);
-        printf("\n");
-        rc = 0;
-        goto done;
-    }
-    if (batch) {
-        rc = run_batch(t, roundtrip);
-        goto done;
-    }
+    printf("vocab_size %d\neos %d %s\nmask %d %s\n", rf_tok_vocab_size(t), rf_tok_eos_id(t),
+           rf_tok_piece(t, rf_tok_eos_id(t)) ? rf_tok_piece(t, rf_tok_eos_id(t)) : "-", rf_tok_mask_id(t),
+           rf_tok_piece(t, rf_tok_mask_id(t)));
+    printf("special");
+    for (int i = 0; i < rf_tok_vocab_size(t); i++)
+        if (rf_tok_is_special(t, i)) printf(" %d", i);
+    printf("\n");
+}
 
-    /* the input: argument, --file, or stdin (not needed for a chat built from arguments) */
-    const char *src = file ? file : text_arg ? "argument" : chat && json_array_size(arg_msgs) ? "arguments" : "stdin";
-    size_t len = 0;
-    if (text_arg) {
-        input = rf_strdup(text_arg);
-        len = strlen(input);
-    } else if (file) {
-        if (!(input = rf_read_file(file, &len))) goto fail;
-    } else if (!(chat && json_array_size(arg_msgs))) {
-        if (!(input = rf_read_file("/dev/stdin", &len))) goto fail;
-    }
+/* the error set, prefixed by the input's name */
+static void prefix_src(const char *src) {
+    char msg[1100];
+    snprintf(msg, sizeof msg, "%s: %s", src, rf_last_error());
+    rf_set_error("%s", msg);
+}
 
-    if (decode) {
-        if (parse_ids(input, &ids, &n, src)) goto fail;
-        char *s = rf_tok_decode(t, ids, n, skip_special);
-        if (!s) {
-            char msg[1100];
-            snprintf(msg, sizeof msg, "%s: %s", src, rf_last_error());
-            rf_set_error("%s", msg);
-            goto fail;
-        }
-        fputs(s, stdout);
-        if (isatty(1)) putchar('\n');
-        free(s);
-        rc = 0;
-        goto done;
+/* --decode: the input's ids as text on stdout */
+static int print_decoded(const rf_tokenizer *t, const char *input, const char *src, int skip_special) {
+    int *ids, n;
+    if (parse_ids(input, &ids, &n, src)) return -1;
+    char *s = rf_tok_decode(t, ids, n, skip_special);
+    free(ids);
+    if (!s) {
+        prefix_src(src);
+        return -1;
     }
-    if (chat) {
-        json_t *msgs = arg_msgs;
-        json_incref(msgs);
-        if (!json_array_size(arg_msgs)) {
-            json_decref(msgs);
-            json_error_t je;
-            msgs = json_loadb(input, len, 0, &je);
-            if (!msgs) {
-                rf_set_error("%s: chat input is not valid JSON: line %d: %s", src, je.line, je.text);
-                goto fail;
-            }
-        }
-        char *p = rf_chat_render_spans(t, msgs, gen_prompt, think, &spans, &n_spans);
-        json_decref(msgs);
-        if (!p) {
-            char msg[1100];
-            snprintf(msg, sizeof msg, "%s: %s", src, rf_last_error());
-            rf_set_error("%s", msg);
-        }
-        if (!p) goto fail;
-        free(input);
-        input = p;
-        len = strlen(p);
-        if (print_text) {
-            fputs(p, stdout);
-            rc = 0;
-            goto done;
+    fputs(s, stdout);
+    if (isatty(1)) putchar('\n');
+    free(s);
+    return 0;
+}
+
+/* --chat: the messages (from the arguments, else the input as JSON)
+ * rendered by the chat template, with the conversation's text in *spans */
+static char *render_chat(const rf_tokenizer *t, const tokenize_args *a, const char *input, size_t len,
+                         const char *src, rf_text_span **spans, size_t *n_spans) {
+    json_t *msgs;
+    if (a->turns.n) {
+        msgs = json_array();
+        for (int i = 0; i < a->turns.n; i++)
+            json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", a->turns.row[i]->name, "content",
+                                                  a->turns.value[i]));
+    } else {
+        json_error_t je;
+        msgs = json_loadb(input, len, 0, &je);
+        if (!msgs) {
+            rf_set_error("%s: chat input is not valid JSON: line %d: %s", src, je.line, je.text);
+            return NULL;
         }
     }
-    if (rf_tok_encode_spans(t, input, len, spans, special_in_content ? 0 : n_spans, &ids, &n)) {
-        char msg[1100];
-        snprintf(msg, sizeof msg, "%s: %s", src, rf_last_error());
-        rf_set_error("%s", msg);
-        goto fail;
+    char *p = rf_chat_render_spans(t, msgs, a->gen_prompt, a->think, spans, n_spans);
+    json_decref(msgs);
+    if (!p) prefix_src(src);
+    return p;
+}
+
+/* the ids of input[0..len) as --pieces, --json or a line of numbers */
+static int print_encoded(const rf_tokenizer *t, const tokenize_args *a, const char *input, size_t len,
+                         const rf_text_span *spans, size_t n_spans, const char *src) {
+    int *ids, n;
+    if (rf_tok_encode_spans(t, input, len, spans, n_spans, &ids, &n)) {
+        prefix_src(src);
+        return -1;
     }
-    if (pieces) {
+    if (a->pieces) {
         for (int i = 0; i < n; i++) printf("%d\t%s\n", ids[i], rf_tok_piece(t, ids[i]));
-    } else if (as_json) {
-        json_t *a = ids_json(ids, n);
-        char *s = json_dumps(a, JSON_COMPACT);
+    } else if (a->as_json) {
+        json_t *arr = ids_json(ids, n);
+        char *s = json_dumps(arr, JSON_COMPACT);
         puts(s);
         free(s);
-        json_decref(a);
+        json_decref(arr);
     } else {
         for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
         printf("\n");
     }
-    rc = 0;
-    goto done;
-fail:
-    rf_print_error();
-    rc = 1;
-done:
-    free(spans);
     free(ids);
-    free(input);
-    json_decref(arg_msgs);
+    return 0;
+}
+
+/* the input: the argument, --file, or stdin (none for a chat built from
+ * arguments: *input NULL); its name for messages in *src */
+static int read_input(const tokenize_args *a, const char *text_arg, char **input, size_t *len, const char **src) {
+    int from_args = a->chat && a->turns.n;
+    *src = a->file ? a->file : text_arg ? "argument" : from_args ? "arguments" : "stdin";
+    *input = NULL;
+    *len = 0;
+    if (text_arg) {
+        *input = rf_strdup(text_arg);
+        *len = strlen(*input);
+    } else if (a->file) {
+        if (!(*input = rf_read_file(a->file, len))) return -1;
+    } else if (!from_args) {
+        if (!(*input = rf_read_file("/dev/stdin", len))) return -1;
+    }
+    return 0;
+}
+
+/* text, ids or a chat from the parsed options: 0, or -1 with the error set */
+static int tokenize_run(rf_tokenizer *t, const tokenize_args *a, int special_in_content, const char *text_arg) {
+    char *input;
+    size_t len;
+    const char *src;
+    if (read_input(a, text_arg, &input, &len, &src)) return -1;
+    if (a->decode) {
+        int rc = print_decoded(t, input, src, a->skip_special);
+        free(input);
+        return rc;
+    }
+    rf_text_span *spans = NULL; /* with --chat: the conversation's text in input */
+    size_t n_spans = 0;
+    if (a->chat) {
+        char *p = render_chat(t, a, input, len, src, &spans, &n_spans);
+        free(input);
+        if (!p) return -1;
+        input = p;
+        len = strlen(p);
+        if (a->print_text) {
+            fputs(p, stdout);
+            free(spans), free(input);
+            return 0;
+        }
+    }
+    int rc = print_encoded(t, a, input, len, spans, special_in_content ? 0 : n_spans, src);
+    free(spans), free(input);
+    return rc;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    tokenize_args a = {.gen_prompt = 1, .think = 1};
+    rf_chat_template_opts ct = {0};
+    const rf_opt_group groups[] = {
+        {NULL, tokenize_opts, (int)(sizeof tokenize_opts / sizeof tokenize_opts[0]), &a, NULL, NULL},
+        RF_CHAT_TEMPLATE_GROUP(&ct),
+    };
+    int first = argc;
+    int prc = rf_args_parse("tokenize", "-m PATH [options] [TEXT]\n"
+                            "Encode TEXT (or --file, or stdin) with the tokenizer of a model and print the ids.",
+                            groups, 2, argc, argv, &first);
+    if (prc || argc - first > 1) {
+        if (prc == 0) fprintf(stderr, "refusion: tokenize: unexpected argument '%s' (see --help)\n", argv[first + 1]);
+        rf_arg_list_free(&a.turns);
+        return prc > 0 ? 0 : 2;
+    }
+    const char *text_arg = first < argc ? argv[first] : NULL;
+    if (a.turns.n) a.chat = 1;
+    if (!a.model) {
+        fprintf(stderr, "refusion: tokenize: -m PATH (model directory or tokenizer.json) is required\n");
+        rf_arg_list_free(&a.turns);
+        return 2;
+    }
+    int rc = 1;
+    rf_tokenizer *t = rf_tok_load(a.model);
+    if (!t || (ct.chat_template && rf_tok_set_chat_template(t, ct.chat_template))) rf_print_error();
+    else {
+        rf_tok_set_special_in_content(t, ct.special_in_content);
+        if (a.info) print_info(t, a.as_json), rc = 0;
+        else if (a.batch) rc = run_batch(t, a.roundtrip);
+        else if (tokenize_run(t, &a, ct.special_in_content, text_arg)) rf_print_error();
+        else rc = 0;
+    }
+    rf_arg_list_free(&a.turns);
     rf_tok_free(t);
     return rc;
 }

@@ -1,6 +1,7 @@
 /* cmd_tokenizer_train.c - `refusion tokenizer-train`: learn a small
  * byte-level BPE from text and write tokenizer.json + tokenizer_config.json. */
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,17 +10,23 @@
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: refusion tokenizer-train --input FILE [--input FILE ...] --vocab N -o DIR [-v]\n"
-            "Train a byte-level BPE tokenizer (Qwen-style pre-tokenizer, NFC) and write\n"
-            "DIR/tokenizer.json and DIR/tokenizer_config.json.\n\n"
-            "  --input FILE   corpus: .txt is used as is; .json / .jsonl contribute every string value\n"
-            "                 (not the keys) of their JSON document(s), one per line\n"
-            "  --vocab N      total vocabulary: 256 bytes + merges + 7 added tokens (default 2048)\n"
-            "  -o, --out DIR  output directory (created if needed)\n"
-            "  -v             report progress\n");
-}
+typedef struct {
+    rf_arg_list inputs;
+    int vocab, verbose;
+    const char *out;
+} tt_args;
+
+#define A(f) offsetof(tt_args, f)
+static const rf_opt tt_opts[] = {
+    {.name = "input", .type = RF_OPT_LIST, .offset = A(inputs), .metavar = "FILE",
+     .help = "corpus: .txt is used as is; .json / .jsonl contribute every string value (not the keys) of their JSON "
+             "document(s), one per line"},
+    {.name = "vocab", .type = RF_OPT_INT, .lo = 1, .hi = 1 << 22, .offset = A(vocab), .metavar = "N",
+     .help = "total vocabulary: 256 bytes + merges + 7 added tokens"},
+    {.name = "out", .letter = 'o', .type = RF_OPT_STR, .offset = A(out), .metavar = "DIR",
+     .help = "output directory (created if needed)"},
+    {.name = "verbose", .letter = 'v', .type = RF_OPT_FLAG, .offset = A(verbose), .help = "report progress"},
+};
 
 static void collect_strings(json_t *j, FILE *out) {
     size_t i;
@@ -77,46 +84,30 @@ static int add_input(const char *path, FILE *out) {
 }
 
 int cmd_tokenizer_train(int argc, char **argv) {
-    const char *out_dir = NULL;
-    int vocab = 2048, verbose = 0, n_inputs = 0;
+    tt_args a = {.vocab = 2048}, def_a = a;
+    const rf_opt_group groups[] = {{NULL, tt_opts, (int)(sizeof tt_opts / sizeof tt_opts[0]), &a, NULL, &def_a}};
+    int prc = rf_args_parse("tokenizer-train", "--input FILE [--input FILE ...] --vocab N -o DIR [-v]\n"
+                            "Train a byte-level BPE tokenizer (Qwen-style pre-tokenizer, NFC) and write\n"
+                            "DIR/tokenizer.json and DIR/tokenizer_config.json.",
+                            groups, 1, argc, argv, NULL);
+    if (prc) {
+        rf_arg_list_free(&a.inputs);
+        return prc > 0 ? 0 : 2;
+    }
+    const char *out_dir = a.out;
+    int vocab = a.vocab, verbose = a.verbose;
     char *corpus = NULL;
     size_t corpus_len = 0;
-    FILE *cs = open_memstream(&corpus, &corpus_len);
+    FILE *cs = NULL;
     int rc = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int more = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            rc = 0;
-            goto done;
-        } else if (!strcmp(a, "--input") && more) {
-            if (add_input(argv[++i], cs)) goto fail;
-            n_inputs++;
-        } else if (!strcmp(a, "--vocab") && more) {
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v <= 0 || v > (1 << 22)) {
-                fprintf(stderr, "refusion: tokenizer-train: --vocab must be a positive integer, got '%s'\n", argv[i]);
-                rc = 2;
-                goto done;
-            }
-            vocab = (int)v;
-        } else if ((!strcmp(a, "-o") || !strcmp(a, "--out")) && more) out_dir = argv[++i];
-        else if (!strcmp(a, "-v")) verbose = 1;
-        else {
-            fprintf(stderr, "refusion: tokenizer-train: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            rc = 2;
-            goto done;
-        }
-    }
-    if (!n_inputs || !out_dir) {
-        fprintf(stderr, "refusion: tokenizer-train: --input FILE and -o DIR are required\n");
-        usage(stderr);
+    if (!a.inputs.n || !out_dir) {
+        fprintf(stderr, "refusion: tokenizer-train: --input FILE and -o DIR are required (see --help)\n");
         rc = 2;
         goto done;
     }
+    cs = open_memstream(&corpus, &corpus_len);
+    for (int i = 0; i < a.inputs.n; i++)
+        if (add_input(a.inputs.value[i], cs)) goto fail;
     fclose(cs);
     cs = NULL;
     /* every input adds a newline: nothing but white space means no text to learn from */
@@ -147,5 +138,6 @@ fail:
 done:
     if (cs) fclose(cs);
     free(corpus);
+    rf_arg_list_free(&a.inputs);
     return rc;
 }

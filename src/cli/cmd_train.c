@@ -8,6 +8,8 @@
  * progress lines, and the gnuplot loss curve at the end. */
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,61 +21,90 @@
 #include "util/cleanup.h"
 #include "util/util.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-"usage: refusion train --data FILE[,FILE..] -o DIR [options]\n"
-"\n"
-"Train on a JSON list of {\"query\", \"response\"} objects (or JSON Lines), tokenised\n"
-"with the chat template. DIR receives a checkpoint in the Hugging Face layout\n"
-"(config.json, model.safetensors, tokenizer files) plus optimizer.bin, log.csv\n"
-"(every step) and loss.png. Ctrl-C saves and exits; --resume continues.\n"
-"\n"
-"Several processes (data parallel, when built with Open MPI):\n"
-"  mpirun -np N refusion train ...   each process trains on 1/N of every\n"
-"  micro-batch; the result equals the one-process run (same --batch, see README)\n"
-"\n"
-"model:\n"
-"  --init DIR           start from this checkpoint (its tokenizer by default)\n"
-"  --config NAME|FILE   new random model: preset (tiny, small, ...) or config.json\n"
-"                       (default tiny; the vocabulary is sized to the tokenizer)\n"
-"  --tokenizer PATH     tokenizer.json or a directory holding it\n"
-"  --init-std X         std of the random init (default 0.02)\n"
-"  --resume             continue the run saved in DIR (same data and options)\n"
-"objective:\n"
-"  --objective O        refusion (default) | ar | mdm\n"
-"  --slot-sizes LIST    refusion slot sizes (default 4,8,16,32)\n"
-"  --mdm-pad N          mdm: EOS-pad responses to N tokens as LLaDA's SFT does\n"
-"  --aux-ar W           refusion, beyond the paper: also train each example in natural\n"
-"                       order with the AR loss, weight W (default 0 = off)\n"
-"  --mask-floor F       refusion: draw t ~ U(F, 1) instead of U(0, 1) (default 0)\n"
-"optimisation:\n"
-"  --batch N            examples per micro-batch (default 8)\n"
-"  --seq-len N          longest example in tokens (default 512)\n"
-"  --accum N            micro-batches per optimizer step (default 1)\n"
-"  --steps N | --epochs X   length of the run (default 1 epoch)\n"
-"  --lr X               peak learning rate (default 3e-4)\n"
-"  --min-lr X           end of the cosine decay (default 0)\n"
-"  --warmup N           linear warm-up steps (default 0)\n"
-"  --weight-decay X     AdamW decoupled weight decay on matrices (default 0)\n"
-"  --beta2 X            AdamW beta2 (default 0.999)\n"
-"  --clip X             gradient clipping by global norm, 0 = off (default 1)\n"
-"  --seed N             data order, masking and init (default 1)\n"
-"  --threads N          OpenMP / OpenBLAS threads (per process)\n"
-"run:\n"
-"  --save-every N       checkpoint every N steps (default: at the end)\n"
-"  --stop-at N          save and stop after step N (the schedule still spans --steps)\n"
-"  --skip-long          drop examples longer than --seq-len instead of failing\n"
-"  --log-every N        progress line period when stderr is not a terminal (10)\n"
-"  --no-plot            no gnuplot loss curve\n"
-"  -q, --quiet          no progress output\n"
-"  --json               at the end, the run's figures as one JSON object on stdout (rank 0)\n"
-"  --mpi                require an MPI launch (implied under mpirun when built with MPI)\n"
-"  --allreduce M        several processes: sum the gradients in one call after the\n"
-"                       backward (flat, default) or in buckets overlapped with it (buckets)\n"
-"  --bucket-mb X        buckets: whole layers, at least X MB each (default 1)\n"
-"\n"
-"This build: %s.\n", rf_dist_compiled() ? "with MPI (data-parallel training)" : "without MPI");
-}
+/* what this program does around the run */
+typedef struct {
+    int no_plot, quiet, log_every, want_mpi, json;
+    const char *slot_sizes;
+} train_cli;
+/* the command line's values: the run's options and this program's */
+typedef struct {
+    rf_train_opts o;
+    train_cli c;
+} train_args;
+
+_Static_assert(sizeof(rf_objective) == sizeof(int), "--objective stores a choice index (an int)");
+_Static_assert(sizeof(long) == sizeof(int64_t), "the step counts are read as 64-bit integers");
+
+#define O(f) offsetof(train_args, o.f)
+#define C(f) offsetof(train_args, c.f)
+#define ROW_INT(nm, f, lo_, hi_, what) \
+    {.name = nm, .type = RF_OPT_INT, .lo = lo_, .hi = hi_, .offset = O(f), .metavar = "N", .help = what}
+#define ROW_I64(nm, f, lo_, hi_, what) \
+    {.name = nm, .type = RF_OPT_I64, .lo = lo_, .hi = hi_, .offset = O(f), .metavar = "N", .help = what}
+#define ROW_REAL(nm, f, lo_, hi_, what) \
+    {.name = nm, .type = RF_OPT_FLOAT, .lo = lo_, .hi = hi_, .offset = O(f), .metavar = "X", .help = what}
+static const rf_opt model_opts[] = {
+    {.name = "data", .type = RF_OPT_STR, .offset = O(data), .metavar = "FILE[,FILE..]",
+     .help = "JSON lists of {\"query\", \"response\"} objects (or JSON Lines)"},
+    {.name = "out", .letter = 'o', .type = RF_OPT_STR, .offset = O(out), .metavar = "DIR",
+     .help = "the checkpoint (config.json, model.safetensors, tokenizer files), optimizer.bin, log.csv, loss.png"},
+    {.name = "init", .type = RF_OPT_STR, .offset = O(init), .metavar = "DIR",
+     .help = "start from this checkpoint (its tokenizer by default)"},
+    {.name = "config", .type = RF_OPT_STR, .offset = O(config), .metavar = "NAME|FILE",
+     .help = "new random model: preset (tiny, small, ...) or config.json (default tiny; the vocabulary is sized to "
+             "the tokenizer)"},
+    {.name = "tokenizer", .type = RF_OPT_STR, .offset = O(tokenizer), .metavar = "PATH",
+     .help = "tokenizer.json or a directory holding it"},
+    ROW_REAL("init-std", init_std, 0, 10, "std of the random init"),
+    {.name = "resume", .type = RF_OPT_FLAG, .offset = O(resume), .help = "continue the run saved in DIR (same data and options)"},
+};
+static const rf_opt objective_opts[] = {
+    {.name = "objective", .type = RF_OPT_CHOICE, .choices = "refusion|ar|mdm", .offset = O(obj), .metavar = "O",
+     .help = "refusion, ar or mdm"},
+    ROW_INT("mdm-pad", mdm_pad, 0, 1 << 20, "mdm: EOS-pad responses to N tokens as LLaDA's SFT does"),
+    ROW_REAL("aux-ar", aux_ar, 0, 100, "refusion, beyond the paper: also train each example in natural order with the "
+                                       "AR loss, weight X (0 = off)"),
+    ROW_REAL("mask-floor", mask_floor, 0, 0.999, "refusion: draw t ~ U(X, 1) instead of U(0, 1)"),
+    {.name = "slot-sizes", .type = RF_OPT_STR, .offset = C(slot_sizes), .metavar = "LIST",
+     .help = "refusion slot sizes, comma-separated (default 4,8,16,32)"},
+};
+static const rf_opt optim_opts[] = {
+    ROW_INT("batch", batch, 1, 1 << 20, "examples per micro-batch"),
+    ROW_INT("seq-len", seq_len, 2, 1 << 20, "longest example in tokens"),
+    ROW_INT("accum", accum, 1, 1 << 20, "micro-batches per optimizer step"),
+    ROW_I64("steps", steps, 1, 1e12, "length of the run in optimizer steps (default: --epochs)"),
+    {.name = "epochs", .type = RF_OPT_DOUBLE, .lo = 1e-9, .hi = 1e9, .offset = O(epochs), .metavar = "X",
+     .help = "length of the run in passes over the data, when --steps is not given"},
+    ROW_REAL("lr", opt.lr, 0, 10, "peak learning rate"),
+    ROW_REAL("min-lr", opt.min_lr, 0, 10, "end of the cosine decay"),
+    ROW_I64("warmup", opt.warmup, 0, 1e12, "linear warm-up steps"),
+    ROW_REAL("weight-decay", opt.weight_decay, 0, 10, "AdamW decoupled weight decay on matrices"),
+    ROW_REAL("beta2", opt.beta2, 0, 1, "AdamW beta2"),
+    ROW_REAL("clip", opt.clip, 0, 1e9, "gradient clipping by global norm, 0 = off"),
+    {.name = "seed", .type = RF_OPT_I64, .lo = 0, .hi = 9.3e18, .offset = O(seed), .metavar = "N",
+     .help = "data order, masking and init"},
+    ROW_INT("threads", threads, 1, 1024, "OpenMP / OpenBLAS threads (per process)"),
+};
+static const rf_opt run_opts[] = {
+    ROW_I64("save-every", save_every, 0, 1e12, "checkpoint every N steps; 0: at the end"),
+    ROW_I64("stop-at", stop_at, 1, 1e12, "save and stop after step N (the schedule still spans --steps)"),
+    {.name = "skip-long", .type = RF_OPT_FLAG, .offset = O(skip_long),
+     .help = "drop examples longer than --seq-len instead of failing"},
+    {.name = "allreduce", .type = RF_OPT_CHOICE, .choices = "flat|buckets", .offset = O(bucketed_allreduce),
+     .metavar = "M", .help = "several processes: sum the gradients in one call after the backward (flat) or in "
+                             "buckets overlapped with it (buckets)"},
+    {.name = "bucket-mb", .type = RF_OPT_DOUBLE, .lo = 1e-6, .hi = 1e6, .offset = O(bucket_mb), .metavar = "X",
+     .help = "buckets: whole layers, at least X MB each (default 1)"},
+    {.name = "log-every", .type = RF_OPT_INT, .lo = 1, .hi = 1e9, .offset = C(log_every), .metavar = "N",
+     .help = "progress line period when stderr is not a terminal"},
+    {.name = "no-plot", .type = RF_OPT_FLAG, .offset = C(no_plot), .help = "no gnuplot loss curve"},
+    {.name = "quiet", .letter = 'q', .type = RF_OPT_FLAG, .offset = C(quiet), .help = "no progress output"},
+    {.name = "json", .type = RF_OPT_FLAG, .offset = C(json),
+     .help = "at the end, the run's figures as one JSON object on stdout (rank 0)"},
+    {.name = "mpi", .type = RF_OPT_FLAG, .offset = C(want_mpi),
+     .help = "require an MPI launch (implied under mpirun when built with MPI)"},
+};
+#define N_ROWS(t) (int)(sizeof t / sizeof t[0])
 
 static int parse_sizes(const char *s, rf_train_opts *o) {
     o->n_slot_sizes = 0;
@@ -91,14 +122,41 @@ static int parse_sizes(const char *s, rf_train_opts *o) {
     return o->n_slot_sizes ? 0 : -1;
 }
 
-static int num(const char *opt, const char *v, double lo, double hi, double *out) {
-    char *end;
-    double x = strtod(v, &end);
-    if (*v == 0 || *end || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "refusion: %s: bad value '%s'\n", opt, v);
+/* The command line into a: 0 to go on, 1 after --help, -1 after the error line. */
+static int parse_train_args(int argc, char **argv, train_args *a) {
+    train_args def = *a;
+    const rf_opt_group groups[] = {
+        {"model", model_opts, N_ROWS(model_opts), a, NULL, &def},
+        {"objective", objective_opts, N_ROWS(objective_opts), a, NULL, &def},
+        {"optimisation", optim_opts, N_ROWS(optim_opts), a, NULL, &def},
+        {"run", run_opts, N_ROWS(run_opts), a, NULL, &def},
+    };
+    char synopsis[1024];
+    snprintf(synopsis, sizeof synopsis,
+             "--data FILE[,FILE..] -o DIR [options]\n\n"
+             "Train on a JSON list of {\"query\", \"response\"} objects (or JSON Lines), tokenised\n"
+             "with the chat template. DIR receives a checkpoint in the Hugging Face layout\n"
+             "(config.json, model.safetensors, tokenizer files) plus optimizer.bin, log.csv\n"
+             "(every step) and loss.png. Ctrl-C saves and exits; --resume continues.\n\n"
+             "Several processes (data parallel, when built with Open MPI):\n"
+             "  mpirun -np N refusion train ...   each process trains on 1/N of every\n"
+             "  micro-batch; the result equals the one-process run (same --batch, see README)\n"
+             "This build: %s.", rf_dist_compiled() ? "with MPI (data-parallel training)" : "without MPI");
+    int prc = rf_args_parse("train", synopsis, groups, N_ROWS(groups), argc, argv, NULL);
+    if (prc) return prc;
+    rf_train_opts *o = &a->o;
+    if (a->c.slot_sizes && parse_sizes(a->c.slot_sizes, o)) {
+        fprintf(stderr, "refusion: train: --slot-sizes: bad list '%s'\n", a->c.slot_sizes);
         return -1;
     }
-    *out = x;
+    if (!o->data || !o->out) {
+        fprintf(stderr, "refusion: train: --data and -o DIR are required (see --help)\n");
+        return -1;
+    }
+    if (o->init && o->resume) {
+        fprintf(stderr, "refusion: train: --init and --resume exclude each other\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -252,94 +310,11 @@ static void plot_loss(const char *dir, int quiet) {
     free(script);
 }
 
-int cmd_train(int argc, char **argv) {
-    rf_train_opts o;
-    rf_train_opts_default(&o);
-    int plot = 1, quiet = 0, log_every = 10, want_mpi = 0, json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--resume")) { o.resume = 1; continue; }
-        if (!strcmp(a, "--skip-long")) { o.skip_long = 1; continue; }
-        if (!strcmp(a, "--no-plot")) { plot = 0; continue; }
-        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { quiet = 1; continue; }
-        if (!strcmp(a, "--json")) { json = 1; continue; }
-        if (!strcmp(a, "--mpi")) { want_mpi = 1; continue; }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "refusion: train: unknown option or missing value: %s\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        double x = 0;
-#define NUM(lo, hi) if (num(a, v, lo, hi, &x)) return 2
-        if (!strcmp(a, "--data")) o.data = v;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--out")) o.out = v;
-        else if (!strcmp(a, "--init")) o.init = v;
-        else if (!strcmp(a, "--config")) o.config = v;
-        else if (!strcmp(a, "--tokenizer")) o.tokenizer = v;
-        else if (!strcmp(a, "--objective")) {
-            if (rf_objective_parse(v, &o.obj)) {
-                fprintf(stderr, "refusion: --objective: '%s' is not refusion, ar or mdm\n", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--slot-sizes")) {
-            if (parse_sizes(v, &o)) {
-                fprintf(stderr, "refusion: --slot-sizes: bad list '%s'\n", v);
-                return 2;
-            }
-        }
-        else if (!strcmp(a, "--batch")) { NUM(1, 1 << 20); o.batch = (int)x; }
-        else if (!strcmp(a, "--seq-len")) { NUM(2, 1 << 20); o.seq_len = (int)x; }
-        else if (!strcmp(a, "--accum")) { NUM(1, 1 << 20); o.accum = (int)x; }
-        else if (!strcmp(a, "--mdm-pad")) { NUM(0, 1 << 20); o.mdm_pad = (int)x; }
-        else if (!strcmp(a, "--aux-ar")) { NUM(0, 100); o.aux_ar = (float)x; }
-        else if (!strcmp(a, "--mask-floor")) { NUM(0, 0.999); o.mask_floor = (float)x; }
-        else if (!strcmp(a, "--steps")) { NUM(1, 1e12); o.steps = (long)x; }
-        else if (!strcmp(a, "--epochs")) { NUM(1e-9, 1e9); o.epochs = x; }
-        else if (!strcmp(a, "--lr")) { NUM(0, 10); o.opt.lr = (float)x; }
-        else if (!strcmp(a, "--min-lr")) { NUM(0, 10); o.opt.min_lr = (float)x; }
-        else if (!strcmp(a, "--warmup")) { NUM(0, 1e12); o.opt.warmup = (long)x; }
-        else if (!strcmp(a, "--weight-decay")) { NUM(0, 10); o.opt.weight_decay = (float)x; }
-        else if (!strcmp(a, "--beta2")) { NUM(0, 1); o.opt.beta2 = (float)x; }
-        else if (!strcmp(a, "--clip")) { NUM(0, 1e9); o.opt.clip = (float)x; }
-        else if (!strcmp(a, "--seed")) { NUM(0, 1.8e19); o.seed = (uint64_t)x; }
-        else if (!strcmp(a, "--threads")) { NUM(1, 1024); o.threads = (int)x; }
-        else if (!strcmp(a, "--save-every")) { NUM(0, 1e12); o.save_every = (long)x; }
-        else if (!strcmp(a, "--stop-at")) { NUM(1, 1e12); o.stop_at = (long)x; }
-        else if (!strcmp(a, "--init-std")) { NUM(0, 10); o.init_std = (float)x; }
-        else if (!strcmp(a, "--log-every")) { NUM(1, 1e9); log_every = (int)x; }
-        else if (!strcmp(a, "--bucket-mb")) { NUM(1e-6, 1e6); o.bucket_mb = x; }
-        else if (!strcmp(a, "--allreduce")) {
-            if (strcmp(v, "flat") && strcmp(v, "buckets")) {
-                fprintf(stderr, "refusion: --allreduce: '%s' is not buckets or flat\n", v);
-                return 2;
-            }
-            o.bucketed_allreduce = !strcmp(v, "buckets");
-        }
-        else {
-            fprintf(stderr, "refusion: train: unknown option %s (see --help)\n", a);
-            return 2;
-        }
-#undef NUM
-    }
-    if (!o.data || !o.out) {
-        fprintf(stderr, "refusion: train: --data and -o DIR are required (see --help)\n");
-        return 2;
-    }
-    if (o.init && o.resume) {
-        fprintf(stderr, "refusion: train: --init and --resume exclude each other\n");
-        return 2;
-    }
-    env_setup(); /* may re-exec this very command line */
-    /* outside the run (its own handlers stop it at a step's end and save):
-     * a signal removes the temporary files being written */
-    cli_cleanup_on_signals();
-
-    /* MPI: under mpirun (its environment names the processes) or --mpi */
+/* MPI: under mpirun (its environment names the processes) or --mpi. 0 with
+ * *mpi set, or the exit status after the error line. */
+static int start_mpi(int want_mpi, int *mpi) {
     int launched = rf_dist_launched();
+    *mpi = 0;
     if ((want_mpi || launched > 1) && !rf_dist_compiled()) {
         fprintf(stderr, "refusion: train: %s, but this refusion was built without MPI: the %d "
                 "processes would each train alone; install Open MPI (scripts/install-deps.sh: "
@@ -348,31 +323,79 @@ int cmd_train(int argc, char **argv) {
                 launched > 1 ? launched : 1);
         return 2;
     }
-    int mpi = rf_dist_compiled() && (want_mpi || launched > 0);
-    if (mpi && rf_dist_init()) {
+    *mpi = rf_dist_compiled() && (want_mpi || launched > 0);
+    if (*mpi && rf_dist_init()) {
         rf_print_error();
+        *mpi = 0;
         return 1;
     }
-    int rank = rf_dist_rank();
+    return 0;
+}
 
-    progress_state ps = {.quiet = quiet, .tty = isatty(2) && !quiet, .log_every = log_every,
-                         .rank = rank};
-    rf_train_hooks hooks = {.on_start = on_start, .on_step = on_step, .stop = &g_stop, .user = &ps};
+/* The run, with Ctrl-C and SIGTERM (kill, a service manager, and mpirun: on
+ * Ctrl-C it sends SIGTERM to every rank, then SIGKILL after a grace period)
+ * finishing the step, saving and ending it. The stop request is reduced
+ * over the ranks with the step's losses, so every rank stops at the same
+ * step. */
+static int run_with_signals(const rf_train_opts *o, progress_state *ps, rf_train_result *res) {
+    rf_train_hooks hooks = {.on_start = on_start, .on_step = on_step, .stop = &g_stop, .user = ps};
     g_stop = 0;
-    /* Ctrl-C, and SIGTERM (kill, a service manager, and mpirun: on Ctrl-C
-     * it sends SIGTERM to every rank, then SIGKILL after a grace period):
-     * finish the step, save, exit 0. The stop request is reduced over the
-     * ranks with the step's losses, so every rank stops at the same step. */
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
-    rf_train_result res;
-    int rc = rf_train_run(&o, &hooks, &res);
+    int rc = rf_train_run(o, &hooks, res);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
-    if (rc) {
+    return rc;
+}
+
+/* --json: the run's figures as one object on stdout */
+static void print_json(const rf_train_opts *o, const rf_train_result *res, const progress_state *ps) {
+    double secs = rf_now() - ps->t_run;
+    json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}", "out", o->out,
+                          "step", (json_int_t)res->step, "steps_run", (json_int_t)res->steps_run,
+                          "clipped", (json_int_t)res->n_clipped, "stopped", res->stopped, "tokens_seen",
+                          res->tokens_seen, "loss", (double)ps->last_loss.loss, "loss_ar",
+                          (double)ps->last_loss.ar, "loss_mdm", (double)ps->last_loss.mdm, "lr",
+                          ps->last_lr, "seconds", secs, "tokens_per_s",
+                          secs > 0 ? ps->tokens_run / secs : 0.0, "ranks", rf_dist_size());
+    json_object_set_new(j, "allreduce_frac", json_real(ps->step_s > 0 ? ps->comm_s / ps->step_s : 0.0));
+    char *txt = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    printf("%s\n", txt ? txt : "{}");
+    free(txt);
+    json_decref(j);
+}
+
+/* rank 0's report: the stop, the saved checkpoint, the plot, --json */
+static void report(const rf_train_opts *o, const train_cli *c, const rf_train_result *res, const progress_state *ps) {
+    if (res->stopped)
+        fprintf(stderr, "refusion: interrupted: saved step %ld to %s (continue with --resume)\n", res->step, o->out);
+    if (!c->quiet)
+        fprintf(stderr, "saved %s (step %ld, %.0f tokens seen; %ld of %ld steps of this run had "
+                "their gradient clipped)\n", o->out, res->step, res->tokens_seen, res->n_clipped, res->steps_run);
+    if (!c->no_plot) plot_loss(o->out, c->quiet);
+    if (c->json) print_json(o, res, ps);
+}
+
+int cmd_train(int argc, char **argv) {
+    train_args a = {.c = {.log_every = 10}};
+    rf_train_opts_default(&a.o);
+    int prc = parse_train_args(argc, argv, &a);
+    const rf_train_opts o = a.o;
+    const train_cli c = a.c;
+    if (prc) return prc > 0 ? 0 : 2;
+    env_setup(); /* may re-exec this very command line */
+    /* outside the run (its own handlers stop it at a step's end and save):
+     * a signal removes the temporary files being written */
+    cli_cleanup_on_signals();
+    int mpi, mrc = start_mpi(c.want_mpi, &mpi);
+    if (mrc) return mrc;
+    int rank = rf_dist_rank();
+    progress_state ps = {.quiet = c.quiet, .tty = isatty(2) && !c.quiet, .log_every = c.log_every, .rank = rank};
+    rf_train_result res;
+    if (run_with_signals(&o, &ps, &res)) {
         if (rank == 0 || !res.error_shared) {
             if (rf_dist_size() > 1) fprintf(stderr, "refusion: rank %d: %s\n", rank, rf_last_error());
             else rf_print_error();
@@ -380,31 +403,7 @@ int cmd_train(int argc, char **argv) {
         if (mpi) rf_dist_finalize();
         return 1;
     }
-    if (rank == 0) {
-        if (res.stopped)
-            fprintf(stderr, "refusion: interrupted: saved step %ld to %s (continue with --resume)\n",
-                    res.step, o.out);
-        if (!quiet)
-            fprintf(stderr, "saved %s (step %ld, %.0f tokens seen; %ld of %ld steps of this run had "
-                    "their gradient clipped)\n", o.out, res.step, res.tokens_seen, res.n_clipped,
-                    res.steps_run);
-        if (plot) plot_loss(o.out, quiet);
-        if (json) {
-            double secs = rf_now() - ps.t_run;
-            json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}", "out", o.out,
-                                  "step", (json_int_t)res.step, "steps_run", (json_int_t)res.steps_run,
-                                  "clipped", (json_int_t)res.n_clipped, "stopped", res.stopped, "tokens_seen",
-                                  res.tokens_seen, "loss", (double)ps.last_loss.loss, "loss_ar",
-                                  (double)ps.last_loss.ar, "loss_mdm", (double)ps.last_loss.mdm, "lr",
-                                  ps.last_lr, "seconds", secs, "tokens_per_s",
-                                  secs > 0 ? ps.tokens_run / secs : 0.0, "ranks", rf_dist_size());
-            json_object_set_new(j, "allreduce_frac", json_real(ps.step_s > 0 ? ps.comm_s / ps.step_s : 0.0));
-            char *txt = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
-            printf("%s\n", txt ? txt : "{}");
-            free(txt);
-            json_decref(j);
-        }
-    }
+    if (rank == 0) report(&o, &c, &res, &ps);
     if (mpi) rf_dist_finalize();
     return 0;
 }

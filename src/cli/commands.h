@@ -32,6 +32,22 @@ extern const rf_opt rf_model_source_table[];
 extern const int rf_model_source_table_n;
 #define RF_MODEL_SOURCE_GROUP(s) {NULL, rf_model_source_table, rf_model_source_table_n, (s), NULL, NULL}
 
+/* A model's shape from the command line (init: the new model's, grow: the
+ * target's): a preset (NULL: none) and the sizes that override it, -1 where
+ * not given; in the option list as RF_SHAPE_GROUP with the command's own
+ * heading (how the sizes combine differs between the commands). */
+typedef struct {
+    const char *preset;
+    int hidden, layers, heads, kv_heads, head_dim, ffn, vocab, tied;
+} rf_shape_opts;
+extern const rf_opt rf_shape_table[];
+extern const int rf_shape_table_n;
+#define RF_SHAPE_GROUP(title, s, def) {title, rf_shape_table, rf_shape_table_n, (s), NULL, (def)}
+/* Every size -1 and no preset. */
+void rf_shape_opts_unset(rf_shape_opts *s);
+/* 1 when a size was given. */
+int rf_shape_opts_given(const rf_shape_opts *s);
+
 /* SIGTERM, SIGINT and SIGHUP end the program as before, after killing the
  * helpers and removing the temporary outputs the library registered
  * (util/cleanup.h): for the commands that write or start such things. */

@@ -13,6 +13,12 @@
 #include "tasks/eval.h"
 #include "util/util.h"
 
+const rf_opt rf_progress_table[] = {
+    {.name = "progress", .type = RF_OPT_FLAG, .help = "bytes written so far on stderr (default: when stderr is a terminal)"},
+    {.name = "no-progress", .type = RF_OPT_FLAG, .hi = -1, .help = "no progress line, even on a terminal"},
+};
+const int rf_progress_table_n = (int)(sizeof rf_progress_table / sizeof rf_progress_table[0]);
+
 struct rf_progress {
     const char *what, *path;
     double total, t0;

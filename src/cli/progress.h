@@ -10,7 +10,15 @@
 #ifndef RF_PROGRESS_H
 #define RF_PROGRESS_H
 
+#include "common/args.h"
+
 typedef struct rf_progress rf_progress;
+
+/* --progress (1) / --no-progress (-1) into one int (0: neither given), the
+ * rows of the commands that use rf_progress: RF_PROGRESS_GROUP(&force). */
+extern const rf_opt rf_progress_table[];
+extern const int rf_progress_table_n;
+#define RF_PROGRESS_GROUP(force) {NULL, rf_progress_table, rf_progress_table_n, (force), NULL, NULL}
 
 /* path: the output file, or a directory whose regular files are summed;
  * total: the expected size in bytes (0: unknown). force: 1 = always, 0 =

@@ -290,11 +290,13 @@ static int config_row(rf_decode_opts *d, int i, json_t *v, const char *what) {
         else snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
         break;
     case RF_OPT_FLOAT:
+    case RF_OPT_DOUBLE:
         if (!json_is_number(v)) ok = 0;
         else snprintf(text, sizeof text, "%.9g", json_number_value(v));
         break;
     case RF_OPT_CHOICE:
     case RF_OPT_STR:
+    case RF_OPT_LIST: /* the decoding table has neither kind: refused as a string below */
         if (!json_is_string(v) || strlen(json_string_value(v)) >= sizeof text) ok = 0;
         else snprintf(text, sizeof text, "%s", json_string_value(v));
         break;
@@ -305,7 +307,7 @@ static int config_row(rf_decode_opts *d, int i, json_t *v, const char *what) {
                      : o->type == RF_OPT_CHOICE || o->type == RF_OPT_STR ? "a string" : "an integer");
         return -1;
     }
-    if (o->type == RF_OPT_STR) { /* no file names or downloads from a config */
+    if (o->type == RF_OPT_STR || o->type == RF_OPT_LIST) { /* no file names or downloads from a config */
         rf_set_error("\"%s\" cannot be set in generation_config.json", what);
         return -1;
     }
@@ -507,8 +509,16 @@ static int opt_set_as(const rf_opt *o, void *base, const char *s, const char *as
     if (as) snprintf(nm, sizeof nm, "%s", as);
     else opt_name(o, nm, sizeof nm);
     switch (o->type) {
-    case RF_OPT_FLAG: *(int *)p = o->lo < 0 ? 0 : 1; return 0;
+    case RF_OPT_FLAG: *(int *)p = o->hi != 0 ? (int)o->hi : o->lo < 0 ? 0 : 1; return 0;
     case RF_OPT_STR: *(const char **)p = s; return 0;
+    case RF_OPT_LIST: {
+        rf_arg_list *l = (rf_arg_list *)p;
+        int cap = l->cap;
+        l->row = rf_grow((void *)l->row, sizeof *l->row, l->n, &cap, 8);
+        l->value = rf_grow((void *)l->value, sizeof *l->value, l->n, &l->cap, 8);
+        l->row[l->n] = o, l->value[l->n++] = s;
+        return 0;
+    }
     case RF_OPT_CHOICE: {
         int k = choice_index(o->choices, s);
         if (k < 0) {
@@ -539,7 +549,8 @@ static int opt_set_as(const rf_opt *o, void *base, const char *s, const char *as
         else *(int *)p = (int)v;
         return 0;
     }
-    case RF_OPT_FLOAT: {
+    case RF_OPT_FLOAT:
+    case RF_OPT_DOUBLE: {
         double v = strtod(s, &end);
         if (!*s || *end || !isfinite(v) || v < o->lo || v > o->hi || (o->open_lo && v == o->lo)) {
             char lo[32], hi[32];
@@ -547,7 +558,8 @@ static int opt_set_as(const rf_opt *o, void *base, const char *s, const char *as
             rf_set_error("%s expects a number in %s%s, %s], got '%.40s'", nm, o->open_lo ? "(" : "[", lo, hi, s);
             return -1;
         }
-        *(float *)p = (float)v;
+        if (o->type == RF_OPT_DOUBLE) *(double *)p = v;
+        else *(float *)p = (float)v;
         return 0;
     }
     }
@@ -566,7 +578,30 @@ void rf_opt_format(const rf_opt *o, const void *base, char *buf, size_t cap) {
     case RF_OPT_LEN: snprintf(buf, cap, "%d", *(const int *)p); break;
     case RF_OPT_I64: snprintf(buf, cap, "%lld", (long long)*(const int64_t *)p); break;
     case RF_OPT_FLOAT: fmt_real(*(const float *)p, buf, cap); break;
+    case RF_OPT_DOUBLE: fmt_real(*(const double *)p, buf, cap); break;
+    case RF_OPT_LIST: snprintf(buf, cap, "%d values", ((const rf_arg_list *)p)->n); break;
     }
+}
+
+void rf_arg_list_free(rf_arg_list *l) {
+    free((void *)l->row), free((void *)l->value);
+    l->row = NULL, l->value = NULL, l->n = l->cap = 0;
+}
+
+/* a default that --help shows: not a number outside the row's range ("not given") */
+static int default_shown(const rf_opt *o, const void *base) {
+    const char *p = (const char *)base + o->offset;
+    double v;
+    switch (o->type) {
+    case RF_OPT_INT: v = *(const int *)p; break;
+    case RF_OPT_I64: v = (double)*(const int64_t *)p; break;
+    case RF_OPT_FLOAT: v = *(const float *)p; break;
+    case RF_OPT_DOUBLE: v = *(const double *)p; break;
+    case RF_OPT_FLAG:
+    case RF_OPT_LIST: return 0;
+    default: return 1;
+    }
+    return v >= o->lo && v <= o->hi;
 }
 
 const rf_opt *rf_opt_find(const rf_opt *opts, int n, const char *s) {
@@ -618,7 +653,7 @@ void rf_args_usage(FILE *f, const char *cmd, const char *synopsis, const rf_opt_
             if (sh) snprintf(letter, sizeof letter, "-%s, ", sh);
             int k = snprintf(head, sizeof head, "  %s--%s", letter, o->name);
             if (o->type != RF_OPT_FLAG) snprintf(head + k, sizeof head - k, " %s", o->metavar ? o->metavar : "VALUE");
-            if (gr->defaults && o->type != RF_OPT_FLAG) {
+            if (gr->defaults && default_shown(o, gr->defaults)) {
                 char v[48];
                 rf_opt_format(o, gr->defaults, v, sizeof v);
                 if (o->type != RF_OPT_STR || *v) snprintf(def, sizeof def, "default %s", v);
@@ -626,6 +661,7 @@ void rf_args_usage(FILE *f, const char *cmd, const char *synopsis, const rf_opt_
             char extra[160] = "";
             int n = 0;
             if (*def) n += snprintf(extra + n, sizeof extra - n, "%s", def);
+            if (o->type == RF_OPT_LIST) n += snprintf(extra + n, sizeof extra - n, "%srepeatable", n ? "; " : "");
             if (o->alias) n += snprintf(extra + n, sizeof extra - n, "%s--%s", n ? "; " : "", o->alias);
             if (o->http) snprintf(extra + n, sizeof extra - n, "%sHTTP \"%s\"", n ? "; " : "", o->http);
             snprintf(help, sizeof help, "%s%s%s%s", o->help, *extra ? " (" : "", extra, *extra ? ")" : "");
@@ -783,7 +819,8 @@ int rf_args_parse(const char *cmd, const char *synopsis, const rf_opt_group *gro
         if (c == ':' || c == '?') {
             const char *arg = argv[optind - 1];
             char sh[3] = {'-', (char)optopt, 0};
-            const char *what = optopt ? sh : arg;
+            /* a long option's optopt is its row's value, not a letter: name it as typed */
+            const char *what = optopt > 0 && optopt < 256 ? sh : arg;
             if (c == ':') fprintf(stderr, "refusion: %s: %s needs a value\n", cmd, what);
             else if (optopt && strncmp(arg, "--", 2)) fprintf(stderr, "refusion: %s: unknown option '%s' (see --help)\n", cmd, what);
             else fprintf(stderr, "refusion: %s: unknown option '%s' (see --help)\n", cmd, arg);
@@ -854,19 +891,6 @@ char *rf_read_text(const char *path) {
         return NULL;
     }
     return buf;
-}
-
-/* ---- the older helpers, for commands that parse by hand ------------------------------------ */
-int rf_arg_long(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno == ERANGE || v < lo || v > hi) {
-        fprintf(stderr, "refusion: %s: %s expects an integer in [%ld, %ld], got '%s'\n", cmd, opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 static const char *const ar_verify_names[4] = {"off", "correct", "first", "both"}; /* index a + 2b */

@@ -30,19 +30,24 @@
 #include "refusion_version.h" /* RF_VERSION_STRING, for --version */
 
 typedef enum {
-    RF_OPT_FLAG,   /* no value: sets an int to 1 (or to 0 with .lo = -1, e.g. --no-chat) */
+    RF_OPT_FLAG,   /* no value: sets an int to 1 (or to 0 with .lo = -1, e.g. --no-chat; or to .hi when
+                      .hi is not 0, e.g. --no-progress: -1 in the int --progress sets to 1) */
     RF_OPT_INT,    /* int, in [lo, hi] */
     RF_OPT_I64,    /* int64_t / uint64_t, in [lo, hi] */
     RF_OPT_FLOAT,  /* float, in [lo, hi] (lo excluded when .open_lo) */
     RF_OPT_STR,    /* const char * (points into argv) */
     RF_OPT_CHOICE, /* one of .choices "a|b|c": stores its index as an int */
     RF_OPT_LEN,    /* int, in [lo, hi], or -1 on the command line (no limit: -n -1); HTTP: [lo, hi] */
+    RF_OPT_DOUBLE, /* double, in [lo, hi] (lo excluded when .open_lo); command line only */
+    RF_OPT_LIST,   /* repeatable: each value appended, with its row, to the rf_arg_list at .offset
+                      (rows sharing one list keep the command line's order); command line only */
 } rf_opt_type;
 
 /* HTTP bounds that depend on the model: checked against them, not .hi */
 enum { RF_HI_FIXED, RF_HI_CONTEXT, RF_HI_VOCAB };
 
-typedef struct {
+typedef struct rf_opt rf_opt;
+struct rf_opt {
     const char *name;     /* --name, --name=value */
     int letter;           /* -x, or 0 */
     const char *alias;    /* another long spelling, or NULL */
@@ -55,7 +60,15 @@ typedef struct {
     size_t offset;        /* where the value goes in the group's struct */
     const char *metavar;  /* N, X, TEXT ... */
     const char *help;
-} rf_opt;
+};
+
+/* The values of RF_OPT_LIST rows, in command-line order (rf_arg_list_free). */
+typedef struct {
+    int n, cap;
+    const rf_opt **row; /* the row each value was given with (--user, --system ...) */
+    const char **value; /* points into argv */
+} rf_arg_list;
+void rf_arg_list_free(rf_arg_list *l);
 
 typedef struct {
     const char *title;    /* heading in --help, or NULL ("options", shared by untitled groups in a row) */
@@ -64,7 +77,8 @@ typedef struct {
     void *base;           /* the struct the offsets point into */
     unsigned char *src;   /* NULL, or one RF_SRC_* per row: RF_SRC_FLAG where the command line set it
                              (beside base, so that a group's sources travel with its values) */
-    const void *defaults; /* the same struct holding the defaults, for --help (NULL: none shown) */
+    const void *defaults; /* the same struct holding the defaults, for --help (NULL: none shown; a
+                             number outside the row's [lo, hi] means "not given" and is not shown) */
 } rf_opt_group;
 
 /* Where a setting's value came from (rf_decode_opts.src, the --verbose and
@@ -182,8 +196,7 @@ const rf_opt *rf_opt_find(const rf_opt *opts, int n, const char *s);
  * rf_last_error() on failure. */
 char *rf_read_text(const char *path);
 
-/* kept for the commands that still parse by hand */
-int rf_arg_long(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out);
+/* The name of an ar_verify setting: off, correct, first, both. */
 const char *rf_ar_verify_name(int ar_correct, int ar_check_first);
 
 #endif

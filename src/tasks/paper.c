@@ -318,6 +318,68 @@ json_t *rf_paper_item(int task, const json_t *r, int index) {
 
 #define MAX_DATA_BYTES ((size_t)1 << 30)
 
+int rf_jsonl_foreach(char *text, const char *path, int (*fn)(json_t *record, void *user), void *user) {
+    int line = 0;
+    for (char *s = text; *s;) {
+        char *e = strchr(s, '\n');
+        if (e) *e = 0;
+        line++;
+        const char *q = s;
+        while (*q == ' ' || *q == '\r' || *q == '\t') q++;
+        if (*q) { /* blank lines are skipped */
+            json_error_t je;
+            json_t *rec = json_loads(s, 0, &je);
+            int rc = rec ? fn(rec, user) : -1;
+            json_decref(rec);
+            if (rc) {
+                char why[512];
+                snprintf(why, sizeof why, "%s", rec ? rf_last_error() : je.text);
+                rf_set_error("%s: line %d: %s", path, line, why);
+                return -1;
+            }
+        }
+        if (!e) break;
+        s = e + 1;
+    }
+    return 0;
+}
+
+typedef struct {
+    int task;
+    json_t *items;
+} load_state;
+
+/* one record of a JSON Lines data file into the items */
+static int load_record(json_t *rec, void *user) {
+    load_state *ls = user;
+    json_t *it = rf_paper_item(ls->task, rec, (int)json_array_size(ls->items));
+    if (!it) return -1;
+    json_array_append_new(ls->items, it);
+    return 0;
+}
+
+/* one JSON array of records into items */
+static int load_array(int task, const char *path, const char *text, json_t *items) {
+    json_error_t e;
+    json_t *all = json_loads(text, 0, &e);
+    if (!json_is_array(all)) {
+        rf_set_error("%s: line %d: %s", path, e.line, all ? "expected a JSON array of records" : e.text);
+        json_decref(all);
+        return -1;
+    }
+    for (size_t i = 0; i < json_array_size(all); i++) {
+        json_t *it = rf_paper_item(task, json_array_get(all, i), (int)i);
+        if (!it) {
+            rf_prefix_error("%s: record %zu", path, i);
+            json_decref(all);
+            return -1;
+        }
+        json_array_append_new(items, it);
+    }
+    json_decref(all);
+    return 0;
+}
+
 json_t *rf_paper_load(int task, const char *path) {
     size_t len;
     char *text = rf_read_file_max(path, MAX_DATA_BYTES, &len);
@@ -330,51 +392,13 @@ json_t *rf_paper_load(int task, const char *path) {
     json_t *items = json_array();
     const char *p = text;
     while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t') p++;
-    if (*p == '[') { /* one JSON array */
-        json_error_t e;
-        json_t *all = json_loads(text, 0, &e);
-        if (!json_is_array(all)) {
-            rf_set_error("%s: line %d: %s", path, e.line, all ? "expected a JSON array of records" : e.text);
-            json_decref(all), json_decref(items), free(text);
-            return NULL;
-        }
-        for (size_t i = 0; i < json_array_size(all); i++) {
-            json_t *it = rf_paper_item(task, json_array_get(all, i), (int)i);
-            if (!it) {
-                rf_prefix_error("%s: record %zu", path, i);
-                json_decref(all), json_decref(items), free(text);
-                return NULL;
-            }
-            json_array_append_new(items, it);
-        }
-        json_decref(all);
-    } else { /* JSON Lines: blank lines skipped */
-        int line = 0;
-        for (char *s = text; *s;) {
-            char *e = strchr(s, '\n');
-            if (e) *e = 0;
-            line++;
-            const char *q = s;
-            while (*q == ' ' || *q == '\r' || *q == '\t') q++;
-            if (*q) {
-                json_error_t je;
-                json_t *rec = json_loads(s, 0, &je);
-                json_t *it = rec ? rf_paper_item(task, rec, (int)json_array_size(items)) : NULL;
-                if (!it) {
-                    char why[512];
-                    snprintf(why, sizeof why, "%s", rec ? rf_last_error() : je.text);
-                    rf_set_error("%s: line %d: %s", path, line, why);
-                    json_decref(rec), json_decref(items), free(text);
-                    return NULL;
-                }
-                json_decref(rec);
-                json_array_append_new(items, it);
-            }
-            if (!e) break;
-            s = e + 1;
-        }
-    }
+    load_state ls = {task, items};
+    int rc = *p == '[' ? load_array(task, path, text, items) : rf_jsonl_foreach(text, path, load_record, &ls);
     free(text);
+    if (rc) {
+        json_decref(items);
+        return NULL;
+    }
     if (!json_array_size(items)) {
         json_decref(items);
         rf_set_error("%s: no records", path);

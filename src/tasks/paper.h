@@ -49,6 +49,11 @@ const char *rf_paper_harness_task(int task);
  * records, in the data set's public format. A list of items (see above), or
  * NULL with "<path>: line N: <what>" in rf_last_error(). */
 json_t *rf_paper_load(int task, const char *path);
+/* The JSON Lines text of path (modified in place): each non-blank line
+ * parsed and handed to fn (which keeps nothing of it: the record is freed
+ * after the call). 0, or -1 with "<path>: line N: <what>" in rf_last_error()
+ * when a line is not JSON or fn returns -1 with the error set. */
+int rf_jsonl_foreach(char *text, const char *path, int (*fn)(json_t *record, void *user), void *user);
 /* One record (as the data set publishes it) as an item; index gives the id
  * when the record has none. NULL with the error set. */
 json_t *rf_paper_item(int task, const json_t *record, int index);

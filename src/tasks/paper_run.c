@@ -12,33 +12,23 @@
 
 #define MAX_FILE_BYTES ((size_t)1 << 30)
 
+/* one {"completion": TEXT} line into the list of answers */
+static int add_answer(json_t *rec, void *out) {
+    const char *c = json_string_value(json_object_get(rec, "completion"));
+    if (!c) {
+        rf_set_error("expected {\"completion\": TEXT}");
+        return -1;
+    }
+    json_array_append_new(out, json_string(c));
+    return 0;
+}
+
 json_t *rf_paper_load_answers(const char *path) {
     size_t len;
     char *text = rf_read_file_max(path, MAX_FILE_BYTES, &len);
     if (!text) return NULL;
     json_t *out = json_array();
-    int line = 0;
-    for (char *s = text; *s;) {
-        char *e = strchr(s, '\n');
-        if (e) *e = 0;
-        line++;
-        const char *q = s;
-        while (*q == ' ' || *q == '\t' || *q == '\r') q++;
-        if (*q) {
-            json_error_t je;
-            json_t *o = json_loads(s, 0, &je);
-            const char *c = json_string_value(json_object_get(o, "completion"));
-            if (!c) {
-                rf_set_error("%s: line %d: %s", path, line, o ? "expected {\"completion\": TEXT}" : je.text);
-                json_decref(o), json_decref(out), free(text);
-                return NULL;
-            }
-            json_array_append_new(out, json_string(c));
-            json_decref(o);
-        }
-        if (!e) break;
-        s = e + 1;
-    }
+    if (rf_jsonl_foreach(text, path, add_answer, out)) json_decref(out), out = NULL;
     free(text);
     return out;
 }

@@ -66,74 +66,62 @@ static int str_is(rf_gguf_str s, const char *lit) {
     return s.len == strlen(lit) && !memcmp(s.s, lit, s.len);
 }
 
-static rf_tokenizer *from_gguf(const rf_gguf_file *f) {
+/* tokenizer.ggml.model and .pre: the pre-tokenizer's pattern and whether
+ * NFC comes first; -1 with the error set when not supported */
+static int read_kind(const rf_gguf_file *f, const char **pattern, int *nfc) {
     const char *path = f->path;
     rf_gguf_str model, pre = {"default", 7};
     int r = rf_gguf_get_str(f, "tokenizer.ggml.model", &model);
     if (r) {
         if (r == 1) rf_set_error("%s: no tokenizer (tokenizer.ggml.model is missing)", path);
-        return NULL;
+        return -1;
     }
     if (!str_is(model, "gpt2")) {
         rf_set_error("%s: tokenizer.ggml.model '%.*s' is not supported (only gpt2: byte-level BPE)",
                      path, model.len > 32 ? 32 : (int)model.len, model.s);
-        return NULL;
+        return -1;
     }
-    if (rf_gguf_get_str(f, "tokenizer.ggml.pre", &pre) < 0) return NULL;
-    const char *pattern;
-    int nfc;
+    if (rf_gguf_get_str(f, "tokenizer.ggml.pre", &pre) < 0) return -1;
     if (str_is(pre, "qwen2")) /* Qwen2/Qwen3: their split regex after NFC */
-        pattern = RF_QWEN_PRETOK_PATTERN, nfc = 1;
+        *pattern = RF_QWEN_PRETOK_PATTERN, *nfc = 1;
     else if (str_is(pre, "gpt2") || str_is(pre, "default"))
-        pattern = rf_tok_gpt2_pattern(), nfc = 0;
+        *pattern = rf_tok_gpt2_pattern(), *nfc = 0;
     else {
         rf_set_error("%s: tokenizer.ggml.pre '%.*s' is not supported (qwen2 or gpt2)", path,
                      pre.len > 32 ? 32 : (int)pre.len, pre.s);
-        return NULL;
+        return -1;
     }
-    int bad = 0;
-    const rf_gguf_kv *toks = str_array(f, "tokenizer.ggml.tokens", &bad);
-    const rf_gguf_kv *merges = str_array(f, "tokenizer.ggml.merges", &bad);
-    const rf_gguf_kv *types = rf_gguf_find(f, "tokenizer.ggml.token_type");
-    if (bad) return NULL;
-    if (!toks || toks->arr_n == 0 || toks->arr_n > MAX_VOCAB) {
-        rf_set_error("%s: tokenizer.ggml.tokens is missing, empty or longer than %d", path, MAX_VOCAB);
-        return NULL;
-    }
-    int n = (int)toks->arr_n;
-    if (types && (types->type != RF_GGUF_ARRAY || types->arr_n != toks->arr_n ||
-                  types->arr_type == RF_GGUF_STRING || types->arr_type == RF_GGUF_FLOAT32 ||
-                  types->arr_type == RF_GGUF_FLOAT64 || types->arr_type == RF_GGUF_BOOL)) {
-        rf_set_error("%s: tokenizer.ggml.token_type must be an integer array as long as the tokens",
-                     path);
-        return NULL;
-    }
+    return 0;
+}
 
-    rf_tokenizer *t = rf_calloc(1, sizeof *t);
-    int cap = n + 2; /* room for <|beginoftext|> and <|mask|> */
-    rf_tok_alloc_vocab(t, cap, (size_t)n + 64);
-    int max_id = -1;
-    char *s = NULL;
+/* tokenizer.ggml.tokens (with their token_type) into t's vocabulary and
+ * added tokens, and the byte alphabet's ids; the largest id used in
+ * *max_id. -1 with the error set. */
+static int read_tokens(const rf_gguf_file *f, rf_tokenizer *t, const rf_gguf_kv *toks, const rf_gguf_kv *types,
+                       int *max_id) {
+    const char *path = f->path;
+    int n = (int)toks->arr_n;
+    *max_id = -1;
     for (int i = 0; i < n; i++) {
         int64_t ty = types ? rf_gguf_arr_int(types, (uint64_t)i) : TT_NORMAL;
         if (ty == TT_UNUSED) continue; /* padding: a hole */
         if (ty < TT_NORMAL || ty > TT_BYTE) {
             rf_set_error("%s: tokenizer.ggml.token_type[%d] = %lld is not a known token type", path,
                          i, (long long)ty);
-            goto fail;
+            return -1;
         }
         rf_gguf_str sp = toks->strs[i];
         size_t badpos;
         if (sp.len == 0 || memchr(sp.s, 0, sp.len) || rf_utf8_check(sp.s, sp.len, &badpos)) {
             rf_set_error("%s: tokenizer.ggml.tokens[%d] is empty, holds a NUL or is not UTF-8", path, i);
-            goto fail;
+            return -1;
         }
-        s = strndup(sp.s, sp.len);
-        if (!s) rf_die("out of memory");
-        if (rf_strmap_get(&t->vocab, s, (int)sp.len)) {
+        if (rf_strmap_get(&t->vocab, sp.s, (int)sp.len)) {
             rf_set_error("%s: tokenizer.ggml.tokens[%d] repeats an earlier token", path, i);
-            goto fail;
+            return -1;
         }
+        char *s = strndup(sp.s, sp.len);
+        if (!s) rf_die("out of memory");
         rf_tok_set_piece(t, i, s);
         rf_strmap_put(&t->vocab, t->piece[i], (int)sp.len, i);
         if (ty == TT_CONTROL || ty == TT_USER_DEFINED) {
@@ -145,12 +133,11 @@ static rf_tokenizer *from_gguf(const rf_gguf_file *f) {
             rf_tok_add_added(t, t->piece[i], i, ty == TT_CONTROL);
         }
         free(s);
-        s = NULL;
-        max_id = i;
+        *max_id = i;
     }
-    if (max_id < 0) {
+    if (*max_id < 0) {
         rf_set_error("%s: tokenizer.ggml.tokens holds no used token", path);
-        goto fail;
+        return -1;
     }
     for (int b = 0; b < 256; b++) {
         char sp[4];
@@ -158,8 +145,11 @@ static rf_tokenizer *from_gguf(const rf_gguf_file *f) {
         int *id = rf_strmap_get(&t->vocab, sp, l);
         t->byte_id[b] = id ? *id : -1;
     }
+    return 0;
+}
 
-    /* merges "a b": rank r joins a and b into the token spelled a+b */
+/* merges "a b": rank r joins a and b into the token spelled a+b */
+static int read_merges(const rf_gguf_file *f, rf_tokenizer *t, const rf_gguf_kv *merges) {
     size_t nm = merges ? (size_t)merges->arr_n : 0;
     rf_pairmap_init(&t->merges, nm + 16);
     t->n_merges = (int)nm;
@@ -180,19 +170,19 @@ static rf_tokenizer *from_gguf(const rf_gguf_file *f) {
         if (!ia || !ib || !ic) {
             free(cat.p);
             rf_set_error("%s: tokenizer.ggml.merges[%zu] is not \"a b\" with a, b and ab in the "
-                         "vocabulary", path, m);
-            goto fail;
+                         "vocabulary", f->path, m);
+            return -1;
         }
         rf_pairmap_put(&t->merges, *ia, *ib, (int)m, *ic);
     }
     free(cat.p);
+    return 0;
+}
 
-    t->nfc = nfc;
-    if (!(t->re = rf_pretok_compile(pattern))) goto fail;
-    t->pretok_pattern = rf_strdup(pattern);
-
-    /* ReFusion's two tokens, at the next free ids when the vocabulary lacks
-     * them (as rf_tok_load does for a tokenizer.json) */
+/* ReFusion's two tokens, at the next free ids when the vocabulary lacks
+ * them (as rf_tok_load does for a tokenizer.json); the vocabulary then ends
+ * at the largest id used */
+static void add_refusion_tokens(rf_tokenizer *t, int max_id, int cap) {
     const char *extra[2] = {"<|beginoftext|>", "<|mask|>"};
     int *ids[2] = {&t->bot_id, &t->mask_id};
     for (int k = 0; k < 2; k++) {
@@ -218,27 +208,64 @@ static rf_tokenizer *from_gguf(const rf_gguf_file *f) {
     }
     t->n_vocab = max_id + 1;
     rf_tok_sort_added(t);
+}
 
+/* tokenizer.ggml.eos_token_id (else <|endoftext|>) and tokenizer.chat_template */
+static int read_eos_template(const rf_gguf_file *f, rf_tokenizer *t) {
+    const char *path = f->path;
     int64_t eos = -1;
-    if (rf_gguf_get_int(f, "tokenizer.ggml.eos_token_id", &eos) < 0) goto fail;
+    if (rf_gguf_get_int(f, "tokenizer.ggml.eos_token_id", &eos) < 0) return -1;
     if (eos >= 0 && (eos >= t->n_vocab || !t->piece[eos])) {
         rf_set_error("%s: tokenizer.ggml.eos_token_id %lld is not a token of the vocabulary", path,
                      (long long)eos);
-        goto fail;
+        return -1;
     }
     t->eos_id = eos >= 0 ? (int)eos : rf_tok_id(t, "<|endoftext|>");
     rf_gguf_str tpl;
-    r = rf_gguf_get_str(f, "tokenizer.chat_template", &tpl);
-    if (r < 0) goto fail;
+    int r = rf_gguf_get_str(f, "tokenizer.chat_template", &tpl);
+    if (r < 0) return -1;
     if (r == 0) {
         t->chat_template = strndup(tpl.s, tpl.len);
         if (!t->chat_template) rf_die("out of memory");
         t->chat_template_from = rf_malloc(strlen(path) + 32);
         sprintf(t->chat_template_from, "%s: tokenizer.chat_template", path);
     }
+    return 0;
+}
+
+static rf_tokenizer *from_gguf(const rf_gguf_file *f) {
+    const char *path = f->path, *pattern;
+    int nfc;
+    if (read_kind(f, &pattern, &nfc)) return NULL;
+    int bad = 0;
+    const rf_gguf_kv *toks = str_array(f, "tokenizer.ggml.tokens", &bad);
+    const rf_gguf_kv *merges = str_array(f, "tokenizer.ggml.merges", &bad);
+    const rf_gguf_kv *types = rf_gguf_find(f, "tokenizer.ggml.token_type");
+    if (bad) return NULL;
+    if (!toks || toks->arr_n == 0 || toks->arr_n > MAX_VOCAB) {
+        rf_set_error("%s: tokenizer.ggml.tokens is missing, empty or longer than %d", path, MAX_VOCAB);
+        return NULL;
+    }
+    int n = (int)toks->arr_n;
+    if (types && (types->type != RF_GGUF_ARRAY || types->arr_n != toks->arr_n ||
+                  types->arr_type == RF_GGUF_STRING || types->arr_type == RF_GGUF_FLOAT32 ||
+                  types->arr_type == RF_GGUF_FLOAT64 || types->arr_type == RF_GGUF_BOOL)) {
+        rf_set_error("%s: tokenizer.ggml.token_type must be an integer array as long as the tokens",
+                     path);
+        return NULL;
+    }
+    rf_tokenizer *t = rf_calloc(1, sizeof *t);
+    int cap = n + 2; /* room for <|beginoftext|> and <|mask|> */
+    rf_tok_alloc_vocab(t, cap, (size_t)n + 64);
+    int max_id;
+    if (read_tokens(f, t, toks, types, &max_id) || read_merges(f, t, merges)) goto fail;
+    t->nfc = nfc;
+    if (!(t->re = rf_pretok_compile(pattern))) goto fail;
+    t->pretok_pattern = rf_strdup(pattern);
+    add_refusion_tokens(t, max_id, cap);
+    if (read_eos_template(f, t)) goto fail;
     return t;
 fail:
-    free(s);
     rf_tok_free(t);
     return NULL;
 }

@@ -2609,219 +2609,283 @@ static val select_items(J *j, const jnode *at, val x, const args *a, int by_attr
     return vlist(out);
 }
 
-static val apply_filter(J *j, frame *f, const jnode *at, const char *nm, size_t nl, val x, const args *a) {
-#define IS(s) (nl == strlen(s) && !memcmp(nm, s, nl))
-    if (IS("default") || IS("d")) {
-        int boolean = truthy(arg(a, 1, "boolean", vbool(0)));
-        if (x.t == T_UNDEF || (boolean && !truthy(x))) return arg(a, 0, "default_value", vstr("", 0));
-        return x;
+/* ---- the filters: one function each, found by name in filters[] ---- */
+/* k: which of the names sharing a function was used (its index in the row) */
+#define FILTER(name) static val name(J *j, frame *f, const jnode *at, val x, const args *a, int k)
+
+FILTER(f_default) {
+    int boolean = truthy(arg(a, 1, "boolean", vbool(0)));
+    if (x.t == T_UNDEF || (boolean && !truthy(x))) return arg(a, 0, "default_value", vstr("", 0));
+    return x;
+}
+
+FILTER(f_safe) { return x; }
+
+FILTER(f_length) {
+    switch (x.t) {
+    case T_UNDEF: return vint(0);
+    case T_STR: charge_n(j, at, x.n, WORK_BYTE); return vint((int64_t)cp_count(x.s, x.n));
+    case T_LIST: return vint((int64_t)x.l->n);
+    case T_DICT: case T_NS: return vint((int64_t)x.d->n);
+    default: jfail(j, at->line, at->col, "object of type '%s' has no len()", type_name(x));
     }
-    if (IS("safe")) return x;
-    if (IS("length") || IS("count")) {
-        switch (x.t) {
-        case T_UNDEF: return vint(0);
-        case T_STR: charge_n(j, at, x.n, WORK_BYTE); return vint((int64_t)cp_count(x.s, x.n));
-        case T_LIST: return vint((int64_t)x.l->n);
-        case T_DICT: case T_NS: return vint((int64_t)x.d->n);
-        default: jfail(j, at->line, at->col, "object of type '%s' has no len()", type_name(x));
+}
+
+FILTER(f_tojson) {
+    val ind = arg(a, 0, "indent", NONE);
+    int indent = -1;
+    if (ind.t != T_NONE) {
+        int64_t v = int_arg(j, at, ind, 0, "tojson's indent");
+        indent = v < 0 ? 0 : v > 64 ? 64 : (int)v;
+    }
+    sbuf b = {0};
+    put_json(j, at, &b, x, indent, 0, truthy(arg(a, -1, "ensure_ascii", vbool(0))), truthy(arg(a, -1, "sort_keys", vbool(0))));
+    return sval(j, &b);
+}
+
+FILTER(f_string) { return to_str(j, x); }
+
+FILTER(f_trim) {
+    if (x.t == T_UNDEF) return vstr("", 0);
+    val chars = arg(a, 0, "chars", NONE);
+    if (chars.t != T_NONE) need_str(j, at, chars, "trim's characters");
+    return py_strip(j, at, to_str(j, x), chars, 1, 1);
+}
+
+/* lower, upper, title, capitalize: str_case's modes 0..3 */
+FILTER(f_case) { return str_case(j, to_str(j, x), k); }
+
+FILTER(f_replace) {
+    val s = to_str(j, x);
+    return str_replace(j, at, s, to_str(j, arg(a, 0, "old", UNDEF)), to_str(j, arg(a, 1, "new", UNDEF)),
+                       int_arg(j, at, arg(a, 2, "count", UNDEF), -1, "count"));
+}
+
+FILTER(f_items) {
+    if (x.t == T_UNDEF) return vlist(new_list(j, 0));
+    if (x.t != T_DICT) jfail(j, at->line, at->col, "can only get item pairs from a mapping, not %s", type_name(x));
+    method m = {x, "items", 5};
+    args none = {0};
+    return call_method(j, at, &m, &none);
+}
+
+FILTER(f_list) {
+    jlist *l = iter_list(j, at, x), *c = new_list(j, l->n);
+    if (l->n) memcpy(c->v, l->v, l->n * sizeof(val)); /* an empty list may hold no array */
+    c->n = l->n;
+    return vlist(c);
+}
+
+/* first (k 0), last (k 1) */
+FILTER(f_first_last) {
+    jlist *l = iter_list(j, at, x);
+    if (!l->n) return undef_why(j, "no first / last item of an empty sequence%.*s", "", 0);
+    return l->v[k == 0 ? 0 : l->n - 1];
+}
+
+FILTER(f_reverse) {
+    if (x.t == T_STR) return do_slice(j, at, x, UNDEF, UNDEF, vint(-1));
+    jlist *l = iter_list(j, at, x), *c = new_list(j, l->n);
+    for (size_t i = 0; i < l->n; i++) c->v[i] = l->v[l->n - 1 - i];
+    c->n = l->n;
+    return vlist(c);
+}
+
+FILTER(f_join) {
+    jlist *l = iter_list(j, at, x);
+    val sep = to_str(j, arg(a, 0, "d", vstr("", 0))), attr = arg(a, 1, "attribute", NONE);
+    sbuf o = {0};
+    for (size_t i = 0; i < l->n; i++) {
+        if (i) sput_v(j, &o, sep);
+        val v = attr.t == T_NONE ? l->v[i] : attr_path(j, at, l->v[i], attr);
+        put_str(j, &o, v, 0);
+    }
+    return sval(j, &o);
+}
+
+/* selectattr (k 0), rejectattr (k 1) */
+FILTER(f_selectattr) { return select_items(j, at, x, a, 1, k == 0); }
+/* select (k 0), reject (k 1) */
+FILTER(f_select) { return select_items(j, at, x, a, 0, k == 0); }
+
+FILTER(f_map) {
+    jlist *in = iter_list(j, at, x), *out = new_list(j, in->n);
+    val attr = arg(a, -1, "attribute", UNDEF);
+    if (attr.t != T_UNDEF) {
+        val def = arg(a, -1, "default", UNDEF);
+        for (size_t i = 0; i < in->n; i++) {
+            val v = attr_path(j, at, in->v[i], attr);
+            out->v[out->n++] = v.t == T_UNDEF && def.t != T_UNDEF ? def : v;
         }
-    }
-    if (IS("tojson")) {
-        val ind = arg(a, 0, "indent", NONE);
-        int indent = -1;
-        if (ind.t != T_NONE) {
-            int64_t v = int_arg(j, at, ind, 0, "tojson's indent");
-            indent = v < 0 ? 0 : v > 64 ? 64 : (int)v;
-        }
-        sbuf b = {0};
-        put_json(j, at, &b, x, indent, 0, truthy(arg(a, -1, "ensure_ascii", vbool(0))), truthy(arg(a, -1, "sort_keys", vbool(0))));
-        return sval(j, &b);
-    }
-    if (IS("string")) return to_str(j, x);
-    if (IS("trim")) {
-        if (x.t == T_UNDEF) return vstr("", 0);
-        val chars = arg(a, 0, "chars", NONE);
-        if (chars.t != T_NONE) need_str(j, at, chars, "trim's characters");
-        return py_strip(j, at, to_str(j, x), chars, 1, 1);
-    }
-    if (IS("upper") || IS("lower") || IS("title") || IS("capitalize"))
-        return str_case(j, to_str(j, x), IS("lower") ? 0 : IS("upper") ? 1 : IS("title") ? 2 : 3);
-    if (IS("replace")) {
-        val s = to_str(j, x);
-        return str_replace(j, at, s, to_str(j, arg(a, 0, "old", UNDEF)), to_str(j, arg(a, 1, "new", UNDEF)),
-                           int_arg(j, at, arg(a, 2, "count", UNDEF), -1, "count"));
-    }
-    if (IS("items")) {
-        if (x.t == T_UNDEF) return vlist(new_list(j, 0));
-        if (x.t != T_DICT) jfail(j, at->line, at->col, "can only get item pairs from a mapping, not %s", type_name(x));
-        method m = {x, "items", 5};
-        args none = {0};
-        return call_method(j, at, &m, &none);
-    }
-    if (IS("list")) {
-        jlist *l = iter_list(j, at, x), *c = new_list(j, l->n);
-        if (l->n) memcpy(c->v, l->v, l->n * sizeof(val)); /* an empty list may hold no array */
-        c->n = l->n;
-        return vlist(c);
-    }
-    if (IS("first") || IS("last")) {
-        jlist *l = iter_list(j, at, x);
-        if (!l->n) return undef_why(j, "no first / last item of an empty sequence%.*s", "", 0);
-        return l->v[IS("first") ? 0 : l->n - 1];
-    }
-    if (IS("reverse")) {
-        if (x.t == T_STR) {
-            args none = {0};
-            val mone = vint(-1);
-            (void)none;
-            return do_slice(j, at, x, UNDEF, UNDEF, mone);
-        }
-        jlist *l = iter_list(j, at, x), *c = new_list(j, l->n);
-        for (size_t i = 0; i < l->n; i++) c->v[i] = l->v[l->n - 1 - i];
-        c->n = l->n;
-        return vlist(c);
-    }
-    if (IS("join")) {
-        jlist *l = iter_list(j, at, x);
-        val sep = to_str(j, arg(a, 0, "d", vstr("", 0))), attr = arg(a, 1, "attribute", NONE);
-        sbuf o = {0};
-        for (size_t i = 0; i < l->n; i++) {
-            if (i) sput_v(j, &o, sep);
-            val v = attr.t == T_NONE ? l->v[i] : attr_path(j, at, l->v[i], attr);
-            put_str(j, &o, v, 0);
-        }
-        return sval(j, &o);
-    }
-    if (IS("selectattr") || IS("rejectattr")) return select_items(j, at, x, a, 1, IS("selectattr"));
-    if (IS("select") || IS("reject")) return select_items(j, at, x, a, 0, IS("select"));
-    if (IS("map")) {
-        jlist *in = iter_list(j, at, x), *out = new_list(j, in->n);
-        val attr = arg(a, -1, "attribute", UNDEF);
-        if (attr.t != T_UNDEF) {
-            val def = arg(a, -1, "default", UNDEF);
-            for (size_t i = 0; i < in->n; i++) {
-                val v = attr_path(j, at, in->v[i], attr);
-                out->v[out->n++] = v.t == T_UNDEF && def.t != T_UNDEF ? def : v;
-            }
-        } else {
-            val fname = need_str(j, at, arg(a, 0, "filter", UNDEF), "map's filter name");
-            args rest = sub_args(a, 1);
-            for (size_t i = 0; i < in->n; i++) {
-                step(j, at);
-                out->v[out->n++] = apply_filter(j, f, at, fname.s, fname.n, in->v[i], &rest);
-            }
-        }
-        return vlist(out);
-    }
-    if (IS("unique")) {
-        jlist *in = iter_list(j, at, x), *out = new_list(j, 0);
+    } else {
+        val fname = need_str(j, at, arg(a, 0, "filter", UNDEF), "map's filter name");
+        args rest = sub_args(a, 1);
         for (size_t i = 0; i < in->n; i++) {
             step(j, at);
-            int seen = 0;
-            for (size_t k = 0; k < out->n && !seen; k++) seen = equal(j, out->v[k], in->v[i], 0);
-            if (!seen) list_push(j, out, in->v[i]);
+            out->v[out->n++] = apply_filter(j, f, at, fname.s, fname.n, in->v[i], &rest);
         }
-        return vlist(out);
     }
-    if (IS("sort")) return sort_items(j, at, x, truthy(arg(a, 0, "reverse", vbool(0))), arg(a, 2, "attribute", NONE));
-    if (IS("int")) {
-        if (x.t == T_INT) return x;
-        if (x.t == T_BOOL) return vint(x.i);
-        if (x.t == T_FLOAT && isfinite(x.f) && fabs(x.f) < 9e18) return vint((int64_t)x.f);
-        if (x.t == T_STR) {
-            char *s = jstrndup(j, x.s, x.n), *e;
-            long long v = strtoll(s, &e, 10);
-            while (*e == ' ' || *e == '\n' || *e == '\t') e++;
-            if (e != s && !*e) return vint(v);
+    return vlist(out);
+}
+
+FILTER(f_unique) {
+    jlist *in = iter_list(j, at, x), *out = new_list(j, 0);
+    for (size_t i = 0; i < in->n; i++) {
+        step(j, at);
+        int seen = 0;
+        for (size_t q = 0; q < out->n && !seen; q++) seen = equal(j, out->v[q], in->v[i], 0);
+        if (!seen) list_push(j, out, in->v[i]);
+    }
+    return vlist(out);
+}
+
+FILTER(f_sort) { return sort_items(j, at, x, truthy(arg(a, 0, "reverse", vbool(0))), arg(a, 2, "attribute", NONE)); }
+
+FILTER(f_int) {
+    if (x.t == T_INT) return x;
+    if (x.t == T_BOOL) return vint(x.i);
+    if (x.t == T_FLOAT && isfinite(x.f) && fabs(x.f) < 9e18) return vint((int64_t)x.f);
+    if (x.t == T_STR) {
+        char *s = jstrndup(j, x.s, x.n), *e;
+        long long v = strtoll(s, &e, 10);
+        while (*e == ' ' || *e == '\n' || *e == '\t') e++;
+        if (e != s && !*e) return vint(v);
+    }
+    return arg(a, 0, "default", vint(0));
+}
+
+FILTER(f_float) {
+    if (x.t == T_FLOAT) return x;
+    if (x.t == T_INT || x.t == T_BOOL) return vfloat((double)x.i);
+    if (x.t == T_STR) {
+        char *s = jstrndup(j, x.s, x.n), *e;
+        double v = strtod(s, &e);
+        if (e != s && !*e) return vfloat(v);
+    }
+    return arg(a, 0, "default", vfloat(0));
+}
+
+FILTER(f_abs) {
+    if (x.t == T_INT || x.t == T_BOOL) return x.i == INT64_MIN ? vfloat(9.223372036854775808e18) : vint(x.i < 0 ? -x.i : x.i);
+    if (x.t == T_FLOAT) return vfloat(fabs(x.f));
+    jfail(j, at->line, at->col, "bad operand type for abs(): '%s'", type_name(x));
+}
+
+FILTER(f_indent) {
+    val s = to_str(j, x), w = arg(a, 0, "width", vint(4));
+    int first = truthy(arg(a, 1, "first", vbool(0))), blank = truthy(arg(a, 2, "blank", vbool(0)));
+    val ind = w.t == T_STR ? w : UNDEF;
+    sbuf pad = {0};
+    if (ind.t != T_STR) {
+        int64_t n = int_arg(j, at, w, 4, "indent's width");
+        for (int64_t i = 0; i < n && i < 256; i++) sput(j, &pad, " ", 1);
+        ind = sval(j, &pad);
+    }
+    /* jinja2: lines = (s + "\n").splitlines(); the first as is, the others indented
+     * when not empty (or always, blank=True), joined with "\n" */
+    sbuf o = {0};
+    if (first) sput_v(j, &o, ind);
+    size_t st = 0;
+    for (size_t i = 0, line = 0; i <= s.n; i++) {
+        if (i < s.n && s.s[i] != '\n') continue;
+        if (line++) {
+            sput(j, &o, "\n", 1);
+            if (blank || i > st) sput_v(j, &o, ind);
         }
-        return arg(a, 0, "default", vint(0));
+        sput_v(j, &o, sub(j, s, st, i - st));
+        st = i + 1;
     }
-    if (IS("float")) {
-        if (x.t == T_FLOAT) return x;
-        if (x.t == T_INT || x.t == T_BOOL) return vfloat((double)x.i);
-        if (x.t == T_STR) {
-            char *s = jstrndup(j, x.s, x.n), *e;
-            double v = strtod(s, &e);
-            if (e != s && !*e) return vfloat(v);
-        }
-        return arg(a, 0, "default", vfloat(0));
+    return sval(j, &o);
+}
+
+FILTER(f_escape) {
+    val s = to_str(j, x);
+    sbuf o = {0};
+    for (size_t i = 0; i < s.n; i++) {
+        char c = s.s[i];
+        if (c == '&') sputs(j, &o, "&amp;");
+        else if (c == '<') sputs(j, &o, "&lt;");
+        else if (c == '>') sputs(j, &o, "&gt;");
+        else if (c == '"') sputs(j, &o, "&#34;");
+        else if (c == '\'') sputs(j, &o, "&#39;");
+        else sput(j, &o, &c, 1);
     }
-    if (IS("abs")) {
-        if (x.t == T_INT || x.t == T_BOOL) return x.i == INT64_MIN ? vfloat(9.223372036854775808e18) : vint(x.i < 0 ? -x.i : x.i);
-        if (x.t == T_FLOAT) return vfloat(fabs(x.f));
-        jfail(j, at->line, at->col, "bad operand type for abs(): '%s'", type_name(x));
+    return mark_as(sval(j, &o), s);
+}
+
+FILTER(f_sum) {
+    jlist *l = iter_list(j, at, x);
+    val attr = arg(a, 0, "attribute", NONE), acc = arg(a, 1, "start", vint(0));
+    for (size_t i = 0; i < l->n; i++) acc = arith(j, at, "+", acc, attr.t == T_NONE ? l->v[i] : attr_path(j, at, l->v[i], attr));
+    return acc;
+}
+
+/* min (k 0), max (k 1) */
+FILTER(f_min_max) {
+    jlist *l = iter_list(j, at, x);
+    if (!l->n) return undef_why(j, "no min / max of an empty sequence%.*s", "", 0);
+    val best = l->v[0];
+    for (size_t i = 1; i < l->n; i++) {
+        int c = order(j, at, l->v[i], best, "<");
+        if (k == 0 ? c < 0 : c > 0) best = l->v[i];
     }
-    if (IS("indent")) {
-        val s = to_str(j, x), w = arg(a, 0, "width", vint(4));
-        int first = truthy(arg(a, 1, "first", vbool(0))), blank = truthy(arg(a, 2, "blank", vbool(0)));
-        val ind = w.t == T_STR ? w : UNDEF;
-        sbuf pad = {0};
-        if (ind.t != T_STR) {
-            int64_t n = int_arg(j, at, w, 4, "indent's width");
-            for (int64_t i = 0; i < n && i < 256; i++) sput(j, &pad, " ", 1);
-            ind = sval(j, &pad);
-        }
-        /* jinja2: lines = (s + "\n").splitlines(); the first as is, the others indented
-         * when not empty (or always, blank=True), joined with "\n" */
-        sbuf o = {0};
-        if (first) sput_v(j, &o, ind);
-        size_t st = 0;
-        for (size_t i = 0, line = 0; i <= s.n; i++) {
-            if (i < s.n && s.s[i] != '\n') continue;
-            if (line++) {
-                sput(j, &o, "\n", 1);
-                if (blank || i > st) sput_v(j, &o, ind);
-            }
-            sput_v(j, &o, sub(j, s, st, i - st));
-            st = i + 1;
-        }
-        return sval(j, &o);
+    return best;
+}
+
+FILTER(f_wordcount) {
+    val s = to_str(j, x);
+    charge_n(j, at, s.n, WORK_BYTE);
+    int64_t n = 0;
+    int in_word = 0;
+    for (size_t i = 0; i < s.n; i++) {
+        unsigned char c = (unsigned char)s.s[i];
+        int w = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c >= 0x80;
+        if (w && !in_word) n++;
+        in_word = w;
     }
-    if (IS("escape") || IS("e")) {
-        val s = to_str(j, x);
-        sbuf o = {0};
-        for (size_t i = 0; i < s.n; i++) {
-            char c = s.s[i];
-            if (c == '&') sputs(j, &o, "&amp;");
-            else if (c == '<') sputs(j, &o, "&lt;");
-            else if (c == '>') sputs(j, &o, "&gt;");
-            else if (c == '"') sputs(j, &o, "&#34;");
-            else if (c == '\'') sputs(j, &o, "&#39;");
-            else sput(j, &o, &c, 1);
-        }
-        return mark_as(sval(j, &o), s);
-    }
-    if (IS("sum")) {
-        jlist *l = iter_list(j, at, x);
-        val attr = arg(a, 0, "attribute", NONE), acc = arg(a, 1, "start", vint(0));
-        for (size_t i = 0; i < l->n; i++) acc = arith(j, at, "+", acc, attr.t == T_NONE ? l->v[i] : attr_path(j, at, l->v[i], attr));
-        return acc;
-    }
-    if (IS("min") || IS("max")) {
-        jlist *l = iter_list(j, at, x);
-        if (!l->n) return undef_why(j, "no min / max of an empty sequence%.*s", "", 0);
-        val best = l->v[0];
-        for (size_t i = 1; i < l->n; i++) {
-            int c = order(j, at, l->v[i], best, "<");
-            if (IS("min") ? c < 0 : c > 0) best = l->v[i];
-        }
-        return best;
-    }
-    if (IS("wordcount")) {
-        val s = to_str(j, x);
-        charge_n(j, at, s.n, WORK_BYTE);
-        int64_t n = 0;
-        int in_word = 0;
-        for (size_t i = 0; i < s.n; i++) {
-            unsigned char c = (unsigned char)s.s[i];
-            int w = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c >= 0x80;
-            if (w && !in_word) n++;
-            in_word = w;
-        }
-        return vint(n);
-    }
-#undef IS
-    (void)f;
+    return vint(n);
+}
+#undef FILTER
+
+/* the filters this renderer has: up to four names for one function, the
+ * index of the name used passed to it (f_case: str_case's mode) */
+static const struct {
+    const char *names[4];
+    val (*fn)(J *j, frame *f, const jnode *at, val x, const args *a, int k);
+} filters[] = {
+    {{"default", "d"}, f_default},
+    {{"safe"}, f_safe},
+    {{"length", "count"}, f_length},
+    {{"tojson"}, f_tojson},
+    {{"string"}, f_string},
+    {{"trim"}, f_trim},
+    {{"lower", "upper", "title", "capitalize"}, f_case},
+    {{"replace"}, f_replace},
+    {{"items"}, f_items},
+    {{"list"}, f_list},
+    {{"first", "last"}, f_first_last},
+    {{"reverse"}, f_reverse},
+    {{"join"}, f_join},
+    {{"selectattr", "rejectattr"}, f_selectattr},
+    {{"select", "reject"}, f_select},
+    {{"map"}, f_map},
+    {{"unique"}, f_unique},
+    {{"sort"}, f_sort},
+    {{"int"}, f_int},
+    {{"float"}, f_float},
+    {{"abs"}, f_abs},
+    {{"indent"}, f_indent},
+    {{"escape", "e"}, f_escape},
+    {{"sum"}, f_sum},
+    {{"min", "max"}, f_min_max},
+    {{"wordcount"}, f_wordcount},
+};
+
+static val apply_filter(J *j, frame *f, const jnode *at, const char *nm, size_t nl, val x, const args *a) {
+    for (size_t i = 0; i < sizeof filters / sizeof filters[0]; i++)
+        for (int k = 0; k < 4 && filters[i].names[k]; k++)
+            if (nl == strlen(filters[i].names[k]) && !memcmp(nm, filters[i].names[k], nl))
+                return filters[i].fn(j, f, at, x, a, k);
     jfail(j, at->line, at->col, "no filter named '%.*s'", (int)(nl > 40 ? 40 : nl), nm);
 }
 
