@@ -283,8 +283,7 @@ static enum MHD_Result send_metrics(struct MHD_Connection *c, request *q, rf_ser
     M("batch_mixed_calls_total", "counter", "Batched model calls with a rolling-slot row beside other rows.", " %llu",
       s->batch_mixed_calls);
     M("batch_worker_calls_total", "counter",
-      "Model calls of the generations run in worker threads (plan-and-infill, MDM, n > 1 choices) that joined "
-      "batched calls.",
+      "Model calls of the plan-and-infill, MDM and n > 1 generations that joined batched calls.",
       " %llu", s->batch_worker_calls);
     M("batch_worker_rows_total", "counter", "Rows of those calls in the batched model calls.", " %llu",
       s->batch_worker_rows);

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "decode/ar_step.h"
+#include "decode/mdm.h"
+#include "decode/refusion_step.h"
 #include "decode/rolling_step.h"
 #include "model/forward.h"
 #include "model/runstate.h" /* its max_tokens, to grow it */
@@ -17,16 +19,17 @@
 
 /* Continuous batching.
  * The scheduler thread makes one forward pass at a time for every running
- * generation. Its own rows (AR decoding and the rolling slot, one choice:
- * decode/ar_step.h, decode/rolling_step.h): each step it asks every row's
- * sequence for its next call (the token just drawn, a rolling call, or a
- * chunk of its prompt). The other generations (plan-and-infill, MDM, n > 1
- * choices) run their decoders in the worker threads, but each of their
- * model calls comes here (remote_forward below) and waits for the next
- * step. The step runs the rows' calls and the workers' calls as one pass
- * (rf_forward_calls: each call on its own KV cache - a plan-and-infill
- * call's forked rows, MDM's bidirectional pass - the weights read once)
- * and hands each its logits. New jobs join at the next step, finished
+ * generation. Its own rows (AR decoding, the rolling slot, plan-and-infill
+ * and MDM, one choice: decode/ar_step.h, decode/rolling_step.h,
+ * decode/refusion_step.h, decode/mdm.h): each step it asks every row's step
+ * machine for its next call (the token just drawn, a rolling call, a plan,
+ * a verification or an infilling call on forked rows, MDM's bidirectional
+ * pass, or a chunk of its prompt). The other generations (n > 1 choices)
+ * run their decoders in the worker threads, but each of their model calls comes here
+ * (remote_forward below) and waits for the next step. The step runs the
+ * rows' calls and the workers' calls as one pass (rf_forward_calls: each
+ * call on its own KV cache - a plan-and-infill call's forked rows, MDM's
+ * bidirectional pass - the weights read once) and hands each its logits. New jobs join at the next step, finished
  * ones leave; a cancelled one (client gone, max_tokens, stop) leaves
  * before its next call. Prompt tokens are fed at most PREFILL_BUDGET per
  * step in all, so a long prompt joins over several steps while the others
@@ -40,11 +43,19 @@ typedef struct {
     job *j;
     run_ctx c;
     rf_ar_seq *q;     /* AR decoding, or */
-    rf_roll_seq *rq;  /* the rolling slot */
+    rf_roll_seq *rq;  /* the rolling slot, or */
+    rf_pi_seq *pq;    /* plan-and-infill, or */
+    rf_mdm_seq *mq;   /* MDM */
+    rf_step_call call; /* plan-and-infill and MDM: this step's call, whole (own_call) */
+    int in_call;      /* this step: its call is in the pass */
     int calls0;
     double t0;
     int logit_row;    /* this step: its first row in the logits, or -1 */
 } batch_row;
+
+/* r hands in whole calls of its own (plan-and-infill, MDM), not a row of
+ * tokens to pack */
+static int own_call(const batch_row *r) { return r->pq || r->mq; }
 
 /* the decoder's callbacks, as the worker path's (the internal ids are ints):
  * one event per model call after the prompt's is counted */
@@ -54,28 +65,37 @@ static void on_event_int(const rf_decode_event *ev, void *user) { rf_answer_on_e
 /* The scheduler's calls into the library, each behind a catch point: an
  * rf_die inside (a failed allocation, a broken invariant, a test's fault
  * point) fails the rows concerned, not the server. */
-/* r's sequence: AR or the rolling slot, with a reused prefix of src */
+/* r's sequence: AR or the rolling slot, with a reused prefix of src, or
+ * plan-and-infill or MDM (which reuse none) */
 static int guarded_new(const rf_model *m, batch_row *r, const rf_gen_params *p, const rf_kvcache *src,
                        int n_reuse) {
     const job *j = r->j;
     rf_catch k;
     rf_catch_push(&k);
     if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
-    if (p->method == RF_METHOD_REFUSION)
+    if (p->method == RF_METHOD_MDM)
+        r->mq = rf_mdm_seq_new(m, j->req.prompt, j->req.n_prompt, p, NULL);
+    else if (p->method == RF_METHOD_REFUSION && !p->rolling)
+        r->pq = rf_pi_seq_new(m, j->req.prompt, j->req.n_prompt, p);
+    else if (p->method == RF_METHOD_REFUSION)
         r->rq = rf_roll_seq_new_reusing(m, j->req.prompt, j->req.n_prompt, p, src, n_reuse);
     else
         r->q = rf_ar_seq_new_reusing(m, j->req.prompt, j->req.n_prompt, p, src, n_reuse);
     rf_catch_pop(&k);
-    return r->q || r->rq ? 0 : -1;
+    return r->q || r->rq || r->pq || r->mq ? 0 : -1;
 }
 /* r's next call: its tokens (count returned, < 0: failed), positions and
- * how many of its last tokens want logits */
+ * how many of its last tokens want logits (plan-and-infill: the whole call
+ * in r->call, its logits wanted in *n_logits) */
 static int guarded_next(batch_row *r, int budget, const int **t, const int **ps, int *buf, int *n_logits) {
     rf_catch k;
     rf_catch_push(&k);
     if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
     int n;
-    if (r->rq) {
+    if (r->pq || r->mq) {
+        n = r->pq ? rf_pi_seq_next(r->pq, budget, &r->call) : rf_mdm_seq_next(r->mq, budget, &r->call);
+        *n_logits = n > 0 ? r->call.b.n_logits : 0;
+    } else if (r->rq) {
         n = rf_roll_seq_next(r->rq, budget, t, ps, n_logits);
     } else {
         n = rf_ar_seq_next(r->q, budget, t, ps, buf);
@@ -89,7 +109,10 @@ static int guarded_after(batch_row *r, const float *logits) {
     rf_catch k;
     rf_catch_push(&k);
     if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
-    int done = r->rq ? rf_roll_seq_after(r->rq, logits) : rf_ar_seq_after(r->q, logits);
+    int done = r->pq   ? rf_pi_seq_after(r->pq, logits)
+               : r->mq ? rf_mdm_seq_after(r->mq, logits)
+               : r->rq ? rf_roll_seq_after(r->rq, logits)
+                       : rf_ar_seq_after(r->q, logits);
     rf_catch_pop(&k);
     return done;
 }
@@ -145,7 +168,9 @@ static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs, prefix_
         p.cancel = &j->cancel_flag;
         p.ws = NULL; /* the sequence's own cache */
         int common = 0;
-        pc_entry *e = rf_pc_find(pc, j->req.prompt, j->req.n_prompt, &common);
+        pc_entry *e = p.method == RF_METHOD_MDM || (p.method == RF_METHOD_REFUSION && !p.rolling)
+                          ? NULL /* plan-and-infill's and MDM's caches are not a prefix to keep or take */
+                          : rf_pc_find(pc, j->req.prompt, j->req.n_prompt, &common);
         common = rf_kv_reusable(e ? &e->kv : NULL, common, j->req.n_prompt); /* as the sequences cut it */
         rc = guarded_new(s->m, r, &p, e ? &e->kv : NULL, common);
         if (!rc && common > 0) {
@@ -173,7 +198,7 @@ static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
     job *j = r->j;
     rf_stats st;
     memset(&st, 0, sizeof st);
-    if (!rc && s->cfg.cache_bytes > 0) { /* its cache, for the requests that begin the same way */
+    if (!rc && s->cfg.cache_bytes > 0 && !own_call(r)) { /* its cache, for the requests that begin the same way */
         rf_kvcache kv;
         int *ids, n = r->rq ? rf_roll_seq_take_cache(r->rq, &kv, &ids) : rf_ar_seq_take_cache(r->q, &kv, &ids);
         rf_pc_put(pc, s->cfg.cache_bytes, &kv, ids, n);
@@ -183,7 +208,10 @@ static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
     }
     if (!rc) {
         rf_gen_result g;
-        rc = r->rq ? rf_roll_seq_finish(r->rq, &g) : rf_ar_seq_finish(r->q, &g);
+        rc = r->pq   ? rf_pi_seq_finish(r->pq, &g)
+             : r->mq ? rf_mdm_seq_finish(r->mq, &g)
+             : r->rq ? rf_roll_seq_finish(r->rq, &g)
+                     : rf_ar_seq_finish(r->q, &g);
         if (!rc) {
             st.n_tokens = g.n_ids, st.hit_eos = g.hit_eos, st.n_calls = g.n_calls, st.seconds = g.wall_s;
             st.tpf = g.tpf, st.tokens_per_call = g.tokens_per_call, st.tokens_per_s = g.tokens_per_s;
@@ -193,8 +221,10 @@ static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
     } else {
         rf_ar_seq_free(r->q);
         rf_roll_seq_free(r->rq);
+        rf_pi_seq_free(r->pq);
+        rf_mdm_seq_free(r->mq);
     }
-    r->q = NULL, r->rq = NULL;
+    r->q = NULL, r->rq = NULL, r->pq = NULL, r->mq = NULL;
     rc = rf_answer_end(s, j, &r->c, &st, rc, rf_now() - r->t0, r->calls0);
     job_acc a;
     rf_acc_init(&a);
@@ -336,6 +366,12 @@ typedef struct {
     int rows;              /* rows in all (a forked call's R rows each count) */
 } step_calls;
 
+/* The context a call on cache c needs (the most of it and ctx). */
+static int call_context(const rf_kvcache *c, const rf_batch *b, int ctx) {
+    int need = c->n_rows ? c->fork_len + c->row_cap + b->n_tok : c->len + b->n_tok;
+    return need > ctx ? need : ctx;
+}
+
 /* Grow the run state *rs for a call of T tokens over contexts up to ctx
  * (a wider call than any before: twice the tokens, or T): 0, or
  * RF_ERR_NOMEM (*rs is then NULL). */
@@ -351,7 +387,9 @@ static int fit_runstate(rf_server *s, rf_runstate **rs, int T, int ctx, int *max
     return 0;
 }
 
-/* The step's call in /health's and /metrics' counters. */
+/* The step's call in /health's and /metrics' counters (n_worker,
+ * worker_rows: the calls of the generations other than AR and the rolling
+ * slot - plan-and-infill rows and the workers' calls - and their rows). */
 static void count_step(rf_server *s, const step_calls *sc, int n_roll, int n_worker, int worker_rows) {
     pthread_mutex_lock(&s->mu);
     s->batch_calls += sc->n > 0;
@@ -379,6 +417,38 @@ static void deliver_remote(rf_server *s, remote_call **rem, const int *rem_l, in
         remote_done_locked(rem[k], rc);
         pthread_mutex_unlock(&s->mu);
     }
+}
+
+/* The rows' calls of the step (row i: row_n[i] tokens, row_nl[i] logits;
+ * AR and rolling rows at row_at[i] in sb, a plan-and-infill row's call its
+ * own) into sc, each checked as rf_forward checks it alone: a refused one
+ * is marked (logit_row -2: its generation fails), the others go. Returns
+ * the logits rows they take; *n_own, *own_rows: the plan-and-infill and MDM
+ * calls and their rows. */
+static int rows_calls(rf_server *s, batch_row **rows, int n_rows, const int *row_at, const int *row_n,
+                      const int *row_nl, step_bufs *sb, const rf_runstate *rs, step_calls *sc, int *n_own,
+                      int *own_rows) {
+    int nl = 0;
+    for (int i = 0; i < n_rows; i++) {
+        if (!row_n[i]) continue;
+        rf_batch b = rows[i]->call.b;
+        rf_kvcache *c = rows[i]->call.kv;
+        if (!own_call(rows[i])) {
+            int *lidx = sb->lidx + nl;
+            for (int k = 0; k < row_nl[i]; k++) lidx[k] = row_n[i] - row_nl[i] + k;
+            b = (rf_batch){1, row_n[i], sb->tokens + row_at[i], sb->pos + row_at[i], 0, row_nl[i], lidx, NULL};
+            c = rows[i]->rq ? rf_roll_seq_kv(rows[i]->rq) : rf_ar_seq_kv(rows[i]->q);
+        }
+        if (rf_forward_check(s->m, c, rs, &b)) {
+            rows[i]->logit_row = -2; /* refused */
+            continue;
+        }
+        if (row_nl[i] > 0) rows[i]->logit_row = nl;
+        nl += row_nl[i];
+        sc->kv[sc->n] = c, sc->calls[sc->n++] = b, sc->rows += b.n_rows;
+        if (own_call(rows[i])) (*n_own)++, *own_rows += b.n_rows;
+    }
+    return nl;
 }
 
 void *rf_serve_scheduler_main(void *arg) {
@@ -425,12 +495,12 @@ void *rf_serve_scheduler_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
 
         /* this step's call: every row's next tokens, then the workers' calls */
-        int nr = 0, T = 0, nl = 0, n_roll = 0, rc = 0, ctx = max_ctx;
+        int nr = 0, T = 0, nl = 0, n_roll = 0, rc = 0, ctx = max_ctx, T_own = 0;
         for (int i = 0; i < n_rows; i++) {
             batch_row *r = rows[i];
             const int *t = NULL, *ps = NULL;
             int nli = 0, n = guarded_next(r, left > 0 ? left : 1, &t, &ps, pos_buf, &nli);
-            r->logit_row = -1;
+            r->logit_row = -1, r->in_call = 0;
             row_n[i] = 0;
             if (n < 0) { /* cancelled, cut or failed: it leaves */
                 row_end(s, r, n, &pc);
@@ -438,6 +508,20 @@ void *rf_serve_scheduler_main(void *arg) {
                 continue;
             }
             if (n == 0) continue;
+            if (own_call(r)) { /* a call of its own (its tokens stay the machine's): */
+                /* what it feeds without logits (a prompt chunk, MDM's
+                 * recomputed context) shares the budget; it cannot be split:
+                 * one that does not fit a budget already drawn on waits */
+                int fed = n - nli;
+                if (fed > 0 && left < PREFILL_BUDGET && fed > left) continue;
+                left -= fed;
+                r->in_call = 1;
+                ctx = call_context(r->call.kv, &r->call.b, ctx);
+                if (!rc) rc = guarded_reserve(&sb, T, 0, nl, nli, V);
+                row_n[i] = n, row_nl[i] = nli;
+                T_own += n, nl += nli, nr++;
+                continue;
+            }
             /* prompt chunks (tokens fed without logits) share the budget;
              * decoding rows (an AR token, a rolling call) always go */
             if (n > nli) left -= n;
@@ -445,42 +529,28 @@ void *rf_serve_scheduler_main(void *arg) {
             if (rc) continue; /* no memory for the call: every row fails below */
             memcpy(sb.tokens + T, t, (size_t)n * sizeof(int));
             memcpy(sb.pos + T, ps, (size_t)n * sizeof(int));
-            row_at[i] = T, row_n[i] = n, row_nl[i] = nli;
+            row_at[i] = T, row_n[i] = n, row_nl[i] = nli, r->in_call = 1;
             T += n, nl += nli;
             n_roll += r->rq != NULL;
             nr++;
         }
         for (int k = 0; k < nrem; k++) {
             const rf_batch *b = rem[k]->b;
-            const rf_kvcache *c = rem[k]->c;
-            int need = c->n_rows ? c->fork_len + c->row_cap + b->n_tok : c->len + b->n_tok;
-            if (need > ctx) ctx = need;
+            ctx = call_context(rem[k]->c, b, ctx);
             if (!rc) rc = guarded_reserve(&sb, T, 0, nl, b->n_logits, V);
-            T += b->n_rows * b->n_tok, nl += b->n_logits;
+            T_own += b->n_rows * b->n_tok, nl += b->n_logits;
         }
         if (!nr && !nrem && !rc) {
             pthread_mutex_lock(&s->mu);
             continue;
         }
-        if (!rc) rc = fit_runstate(s, &rs, T, ctx, &max_ctx);
+        if (!rc) rc = fit_runstate(s, &rs, T + T_own, ctx, &max_ctx);
 
         /* the calls, each checked as rf_forward checks it alone: one that
          * fails leaves (its generation fails), the others go */
         sc.n = sc.rows = nl = 0;
-        for (int i = 0; i < n_rows && !rc; i++) {
-            if (!row_n[i]) continue;
-            int *lidx = sb.lidx + nl;
-            for (int k = 0; k < row_nl[i]; k++) lidx[k] = row_n[i] - row_nl[i] + k;
-            rf_batch b = {1, row_n[i], sb.tokens + row_at[i], sb.pos + row_at[i], 0, row_nl[i], lidx, NULL};
-            rf_kvcache *c = rows[i]->rq ? rf_roll_seq_kv(rows[i]->rq) : rf_ar_seq_kv(rows[i]->q);
-            if (rf_forward_check(s->m, c, rs, &b)) {
-                rows[i]->logit_row = -2; /* refused */
-                continue;
-            }
-            if (row_nl[i] > 0) rows[i]->logit_row = nl;
-            nl += row_nl[i];
-            sc.kv[sc.n] = c, sc.calls[sc.n++] = b, sc.rows++;
-        }
+        int n_own = 0, own_rows = 0;
+        if (!rc) nl = rows_calls(s, rows, n_rows, row_at, row_n, row_nl, &sb, rs, &sc, &n_own, &own_rows);
         int n_worker = 0, worker_rows = 0;
         for (int k = 0; k < nrem && !rc; k++) {
             if (rf_forward_check(s->m, rem[k]->c, rs, rem[k]->b)) {
@@ -500,11 +570,12 @@ void *rf_serve_scheduler_main(void *arg) {
             rf_call_batch cb = {sc.n, sc.kv, sc.calls, sb.logits};
             rc = guarded_forward(s->m, rs, &cb);
         }
-        count_step(s, &sc, n_roll, n_worker, worker_rows);
+        count_step(s, &sc, n_roll, n_worker + n_own, worker_rows + own_rows);
         deliver_remote(s, rem, rem_l, nrem, sb.logits, V, rc);
         /* each row takes its logits (draws its tokens: on_tokens streams them) */
         for (int i = 0; i < n_rows && (nr || rc); i++) {
             batch_row *r = rows[i];
+            if (!rc && !r->in_call) continue; /* its call waits for the next step */
             int done = rc                   ? rc
                        : r->logit_row == -2 ? -1
                                             : guarded_after(r, r->logit_row >= 0 ? sb.logits + (size_t)r->logit_row * V

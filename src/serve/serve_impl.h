@@ -76,13 +76,14 @@ struct rf_server {
     int batch_peak;           /* the most rows in one call */
     unsigned long long batch_rolling_rows; /* rows of rolling-slot generations in them */
     unsigned long long batch_mixed_calls;  /* calls with a rolling-slot row beside other rows */
-    /* the model calls of the generations run in the workers (plan-and-infill,
-     * MDM, n > 1 choices) that joined the batched calls, waiting here for the
+    /* the model calls of the generations run in the workers (n > 1
+     * choices) that joined the batched calls, waiting here for the
      * scheduler's next step (scheduler.c rf_serve_remote_forward) */
     struct remote_call *rhead, *rtail;
     int workers_live;         /* worker threads not yet ended: the scheduler serves their calls until then */
     int scheduler_gone;       /* the scheduler has ended: a worker's call is refused */
-    unsigned long long batch_worker_calls, batch_worker_rows; /* such calls joined, and their rows */
+    /* such calls and the plan-and-infill and MDM rows' calls joined, and their rows */
+    unsigned long long batch_worker_calls, batch_worker_rows;
     unsigned long long batch_worker_mixed_calls; /* batched calls with such a call beside another generation's */
     unsigned long long prefix_hits, prefix_tokens; /* requests that reused a cached prefix, and its tokens */
     size_t prefix_cache_bytes; /* held by the prefix cache */
