@@ -48,6 +48,8 @@ typedef struct {
     rf_mdm_seq *mq;   /* MDM */
     rf_step_call call; /* plan-and-infill and MDM: this step's call, whole (own_call) */
     int in_call;      /* this step: its call is in the pass */
+    int choice, n_choices; /* the choice it decodes (seed + choice), of the job's n */
+    job_acc acc;      /* the job's choices so far */
     int calls0;
     double t0;
     int logit_row;    /* this step: its first row in the logits, or -1 */
@@ -136,65 +138,78 @@ static rf_runstate *guarded_runstate(const rf_config *cfg, int max_tokens, int m
 }
 
 /* The row's last steps, whatever ended it: its context and r freed, the job
- * finished with a (its answer, or nothing on failure) and rc, the row's
- * place and its reference to the job given back. */
-static void row_release(rf_server *s, batch_row *r, job_acc *a, int rc) {
+ * finished with r->acc (its choices, or nothing on failure) and rc, the
+ * row's place and its reference to the job given back. */
+static void row_release(rf_server *s, batch_row *r, int rc) {
     job *j = r->j;
+    job_acc a = r->acc;
     rf_answer_free(&r->c);
     free(r);
-    rf_job_finish(s, j, a, rc);
+    rf_job_finish(s, j, &a, rc);
     pthread_mutex_lock(&s->mu);
     s->n_active--;
     rf_serve_job_unref_locked(j);
     pthread_mutex_unlock(&s->mu);
 }
 
-/* A row for job j (its decoder's callbacks hold its address: rows are
- * allocated one by one, never moved), or NULL when it could not start (the
- * job is then finished, failed). rs: the scheduler's run state (NULL: it
- * could not be allocated). */
+/* Start r's choice r->choice: its answer context and its sequence, seeded
+ * with the job's seed + choice (AR and the rolling slot from a cached
+ * prompt prefix when there is one). 0, or the failure. */
+static int choice_begin(rf_server *s, batch_row *r, prefix_cache *pc) {
+    job *j = r->j;
+    r->t0 = rf_now();
+    int rc = rf_answer_begin(s, j, r->choice, &r->c, &r->calls0);
+    if (rc) return rc;
+    rf_gen_params p = j->req.p;
+    p.seed += (uint64_t)r->choice;
+    p.on_tokens = on_tokens_int, p.on_event = on_event_int, p.user = &r->c;
+    p.cancel = &j->cancel_flag;
+    p.ws = NULL; /* the sequence's own cache */
+    int common = 0;
+    pc_entry *e = p.method == RF_METHOD_MDM || (p.method == RF_METHOD_REFUSION && !p.rolling)
+                      ? NULL /* plan-and-infill's and MDM's caches are not a prefix to keep or take */
+                      : rf_pc_find(pc, j->req.prompt, j->req.n_prompt, &common);
+    common = rf_kv_reusable(e ? &e->kv : NULL, common, j->req.n_prompt); /* as the sequences cut it */
+    rc = guarded_new(s->m, r, &p, e ? &e->kv : NULL, common);
+    if (!rc && common > 0) {
+        pthread_mutex_lock(&s->mu);
+        s->prefix_hits++;
+        s->prefix_tokens += common;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return rc;
+}
+
+/* A row for job j, its first choice started (its decoder's callbacks hold
+ * its address: rows are allocated one by one, never moved), or NULL when it
+ * could not start (the job is then finished, failed). rs: the scheduler's
+ * run state (NULL: it could not be allocated). */
 static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs, prefix_cache *pc) {
     batch_row *r = rf_calloc(1, sizeof *r);
     r->j = j;
-    r->t0 = rf_now();
-    int rc = rf_answer_begin(s, j, 0, &r->c, &r->calls0);
-    if (!rc && !rs) {
+    r->n_choices = j->req.n_choices > 1 ? j->req.n_choices : 1;
+    rf_acc_init(&r->acc);
+    int rc = 0;
+    if (!rs) {
         rf_set_error("out of memory for the batched model calls' buffers");
         rc = RF_ERR_NOMEM;
     }
-    if (!rc) {
-        rf_gen_params p = j->req.p;
-        p.on_tokens = on_tokens_int, p.on_event = on_event_int, p.user = &r->c;
-        p.cancel = &j->cancel_flag;
-        p.ws = NULL; /* the sequence's own cache */
-        int common = 0;
-        pc_entry *e = p.method == RF_METHOD_MDM || (p.method == RF_METHOD_REFUSION && !p.rolling)
-                          ? NULL /* plan-and-infill's and MDM's caches are not a prefix to keep or take */
-                          : rf_pc_find(pc, j->req.prompt, j->req.n_prompt, &common);
-        common = rf_kv_reusable(e ? &e->kv : NULL, common, j->req.n_prompt); /* as the sequences cut it */
-        rc = guarded_new(s->m, r, &p, e ? &e->kv : NULL, common);
-        if (!rc && common > 0) {
-            pthread_mutex_lock(&s->mu);
-            s->prefix_hits++;
-            s->prefix_tokens += common;
-            pthread_mutex_unlock(&s->mu);
-        }
-    }
+    if (!rc) rc = choice_begin(s, r, pc);
     if (rc) {
-        job_acc a;
-        rf_acc_init(&a);
-        row_release(s, r, &a, rc);
+        row_release(s, r, rc);
         return NULL;
     }
     return r;
 }
 
-/* Row r is over: rc 0 when its sequence completed, else the failure
- * (cancelled, cut, or an error in rf_last_error()). Its sequence is freed
- * in every case: an rf_die inside one of its steps cannot leave it half
- * changed, since a step's only lasting allocation (the next step's
- * statistics, ans_step) is its last action. r itself is freed. */
-static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
+/* Row r's choice is over: rc 0 when its sequence completed, else the
+ * failure (cancelled, cut, or an error in rf_last_error()). Its sequence is
+ * freed in every case: an rf_die inside one of its steps cannot leave it
+ * half changed, since a step's only lasting allocation (the next step's
+ * statistics, ans_step) is its last action. Returns 1 when the row goes on
+ * with the job's next choice (n > 1, each after the other as the workers
+ * ran them), else 0: r is freed. */
+static int row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
     job *j = r->j;
     rf_stats st;
     memset(&st, 0, sizeof st);
@@ -226,10 +241,14 @@ static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
     }
     r->q = NULL, r->rq = NULL, r->pq = NULL, r->mq = NULL;
     rc = rf_answer_end(s, j, &r->c, &st, rc, rf_now() - r->t0, r->calls0);
-    job_acc a;
-    rf_acc_init(&a);
-    if (!rc) rf_acc_choice(s, j, &a, &r->c, &st, 0, 1);
-    row_release(s, r, &a, rc);
+    if (!rc) rf_acc_choice(s, j, &r->acc, &r->c, &st, r->choice, r->n_choices);
+    if (!rc && r->choice + 1 < r->n_choices) {
+        rf_answer_free(&r->c);
+        r->choice++;
+        if (!(rc = choice_begin(s, r, pc))) return 1;
+    }
+    row_release(s, r, rc);
+    return 0;
 }
 
 /* The scheduler's buffers for one call's rows, grown when a step needs more
@@ -502,9 +521,8 @@ void *rf_serve_scheduler_main(void *arg) {
             int nli = 0, n = guarded_next(r, left > 0 ? left : 1, &t, &ps, pos_buf, &nli);
             r->logit_row = -1, r->in_call = 0;
             row_n[i] = 0;
-            if (n < 0) { /* cancelled, cut or failed: it leaves */
-                row_end(s, r, n, &pc);
-                rows[i--] = rows[--n_rows];
+            if (n < 0) { /* cancelled, cut or failed: it leaves (or its next choice starts) */
+                if (!row_end(s, r, n, &pc)) rows[i--] = rows[--n_rows];
                 continue;
             }
             if (n == 0) continue;
@@ -581,10 +599,7 @@ void *rf_serve_scheduler_main(void *arg) {
                                             : guarded_after(r, r->logit_row >= 0 ? sb.logits + (size_t)r->logit_row * V
                                                                                  : NULL);
             int fail = done < 0 ? done : 0;
-            if (done) {
-                row_end(s, r, fail, &pc);
-                rows[i--] = rows[--n_rows];
-            }
+            if (done && !row_end(s, r, fail, &pc)) rows[i--] = rows[--n_rows];
         }
         pthread_mutex_lock(&s->mu);
     }

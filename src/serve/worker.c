@@ -146,14 +146,14 @@ void *rf_serve_worker_main(void *arg) {
 
 
 
-/* The requests the scheduler runs: one choice of AR decoding, of the
- * rolling slot, of plan-and-infill or of MDM (decode/ar_step.h,
- * rolling_step.h, refusion_step.h, mdm.h; plan-and-infill's no-cache twin
- * is a check that makes no model calls, not a step machine). */
+/* The requests the scheduler runs: AR decoding, the rolling slot,
+ * plan-and-infill and MDM, n choices each after the other (decode/ar_step.h,
+ * rolling_step.h, refusion_step.h, mdm.h); not plan-and-infill's no-cache
+ * twin, a check that makes no model calls rather than a step machine. */
 static int batched(const rf_serve_req *r) {
     const rf_gen_params *p = &r->p;
-    return r->n_choices <= 1 && (p->method == RF_METHOD_AR || p->method == RF_METHOD_MDM ||
-                                 (p->method == RF_METHOD_REFUSION && !p->no_cache));
+    return p->method == RF_METHOD_AR || p->method == RF_METHOD_MDM ||
+           (p->method == RF_METHOD_REFUSION && !p->no_cache);
 }
 
 int rf_serve_batched(const rf_serve_req *r) { return batched(r); }
@@ -185,9 +185,9 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
         json_object_set_new(o, "choices", json_pack("[o]", c));
         rf_job_sse_append_locked(j, o);
     }
-    /* one choice of every decoder (but the no-cache twin) is a row of the
-     * scheduler; n > 1 choices run in the workers (whose model calls, with
-     * batching, join the scheduler's: remote_forward) */
+    /* every decoder but the no-cache twin runs as a row of the scheduler;
+     * the rest in the workers (whose model calls, with batching, would join
+     * the scheduler's: remote_forward) */
     if (s->cfg.batch && batched(&j->req)) {
         if (s->btail) s->btail->next = j;
         else s->bhead = j;
