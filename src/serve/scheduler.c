@@ -19,23 +19,22 @@
 
 /* Continuous batching.
  * The scheduler thread makes one forward pass at a time for every running
- * generation. Its own rows (AR decoding, the rolling slot, plan-and-infill
- * and MDM, one choice: decode/ar_step.h, decode/rolling_step.h,
- * decode/refusion_step.h, decode/mdm.h): each step it asks every row's step
- * machine for its next call (the token just drawn, a rolling call, a plan,
- * a verification or an infilling call on forked rows, MDM's bidirectional
- * pass, or a chunk of its prompt). The other generations (n > 1 choices)
- * run their decoders in the worker threads, but each of their model calls comes here
- * (remote_forward below) and waits for the next step. The step runs the
- * rows' calls and the workers' calls as one pass (rf_forward_calls: each
- * call on its own KV cache - a plan-and-infill call's forked rows, MDM's
- * bidirectional pass - the weights read once) and hands each its logits. New jobs join at the next step, finished
+ * generation, each a row driven by its decoder's step machine (AR decoding,
+ * the rolling slot, plan-and-infill, MDM: decode/ar_step.h,
+ * decode/rolling_step.h, decode/refusion_step.h, decode/mdm.h; n > 1
+ * choices one after the other on the same row). Each step it asks every
+ * row's machine for its next call (the token just drawn, a rolling call, a
+ * plan, a verification or an infilling call on forked rows, MDM's
+ * bidirectional pass, or a chunk of its prompt) and runs them as one pass
+ * (rf_forward_calls: each call on its own KV cache, the weights read once),
+ * then hands each its logits. New jobs join at the next step, finished
  * ones leave; a cancelled one (client gone, max_tokens, stop) leaves
  * before its next call. Prompt tokens are fed at most PREFILL_BUDGET per
  * step in all, so a long prompt joins over several steps while the others
- * keep decoding (a worker's call cannot be split: see take_remote_locked).
- * Every answer is the one the generation gets alone (decode/ar_step.c;
- * tests/model_forward_calls.c, tests/serve_batch_all.sh). */
+ * keep decoding (a plan-and-infill or MDM call cannot be split: one that
+ * does not fit a budget already drawn on waits a step). Every answer is the
+ * one the generation gets alone (decode/ar_step.c; tests/decode_*_step.c,
+ * tests/model_forward_calls.c, tests/serve_batch_solo.sh). */
 enum { PREFILL_BUDGET = 256 };
 
 
@@ -293,91 +292,9 @@ static int guarded_reserve(step_bufs *b, int T, int n, int L, int nl, int V) {
     return 0;
 }
 
-/* ---- the workers' model calls ------------------------------------------------------
- * With continuous batching, a worker's session has an executor
- * (rf_workspace_set_forward) that hands each model call of the decoder it
- * runs to the scheduler and waits until the scheduler has run it as part
- * of its next batched call: plan-and-infill's forked rows, MDM's
- * bidirectional passes and the calls of n > 1 choices share the weight
- * reads with everything else instead of competing for memory bandwidth
- * with their own calls. The call was checked (against the decoder's own
- * cache and run state) and logged on the worker's thread before it came
- * here, exactly as rf_forward does; the scheduler runs it on its run state
- * with the same numbers as alone (forward.c: a token's numbers do not
- * depend on the other tokens of a pass). */
-typedef struct remote_call {
-    rf_kvcache *c;          /* the decoder's cache and call: only the scheduler */
-    const rf_batch *b;      /* touches them until done is set */
-    pthread_cond_t *cv;     /* the waiting worker's */
-    /* under s->mu */
-    int done;
-    int rc;                 /* 0, -1 (refused), RF_ERR_NOMEM, RF_ERR_INTERNAL (an rf_die in the pass) */
-    char err[300];          /* the scheduler's rf_last_error() of a failure */
-    struct remote_call *next;
-} remote_call;
-
-/* The executor of a worker's decoder (user: the rf_worker): queue the call
- * for the scheduler, wait, and fail as the call would have failed alone
- * (a failed allocation or an rf_die in the pass unwinds the decoder to
- * rf_generate's catch point, which frees its memory). */
-int rf_serve_remote_forward(void *user, const rf_model *m, rf_kvcache *c, const rf_batch *b) {
-    (void)m;
-    rf_worker *w = user;
-    rf_server *s = w->s;
-    remote_call q = {.c = c, .b = b, .cv = &w->call_cv};
-    pthread_mutex_lock(&s->mu);
-    if (s->scheduler_gone) {
-        pthread_mutex_unlock(&s->mu);
-        rf_set_error("the server is shutting down");
-        return -1;
-    }
-    if (s->rtail) s->rtail->next = &q;
-    else s->rhead = &q;
-    s->rtail = &q;
-    pthread_cond_signal(&s->batch_cv);
-    while (!q.done) pthread_cond_wait(&w->call_cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
-    if (q.rc == RF_ERR_NOMEM) rf_oom_msg(q.err);
-    if (q.rc == RF_ERR_INTERNAL) rf_die("%s", q.err);
-    if (q.rc) rf_set_error("%s", q.err);
-    return q.rc ? -1 : 0;
-}
-
-/* The call is over (rc, the error in rf_last_error() of this thread):
- * wake its worker. s->mu held. */
-static void remote_done_locked(remote_call *q, int rc) {
-    q->rc = rc;
-    if (rc) snprintf(q->err, sizeof q->err, "%s", rf_last_error());
-    q->done = 1;
-    pthread_cond_signal(q->cv);
-}
-
-/* This step's calls of the workers (s->mu held): taken off the queue in
- * order into out (at most max), each with its tokens fed without logits
- * (a prompt chunk, MDM's recomputed context) counted against the step's
- * prompt budget *left. Such a call cannot be split: the first one always
- * goes, a later one that does not fit waits for the next step. */
-static int take_remote_locked(rf_server *s, remote_call **out, int max, int *left) {
-    int n = 0;
-    s->rtail = NULL;
-    for (remote_call **l = &s->rhead; *l;) {
-        remote_call *q = *l;
-        int fed = q->b->n_rows * q->b->n_tok - q->b->n_logits;
-        if (n == max || (fed > 0 && *left < PREFILL_BUDGET && fed > *left)) { /* the next step's */
-            s->rtail = q;
-            l = &q->next;
-            continue;
-        }
-        if (fed > 0) *left -= fed;
-        *l = q->next;
-        q->next = NULL;
-        out[n++] = q;
-    }
-    return n;
-}
-
-/* A batched call's generations: the scheduler's rows (one row of tokens
- * each, in sb) and the workers' calls, as rf_forward_calls takes them. */
+/* A batched call's generations: the scheduler's rows (AR and rolling rows
+ * one row of tokens each, in sb; a plan-and-infill or MDM call its own), as
+ * rf_forward_calls takes them. */
 typedef struct {
     int n;                 /* calls */
     rf_kvcache **kv;       /* [cap] */
@@ -407,8 +324,7 @@ static int fit_runstate(rf_server *s, rf_runstate **rs, int T, int ctx, int *max
 }
 
 /* The step's call in /health's and /metrics' counters (n_worker,
- * worker_rows: the calls of the generations other than AR and the rolling
- * slot - plan-and-infill rows and the workers' calls - and their rows). */
+ * worker_rows: the plan-and-infill and MDM calls and their rows). */
 static void count_step(rf_server *s, const step_calls *sc, int n_roll, int n_worker, int worker_rows) {
     pthread_mutex_lock(&s->mu);
     s->batch_calls += sc->n > 0;
@@ -420,22 +336,6 @@ static void count_step(rf_server *s, const step_calls *sc, int n_roll, int n_wor
     s->batch_worker_rows += (unsigned long long)worker_rows;
     if (n_worker && sc->n > 1) s->batch_worker_mixed_calls++;
     pthread_mutex_unlock(&s->mu);
-}
-
-/* The workers' calls of the step are over (rc): their logits where their
- * decoders asked (rem_l[k]: the first row of call k in logits), and each
- * worker woken. A call refused before the pass is NULL (answered then). */
-static void deliver_remote(rf_server *s, remote_call **rem, const int *rem_l, int nrem, const float *logits, int V,
-                           int rc) {
-    for (int k = 0; k < nrem; k++) {
-        if (!rem[k]) continue;
-        const rf_batch *b = rem[k]->b;
-        if (!rc && b->n_logits > 0)
-            memcpy(b->logits, logits + (size_t)rem_l[k] * V, (size_t)b->n_logits * V * sizeof(float));
-        pthread_mutex_lock(&s->mu);
-        remote_done_locked(rem[k], rc);
-        pthread_mutex_unlock(&s->mu);
-    }
 }
 
 /* The rows' calls of the step (row i: row_n[i] tokens, row_nl[i] logits;
@@ -477,15 +377,11 @@ void *rf_serve_scheduler_main(void *arg) {
     /* tokens of a call at first: the prompt budget and, per row, a rolling
      * call of two slots of 4 (the demo model's); more when a step needs it */
     const int cap = s->cfg.workers, V = s->m->cfg.vocab_size, max_t = PREFILL_BUDGET + 8 * cap;
-    const int n_remote = s->cfg.workers; /* a worker waits for its call: at most one each */
     int max_ctx = s->m->cfg.max_pos;
     batch_row **rows = rf_calloc((size_t)cap, sizeof *rows);
     int *row_at = rf_calloc((size_t)cap, sizeof *row_at), *row_n = rf_calloc((size_t)cap, sizeof *row_n);
     int *row_nl = rf_calloc((size_t)cap, sizeof *row_nl);
-    remote_call **rem = rf_calloc((size_t)n_remote, sizeof *rem);
-    int *rem_l = rf_calloc((size_t)n_remote, sizeof *rem_l); /* its first logits row */
-    step_calls sc = {0, rf_calloc((size_t)(cap + n_remote), sizeof(rf_kvcache *)),
-                     rf_calloc((size_t)(cap + n_remote), sizeof(rf_batch)), 0};
+    step_calls sc = {0, rf_calloc((size_t)cap, sizeof(rf_kvcache *)), rf_calloc((size_t)cap, sizeof(rf_batch)), 0};
     step_bufs sb = {rf_calloc((size_t)max_t, sizeof(int)), rf_calloc((size_t)max_t, sizeof(int)), max_t,
                     rf_calloc((size_t)cap, sizeof(int)), rf_calloc((size_t)cap * V, sizeof(float)), cap};
     int *pos_buf = rf_calloc(PREFILL_BUDGET, sizeof *pos_buf);
@@ -495,12 +391,10 @@ void *rf_serve_scheduler_main(void *arg) {
     rf_runstate *rs = guarded_runstate(&s->m->cfg, max_t, max_ctx);
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        /* once stopping, no new batched jobs; the running ones finish, and
-         * the workers' calls are served until every worker has ended */
-        while (!n_rows && !s->bhead && !s->rhead && !(s->stopping && !s->workers_live))
-            pthread_cond_wait(&s->batch_cv, &s->mu);
+        /* once stopping, no new batched jobs; the running ones finish */
+        while (!n_rows && !s->bhead && !s->stopping) pthread_cond_wait(&s->batch_cv, &s->mu);
         if (s->stopping) rf_queue_fail_locked(s, &s->bhead, &s->btail);
-        if (s->stopping && !n_rows && !s->rhead && !s->workers_live) break;
+        if (s->stopping && !n_rows) break;
         /* new jobs join */
         while (n_rows < cap && s->bhead) {
             job *j = rf_queue_pop_locked(&s->bhead, &s->btail);
@@ -510,10 +404,9 @@ void *rf_serve_scheduler_main(void *arg) {
             pthread_mutex_lock(&s->mu);
         }
         int left = PREFILL_BUDGET;
-        int nrem = take_remote_locked(s, rem, n_remote, &left);
         pthread_mutex_unlock(&s->mu);
 
-        /* this step's call: every row's next tokens, then the workers' calls */
+        /* this step's call: every row's next call */
         int nr = 0, T = 0, nl = 0, n_roll = 0, rc = 0, ctx = max_ctx, T_own = 0;
         for (int i = 0; i < n_rows; i++) {
             batch_row *r = rows[i];
@@ -552,13 +445,7 @@ void *rf_serve_scheduler_main(void *arg) {
             n_roll += r->rq != NULL;
             nr++;
         }
-        for (int k = 0; k < nrem; k++) {
-            const rf_batch *b = rem[k]->b;
-            ctx = call_context(rem[k]->c, b, ctx);
-            if (!rc) rc = guarded_reserve(&sb, T, 0, nl, b->n_logits, V);
-            T_own += b->n_rows * b->n_tok, nl += b->n_logits;
-        }
-        if (!nr && !nrem && !rc) {
+        if (!nr && !rc) {
             pthread_mutex_lock(&s->mu);
             continue;
         }
@@ -569,27 +456,11 @@ void *rf_serve_scheduler_main(void *arg) {
         sc.n = sc.rows = nl = 0;
         int n_own = 0, own_rows = 0;
         if (!rc) nl = rows_calls(s, rows, n_rows, row_at, row_n, row_nl, &sb, rs, &sc, &n_own, &own_rows);
-        int n_worker = 0, worker_rows = 0;
-        for (int k = 0; k < nrem && !rc; k++) {
-            if (rf_forward_check(s->m, rem[k]->c, rs, rem[k]->b)) {
-                pthread_mutex_lock(&s->mu);
-                remote_done_locked(rem[k], -1);
-                pthread_mutex_unlock(&s->mu);
-                rem[k] = NULL; /* answered: its worker may have moved on */
-                continue;
-            }
-            rem_l[k] = nl;
-            nl += rem[k]->b->n_logits;
-            sc.kv[sc.n] = rem[k]->c, sc.calls[sc.n++] = *rem[k]->b;
-            n_worker++, worker_rows += rem[k]->b->n_rows;
-        }
-        sc.rows += worker_rows;
         if (!rc && sc.n) {
             rf_call_batch cb = {sc.n, sc.kv, sc.calls, sb.logits};
             rc = guarded_forward(s->m, rs, &cb);
         }
-        count_step(s, &sc, n_roll, n_worker + n_own, worker_rows + own_rows);
-        deliver_remote(s, rem, rem_l, nrem, sb.logits, V, rc);
+        count_step(s, &sc, n_roll, n_own, own_rows);
         /* each row takes its logits (draws its tokens: on_tokens streams them) */
         for (int i = 0; i < n_rows && (nr || rc); i++) {
             batch_row *r = rows[i];
@@ -603,18 +474,10 @@ void *rf_serve_scheduler_main(void *arg) {
         }
         pthread_mutex_lock(&s->mu);
     }
-    /* (none can be waiting: every worker has ended) */
-    s->scheduler_gone = 1;
-    for (remote_call *q; (q = s->rhead);) {
-        s->rhead = q->next;
-        rf_set_error("the server is shutting down");
-        remote_done_locked(q, -1);
-    }
-    s->rtail = NULL;
     pthread_mutex_unlock(&s->mu);
     while (pc.head) rf_pc_drop(&pc, &pc.head);
     rf_runstate_release(rs);
-    free(rows), free(row_at), free(row_n), free(row_nl), free(rem), free(rem_l), free(sc.kv), free(sc.calls);
+    free(rows), free(row_at), free(row_n), free(row_nl), free(sc.kv), free(sc.calls);
     free(sb.lidx), free(sb.tokens), free(sb.pos), free(pos_buf), free(sb.logits);
     return NULL;
 }

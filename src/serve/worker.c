@@ -1,8 +1,8 @@
-/* worker.c - the job queue and the generation threads: each worker takes
- * jobs off the FIFO queue one at a time and runs the decoder (one session
- * per worker, reused by every job it runs; with continuous batching its
- * model calls go to the scheduler: scheduler.c); the batched jobs queue for
- * the scheduler. */
+/* worker.c - the job queues and the generation threads: each worker takes
+ * jobs off the FIFO queue one at a time and runs the decoder with its own
+ * model calls (one session per worker, reused by every job it runs: every
+ * job without continuous batching, only the no-cache twin's with it); the
+ * batched jobs queue for the scheduler (scheduler.c). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,11 +119,7 @@ void *rf_serve_worker_main(void *arg) {
     /* OpenMP's thread count is a per-thread setting: set it here, in the
      * thread that runs the model */
     if (s->cfg.defaults.threads > 0) omp_set_num_threads(s->cfg.defaults.threads);
-    /* continuous batching: the decoder's model calls join the scheduler's */
-    pthread_cond_init(&w->call_cv, NULL);
-    if (s->cfg.batch) rf_workspace_set_forward(rf_session_workspace(w->sess), rf_serve_remote_forward, w);
     pthread_mutex_lock(&s->mu);
-    s->workers_live++;
     for (;;) {
         while (!s->head && !s->stopping) pthread_cond_wait(&s->queue_cv, &s->mu);
         if (s->stopping) break;
@@ -136,11 +132,7 @@ void *rf_serve_worker_main(void *arg) {
         rf_serve_job_unref_locked(j);
     }
     rf_queue_fail_locked(s, &s->head, &s->tail);
-    s->workers_live--;
-    pthread_cond_broadcast(&s->batch_cv); /* the scheduler may be waiting for the last worker to end */
     pthread_mutex_unlock(&s->mu);
-    if (s->cfg.batch) rf_workspace_set_forward(rf_session_workspace(w->sess), NULL, NULL);
-    pthread_cond_destroy(&w->call_cv);
     return NULL;
 }
 
@@ -185,9 +177,8 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
         json_object_set_new(o, "choices", json_pack("[o]", c));
         rf_job_sse_append_locked(j, o);
     }
-    /* every decoder but the no-cache twin runs as a row of the scheduler;
-     * the rest in the workers (whose model calls, with batching, would join
-     * the scheduler's: remote_forward) */
+    /* with batching, every decoder but the no-cache twin runs as a row of
+     * the scheduler; the rest in the workers, each with its own model calls */
     if (s->cfg.batch && batched(&j->req)) {
         if (s->btail) s->btail->next = j;
         else s->bhead = j;
