@@ -113,6 +113,7 @@ rf_mdm_seq *rf_mdm_seq_new(const rf_model *m, const int *prompt, int n_prompt, c
     for (int b = 0; b < nb; b++)
         if (first[b + 1] - first[b] > q->max_len) q->max_len = first[b + 1] - first[b];
     ans_init(&q->a, &q->p, G, gen_eos_id(m, p));
+    ans_reserve_steps(&q->a, own.steps < G ? own.steps : G); /* at most one step per token */
     q->tokens = rf_scoped_malloc((size_t)q->T * sizeof(int));
     q->pos = rf_scoped_malloc((size_t)q->T * sizeof(int));
     for (int i = 0; i < q->T; i++) {

@@ -814,6 +814,7 @@ rf_pi_seq *rf_pi_seq_new(const rf_model *m, const int *prompt, int n_prompt, con
     rf_workspace_kv_init(p->ws, &dec->kv, &m->cfg, dec->P + dec->gen_len);
     alloc_buffers(dec, n_slots);
     ans_init(&dec->ans, p, dec->gen_len, dec->eos_id);
+    ans_reserve_steps(&dec->ans, n_slots + 1); /* every step commits a slot */
     dec->block = -1;
     step_next(dec); /* the first step's plan (made after the prompt's prefill) */
     return dec;
