@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# serve_batch_all.sh - continuous batching of every decoder: the generations
-# that run in the worker threads (ReFusion plan-and-infill, with and without
-# AR verification, MDM, n = 2 choices) make their model calls as part of the
-# scheduler's batched calls, beside the AR and rolling-slot rows, and every
-# answer is still exactly the one the request gets alone.
+# serve_batch_all.sh - continuous batching of every decoder: ReFusion
+# plan-and-infill (with and without AR verification), MDM and n = 2 choices
+# make their model calls as rows of the scheduler's batched calls, beside
+# the AR and rolling-slot rows, and every answer is still exactly the one
+# the request gets alone.
 #  - the demo model with f32 weights (its kernels give a token the same
 #    numbers at every call width on every tier; bf16's do not everywhere,
 #    see tests/model_forward_calls.c);
@@ -12,9 +12,10 @@
 #    batching server: the same token ids and model calls;
 #  - all of them at once on the batching server (greedy and sampled, a
 #    streamed one): the same token ids and model calls as alone;
-#  - /metrics: the workers' calls joined batched calls (their rows counted:
-#    more rows than calls, plan-and-infill's forked rows; calls where one
-#    sat beside another generation's), none without batching.
+#  - /metrics: the plan-and-infill and MDM calls joined batched calls (their
+#    rows counted: more rows than calls, plan-and-infill's forked rows;
+#    calls where one sat beside another generation's), none without
+#    batching.
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup serve_batch_all
@@ -33,7 +34,7 @@ url, url_solo = sys.argv[1:3]
 
 chat = functools.partial(chat, max_tokens=48)
 reqs = {
-    # plan-and-infill (the worker threads): greedy, sampled, AR verification
+    # plan-and-infill: greedy, sampled, AR verification
     "pi":      chat(Q[0], rolling=False),
     "pi_t":    chat(Q[1], rolling=False, temperature=0.7, seed=5),
     # with fewer blocks than slots, several slots are infilled at once: calls
@@ -91,7 +92,7 @@ sys.exit(1 if failed else 0)
 EOF
 rc=$?
 
-# shutdown while the workers' calls wait for the scheduler: SIGTERM with
+# shutdown while the scheduler runs them: SIGTERM with
 # plan-and-infill, MDM and n = 2 generations running; they finish (their
 # answers the ones without batching), the server stops (exit 0, within
 # rf_serve_stop's 30 s)

@@ -7,7 +7,7 @@
 #    numbers at every call width on every tier, tests/model_forward_calls.c);
 #  - the requests, all at once on one batching server: AR, the rolling slot
 #    (fixed and adaptive width), plan-and-infill (plain, AR verification,
-#    several slots infilled at once), MDM and n = 2 choices (choice i is the
+#    several slots infilled at once, lookahead with jacobi), MDM and n = 2 choices (choice i is the
 #    generation with seed + i), greedy and sampled with fixed seeds; more
 #    requests than rows, so some join as others leave; a 900-token prompt
 #    joining once a streamed answer has shown tokens; and a streamed request
@@ -63,6 +63,7 @@ reqs = {
     "pi":        req(0, 48, rolling=False),
     "pi_t":      req(1, 48, rolling=False, temperature=0.7, seed=5),
     "pi_arv":    req(2, 48, rolling=False, ar_verify="both", blocks=3),
+    "pi_look":   req(3, 40, rolling=False, ar_verify="correct", lookahead=True, jacobi=True, slot_size=8),
     "mdm":       req(4, 32, mode="mdm"),
     "mdm_t":     req(0, 24, mode="mdm", temperature=0.8, seed=4),
     "n2":        req(1, 24, mode="ar", n=2, temperature=0.9, seed=7),
@@ -71,20 +72,21 @@ reqs = {
 long_req = req(3, 16, mode="ar", temperature=0.5, seed=3)
 long_req["prompt"] = (P[0] + P[1] + P[2] + P[3] + P[4]) * 10
 long_req["prompt"] = long_req["prompt"][:900]
-streamed = ("ar", "roll", "pi", "mdm", "n2")
+streamed = ("ar", "roll", "pi", "pi_look", "mdm", "n2")
 calls_differ = ("adapt",)  # its widths follow the timed cost table: same ids, not the same calls
 
 # `refusion generate --json` on the same ids: (every choice's (ids, text), model calls of all choices)
 FLAGS = {"mode": "--mode", "temperature": "--temp", "top_k": "--top-k", "seed": "--seed",
          "slot_size": "--slot-size", "slot_threshold": "--slot-threshold", "draft_policy": "--draft-policy",
-         "ar_verify": "--ar-verify", "blocks": "--blocks"}
+         "ar_verify": "--ar-verify", "blocks": "--blocks", "lookahead": "--lookahead", "jacobi": "--jacobi"}
 def cli(body):
     out = []
     for i in range(body.get("n", 1)):
         a = [bin_, "generate", "-m", model, "--no-chat", "--ignore-eos", "--json", "--threads", "1",
              "--ids", ",".join(map(str, body["prompt"])), "-n", str(body["max_tokens"])]
         for k, f in FLAGS.items():
-            if k in body: a += [f, str(body[k] + i if k == "seed" else body[k])]
+            if body.get(k) is True: a += [f]  # a switch
+            elif k in body: a += [f, str(body[k] + i if k == "seed" else body[k])]
         # (a --mode flag sets the decoder without the model's "rolling": true)
         if "rolling" in body: a += ["--mode", "refusion"] + (["--rolling"] if body["rolling"] else [])
         o = json.loads(subprocess.run(a, capture_output=True, text=True, check=True).stdout)

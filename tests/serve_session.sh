@@ -5,7 +5,9 @@
 # make no buffer allocation (/health "buffer_allocs" stays put), the worker
 # holds its buffers between requests ("buffer_bytes" > 0), and every repeated
 # request gets the answer of its first run (reused buffers hold the previous
-# request's data).
+# request's data). Without continuous batching, where every generation runs
+# in the worker (with batching one choice of any decoder is a row of the
+# scheduler, with a cache of its own).
 set -u
 command -v curl >/dev/null || { echo "FAIL: curl is needed (scripts/install-deps.sh)" >&2; exit 1; }
 . "$(dirname "$0")/helpers/common.sh"
@@ -13,7 +15,7 @@ command -v curl >/dev/null || { echo "FAIL: curl is needed (scripts/install-deps
 rf_test_setup serve_session
 rf_small_model "$T" --max-pos 256 || bad "small model"
 
-rf_serve_start "$T/server.log" -m "$T/m" --parallel 1 --threads 1 -n 16 --quiet
+rf_serve_start "$T/server.log" -m "$T/m" --parallel 1 --threads 1 -n 16 --quiet --no-cont-batching
 json_int() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
 health() { curl -s -m 5 "$URL/health"; }
 ids() { # the answer's token ids of one completion request

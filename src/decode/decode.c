@@ -17,15 +17,7 @@ int rf_decode(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_p
               rf_gen_result *out) {
     switch (p->method) {
     case RF_METHOD_AR: return rf_generate_ar(m, prompt, n_prompt, p, out);
-    case RF_METHOD_MDM: {
-        rf_mdm_params own;
-        if (!mp) {
-            rf_mdm_params_default(&own, p);
-            if (p->mdm_steps > 0) own.steps = p->mdm_steps;
-            mp = &own;
-        }
-        return rf_generate_mdm(m, prompt, n_prompt, p, mp, out);
-    }
+    case RF_METHOD_MDM: return rf_generate_mdm(m, prompt, n_prompt, p, mp, out); /* mp NULL: rf_mdm_params_of */
     case RF_METHOD_REFUSION:
         return p->no_cache ? rf_generate_refusion_naive(m, prompt, n_prompt, p, out)
                            : rf_generate_refusion(m, prompt, n_prompt, p, out);

@@ -36,6 +36,11 @@ void ans_fill(rf_answer *a, int apos, int tok);
 void ans_flush(rf_answer *a);
 /* Start the statistics of a new step. */
 rf_step_stat *ans_step(rf_answer *a, int block);
+/* Room for n steps' statistics now, so that ans_step allocates nothing
+ * while there are fewer: a step machine reserves its bound when it is made,
+ * so that a step cut short inside a catch point (util.h) leaves no block of
+ * its own behind in the answer. */
+void ans_reserve_steps(rf_answer *a, int n);
 /* Fill *out (answer up to and including the first EOS, stats, timings) and
  * free a. -1 if an answer position before the end / first EOS was never
  * filled or one was filled twice (a decoder bug; tests rely on this). */

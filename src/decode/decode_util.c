@@ -64,6 +64,12 @@ void ans_flush(rf_answer *a) {
         a->p->on_tokens(a->tok + start, a->frontier - start, a->p->user);
 }
 
+void ans_reserve_steps(rf_answer *a, int n) {
+    if (n <= a->cap_steps) return;
+    a->steps = rf_scoped_grow(a->steps, (size_t)a->n_steps * sizeof *a->steps, (size_t)n * sizeof *a->steps);
+    a->cap_steps = n;
+}
+
 rf_step_stat *ans_step(rf_answer *a, int block) {
     if (a->n_steps == a->cap_steps) {
         a->cap_steps = a->cap_steps ? 2 * a->cap_steps : 64;

@@ -20,6 +20,7 @@
 #define RF_MDM_H
 
 #include "decode/decode.h"
+#include "decode/step.h"
 
 /* rf_mdm_params (steps, early_stop) is in decode/decode.h, beside rf_decode. */
 
@@ -31,8 +32,40 @@ void rf_mdm_params_default(rf_mdm_params *mp, const rf_gen_params *p);
  * steps, base n / s each, the first n % s steps one more. out: [s]. */
 void rf_mdm_schedule(int n, int s, int *out);
 
-/* 0, or -1 with rf_last_error() (bad params: see rf_gen_check; steps < 1). */
+/* 0, or -1 with rf_last_error() (bad params: see rf_gen_check; steps < 1).
+ * mp NULL: as rf_mdm_params_of. Drives the step machine below to its end. */
 int rf_generate_mdm(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
                     const rf_mdm_params *mp, rf_gen_result *out);
+
+/* mp, or, when NULL, rf_mdm_params_default's with p->mdm_steps when set
+ * (what rf_decode uses). */
+void rf_mdm_params_of(const rf_gen_params *p, const rf_mdm_params *mp, rf_mdm_params *out);
+
+/* ---- the step machine (decode/step.h): one call per step ----
+ * Each call is the whole sequence (prompt + answer region, width tokens),
+ * bidirectional, on the machine's own cache (emptied after every call),
+ * with the logits of the block's masked positions (at most
+ * rf_mdm_seq_logits rows). Memory: scoped blocks (util.h) of the calling
+ * thread, all made by rf_mdm_seq_new; the cache from p->ws when it has one. */
+typedef struct rf_mdm_seq rf_mdm_seq;
+/* p is copied (callbacks, user, cancel and ws kept as pointers), the prompt
+ * too; mp as rf_mdm_params_of. NULL with rf_last_error() when the settings
+ * are refused (as rf_generate_mdm refuses them). */
+rf_mdm_seq *rf_mdm_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+                           const rf_mdm_params *mp);
+int rf_mdm_seq_width(const rf_mdm_seq *q);  /* tokens of each call (and the context) */
+int rf_mdm_seq_logits(const rf_mdm_seq *q); /* the most logits rows a call wants */
+/* The next call into *c: its token count, 0 when finished or budget < 1
+ * (a call is never cut), or -1 with rf_last_error() "cancelled". */
+int rf_mdm_seq_next(rf_mdm_seq *q, int budget, rf_step_call *c);
+/* After the call: its logits ([n_logits, vocab]). 1 when the answer is
+ * complete, 0 when another call follows, -1 with rf_last_error() when no
+ * call was handed out (nothing changes then). */
+int rf_mdm_seq_after(rf_mdm_seq *q, const float *logits);
+int rf_mdm_seq_done(const rf_mdm_seq *q);
+/* The result (as rf_generate_mdm's) and q freed. 0, or -1. */
+int rf_mdm_seq_finish(rf_mdm_seq *q, rf_gen_result *out);
+/* Drop a machine, finished or not (NULL: nothing). */
+void rf_mdm_seq_free(rf_mdm_seq *q);
 
 #endif

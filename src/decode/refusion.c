@@ -125,9 +125,15 @@
  *      head's choice, the drafts after it stay as they were. One call per
  *      iteration instead of two.
  *
- * In the code below, refusion_step and infill follow steps 1-4; each
- * variant's work is in functions named for it (ar_correct_*, ar_check_first_*
- * and ar_logits_*, lookahead_*), called from one line each in the steps, and
+ * The decoder is a step machine (refusion_step.h): each function that
+ * needs a model call prepares it and returns; rf_pi_seq_after takes the
+ * call's logits and goes on where it stopped (plan -> verify ->
+ * verify_after -> fast path, or infill_begin -> infill_draft ->
+ * infill_verify -> infill_verify_after -> ... -> infill_commit; then
+ * finish_step -> the next step or block). rf_generate_refusion drives it
+ * alone, the server's scheduler beside other generations. Each variant's
+ * work is in functions named for it (ar_correct_*, ar_check_first_* and
+ * ar_logits_*, lookahead_*), called from one line each in the steps, and
  * jacobi is the one test that skips infill_draft.
  *
  * Two deliberate deviations, both where the reference is wrong:
@@ -143,27 +149,33 @@
 #include <string.h>
 
 #include "decode/decode_impl.h"
+#include "decode/refusion_step.h"
 #include "model/forward.h"
 
 /* One generation's state: the committed sequence's cache, the call
- * buffers, the answer, and what the opt-in variants keep between steps. */
-typedef struct {
+ * buffers, the answer, what the opt-in variants keep between steps, and
+ * where the machine stands (the block, the step and its infilling, the call
+ * handed out). */
+typedef enum { CALL_NONE, CALL_PLAN, CALL_VERIFY, CALL_DRAFT, CALL_INFILL_VERIFY, CALL_REFEED } call_kind;
+
+struct rf_pi_seq {
     const rf_model *m;
-    const rf_gen_params *p;
+    rf_gen_params params; /* the caller's, copied */
+    const rf_gen_params *p; /* &params */
     int n_vocab;
     int S, P;           /* slot size, prompt length (the notation above) */
     int gen_len;        /* answer length, padded to whole slots */
     int mask_id, eos_id;
     rf_kvcache kv;
-    rf_runstate *runstate;
-    int max_tokens;     /* tokens one call may hold (runstate size) */
-    float *logits;      /* [max_tokens, n_vocab] */
-    int *tok, *pos, *logit_idx; /* [max_tokens] batch scratch */
+    int max_tokens;     /* tokens one call may hold (the run state's width) */
+    const float *logits; /* [n_logits, n_vocab] of the call just made, only during rf_pi_seq_after */
+    int *tok, *pos, *logit_idx; /* [max_tokens] the call's rows */
     int *logit_row;     /* [max_tokens] fed index -> logits row (-1: none), verify calls */
-    int prompt_pending; /* the prompt is not in the cache yet */
-    const int *prompt;
-    const int *block_first; /* block layout: block b = slots [block_first[b], block_first[b+1]) */
-    int n_blocks;
+    int *prompt;        /* [P] */
+    int fed;            /* prompt tokens in the cache */
+    int *prefill_pos, prefill_last; /* a prompt chunk's positions, its last token's index */
+    int *block_first;   /* block layout: block b = slots [block_first[b], block_first[b+1]) */
+    int n_blocks, max_block_slots;
     int block_start;    /* the current block's first slot */
     /* (b): ar_logits row r holds the AR logits of the last token of slot
      * block_start - 1 + r (row 0: the slot before the block, or the
@@ -177,42 +189,42 @@ typedef struct {
     float *next_plan_conf;
     rf_rng rng;
     rf_answer ans;
-    /* refusion_step's scratch, made once per generation for the largest
-     * block (max_block_slots slots, n = max_block_slots * S tokens)
-     * instead of once per step */
+    /* the steps' scratch, made once per generation for the largest block
+     * (max_block_slots slots, n = max_block_slots * S tokens) */
     struct {
         int *draft, *spec;          /* [n] the plan's drafts; the chosen slots' tokens */
         float *conf;                /* [n] each draft's probability */
         unsigned char *tag, *passes, *how; /* [n] accepted; judged acceptable alone; how accepted */
+        unsigned char *was_accepted; /* [n] infilling: tag before the iteration */
         int *chosen, *slot_of;      /* [max_block_slots] chosen indices into masked; their slots */
+        int *stale;                 /* [max_block_slots] infilling: (a) changed row r's token there (-1: none) */
         unsigned char *gone, *done; /* [max_block_slots] */
         int *next_slots;            /* [max_block_slots + max_tokens / S], lookahead */
     } scratch;
-} refusion_state;
+    /* where the machine stands */
+    int block;          /* the current block */
+    int *masked, n_masked; /* [n_slots] its still-masked slots, in position order */
+    int eos_flag;       /* an EOS was committed: the current block is the last */
+    call_kind kind;     /* the call the current step waits for (CALL_NONE: finished) */
+    int call_R, call_n, call_nl; /* its rows, tokens per row, logits */
+    int handed;         /* tokens of the call handed out by rf_pi_seq_next, 0: none */
+    int done, failed;
+    /* the step under way (refusion.c's header, 1-4) */
+    int step;           /* its index in the statistics */
+    int K, n_logits, n_next; /* chosen slots; the verification's logits and lookahead masks */
+    int eos_slot;       /* the slot holding a committed EOS, -1: none */
+    /* its infilling (3.) */
+    int R, cached, iter, eos_row; /* rows still infilled, a above, iterations, the EOS row (-1) */
+};
+typedef struct rf_pi_seq refusion_state;
 
-/* One model call of R rows x n tokens (R = 1: after main, else the forked
- * rows). The first call of a generation prefills the prompt first. */
-static int call(refusion_state *dec, int R, int n, int n_logits) {
-    if (gen_cancelled(dec->p)) return -1;
-    if (dec->prompt_pending) {
-        for (int start = 0; start < dec->P; start += dec->max_tokens) {
-            int chunk = dec->P - start < dec->max_tokens ? dec->P - start : dec->max_tokens;
-            int *chunk_pos = rf_scoped_malloc((size_t)chunk * sizeof(int));
-            for (int i = 0; i < chunk; i++) chunk_pos[i] = start + i;
-            int last = chunk - 1, keep = dec->ar_logits && start + chunk == dec->P; /* (b): the prompt's last logits */
-            rf_batch prefill = {1, chunk, dec->prompt + start, chunk_pos, 0, keep, &last, dec->ar_logits};
-            int rc = rf_workspace_forward(dec->p->ws, dec->m, &dec->kv, dec->runstate, &prefill);
-            rf_scoped_free(chunk_pos);
-            if (rc) return -1;
-            if (keep) dec->ar_logits_ok[0] = 1;
-        }
-        dec->prompt_pending = 0;
-    }
-    rf_batch batch = {R, n, dec->tok, dec->pos, 0, n_logits, dec->logit_idx, dec->logits};
-    dec->ans.n_calls++;
-    dec->ans.steps[dec->ans.n_steps - 1].calls++;
-    return rf_workspace_forward(dec->p->ws, dec->m, &dec->kv, dec->runstate, &batch);
+/* The next call: R rows x n tokens of dec->tok / pos (R = 1: after main,
+ * else the forked rows), logits of n_logits of them (dec->logit_idx). */
+static void call(refusion_state *dec, call_kind kind, int R, int n, int n_logits) {
+    dec->kind = kind, dec->call_R = R, dec->call_n = n, dec->call_nl = n_logits;
 }
+
+static rf_step_stat *step_stat(refusion_state *dec) { return &dec->ans.steps[dec->ans.n_steps - 1]; }
 
 static const float *logits_row(const refusion_state *dec, int i) { return dec->logits + (size_t)i * dec->n_vocab; }
 
@@ -261,27 +273,35 @@ static void emit_drop(refusion_state *dec, int step, const int *masked, int n_ma
     rf_scoped_free(answer_pos);
 }
 
+static int finish_step(refusion_state *dec);
+
 /* Infilling's draft (step 3): feed rows [cached, S) with every unaccepted
  * token replaced by <|mask|>; each mask proposes the argmax of its own
- * logits. The appended entries are dropped again (rows cropped to cached). */
-static int infill_draft(refusion_state *dec, const int *masked, const int *chosen, int R, int cached, int *spec,
-                        const unsigned char *tag) {
-    const int S = dec->S, n = S - cached;
+ * logits (infill_draft_after). */
+static void infill_draft(refusion_state *dec) {
+    const int S = dec->S, n = S - dec->cached, cached = dec->cached;
+    const int *masked = dec->masked, *chosen = dec->scratch.chosen, *spec = dec->scratch.spec;
+    const unsigned char *tag = dec->scratch.tag;
     int n_logits = 0;
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < dec->R; r++)
         for (int j = 0; j < n; j++) {
             int t = r * S + cached + j, i = r * n + j;
             dec->tok[i] = tag[t] ? spec[t] : dec->mask_id;
             dec->pos[i] = dec->P + masked[chosen[r]] * S + cached + j;
             if (!tag[t]) dec->logit_idx[n_logits++] = i;
         }
-    if (call(dec, R, n, n_logits)) return -1;
-    for (int r = 0; r < R; r++) rf_kv_row_crop(&dec->kv, r, cached);
-    for (int q = 0; q < n_logits; q++) {
+    call(dec, CALL_DRAFT, dec->R, n, n_logits);
+}
+
+/* The draft call is over: the appended entries are dropped again (rows
+ * cropped to cached), the masks' argmaxes become the drafts. */
+static void infill_draft_after(refusion_state *dec) {
+    const int S = dec->S, n = dec->call_n, cached = dec->cached;
+    for (int r = 0; r < dec->R; r++) rf_kv_row_crop(&dec->kv, r, cached);
+    for (int q = 0; q < dec->call_nl; q++) {
         int i = dec->logit_idx[q], r = i / n, j = i % n;
-        spec[r * S + cached + j] = rf_logits_stats(logits_row(dec, q), dec->n_vocab).argmax;
+        dec->scratch.spec[r * S + cached + j] = rf_logits_stats(logits_row(dec, q), dec->n_vocab).argmax;
     }
-    return 0;
 }
 
 /* (a): a row's forced token becomes the AR head's choice, the argmax of
@@ -298,150 +318,181 @@ static int ar_correct_force(const refusion_state *dec, int row, int *token) {
  * accepted but the common prefix stopped at cached < S. Feed the rest of
  * the rows again (logits only of each row's last token, to keep with (b))
  * so that every committed entry is current. */
-static int ar_correct_refeed(refusion_state *dec, const int *masked, const int *chosen, int R, int cached,
-                             const int *spec) {
-    const int S = dec->S, keep_ar = dec->ar_logits != NULL;
+static void ar_correct_refeed(refusion_state *dec) {
+    const int S = dec->S, keep_ar = dec->ar_logits != NULL, cached = dec->cached;
+    const int *masked = dec->masked, *chosen = dec->scratch.chosen, *spec = dec->scratch.spec;
     int n = S - cached, n_logits = 0;
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < dec->R; r++)
         for (int j = 0; j < n; j++) {
             dec->tok[r * n + j] = spec[r * S + cached + j];
             dec->pos[r * n + j] = dec->P + masked[chosen[r]] * S + cached + j;
             if (keep_ar && j == n - 1) dec->logit_idx[n_logits++] = r * n + j;
         }
-    if (call(dec, R, n, n_logits)) return -1;
-    for (int r = 0; r < n_logits; r++) keep_ar_logits(dec, masked[chosen[r]], r);
-    return 0;
+    call(dec, CALL_REFEED, dec->R, n, n_logits);
 }
 
-/* Parallel AR infilling of the K chosen slots (step 3 and 4). spec/tag/how
- * are [K][S], filled by the plan and the verification. chosen[k] indexes masked.
- * Sets *eos_slot to the slot holding a committed EOS, or leaves it. */
-static int infill(refusion_state *dec, int step, rf_step_stat *st, const int *masked, const int *chosen, int K,
-                  int *spec, unsigned char *tag, unsigned char *how, int *eos_slot) {
-    const int S = dec->S, ar_correct = dec->p->ar_correct, keep_ar = dec->ar_logits != NULL;
-    int R = K;          /* rows still infilled (an EOS drops the later ones) */
-    int cached = 0;     /* the common cached prefix of every row (a above) */
-    int iter = 0, eos_row = -1;
-    /* passes: a token judged acceptable on its own; was_accepted: tag
-     * before this iteration; stale[r]: (a) changed row r's token there, so
-     * its cache is valid only before it (-1: none) */
-    unsigned char *passes = rf_scoped_malloc((size_t)K * S), *was_accepted = rf_scoped_malloc((size_t)K * S);
-    int *stale = rf_scoped_malloc((size_t)K * sizeof(int));
-    rf_kv_fork(&dec->kv, K, S);
-    for (;; iter++) {
-        int done = 1;
-        for (int i = 0; i < R * S; i++) done &= tag[i];
-        if (done && cached == S) break;
-        if (done) { /* only (a) stops the common prefix short of S */
-            if (ar_correct_refeed(dec, masked, chosen, R, cached, spec)) goto fail;
-            st->refeeds++;
-            cached = S;
-            break;
+/* Infilling's verify (step 3): shifted probabilities, forced where the
+ * previous token was accepted; logits of the token before every unforced
+ * one, before the forced one too with (a), and of each row's last token
+ * with (b). */
+static void infill_verify(refusion_state *dec) {
+    const int S = dec->S, n = S - dec->cached, cached = dec->cached, ar_correct = dec->p->ar_correct;
+    const int keep_ar = dec->ar_logits != NULL, *masked = dec->masked, *chosen = dec->scratch.chosen;
+    const int *spec = dec->scratch.spec;
+    const unsigned char *tag = dec->scratch.tag;
+    unsigned char *passes = dec->scratch.passes;
+    memcpy(dec->scratch.was_accepted, tag, (size_t)dec->R * S);
+    int n_logits = 0;
+    for (int r = 0; r < dec->R; r++)
+        for (int j = 0; j < n; j++) {
+            int t = r * S + cached + j, i = r * n + j;
+            dec->tok[i] = spec[t];
+            dec->pos[i] = dec->P + masked[chosen[r]] * S + cached + j;
+            dec->logit_row[i] = -1;
+            passes[t] = (j == 0 || tag[t - 1]);
+            if (!passes[t] || (ar_correct && j > 0 && !tag[t]))
+                dec->logit_row[i - 1] = n_logits, dec->logit_idx[n_logits++] = i - 1;
+            if (keep_ar && j == n - 1) dec->logit_row[i] = n_logits, dec->logit_idx[n_logits++] = i;
         }
-        if (iter > S) rf_die("refusion: infilling made no progress");
-        int n = S - cached;
-        /* jacobi: no draft call, the current drafts are verified again */
-        if (!dec->p->jacobi && infill_draft(dec, masked, chosen, R, cached, spec, tag)) goto fail;
-        /* verify: shifted probabilities, forced where the previous token was
-         * accepted; logits of the token before every unforced one, before the
-         * forced one too with (a), and of each row's last token with (b) */
-        memcpy(was_accepted, tag, (size_t)R * S);
-        int n_logits = 0;
-        for (int r = 0; r < R; r++)
-            for (int j = 0; j < n; j++) {
-                int t = r * S + cached + j, i = r * n + j;
-                dec->tok[i] = spec[t];
-                dec->pos[i] = dec->P + masked[chosen[r]] * S + cached + j;
-                dec->logit_row[i] = -1;
-                passes[t] = (j == 0 || tag[t - 1]);
-                if (!passes[t] || (ar_correct && j > 0 && !tag[t]))
-                    dec->logit_row[i - 1] = n_logits, dec->logit_idx[n_logits++] = i - 1;
-                if (keep_ar && j == n - 1) dec->logit_row[i] = n_logits, dec->logit_idx[n_logits++] = i;
-            }
-        if (call(dec, R, n, n_logits)) goto fail;
-        for (int r = 0; r < R; r++) {
-            stale[r] = -1;
-            for (int j = 1; j < n; j++) {
-                int t = r * S + cached + j, i = r * n + j;
-                if (!passes[t]) {
-                    passes[t] = prob_of(dec, dec->logit_row[i - 1], spec[t]) > dec->p->token_threshold;
-                } else if (ar_correct && !tag[t] && stale[r] < 0) {
-                    if (ar_correct_force(dec, dec->logit_row[i - 1], &spec[t])) stale[r] = cached + j;
-                }
-            }
-            if (stale[r] >= 0) memset(passes + r * S + stale[r] + 1, 0, (size_t)(S - stale[r] - 1));
-            if (keep_ar) keep_ar_logits(dec, masked[chosen[r]], dec->logit_row[r * n + n - 1]);
-        }
-        for (int r = 0; r < R; r++) {
-            unsigned char run = 1;
-            for (int j = cached; j < S; j++) {
-                int t = r * S + j;
-                run = tag[t] = run & passes[t];
-                if (tag[t] && !was_accepted[t])
-                    how[t] = was_accepted[t - 1] ? (ar_correct ? HOW_FORCED_AR : HOW_FORCED_DRAFT) : HOW_VERIFIED;
+    call(dec, CALL_INFILL_VERIFY, dec->R, n, n_logits);
+}
+
+/* The verify call is over: each row's tokens judged, the tags and how they
+ * got in updated, an accepted EOS ends its row and drops the rows after it. */
+static void infill_verify_judge(refusion_state *dec) {
+    const int S = dec->S, n = dec->call_n, cached = dec->cached, ar_correct = dec->p->ar_correct;
+    const int keep_ar = dec->ar_logits != NULL, *masked = dec->masked, *chosen = dec->scratch.chosen;
+    int *spec = dec->scratch.spec, *stale = dec->scratch.stale, R = dec->R;
+    unsigned char *tag = dec->scratch.tag, *how = dec->scratch.how, *passes = dec->scratch.passes;
+    const unsigned char *was_accepted = dec->scratch.was_accepted;
+    for (int r = 0; r < R; r++) {
+        stale[r] = -1;
+        for (int j = 1; j < n; j++) {
+            int t = r * S + cached + j, i = r * n + j;
+            if (!passes[t]) {
+                passes[t] = prob_of(dec, dec->logit_row[i - 1], spec[t]) > dec->p->token_threshold;
+            } else if (ar_correct && !tag[t] && stale[r] < 0) {
+                if (ar_correct_force(dec, dec->logit_row[i - 1], &spec[t])) stale[r] = cached + j;
             }
         }
-        /* an accepted EOS ends its row and drops the rows after it */
-        for (int r = 0; r < R; r++) {
-            int hit = 0;
-            for (int j = cached; j < S; j++) hit |= tag[r * S + j] && spec[r * S + j] == dec->eos_id;
-            if (!hit) continue;
-            eos_row = r;
-            memset(tag + r * S, 1, S);
-            if (r + 1 < R) {
-                int *keep = rf_scoped_malloc((size_t)(r + 1) * sizeof(int));
-                for (int q = 0; q <= r; q++) keep[q] = q;
-                rf_kv_select_rows(&dec->kv, keep, r + 1);
-                rf_scoped_free(keep);
-            }
-            R = r + 1;
-            break;
-        }
-        int min_new = S, any_open = 0;
-        for (int r = 0; r < R; r++) {
-            int c = 0;
-            for (int j = cached; j < S; j++) c += tag[r * S + j], any_open |= !tag[r * S + j];
-            if (c < min_new) min_new = c;
-        }
-        cached += any_open ? min_new - 1 : min_new;
-        for (int r = 0; r < R; r++)
-            if (stale[r] >= 0 && stale[r] < cached) cached = stale[r];
-        for (int r = 0; r < R; r++) rf_kv_row_crop(&dec->kv, r, cached);
-        st->infill_iters++;
-        if (dec->p->on_event) {
-            int *answer_pos = rf_scoped_malloc((size_t)R * S * sizeof(int));
-            for (int i = 0; i < R * S; i++) answer_pos[i] = masked[chosen[i / S]] * S + i % S;
-            ans_event(&dec->ans, RF_EV_INFILL_ITER, step, R * S, answer_pos, spec, tag);
-            rf_scoped_free(answer_pos);
+        if (stale[r] >= 0) memset(passes + r * S + stale[r] + 1, 0, (size_t)(S - stale[r] - 1));
+        if (keep_ar) keep_ar_logits(dec, masked[chosen[r]], dec->logit_row[r * n + n - 1]);
+    }
+    for (int r = 0; r < R; r++) {
+        unsigned char run = 1;
+        for (int j = cached; j < S; j++) {
+            int t = r * S + j;
+            run = tag[t] = run & passes[t];
+            if (tag[t] && !was_accepted[t])
+                how[t] = was_accepted[t - 1] ? (ar_correct ? HOW_FORCED_AR : HOW_FORCED_DRAFT) : HOW_VERIFIED;
         }
     }
-    /* commit the rows in position order with their own K/V, cut after the
-     * first EOS (which can only be in the EOS row: every accepted token was
-     * scanned above, and rows before it hold none) */
-    int n_commit = 0, *slot_of = rf_scoped_malloc((size_t)R * sizeof(int));
+    /* an accepted EOS ends its row and drops the rows after it */
+    for (int r = 0; r < R; r++) {
+        int hit = 0;
+        for (int j = cached; j < S; j++) hit |= tag[r * S + j] && spec[r * S + j] == dec->eos_id;
+        if (!hit) continue;
+        dec->eos_row = r;
+        memset(tag + r * S, 1, S);
+        if (r + 1 < R) {
+            int *keep = rf_scoped_malloc((size_t)(r + 1) * sizeof(int));
+            for (int q = 0; q <= r; q++) keep[q] = q;
+            rf_kv_select_rows(&dec->kv, keep, r + 1);
+            rf_scoped_free(keep);
+        }
+        dec->R = r + 1;
+        break;
+    }
+}
+
+/* The verify call is over (the rest of an iteration): the common cached
+ * prefix advances, every row's cache is cropped to it. */
+static void infill_verify_after(refusion_state *dec) {
+    const int S = dec->S;
+    const int *masked = dec->masked, *chosen = dec->scratch.chosen, *stale = dec->scratch.stale;
+    const unsigned char *tag = dec->scratch.tag;
+    infill_verify_judge(dec);
+    const int R = dec->R;
+    int min_new = S, any_open = 0, cached = dec->cached;
+    for (int r = 0; r < R; r++) {
+        int c = 0;
+        for (int j = cached; j < S; j++) c += tag[r * S + j], any_open |= !tag[r * S + j];
+        if (c < min_new) min_new = c;
+    }
+    cached += any_open ? min_new - 1 : min_new;
+    for (int r = 0; r < R; r++)
+        if (stale[r] >= 0 && stale[r] < cached) cached = stale[r];
+    for (int r = 0; r < R; r++) rf_kv_row_crop(&dec->kv, r, cached);
+    dec->cached = cached;
+    step_stat(dec)->infill_iters++;
+    if (dec->p->on_event) {
+        int *answer_pos = rf_scoped_malloc((size_t)R * S * sizeof(int));
+        for (int i = 0; i < R * S; i++) answer_pos[i] = masked[chosen[i / S]] * S + i % S;
+        ans_event(&dec->ans, RF_EV_INFILL_ITER, dec->step, R * S, answer_pos, dec->scratch.spec, tag);
+        rf_scoped_free(answer_pos);
+    }
+    dec->iter++;
+}
+
+/* Infilling is over (step 4): commit the rows in position order with their
+ * own K/V, cut after the first EOS (which can only be in the EOS row: every
+ * accepted token was scanned, and rows before it hold none); then the step
+ * ends. 0, or -1 (a row could not be committed). */
+static int infill_commit(refusion_state *dec) {
+    const int S = dec->S, R = dec->R, K = dec->K, *spec = dec->scratch.spec;
+    const int *slot_of = dec->scratch.slot_of; /* row r infilled slot slot_of[r] */
+    rf_step_stat *st = step_stat(dec);
+    int n_commit = 0;
     for (int r = 0; r < R; r++) {
         int n_keep = S, hit = 0;
         for (int j = 0; j < S && !hit; j++)
             if (spec[r * S + j] == dec->eos_id) n_keep = j + 1, hit = 1;
-        if (hit != (r == eos_row)) rf_die("refusion: EOS in infill row %d, expected row %d", r, eos_row);
-        if (rf_kv_commit_row(&dec->kv, r, 0, n_keep)) {
-            rf_scoped_free(slot_of);
-            goto fail;
-        }
-        slot_of[r] = masked[chosen[r]];
+        if (hit != (r == dec->eos_row)) rf_die("refusion: EOS in infill row %d, expected row %d", r, dec->eos_row);
+        if (rf_kv_commit_row(&dec->kv, r, 0, n_keep)) return -1;
         n_commit += n_keep; /* rows before the last are whole: spec stays contiguous */
     }
     rf_kv_unfork(&dec->kv);
-    if (eos_row >= 0) *eos_slot = masked[chosen[eos_row]];
+    if (dec->eos_row >= 0) dec->eos_slot = slot_of[dec->eos_row];
     st->slots_infilled = R;
     st->tpf_ref = (double)S * K / (2.0 * st->infill_iters + 2.0);
-    commit_tokens(dec, RF_EV_INFILL_COMMIT, step, n_commit, slot_of, spec, how);
-    rf_scoped_free(slot_of);
-    rf_scoped_free(passes), rf_scoped_free(was_accepted), rf_scoped_free(stale);
+    commit_tokens(dec, RF_EV_INFILL_COMMIT, dec->step, n_commit, slot_of, spec, dec->scratch.how);
+    for (int k = 0; k < K; k++) dec->scratch.done[dec->scratch.chosen[k]] = 1;
+    return finish_step(dec);
+}
+
+/* One turn of infilling's loop: finished (every row accepted and cached),
+ * a re-feed with (a), or the next iteration's first call. 0, or -1. */
+static int infill_next(refusion_state *dec) {
+    const int S = dec->S;
+    int done = 1;
+    for (int i = 0; i < dec->R * S; i++) done &= dec->scratch.tag[i];
+    if (done && dec->cached == S) return infill_commit(dec);
+    if (done) { /* only (a) stops the common prefix short of S */
+        ar_correct_refeed(dec);
+        return 0;
+    }
+    if (dec->iter > S) rf_die("refusion: infilling made no progress");
+    /* jacobi: no draft call, the current drafts are verified again */
+    if (!dec->p->jacobi) infill_draft(dec);
+    else infill_verify(dec);
     return 0;
-fail:
-    rf_scoped_free(passes), rf_scoped_free(was_accepted), rf_scoped_free(stale);
-    return -1;
+}
+
+/* Parallel AR infilling of the K chosen slots (step 3 and 4). spec/tag/how
+ * ([K][S]) hold the plan and the verification; the cache is replicated into
+ * one row per chosen slot. */
+static int infill_begin(refusion_state *dec) {
+    dec->R = dec->K, dec->cached = 0, dec->iter = 0, dec->eos_row = -1;
+    rf_kv_fork(&dec->kv, dec->K, dec->S);
+    return infill_next(dec);
+}
+
+/* (a)'s re-feed is over: the rows are current, (b) keeps their last logits. */
+static int ar_correct_refeed_after(refusion_state *dec) {
+    for (int r = 0; r < dec->call_nl; r++) keep_ar_logits(dec, dec->masked[dec->scratch.chosen[r]], r);
+    step_stat(dec)->refeeds++;
+    dec->cached = dec->S;
+    return infill_commit(dec);
 }
 
 /* Plan drafts from logits rows q0.. : argmax, or the Gumbel draw with
@@ -478,18 +529,15 @@ static int next_plan_slots(const refusion_state *dec, int block, const int *mask
 }
 
 /* Step 1, plan: feed every masked slot of the block as masks after the
- * cache (n tokens), each predicting its own position; crop them again. */
-static int plan(refusion_state *dec, const int *masked, int n, int *draft, float *conf) {
-    const int S = dec->S;
+ * cache (n tokens), each predicting its own position (plan_after). */
+static void plan(refusion_state *dec) {
+    const int S = dec->S, n = dec->n_masked * S;
     for (int i = 0; i < n; i++) {
         dec->tok[i] = dec->mask_id;
-        dec->pos[i] = dec->P + masked[i / S] * S + i % S;
+        dec->pos[i] = dec->P + dec->masked[i / S] * S + i % S;
         dec->logit_idx[i] = i;
     }
-    if (call(dec, 1, n, n)) return -1;
-    rf_kv_crop(&dec->kv, dec->kv.len - n);
-    plan_drafts(dec, 0, n, draft, conf);
-    return 0;
+    call(dec, CALL_PLAN, 1, n, n);
 }
 
 /* Step 1, choice: the slots whose first token's confidence is above
@@ -574,27 +622,17 @@ static void ar_logits_next_block(refusion_state *dec, int start, int max_block_s
     memset(dec->ar_logits_ok + 1, 0, (size_t)max_block_slots);
 }
 
-/* One step over the block's masked slots masked[0..n_masked) (position order):
- * plan, verify, then fast-path commit or infilling. Returns the number of
- * slots still masked (masked compacted), or -1. */
-static int refusion_step(refusion_state *dec, int block, int *masked, int n_masked, int *eos_flag) {
-    const int S = dec->S, n = n_masked * S, step = dec->ans.n_steps;
-    rf_step_stat *st = ans_step(&dec->ans, block);
-    int *draft = dec->scratch.draft, *chosen = dec->scratch.chosen, *spec = dec->scratch.spec;
-    float *conf = dec->scratch.conf;
-    unsigned char *tag = dec->scratch.tag, *passes = dec->scratch.passes, *how = dec->scratch.how;
-    unsigned char *gone = dec->scratch.gone, *done = dec->scratch.done;
-    memset(gone, 0, (size_t)n_masked), memset(done, 0, (size_t)n_masked);
-    int rc = -1;
 
-    /* 1. plan: every masked slot of the block, masks predict themselves
-     * (already done when the last verification carried them: lookahead) */
-    if (dec->next_plan_n)
-        lookahead_take_plan(dec, n, draft, conf);
-    else if (plan(dec, masked, n, draft, conf))
-        goto out;
-    int K = choose_slots(dec, conf, n_masked, chosen);
-    st->slots_planned = K;
+/* Step 1's choice and step 2's call: the chosen slots' drafts (checked by
+ * (b) first), the global verification of their concatenation (with (b)
+ * also the logits after each slot's last token, to keep; with lookahead
+ * the next plan's masks behind). */
+static void verify(refusion_state *dec) {
+    const int S = dec->S, n_masked = dec->n_masked, *masked = dec->masked;
+    int *draft = dec->scratch.draft, *chosen = dec->scratch.chosen, *spec = dec->scratch.spec;
+    unsigned char *how = dec->scratch.how;
+    int K = choose_slots(dec, dec->scratch.conf, n_masked, chosen);
+    step_stat(dec)->slots_planned = K;
     for (int i = 0; i < K * S; i++) {
         spec[i] = draft[chosen[i / S] * S + i % S];
         dec->tok[i] = spec[i];
@@ -602,12 +640,11 @@ static int refusion_step(refusion_state *dec, int block, int *masked, int n_mask
         dec->logit_idx[i] = dec->pos[i] - dec->P; /* answer positions, for the event */
         how[i] = i % S ? HOW_VERIFIED : HOW_FIRST_FREE;
     }
-    ans_event(&dec->ans, RF_EV_PLAN, step, K * S, dec->logit_idx, spec, NULL);
+    ans_event(&dec->ans, RF_EV_PLAN, dec->step, K * S, dec->logit_idx, spec, NULL);
 
     if (dec->ar_logits) ar_check_first_tokens(dec, masked, n_masked, chosen, K, spec, how);
 
-    /* 2. global verification: shifted AR probabilities of the concatenation
-     * (with (b) also the logits after each slot's last token, to keep) */
+    /* 2. global verification: shifted AR probabilities of the concatenation */
     int n_logits = 0, n_next = 0;
     for (int i = 0; i < K * S; i++) {
         dec->logit_row[i] = -1;
@@ -615,8 +652,18 @@ static int refusion_step(refusion_state *dec, int block, int *masked, int n_mask
             dec->logit_row[i] = n_logits, dec->logit_idx[n_logits++] = i;
     }
     if (dec->scratch.next_slots) /* NULL without lookahead */
-        n_next = lookahead_feed_masks(dec, block, masked, n_masked, chosen, K, n_logits);
-    if (call(dec, 1, K * S + n_next, n_logits + n_next)) goto out;
+        n_next = lookahead_feed_masks(dec, dec->block, masked, n_masked, chosen, K, n_logits);
+    dec->K = K, dec->n_logits = n_logits, dec->n_next = n_next;
+    call(dec, CALL_VERIFY, 1, K * S + n_next, n_logits + n_next);
+}
+
+/* Step 2's call is over: the longest accepted prefix is committed with the
+ * cache of this very pass (fast path), or every chosen slot is infilled
+ * (3. + 4.). 0, or -1. */
+static int verify_after(refusion_state *dec) {
+    const int S = dec->S, K = dec->K, n_next = dec->n_next, *chosen = dec->scratch.chosen;
+    const int *spec = dec->scratch.spec;
+    unsigned char *tag = dec->scratch.tag, *passes = dec->scratch.passes, *done = dec->scratch.done;
     int base = dec->kv.len - K * S - n_next;
     for (int i = 0; i < K * S; i++)
         passes[i] = i % S == 0 || prob_of(dec, dec->logit_row[i - 1], spec[i]) > dec->p->token_threshold;
@@ -626,124 +673,276 @@ static int refusion_step(refusion_state *dec, int block, int *masked, int n_mask
     for (int i = 0; i < prefix && eos_at < 0; i++)
         if (spec[i] == dec->eos_id) eos_at = i;
 
-    int *slot_of = dec->scratch.slot_of, eos_slot = -1;
-    for (int k = 0; k < K; k++) slot_of[k] = masked[chosen[k]];
-    if (eos_at >= 0 || prefix >= S) {
-        /* fast path: a prefix of this very pass is committed with its cache */
-        int n_commit = eos_at >= 0 ? eos_at + 1 : prefix / S * S;
-        int n_slots_committed = (n_commit + S - 1) / S;
-        rf_kv_crop(&dec->kv, base + n_commit);
-        if (n_next > 0 && n_commit == K * S && eos_at < 0) /* every chosen slot: the lookahead holds */
-            lookahead_keep_plan(dec, n_logits, n_next);
-        commit_tokens(dec, RF_EV_FAST_COMMIT, step, n_commit, slot_of, spec, how);
-        for (int k = 0; dec->ar_logits && k < n_commit / S; k++) /* (b) */
-            keep_ar_logits(dec, slot_of[k], dec->logit_row[k * S + S - 1]);
-        for (int k = 0; k < n_slots_committed; k++) done[chosen[k]] = 1;
-        st->slots_fast = n_slots_committed;
-        st->tpf_ref = S * n_slots_committed / 2.0;
-        if (eos_at >= 0) eos_slot = slot_of[eos_at / S];
-    } else {
+    int *slot_of = dec->scratch.slot_of;
+    for (int k = 0; k < K; k++) slot_of[k] = dec->masked[chosen[k]];
+    if (eos_at < 0 && prefix < S) {
         /* 3. + 4. parallel infilling of every chosen slot */
         rf_kv_crop(&dec->kv, base);
-        if (infill(dec, step, st, masked, chosen, K, spec, tag, how, &eos_slot)) goto out;
-        for (int k = 0; k < K; k++) done[chosen[k]] = 1;
+        return infill_begin(dec);
     }
+    /* fast path: a prefix of this very pass is committed with its cache */
+    rf_step_stat *st = step_stat(dec);
+    int n_commit = eos_at >= 0 ? eos_at + 1 : prefix / S * S;
+    int n_slots_committed = (n_commit + S - 1) / S;
+    rf_kv_crop(&dec->kv, base + n_commit);
+    if (n_next > 0 && n_commit == K * S && eos_at < 0) /* every chosen slot: the lookahead holds */
+        lookahead_keep_plan(dec, dec->n_logits, n_next);
+    commit_tokens(dec, RF_EV_FAST_COMMIT, dec->step, n_commit, slot_of, spec, dec->scratch.how);
+    for (int k = 0; dec->ar_logits && k < n_commit / S; k++) /* (b) */
+        keep_ar_logits(dec, slot_of[k], dec->logit_row[k * S + S - 1]);
+    for (int k = 0; k < n_slots_committed; k++) done[chosen[k]] = 1;
+    st->slots_fast = n_slots_committed;
+    st->tpf_ref = S * n_slots_committed / 2.0;
+    if (eos_at >= 0) dec->eos_slot = slot_of[eos_at / S];
+    return finish_step(dec);
+}
+
+/* A new step over the block's masked slots (position order): its plan
+ * call, or, when the last verification carried the plan (lookahead), its
+ * verification at once. */
+static void step_begin(refusion_state *dec) {
+    dec->step = dec->ans.n_steps;
+    memset(dec->scratch.gone, 0, (size_t)dec->n_masked), memset(dec->scratch.done, 0, (size_t)dec->n_masked);
+    dec->eos_slot = -1;
+    ans_step(&dec->ans, dec->block);
+    if (dec->next_plan_n) {
+        lookahead_take_plan(dec, dec->n_masked * dec->S, dec->scratch.draft, dec->scratch.conf);
+        verify(dec);
+    } else {
+        plan(dec);
+    }
+}
+
+/* The next step: of this block while it has masked slots, else of the next
+ * block, unless an EOS was committed or the blocks are over (finished). */
+static void step_next(refusion_state *dec) {
+    while (dec->n_masked == 0) {
+        if (dec->eos_flag || dec->block + 1 >= dec->n_blocks) {
+            dec->kind = CALL_NONE, dec->done = 1;
+            return;
+        }
+        int block = ++dec->block;
+        for (int slot = dec->block_first[block]; slot < dec->block_first[block + 1]; slot++)
+            dec->masked[dec->n_masked++] = slot;
+        if (dec->ar_logits && block > 0) ar_logits_next_block(dec, dec->block_first[block], dec->max_block_slots);
+        dec->block_start = dec->block_first[block];
+    }
+    step_begin(dec);
+}
+
+/* The step's slots are committed (scratch.done) or dropped after an EOS:
+ * they leave the mask list; then the next step. 0. */
+static int finish_step(refusion_state *dec) {
+    const int n_masked = dec->n_masked, *masked = dec->masked, eos_slot = dec->eos_slot;
+    unsigned char *gone = dec->scratch.gone, *done = dec->scratch.done;
     for (int i = 0; i < n_masked; i++) {
         int dropped = eos_slot >= 0 && masked[i] >= eos_slot && !done[i];
         gone[i] = done[i] || dropped;
         done[i] = dropped; /* reused: the slots to report as dropped */
     }
     if (eos_slot >= 0) {
-        *eos_flag = 1;
-        emit_drop(dec, step, masked, n_masked, done);
+        dec->eos_flag = 1;
+        emit_drop(dec, dec->step, masked, n_masked, done);
     }
-    rc = compact(masked, n_masked, gone);
-out:
+    dec->n_masked = compact(dec->masked, n_masked, gone);
+    step_next(dec);
+    return 0;
+}
+
+/* ---- the step machine (refusion_step.h) ------------------------------------------ */
+
+/* The buffers for the largest block: the call rows, the kept AR logits and
+ * lookahead plan, the steps' scratch. */
+static void alloc_buffers(refusion_state *dec, int n_slots) {
+    const rf_gen_params *p = dec->p;
+    const int mbs = dec->max_block_slots;
+    const size_t max_block_tokens = (size_t)mbs * dec->S, mt = (size_t)dec->max_tokens;
+    dec->tok = rf_scoped_malloc(mt * sizeof(int));
+    dec->pos = rf_scoped_malloc(mt * sizeof(int));
+    dec->logit_idx = rf_scoped_malloc(mt * sizeof(int));
+    dec->logit_row = rf_scoped_malloc(mt * sizeof(int));
+    dec->prefill_pos = rf_scoped_malloc(mt * sizeof(int));
+    if (p->lookahead) {
+        dec->next_plan_draft = rf_scoped_malloc(mt * sizeof(int));
+        dec->next_plan_conf = rf_scoped_malloc(mt * sizeof(float));
+    }
+    if (p->ar_check_first) {
+        dec->ar_logits = rf_scoped_malloc((size_t)(mbs + 1) * dec->n_vocab * sizeof(float));
+        dec->ar_logits_ok = rf_scoped_calloc((size_t)mbs + 1, 1);
+    }
+    dec->scratch.draft = rf_scoped_malloc(max_block_tokens * sizeof(int));
+    dec->scratch.spec = rf_scoped_malloc(max_block_tokens * sizeof(int));
+    dec->scratch.conf = rf_scoped_malloc(max_block_tokens * sizeof(float));
+    dec->scratch.tag = rf_scoped_malloc(max_block_tokens);
+    dec->scratch.passes = rf_scoped_malloc(max_block_tokens);
+    dec->scratch.how = rf_scoped_malloc(max_block_tokens);
+    dec->scratch.was_accepted = rf_scoped_malloc(max_block_tokens);
+    dec->scratch.chosen = rf_scoped_malloc((size_t)mbs * sizeof(int));
+    dec->scratch.slot_of = rf_scoped_malloc((size_t)mbs * sizeof(int));
+    dec->scratch.stale = rf_scoped_malloc((size_t)mbs * sizeof(int));
+    dec->scratch.gone = rf_scoped_malloc((size_t)mbs);
+    dec->scratch.done = rf_scoped_malloc((size_t)mbs);
+    if (p->lookahead) dec->scratch.next_slots = rf_scoped_malloc((size_t)(mbs + mt / dec->S) * sizeof(int));
+    dec->masked = rf_scoped_malloc((size_t)n_slots * sizeof(int));
+}
+
+rf_pi_seq *rf_pi_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p) {
+    if (rf_gen_check(m, prompt, n_prompt, p, 0)) return NULL;
+    refusion_state *dec = rf_scoped_calloc(1, sizeof *dec);
+    dec->m = m;
+    dec->params = *p;
+    dec->p = p = &dec->params;
+    dec->n_vocab = m->cfg.vocab_size;
+    dec->S = p->slot_size;
+    dec->P = n_prompt;
+    dec->gen_len = gen_padded(p);
+    dec->mask_id = gen_mask_id(m, p);
+    dec->eos_id = gen_eos_id(m, p);
+    dec->prompt = rf_scoped_malloc((size_t)n_prompt * sizeof(int));
+    memcpy(dec->prompt, prompt, (size_t)n_prompt * sizeof(int));
+    rf_rng_seed(&dec->rng, p->seed);
+
+    int n_slots = dec->gen_len / dec->S;
+    dec->block_first = rf_scoped_malloc((size_t)(n_slots + 1) * sizeof(int));
+    dec->n_blocks = rf_block_layout(n_slots, p->n_blocks, dec->block_first);
+    for (int block = 0; block < dec->n_blocks; block++)
+        if (dec->block_first[block + 1] - dec->block_first[block] > dec->max_block_slots)
+            dec->max_block_slots = dec->block_first[block + 1] - dec->block_first[block];
+    /* lookahead: a verification + the next plan */
+    dec->max_tokens = dec->max_block_slots * dec->S * (p->lookahead ? 2 : 1);
+    if (dec->max_tokens < 256 && dec->max_tokens < dec->P) dec->max_tokens = dec->P < 256 ? dec->P : 256; /* prefill chunk */
+    rf_workspace_kv_init(p->ws, &dec->kv, &m->cfg, dec->P + dec->gen_len);
+    alloc_buffers(dec, n_slots);
+    ans_init(&dec->ans, p, dec->gen_len, dec->eos_id);
+    ans_reserve_steps(&dec->ans, n_slots + 1); /* every step commits a slot */
+    dec->block = -1;
+    step_next(dec); /* the first step's plan (made after the prompt's prefill) */
+    return dec;
+}
+
+int rf_pi_seq_width(const rf_pi_seq *q) { return q->max_tokens; }
+
+int rf_pi_seq_context(const rf_pi_seq *q) { return q->P + q->gen_len + q->S; }
+
+int rf_pi_seq_next(rf_pi_seq *q, int budget, rf_step_call *c) {
+    q->handed = 0;
+    if (q->done || q->failed || budget < 1) return 0;
+    if (gen_cancelled(q->p)) return -1;
+    memset(c, 0, sizeof *c);
+    c->kv = &q->kv;
+    if (q->fed < q->P) { /* the prompt, in chunks, before the first plan */
+        int n = q->P - q->fed;
+        if (n > q->max_tokens) n = q->max_tokens;
+        if (n > budget) n = budget;
+        for (int i = 0; i < n; i++) q->prefill_pos[i] = q->fed + i;
+        q->prefill_last = n - 1;
+        int keep = q->ar_logits && q->fed + n == q->P; /* (b): the prompt's last logits */
+        c->b = (rf_batch){1, n, q->prompt + q->fed, q->prefill_pos, 0, keep, &q->prefill_last, NULL};
+        return q->handed = n;
+    }
+    c->b = (rf_batch){q->call_R, q->call_n, q->tok, q->pos, 0, q->call_nl, q->logit_idx, NULL};
+    return q->handed = q->call_R * q->call_n;
+}
+
+int rf_pi_seq_after(rf_pi_seq *q, const float *logits) {
+    int handed = q->handed;
+    q->handed = 0;
+    if (!handed || q->done || q->failed) {
+        rf_set_error("plan-and-infill: logits given with no call handed out");
+        return -1;
+    }
+    if (q->fed < q->P) {
+        q->fed += handed;
+        if (q->ar_logits && q->fed == q->P) { /* (b): the prompt's last token's logits */
+            memcpy(q->ar_logits, logits, (size_t)q->n_vocab * sizeof(float));
+            q->ar_logits_ok[0] = 1;
+        }
+        return 0;
+    }
+    q->ans.n_calls++;
+    step_stat(q)->calls++;
+    q->logits = logits;
+    int rc = 0;
+    switch (q->kind) {
+    case CALL_PLAN:
+        rf_kv_crop(&q->kv, q->kv.len - q->call_n);
+        plan_drafts(q, 0, q->call_n, q->scratch.draft, q->scratch.conf);
+        verify(q);
+        break;
+    case CALL_VERIFY: rc = verify_after(q); break;
+    case CALL_DRAFT:
+        infill_draft_after(q);
+        infill_verify(q);
+        break;
+    case CALL_INFILL_VERIFY:
+        infill_verify_after(q);
+        rc = infill_next(q);
+        break;
+    case CALL_REFEED: rc = ar_correct_refeed_after(q); break;
+    case CALL_NONE: rf_die("plan-and-infill: a call with no step waiting for it");
+    }
+    q->logits = NULL;
+    if (rc) {
+        q->failed = 1;
+        return -1;
+    }
+    return q->done;
+}
+
+int rf_pi_seq_done(const rf_pi_seq *q) { return q->done || q->failed; }
+
+void rf_pi_seq_free(rf_pi_seq *q) {
+    if (!q) return;
+    ans_free(&q->ans);
+    rf_scoped_free(q->masked), rf_scoped_free(q->block_first), rf_scoped_free(q->tok), rf_scoped_free(q->pos);
+    rf_scoped_free(q->logit_idx), rf_scoped_free(q->logit_row), rf_scoped_free(q->prefill_pos);
+    rf_scoped_free(q->ar_logits), rf_scoped_free(q->ar_logits_ok), rf_scoped_free(q->next_plan_draft);
+    rf_scoped_free(q->next_plan_conf), rf_scoped_free(q->prompt);
+    rf_scoped_free(q->scratch.draft), rf_scoped_free(q->scratch.spec), rf_scoped_free(q->scratch.conf);
+    rf_scoped_free(q->scratch.tag), rf_scoped_free(q->scratch.passes), rf_scoped_free(q->scratch.how);
+    rf_scoped_free(q->scratch.was_accepted), rf_scoped_free(q->scratch.chosen);
+    rf_scoped_free(q->scratch.slot_of), rf_scoped_free(q->scratch.stale);
+    rf_scoped_free(q->scratch.gone), rf_scoped_free(q->scratch.done), rf_scoped_free(q->scratch.next_slots);
+    rf_kv_free(&q->kv);
+    rf_scoped_free(q);
+}
+
+int rf_pi_seq_finish(rf_pi_seq *q, rf_gen_result *out) {
+    memset(out, 0, sizeof *out);
+    int rc = q->failed || !q->done ? -1 : 0;
+    if (!q->failed && !q->done) rf_set_error("plan-and-infill: finished before its answer was complete");
+    rc = ans_end(&q->ans, rc, q->P, out); /* q->ans is freed (and zeroed) either way */
+    rf_pi_seq_free(q);
     return rc;
 }
+
+/* ---- the driver alone ------------------------------------------------------------- */
 
 int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
                          rf_gen_result *out) {
     if (p->rolling) return rf_generate_rolling(m, prompt, n_prompt, p, out);
     memset(out, 0, sizeof *out);
-    if (rf_gen_check(m, prompt, n_prompt, p, 0)) return -1;
-    refusion_state dec;
-    memset(&dec, 0, sizeof dec);
-    dec.m = m;
-    dec.p = p;
-    dec.n_vocab = m->cfg.vocab_size;
-    dec.S = p->slot_size;
-    dec.P = n_prompt;
-    dec.gen_len = gen_padded(p);
-    dec.mask_id = gen_mask_id(m, p);
-    dec.eos_id = gen_eos_id(m, p);
-    dec.prompt = prompt;
-    dec.prompt_pending = 1;
-    rf_rng_seed(&dec.rng, p->seed);
-
-    int n_slots = dec.gen_len / dec.S;
-    int *block_first = rf_scoped_malloc((size_t)(n_slots + 1) * sizeof(int));
-    int n_blocks = rf_block_layout(n_slots, p->n_blocks, block_first), max_block_slots = 0;
-    for (int block = 0; block < n_blocks; block++)
-        if (block_first[block + 1] - block_first[block] > max_block_slots)
-            max_block_slots = block_first[block + 1] - block_first[block];
-    dec.max_tokens = max_block_slots * dec.S * (p->lookahead ? 2 : 1); /* lookahead: a verification + the next plan */
-    dec.block_first = block_first, dec.n_blocks = n_blocks;
-    if (dec.max_tokens < 256 && dec.max_tokens < dec.P) dec.max_tokens = dec.P < 256 ? dec.P : 256; /* prefill chunk */
-    rf_workspace_kv_init(p->ws, &dec.kv, &m->cfg, dec.P + dec.gen_len);
-    dec.runstate = rf_workspace_runstate(p->ws, &m->cfg, dec.max_tokens, dec.P + dec.gen_len + dec.S);
-    dec.logits = rf_scoped_malloc((size_t)dec.max_tokens * dec.n_vocab * sizeof(float));
-    dec.tok = rf_scoped_malloc((size_t)dec.max_tokens * sizeof(int));
-    dec.pos = rf_scoped_malloc((size_t)dec.max_tokens * sizeof(int));
-    dec.logit_idx = rf_scoped_malloc((size_t)dec.max_tokens * sizeof(int));
-    dec.logit_row = rf_scoped_malloc((size_t)dec.max_tokens * sizeof(int));
-    if (p->lookahead) {
-        dec.next_plan_draft = rf_scoped_malloc((size_t)dec.max_tokens * sizeof(int));
-        dec.next_plan_conf = rf_scoped_malloc((size_t)dec.max_tokens * sizeof(float));
-    }
-    if (p->ar_check_first) {
-        dec.ar_logits = rf_scoped_malloc((size_t)(max_block_slots + 1) * dec.n_vocab * sizeof(float));
-        dec.ar_logits_ok = rf_scoped_calloc((size_t)max_block_slots + 1, 1);
-    }
-    const size_t max_block_tokens = (size_t)max_block_slots * dec.S;
-    dec.scratch.draft = rf_scoped_malloc(max_block_tokens * sizeof(int));
-    dec.scratch.spec = rf_scoped_malloc(max_block_tokens * sizeof(int));
-    dec.scratch.conf = rf_scoped_malloc(max_block_tokens * sizeof(float));
-    dec.scratch.tag = rf_scoped_malloc(max_block_tokens);
-    dec.scratch.passes = rf_scoped_malloc(max_block_tokens);
-    dec.scratch.how = rf_scoped_malloc(max_block_tokens);
-    dec.scratch.chosen = rf_scoped_malloc((size_t)max_block_slots * sizeof(int));
-    dec.scratch.slot_of = rf_scoped_malloc((size_t)max_block_slots * sizeof(int));
-    dec.scratch.gone = rf_scoped_malloc((size_t)max_block_slots);
-    dec.scratch.done = rf_scoped_malloc((size_t)max_block_slots);
-    if (p->lookahead)
-        dec.scratch.next_slots = rf_scoped_malloc((size_t)(max_block_slots + dec.max_tokens / dec.S) * sizeof(int));
-    ans_init(&dec.ans, p, dec.gen_len, dec.eos_id);
-    int *masked = rf_scoped_malloc((size_t)n_slots * sizeof(int)), rc = 0, eos_flag = 0;
-
-    for (int block = 0; block < n_blocks && !eos_flag && rc == 0; block++) {
-        int n_masked = 0;
-        for (int slot = block_first[block]; slot < block_first[block + 1]; slot++) masked[n_masked++] = slot;
-        if (dec.ar_logits && block > 0) ar_logits_next_block(&dec, block_first[block], max_block_slots);
-        dec.block_start = block_first[block];
-        while (n_masked > 0) {
-            n_masked = refusion_step(&dec, block, masked, n_masked, &eos_flag);
-            if (n_masked < 0) {
-                rc = -1;
-                break;
-            }
+    rf_pi_seq *q = rf_pi_seq_new(m, prompt, n_prompt, p);
+    if (!q) return -1;
+    const int width = rf_pi_seq_width(q);
+    rf_runstate *rs = rf_workspace_runstate(p->ws, &m->cfg, width, rf_pi_seq_context(q));
+    float *logits = rf_scoped_malloc((size_t)width * m->cfg.vocab_size * sizeof(float));
+    int rc = 0;
+    while (!rc && !rf_pi_seq_done(q)) {
+        rf_step_call c;
+        if (rf_pi_seq_next(q, width, &c) < 1) {
+            rc = -1;
+            break;
         }
+        c.b.logits = logits;
+        if ((rc = rf_workspace_forward(p->ws, m, c.kv, rs, &c.b))) break;
+        rc = rf_pi_seq_after(q, c.b.n_logits ? logits : NULL) < 0 ? -1 : 0;
     }
-    rf_scoped_free(masked), rf_scoped_free(block_first), rf_scoped_free(dec.logits), rf_scoped_free(dec.tok);
-    rf_scoped_free(dec.pos), rf_scoped_free(dec.logit_idx), rf_scoped_free(dec.logit_row);
-    rf_scoped_free(dec.ar_logits), rf_scoped_free(dec.ar_logits_ok), rf_scoped_free(dec.next_plan_draft);
-    rf_scoped_free(dec.next_plan_conf);
-    rf_scoped_free(dec.scratch.draft), rf_scoped_free(dec.scratch.spec), rf_scoped_free(dec.scratch.conf);
-    rf_scoped_free(dec.scratch.tag);
-    rf_scoped_free(dec.scratch.passes), rf_scoped_free(dec.scratch.how), rf_scoped_free(dec.scratch.chosen);
-    rf_scoped_free(dec.scratch.slot_of);
-    rf_scoped_free(dec.scratch.gone), rf_scoped_free(dec.scratch.done), rf_scoped_free(dec.scratch.next_slots);
-    rf_workspace_runstate_free(p->ws, dec.runstate);
-    rf_kv_free(&dec.kv);
-    return ans_end(&dec.ans, rc, n_prompt, out);
+    rf_scoped_free(logits);
+    rf_workspace_runstate_free(p->ws, rs);
+    if (rc) {
+        rf_pi_seq_free(q);
+        return -1;
+    }
+    return rf_pi_seq_finish(q, out);
 }

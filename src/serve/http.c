@@ -296,13 +296,12 @@ static enum MHD_Result send_metrics(struct MHD_Connection *c, request *q, rf_ser
     M("batch_mixed_calls_total", "counter", "Batched model calls with a rolling-slot row beside other rows.", " %llu",
       s->batch_mixed_calls);
     M("batch_worker_calls_total", "counter",
-      "Model calls of the generations run in worker threads (plan-and-infill, MDM, n > 1 choices) that joined "
-      "batched calls.",
+      "Model calls of plan-and-infill and MDM generations in the batched calls.",
       " %llu", s->batch_worker_calls);
     M("batch_worker_rows_total", "counter", "Rows of those calls in the batched model calls.", " %llu",
       s->batch_worker_rows);
     M("batch_worker_mixed_calls_total", "counter",
-      "Batched model calls with a worker generation's call beside another generation's.", " %llu",
+      "Batched model calls with a plan-and-infill or MDM call beside another generation's.", " %llu",
       s->batch_worker_mixed_calls);
     M("prefix_cache_hits_total", "counter", "Batched requests that started from a cached prompt prefix.", " %llu",
       s->prefix_hits);

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "decode/ar_step.h"
+#include "decode/mdm.h"
+#include "decode/refusion_step.h"
 #include "decode/rolling_step.h"
 #include "model/forward.h"
 #include "model/runstate.h" /* its max_tokens, to grow it */
@@ -17,22 +19,22 @@
 
 /* Continuous batching.
  * The scheduler thread makes one forward pass at a time for every running
- * generation. Its own rows (AR decoding and the rolling slot, one choice:
- * decode/ar_step.h, decode/rolling_step.h): each step it asks every row's
- * sequence for its next call (the token just drawn, a rolling call, or a
- * chunk of its prompt). The other generations (plan-and-infill, MDM, n > 1
- * choices) run their decoders in the worker threads, but each of their
- * model calls comes here (remote_forward below) and waits for the next
- * step. The step runs the rows' calls and the workers' calls as one pass
- * (rf_forward_calls: each call on its own KV cache - a plan-and-infill
- * call's forked rows, MDM's bidirectional pass - the weights read once)
- * and hands each its logits. New jobs join at the next step, finished
+ * generation, each a row driven by its decoder's step machine (AR decoding,
+ * the rolling slot, plan-and-infill, MDM: decode/ar_step.h,
+ * decode/rolling_step.h, decode/refusion_step.h, decode/mdm.h; n > 1
+ * choices one after the other on the same row). Each step it asks every
+ * row's machine for its next call (the token just drawn, a rolling call, a
+ * plan, a verification or an infilling call on forked rows, MDM's
+ * bidirectional pass, or a chunk of its prompt) and runs them as one pass
+ * (rf_forward_calls: each call on its own KV cache, the weights read once),
+ * then hands each its logits. New jobs join at the next step, finished
  * ones leave; a cancelled one (client gone, max_tokens, stop) leaves
  * before its next call. Prompt tokens are fed at most PREFILL_BUDGET per
  * step in all, so a long prompt joins over several steps while the others
- * keep decoding (a worker's call cannot be split: see take_remote_locked).
- * Every answer is the one the generation gets alone (decode/ar_step.c;
- * tests/model_forward_calls.c, tests/serve_batch_all.sh). */
+ * keep decoding (a plan-and-infill or MDM call cannot be split: one that
+ * does not fit a budget already drawn on waits a step). Every answer is the
+ * one the generation gets alone (decode/ar_step.c; tests/decode_*_step.c,
+ * tests/model_forward_calls.c, tests/serve_batch_solo.sh). */
 enum { PREFILL_BUDGET = 256 };
 
 
@@ -40,11 +42,21 @@ typedef struct {
     job *j;
     run_ctx c;
     rf_ar_seq *q;     /* AR decoding, or */
-    rf_roll_seq *rq;  /* the rolling slot */
+    rf_roll_seq *rq;  /* the rolling slot, or */
+    rf_pi_seq *pq;    /* plan-and-infill, or */
+    rf_mdm_seq *mq;   /* MDM */
+    rf_step_call call; /* plan-and-infill and MDM: this step's call, whole (own_call) */
+    int in_call;      /* this step: its call is in the pass */
+    int choice, n_choices; /* the choice it decodes (seed + choice), of the job's n */
+    job_acc acc;      /* the job's choices so far */
     int calls0;
     double t0;
     int logit_row;    /* this step: its first row in the logits, or -1 */
 } batch_row;
+
+/* r hands in whole calls of its own (plan-and-infill, MDM), not a row of
+ * tokens to pack */
+static int own_call(const batch_row *r) { return r->pq || r->mq; }
 
 /* the decoder's callbacks, as the worker path's (the internal ids are ints):
  * one event per model call after the prompt's is counted */
@@ -54,28 +66,37 @@ static void on_event_int(const rf_decode_event *ev, void *user) { rf_answer_on_e
 /* The scheduler's calls into the library, each behind a catch point: an
  * rf_die inside (a failed allocation, a broken invariant, a test's fault
  * point) fails the rows concerned, not the server. */
-/* r's sequence: AR or the rolling slot, with a reused prefix of src */
+/* r's sequence: AR or the rolling slot, with a reused prefix of src, or
+ * plan-and-infill or MDM (which reuse none) */
 static int guarded_new(const rf_model *m, batch_row *r, const rf_gen_params *p, const rf_kvcache *src,
                        int n_reuse) {
     const job *j = r->j;
     rf_catch k;
     rf_catch_push(&k);
     if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
-    if (p->method == RF_METHOD_REFUSION)
+    if (p->method == RF_METHOD_MDM)
+        r->mq = rf_mdm_seq_new(m, j->req.prompt, j->req.n_prompt, p, NULL);
+    else if (p->method == RF_METHOD_REFUSION && !p->rolling)
+        r->pq = rf_pi_seq_new(m, j->req.prompt, j->req.n_prompt, p);
+    else if (p->method == RF_METHOD_REFUSION)
         r->rq = rf_roll_seq_new_reusing(m, j->req.prompt, j->req.n_prompt, p, src, n_reuse);
     else
         r->q = rf_ar_seq_new_reusing(m, j->req.prompt, j->req.n_prompt, p, src, n_reuse);
     rf_catch_pop(&k);
-    return r->q || r->rq ? 0 : -1;
+    return r->q || r->rq || r->pq || r->mq ? 0 : -1;
 }
 /* r's next call: its tokens (count returned, < 0: failed), positions and
- * how many of its last tokens want logits */
+ * how many of its last tokens want logits (plan-and-infill: the whole call
+ * in r->call, its logits wanted in *n_logits) */
 static int guarded_next(batch_row *r, int budget, const int **t, const int **ps, int *buf, int *n_logits) {
     rf_catch k;
     rf_catch_push(&k);
     if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
     int n;
-    if (r->rq) {
+    if (r->pq || r->mq) {
+        n = r->pq ? rf_pi_seq_next(r->pq, budget, &r->call) : rf_mdm_seq_next(r->mq, budget, &r->call);
+        *n_logits = n > 0 ? r->call.b.n_logits : 0;
+    } else if (r->rq) {
         n = rf_roll_seq_next(r->rq, budget, t, ps, n_logits);
     } else {
         n = rf_ar_seq_next(r->q, budget, t, ps, buf);
@@ -89,7 +110,10 @@ static int guarded_after(batch_row *r, const float *logits) {
     rf_catch k;
     rf_catch_push(&k);
     if (setjmp(k.jb)) return k.oom ? RF_ERR_NOMEM : -1;
-    int done = r->rq ? rf_roll_seq_after(r->rq, logits) : rf_ar_seq_after(r->q, logits);
+    int done = r->pq   ? rf_pi_seq_after(r->pq, logits)
+               : r->mq ? rf_mdm_seq_after(r->mq, logits)
+               : r->rq ? rf_roll_seq_after(r->rq, logits)
+                       : rf_ar_seq_after(r->q, logits);
     rf_catch_pop(&k);
     return done;
 }
@@ -113,67 +137,82 @@ static rf_runstate *guarded_runstate(const rf_config *cfg, int max_tokens, int m
 }
 
 /* The row's last steps, whatever ended it: its context and r freed, the job
- * finished with a (its answer, or nothing on failure) and rc, the row's
- * place and its reference to the job given back. */
-static void row_release(rf_server *s, batch_row *r, job_acc *a, int rc) {
+ * finished with r->acc (its choices, or nothing on failure) and rc, the
+ * row's place and its reference to the job given back. */
+static void row_release(rf_server *s, batch_row *r, int rc) {
     job *j = r->j;
+    job_acc a = r->acc;
     rf_answer_free(&r->c);
     free(r);
-    rf_job_finish(s, j, a, rc);
+    rf_job_finish(s, j, &a, rc);
     pthread_mutex_lock(&s->mu);
     s->n_active--;
     rf_serve_job_unref_locked(j);
     pthread_mutex_unlock(&s->mu);
 }
 
-/* A row for job j (its decoder's callbacks hold its address: rows are
- * allocated one by one, never moved), or NULL when it could not start (the
- * job is then finished, failed). rs: the scheduler's run state (NULL: it
- * could not be allocated). */
+/* Start r's choice r->choice: its answer context and its sequence, seeded
+ * with the job's seed + choice (AR and the rolling slot from a cached
+ * prompt prefix when there is one). 0, or the failure. */
+static int choice_begin(rf_server *s, batch_row *r, prefix_cache *pc) {
+    job *j = r->j;
+    r->t0 = rf_now();
+    int rc = rf_answer_begin(s, j, r->choice, &r->c, &r->calls0);
+    if (rc) return rc;
+    rf_gen_params p = j->req.p;
+    p.seed += (uint64_t)r->choice;
+    p.on_tokens = on_tokens_int, p.on_event = on_event_int, p.user = &r->c;
+    p.cancel = &j->cancel_flag;
+    p.ws = NULL; /* the sequence's own cache */
+    int common = 0;
+    pc_entry *e = p.method == RF_METHOD_MDM || (p.method == RF_METHOD_REFUSION && !p.rolling)
+                      ? NULL /* plan-and-infill's and MDM's caches are not a prefix to keep or take */
+                      : rf_pc_find(pc, j->req.prompt, j->req.n_prompt, &common);
+    common = rf_kv_reusable(e ? &e->kv : NULL, common, j->req.n_prompt); /* as the sequences cut it */
+    rc = guarded_new(s->m, r, &p, e ? &e->kv : NULL, common);
+    if (!rc && common > 0) {
+        pthread_mutex_lock(&s->mu);
+        s->prefix_hits++;
+        s->prefix_tokens += common;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return rc;
+}
+
+/* A row for job j, its first choice started (its decoder's callbacks hold
+ * its address: rows are allocated one by one, never moved), or NULL when it
+ * could not start (the job is then finished, failed). rs: the scheduler's
+ * run state (NULL: it could not be allocated). */
 static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs, prefix_cache *pc) {
     batch_row *r = rf_calloc(1, sizeof *r);
     r->j = j;
-    r->t0 = rf_now();
-    int rc = rf_answer_begin(s, j, 0, &r->c, &r->calls0);
-    if (!rc && !rs) {
+    r->n_choices = j->req.n_choices > 1 ? j->req.n_choices : 1;
+    rf_acc_init(&r->acc);
+    int rc = 0;
+    if (!rs) {
         rf_set_error("out of memory for the batched model calls' buffers");
         rc = RF_ERR_NOMEM;
     }
-    if (!rc) {
-        rf_gen_params p = j->req.p;
-        p.on_tokens = on_tokens_int, p.on_event = on_event_int, p.user = &r->c;
-        p.cancel = &j->cancel_flag;
-        p.ws = NULL; /* the sequence's own cache */
-        int common = 0;
-        pc_entry *e = rf_pc_find(pc, j->req.prompt, j->req.n_prompt, &common);
-        common = rf_kv_reusable(e ? &e->kv : NULL, common, j->req.n_prompt); /* as the sequences cut it */
-        rc = guarded_new(s->m, r, &p, e ? &e->kv : NULL, common);
-        if (!rc && common > 0) {
-            pthread_mutex_lock(&s->mu);
-            s->prefix_hits++;
-            s->prefix_tokens += common;
-            pthread_mutex_unlock(&s->mu);
-        }
-    }
+    if (!rc) rc = choice_begin(s, r, pc);
     if (rc) {
-        job_acc a;
-        rf_acc_init(&a);
-        row_release(s, r, &a, rc);
+        row_release(s, r, rc);
         return NULL;
     }
     return r;
 }
 
-/* Row r is over: rc 0 when its sequence completed, else the failure
- * (cancelled, cut, or an error in rf_last_error()). Its sequence is freed
- * in every case: an rf_die inside one of its steps cannot leave it half
- * changed, since a step's only lasting allocation (the next step's
- * statistics, ans_step) is its last action. r itself is freed. */
-static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
+/* Row r's choice is over: rc 0 when its sequence completed, else the
+ * failure (cancelled, cut, or an error in rf_last_error()). Its sequence is
+ * freed in every case: an rf_die inside one of its steps cannot leave it
+ * half changed, since a step's only lasting allocation (the next step's
+ * statistics, ans_step) is its last action. Returns 1 when the row goes on
+ * with the job's next choice (n > 1, each after the other as the workers
+ * ran them), else 0: r is freed. */
+static int row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
     job *j = r->j;
     rf_stats st;
     memset(&st, 0, sizeof st);
-    if (!rc && s->cfg.cache_bytes > 0) { /* its cache, for the requests that begin the same way */
+    if (!rc && s->cfg.cache_bytes > 0 && !own_call(r)) { /* its cache, for the requests that begin the same way */
         rf_kvcache kv;
         int *ids, n = r->rq ? rf_roll_seq_take_cache(r->rq, &kv, &ids) : rf_ar_seq_take_cache(r->q, &kv, &ids);
         rf_pc_put(pc, s->cfg.cache_bytes, &kv, ids, n);
@@ -183,7 +222,10 @@ static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
     }
     if (!rc) {
         rf_gen_result g;
-        rc = r->rq ? rf_roll_seq_finish(r->rq, &g) : rf_ar_seq_finish(r->q, &g);
+        rc = r->pq   ? rf_pi_seq_finish(r->pq, &g)
+             : r->mq ? rf_mdm_seq_finish(r->mq, &g)
+             : r->rq ? rf_roll_seq_finish(r->rq, &g)
+                     : rf_ar_seq_finish(r->q, &g);
         if (!rc) {
             st.n_tokens = g.n_ids, st.hit_eos = g.hit_eos, st.n_calls = g.n_calls, st.seconds = g.wall_s;
             st.tpf = g.tpf, st.tokens_per_call = g.tokens_per_call, st.tokens_per_s = g.tokens_per_s;
@@ -193,13 +235,19 @@ static void row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
     } else {
         rf_ar_seq_free(r->q);
         rf_roll_seq_free(r->rq);
+        rf_pi_seq_free(r->pq);
+        rf_mdm_seq_free(r->mq);
     }
-    r->q = NULL, r->rq = NULL;
+    r->q = NULL, r->rq = NULL, r->pq = NULL, r->mq = NULL;
     rc = rf_answer_end(s, j, &r->c, &st, rc, rf_now() - r->t0, r->calls0);
-    job_acc a;
-    rf_acc_init(&a);
-    if (!rc) rf_acc_choice(s, j, &a, &r->c, &st, 0, 1);
-    row_release(s, r, &a, rc);
+    if (!rc) rf_acc_choice(s, j, &r->acc, &r->c, &st, r->choice, r->n_choices);
+    if (!rc && r->choice + 1 < r->n_choices) {
+        rf_answer_free(&r->c);
+        r->choice++;
+        if (!(rc = choice_begin(s, r, pc))) return 1;
+    }
+    row_release(s, r, rc);
+    return 0;
 }
 
 /* The scheduler's buffers for one call's rows, grown when a step needs more
@@ -244,97 +292,21 @@ static int guarded_reserve(step_bufs *b, int T, int n, int L, int nl, int V) {
     return 0;
 }
 
-/* ---- the workers' model calls ------------------------------------------------------
- * With continuous batching, a worker's session has an executor
- * (rf_workspace_set_forward) that hands each model call of the decoder it
- * runs to the scheduler and waits until the scheduler has run it as part
- * of its next batched call: plan-and-infill's forked rows, MDM's
- * bidirectional passes and the calls of n > 1 choices share the weight
- * reads with everything else instead of competing for memory bandwidth
- * with their own calls. The call was checked (against the decoder's own
- * cache and run state) and logged on the worker's thread before it came
- * here, exactly as rf_forward does; the scheduler runs it on its run state
- * with the same numbers as alone (forward.c: a token's numbers do not
- * depend on the other tokens of a pass). */
-typedef struct remote_call {
-    rf_kvcache *c;          /* the decoder's cache and call: only the scheduler */
-    const rf_batch *b;      /* touches them until done is set */
-    pthread_cond_t *cv;     /* the waiting worker's */
-    /* under s->mu */
-    int done;
-    int rc;                 /* 0, -1 (refused), RF_ERR_NOMEM, RF_ERR_INTERNAL (an rf_die in the pass) */
-    char err[300];          /* the scheduler's rf_last_error() of a failure */
-    struct remote_call *next;
-} remote_call;
-
-/* The executor of a worker's decoder (user: the rf_worker): queue the call
- * for the scheduler, wait, and fail as the call would have failed alone
- * (a failed allocation or an rf_die in the pass unwinds the decoder to
- * rf_generate's catch point, which frees its memory). */
-int rf_serve_remote_forward(void *user, const rf_model *m, rf_kvcache *c, const rf_batch *b) {
-    (void)m;
-    rf_worker *w = user;
-    rf_server *s = w->s;
-    remote_call q = {.c = c, .b = b, .cv = &w->call_cv};
-    pthread_mutex_lock(&s->mu);
-    if (s->scheduler_gone) {
-        pthread_mutex_unlock(&s->mu);
-        rf_set_error("the server is shutting down");
-        return -1;
-    }
-    if (s->rtail) s->rtail->next = &q;
-    else s->rhead = &q;
-    s->rtail = &q;
-    pthread_cond_signal(&s->batch_cv);
-    while (!q.done) pthread_cond_wait(&w->call_cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
-    if (q.rc == RF_ERR_NOMEM) rf_oom_msg(q.err);
-    if (q.rc == RF_ERR_INTERNAL) rf_die("%s", q.err);
-    if (q.rc) rf_set_error("%s", q.err);
-    return q.rc ? -1 : 0;
-}
-
-/* The call is over (rc, the error in rf_last_error() of this thread):
- * wake its worker. s->mu held. */
-static void remote_done_locked(remote_call *q, int rc) {
-    q->rc = rc;
-    if (rc) snprintf(q->err, sizeof q->err, "%s", rf_last_error());
-    q->done = 1;
-    pthread_cond_signal(q->cv);
-}
-
-/* This step's calls of the workers (s->mu held): taken off the queue in
- * order into out (at most max), each with its tokens fed without logits
- * (a prompt chunk, MDM's recomputed context) counted against the step's
- * prompt budget *left. Such a call cannot be split: the first one always
- * goes, a later one that does not fit waits for the next step. */
-static int take_remote_locked(rf_server *s, remote_call **out, int max, int *left) {
-    int n = 0;
-    s->rtail = NULL;
-    for (remote_call **l = &s->rhead; *l;) {
-        remote_call *q = *l;
-        int fed = q->b->n_rows * q->b->n_tok - q->b->n_logits;
-        if (n == max || (fed > 0 && *left < PREFILL_BUDGET && fed > *left)) { /* the next step's */
-            s->rtail = q;
-            l = &q->next;
-            continue;
-        }
-        if (fed > 0) *left -= fed;
-        *l = q->next;
-        q->next = NULL;
-        out[n++] = q;
-    }
-    return n;
-}
-
-/* A batched call's generations: the scheduler's rows (one row of tokens
- * each, in sb) and the workers' calls, as rf_forward_calls takes them. */
+/* A batched call's generations: the scheduler's rows (AR and rolling rows
+ * one row of tokens each, in sb; a plan-and-infill or MDM call its own), as
+ * rf_forward_calls takes them. */
 typedef struct {
     int n;                 /* calls */
     rf_kvcache **kv;       /* [cap] */
     rf_batch *calls;       /* [cap] */
     int rows;              /* rows in all (a forked call's R rows each count) */
 } step_calls;
+
+/* The context a call on cache c needs (the most of it and ctx). */
+static int call_context(const rf_kvcache *c, const rf_batch *b, int ctx) {
+    int need = c->n_rows ? c->fork_len + c->row_cap + b->n_tok : c->len + b->n_tok;
+    return need > ctx ? need : ctx;
+}
 
 /* Grow the run state *rs for a call of T tokens over contexts up to ctx
  * (a wider call than any before: twice the tokens, or T): 0, or
@@ -351,7 +323,8 @@ static int fit_runstate(rf_server *s, rf_runstate **rs, int T, int ctx, int *max
     return 0;
 }
 
-/* The step's call in /health's and /metrics' counters. */
+/* The step's call in /health's and /metrics' counters (n_worker,
+ * worker_rows: the plan-and-infill and MDM calls and their rows). */
 static void count_step(rf_server *s, const step_calls *sc, int n_roll, int n_worker, int worker_rows) {
     pthread_mutex_lock(&s->mu);
     s->batch_calls += sc->n > 0;
@@ -365,20 +338,36 @@ static void count_step(rf_server *s, const step_calls *sc, int n_roll, int n_wor
     pthread_mutex_unlock(&s->mu);
 }
 
-/* The workers' calls of the step are over (rc): their logits where their
- * decoders asked (rem_l[k]: the first row of call k in logits), and each
- * worker woken. A call refused before the pass is NULL (answered then). */
-static void deliver_remote(rf_server *s, remote_call **rem, const int *rem_l, int nrem, const float *logits, int V,
-                           int rc) {
-    for (int k = 0; k < nrem; k++) {
-        if (!rem[k]) continue;
-        const rf_batch *b = rem[k]->b;
-        if (!rc && b->n_logits > 0)
-            memcpy(b->logits, logits + (size_t)rem_l[k] * V, (size_t)b->n_logits * V * sizeof(float));
-        pthread_mutex_lock(&s->mu);
-        remote_done_locked(rem[k], rc);
-        pthread_mutex_unlock(&s->mu);
+/* The rows' calls of the step (row i: row_n[i] tokens, row_nl[i] logits;
+ * AR and rolling rows at row_at[i] in sb, a plan-and-infill row's call its
+ * own) into sc, each checked as rf_forward checks it alone: a refused one
+ * is marked (logit_row -2: its generation fails), the others go. Returns
+ * the logits rows they take; *n_own, *own_rows: the plan-and-infill and MDM
+ * calls and their rows. */
+static int rows_calls(rf_server *s, batch_row **rows, int n_rows, const int *row_at, const int *row_n,
+                      const int *row_nl, step_bufs *sb, const rf_runstate *rs, step_calls *sc, int *n_own,
+                      int *own_rows) {
+    int nl = 0;
+    for (int i = 0; i < n_rows; i++) {
+        if (!row_n[i]) continue;
+        rf_batch b = rows[i]->call.b;
+        rf_kvcache *c = rows[i]->call.kv;
+        if (!own_call(rows[i])) {
+            int *lidx = sb->lidx + nl;
+            for (int k = 0; k < row_nl[i]; k++) lidx[k] = row_n[i] - row_nl[i] + k;
+            b = (rf_batch){1, row_n[i], sb->tokens + row_at[i], sb->pos + row_at[i], 0, row_nl[i], lidx, NULL};
+            c = rows[i]->rq ? rf_roll_seq_kv(rows[i]->rq) : rf_ar_seq_kv(rows[i]->q);
+        }
+        if (rf_forward_check(s->m, c, rs, &b)) {
+            rows[i]->logit_row = -2; /* refused */
+            continue;
+        }
+        if (row_nl[i] > 0) rows[i]->logit_row = nl;
+        nl += row_nl[i];
+        sc->kv[sc->n] = c, sc->calls[sc->n++] = b, sc->rows += b.n_rows;
+        if (own_call(rows[i])) (*n_own)++, *own_rows += b.n_rows;
     }
+    return nl;
 }
 
 void *rf_serve_scheduler_main(void *arg) {
@@ -388,15 +377,11 @@ void *rf_serve_scheduler_main(void *arg) {
     /* tokens of a call at first: the prompt budget and, per row, a rolling
      * call of two slots of 4 (the demo model's); more when a step needs it */
     const int cap = s->cfg.workers, V = s->m->cfg.vocab_size, max_t = PREFILL_BUDGET + 8 * cap;
-    const int n_remote = s->cfg.workers; /* a worker waits for its call: at most one each */
     int max_ctx = s->m->cfg.max_pos;
     batch_row **rows = rf_calloc((size_t)cap, sizeof *rows);
     int *row_at = rf_calloc((size_t)cap, sizeof *row_at), *row_n = rf_calloc((size_t)cap, sizeof *row_n);
     int *row_nl = rf_calloc((size_t)cap, sizeof *row_nl);
-    remote_call **rem = rf_calloc((size_t)n_remote, sizeof *rem);
-    int *rem_l = rf_calloc((size_t)n_remote, sizeof *rem_l); /* its first logits row */
-    step_calls sc = {0, rf_calloc((size_t)(cap + n_remote), sizeof(rf_kvcache *)),
-                     rf_calloc((size_t)(cap + n_remote), sizeof(rf_batch)), 0};
+    step_calls sc = {0, rf_calloc((size_t)cap, sizeof(rf_kvcache *)), rf_calloc((size_t)cap, sizeof(rf_batch)), 0};
     step_bufs sb = {rf_calloc((size_t)max_t, sizeof(int)), rf_calloc((size_t)max_t, sizeof(int)), max_t,
                     rf_calloc((size_t)cap, sizeof(int)), rf_calloc((size_t)cap * V, sizeof(float)), cap};
     int *pos_buf = rf_calloc(PREFILL_BUDGET, sizeof *pos_buf);
@@ -406,12 +391,10 @@ void *rf_serve_scheduler_main(void *arg) {
     rf_runstate *rs = guarded_runstate(&s->m->cfg, max_t, max_ctx);
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        /* once stopping, no new batched jobs; the running ones finish, and
-         * the workers' calls are served until every worker has ended */
-        while (!n_rows && !s->bhead && !s->rhead && !(s->stopping && !s->workers_live))
-            pthread_cond_wait(&s->batch_cv, &s->mu);
+        /* once stopping, no new batched jobs; the running ones finish */
+        while (!n_rows && !s->bhead && !s->stopping) pthread_cond_wait(&s->batch_cv, &s->mu);
         if (s->stopping) rf_queue_fail_locked(s, &s->bhead, &s->btail);
-        if (s->stopping && !n_rows && !s->rhead && !s->workers_live) break;
+        if (s->stopping && !n_rows) break;
         /* new jobs join */
         while (n_rows < cap && s->bhead) {
             job *j = rf_queue_pop_locked(&s->bhead, &s->btail);
@@ -421,23 +404,35 @@ void *rf_serve_scheduler_main(void *arg) {
             pthread_mutex_lock(&s->mu);
         }
         int left = PREFILL_BUDGET;
-        int nrem = take_remote_locked(s, rem, n_remote, &left);
         pthread_mutex_unlock(&s->mu);
 
-        /* this step's call: every row's next tokens, then the workers' calls */
-        int nr = 0, T = 0, nl = 0, n_roll = 0, rc = 0, ctx = max_ctx;
+        /* this step's call: every row's next call */
+        int nr = 0, T = 0, nl = 0, n_roll = 0, rc = 0, ctx = max_ctx, T_own = 0;
         for (int i = 0; i < n_rows; i++) {
             batch_row *r = rows[i];
             const int *t = NULL, *ps = NULL;
             int nli = 0, n = guarded_next(r, left > 0 ? left : 1, &t, &ps, pos_buf, &nli);
-            r->logit_row = -1;
+            r->logit_row = -1, r->in_call = 0;
             row_n[i] = 0;
-            if (n < 0) { /* cancelled, cut or failed: it leaves */
-                row_end(s, r, n, &pc);
-                rows[i--] = rows[--n_rows];
+            if (n < 0) { /* cancelled, cut or failed: it leaves (or its next choice starts) */
+                if (!row_end(s, r, n, &pc)) rows[i--] = rows[--n_rows];
                 continue;
             }
             if (n == 0) continue;
+            if (own_call(r)) { /* a call of its own (its tokens stay the machine's): */
+                /* what it feeds without logits (a prompt chunk, MDM's
+                 * recomputed context) shares the budget; it cannot be split:
+                 * one that does not fit a budget already drawn on waits */
+                int fed = n - nli;
+                if (fed > 0 && left < PREFILL_BUDGET && fed > left) continue;
+                left -= fed;
+                r->in_call = 1;
+                ctx = call_context(r->call.kv, &r->call.b, ctx);
+                if (!rc) rc = guarded_reserve(&sb, T, 0, nl, nli, V);
+                row_n[i] = n, row_nl[i] = nli;
+                T_own += n, nl += nli, nr++;
+                continue;
+            }
             /* prompt chunks (tokens fed without logits) share the budget;
              * decoding rows (an AR token, a rolling call) always go */
             if (n > nli) left -= n;
@@ -445,90 +440,44 @@ void *rf_serve_scheduler_main(void *arg) {
             if (rc) continue; /* no memory for the call: every row fails below */
             memcpy(sb.tokens + T, t, (size_t)n * sizeof(int));
             memcpy(sb.pos + T, ps, (size_t)n * sizeof(int));
-            row_at[i] = T, row_n[i] = n, row_nl[i] = nli;
+            row_at[i] = T, row_n[i] = n, row_nl[i] = nli, r->in_call = 1;
             T += n, nl += nli;
             n_roll += r->rq != NULL;
             nr++;
         }
-        for (int k = 0; k < nrem; k++) {
-            const rf_batch *b = rem[k]->b;
-            const rf_kvcache *c = rem[k]->c;
-            int need = c->n_rows ? c->fork_len + c->row_cap + b->n_tok : c->len + b->n_tok;
-            if (need > ctx) ctx = need;
-            if (!rc) rc = guarded_reserve(&sb, T, 0, nl, b->n_logits, V);
-            T += b->n_rows * b->n_tok, nl += b->n_logits;
-        }
-        if (!nr && !nrem && !rc) {
+        if (!nr && !rc) {
             pthread_mutex_lock(&s->mu);
             continue;
         }
-        if (!rc) rc = fit_runstate(s, &rs, T, ctx, &max_ctx);
+        if (!rc) rc = fit_runstate(s, &rs, T + T_own, ctx, &max_ctx);
 
         /* the calls, each checked as rf_forward checks it alone: one that
          * fails leaves (its generation fails), the others go */
         sc.n = sc.rows = nl = 0;
-        for (int i = 0; i < n_rows && !rc; i++) {
-            if (!row_n[i]) continue;
-            int *lidx = sb.lidx + nl;
-            for (int k = 0; k < row_nl[i]; k++) lidx[k] = row_n[i] - row_nl[i] + k;
-            rf_batch b = {1, row_n[i], sb.tokens + row_at[i], sb.pos + row_at[i], 0, row_nl[i], lidx, NULL};
-            rf_kvcache *c = rows[i]->rq ? rf_roll_seq_kv(rows[i]->rq) : rf_ar_seq_kv(rows[i]->q);
-            if (rf_forward_check(s->m, c, rs, &b)) {
-                rows[i]->logit_row = -2; /* refused */
-                continue;
-            }
-            if (row_nl[i] > 0) rows[i]->logit_row = nl;
-            nl += row_nl[i];
-            sc.kv[sc.n] = c, sc.calls[sc.n++] = b, sc.rows++;
-        }
-        int n_worker = 0, worker_rows = 0;
-        for (int k = 0; k < nrem && !rc; k++) {
-            if (rf_forward_check(s->m, rem[k]->c, rs, rem[k]->b)) {
-                pthread_mutex_lock(&s->mu);
-                remote_done_locked(rem[k], -1);
-                pthread_mutex_unlock(&s->mu);
-                rem[k] = NULL; /* answered: its worker may have moved on */
-                continue;
-            }
-            rem_l[k] = nl;
-            nl += rem[k]->b->n_logits;
-            sc.kv[sc.n] = rem[k]->c, sc.calls[sc.n++] = *rem[k]->b;
-            n_worker++, worker_rows += rem[k]->b->n_rows;
-        }
-        sc.rows += worker_rows;
+        int n_own = 0, own_rows = 0;
+        if (!rc) nl = rows_calls(s, rows, n_rows, row_at, row_n, row_nl, &sb, rs, &sc, &n_own, &own_rows);
         if (!rc && sc.n) {
             rf_call_batch cb = {sc.n, sc.kv, sc.calls, sb.logits};
             rc = guarded_forward(s->m, rs, &cb);
         }
-        count_step(s, &sc, n_roll, n_worker, worker_rows);
-        deliver_remote(s, rem, rem_l, nrem, sb.logits, V, rc);
+        count_step(s, &sc, n_roll, n_own, own_rows);
         /* each row takes its logits (draws its tokens: on_tokens streams them) */
         for (int i = 0; i < n_rows && (nr || rc); i++) {
             batch_row *r = rows[i];
+            if (!rc && !r->in_call) continue; /* its call waits for the next step */
             int done = rc                   ? rc
                        : r->logit_row == -2 ? -1
                                             : guarded_after(r, r->logit_row >= 0 ? sb.logits + (size_t)r->logit_row * V
                                                                                  : NULL);
             int fail = done < 0 ? done : 0;
-            if (done) {
-                row_end(s, r, fail, &pc);
-                rows[i--] = rows[--n_rows];
-            }
+            if (done && !row_end(s, r, fail, &pc)) rows[i--] = rows[--n_rows];
         }
         pthread_mutex_lock(&s->mu);
     }
-    /* (none can be waiting: every worker has ended) */
-    s->scheduler_gone = 1;
-    for (remote_call *q; (q = s->rhead);) {
-        s->rhead = q->next;
-        rf_set_error("the server is shutting down");
-        remote_done_locked(q, -1);
-    }
-    s->rtail = NULL;
     pthread_mutex_unlock(&s->mu);
     while (pc.head) rf_pc_drop(&pc, &pc.head);
     rf_runstate_release(rs);
-    free(rows), free(row_at), free(row_n), free(row_nl), free(rem), free(rem_l), free(sc.kv), free(sc.calls);
+    free(rows), free(row_at), free(row_n), free(row_nl), free(sc.kv), free(sc.calls);
     free(sb.lidx), free(sb.tokens), free(sb.pos), free(pos_buf), free(sb.logits);
     return NULL;
 }

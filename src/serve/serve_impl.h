@@ -49,7 +49,6 @@ typedef struct {
     struct rf_server *s;
     refusion_session *sess;
     pthread_t thread;
-    pthread_cond_t call_cv;   /* continuous batching: the scheduler ran this worker's model call */
 } rf_worker;
 
 struct rf_server {
@@ -76,14 +75,11 @@ struct rf_server {
     int batch_peak;           /* the most rows in one call */
     unsigned long long batch_rolling_rows; /* rows of rolling-slot generations in them */
     unsigned long long batch_mixed_calls;  /* calls with a rolling-slot row beside other rows */
-    /* the model calls of the generations run in the workers (plan-and-infill,
-     * MDM, n > 1 choices) that joined the batched calls, waiting here for the
-     * scheduler's next step (scheduler.c rf_serve_remote_forward) */
-    struct remote_call *rhead, *rtail;
-    int workers_live;         /* worker threads not yet ended: the scheduler serves their calls until then */
-    int scheduler_gone;       /* the scheduler has ended: a worker's call is refused */
-    unsigned long long batch_worker_calls, batch_worker_rows; /* such calls joined, and their rows */
-    unsigned long long batch_worker_mixed_calls; /* batched calls with such a call beside another generation's */
+    /* the batched calls of plan-and-infill and MDM rows (/metrics'
+     * batch_worker_*), their rows, and the batched calls with one beside
+     * another generation's */
+    unsigned long long batch_worker_calls, batch_worker_rows;
+    unsigned long long batch_worker_mixed_calls;
     unsigned long long prefix_hits, prefix_tokens; /* requests that reused a cached prefix, and its tokens */
     size_t prefix_cache_bytes; /* held by the prefix cache */
     int n_active;             /* queued + running */
@@ -133,9 +129,6 @@ int rf_serve_batched(const rf_serve_req *r);
 job *rf_queue_pop_locked(job **head, job **tail);
 int rf_job_start_locked(rf_server *s, job *j);
 void rf_queue_fail_locked(rf_server *s, job **head, job **tail);
-/* scheduler.c: the executor of a worker's model calls under continuous
- * batching (rf_workspace_set_forward; user: the rf_worker) */
-int rf_serve_remote_forward(void *user, const rf_model *m, rf_kvcache *c, const rf_batch *b);
 /* worker.c: the thread of an rf_worker */
 void *rf_serve_worker_main(void *worker);
 /* scheduler.c: the scheduler thread of the batched generations (arg: the server) */

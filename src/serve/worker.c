@@ -1,8 +1,8 @@
-/* worker.c - the job queue and the generation threads: each worker takes
- * jobs off the FIFO queue one at a time and runs the decoder (one session
- * per worker, reused by every job it runs; with continuous batching its
- * model calls go to the scheduler: scheduler.c); the batched jobs queue for
- * the scheduler. */
+/* worker.c - the job queues and the generation threads: each worker takes
+ * jobs off the FIFO queue one at a time and runs the decoder with its own
+ * model calls (one session per worker, reused by every job it runs: every
+ * job without continuous batching, only the no-cache twin's with it); the
+ * batched jobs queue for the scheduler (scheduler.c). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,11 +119,7 @@ void *rf_serve_worker_main(void *arg) {
     /* OpenMP's thread count is a per-thread setting: set it here, in the
      * thread that runs the model */
     if (s->cfg.defaults.threads > 0) omp_set_num_threads(s->cfg.defaults.threads);
-    /* continuous batching: the decoder's model calls join the scheduler's */
-    pthread_cond_init(&w->call_cv, NULL);
-    if (s->cfg.batch) rf_workspace_set_forward(rf_session_workspace(w->sess), rf_serve_remote_forward, w);
     pthread_mutex_lock(&s->mu);
-    s->workers_live++;
     for (;;) {
         while (!s->head && !s->stopping) pthread_cond_wait(&s->queue_cv, &s->mu);
         if (s->stopping) break;
@@ -136,22 +132,20 @@ void *rf_serve_worker_main(void *arg) {
         rf_serve_job_unref_locked(j);
     }
     rf_queue_fail_locked(s, &s->head, &s->tail);
-    s->workers_live--;
-    pthread_cond_broadcast(&s->batch_cv); /* the scheduler may be waiting for the last worker to end */
     pthread_mutex_unlock(&s->mu);
-    if (s->cfg.batch) rf_workspace_set_forward(rf_session_workspace(w->sess), NULL, NULL);
-    pthread_cond_destroy(&w->call_cv);
     return NULL;
 }
 
 
 
-/* The requests the scheduler runs: one choice of AR decoding or of the
- * rolling slot (decode/ar_step.h, decode/rolling_step.h). */
+/* The requests the scheduler runs: AR decoding, the rolling slot,
+ * plan-and-infill and MDM, n choices each after the other (decode/ar_step.h,
+ * rolling_step.h, refusion_step.h, mdm.h); not plan-and-infill's no-cache
+ * twin, a check that makes no model calls rather than a step machine. */
 static int batched(const rf_serve_req *r) {
     const rf_gen_params *p = &r->p;
-    return r->n_choices <= 1 &&
-           (p->method == RF_METHOD_AR || (p->method == RF_METHOD_REFUSION && p->rolling && !p->no_cache));
+    return p->method == RF_METHOD_AR || p->method == RF_METHOD_MDM ||
+           (p->method == RF_METHOD_REFUSION && !p->no_cache);
 }
 
 int rf_serve_batched(const rf_serve_req *r) { return batched(r); }
@@ -183,9 +177,8 @@ job *rf_serve_submit(rf_server *s, rf_serve_req *r) {
         json_object_set_new(o, "choices", json_pack("[o]", c));
         rf_job_sse_append_locked(j, o);
     }
-    /* AR decoding and the rolling slot, one choice, are the scheduler's
-     * rows; the other decoders run in the workers (whose model calls, with
-     * batching, join the scheduler's: remote_forward) */
+    /* with batching, every decoder but the no-cache twin runs as a row of
+     * the scheduler; the rest in the workers, each with its own model calls */
     if (s->cfg.batch && batched(&j->req)) {
         if (s->btail) s->btail->next = j;
         else s->bhead = j;
