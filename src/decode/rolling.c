@@ -335,6 +335,7 @@ static void roll_commit(rf_roll_seq *q, const float *logits) {
         if (q->cr && rf_constraint_run_accept(q->cr, t)) break;
         int pass = j < k && draft[j] == t;
         if (j < k && p->draft_adaptive) policy_seen(&q->pol, j, conf[j], q->stale, pass);
+        ans_logprob(ans, q->n_ans, logits + (size_t)j * V, V, t); /* the model's row, as AR's */
         ans_fill(ans, q->n_ans, t);
         ans_count_how(ans, pass ? HOW_VERIFIED : HOW_FORCED_AR);
         q->n_ans++;

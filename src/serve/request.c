@@ -5,8 +5,8 @@
  * into 400 {"error": {"message", "param", ...}}. Every field must be known:
  * the decoding settings are the rows of the shared option table (common/args.h,
  * the same names, ranges and defaults as the command line); OpenAI fields we
- * do not implement are accepted only at their neutral value (logprobs false,
- * penalties 0, ...); anything else is refused, naming it. null means
+ * do not implement are accepted only at their neutral value (echo false,
+ * logit_bias {}, ...); anything else is refused, naming it. null means
  * "not given". */
 #include <jansson.h>
 #include <limits.h>
@@ -75,10 +75,6 @@ static int check_unsupported(json_t *o, rf_serve_req *r) {
     json_t *v;
 #define REFUSE(key, ...) do { set_param(r, key); \
         r->err_unsupported = 1; rf_set_error(__VA_ARGS__); return -1; } while (0)
-    if ((v = field(o, "logprobs")) && !json_is_false(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
-        REFUSE("logprobs", "\"logprobs\" is not supported (no token log-probabilities are reported)");
-    if ((v = field(o, "top_logprobs")) && !(json_is_integer(v) && json_integer_value(v) == 0))
-        REFUSE("top_logprobs", "\"top_logprobs\" is not supported");
     static const char *const tool_keys[] = {"tools", "tool_choice", "functions", "function_call", "parallel_tool_calls"};
     for (size_t i = 0; i < sizeof tool_keys / sizeof *tool_keys; i++)
         if ((v = field(o, tool_keys[i])) && !(json_is_array(v) && json_array_size(v) == 0) &&
@@ -101,6 +97,61 @@ static int check_unsupported(json_t *o, rf_serve_req *r) {
     if ((v = field(o, "suffix")) && !(json_is_string(v) && !*json_string_value(v)))
         REFUSE("suffix", "\"suffix\" is not supported");
 #undef REFUSE
+    return 0;
+}
+
+/* Chat: "logprobs": true | false and "top_logprobs": 0..20 (which needs
+ * "logprobs": true, as OpenAI says); completions: "logprobs": 0..20 (the
+ * alternatives per token; false or null: none) into p.logprobs and
+ * p.top_logprobs. The decoders that report them: AR and the rolling slot. */
+static int parse_logprobs(json_t *o, rf_serve_req *r) {
+    json_t *v = field(o, "logprobs"), *top = field(o, "top_logprobs");
+    int on = 0, n_top = 0;
+    set_param(r, "logprobs");
+    if (r->kind == RF_REQ_CHAT) {
+        if (v && !json_is_boolean(v)) {
+            rf_set_error("\"logprobs\" must be true or false");
+            return -1;
+        }
+        on = v && json_is_true(v);
+        if (top) {
+            set_param(r, "top_logprobs");
+            if (!json_is_integer(top) || json_integer_value(top) < 0 ||
+                json_integer_value(top) > RF_MAX_TOP_LOGPROBS) {
+                rf_set_error("\"top_logprobs\" must be an integer in [0, %d]", RF_MAX_TOP_LOGPROBS);
+                return -1;
+            }
+            n_top = (int)json_integer_value(top);
+            if (!on) {
+                rf_set_error("\"top_logprobs\" needs \"logprobs\": true");
+                return -1;
+            }
+        }
+    } else {
+        if (top) {
+            set_param(r, "top_logprobs");
+            rf_set_error("\"top_logprobs\" is a chat field: a completion's \"logprobs\" is the number of "
+                         "alternatives");
+            return -1;
+        }
+        if (v && !json_is_false(v)) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > RF_MAX_TOP_LOGPROBS) {
+                rf_set_error("\"logprobs\" must be an integer in [0, %d] (the alternatives per token)",
+                             RF_MAX_TOP_LOGPROBS);
+                return -1;
+            }
+            on = 1, n_top = (int)json_integer_value(v);
+        }
+    }
+    if (on && r->p.method != RF_METHOD_AR && !(r->p.method == RF_METHOD_REFUSION && r->p.rolling)) {
+        r->err_unsupported = 1;
+        rf_set_error("\"logprobs\": AR decoding and the rolling slot report them (\"mode\": \"ar\", or "
+                     "\"rolling\": true); %s commits tokens no single distribution drew",
+                     r->p.method == RF_METHOD_MDM ? "mdm" : "plan-and-infill");
+        return -1;
+    }
+    r->p.logprobs = on, r->p.top_logprobs = n_top;
+    r->err_param[0] = 0;
     return 0;
 }
 
@@ -652,6 +703,7 @@ int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_mode
     }
     if (parse_settings(o, m, out)) goto out;
     if (parse_constraint(o, tok, out)) goto out;
+    if (parse_logprobs(o, out)) goto out;
     if (kind == RF_REQ_CHAT ? parse_messages(o, tok, out) : parse_prompt(o, tok, out)) {
         if (!out->err_param[0]) set_param(out, kind == RF_REQ_CHAT ? "messages" : "prompt");
         goto out;

@@ -141,7 +141,8 @@ static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs, prefix_
     }
     if (!rc) {
         rf_gen_params p = j->req.p;
-        p.on_tokens = on_tokens_int, p.on_event = on_event_int, p.user = &r->c;
+        p.on_tokens = on_tokens_int, p.on_event = on_event_int, p.on_logprobs = rf_answer_on_logprobs,
+        p.user = &r->c;
         p.cancel = &j->cancel_flag;
         p.ws = NULL; /* the sequence's own cache */
         int common = 0;

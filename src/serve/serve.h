@@ -132,6 +132,8 @@ typedef struct {
     const char *err_code;    /* ... and OpenAI's code for it (NULL: none), e.g. "context_length_exceeded" */
     int err_unsupported;     /* ... and it is one this server does not implement */
     struct rf_constraint *constraint; /* "grammar", "json_schema" or a JSON "response_format" (owned; p.constraint) */
+    /* the answer's log-probabilities: p.logprobs / p.top_logprobs from chat's "logprobs": true +
+       "top_logprobs": N, completions' "logprobs": N, /completion's "n_probs": N */
 } rf_serve_req;
 
 /* Parse and validate one request body against the model: JSON syntax and
