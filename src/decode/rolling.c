@@ -31,6 +31,10 @@
  * state: a draft it refuses cannot equal the masked draw, so cutting the
  * call there saves work without changing any answer.
  *
+ * With p->logprobs each committed token's log-probabilities come from the
+ * AR head's row at its position (before the mask), the row AR decoding
+ * reports at that position: the same values as AR decoding's.
+ *
  * Drafts for the next call: when every fed draft passed, the masks behind
  * them saw the right prefix: their argmaxes (from the second mask on; the
  * first mask's position is the token just committed) are the new drafts.
