@@ -11,6 +11,7 @@
 #include "serve/answer.h"
 #include "serve/oai.h"
 #include "serve/routes_llama.h"
+#include "serve/tools.h"
 #include "util/util.h"
 
 static void text_append(run_ctx *c, const char *piece) {
@@ -62,10 +63,32 @@ static json_t *pending_logprobs(const run_ctx *c) {
                            c->n_ids - c->ids_sent);
 }
 
+/* A chat answer with tools: its <tool_call> blocks become the message's
+ * (a stream's last delta's) "tool_calls", the text around them its
+ * content, and a finished choice's finish_reason "tool_calls". */
+static void with_tool_calls(const run_ctx *c, json_t *choice, int chunk) {
+    if (c->j->req.kind != RF_REQ_CHAT || c->j->req.tool_choice == RF_TOOLS_NONE) return;
+    char *content = NULL;
+    json_t *calls = rf_tool_calls_parse(c->text ? c->text : "", c->j->id, c->index, &content);
+    if (!calls) return;
+    json_t *m = json_object_get(choice, chunk ? "delta" : "message"), *call;
+    size_t i;
+    if (chunk) json_array_foreach(calls, i, call) json_object_set_new(call, "index", json_integer((json_int_t)i));
+    json_object_set_new(m, "content", *content ? json_string(content) : json_null());
+    json_object_set_new(m, "tool_calls", calls);
+    if (!json_is_null(json_object_get(choice, "finish_reason")))
+        json_object_set_new(choice, "finish_reason", json_string("tool_calls"));
+    free(content);
+}
+
 /* A chunk with the text and ids not yet sent: all of them when final,
  * otherwise holding back what could still be the start of a stop sequence
  * (and never splitting a UTF-8 character). finish: NULL or the reason. */
 static void stream_pending(run_ctx *c, int final, const char *finish, json_t *stats) {
+    if (!final && c->j->req.kind == RF_REQ_CHAT && c->j->req.tool_choice != RF_TOOLS_NONE) {
+        json_decref(stats); /* with tools the answer is sent whole at the end: it may be a call */
+        return;
+    }
     size_t upto = c->len;
     if (!final && !c->cut && c->max_stop > 1) {
         upto = c->len > c->max_stop - 1 ? c->len - (c->max_stop - 1) : 0;
@@ -89,9 +112,10 @@ static void stream_pending(run_ctx *c, int final, const char *finish, json_t *st
         o = rf_llama_chunk(c->j, piece, c->ids + c->ids_sent, c->n_ids - c->ids_sent, pending_logprobs(c));
     } else {
         o = rf_oai_envelope(c->s, c->j, 1);
-        json_object_set_new(o, "choices",
-                            json_pack("[o]", rf_oai_choice(c->j, c->index, piece, c->ids + c->ids_sent,
-                                                           c->n_ids - c->ids_sent, finish, 1, pending_logprobs(c))));
+        json_t *choice = rf_oai_choice(c->j, c->index, piece, c->ids + c->ids_sent, c->n_ids - c->ids_sent, finish, 1,
+                                       pending_logprobs(c));
+        if (final) with_tool_calls(c, choice, 1);
+        json_object_set_new(o, "choices", json_pack("[o]", choice));
         if (stats) json_object_update(o, stats); /* the statistics and timings of the last chunk */
         json_decref(stats);
     }
@@ -293,9 +317,12 @@ void rf_acc_choice(rf_server *s, job *j, job_acc *a, run_ctx *c, const rf_stats 
         last_stats = json_pack("{s:o, s:o}", "refusion", rf_oai_stats(j, &a->sum), "timings", job_timings(j, a));
     }
     if (j->req.stream) stream_pending(c, 1, finish, last_stats);
-    else
-        json_array_append_new(a->choices, rf_oai_choice(j, i, c->text ? c->text : "", c->ids, c->n_ids, finish, 0,
-                                                        rf_oai_logprobs(s, j, c->ids, c->lp, c->tok_start, c->n_ids)));
+    else {
+        json_t *choice = rf_oai_choice(j, i, c->text ? c->text : "", c->ids, c->n_ids, finish, 0,
+                                       rf_oai_logprobs(s, j, c->ids, c->lp, c->tok_start, c->n_ids));
+        with_tool_calls(c, choice, 0);
+        json_array_append_new(a->choices, choice);
+    }
 }
 
 /* The job is over (rc: 0, or the failure of a choice): its output, the
