@@ -26,6 +26,7 @@
  * worker.c   the job queues and the worker threads (decoders that are not batched)
  * scheduler.c continuous batching: one model call per step for every batched generation
  * answer.c   a choice's answer: max_tokens / stop cuts, SSE chunks, the response
+ * tools.c    tool calling: tools / tool_choice, a call's grammar, <tool_call> blocks into tool_calls
  * oai.c      OpenAI's response shapes and error bodies
  * prefix_cache.c the KV caches of finished generations, reused by later prompts
  * http.c     libmicrohttpd glue: routing, bodies, responses, start/stop
