@@ -168,6 +168,24 @@ typedef struct {
 } rf_event;
 typedef void (*rf_event_callback)(const rf_event *ev, void *user);
 
+/* One answer token's log-probability and the most likely alternatives at
+ * its position (rf_params.logprobs): natural logs of the model's own
+ * distribution there - the log-softmax of the AR head's logits, before the
+ * penalties, temperature, top-k / top-p / min-p and a grammar's mask (what
+ * OpenAI reports; the token was drawn from that distribution as the
+ * sampling settings reshape it). Since 0.6. */
+#define RF_MAX_TOP_LOGPROBS 20
+typedef struct {
+    int32_t token;                          /* the answer token */
+    float logprob;                          /* its log-probability */
+    int n_top;                              /* entries below: rf_params.top_logprobs */
+    int32_t top_token[RF_MAX_TOP_LOGPROBS]; /* the most likely tokens, most likely first (ties: lower id) */
+    float top_logprob[RF_MAX_TOP_LOGPROBS]; /* their log-probabilities */
+} rf_token_logprob;
+/* The log-probabilities of newly final answer tokens: called just before
+ * rf_token_cb with the same tokens (lp[i].token == ids[i]). */
+typedef void (*rf_logprob_cb)(const rf_token_logprob *lp, int n, void *user);
+
 /* eos_id / mask_id: the model config's token */
 #define RF_TOKEN_FROM_MODEL (-2)
 
@@ -238,6 +256,12 @@ typedef struct {
                                 EOS only where the answer is complete). AR and the rolling slot (the
                                 same answer); plan-and-infill and MDM refuse it. Read-only: generations
                                 may share one */
+    int logprobs;            /* 1: report each answer token's log-probability (rf_token_logprob: through
+                                on_logprobs as the tokens become final, and rf_stats.logprobs). AR and the
+                                rolling slot (the same values: the AR head's rows at the same positions);
+                                plan-and-infill and MDM refuse it. 0: off */
+    int top_logprobs;        /* with logprobs: the alternatives per token, 0 .. RF_MAX_TOP_LOGPROBS */
+    rf_logprob_cb on_logprobs; /* optional (user is passed) */
 } rf_params;
 
 /* The defaults of `refusion generate`: ReFusion, 512 tokens, slots of 4,
@@ -284,6 +308,9 @@ typedef struct {
     const rf_step *steps;   /* [n_steps]: held by the session until its next rf_generate */
     /* how each answer token got in (ReFusion; they sum to n_tokens) */
     int first_free, first_checked, first_replaced, verified, forced_draft, forced_ar;
+    /* since 0.6 */
+    const rf_token_logprob *logprobs; /* [n_tokens] with rf_params.logprobs (else NULL): held by the
+                                         session until its next rf_generate */
 } rf_stats;
 
 /* A session: the KV cache and forward-pass buffers of one generation at a

@@ -42,11 +42,11 @@ int main(void) {
     size_t size = 0;
     const rf_field *p = rf_params_fields(&size);
     CHECK(size == sizeof(rf_params), "rf_params size %zu", size);
-    check_tiles("rf_params", p, size, 33);
+    check_tiles("rf_params", p, size, 36);
     CHECK(!strcmp(p[0].name, "method") && p[0].offset == offsetof(rf_params, method), "first field");
     const rf_field *s = rf_stats_fields(&size);
     CHECK(size == sizeof(rf_stats), "rf_stats size %zu", size);
-    check_tiles("rf_stats", s, size, 15);
+    check_tiles("rf_stats", s, size, 16);
     CHECK(rf_params_fields(NULL) == p, "size may be NULL");
     return check_summary("api_layout");
 }

@@ -319,6 +319,7 @@ demo d_raw --no-chat -p "$QR"
 demo d_readme --no-chat -p "$QR" -n 32
 demo d_temp -p "$QD" --temp 0.8 -s 7
 demo d_ar -p "$QD" --decoder ar
+demo d_lp -p "$QD" --decoder ar --logprobs 3
 demo d_sys -p "$QD" --system "Answer with the number."
 rf_serve_start "$T/serve.log" -m "$DEMO" --threads 1 -q
 curl -s "$URL/v1/chat/completions" -d "$(python3 -c 'import json,sys; print(json.dumps({"messages": [{"role": "user", "content": sys.argv[1]}]}))' "$QD")" >"$T/srv_chat.json"
@@ -478,9 +479,26 @@ raises(refusion.ClosedError, "closed", l2.tokenize, b"x")
 # refused, by name: what nothing here provides
 raises(ValueError, "tools", plain.create_chat_completion, msgs, tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
 raises(ValueError, "response_format", plain.create_chat_completion, msgs, response_format={"type": "json_object"})
-raises(ValueError, "logprobs", plain.create_chat_completion, msgs, logprobs=True)
-raises(ValueError, "top_logprobs", plain.create_chat_completion, msgs, top_logprobs=3)
-raises(ValueError, "logprobs", plain.create_completion, QR, logprobs=2)
+raises(ValueError, "plan-and-infill refuses them", plain.create_chat_completion, msgs, logprobs=True, decoder="refusion", rolling=False)
+raises(ValueError, "top_logprobs needs logprobs", plain.create_chat_completion, msgs, top_logprobs=3)
+raises(ValueError, "not streamed", plain.create_chat_completion, msgs, logprobs=True, stream=True)
+raises(ValueError, "logprobs must be an integer in [0, 20]", plain.create_completion, QR, logprobs=21)
+# logprobs: the CLI's --logprobs values, chat (AR and the rolling slot) and completions
+lp = cli("d_lp")
+want = [e for e in lp["logprobs"] if not (lp["hit_eos"] and e is lp["logprobs"][-1])]
+close = lambda a, b: abs(a - b) <= 1e-5 * max(1.0, abs(b))
+for extra in ({"decoder": "ar"}, {"decoder": "refusion", "rolling": True}):
+    r = plain.create_chat_completion(messages=msgs, logprobs=True, top_logprobs=3, **extra)["choices"][0]
+    content = r["logprobs"]["content"]
+    check(len(content) == len(want) and all(close(e["logprob"], w["logprob"]) and len(e["top_logprobs"]) == 3 and
+                                            all(close(t["logprob"], u["logprob"]) for t, u in zip(e["top_logprobs"], w["top_logprobs"]))
+                                            for e, w in zip(content, want)), "chat logprobs (%s) differ from the CLI's" % extra)
+    check("".join(e["token"] for e in content) == r["message"]["content"], "chat logprobs (%s): tokens do not join into the text" % extra)
+c = plain.create_completion(lp["prompt_ids"], max_tokens=len(lp["answer_ids"]), decoder="ar", logprobs=2)["choices"][0]
+check(len(c["logprobs"]["token_logprobs"]) == len(want) and
+      all(close(x, w["logprob"]) for x, w in zip(c["logprobs"]["token_logprobs"], want)) and
+      all(len(t) <= 2 for t in c["logprobs"]["top_logprobs"]) and "".join(c["logprobs"]["tokens"]) == c["text"],
+      "completion logprobs: %r" % c["logprobs"])
 raises(ValueError, "grammar", plain.create_completion, QR, grammar=object())
 raises(ValueError, "slot_size", plain.create_chat_completion, msgs, slot_sise=3)
 raises(ValueError, "lora_path", Llama, model_path=DEMO, lora_path="x.gguf", verbose=False)
@@ -492,8 +510,8 @@ shutil.copytree(DEMO, T + "/badcfg")
 open(T + "/badcfg/generation_config.json", "w").write('{"refusion": {"slots": 3}}')
 raises(ValueError, "badcfg/generation_config.json: unknown setting \"refusion.slots\"", Llama, model_path=T + "/badcfg", verbose=False)
 raises(ValueError, "exceed context window", Llama(model_path=DEMO, n_ctx=8, verbose=False).create_chat_completion, msgs)
-check(plain.create_chat_completion(messages=msgs, response_format={"type": "text"}, logprobs=False)["choices"][0]["message"]["content"]
-      == cli("d_chat")["text"], "neutral response_format / logprobs")
+neutral = plain.create_chat_completion(messages=msgs, response_format={"type": "text"}, logprobs=False)["choices"][0]
+check(neutral["message"]["content"] == cli("d_chat")["text"] and neutral["logprobs"] is None, "neutral response_format / logprobs")
 Llama(model_path=DEMO, n_gpu_layers=-1, n_batch=64, use_mmap=True, verbose=False).close()
 
 # after close(): a clear error, a RuntimeError

@@ -13,6 +13,9 @@
  *  3. on the shipped ReFusion demo model (a trained mask head) with its
  *     chat format, questions of the task families: same answers as AR and
  *     more than 1.5 tokens per call, i.e. drafts really pass.
+ *     With logprobs (1.'s settings, 1 to 17 alternatives) the answers stay
+ *     the same and the rolling slot's log-probabilities are AR's, bit for
+ *     bit;
  *  4. bad settings are refused with a message;
  *  5. the adaptive width (draft_adaptive) keeps AR's answer for any widths
  *     it picks: cost tables that make it pick the widest calls (flat), plain
@@ -40,6 +43,50 @@ static rf_config cfg_small(void) {
 }
 
 static long n_runs, n_verified, n_calls_total, n_tokens_total;
+
+/* With logprobs: the same answer as a (AR without them), and the rolling
+ * slot's log-probabilities AR's exactly (the AR head's rows at the same
+ * positions), with top lists sorted, each token's own value among them
+ * where it is one of the likeliest. */
+static void same_logprobs(const rf_model *m, const int *prompt, int P, const rf_gen_params *p,
+                          const rf_gen_result *a, const char *what) {
+    rf_gen_result la, lr;
+    rf_gen_params q = *p;
+    q.logprobs = 1, q.top_logprobs = 1 + (int)(p->seed % 5) * 4; /* 1 .. 17 */
+    q.rolling = 0, q.method = RF_METHOD_AR;
+    if (rf_generate_ar(m, prompt, P, &q, &la)) {
+        CHECK(0, "%s: ar with logprobs: %s", what, rf_last_error());
+        return;
+    }
+    q.rolling = 1, q.method = RF_METHOD_REFUSION;
+    if (rf_generate_refusion(m, prompt, P, &q, &lr)) {
+        CHECK(0, "%s: rolling with logprobs: %s", what, rf_last_error());
+        rf_gen_result_free(&la);
+        return;
+    }
+    int same = la.n_ids == a->n_ids && lr.n_ids == a->n_ids && !memcmp(la.ids, a->ids, (size_t)a->n_ids * sizeof(int)) &&
+               !memcmp(lr.ids, a->ids, (size_t)a->n_ids * sizeof(int));
+    CHECK(same, "%s: asking for logprobs changed the answer", what);
+    CHECK(la.logprobs && lr.logprobs, "%s: no logprobs in the result", what);
+    for (int i = 0; same && la.logprobs && lr.logprobs && i < a->n_ids; i++) {
+        const rf_token_logprob *x = &la.logprobs[i], *y = &lr.logprobs[i];
+        CHECK(!memcmp(x, y, sizeof *x), "%s: position %d: rolling logprob %.9g (top %d) != AR's %.9g (top %d)", what,
+              i, y->logprob, y->n_top, x->logprob, x->n_top);
+        CHECK(x->token == a->ids[i] && x->n_top == q.top_logprobs && x->logprob <= 0.0f,
+              "%s: position %d: token %d (answer %d), %d alternatives, logprob %g", what, i, x->token, a->ids[i],
+              x->n_top, x->logprob);
+        int sorted = 1, has_own = 0;
+        for (int k = 0; k < x->n_top; k++) {
+            if (k && x->top_logprob[k] > x->top_logprob[k - 1]) sorted = 0;
+            if (x->top_token[k] == x->token) has_own = x->top_logprob[k] == x->logprob;
+        }
+        CHECK(sorted, "%s: position %d: top list not sorted", what, i);
+        if (x->logprob > x->top_logprob[x->n_top - 1])
+            CHECK(has_own, "%s: position %d: the token (logprob %g) is missing from its top list", what, i,
+                  x->logprob);
+    }
+    rf_gen_result_free(&la), rf_gen_result_free(&lr);
+}
 
 /* rolling vs AR on one setting; returns tokens per call of the rolling run */
 static double same_as_ar(const rf_model *m, const int *prompt, int P, const rf_gen_params *p, const char *what) {
@@ -75,6 +122,7 @@ static double same_as_ar(const rf_model *m, const int *prompt, int P, const rf_g
     if (p->slot_size == 1) CHECK(s->verified == 0, "%s: slot size 1 has no drafts", what);
     n_runs++, n_verified += s->verified, n_calls_total += r.n_calls, n_tokens_total += r.n_tokens;
     double tpc = r.tokens_per_call;
+    same_logprobs(m, prompt, P, p, &a, what);
     rf_gen_result_free(&a), rf_gen_result_free(&r);
     return tpc;
 }
@@ -194,6 +242,24 @@ static void test_bad_settings(void) {
         p.mask_id = bad[i].mask;
         int rc = rf_generate_refusion(&m, prompt, 2, &p, &r);
         CHECK(rc == -1 && strstr(rf_last_error(), bad[i].msg), "%s: rc %d, \"%s\"", bad[i].what, rc, rf_last_error());
+    }
+    /* logprobs: plan-and-infill and MDM have no one distribution per token */
+    struct {
+        int method, rolling, logprobs, top;
+        const char *msg;
+    } lp[] = {{RF_METHOD_REFUSION, 0, 1, 0, "plan-and-infill refuses them"},
+              {RF_METHOD_MDM, 0, 1, 2, "MDM refuses them"},
+              {RF_METHOD_REFUSION, 1, 1, RF_MAX_TOP_LOGPROBS + 1, "top_logprobs must be in [0, 20]"},
+              {RF_METHOD_AR, 0, 0, 3, "top_logprobs needs logprobs"},
+              {RF_METHOD_AR, 0, 2, 0, "logprobs must be 0 or 1"}};
+    for (int i = 0; i < 5; i++) {
+        rf_gen_params p;
+        rf_gen_params_default(&p);
+        p.method = lp[i].method, p.rolling = lp[i].rolling, p.logprobs = lp[i].logprobs, p.top_logprobs = lp[i].top;
+        p.gen_length = 8;
+        int rc = rf_gen_check(&m, prompt, 2, &p, p.method != RF_METHOD_REFUSION);
+        CHECK(rc == -1 && strstr(rf_last_error(), lp[i].msg), "logprobs case %d: rc %d, \"%s\"", i, rc,
+              rf_last_error());
     }
     rf_model_free(&m);
 }

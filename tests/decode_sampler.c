@@ -13,7 +13,9 @@
  *     >= min_p times the top one's, in proportion; with top_k too;
  *  3. with none of them set it is rf_sample_ar, draw for draw;
  *  4. bad values and plan-and-infill with a penalty are refused with a
- *     message naming them. */
+ *     message naming them;
+ *  5. the log-probabilities a decoder reports (rf_logprobs_of): the
+ *     log-softmax of the row, the alternatives sorted, ties in id order. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,7 +169,43 @@ static void test_refused(void) {
     rf_model_free(&m);
 }
 
+/* rf_logprobs_of against the definition: log-softmax in float64, the
+ * alternatives the likeliest first, equal logits in id order */
+static void test_logprobs_of(void) {
+    enum { NV = 300 };
+    float l[NV];
+    rf_rng rng;
+    rf_rng_seed(&rng, 5);
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < NV; i++) l[i] = (float)(8.0 * rf_rng_uniform(&rng) - 4.0);
+        if (round % 2) /* ties: a block of equal logits at the top */
+            for (int i = 40; i < 300; i += 37) l[i] = 9.5f;
+        double m = -INFINITY, sum = 0;
+        for (int i = 0; i < NV; i++) m = l[i] > m ? l[i] : m;
+        for (int i = 0; i < NV; i++) sum += exp((double)l[i] - m);
+        double lse = m + log(sum);
+        int tok = (round * 53) % NV, n_top = round % 21;
+        rf_token_logprob out;
+        rf_logprobs_of(l, NV, tok, n_top, &out);
+        CHECK(out.token == tok && fabs(out.logprob - ((double)l[tok] - lse)) < 1e-5, "round %d: logprob %g, want %g",
+              round, out.logprob, (double)l[tok] - lse);
+        CHECK(out.n_top == n_top, "round %d: %d alternatives, asked %d", round, out.n_top, n_top);
+        /* the reference: n_top times the best not yet taken (first index on ties) */
+        unsigned char taken[NV] = {0};
+        for (int k = 0; k < out.n_top; k++) {
+            int best = -1;
+            for (int i = 0; i < NV; i++)
+                if (!taken[i] && (best < 0 || l[i] > l[best])) best = i;
+            taken[best] = 1;
+            CHECK(out.top_token[k] == best && fabs(out.top_logprob[k] - ((double)l[best] - lse)) < 1e-5,
+                  "round %d: alternative %d is %d (%g), want %d (%g)", round, k, out.top_token[k], out.top_logprob[k],
+                  best, (double)l[best] - lse);
+        }
+    }
+}
+
 int main(void) {
+    test_logprobs_of();
     test_greedy();
     test_sampled();
     test_refused();

@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "serve/serve.h"
+#include "serve/tools.h"
 #include "util/util.h"
 
 static const rf_model *M;
@@ -177,7 +178,13 @@ static void test_bad(void) {
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stop\": 5}", "\"stop\""},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stop\": [\"a\", \"\"]}", "\"stop\"[1]"},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", "at most 4"},
-        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": true}", "\"logprobs\" is not supported"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": true}", "\"logprobs\" must be an integer in [0, 20]"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": 21}", "\"logprobs\" must be an integer in [0, 20]"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"top_logprobs\": 2}", "\"top_logprobs\" is a chat field"},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"top_logprobs\": 2}",
+         "needs \"logprobs\": true"},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": 1}",
+         "\"logprobs\" must be true or false"},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"presence_penalty\": 0.5}", "\"presence_penalty\""},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"frequency_penalty\": 1}", "\"frequency_penalty\""},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"5\": 1}}", "\"logit_bias\""},
@@ -186,6 +193,14 @@ static void test_bad(void) {
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": true}}", "only allowed with"},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"mode\": \"mdm\", \"steps\": -1}", "\"steps\""},
         {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\"}]}", "\"tools\""},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}}",
+         "names \"g\", which is not one of"},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"required\"}", "the request has no \"tools\""},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": \"always\"}", "\"tool_choice\" must be"},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": \"required\", \"mode\": \"ar\", \"grammar\": \"root ::= \\\"a\\\"\"}",
+         "at most one of"},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]}", "function.name must be"},
+        {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}", "\"tools\" is a chat field"},
         {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": {\"type\": \"json_object\"}}", "\"response_format\""},
         {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {}}]}]}", "content[0]"},
         {RF_REQ_CHAT, "{\"prompt\": \"x\"}", "missing \"messages\""},
@@ -403,7 +418,38 @@ static void test_hardening(void) {
     }
 }
 
+/* The model's <tool_call> blocks as OpenAI tool_calls: the text around
+ * them is the content; a block that is not {"name", "arguments": object}
+ * stays text. */
+static void test_tool_calls(void) {
+    char *content = NULL;
+    json_t *calls = rf_tool_calls_parse("Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                                        "{\"city\": \"Paris\", \"days\": 2}}\n</tool_call>\n<tool_call>\n{\"name\": "
+                                        "\"add\", \"arguments\": {}}\n</tool_call>",
+                                        "chatcmpl-7", 1, &content);
+    CHECK(calls && json_array_size(calls) == 2, "two calls: %zu", calls ? json_array_size(calls) : 0);
+    json_t *f = json_object_get(json_array_get(calls, 0), "function");
+    CHECK(!strcmp(json_string_value(json_object_get(f, "name")) ?: "", "get_weather") &&
+              !strcmp(json_string_value(json_object_get(f, "arguments")) ?: "", "{\"city\":\"Paris\",\"days\":2}"),
+          "first call: %s", json_dumps(f, JSON_COMPACT));
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(calls, 1), "id")) ?: "", "call_chatcmpl-7_1_1") &&
+              !strcmp(json_string_value(json_object_get(json_array_get(calls, 1), "type")) ?: "", "function"),
+          "second call's id / type");
+    CHECK(content && !strcmp(content, "Let me look."), "content '%s'", content ? content : "(null)");
+    json_decref(calls), free(content);
+    const char *not_calls[] = {"plain text", "<tool_call>\n{\"name\": \"f\"}\n</tool_call>",
+                               "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{}\"}\n</tool_call>",
+                               "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}", "<tool_call>not json</tool_call>"};
+    for (int i = 0; i < 5; i++) {
+        content = (char *)"x";
+        calls = rf_tool_calls_parse(not_calls[i], "c", 0, &content);
+        CHECK(!calls && !content, "'%s' was read as a call", not_calls[i]);
+        json_decref(calls);
+    }
+}
+
 int main(void) {
+    test_tool_calls();
     /* a small tokenizer trained here, and a random model over its vocabulary */
     char dir[] = "/tmp/rf_serve_req.XXXXXX";
     if (!mkdtemp(dir)) return 1;

@@ -37,6 +37,16 @@ class RefusionValueError(RefusionError, ValueError):
 
 
 _TOKEN_CB = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_int32), ctypes.c_int, ctypes.c_void_p)
+MAX_TOP_LOGPROBS = 20  # RF_MAX_TOP_LOGPROBS
+
+
+class _TokenLogprob(ctypes.Structure):
+    """rf_token_logprob"""
+    _fields_ = [("token", ctypes.c_int32), ("logprob", ctypes.c_float), ("n_top", ctypes.c_int),
+                ("top_token", ctypes.c_int32 * MAX_TOP_LOGPROBS), ("top_logprob", ctypes.c_float * MAX_TOP_LOGPROBS)]
+
+
+_LOGPROB_CB = ctypes.CFUNCTYPE(None, ctypes.POINTER(_TokenLogprob), ctypes.c_int, ctypes.c_void_p)
 
 
 class _Field(ctypes.Structure):
@@ -49,7 +59,7 @@ class _ChatMessage(ctypes.Structure):
 
 # rf_field_kind -> ctypes; the two pointers this binding sets get their types
 _KINDS = {0: ctypes.c_int, 1: ctypes.c_float, 2: ctypes.c_double, 3: ctypes.c_uint64, 4: ctypes.c_void_p}
-_POINTERS = {"on_tokens": _TOKEN_CB, "cancel": ctypes.POINTER(ctypes.c_int)}
+_POINTERS = {"on_tokens": _TOKEN_CB, "cancel": ctypes.POINTER(ctypes.c_int), "on_logprobs": _LOGPROB_CB}
 
 
 def _layout(lib, fn, name):

@@ -5,7 +5,7 @@ import os
 import queue
 import threading
 
-from ._library import L, RefusionError, RefusionValueError, _ChatMessage, _TOKEN_CB, error, load_library
+from ._library import L, RefusionError, RefusionValueError, _ChatMessage, _LOGPROB_CB, _TOKEN_CB, error, load_library
 
 METHODS = {"refusion": 0, "ar": 1, "mdm": 2}
 """The decoders by name (rf_method)."""
@@ -14,7 +14,8 @@ AR_VERIFY = {"off": 0, "correct": 1, "first": 2, "both": 3}
 (the rf_params fields they set)."""
 
 # rf_params fields a caller does not set: the binding owns them
-_INTERNAL = ("method", "on_tokens", "user", "cancel", "on_event", "ws", "call_cost", "n_call_cost", "constraint")
+_INTERNAL = ("method", "on_tokens", "user", "cancel", "on_event", "ws", "call_cost", "n_call_cost", "constraint",
+             "on_logprobs")
 
 
 def _ids(seq):
@@ -321,13 +322,34 @@ class Session:
         p = settings_params(L.lib.rf_params_default(), dict(kw, method=method, ar_verify=ar_verify))
         return self.run(prompt_ids, p, on_tokens, cancel)
 
-    def run(self, prompt_ids, p, on_tokens=None, cancel=None):
-        """generate with the settings p (an rf_params structure)."""
+    def run(self, prompt_ids, p, on_tokens=None, cancel=None, on_logprobs=None):
+        """generate with the settings p (an rf_params structure). With
+        p.logprobs, on_logprobs(list of (token, logprob, [(token, logprob),
+        ...])) is called just before on_tokens with the same tokens, and
+        self.logprobs holds the answer's after the call."""
         if not self._h:
             raise ClosedError("generate: the session was closed")
         flag = cancel if cancel is not None else ctypes.c_int(0)
         p.cancel = ctypes.pointer(flag)
         raised = []
+        self.logprobs = [] if p.logprobs else None
+
+        def lp_bridge(lp, n, user):
+            if raised:
+                return
+            try:
+                got = [(e.token, e.logprob, [(e.top_token[k], e.top_logprob[k]) for k in range(e.n_top)])
+                       for e in lp[:n]]
+                self.logprobs.extend(got)
+                if on_logprobs is not None:
+                    on_logprobs(got)
+            except BaseException as e:
+                raised.append(e)
+                flag.value = 1
+
+        lp_cb = _LOGPROB_CB(lp_bridge)
+        if p.logprobs:
+            p.on_logprobs = lp_cb
 
         # Always a callback: Python code runs between model calls, so a
         # Ctrl-C (KeyboardInterrupt, raised in the next Python code the main
@@ -413,18 +435,25 @@ class _Run:
         self.n_tokens = 0
         self.finish_reason = "length"
         self.on_text = None  # streaming: called with each final piece
+        self.logprobs = [] if p.logprobs else None  # the kept tokens': (token, logprob, top, text offset)
+        self._lp_next = []   # the decoder's for the tokens it reports next
+        self._raw_len = 0    # characters of the kept tokens' text so far
 
     def _done(self):
         return self.cut.hit or self.n_tokens >= self.max_tokens or self.finish_reason == "stop"
 
     def _tokens(self, new, stream):
-        for t in new:
+        for i, t in enumerate(new):
             if self._done():
                 break
             self.n_tokens += 1  # the EOS too, as the server counts completion_tokens
             if t == self.eos:
                 self.finish_reason = "stop"
                 break
+            if self.logprobs is not None and i < len(self._lp_next):
+                tok, lp, top = self._lp_next[i]
+                self.logprobs.append((tok, lp, top, self._raw_len))
+                self._raw_len += len(self.model.detokenize_bytes([t]).decode("utf-8", "replace"))
             piece = L.lib.rf_text_stream_put(stream, t)
             if piece:
                 text = self.cut.feed(piece.decode("utf-8", "replace"))
@@ -432,6 +461,17 @@ class _Run:
                     self.on_text(text)
         if self._done():
             self.cancel.value = 1  # nothing more is kept: stop before the next model call
+
+    def _set_lp_next(self, lps):
+        self._lp_next = lps
+
+    def kept_logprobs(self):
+        """The log-probabilities of the tokens whose text begins before a
+        stop string's cut (all of them without one)."""
+        if self.logprobs is None:
+            return None
+        end = len(self.cut.text) if self.cut.hit else None
+        return [e for e in self.logprobs if end is None or e[3] < end]
 
     def _emit(self, text):
         if text and self.on_text:
@@ -442,7 +482,7 @@ class _Run:
         try:
             try:
                 self.session.run(self.ids, self.p, on_tokens=lambda new: self._tokens(new, stream),
-                                 cancel=self.cancel)
+                                 cancel=self.cancel, on_logprobs=self._set_lp_next)
             except RefusionError:
                 if not self._done():
                     raise  # not our own stop

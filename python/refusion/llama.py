@@ -14,7 +14,7 @@ import sys
 import time
 import uuid
 
-from ._library import L, RefusionValueError, library_path
+from ._library import MAX_TOP_LOGPROBS, L, RefusionValueError, library_path
 from ._model import AR_VERIFY, METHODS, Model, _Run, params_dict, settings_params
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
@@ -64,8 +64,6 @@ _CALL_REFUSED = {
     "logits_processor": (None, "no logits processors"),
     "grammar": (None, "no grammars (constrained decoding is not available)"),
     "logit_bias": (None, "no logit bias"),
-    "logprobs": ((None, False, 0), "no token log-probabilities are reported"),
-    "top_logprobs": ((None, 0), "no token log-probabilities are reported"),
     "functions": (None, "no function calling"),
     "function_call": (None, "no function calling"),
     "tools": (None, "no tool calling"),
@@ -74,6 +72,54 @@ _CALL_REFUSED = {
 _CALL_IGNORED = ("mirostat_tau", "mirostat_eta")  # mirostat_mode 0 is all that is accepted
 # llama-cpp-python's sampling arguments that are rf_params fields by the same name
 _SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty")
+
+
+def _logprobs(p, on, n_top, stream, where, name):
+    """p.logprobs / p.top_logprobs from the call's arguments (on: ask for
+    them; n_top: the alternatives per token, 0..20)."""
+    if not on:
+        return
+    if not isinstance(n_top, int) or isinstance(n_top, bool) or not 0 <= n_top <= MAX_TOP_LOGPROBS:
+        raise RefusionValueError("%s: %s must be an integer in [0, %d], got %r" % (where, name, MAX_TOP_LOGPROBS,
+                                                                                  n_top))
+    if stream:
+        raise RefusionValueError("%s: logprobs are not streamed by this binding (stream=False, or the server, "
+                                 "which streams them)" % where)
+    p.logprobs, p.top_logprobs = 1, n_top
+
+
+def _piece(model, t):
+    return model.detokenize_bytes([t], skip_special=False).decode("utf-8", "replace")
+
+
+def _chat_logprobs(model, run):
+    """OpenAI's choices[].logprobs of a chat answer (None: not asked)"""
+    lps = run.kept_logprobs()
+    if lps is None:
+        return None
+
+    def entry(t, lp):
+        text = _piece(model, t)
+        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+
+    return {"content": [dict(entry(t, lp), top_logprobs=[entry(a, b) for a, b in top]) for t, lp, top, _ in lps],
+            "refusal": None}
+
+
+def _completion_logprobs(model, run, shift):
+    """llama-cpp-python's (the completions API's) logprobs of an answer
+    whose text starts at character shift (None: not asked)"""
+    lps = run.kept_logprobs()
+    if lps is None:
+        return None
+    tops = []
+    for _, _, top, _ in lps:
+        d = {}
+        for a, b in top:
+            d.setdefault(_piece(model, a), b)  # two tokens of one text: the likelier
+        tops.append(d)
+    return {"tokens": [_piece(model, t) for t, _, _, _ in lps], "text_offset": [shift + o for _, _, _, o in lps],
+            "token_logprobs": [lp for _, lp, _, _ in lps], "top_logprobs": tops}
 
 
 def _check_refused(table, given, where):
@@ -292,12 +338,14 @@ class Llama:
         string or a list of them (the text is cut before the first); echo:
         the prompt's text first. Sampling arguments not given (None) are the
         model's recommendation. settings: ReFusion's (decoder, slot_size,
-        rolling, ...). Arguments with nothing behind them here (logprobs,
-        grammar, suffix, typical_p, mirostat, ...) raise ValueError unless
+        rolling, ...). logprobs=N: each answer token's log-probability and its
+        N likeliest alternatives (0..20) in choices[0]["logprobs"] (AR decoding
+        and the rolling slot; not with stream=True). Arguments with nothing
+        behind them here (grammar, suffix, typical_p, mirostat, ...) raise ValueError unless
         at their neutral value. Ctrl-C stops the generation and raises
         KeyboardInterrupt."""
         where = "create_completion"
-        _check_refused(_CALL_REFUSED, dict(suffix=suffix, typical_p=typical_p, logprobs=logprobs, tfs_z=tfs_z,
+        _check_refused(_CALL_REFUSED, dict(suffix=suffix, typical_p=typical_p, tfs_z=tfs_z,
                                            mirostat_mode=mirostat_mode, stopping_criteria=stopping_criteria,
                                            logits_processor=logits_processor, grammar=grammar,
                                            logit_bias=logit_bias), where)
@@ -313,6 +361,7 @@ class Llama:
         p = self._params(dict(temperature=temperature, top_p=top_p, min_p=min_p, frequency_penalty=frequency_penalty,
                               presence_penalty=presence_penalty, repeat_penalty=repeat_penalty, top_k=top_k,
                               seed=seed), settings, where)
+        _logprobs(p, logprobs is not None and logprobs is not False, logprobs, stream, where, "logprobs")
         run = self._start(ids, max_tokens, stop, p, where)
         cid = "cmpl-%s" % uuid.uuid4()
         name = model if model is not None else self.model_path
@@ -332,6 +381,7 @@ class Llama:
             return chunks()
         text = run.run_all()
         out = chunk((prompt_text if echo else "") + text, run.finish_reason)
+        out["choices"][0]["logprobs"] = _completion_logprobs(m, run, len(prompt_text) if echo else 0)
         out["usage"] = {"prompt_tokens": len(ids), "completion_tokens": run.n_tokens,
                         "total_tokens": len(ids) + run.n_tokens}
         return out
@@ -354,25 +404,33 @@ class Llama:
         recommendation (generation_config.json's max_new_tokens, else 512),
         within the context. Sampling arguments not given are the model's
         recommendation; think=False renders the template with
-        enable_thinking=false; settings: ReFusion's. tools, functions,
-        response_format other than {"type": "text"}, logprobs, grammar, ...
-        raise ValueError: nothing here provides them."""
+        enable_thinking=false; settings: ReFusion's. logprobs=True (with
+        top_logprobs=N alternatives, 0..20): choices[0]["logprobs"]["content"]
+        as OpenAI gives it (AR decoding and the rolling slot; not with
+        stream=True). tools, functions, response_format other than
+        {"type": "text"}, grammar, ... raise ValueError: nothing here provides
+        them."""
         where = "create_chat_completion"
         _check_refused(_CALL_REFUSED, dict(functions=functions, function_call=function_call, tools=tools,
                                            tool_choice=tool_choice, typical_p=typical_p, tfs_z=tfs_z,
                                            mirostat_mode=mirostat_mode, logits_processor=logits_processor,
-                                           grammar=grammar, logit_bias=logit_bias, logprobs=logprobs,
-                                           top_logprobs=top_logprobs), where)
+                                           grammar=grammar, logit_bias=logit_bias), where)
+        if logprobs not in (None, True, False):
+            raise RefusionValueError("%s: logprobs must be True or False, got %r" % (where, logprobs))
+        if top_logprobs is not None and not logprobs:
+            raise RefusionValueError("%s: top_logprobs needs logprobs=True" % where)
+        lp = (bool(logprobs), 0 if top_logprobs is None else top_logprobs)
         _response_format(response_format, where)
         self._m(where)
         call = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, presence_penalty=presence_penalty,
                     frequency_penalty=frequency_penalty, repeat_penalty=repeat_penalty, seed=seed)
         return _chat_completion(self._model, self, messages, stream=stream, max_tokens=max_tokens, stop=stop,
                                 think=think, settings=settings, call=call,
-                                name=model if model is not None else self.model_path)
+                                name=model if model is not None else self.model_path, logprobs=lp)
 
 
-def _chat_completion(model, llama, messages, stream, max_tokens, stop, think, settings, call=None, name=None):
+def _chat_completion(model, llama, messages, stream, max_tokens, stop, think, settings, call=None, name=None,
+                     logprobs=(False, 0)):
     """The chat completion of Llama and Model (llama None: the model's own
     session, recommended settings and context)."""
     where = "create_chat_completion"
@@ -380,6 +438,7 @@ def _chat_completion(model, llama, messages, stream, max_tokens, stop, think, se
         llama = _ModelAsLlama(model)
     ids = model.tokenize_chat(messages, think=think)
     p = llama._params(call or {}, settings, where)
+    _logprobs(p, logprobs[0], logprobs[1], stream, where, "top_logprobs")
     run = llama._start(ids, max_tokens, stop, p, where)
     cid = "chatcmpl-%s" % uuid.uuid4()
     name = name if name is not None else model.path
@@ -398,7 +457,8 @@ def _chat_completion(model, llama, messages, stream, max_tokens, stop, think, se
         return chunks()
     text = run.run_all()
     return {"id": cid, "object": "chat.completion", "created": created, "model": name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "logprobs": _chat_logprobs(model, run),
                          "finish_reason": run.finish_reason}],
             "usage": {"prompt_tokens": len(ids), "completion_tokens": run.n_tokens,
                       "total_tokens": len(ids) + run.n_tokens}}

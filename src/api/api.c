@@ -33,6 +33,8 @@ struct refusion_session {
     rf_workspace *ws;
     rf_step *steps; /* the last generation's, for rf_stats.steps */
     int steps_cap;
+    rf_token_logprob *logprobs; /* the last generation's (rf_stats.logprobs), grown, never shrunk */
+    int logprobs_cap;
     float *call_cost; /* the adaptive rolling slot's cost model (rf_call_cost_measure), or NULL */
     int n_call_cost;
 };
@@ -321,6 +323,7 @@ RF_API void rf_session_free(refusion_session *s) {
     if (!s) return;
     rf_workspace_free(s->ws);
     free(s->steps);
+    free(s->logprobs);
     free(s->call_cost);
     free(s);
 }
@@ -354,6 +357,13 @@ static void keep_steps(refusion_session *s, const rf_gen_result *r) {
         s->steps_cap = r->n_steps;
     }
     if (r->n_steps) memcpy(s->steps, r->steps, (size_t)r->n_steps * sizeof *s->steps);
+    if (r->logprobs && r->n_ids > s->logprobs_cap) {
+        free(s->logprobs);
+        s->logprobs = NULL;
+        s->logprobs = rf_malloc((size_t)r->n_ids * sizeof *s->logprobs);
+        s->logprobs_cap = r->n_ids;
+    }
+    if (r->logprobs && r->n_ids) memcpy(s->logprobs, r->logprobs, (size_t)r->n_ids * sizeof *s->logprobs);
 }
 
 static void fill_stats(const refusion_session *s, const rf_gen_result *r, rf_stats *st) {
@@ -367,6 +377,7 @@ static void fill_stats(const refusion_session *s, const rf_gen_result *r, rf_sta
     st->tokens_per_s = r->tokens_per_s;
     st->n_steps = r->n_steps;
     st->steps = s->steps;
+    st->logprobs = r->logprobs ? s->logprobs : NULL;
     const rf_accept_stats *a = &r->accept;
     st->first_free = a->first_free, st->first_checked = a->first_checked, st->first_replaced = a->first_replaced;
     st->verified = a->verified, st->forced_draft = a->forced_draft, st->forced_ar = a->forced_ar;
@@ -432,7 +443,8 @@ static const rf_field params_fields[] = {
     FIELD(rf_params, FLOAT, presence_penalty) FIELD(rf_params, FLOAT, frequency_penalty)
     FIELD(rf_params, INT, penalty_last_n) FIELD(rf_params, PTR, on_tokens) FIELD(rf_params, PTR, on_event)
     FIELD(rf_params, PTR, user) FIELD(rf_params, PTR, cancel) FIELD(rf_params, PTR, ws)
-    FIELD(rf_params, PTR, constraint)
+    FIELD(rf_params, PTR, constraint) FIELD(rf_params, INT, logprobs) FIELD(rf_params, INT, top_logprobs)
+    FIELD(rf_params, PTR, on_logprobs)
     {NULL, 0, 0}};
 static const rf_field stats_fields[] = {
     FIELD(rf_stats, INT, n_tokens) FIELD(rf_stats, INT, hit_eos) FIELD(rf_stats, INT, n_calls)
@@ -440,6 +452,7 @@ static const rf_field stats_fields[] = {
     FIELD(rf_stats, DOUBLE, tokens_per_s) FIELD(rf_stats, INT, n_steps) FIELD(rf_stats, PTR, steps)
     FIELD(rf_stats, INT, first_free) FIELD(rf_stats, INT, first_checked) FIELD(rf_stats, INT, first_replaced)
     FIELD(rf_stats, INT, verified) FIELD(rf_stats, INT, forced_draft) FIELD(rf_stats, INT, forced_ar)
+    FIELD(rf_stats, PTR, logprobs)
     {NULL, 0, 0}};
 #undef FIELD
 _Static_assert(sizeof(rf_method) == sizeof(int), "rf_params.method is laid out as an int");

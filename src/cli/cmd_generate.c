@@ -70,6 +70,9 @@ typedef struct {
     size_t acc_len, acc_cap, printed;
     int32_t *got;
     int n_got, cap_got, stopped;
+    /* --logprobs: every final answer token's, in order */
+    rf_token_logprob *lp;
+    int n_lp, cap_lp;
 } ui;
 
 static volatile int g_cancel;
@@ -98,6 +101,20 @@ static void stop_text(ui *u, const char *s) {
         u->stopped = 1;
         g_cancel = 1; /* the decoder stops before its next model call */
     }
+}
+
+static void on_logprobs(const rf_token_logprob *lp, int n, void *user) {
+    ui *u = user;
+    if (u->stopped) return;
+    if (u->n_lp + n > u->cap_lp) {
+        while (u->n_lp + n > u->cap_lp) u->cap_lp = u->cap_lp ? 2 * u->cap_lp : 64;
+        rf_token_logprob *g = rf_malloc((size_t)u->cap_lp * sizeof *g);
+        if (u->n_lp) memcpy(g, u->lp, (size_t)u->n_lp * sizeof *g);
+        free(u->lp);
+        u->lp = g;
+    }
+    memcpy(u->lp + u->n_lp, lp, (size_t)n * sizeof *lp);
+    u->n_lp += n;
 }
 
 static void on_tokens(const int32_t *ids, int n, void *user) {
@@ -224,11 +241,34 @@ typedef struct {
     int n;
     rf_stats st;
     char *stop_text; /* -r: the text, cut before the stop text, when it was found (st is then empty) */
+    rf_token_logprob *lp; /* --logprobs: [n] */
     int gen_length;  /* the answer length asked for (-n -1 resolved) */
 } answer;
 
+/* one token's id, text and log-probability */
+static json_t *token_logprob_json(const refusion_tokenizer *tok, int32_t id, float logprob) {
+    json_t *o = json_pack("{s:i, s:f}", "token", (int)id, "logprob", (double)logprob);
+    char buf[256];
+    json_t *t = tok && rf_detokenize(tok, &id, 1, 0, buf, sizeof buf) >= 0 ? json_string(buf) : NULL;
+    json_object_set_new(o, "text", t ? t : json_null());
+    return o;
+}
+
+/* --logprobs: [{"token", "text", "logprob", "top_logprobs": [{"token", "text", "logprob"}]}] */
+static json_t *logprobs_json(const refusion_tokenizer *tok, const rf_token_logprob *lp, int n) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *o = token_logprob_json(tok, lp[i].token, lp[i].logprob), *top = json_array();
+        for (int k = 0; k < lp[i].n_top; k++)
+            json_array_append_new(top, token_logprob_json(tok, lp[i].top_token[k], lp[i].top_logprob[k]));
+        json_object_set_new(o, "top_logprobs", top);
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
 static void print_json(const answer *r, const int32_t *prompt, int P, const char *text, const char *mode,
-                       const rf_decode_opts *d) {
+                       const rf_decode_opts *d, const refusion_tokenizer *tok) {
     const rf_gen_params *p = &d->gen;
     json_t *steps = json_array();
     for (int i = 0; i < r->st.n_steps; i++) {
@@ -269,6 +309,7 @@ static void print_json(const answer *r, const int32_t *prompt, int P, const char
         if (d->src[i] != RF_SRC_DEFAULT) json_object_set_new(src, rf_decode_table[i].name, json_string(rf_src_names[d->src[i]]));
     json_object_set_new(o, "sources", src);
     json_object_set_new(o, "steps", steps);
+    if (r->lp) json_object_set_new(o, "logprobs", logprobs_json(tok, r->lp, r->n));
     char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(6));
     puts(s);
     free(s);
@@ -279,6 +320,8 @@ static void print_json(const answer *r, const int32_t *prompt, int P, const char
 typedef struct {
     const char *model, *prompt, *file, *ids, *system, *reverse_prompt;
     int chat, no_chat, no_think, json, visualize, naive, interactive, no_conversation, verbose;
+    const char *logprobs_arg; /* --logprobs N, NULL: off */
+    int logprobs;             /* N, -1: off */
 } gen_args;
 
 #define A(f) offsetof(gen_args, f)
@@ -308,6 +351,10 @@ static const rf_opt gen_opts[] = {
              "model call)"},
     {.name = "json", .type = RF_OPT_FLAG, .offset = A(json),
      .help = "print prompt/answer ids, text and statistics as JSON"},
+    {.name = "logprobs", .type = RF_OPT_STR, .offset = A(logprobs_arg),
+     .metavar = "N",
+     .help = "with --json: each answer token's log-probability and its N most likely alternatives (0..20; "
+             "the model's log-softmax, before the sampling settings and a grammar; ar and --rolling)"},
     {.name = "visualize", .type = RF_OPT_FLAG, .offset = A(visualize),
      .help = "show how the slots fill in, step by step"},
     {.name = "naive", .type = RF_OPT_FLAG, .offset = A(naive), .help = "ReFusion without a KV cache (slow; for checking)"},
@@ -374,6 +421,7 @@ static int run_decoder(gen_ctx *g, const int32_t *prompt, int P, ui *u, answer *
         u->cell = rf_calloc(u->G, 1);
     }
     p.on_tokens = on_tokens, p.on_event = on_event, p.user = u;
+    if (g->a.logprobs >= 0) p.logprobs = 1, p.top_logprobs = g->a.logprobs, p.on_logprobs = on_logprobs;
     p.cancel = &g_cancel;
     p.no_cache = g->a.naive;
     r->ids = rf_malloc((size_t)G * sizeof(int32_t) + 1);
@@ -401,6 +449,7 @@ static int run_decoder(gen_ctx *g, const int32_t *prompt, int P, ui *u, answer *
         r->stop_text = u->acc;
         u->acc = NULL;
     }
+    r->lp = u->lp, u->lp = NULL;
     free(u->acc), free(u->got);
     u->acc = NULL, u->got = NULL;
     if (u->stopped) return 0;
@@ -496,7 +545,7 @@ static int chat_repl(gen_ctx *g) {
             if (g_cancel) printf("[interrupted]\n");
             else fprintf(stderr, "refusion: chat: %s\n", rf_last_error());
             free((char *)h[n].content); /* the turn is dropped */
-            free(r.ids);
+            free(r.ids), free(r.lp);
             continue;
         }
         char *text = r.stop_text ? r.stop_text : detokenize(g->tok, r.ids, r.n, 1);
@@ -510,7 +559,7 @@ static int chat_repl(gen_ctx *g) {
                     rf_method_name(g->d.gen.method), P, r.st.n_tokens, r.st.n_calls, r.st.seconds);
         h[n + 1] = (rf_chat_message){"assistant", text ? text : rf_strdup("")};
         n += 2;
-        free(r.ids);
+        free(r.ids), free(r.lp);
     }
     for (int i = 0; i < n; i++) free((char *)h[i].content);
     free(h);
@@ -580,7 +629,7 @@ static void report_answer(const gen_ctx *g, answer *r, const int32_t *prompt, in
     if (r->stop_text) *answer_text = r->stop_text, r->stop_text = NULL;
     else if (g->tok) *answer_text = detokenize(g->tok, r->ids, r->n, 1);
     if (g->a.json) {
-        print_json(r, prompt, P, *answer_text, mode, &g->d);
+        print_json(r, prompt, P, *answer_text, mode, &g->d, g->tok);
         return;
     }
     if (g->a.visualize) printf("%s\n", *answer_text ? *answer_text : "");
@@ -626,6 +675,13 @@ static int generate_main(int argc, char **argv, int interactive) {
     }
     if (interactive && (g.a.json || g.a.ids)) {
         fprintf(stderr, "refusion: %s: --json and --ids do not go with the interactive chat\n", cmd);
+        return 2;
+    }
+    long n_lp = -1;
+    if (g.a.logprobs_arg && rf_arg_long(cmd, "--logprobs", g.a.logprobs_arg, 0, RF_MAX_TOP_LOGPROBS, &n_lp)) return 2;
+    g.a.logprobs = (int)n_lp;
+    if (g.a.logprobs >= 0 && !g.a.json) {
+        fprintf(stderr, "refusion: %s: --logprobs reports in the --json output: give --json too\n", cmd);
         return 2;
     }
     if (!interactive && !n_src) {
@@ -703,6 +759,7 @@ static int generate_main(int argc, char **argv, int interactive) {
     rc = 0;
 out:
     free(r.ids);
+    free(r.lp);
     free(answer_text);
     free(prompt);
     free(file_text);

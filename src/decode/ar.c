@@ -6,7 +6,8 @@
  * gen_length tokens or after an EOS (which is part of the answer). Sampling:
  * greedy at temperature 0, else softmax(l / T) cut to top_k / top_p / min_p;
  * the penalties first (rf_sample_token). With p->constraint the grammar
- * masks each row first (decode/constraint.h).
+ * masks each row first (decode/constraint.h). With p->logprobs each token's
+ * log-probabilities are those of the model's row, before any of that.
  *
  * The decoding itself is the step machine of ar_step.c (the one the
  * server's scheduler runs as a row of its batched calls); this is its

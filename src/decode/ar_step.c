@@ -113,6 +113,7 @@ rf_kvcache *rf_ar_seq_kv(rf_ar_seq *q) { return &q->kv; }
 /* Draw answer token n_ans from logits. */
 static void draw(rf_ar_seq *q, const float *logits) {
     int i = q->n_ans;
+    const float *raw = logits; /* the model's row: the log-probabilities' */
     if (q->cr) { /* the grammar's mask on a copy of the row */
         memcpy(q->masked, logits, (size_t)q->V * sizeof(float));
         logits = q->masked;
@@ -126,6 +127,7 @@ static void draw(rf_ar_seq *q, const float *logits) {
         q->error = rf_strdup(rf_last_error()), q->done = 1;
         return;
     }
+    ans_logprob(&q->ans, i, raw, q->V, t);
     ans_fill(&q->ans, i, t);
     q->st->tpf_ref = 1.0;
     ans_event(&q->ans, RF_EV_AR_TOKEN, i, 1, &i, &t, NULL);

@@ -69,6 +69,7 @@ typedef struct {
     double tokens_per_call;  /* n_tokens / n_calls */
     double wall_s, tokens_per_s;
     rf_accept_stats accept;  /* ReFusion only (AR: all zero) */
+    rf_token_logprob *logprobs; /* [n_ids] with p->logprobs, else NULL */
 } rf_gen_result;
 
 /* The reference example's settings: ReFusion, gen 512, slot 4, 32 blocks,
@@ -152,6 +153,10 @@ int rf_sample_ar(const float *l, int vocab, float temperature, int top_k, float 
  * prompt ++ answer[0 .. n_answer)), then rf_sample_ar's steps and min_p. */
 int rf_sample_token(const float *l, int vocab, const rf_gen_params *p, const int *prompt, int n_prompt,
                     const int *answer, int n_answer, rf_rng *rng);
+/* out: token tok's log-probability in the row l (log-softmax, in float64)
+ * and the n_top most likely tokens (by logit, ties to the lower id), most
+ * likely first. */
+void rf_logprobs_of(const float *l, int vocab, int tok, int n_top, rf_token_logprob *out);
 /* 1 when p has a repeat / presence / frequency penalty */
 int rf_gen_has_penalties(const rf_gen_params *p);
 

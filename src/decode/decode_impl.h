@@ -16,6 +16,7 @@ typedef struct {
     int frontier;        /* answer positions [0, frontier) are final and reported */
     int stopped;         /* the frontier passed an EOS: nothing after it counts */
     int refills;         /* fills of an already filled position: must stay 0 */
+    rf_token_logprob *lp; /* [G] with p->logprobs (else NULL): each filled position's */
     rf_step_stat *steps;
     int n_steps, cap_steps;
     int n_calls;
@@ -32,6 +33,11 @@ void ans_init(rf_answer *a, const rf_gen_params *p, int G, int eos);
 void ans_free(rf_answer *a);
 /* Record a committed token (answer position apos). */
 void ans_fill(rf_answer *a, int apos, int tok);
+/* With p->logprobs: answer position apos's log-probabilities from the
+ * logits row its token is drawn from, as the model gave it (before
+ * penalties, temperature, filters and a grammar's mask); call it with the
+ * token before ans_fill. Nothing without p->logprobs. */
+void ans_logprob(rf_answer *a, int apos, const float *row, int vocab, int tok);
 /* Advance the final prefix and hand the new tokens to p->on_tokens. */
 void ans_flush(rf_answer *a);
 /* Start the statistics of a new step. */

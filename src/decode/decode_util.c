@@ -38,11 +38,13 @@ void ans_init(rf_answer *a, const rf_gen_params *p, int G, int eos) {
     a->eos = eos;
     a->tok = rf_scoped_malloc((size_t)G * sizeof(int));
     for (int i = 0; i < G; i++) a->tok[i] = -1;
+    if (p->logprobs) a->lp = rf_scoped_calloc((size_t)G, sizeof *a->lp);
     a->t0 = rf_now();
 }
 
 void ans_free(rf_answer *a) {
     rf_scoped_free(a->tok);
+    if (a->lp) rf_scoped_free(a->lp);
     rf_scoped_free(a->steps);
     memset(a, 0, sizeof *a);
 }
@@ -54,12 +56,20 @@ void ans_fill(rf_answer *a, int apos, int tok) {
     if (a->n_steps > 0) a->steps[a->n_steps - 1].tokens++;
 }
 
+void ans_logprob(rf_answer *a, int apos, const float *row, int vocab, int tok) {
+    if (!a->lp) return;
+    if (apos < 0 || apos >= a->G) rf_die("decode: answer position %d outside [0, %d)", apos, a->G);
+    rf_logprobs_of(row, vocab, tok, a->p->top_logprobs, &a->lp[apos]);
+}
+
 void ans_flush(rf_answer *a) {
     int start = a->frontier;
     while (!a->stopped && a->frontier < a->G && a->tok[a->frontier] >= 0) {
         if (a->tok[a->frontier] == a->eos) a->stopped = 1;
         a->frontier++;
     }
+    if (a->frontier > start && a->lp && a->p->on_logprobs)
+        a->p->on_logprobs(a->lp + start, a->frontier - start, a->p->user);
     if (a->frontier > start && a->p->on_tokens)
         a->p->on_tokens(a->tok + start, a->frontier - start, a->p->user);
 }
@@ -114,6 +124,10 @@ int ans_finish(rf_answer *a, int n_prompt, rf_gen_result *out) {
     out->n_ids = a->frontier;
     out->ids = rf_scoped_malloc((size_t)(a->frontier + 1) * sizeof(int));
     memcpy(out->ids, a->tok, (size_t)a->frontier * sizeof(int));
+    if (a->lp) {
+        out->logprobs = rf_scoped_malloc((size_t)(a->frontier + 1) * sizeof *out->logprobs);
+        memcpy(out->logprobs, a->lp, (size_t)a->frontier * sizeof *out->logprobs);
+    }
     out->hit_eos = a->stopped;
     out->n_calls = a->n_calls;
     out->accept = a->acc;
@@ -133,6 +147,7 @@ int ans_finish(rf_answer *a, int n_prompt, rf_gen_result *out) {
 
 void rf_gen_result_free(rf_gen_result *r) {
     rf_scoped_free(r->ids);
+    if (r->logprobs) rf_scoped_free(r->logprobs);
     rf_scoped_free(r->steps);
     memset(r, 0, sizeof *r);
 }

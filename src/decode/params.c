@@ -45,6 +45,28 @@ int rf_gen_check_settings(const rf_gen_params *p) {
                      p->method == RF_METHOD_MDM ? "MDM" : "plan-and-infill");
         return -1;
     }
+    if (p->logprobs != 0 && p->logprobs != 1) {
+        rf_set_error("logprobs must be 0 or 1 (got %d)", p->logprobs);
+        return -1;
+    }
+    if (p->top_logprobs < 0 || p->top_logprobs > RF_MAX_TOP_LOGPROBS) {
+        rf_set_error("top_logprobs must be in [0, %d] (got %d)", RF_MAX_TOP_LOGPROBS, p->top_logprobs);
+        return -1;
+    }
+    if (p->top_logprobs && !p->logprobs) {
+        rf_set_error("top_logprobs needs logprobs");
+        return -1;
+    }
+    /* plan-and-infill commits tokens the mask head drafted (a verified draft
+     * was never drawn from the AR head's row, a forced one from neither) and
+     * MDM unmasks by confidence: neither has one distribution per token that
+     * it was drawn from */
+    if (p->logprobs && p->method != RF_METHOD_AR && !(p->method == RF_METHOD_REFUSION && p->rolling)) {
+        rf_set_error("logprobs are reported by AR decoding and the rolling slot only: %s refuses them "
+                     "(docs/refusion.md, log-probabilities)",
+                     p->method == RF_METHOD_MDM ? "MDM" : "plan-and-infill");
+        return -1;
+    }
     if (p->eos_id < RF_ID_FROM_MODEL) {
         rf_set_error("eos_id must be a token id, -1 (none) or RF_TOKEN_FROM_MODEL, got %d", p->eos_id);
         return -1;
@@ -199,6 +221,7 @@ int64_t rf_gen_mem_bytes(const rf_model *m, int n_prompt, const rf_gen_params *p
     int64_t runstate = T * (2 * d + 2 * qd + 2 * kvd + 2 * f) * 4 + 32 * RF_ATT_ROWS * (ctx + T) * 4; /* attention weights: 32 threads */
     int64_t logits = T * V * 4 + V * (8 + 8); /* + one row of sampling scratch */
     int64_t answer = G * (4 + 4 + 16) + 4096;
+    if (p->logprobs) answer += 2 * G * (int64_t)sizeof(rf_token_logprob); /* the answer's and the result's */
     return kv + fork + runstate + logits + answer;
 }
 

@@ -31,6 +31,10 @@
  * state: a draft it refuses cannot equal the masked draw, so cutting the
  * call there saves work without changing any answer.
  *
+ * With p->logprobs each committed token's log-probabilities come from the
+ * AR head's row at its position (before the mask), the row AR decoding
+ * reports at that position: the same values as AR decoding's.
+ *
  * Drafts for the next call: when every fed draft passed, the masks behind
  * them saw the right prefix: their argmaxes (from the second mask on; the
  * first mask's position is the token just committed) are the new drafts.
@@ -335,6 +339,7 @@ static void roll_commit(rf_roll_seq *q, const float *logits) {
         if (q->cr && rf_constraint_run_accept(q->cr, t)) break;
         int pass = j < k && draft[j] == t;
         if (j < k && p->draft_adaptive) policy_seen(&q->pol, j, conf[j], q->stale, pass);
+        ans_logprob(ans, q->n_ans, logits + (size_t)j * V, V, t); /* the model's row, as AR's */
         ans_fill(ans, q->n_ans, t);
         ans_count_how(ans, pass ? HOW_VERIFIED : HOW_FORCED_AR);
         q->n_ans++;

@@ -18,6 +18,29 @@ rf_logit_stats rf_logits_stats(const float *l, int V) {
     return s;
 }
 
+void rf_logprobs_of(const float *l, int V, int tok, int n_top, rf_token_logprob *out) {
+    rf_logit_stats st = rf_logits_stats(l, V);
+    memset(out, 0, sizeof *out);
+    out->token = tok;
+    out->logprob = (float)((double)l[tok] - st.lse);
+    if (n_top > V) n_top = V;
+    if (n_top > RF_MAX_TOP_LOGPROBS) n_top = RF_MAX_TOP_LOGPROBS;
+    /* one pass keeping the best n_top sorted: a token enters only above the
+     * last kept one (ids rise, so an equal logit keeps the lower id first) */
+    int k = 0;
+    for (int i = 0; i < V && n_top > 0; i++) {
+        if (k == n_top && !(l[i] > l[out->top_token[k - 1]])) continue;
+        int at = k < n_top ? k++ : k - 1;
+        while (at > 0 && l[i] > l[out->top_token[at - 1]]) {
+            out->top_token[at] = out->top_token[at - 1];
+            at--;
+        }
+        out->top_token[at] = i;
+    }
+    out->n_top = k;
+    for (int i = 0; i < k; i++) out->top_logprob[i] = (float)((double)l[out->top_token[i]] - st.lse);
+}
+
 /* Gumbel-max in float64. The reference computes exp(l) / (-log u)^T and
  * takes the argmax; its log is l - T log(-log u) = l + T g with g a standard
  * Gumbel draw. All V uniforms are drawn (in vocab order, so a seed fixes the

@@ -11,6 +11,7 @@
 #include "serve/answer.h"
 #include "serve/oai.h"
 #include "serve/routes_llama.h"
+#include "serve/tools.h"
 #include "util/util.h"
 
 static void text_append(run_ctx *c, const char *piece) {
@@ -55,10 +56,39 @@ static void cut_now(run_ctx *c) {
     c->j->cancel_flag = 1; /* the decoder stops before its next model call */
 }
 
+/* the log-probabilities of the ids not yet sent (NULL: not asked) */
+static json_t *pending_logprobs(const run_ctx *c) {
+    if (!c->lp) return rf_oai_logprobs(c->s, c->j, NULL, NULL, NULL, 0);
+    return rf_oai_logprobs(c->s, c->j, c->ids + c->ids_sent, c->lp + c->ids_sent, c->tok_start + c->ids_sent,
+                           c->n_ids - c->ids_sent);
+}
+
+/* A chat answer with tools: its <tool_call> blocks become the message's
+ * (a stream's last delta's) "tool_calls", the text around them its
+ * content, and a finished choice's finish_reason "tool_calls". */
+static void with_tool_calls(const run_ctx *c, json_t *choice, int chunk) {
+    if (c->j->req.kind != RF_REQ_CHAT || c->j->req.tool_choice == RF_TOOLS_NONE) return;
+    char *content = NULL;
+    json_t *calls = rf_tool_calls_parse(c->text ? c->text : "", c->j->id, c->index, &content);
+    if (!calls) return;
+    json_t *m = json_object_get(choice, chunk ? "delta" : "message"), *call;
+    size_t i;
+    if (chunk) json_array_foreach(calls, i, call) json_object_set_new(call, "index", json_integer((json_int_t)i));
+    json_object_set_new(m, "content", *content ? json_string(content) : json_null());
+    json_object_set_new(m, "tool_calls", calls);
+    if (!json_is_null(json_object_get(choice, "finish_reason")))
+        json_object_set_new(choice, "finish_reason", json_string("tool_calls"));
+    free(content);
+}
+
 /* A chunk with the text and ids not yet sent: all of them when final,
  * otherwise holding back what could still be the start of a stop sequence
  * (and never splitting a UTF-8 character). finish: NULL or the reason. */
 static void stream_pending(run_ctx *c, int final, const char *finish, json_t *stats) {
+    if (!final && c->j->req.kind == RF_REQ_CHAT && c->j->req.tool_choice != RF_TOOLS_NONE) {
+        json_decref(stats); /* with tools the answer is sent whole at the end: it may be a call */
+        return;
+    }
     size_t upto = c->len;
     if (!final && !c->cut && c->max_stop > 1) {
         upto = c->len > c->max_stop - 1 ? c->len - (c->max_stop - 1) : 0;
@@ -79,11 +109,13 @@ static void stream_pending(run_ctx *c, int final, const char *finish, json_t *st
             free(piece);
             return;
         }
-        o = rf_llama_chunk(c->j, piece, c->ids + c->ids_sent, c->n_ids - c->ids_sent);
+        o = rf_llama_chunk(c->j, piece, c->ids + c->ids_sent, c->n_ids - c->ids_sent, pending_logprobs(c));
     } else {
         o = rf_oai_envelope(c->s, c->j, 1);
-        json_object_set_new(o, "choices", json_pack("[o]", rf_oai_choice(c->j, c->index, piece, c->ids + c->ids_sent,
-                                                                         c->n_ids - c->ids_sent, finish, 1)));
+        json_t *choice = rf_oai_choice(c->j, c->index, piece, c->ids + c->ids_sent, c->n_ids - c->ids_sent, finish, 1,
+                                       pending_logprobs(c));
+        if (final) with_tool_calls(c, choice, 1);
+        json_object_set_new(o, "choices", json_pack("[o]", choice));
         if (stats) json_object_update(o, stats); /* the statistics and timings of the last chunk */
         json_decref(stats);
     }
@@ -109,6 +141,21 @@ void rf_answer_on_event(const rf_event *ev, void *user) {
     pthread_mutex_unlock(&c->s->mu);
 }
 
+/* Decoder callback: the log-probabilities of the tokens it reports next
+ * (rf_answer_on_tokens keeps them beside the ids). */
+void rf_answer_on_logprobs(const rf_token_logprob *lp, int n, void *user) {
+    run_ctx *c = user;
+    if (c->cut) return;
+    if (n > c->cap_lp_next) {
+        free(c->lp_next);
+        c->lp_next = NULL;
+        c->lp_next = rf_malloc((size_t)n * sizeof *c->lp_next);
+        c->cap_lp_next = n;
+    }
+    memcpy(c->lp_next, lp, (size_t)n * sizeof *lp);
+    c->n_lp_next = n;
+}
+
 /* Decoder callback: newly final tokens, in position order. */
 void rf_answer_on_tokens(const int32_t *ids, int n, void *user) {
     run_ctx *c = user;
@@ -127,11 +174,19 @@ void rf_answer_on_tokens(const int32_t *ids, int n, void *user) {
             if (c->n_ids) memcpy(g, c->ids, c->n_ids * sizeof *g), memcpy(h, c->tok_start, c->n_ids * sizeof *h);
             free(c->ids), free(c->tok_start);
             c->ids = g, c->tok_start = h;
+            if (j->req.p.logprobs) {
+                rf_token_logprob *l = rf_calloc(c->cap_ids, sizeof *l);
+                if (c->n_ids) memcpy(l, c->lp, c->n_ids * sizeof *l);
+                free(c->lp);
+                c->lp = l;
+            }
         }
+        if (c->lp && i < c->n_lp_next) c->lp[c->n_ids] = c->lp_next[i];
         c->tok_start[c->n_ids] = c->len;
         c->ids[c->n_ids++] = ids[i];
         if (c->ts) text_append(c, rf_text_stream_put(c->ts, ids[i]));
     }
+    c->n_lp_next = 0;
     /* a stop may begin in text that arrived before this call */
     find_stop(c, from > c->max_stop ? from - c->max_stop : 0);
     if (c->stop_hit) cut_now(c);
@@ -154,7 +209,7 @@ static void log_choice(const rf_server *s, const job *j, const run_ctx *c, const
 }
 
 void rf_answer_free(run_ctx *c) {
-    free(c->ids), free(c->tok_start), free(c->text);
+    free(c->ids), free(c->tok_start), free(c->text), free(c->lp), free(c->lp_next);
     rf_text_stream_free(c->ts);
     memset(c, 0, sizeof *c);
 }
@@ -251,8 +306,9 @@ void rf_acc_choice(rf_server *s, job *j, job_acc *a, run_ctx *c, const rf_stats 
         j->n_decoded = c->n_ids; /* after the last stop check */
         pthread_mutex_unlock(&s->mu);
         const char *stop_type = c->stop_hit ? "word" : hit_eos ? "eos" : "limit";
+        json_t *lp = j->req.stream ? NULL : rf_oai_logprobs(s, j, c->ids, c->lp, c->tok_start, c->n_ids);
         a->native = rf_llama_final(s, j, j->req.stream ? "" : c->text ? c->text : "", c->ids, j->req.stream ? 0 : c->n_ids,
-                                   stop_type, c->stop_hit ? j->req.stop[c->stop_index] : "");
+                                   stop_type, c->stop_hit ? j->req.stop[c->stop_index] : "", lp);
         return;
     }
     json_t *last_stats = NULL;
@@ -261,7 +317,12 @@ void rf_acc_choice(rf_server *s, job *j, job_acc *a, run_ctx *c, const rf_stats 
         last_stats = json_pack("{s:o, s:o}", "refusion", rf_oai_stats(j, &a->sum), "timings", job_timings(j, a));
     }
     if (j->req.stream) stream_pending(c, 1, finish, last_stats);
-    else json_array_append_new(a->choices, rf_oai_choice(j, i, c->text ? c->text : "", c->ids, c->n_ids, finish, 0));
+    else {
+        json_t *choice = rf_oai_choice(j, i, c->text ? c->text : "", c->ids, c->n_ids, finish, 0,
+                                       rf_oai_logprobs(s, j, c->ids, c->lp, c->tok_start, c->n_ids));
+        with_tool_calls(c, choice, 0);
+        json_array_append_new(a->choices, choice);
+    }
 }
 
 /* The job is over (rc: 0, or the failure of a choice): its output, the

@@ -17,6 +17,9 @@ typedef struct {
     refusion_text_stream *ts; /* NULL without a tokenizer */
     int eos;
     int32_t *ids;        /* [n_ids] kept tokens */
+    rf_token_logprob *lp; /* [n_ids] their log-probabilities when the request asked (else NULL) */
+    rf_token_logprob *lp_next; /* the decoder's log-probabilities of the tokens it reports next */
+    int n_lp_next, cap_lp_next;
     size_t *tok_start;   /* [n_ids] offset of each token's text in text */
     int n_ids, cap_ids;
     char *text;          /* the kept tokens' text */
@@ -53,6 +56,7 @@ void rf_answer_free(run_ctx *c);
 /* the decoder's callbacks (user: the run_ctx) */
 void rf_answer_on_tokens(const int32_t *ids, int n, void *user);
 void rf_answer_on_event(const rf_event *ev, void *user);
+void rf_answer_on_logprobs(const rf_token_logprob *lp, int n, void *user);
 void rf_acc_init(job_acc *a);
 /* choice i of n is complete: stream its last chunk or keep it */
 void rf_acc_choice(rf_server *s, job *j, job_acc *a, run_ctx *c, const rf_stats *r, int i, int n);

@@ -71,20 +71,91 @@ json_t *rf_oai_envelope(const rf_server *s, const job *j, int chunk) {
 
 /* choices[index]: the text (a piece of it when streaming) and its token ids */
 json_t *rf_oai_choice(const job *j, int index, const char *text, const int32_t *ids, int n, const char *finish,
-                      int chunk) {
+                      int chunk, json_t *logprobs) {
     json_t *c = json_pack("{s:i}", "index", index);
     if (j->req.kind == RF_REQ_COMPLETION) {
         json_object_set_new(c, "text", jstr(text));
-        json_object_set_new(c, "logprobs", json_null());
+        json_object_set_new(c, "logprobs", logprobs ? logprobs : json_null());
     } else {
         json_t *m = json_object();
         if (!chunk) json_object_set_new(m, "role", json_string("assistant"));
         json_object_set_new(m, "content", jstr(text));
         json_object_set_new(c, chunk ? "delta" : "message", m);
+        if (logprobs) json_object_set_new(c, "logprobs", logprobs);
     }
     json_object_set_new(c, "token_ids", ids_json(ids, n));
     json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
     return c;
+}
+
+/* ---- log-probabilities ---------------------------------------------------------- */
+/* A token's text as OpenAI gives it: its bytes when they are UTF-8, else
+ * "bytes:\xNN..." (a piece of a character); *bytes: the byte values. */
+static json_t *token_text(const rf_tokenizer *tok, int id, json_t **bytes) {
+    int n = 0;
+    const char *b = tok ? rf_tok_bytes(tok, id, &n) : NULL;
+    if (!b) n = 0;
+    *bytes = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)b[i]));
+    size_t bad;
+    json_t *t = n == 0 ? json_string("") : rf_utf8_check(b, (size_t)n, &bad) ? NULL : json_stringn(b, (size_t)n);
+    if (t) return t;
+    char *x = rf_malloc(6 + 4 * (size_t)n + 1), *p = x + sprintf(x, "bytes:");
+    for (int i = 0; i < n; i++) p += sprintf(p, "\\x%02x", (unsigned char)b[i]);
+    t = json_string(x);
+    free(x);
+    return t ? t : json_string("");
+}
+
+/* {"token", "logprob", "bytes"} (chat) or {"id", "token", "bytes", "logprob"}
+ * (llama-server's /completion) */
+static json_t *token_entry(const rf_tokenizer *tok, int id, float logprob, int native) {
+    json_t *bytes, *t = token_text(tok, id, &bytes);
+    json_t *o = json_pack("{s:o, s:f, s:o}", "token", t, "logprob", (double)logprob, "bytes", bytes);
+    if (native) json_object_set_new(o, "id", json_integer(id));
+    return o;
+}
+
+json_t *rf_oai_logprobs(const rf_server *s, const job *j, const int32_t *ids, const rf_token_logprob *lp,
+                        const size_t *text_offset, int n) {
+    if (!j->req.p.logprobs) return NULL;
+    if (!lp) n = 0; /* no tokens yet */
+    const rf_tokenizer *tok = s->tok;
+    int chat = j->req.kind == RF_REQ_CHAT, native = j->req.kind == RF_REQ_NATIVE;
+    json_t *content = json_array(), *tokens = json_array(), *token_lp = json_array(), *tops = json_array(),
+           *offsets = json_array();
+    for (int i = 0; i < n; i++) {
+        if (tok && rf_tok_is_special(tok, ids[i])) continue; /* not in the text either */
+        if (chat || native) {
+            json_t *e = token_entry(tok, ids[i], lp[i].logprob, native), *top = json_array();
+            for (int k = 0; k < lp[i].n_top; k++)
+                json_array_append_new(top, token_entry(tok, lp[i].top_token[k], lp[i].top_logprob[k], native));
+            json_object_set_new(e, "top_logprobs", top);
+            json_array_append_new(content, e);
+            continue;
+        }
+        /* the completions' legacy shape: parallel lists, the alternatives as {text: logprob} */
+        json_t *bytes, *top = json_object();
+        json_array_append_new(tokens, token_text(tok, ids[i], &bytes));
+        json_decref(bytes);
+        json_array_append_new(token_lp, json_real(lp[i].logprob));
+        for (int k = 0; k < lp[i].n_top; k++) {
+            json_t *t = token_text(tok, lp[i].top_token[k], &bytes);
+            json_decref(bytes);
+            if (!json_object_get(top, json_string_value(t))) /* two tokens of one text: the likelier */
+                json_object_set_new(top, json_string_value(t), json_real(lp[i].top_logprob[k]));
+            json_decref(t);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offsets, json_integer((json_int_t)text_offset[i]));
+    }
+    json_t *o;
+    if (native) o = json_incref(content);
+    else if (chat) o = json_pack("{s:O, s:n}", "content", content, "refusal");
+    else o = json_pack("{s:O, s:O, s:O, s:O}", "tokens", tokens, "token_logprobs", token_lp, "top_logprobs", tops,
+                       "text_offset", offsets);
+    json_decref(content), json_decref(tokens), json_decref(token_lp), json_decref(tops), json_decref(offsets);
+    return o;
 }
 
 /* The decoder's statistics: how many tokens each model call produced (with

@@ -5,8 +5,8 @@
  * into 400 {"error": {"message", "param", ...}}. Every field must be known:
  * the decoding settings are the rows of the shared option table (common/args.h,
  * the same names, ranges and defaults as the command line); OpenAI fields we
- * do not implement are accepted only at their neutral value (logprobs false,
- * penalties 0, ...); anything else is refused, naming it. null means
+ * do not implement are accepted only at their neutral value (echo false,
+ * logit_bias {}, ...); anything else is refused, naming it. null means
  * "not given". */
 #include <jansson.h>
 #include <limits.h>
@@ -19,6 +19,7 @@
 #include "grammar/constraint.h"
 #include "grammar/json_schema.h"
 #include "serve/serve.h"
+#include "serve/tools.h"
 #include "util/util.h"
 
 /* dst = src cut to at most n - 1 bytes on a UTF-8 character boundary: the
@@ -75,16 +76,12 @@ static int check_unsupported(json_t *o, rf_serve_req *r) {
     json_t *v;
 #define REFUSE(key, ...) do { set_param(r, key); \
         r->err_unsupported = 1; rf_set_error(__VA_ARGS__); return -1; } while (0)
-    if ((v = field(o, "logprobs")) && !json_is_false(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
-        REFUSE("logprobs", "\"logprobs\" is not supported (no token log-probabilities are reported)");
-    if ((v = field(o, "top_logprobs")) && !(json_is_integer(v) && json_integer_value(v) == 0))
-        REFUSE("top_logprobs", "\"top_logprobs\" is not supported");
-    static const char *const tool_keys[] = {"tools", "tool_choice", "functions", "function_call", "parallel_tool_calls"};
+    /* the deprecated spellings of tools / tool_choice */
+    static const char *const tool_keys[] = {"functions", "function_call"};
     for (size_t i = 0; i < sizeof tool_keys / sizeof *tool_keys; i++)
         if ((v = field(o, tool_keys[i])) && !(json_is_array(v) && json_array_size(v) == 0) &&
-            !(json_is_string(v) && !strcmp(json_string_value(v), "none")) &&
-            !(!strcmp(tool_keys[i], "parallel_tool_calls") && json_is_boolean(v)))
-            REFUSE(tool_keys[i], "\"%s\" is not supported (this server has no tool calling)", tool_keys[i]);
+            !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
+            REFUSE(tool_keys[i], "\"%s\" is not supported: use \"tools\" and \"tool_choice\"", tool_keys[i]);
     if ((v = field(o, "response_format"))) {
         const char *t = json_is_object(v) ? json_string_value(json_object_get(v, "type")) : NULL;
         if (!t || (strcmp(t, "text") && strcmp(t, "json_object") && strcmp(t, "json_schema")))
@@ -101,6 +98,61 @@ static int check_unsupported(json_t *o, rf_serve_req *r) {
     if ((v = field(o, "suffix")) && !(json_is_string(v) && !*json_string_value(v)))
         REFUSE("suffix", "\"suffix\" is not supported");
 #undef REFUSE
+    return 0;
+}
+
+/* Chat: "logprobs": true | false and "top_logprobs": 0..20 (which needs
+ * "logprobs": true, as OpenAI says); completions: "logprobs": 0..20 (the
+ * alternatives per token; false or null: none) into p.logprobs and
+ * p.top_logprobs. The decoders that report them: AR and the rolling slot. */
+static int parse_logprobs(json_t *o, rf_serve_req *r) {
+    json_t *v = field(o, "logprobs"), *top = field(o, "top_logprobs");
+    int on = 0, n_top = 0;
+    set_param(r, "logprobs");
+    if (r->kind == RF_REQ_CHAT) {
+        if (v && !json_is_boolean(v)) {
+            rf_set_error("\"logprobs\" must be true or false");
+            return -1;
+        }
+        on = v && json_is_true(v);
+        if (top) {
+            set_param(r, "top_logprobs");
+            if (!json_is_integer(top) || json_integer_value(top) < 0 ||
+                json_integer_value(top) > RF_MAX_TOP_LOGPROBS) {
+                rf_set_error("\"top_logprobs\" must be an integer in [0, %d]", RF_MAX_TOP_LOGPROBS);
+                return -1;
+            }
+            n_top = (int)json_integer_value(top);
+            if (!on) {
+                rf_set_error("\"top_logprobs\" needs \"logprobs\": true");
+                return -1;
+            }
+        }
+    } else {
+        if (top) {
+            set_param(r, "top_logprobs");
+            rf_set_error("\"top_logprobs\" is a chat field: a completion's \"logprobs\" is the number of "
+                         "alternatives");
+            return -1;
+        }
+        if (v && !json_is_false(v)) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > RF_MAX_TOP_LOGPROBS) {
+                rf_set_error("\"logprobs\" must be an integer in [0, %d] (the alternatives per token)",
+                             RF_MAX_TOP_LOGPROBS);
+                return -1;
+            }
+            on = 1, n_top = (int)json_integer_value(v);
+        }
+    }
+    if (on && r->p.method != RF_METHOD_AR && !(r->p.method == RF_METHOD_REFUSION && r->p.rolling)) {
+        r->err_unsupported = 1;
+        rf_set_error("\"logprobs\": AR decoding and the rolling slot report them (\"mode\": \"ar\", or "
+                     "\"rolling\": true); %s commits tokens no single distribution drew",
+                     r->p.method == RF_METHOD_MDM ? "mdm" : "plan-and-infill");
+        return -1;
+    }
+    r->p.logprobs = on, r->p.top_logprobs = n_top;
+    r->err_param[0] = 0;
     return 0;
 }
 
@@ -494,7 +546,17 @@ static int parse_messages(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
     }
     rf_text_span *spans;
     size_t n_spans;
-    char *text = rf_chat_apply_spans(tok, msgs, (int)n, 1, think, &spans, &n_spans);
+    char *text;
+    if (r->tools) { /* the template renders them (Qwen3's: in the system turn) */
+        json_t *conv = json_pack("{s:[], s:O}", "messages", "tools", r->tools);
+        for (i = 0; i < n; i++)
+            json_array_append_new(json_object_get(conv, "messages"),
+                                  json_pack("{s:s, s:s}", "role", msgs[i].role, "content", msgs[i].content));
+        text = rf_chat_render_spans(tok, conv, 1, think, &spans, &n_spans);
+        json_decref(conv);
+    } else {
+        text = rf_chat_apply_spans(tok, msgs, (int)n, 1, think, &spans, &n_spans);
+    }
     if (text) rc = encode(tok, text, spans, special ? 0 : n_spans, r);
     free(spans);
     r->prompt_text = text; /* /apply-template answers it */
@@ -572,12 +634,13 @@ static int parse_constraint(json_t *o, const rf_tokenizer *tok, rf_serve_req *r)
     json_t *g = field(o, "grammar"), *js = field(o, "json_schema"), *rfmt = field(o, "response_format");
     const char *type = rfmt ? json_string_value(json_object_get(rfmt, "type")) : NULL;
     int json_mode = type && strcmp(type, "text");
-    int n = (g != NULL) + (js != NULL) + json_mode;
+    int n = (g != NULL) + (js != NULL) + json_mode + (r->tool_gbnf != NULL);
     if (!n) return 0;
-    const char *param = g ? "grammar" : js ? "json_schema" : "response_format";
+    const char *param = g ? "grammar" : js ? "json_schema" : json_mode ? "response_format" : "tool_choice";
     set_param(r, param);
     if (n > 1) {
-        rf_set_error("give at most one of \"grammar\", \"json_schema\" and a JSON \"response_format\"");
+        rf_set_error("give at most one of \"grammar\", \"json_schema\", a JSON \"response_format\" and a "
+                     "required or named \"tool_choice\"");
         return -1;
     }
     if (!tok) {
@@ -592,7 +655,9 @@ static int parse_constraint(json_t *o, const rf_tokenizer *tok, rf_serve_req *r)
         return -1;
     }
     char *gbnf = NULL;
-    if (g) {
+    if (r->tool_gbnf) {
+        gbnf = rf_strdup(r->tool_gbnf);
+    } else if (g) {
         if (!json_is_string(g)) {
             rf_set_error("\"grammar\" must be a string (GBNF)");
             return -1;
@@ -651,7 +716,9 @@ int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_mode
         goto out;
     }
     if (parse_settings(o, m, out)) goto out;
+    if (rf_serve_parse_tools(o, out)) goto out;
     if (parse_constraint(o, tok, out)) goto out;
+    if (parse_logprobs(o, out)) goto out;
     if (kind == RF_REQ_CHAT ? parse_messages(o, tok, out) : parse_prompt(o, tok, out)) {
         if (!out->err_param[0]) set_param(out, kind == RF_REQ_CHAT ? "messages" : "prompt");
         goto out;
@@ -687,6 +754,8 @@ out:
         out->prompt = NULL, out->n_prompt = 0, out->prompt_text = NULL;
         rf_constraint_free(out->constraint);
         out->constraint = NULL, out->p.constraint = NULL;
+        json_decref(out->tools), free(out->tool_gbnf);
+        out->tools = NULL, out->tool_gbnf = NULL;
     }
     return rc;
 }
@@ -697,4 +766,6 @@ void rf_serve_req_free(rf_serve_req *r) {
     r->prompt = NULL, r->n_prompt = 0, r->prompt_text = NULL;
     rf_constraint_free(r->constraint);
     r->constraint = NULL, r->p.constraint = NULL;
+    json_decref(r->tools), free(r->tool_gbnf);
+    r->tools = NULL, r->tool_gbnf = NULL;
 }

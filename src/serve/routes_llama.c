@@ -318,9 +318,13 @@ static int translate_fields(json_t *o, char *param, size_t cap) {
             BAD("id_slot", "\"id_slot\" must be -1: a generation takes the first free slot of its kind");
         json_object_del(o, "id_slot");
     }
+    /* the completions' "logprobs": N (request.c), answered in llama-server's
+     * "completion_probabilities" */
     if ((v = json_object_get(o, "n_probs"))) {
-        if (!json_is_integer(v) || json_integer_value(v) != 0)
-            BAD("n_probs", "\"n_probs\" is not supported (no token probabilities are reported)");
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > RF_MAX_TOP_LOGPROBS)
+            BAD("n_probs", "\"n_probs\" must be an integer in [0, %d]", RF_MAX_TOP_LOGPROBS);
+        if (json_object_get(o, "logprobs")) BAD("n_probs", "give \"n_probs\" or \"logprobs\", not both");
+        if (json_integer_value(v) > 0) json_object_set(o, "logprobs", v);
         json_object_del(o, "n_probs");
     }
     if ((v = json_object_get(o, "return_tokens"))) { /* the tokens are always returned */
@@ -425,19 +429,22 @@ static json_t *text_json(const char *t) {
     return v ? v : json_string("\xef\xbf\xbd");
 }
 
-json_t *rf_llama_chunk(const job *j, const char *piece, const int32_t *ids, int n) {
-    return json_pack("{s:i, s:o, s:o, s:b, s:i}", "index", 0, "content", text_json(piece), "tokens", ids_array(ids, n),
-                     "stop", 0, "id_slot", j->slot);
+json_t *rf_llama_chunk(const job *j, const char *piece, const int32_t *ids, int n, json_t *probs) {
+    json_t *o = json_pack("{s:i, s:o, s:o, s:b, s:i}", "index", 0, "content", text_json(piece), "tokens",
+                          ids_array(ids, n), "stop", 0, "id_slot", j->slot);
+    if (probs) json_object_set_new(o, "completion_probabilities", probs);
+    return o;
 }
 
 json_t *rf_llama_final(const rf_server *s, const job *j, const char *text, const int32_t *ids, int n,
-                       const char *stop_type, const char *stopping_word) {
+                       const char *stop_type, const char *stopping_word, json_t *probs) {
     json_t *o = json_pack("{s:i, s:o, s:o, s:b, s:s, s:s, s:o, s:i, s:i, s:i, s:b, s:i}", "index", 0, "content",
                           text_json(text), "tokens", ids_array(ids, n), "stop", 1, "model", s->model_name,
                           "stop_type", stop_type, "stopping_word", text_json(stopping_word), "tokens_predicted",
                           j->n_decoded, "tokens_evaluated", j->req.n_prompt, "id_slot", j->slot, "truncated", 0,
                           "tokens_cached", 0);
     json_object_set_new(o, "generation_settings", settings_json(&j->req.d));
+    if (probs) json_object_set_new(o, "completion_probabilities", probs);
     return o;
 }
 

@@ -49,13 +49,15 @@ char *rf_llama_translate(rf_server *s, int route, const char *body, size_t len, 
                          size_t param_cap);
 
 /* ---- the answers of RF_REQ_NATIVE jobs (worker.c) ---- */
-/* a stream's chunk: {"index", "content", "tokens", "stop": false, "id_slot"} */
-json_t *rf_llama_chunk(const job *j, const char *piece, const int32_t *ids, int n);
+/* a stream's chunk: {"index", "content", "tokens", "stop": false, "id_slot"}, and
+ * "completion_probabilities" when probs (consumed) is not NULL */
+json_t *rf_llama_chunk(const job *j, const char *piece, const int32_t *ids, int n, json_t *probs);
 /* the answer (or a stream's last chunk, text "" and no ids): content, tokens,
  * stop, stop_type ("eos", "limit", "word"), stopping_word, tokens_predicted,
- * tokens_evaluated, generation_settings, model, id_slot */
+ * tokens_evaluated, generation_settings, model, id_slot; "completion_probabilities"
+ * when probs (consumed) is not NULL */
 json_t *rf_llama_final(const rf_server *s, const job *j, const char *text, const int32_t *ids, int n,
-                       const char *stop_type, const char *stopping_word);
+                       const char *stop_type, const char *stopping_word, json_t *probs);
 
 /* llama-server's "timings" object */
 typedef struct {

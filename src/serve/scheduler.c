@@ -161,7 +161,8 @@ static int choice_begin(rf_server *s, batch_row *r, prefix_cache *pc) {
     if (rc) return rc;
     rf_gen_params p = j->req.p;
     p.seed += (uint64_t)r->choice;
-    p.on_tokens = on_tokens_int, p.on_event = on_event_int, p.user = &r->c;
+    p.on_tokens = on_tokens_int, p.on_event = on_event_int, p.on_logprobs = rf_answer_on_logprobs;
+    p.user = &r->c;
     p.cancel = &j->cancel_flag;
     p.ws = NULL; /* the sequence's own cache */
     int common = 0;

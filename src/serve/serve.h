@@ -26,6 +26,7 @@
  * worker.c   the job queues and the worker threads (decoders that are not batched)
  * scheduler.c continuous batching: one model call per step for every batched generation
  * answer.c   a choice's answer: max_tokens / stop cuts, SSE chunks, the response
+ * tools.c    tool calling: tools / tool_choice, a call's grammar, <tool_call> blocks into tool_calls
  * oai.c      OpenAI's response shapes and error bodies
  * prefix_cache.c the KV caches of finished generations, reused by later prompts
  * http.c     libmicrohttpd glue: routing, bodies, responses, start/stop
@@ -106,7 +107,11 @@ void rf_serve_stop(rf_server *s);
 /* ---- request parsing (request.c), exposed for tests --------------------------
  * Checked against the model's configuration and tokenizer themselves (the
  * handles' insides: api/api_internal.h), as the unit test builds them. */
-typedef enum { RF_REQ_COMPLETION, RF_REQ_CHAT, RF_REQ_NATIVE } rf_req_kind; /* NATIVE: llama-server's /completion */
+typedef enum { RF_REQ_COMPLETION, RF_REQ_CHAT, RF_REQ_NATIVE } rf_req_kind;
+/* "tool_choice": none (no tools, or "none": the answer is text), auto (the
+ * model's <tool_call> blocks become tool_calls), required / named (the answer
+ * is one call, decoded under its grammar) */
+enum { RF_TOOLS_NONE, RF_TOOLS_AUTO, RF_TOOLS_REQUIRED, RF_TOOLS_NAMED }; /* NATIVE: llama-server's /completion */
 
 #define RF_SERVE_MAX_STOP 4
 #define RF_SERVE_STOP_LEN 64
@@ -132,6 +137,13 @@ typedef struct {
     const char *err_code;    /* ... and OpenAI's code for it (NULL: none), e.g. "context_length_exceeded" */
     int err_unsupported;     /* ... and it is one this server does not implement */
     struct rf_constraint *constraint; /* "grammar", "json_schema" or a JSON "response_format" (owned; p.constraint) */
+    /* "tools" (the chat template renders them; owned), "tool_choice", and the grammar of a required or
+       named call (malloc'd; compiled into constraint) */
+    struct json_t *tools;
+    int tool_choice;         /* RF_TOOLS_* */
+    char *tool_gbnf;
+    /* the answer's log-probabilities: p.logprobs / p.top_logprobs from chat's "logprobs": true +
+       "top_logprobs": N, completions' "logprobs": N, /completion's "n_probs": N */
 } rf_serve_req;
 
 /* Parse and validate one request body against the model: JSON syntax and

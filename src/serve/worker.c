@@ -25,7 +25,8 @@ static int run_choice(rf_server *s, refusion_session *sess, job *j, int index, r
     if (rf_answer_begin(s, j, index, c, &calls0)) return -1;
     rf_params p = j->req.p; /* this choice's seed and callbacks */
     p.seed += (uint64_t)index;
-    p.on_tokens = rf_answer_on_tokens, p.on_event = rf_answer_on_event, p.user = c;
+    p.on_tokens = rf_answer_on_tokens, p.on_event = rf_answer_on_event, p.on_logprobs = rf_answer_on_logprobs;
+    p.user = c;
     p.cancel = &j->cancel_flag;
     double t0 = rf_now();
     /* the answer arrives through rf_answer_on_tokens; a fatal error inside the
