@@ -320,8 +320,7 @@ static void print_json(const answer *r, const int32_t *prompt, int P, const char
 typedef struct {
     const char *model, *prompt, *file, *ids, *system, *reverse_prompt;
     int chat, no_chat, no_think, json, visualize, naive, interactive, no_conversation, verbose;
-    const char *logprobs_arg; /* --logprobs N, NULL: off */
-    int logprobs;             /* N, -1: off */
+    int logprobs; /* --logprobs N, -1: off */
 } gen_args;
 
 #define A(f) offsetof(gen_args, f)
@@ -351,7 +350,7 @@ static const rf_opt gen_opts[] = {
              "model call)"},
     {.name = "json", .type = RF_OPT_FLAG, .offset = A(json),
      .help = "print prompt/answer ids, text and statistics as JSON"},
-    {.name = "logprobs", .type = RF_OPT_STR, .offset = A(logprobs_arg),
+    {.name = "logprobs", .type = RF_OPT_INT, .offset = A(logprobs), .lo = 0, .hi = RF_MAX_TOP_LOGPROBS,
      .metavar = "N",
      .help = "with --json: each answer token's log-probability and its N most likely alternatives (0..20; "
              "the model's log-softmax, before the sampling settings and a grammar; ar and --rolling)"},
@@ -648,6 +647,7 @@ static int generate_main(int argc, char **argv, int interactive) {
     memset(&g, 0, sizeof g);
     rf_decode_opts_default(&g.d);
     rf_decode_opts def = g.d;
+    g.a.logprobs = -1;
     gen_args def_a = g.a;
     rf_chat_template_opts tpl = {0};
     const rf_opt_group groups[] = {
@@ -677,9 +677,6 @@ static int generate_main(int argc, char **argv, int interactive) {
         fprintf(stderr, "refusion: %s: --json and --ids do not go with the interactive chat\n", cmd);
         return 2;
     }
-    long n_lp = -1;
-    if (g.a.logprobs_arg && rf_arg_long(cmd, "--logprobs", g.a.logprobs_arg, 0, RF_MAX_TOP_LOGPROBS, &n_lp)) return 2;
-    g.a.logprobs = (int)n_lp;
     if (g.a.logprobs >= 0 && !g.a.json) {
         fprintf(stderr, "refusion: %s: --logprobs reports in the --json output: give --json too\n", cmd);
         return 2;
