@@ -11,7 +11,9 @@ need=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-d
       clang libclang-rt-14-dev libomp-14-dev # clang + libFuzzer + OpenMP for scripts/fuzz.sh
       openmpi-bin libopenmpi-dev # data-parallel training (mpirun -np N refusion train) and its test
       python3-jinja2 # the reference the chat-template tests compare with (tests/tokenizer_jinja.sh)
-      python3-jsonschema) # the validator the JSON-schema grammar tests compare with (tests/grammar_json_schema.sh)
+      python3-jsonschema # the validator the JSON-schema grammar tests compare with (tests/grammar_json_schema.sh)
+      nginx-light # the load balancer of the scale-out test (tests/serve_nginx.sh)
+      chromium) # the browser that drives the web page in its test (tests/serve_webui.sh)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 missing=()
