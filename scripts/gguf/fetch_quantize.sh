@@ -14,6 +14,8 @@ NPM=$(bash "$SRC/scripts/gguf/fetch_ref.sh")
 BINS=$(dirname "$(ls "$NPM"/node_modules/@node-llama-cpp/linux-x64/bins/*/libllama.*so | head -1)")
 OUT=$SRC/.deps/llama-quantize
 TOOL=$OUT/llama_quantize
+exec 8>"$OUT.lock" # one compile at a time
+flock 8
 if [ ! -x "$TOOL" ] || [ "$SRC/scripts/gguf/llama_quantize.c" -nt "$TOOL" ]; then
   HDR=$SRC/.deps/llama-src
   if [ ! -f "$HDR/include/llama.h" ]; then

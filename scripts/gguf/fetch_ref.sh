@@ -9,6 +9,10 @@
 set -euo pipefail
 SRC=${REFUSION_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 PREFIX=$SRC/.deps/npm-gguf
+# tests that share this cache run at once: one installs while the others wait
+mkdir -p "$(dirname "$PREFIX")"
+exec 9>"$PREFIX.lock"
+flock 9
 LLAMA=3.22.1
 GGUF=0.4.6
 have() { # package name, version

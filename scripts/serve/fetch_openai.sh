@@ -6,6 +6,10 @@
 set -euo pipefail
 SRC=${REFUSION_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 PREFIX=$SRC/.deps/npm-openai
+# tests that share this cache run at once: one installs while the others wait
+mkdir -p "$(dirname "$PREFIX")"
+exec 9>"$PREFIX.lock"
+flock 9
 VERSION=6.30.1
 PKG=$PREFIX/node_modules/openai
 command -v node >/dev/null || { echo "fetch_openai.sh: node is not installed (scripts/install-deps.sh installs it)" >&2; exit 1; }

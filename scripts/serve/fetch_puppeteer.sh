@@ -7,6 +7,10 @@
 set -euo pipefail
 SRC=${REFUSION_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 PREFIX=$SRC/.deps/npm-puppeteer
+# tests that share this cache run at once: one installs while the others wait
+mkdir -p "$(dirname "$PREFIX")"
+exec 9>"$PREFIX.lock"
+flock 9
 VERSION=25.19.0
 PKG=$PREFIX/node_modules/puppeteer-core
 command -v node >/dev/null || { echo "fetch_puppeteer.sh: node is not installed (scripts/install-deps.sh installs it)" >&2; exit 1; }

