@@ -23,7 +23,17 @@
 # server; llama_types.py's result shapes, streaming, stop strings, echo,
 # seeds, n_threads, tokenize/detokenize on bytes, ReFusion settings as
 # keyword arguments, refused arguments named, a bad generation_config.json,
-# ClosedError after close(). docs/python.md's ```python examples run.
+# ClosedError after close(). Constrained decoding (python3 itself, for
+# Debian's python3-jsonschema): LlamaGrammar GBNF root ::= "yes" | "no"
+# gives exactly yes or no (greedy, sampled, streamed, completions,
+# from_file); a json_schema response_format parses and validates under its
+# schema (also as json_object + schema and from_json_schema); json_object
+# gives a JSON object, its grammar the library's; greedy AR answers equal
+# the server's for the same requests; bad GBNF, a schema keyword the library
+# cannot enforce, grammar + response_format, plan-and-infill / MDM with a
+# grammar and tools raise RefusionValueError with one line; compiled
+# grammars are kept per model and freed with it. docs/python.md's
+# ```python examples run.
 # Exit 77 (skipped) when
 # python3 is missing or the build is a sanitizer build (its .so cannot be
 # loaded into an uninstrumented python3).

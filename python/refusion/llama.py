@@ -201,7 +201,8 @@ class Llama:
     chat_format, chat_template; n_batch and the GPU arguments accepted and
     ignored), completions (__call__, create_completion), chat completions,
     tokenize / detokenize on bytes, n_ctx(), n_vocab(), token_eos(),
-    token_bos(), close() and the context manager. Extra keyword arguments
+    token_bos(), close() and the context manager; grammar= (a LlamaGrammar)
+    and a JSON response_format constrain the answer. Extra keyword arguments
     are ReFusion's own settings (decoder, slot_size, n_blocks,
     slot_threshold, token_threshold, rolling, ar_verify, ...), the
     defaults of every call, over the model's generation_config.json."""
