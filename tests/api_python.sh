@@ -23,7 +23,17 @@
 # server; llama_types.py's result shapes, streaming, stop strings, echo,
 # seeds, n_threads, tokenize/detokenize on bytes, ReFusion settings as
 # keyword arguments, refused arguments named, a bad generation_config.json,
-# ClosedError after close(). docs/python.md's ```python examples run.
+# ClosedError after close(). Constrained decoding (python3 itself, for
+# Debian's python3-jsonschema): LlamaGrammar GBNF root ::= "yes" | "no"
+# gives exactly yes or no (greedy, sampled, streamed, completions,
+# from_file); a json_schema response_format parses and validates under its
+# schema (also as json_object + schema and from_json_schema); json_object
+# gives a JSON object, its grammar the library's; greedy AR answers equal
+# the server's for the same requests; bad GBNF, a schema keyword the library
+# cannot enforce, grammar + response_format, plan-and-infill / MDM with a
+# grammar and tools raise RefusionValueError with one line; compiled
+# grammars are kept per model and freed with it. docs/python.md's
+# ```python examples run.
 # Exit 77 (skipped) when
 # python3 is missing or the build is a sanitizer build (its .so cannot be
 # loaded into an uninstrumented python3).
@@ -219,7 +229,7 @@ check(m.create_chat_completion(msgs, max_tokens=10, method="ar")["choices"][0]["
 
 # docstrings on every public name
 missing = [n for n in refusion.__all__ if not getattr(refusion, n).__doc__ and n not in ("METHODS", "AR_VERIFY")]
-for cls in (refusion.Model, refusion.Session, refusion.Llama):
+for cls in (refusion.Model, refusion.Session, refusion.Llama, refusion.LlamaGrammar):
     for name, v in vars(cls).items():
         if not name.startswith("_") and not (getattr(v, "__doc__", None) or "").strip():
             missing.append(cls.__name__ + "." + name)
@@ -324,6 +334,21 @@ demo d_sys -p "$QD" --system "Answer with the number."
 rf_serve_start "$T/serve.log" -m "$DEMO" --threads 1 -q
 curl -s "$URL/v1/chat/completions" -d "$(python3 -c 'import json,sys; print(json.dumps({"messages": [{"role": "user", "content": sys.argv[1]}]}))' "$QD")" >"$T/srv_chat.json"
 curl -s "$URL/v1/completions" -d "$(python3 -c 'import json,sys; print(json.dumps({"prompt": sys.argv[1]}))' "$QR")" >"$T/srv_raw.json"
+# constrained decoding (the grammar tests below compare): greedy AR, and the
+# model's own settings (the rolling slot) for the GBNF
+QYN="Is 12 plus 7 equal to 19? Answer yes or no."
+GYN='root ::= "yes" | "no"'
+SCHEMA='{"type": "object", "properties": {"answer": {"type": "integer", "minimum": 0, "maximum": 1000}, "unit": {"enum": ["apples", "pears"]}}, "required": ["answer", "unit"], "additionalProperties": false}'
+srv_grammar() { # name, extra request fields as JSON
+  curl -s "$URL/v1/chat/completions" -d "$(python3 -c 'import json,sys
+b = {"messages": [{"role": "user", "content": sys.argv[1]}]}
+b.update(json.loads(sys.argv[2]))
+print(json.dumps(b))' "$2" "$3")" >"$T/$1.json"
+}
+srv_grammar srv_g_yn "$QYN" "$(python3 -c 'import json,sys; print(json.dumps({"grammar": sys.argv[1]}))' "$GYN")"
+srv_grammar srv_g_yn_ar "$QYN" "$(python3 -c 'import json,sys; print(json.dumps({"grammar": sys.argv[1], "mode": "ar", "temperature": 0}))' "$GYN")"
+srv_grammar srv_g_js "$QD" "{\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"apples\", \"schema\": $SCHEMA}}, \"mode\": \"ar\", \"temperature\": 0}"
+srv_grammar srv_g_jo "$QD" '{"response_format": {"type": "json_object"}, "mode": "ar", "temperature": 0, "max_tokens": 200}'
 kill "$SPID" 2>/dev/null
 wait "$SPID" 2>/dev/null
 SPID=""
@@ -478,7 +503,7 @@ raises(refusion.ClosedError, "closed", l2.tokenize, b"x")
 
 # refused, by name: what nothing here provides
 raises(ValueError, "tools", plain.create_chat_completion, msgs, tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
-raises(ValueError, "response_format", plain.create_chat_completion, msgs, response_format={"type": "json_object"})
+raises(ValueError, "response_format", plain.create_chat_completion, msgs, response_format={"type": "xml"})
 raises(ValueError, "plan-and-infill refuses them", plain.create_chat_completion, msgs, logprobs=True, decoder="refusion", rolling=False)
 raises(ValueError, "top_logprobs needs logprobs", plain.create_chat_completion, msgs, top_logprobs=3)
 raises(ValueError, "not streamed", plain.create_chat_completion, msgs, logprobs=True, stream=True)
@@ -528,6 +553,168 @@ grep "^FAIL" "$T/llama.err" >&2
 grep -v "^FAIL" "$T/llama.err" | grep -q . && { echo "FAIL: stderr of the Llama tests: $(grep -v "^FAIL" "$T/llama.err" | tail -20)"; rc4=1; }
 [ -s "$T/llama.out" ] || { echo "FAIL: the Llama tests did not finish"; rc4=1; }
 
+# ---- constrained decoding: LlamaGrammar, grammar=, response_format ---------------------------
+# (python3 itself, for Debian's python3-jsonschema; the same package from the source tree)
+(cd "$T" && OMP_NUM_THREADS=1 REFUSION_LIB="$BUILD/librefusion.so" PYTHONPATH="$SRC/python" python3 - "$T" "$DEMO" "$SRC" \
+  "$QD" "$QR" "$QYN" "$GYN" "$SCHEMA" >"$T/grammar.out" 2>"$T/grammar.err") <<'PY'
+import ast, gc, json, re, sys
+import refusion
+from refusion import Llama, LlamaGrammar
+try:
+    import jsonschema  # Debian's python3-jsonschema
+except ImportError:
+    jsonschema = None
+
+T, DEMO, SRC, QD, QR, QYN, GYN, SCHEMA = sys.argv[1:9]
+S = json.loads(SCHEMA)
+fails = 0
+def check(cond, what):
+    global fails
+    if not cond:
+        fails += 1
+        print("FAIL: grammar:", what, file=sys.stderr)
+def raises(exc, needle, fn, *a, **kw):
+    """fn raises exc whose message names needle, in one line"""
+    name = getattr(fn, "__name__", type(fn).__name__)
+    try:
+        fn(*a, **kw)
+    except exc as e:
+        check(needle in str(e) and "\n" not in str(e), "%s raised %r, which does not name %r in one line" % (name, str(e), needle))
+        return e
+    except Exception as e:
+        check(False, "%s(%s) raised %s (%s), not %s" % (name, kw or a, type(e).__name__, e, exc.__name__))
+        return None
+    check(False, "%s(%s) did not raise" % (name, kw or a))
+def content(r):
+    return r["choices"][0]["message"]["content"]
+def srv(name):
+    return json.load(open("%s/%s.json" % (T, name)))["choices"][0]["message"]["content"]
+def valid(text, what):
+    """text is a JSON document valid under S (python3-jsonschema's draft 2020-12)"""
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        check(False, "%s: %r is not JSON: %s" % (what, text, e))
+        return
+    if jsonschema is not None:
+        try:
+            jsonschema.Draft202012Validator(S).validate(doc)
+        except jsonschema.ValidationError as e:
+            check(False, "%s: %r is not valid under the schema: %s" % (what, text, e.message))
+    else:
+        check(isinstance(doc, dict) and set(doc) == {"answer", "unit"} and type(doc["answer"]) is int and
+              0 <= doc["answer"] <= 1000 and doc["unit"] in ("apples", "pears"), "%s: %r" % (what, text))
+
+llm = Llama(model_path=DEMO, n_threads=1, verbose=False)
+yn = [{"role": "user", "content": QYN}]
+msgs = [{"role": "user", "content": QD}]
+
+# ---- GBNF: root ::= "yes" | "no" gives exactly yes or no ----------------------------------------
+YN = LlamaGrammar.from_string(GYN)
+free = content(llm.create_chat_completion(yn, max_tokens=16))
+check(free not in ("yes", "no"), "the demo answers %r without a grammar: the test shows nothing" % free)
+seen = set()
+for kw in [{}, {"decoder": "ar"}, {"decoder": "ar", "temperature": 0}, {"rolling": True}] + \
+          [{"temperature": 1.5, "seed": s} for s in range(12)] + [{"decoder": "ar", "temperature": 1.5, "seed": s} for s in range(4)]:
+    r = llm.create_chat_completion(yn, grammar=YN, **kw)
+    seen.add(content(r))
+    check(content(r) in ("yes", "no") and r["choices"][0]["finish_reason"] == "stop", "grammar %s: %r, %s" % (kw, content(r), r["choices"][0]["finish_reason"]))
+check(seen == {"yes", "no"}, "sampled under the grammar: only %s" % seen)
+greedy = content(llm.create_chat_completion(yn, grammar=YN, decoder="ar", temperature=0))
+check(greedy == srv("srv_g_yn_ar"), "grammar, greedy AR: %r, the server %r" % (greedy, srv("srv_g_yn_ar")))
+check(content(llm.create_chat_completion(yn, grammar=YN)) == srv("srv_g_yn"), "grammar, no settings: the server's %r" % srv("srv_g_yn"))
+st = "".join(c["choices"][0]["delta"].get("content", "") for c in llm.create_chat_completion(yn, grammar=YN, stream=True))
+check(st == content(llm.create_chat_completion(yn, grammar=YN)), "streamed under the grammar: %r" % st)
+c = llm(QR, grammar=YN)["choices"][0]
+check(c["text"] in ("yes", "no") and c["finish_reason"] == "stop", "create_completion with the grammar: %s" % c)
+c = llm.create_completion(QR, grammar=YN, stream=True, decoder="ar")
+check("".join(x["choices"][0]["text"] for x in c) in ("yes", "no"), "streamed completion with the grammar")
+open(T + "/yn.gbnf", "w").write("# yes or no\n" + GYN + "\n")
+check(content(llm.create_chat_completion(yn, grammar=LlamaGrammar.from_file(T + "/yn.gbnf", verbose=False))) == content(llm.create_chat_completion(yn, grammar=YN)),
+      "LlamaGrammar.from_file")
+three = LlamaGrammar.from_string('root ::= [a-c] [a-c] [a-c]')
+r = llm.create_chat_completion(msgs, grammar=three, decoder="ar", temperature=1.0, seed=5)
+check(re.fullmatch("[a-c]{3}", content(r)) is not None, "a class grammar: %r" % content(r))
+
+# ---- JSON schema: parsed with json, validated with python3-jsonschema ------------------------
+rf_js = {"type": "json_schema", "json_schema": {"name": "apples", "strict": True, "schema": S}}
+r = llm.create_chat_completion(msgs, response_format=rf_js, decoder="ar", temperature=0)
+valid(content(r), "json_schema, greedy AR")
+check(r["choices"][0]["finish_reason"] == "stop", "json_schema: the answer was cut: %s" % r["choices"][0])
+check(content(r) == srv("srv_g_js"), "json_schema, greedy AR: %r, the server %r" % (content(r), srv("srv_g_js")))
+for kw in [{}, {"temperature": 1.0, "seed": 3}, {"decoder": "ar", "temperature": 0.8, "seed": 9}]:
+    valid(content(llm.create_chat_completion(msgs, response_format=rf_js, **kw)), "json_schema %s" % kw)
+# llama-cpp-python's spelling (a schema in json_object) and the schema as a LlamaGrammar: the same answer
+same = [content(llm.create_chat_completion(msgs, response_format={"type": "json_object", "schema": S}, decoder="ar", temperature=0)),
+        content(llm.create_chat_completion(msgs, grammar=LlamaGrammar.from_json_schema(SCHEMA), decoder="ar", temperature=0))]
+check(same == [content(r)] * 2, "json_object with a schema, from_json_schema: %s, want %r" % (same, content(r)))
+
+# ---- json_object: any JSON object (the server's grammar) ---------------------------------------
+r = llm.create_chat_completion(msgs, response_format={"type": "json_object"}, decoder="ar", temperature=0, max_tokens=200)
+try:
+    check(isinstance(json.loads(content(r)), dict), "json_object: %r is not an object" % content(r))
+except ValueError as e:
+    check(False, "json_object: %r is not JSON: %s" % (content(r), e))
+check(content(r) == srv("srv_g_jo"), "json_object, greedy AR: %r, the server %r" % (content(r), srv("srv_g_jo")))
+# JSON_GBNF is the library's rf_json_object_gbnf (written out in the package: the library does not export it)
+src = open(SRC + "/src/grammar/json_schema.c").read()
+m = re.search(r'#define BASE_RULES \\\n((?:[ \t]*".*"[ \t]*\\?\n)+)', src)
+lib_gbnf = "root ::= object\n" + "".join(ast.literal_eval(l.strip().rstrip("\\").strip()) for l in m.group(1).splitlines()) if m else None
+check(refusion.llama_grammar.JSON_GBNF == lib_gbnf, "JSON_GBNF differs from src/grammar/json_schema.c's BASE_RULES")
+
+# ---- refused, with the library's one-line message ----------------------------------------------
+e = raises(refusion.RefusionValueError, "line 1, column 14: undefined rule 'foo'", llm.create_chat_completion, yn,
+           grammar=LlamaGrammar.from_string('root ::= "a" foo'))
+check(isinstance(e, ValueError), "a bad grammar's error is not a ValueError")
+raises(refusion.RefusionValueError, "expected ')'", llm, QR, grammar=LlamaGrammar.from_string('root ::= ("a"'))
+raises(refusion.RefusionValueError, "no 'root' rule", llm.create_chat_completion, yn, grammar=LlamaGrammar.from_string('answer ::= "a"'))
+bad_schema = {"type": "object", "properties": {"date": {"type": "string", "format": "date"}}}
+raises(refusion.RefusionValueError, "/properties/date: 'format' is not enforced", llm.create_chat_completion, msgs,
+       response_format={"type": "json_schema", "json_schema": {"schema": bad_schema}})
+raises(refusion.RefusionValueError, "'uniqueItems' is not supported", llm.create_chat_completion, msgs,
+       grammar=LlamaGrammar.from_json_schema('{"type": "array", "uniqueItems": true}'))
+raises(refusion.RefusionValueError, "'minimum' on a number", llm.create_chat_completion, msgs,
+       response_format={"type": "json_object", "schema": {"type": "number", "minimum": 1.5}})
+raises(refusion.RefusionValueError, "json schema: not JSON", llm.create_chat_completion, msgs, grammar=LlamaGrammar.from_json_schema("{nope"))
+raises(refusion.RefusionValueError, "not both", llm.create_chat_completion, msgs, grammar=YN, response_format={"type": "json_object"})
+raises(refusion.RefusionValueError, "plan-and-infill refuses it", llm.create_chat_completion, yn, grammar=YN, decoder="refusion", rolling=False)
+raises(refusion.RefusionValueError, "MDM refuses it", llm.create_chat_completion, yn, grammar=YN, decoder="mdm")
+raises(refusion.RefusionValueError, "grammar must be a LlamaGrammar", llm.create_chat_completion, yn, grammar=GYN)
+raises(refusion.RefusionValueError, "needs \"json_schema\": {\"schema\"", llm.create_chat_completion, msgs, response_format={"type": "json_schema"})
+raises(refusion.RefusionValueError, "response_format must be", llm.create_chat_completion, msgs, response_format={"type": "xml"})
+raises(refusion.RefusionValueError, "refusion serve", llm.create_chat_completion, msgs,
+       tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}], tool_choice="required")
+raises(refusion.RefusionError, "error reading grammar file", LlamaGrammar.from_file, T + "/nope.gbnf")
+open(T + "/empty.gbnf", "w").close()
+raises(refusion.RefusionValueError, "is empty", LlamaGrammar.from_file, T + "/empty.gbnf")
+# the Llama answers as before after the refusals
+check(content(llm.create_chat_completion(yn, grammar=YN, decoder="ar", temperature=0)) == greedy, "after the refusals")
+
+# ---- compiled once per model, freed with the model or the grammar -----------------------------
+h = YN._compiled[id(llm._model)][2]
+llm.create_chat_completion(yn, grammar=YN, max_tokens=2)
+check(len(YN._compiled) == 1 and YN._compiled[id(llm._model)][2] == h, "the grammar was compiled again for the same model")
+other = Llama(model_path=DEMO, n_threads=1, verbose=False)
+check(content(other.create_chat_completion(yn, grammar=YN, decoder="ar", temperature=0)) == greedy, "a second Llama")
+check(len(YN._compiled) == 2, "one compiled grammar per model: %d" % len(YN._compiled))
+other.close()
+check(len(YN._compiled) == 1, "close() left the compiled grammar: %d" % len(YN._compiled))
+check(len(llm._model._format_grammars) >= 2, "response_format grammars are not kept per model")
+for i in range(20):  # at most 16 kept
+    llm.create_chat_completion(msgs, max_tokens=1, response_format={"type": "json_object", "schema": {"const": i}})
+check(len(llm._model._format_grammars) == 16, "response_format grammars kept: %d" % len(llm._model._format_grammars))
+llm.close()
+check(not YN._compiled and not llm._model._format_grammars, "close() kept compiled grammars")
+del YN, three, other
+gc.collect()
+print("api_python (grammar): %d failed" % fails)
+sys.exit(1 if fails else 0)
+PY
+rc5=$?
+grep "^FAIL" "$T/grammar.err" >&2
+grep -v "^FAIL" "$T/grammar.err" | grep -q . && { echo "FAIL: stderr of the grammar tests: $(grep -v "^FAIL" "$T/grammar.err" | tail -20)"; rc5=1; }
+[ -s "$T/grammar.out" ] || { echo "FAIL: the grammar tests did not finish"; rc5=1; }
+
 # ---- docs/python.md: its ```python examples run as written (from the source tree) -------------
 python3 - "$SRC/docs/python.md" "$T/doc.py" <<'PY'
 import re, sys
@@ -538,4 +725,4 @@ PY
 [ $? -eq 0 ] && ok || bad "docs/python.md: fewer than 3 python examples"
 (cd "$SRC" && "${NOENV[@]}" "$T/v1/bin/python" "$T/doc.py" >"$T/doc.out" 2>"$T/doc.err") && ok ||
   bad "docs/python.md's examples: $(tail -5 "$T/doc.err")"
-[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $fails -eq 0 ]
+[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $rc5 -eq 0 ] && [ $fails -eq 0 ]

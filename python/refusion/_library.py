@@ -209,6 +209,9 @@ def _declare(lib):
         "rf_session_free": (None, [P]),
         "rf_session_bytes": (ctypes.c_size_t, [P]),
         "rf_generate": (I, [P, I32P, I, ctypes.POINTER(Params), I32P, I, ctypes.POINTER(Stats)]),
+        "rf_constraint_gbnf": (P, [P, C]),
+        "rf_constraint_json_schema": (P, [P, C]),
+        "rf_constraint_free": (None, [P]),
     }
     for name, (res, args) in sig.items():
         try:

@@ -4,6 +4,7 @@ import ctypes
 import os
 import queue
 import threading
+import weakref
 
 from ._library import L, RefusionError, RefusionValueError, _ChatMessage, _LOGPROB_CB, _TOKEN_CB, error, load_library
 
@@ -72,6 +73,8 @@ class Model:
         self._h = None
         self._tok = None
         self._session = None
+        self._grammars = weakref.WeakSet()  # LlamaGrammars compiled against this model's tokenizer
+        self._format_grammars = {}  # response_format -> LlamaGrammar (llama._format_grammar)
         self._h = L.lib.rf_model_open(os.fsencode(self.path))
         if not self._h:
             raise error(RefusionValueError if not os.path.exists(self.path) else None)
@@ -93,6 +96,9 @@ class Model:
         if getattr(self, "_session", None):
             self._session.close()
             self._session = None
+        for g in list(getattr(self, "_grammars", None) or ()):
+            g._release(self)  # the grammars compiled against the tokenizer
+        self._format_grammars = {}
         if getattr(self, "_tok", None):
             L.lib.rf_tokenizer_close(self._tok)
             self._tok = None
@@ -438,6 +444,7 @@ class _Run:
         self.logprobs = [] if p.logprobs else None  # the kept tokens': (token, logprob, top, text offset)
         self._lp_next = []   # the decoder's for the tokens it reports next
         self._raw_len = 0    # characters of the kept tokens' text so far
+        self.grammar = None  # the LlamaGrammar behind p.constraint: kept alive while the generation runs
 
     def _done(self):
         return self.cut.hit or self.n_tokens >= self.max_tokens or self.finish_reason == "stop"

@@ -9,6 +9,7 @@ Results are the dicts llama-cpp-python returns (OpenAI's shapes). A setting
 not given comes from the model's generation_config.json, as in `refusion
 generate` and `refusion serve` (rf_params_recommended), not from
 llama-cpp-python's fixed sampling defaults."""
+import json
 import os
 import sys
 import time
@@ -16,6 +17,7 @@ import uuid
 
 from ._library import MAX_TOP_LOGPROBS, L, RefusionValueError, library_path
 from ._model import AR_VERIFY, METHODS, Model, _Run, params_dict, settings_params
+from .llama_grammar import JSON_GBNF, LlamaGrammar
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 """llama.cpp's "a random seed" (also -1)."""
@@ -53,6 +55,12 @@ _CTOR_REFUSED = {
     "type_v": (None, "the KV cache is float"),
     "spm_infill": (False, "no infill prompts"),
 }
+# why tools are refused: the server's tool calling (src/serve/tools.c) renders
+# the tools with the chat template and wraps a function's schema grammar in a
+# <tool_call> block; the library's API has neither (rf_tokenize_chat takes
+# role and content only, rf_constraint_json_schema gives no grammar text)
+_NO_TOOLS = ("no tool calling in this binding (the library's API cannot render tools into the chat template "
+             "nor make the tool-call grammar); `refusion serve` has it (docs/server.md, \"Tool calls\")")
 # completion arguments of llama-cpp-python with nothing behind them here:
 # accepted at their neutral value, refused otherwise
 _CALL_REFUSED = {
@@ -62,12 +70,11 @@ _CALL_REFUSED = {
     "mirostat_mode": (0, "no mirostat sampling"),
     "stopping_criteria": (None, "use stop= strings"),
     "logits_processor": (None, "no logits processors"),
-    "grammar": (None, "no grammars (constrained decoding is not available)"),
     "logit_bias": (None, "no logit bias"),
-    "functions": (None, "no function calling"),
-    "function_call": (None, "no function calling"),
-    "tools": (None, "no tool calling"),
-    "tool_choice": (None, "no tool calling"),
+    "functions": (None, _NO_TOOLS),
+    "function_call": (None, _NO_TOOLS),
+    "tools": (None, _NO_TOOLS),
+    "tool_choice": (None, _NO_TOOLS),
 }
 _CALL_IGNORED = ("mirostat_tau", "mirostat_eta")  # mirostat_mode 0 is all that is accepted
 # llama-cpp-python's sampling arguments that are rf_params fields by the same name
@@ -130,11 +137,62 @@ def _check_refused(table, given, where):
             raise RefusionValueError("%s: %s=%r is not supported: %s" % (where, k, v, why))
 
 
-def _response_format(rf, where):
-    if rf is None or (isinstance(rf, dict) and rf.get("type") == "text" and set(rf) <= {"type"}):
-        return
-    raise RefusionValueError("%s: response_format=%r is not supported: only {\"type\": \"text\"} (JSON modes and "
-                             "schemas are not available)" % (where, rf))
+def _grammar_arg(grammar, where):
+    if grammar is None or isinstance(grammar, LlamaGrammar):
+        return grammar
+    raise RefusionValueError("%s: grammar must be a LlamaGrammar (LlamaGrammar.from_string(gbnf), .from_file(path) "
+                             "or .from_json_schema(schema_text)), got %s" % (where, type(grammar).__name__))
+
+
+_FORMATS_KEPT = 16  # response_format grammars kept per model (the most recently used)
+
+
+def _format_grammar(model, rf, where):
+    """The LlamaGrammar of a chat's response_format (None: plain text):
+    {"type": "text"}; {"type": "json_object"} (any JSON object, or with
+    llama-cpp-python's "schema": a document valid under it); OpenAI's
+    {"type": "json_schema", "json_schema": {"schema": {...}, "name", "strict",
+    "description"}}. Kept per model, as the server's."""
+    if rf is None:
+        return None
+    what = "%s: response_format" % where
+    kind = rf.get("type") if isinstance(rf, dict) else None
+    allowed = {"text": {"type"}, "json_object": {"type", "schema"}, "json_schema": {"type", "json_schema"}}
+    if kind not in allowed:
+        raise RefusionValueError("%s must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}, got %r"
+                                 % (what, rf))
+    extra = sorted(set(rf) - allowed[kind])
+    if extra:
+        raise RefusionValueError("%s: {\"type\": \"%s\"} takes no %s" % (what, kind, ", ".join(map(repr, extra))))
+    if kind == "text":
+        return None
+    key = None
+    if kind == "json_object":
+        schema = rf.get("schema")
+        key = ("gbnf", JSON_GBNF) if schema is None else None
+    else:
+        w = rf.get("json_schema")
+        if not isinstance(w, dict) or "schema" not in w:
+            raise RefusionValueError("%s: {\"type\": \"json_schema\"} needs \"json_schema\": {\"schema\": {...}}"
+                                     % what)
+        extra = sorted(set(w) - {"schema", "name", "strict", "description"})
+        if extra:
+            raise RefusionValueError("%s: \"json_schema\" takes no %s" % (what, ", ".join(map(repr, extra))))
+        schema = w["schema"]
+    if key is None:
+        try:
+            key = ("json_schema", json.dumps(schema, ensure_ascii=False))
+        except (TypeError, ValueError) as e:
+            raise RefusionValueError("%s: the schema is not JSON: %s" % (what, e)) from None
+    cache = model._format_grammars
+    g = cache.pop(key, None)
+    if g is None:
+        g = LlamaGrammar(_grammar=key[1]) if key[0] == "gbnf" else LlamaGrammar(_json_schema=key[1])
+        g._constraint(model, what)  # compiled now: a refused schema is not kept
+        while len(cache) >= _FORMATS_KEPT:  # dropped, not freed: a stream not yet read may hold it
+            cache.pop(next(iter(cache)))
+    cache[key] = g  # the most recent last
+    return g
 
 
 class Llama:
@@ -143,7 +201,8 @@ class Llama:
     chat_format, chat_template; n_batch and the GPU arguments accepted and
     ignored), completions (__call__, create_completion), chat completions,
     tokenize / detokenize on bytes, n_ctx(), n_vocab(), token_eos(),
-    token_bos(), close() and the context manager. Extra keyword arguments
+    token_bos(), close() and the context manager; grammar= (a LlamaGrammar)
+    and a JSON response_format constrain the answer. Extra keyword arguments
     are ReFusion's own settings (decoder, slot_size, n_blocks,
     slot_threshold, token_threshold, rolling, ar_verify, ...), the
     defaults of every call, over the model's generation_config.json."""
@@ -316,7 +375,7 @@ class Llama:
             max_tokens = room  # llama-cpp-python: until the end of the context
         return min(max_tokens, room)
 
-    def _start(self, ids, max_tokens, stop, p, where):
+    def _start(self, ids, max_tokens, stop, p, where, grammar=None):
         if stop is None:
             stop = []
         stops = [stop] if isinstance(stop, str) else list(stop)
@@ -324,7 +383,11 @@ class Llama:
             raise RefusionValueError("%s: stop must be a string or a list of strings, got %r" % (where, stop))
         n = self._limit(len(ids), max_tokens, p, where)
         p.gen_length = n
-        return _Run(self._model, self._session, ids, p, n, stops)
+        if grammar is not None:  # the decoders that cannot honour it refuse it in rf_generate
+            p.constraint = grammar._constraint(self._model, where)
+        run = _Run(self._model, self._session, ids, p, n, stops)
+        run.grammar = grammar
+        return run
 
     def create_completion(self, prompt, suffix=None, max_tokens=16, temperature=None, top_p=None, min_p=None,
                           typical_p=1.0, logprobs=None, echo=False, stop=None, frequency_penalty=None,
@@ -340,15 +403,18 @@ class Llama:
         model's recommendation. settings: ReFusion's (decoder, slot_size,
         rolling, ...). logprobs=N: each answer token's log-probability and its
         N likeliest alternatives (0..20) in choices[0]["logprobs"] (AR decoding
-        and the rolling slot; not with stream=True). Arguments with nothing
-        behind them here (grammar, suffix, typical_p, mirostat, ...) raise ValueError unless
-        at their neutral value. Ctrl-C stops the generation and raises
-        KeyboardInterrupt."""
+        and the rolling slot; not with stream=True). grammar: a LlamaGrammar
+        the text must be a sentence of (AR decoding and the rolling slot;
+        plan-and-infill and MDM refuse it with the library's message; an
+        error in the grammar is a RefusionValueError with the library's
+        message). Arguments with nothing behind them here (suffix,
+        typical_p, mirostat, ...) raise ValueError unless at their neutral
+        value. Ctrl-C stops the generation and raises KeyboardInterrupt."""
         where = "create_completion"
         _check_refused(_CALL_REFUSED, dict(suffix=suffix, typical_p=typical_p, tfs_z=tfs_z,
                                            mirostat_mode=mirostat_mode, stopping_criteria=stopping_criteria,
-                                           logits_processor=logits_processor, grammar=grammar,
-                                           logit_bias=logit_bias), where)
+                                           logits_processor=logits_processor, logit_bias=logit_bias), where)
+        grammar = _grammar_arg(grammar, where)
         m = self._m(where)
         if isinstance(prompt, (bytes, bytearray)):
             prompt = bytes(prompt).decode("utf-8")
@@ -362,7 +428,7 @@ class Llama:
                               presence_penalty=presence_penalty, repeat_penalty=repeat_penalty, top_k=top_k,
                               seed=seed), settings, where)
         _logprobs(p, logprobs is not None and logprobs is not False, logprobs, stream, where, "logprobs")
-        run = self._start(ids, max_tokens, stop, p, where)
+        run = self._start(ids, max_tokens, stop, p, where, grammar)
         cid = "cmpl-%s" % uuid.uuid4()
         name = model if model is not None else self.model_path
         created = int(time.time())
@@ -407,30 +473,45 @@ class Llama:
         enable_thinking=false; settings: ReFusion's. logprobs=True (with
         top_logprobs=N alternatives, 0..20): choices[0]["logprobs"]["content"]
         as OpenAI gives it (AR decoding and the rolling slot; not with
-        stream=True). tools, functions, response_format other than
-        {"type": "text"}, grammar, ... raise ValueError: nothing here provides
-        them."""
+        stream=True). grammar: a LlamaGrammar the answer must be a sentence
+        of; response_format: {"type": "text"}, {"type": "json_object"} (any
+        JSON object; with "schema": a document valid under it, as
+        llama-cpp-python) or {"type": "json_schema", "json_schema":
+        {"schema": {...}}} (OpenAI's), the same grammars as `refusion serve`
+        (docs/grammar.md); not both grammar and a JSON response_format.
+        Constrained decoding needs AR decoding or the rolling slot (the
+        library refuses it under plan-and-infill and MDM); a schema keyword
+        the library cannot enforce or bad GBNF raises RefusionValueError with
+        the library's message. tools, tool_choice, functions and
+        function_call raise ValueError: the server's tool calling renders
+        the tools with the chat template and builds the call's grammar from
+        the function's schema inside the library, which its API does not
+        offer (`refusion serve` has them)."""
         where = "create_chat_completion"
         _check_refused(_CALL_REFUSED, dict(functions=functions, function_call=function_call, tools=tools,
                                            tool_choice=tool_choice, typical_p=typical_p, tfs_z=tfs_z,
                                            mirostat_mode=mirostat_mode, logits_processor=logits_processor,
-                                           grammar=grammar, logit_bias=logit_bias), where)
+                                           logit_bias=logit_bias), where)
+        grammar = _grammar_arg(grammar, where)
         if logprobs not in (None, True, False):
             raise RefusionValueError("%s: logprobs must be True or False, got %r" % (where, logprobs))
         if top_logprobs is not None and not logprobs:
             raise RefusionValueError("%s: top_logprobs needs logprobs=True" % where)
         lp = (bool(logprobs), 0 if top_logprobs is None else top_logprobs)
-        _response_format(response_format, where)
-        self._m(where)
+        m = self._m(where)
+        fmt = _format_grammar(m, response_format, where)
+        if grammar is not None and fmt is not None:
+            raise RefusionValueError("%s: give grammar or a JSON response_format, not both" % where)
         call = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, presence_penalty=presence_penalty,
                     frequency_penalty=frequency_penalty, repeat_penalty=repeat_penalty, seed=seed)
         return _chat_completion(self._model, self, messages, stream=stream, max_tokens=max_tokens, stop=stop,
                                 think=think, settings=settings, call=call,
-                                name=model if model is not None else self.model_path, logprobs=lp)
+                                name=model if model is not None else self.model_path, logprobs=lp,
+                                grammar=grammar if grammar is not None else fmt)
 
 
 def _chat_completion(model, llama, messages, stream, max_tokens, stop, think, settings, call=None, name=None,
-                     logprobs=(False, 0)):
+                     logprobs=(False, 0), grammar=None):
     """The chat completion of Llama and Model (llama None: the model's own
     session, recommended settings and context)."""
     where = "create_chat_completion"
@@ -439,7 +520,7 @@ def _chat_completion(model, llama, messages, stream, max_tokens, stop, think, se
     ids = model.tokenize_chat(messages, think=think)
     p = llama._params(call or {}, settings, where)
     _logprobs(p, logprobs[0], logprobs[1], stream, where, "top_logprobs")
-    run = llama._start(ids, max_tokens, stop, p, where)
+    run = llama._start(ids, max_tokens, stop, p, where, grammar)
     cid = "chatcmpl-%s" % uuid.uuid4()
     name = name if name is not None else model.path
     created = int(time.time())
@@ -479,4 +560,4 @@ class _ModelAsLlama(Llama):
         """The model is the caller's: nothing to free."""
 
 
-__all__ = ["Llama", "LLAMA_DEFAULT_SEED", "METHODS", "AR_VERIFY"]
+__all__ = ["Llama", "LlamaGrammar", "LLAMA_DEFAULT_SEED", "METHODS", "AR_VERIFY"]
