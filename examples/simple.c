@@ -1,8 +1,10 @@
 /* simple.c - the smallest program on librefusion: load a model, tokenize a
- * prompt with the chat template, generate with ReFusion, print, free.
+ * prompt with the chat template, generate with the model's recommended
+ * settings (its generation_config.json: the rolling slot for the demo), print,
+ * free.
  *
  *   cc simple.c $(pkg-config --cflags --libs refusion) -o simple
- *   ./simple MODEL "What is 2+3?" [N]
+ *   ./simple MODEL "Tom has 15 apples. He finds 7 more apples. He loses 5 of them. How many apples does Tom have now?" [N]
  *
  * Tokens are printed as they become final (the streaming callback). */
 #include <stdio.h>
@@ -46,6 +48,10 @@ int main(int argc, char **argv) {
     }
 
     rf_params p = rf_params_default();
+    if (rf_params_recommended(model, tok, &p) != 0) {
+        fprintf(stderr, "simple: %s\n", rf_last_error());
+        return 1;
+    }
     p.gen_length = argc > 3 ? atoi(argv[3]) : 32;
     p.n_blocks = 1;
     stream st = {tok};

@@ -10,8 +10,7 @@
  *
  *  - n = 1, 2 is memory-bound: W is streamed once, converted in registers,
  *    in 4 x n tiles (4 rows in flight: 4 independent FMA chains at n = 1;
- *    measured as fast as or faster than one row at a time with 4
- *    accumulators).
+ *    at least as fast as one row at a time with 4 accumulators).
  *  - n >= 3: 3 x 4 tiles (ragged token counts are split into near-equal
  *    tiles of 3-4, e.g. 17 = 4+4+3+3+3). For bf16/f16 with up to
  *    DIRECT_MAX_T tokens every token tile converts the weights in
@@ -26,9 +25,9 @@
  *
  * Threads (OpenMP) take chunks of output rows dynamically; inside an
  * already active parallel region the call runs on the calling thread alone
- * (no nested teams, no oversubscription). OpenBLAS sgemm was measured for
- * f32 with n >= 16 and lost (see bench/kernels_matmul.c --blas), so it is
- * not used. */
+ * (no nested teams, no oversubscription). OpenBLAS sgemm is not used: for
+ * f32 with n >= 16 it is slower than these kernels (bench/kernels_matmul.c
+ * --blas compares them). */
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -163,8 +162,9 @@ static void tile(rf_dtype dt, int R, int T, const void *w, size_t ldw, const flo
 
 /* bf16/f16 with up to DIRECT_MAX_T tokens (at most 2 token tiles): each
  * token tile converts the weights in registers itself; with more, the first
- * tile of a row tile converts and stores them for the others (measured on
- * the dev machine: even at 5-6 tokens, a clear win from 8 on). */
+ * tile of a row tile converts and stores them for the others: converting
+ * once costs less than converting per tile from 8 tokens on, about the same
+ * at 5-6 (bench/kernels_matmul.c). */
 #ifndef DIRECT_MAX_T
 #define DIRECT_MAX_T 6
 #endif
@@ -317,13 +317,11 @@ typedef enum { PATH_NONE, PATH_AVX2_FLOAT, PATH_AVX2_Q, PATH_AVX2_KQ, PATH_AVX51
                PATH_AVX512_BF16DP /* packed bf16, vdpbf16ps (rf_matmul_bf16p_kernel) */ } mm_path;
 
 /* amx tiles hold 16 tokens: bf16 calls of fewer than RF_AMX_BF16_MIN_N run
- * the avx512 kernels, which stream the weights faster (0.6B shape, bf16, 2
- * threads: n = 4 cost 1.07x n = 1 at avx512, 1.09x with tiles; n = 6 1.30x
- * against 1.12x). On a second VM of the same Xeon model a tile call cost
- * the same from 8 to 16 tokens, 1.8x a 1-token call, where avx512 took
- * 1.48x at 8 tokens and 2.67x at 16 (bench_model_forward_ab,
- * docs/benchmarks.md): REFUSION_AMX_BF16 (util/env.c) moves the crossover
- * per machine. -2: not read yet. */
+ * the avx512 kernels, which stream the weights faster than a mostly empty
+ * tile does. Where the tiles start to pay differs between machines of the
+ * same CPU model (docs/benchmarks.md), so REFUSION_AMX_BF16 (util/env.c;
+ * `refusion tune` measures it) moves the crossover per machine. -2: not
+ * read yet. */
 static int g_amx_bf16_min_n = -2;
 
 int rf_matmul_amx_bf16(void) {
@@ -350,25 +348,16 @@ static mm_path choose_path(rf_dtype dt, int cols, int n) {
 }
 
 /* amx: packed Q8_0 / Q4_0 calls of at least this many tokens run the int8
- * tile kernel (matmul_amx.c); 0: never; -1 (the default): the widths
- * below, where the tiles measured faster than vpdpbusd (kernels.h
- * rf_matmul_set_amx_int8). Measured on a 2-core Xeon with AMX, 2 threads,
- * the 0.6B forward, the tile kernel with its stream prefetch and one token
- * group's sums in registers, a call's time as a multiple of a 1-token
- * call's, tiles against vpdpbusd (results/kernels_amx_int8_prefetch.txt;
- * the widths: matmul_impl.h RF_AMX_Q8_MIN_N ...):
- * Q8_0 8 tokens 31.6 ms against 32.4-33.2, 12 tokens 35.7-38.5 against
- * 37.1-39.0, 16 tokens 38.3-42.5 against 43.4-44.2, 32 as fast or faster,
- * 5 and 24 about as fast, 64 slower (5.3-5.7x a 1-token call against
- * 5.2-5.3x); Q4_0 12 tokens 27.8-28.1 ms against 29.5-29.7, 16 tokens
- * 30.3-32.1 against 36.5-36.8, 8 as fast, 5 and 24-64 slower (its nibbles
- * are unpacked into a buffer per block for the tiles). */
-/* Whether they measured faster depends on the machine, not only on the
- * CPU model: on a second VM of the same Xeon model (smaller L3) the rolling
- * slot ran 9-10% faster end to end with the tiles off, Q8_0 and Q4_0
- * alike, answers identical (bench_decode_ab --b-kernels amx-int8=0,
- * docs/benchmarks.md), so REFUSION_AMX_INT8 (util/env.c) sets it per
- * machine; the two paths give the same logits bit for bit.
+ * tile kernel (matmul_amx.c); 0: never; -1 (the default): the widths of
+ * matmul_impl.h (RF_AMX_Q8_MIN_N ...; kernels.h rf_matmul_set_amx_int8):
+ * Q8_0 calls of 5..32 tokens and Q4_0 of 9..16, the widths where the tiles
+ * were faster than vpdpbusd on the Xeon they were tuned on. Q4_0 has the
+ * narrower range because its nibbles are unpacked into a buffer per block
+ * for the tiles. */
+/* Whether the tiles are faster depends on the machine, not only on the
+ * CPU model (docs/benchmarks.md), so REFUSION_AMX_INT8 (util/env.c;
+ * `refusion tune` measures it) sets the width per machine; the two paths
+ * give the same logits bit for bit.
  * -2: not read from REFUSION_AMX_INT8 yet. */
 static int g_amx_q_min_n = -2;
 
@@ -621,15 +610,14 @@ void rf_matmul_team(rf_team *team, int tid, int count, float *const *Y, const fl
     rf_team_barrier(team); /* X is complete, the plan published */
     const mm_prep p = {(mm_path)team->mm_path, team->mm_xp, team->mm_single};
     /* every thread prepares its share of the activations (thread 0 alone
-     * made its team wait ~1% of a rolling call's time at the 0.6B shape) */
+     * would make the team wait at the barrier while it converts) */
     fill(&p, X, W[0], n, tid, team->n);
     rf_team_barrier(team);
     /* the chunks of all count matrices in one shared loop: a thread that
      * finishes a small matrix (k, v) goes on with the next. Wide calls on
      * packed weights end with small chunks (the last matrix's final
      * team->n big chunks' rows): a big chunk taken last leaves the other
-     * threads idle for half of it on average, an estimated ~3% of a 9-16
-     * token call's o_proj and down at the 0.6B shape (8 chunks of 128 rows) */
+     * threads idle for half of it on average */
     /* per matrix: nbig chunks of chunk rows up to tail_start, then chunks
      * of tail rows to its end (none but in the last matrix of a wide call) */
     int total = 0, chunk[8], nbig[8], tail_start[8], tail[8], first[9];

@@ -1,22 +1,18 @@
 /* matmul_amx.c - the amx tier's matmuls on AMX tiles: bf16 weights with
  * TDPBF16PS, and packed Q8_0 / Q4_0 weights with TDPBSUD (below the int8
  * part; the widths kernels.h rf_matmul_set_amx_int8 says, by default Q8_0
- * calls of 5..32 tokens and Q4_0 calls of 9..16, where it measured
- * faster than the avx512 vpdpbusd kernel).
+ * calls of 5..32 tokens and Q4_0 calls of 9..16, where it can beat the
+ * avx512 vpdpbusd kernel).
  *
  * Verified on an Intel Xeon with AMX (tests/kernels_matmul and
- * tests/kernels_quant at tier amx against their references). Measured
- * there (2026-12-02, 2 threads, results/kernels_amx.txt): a 0.6B-shape bf16
- * forward of 64 tokens costs 2.45x a 1-token one (avx512: 6.3x), 16 tokens
- * 1.25x (avx512: 2.25x); the bf16 kernel reaches ~10% of the TDPBF16PS probe
- * (roofline_amx.c): it streams W once per call, the tile unit mostly
- * waits. The int8 kernel is on par with the avx512 vpdpbusd kernel (within
- * +-5% on the 0.6B layer shapes at 16-64 tokens, 13-14% of the TDPBSUD
- * K = 32 probe): per-block scales need a tile store and an AVX-512
- * rescale per 16 x 16 x 32 TDP. With its weight streams prefetched and
- * one token group's sums in registers (q_g1) it beats vpdpbusd at the
- * widths above (0.6B forward, 2 threads, Q8_0: 8 tokens 1.29x a 1-token
- * call against 1.43x; results/kernels_amx_int8_prefetch.txt). The code
+ * tests/kernels_quant at tier amx against their references). The bf16
+ * kernel makes wide calls cheap: it streams W once per call and the tile
+ * unit mostly waits on memory, far below the TDPBF16PS probe's peak
+ * (roofline_amx.c). The int8 kernel pays for the per-block scales: a tile
+ * store and an AVX-512 rescale per 16 x 16 x 32 TDP, so it gains on the
+ * vpdpbusd kernel only with its weight streams prefetched and, for one
+ * token group, its sums in registers (q_g1). Call costs on each machine:
+ * docs/benchmarks.md. The code
  * compiles in every build (per-file -mamx-* flags, CMakeLists.txt; stubs
  * when the compiler lacks them) and is chosen only when kernels/cpu.c finds
  * AMX-TILE/BF16/INT8 and the OS grants the tile data (arch_prctl). Its
@@ -25,8 +21,7 @@
  * below are then plain C following Intel's pseudocode.
  *
  * A loaded model's bf16 matrices are packed: they run on the packed-panel
- * kernel further below ("bf16, packed weights"), which holds the measured
- * figures since it replaced this one there; this one serves matrices
+ * kernel further below ("bf16, packed weights"); this one serves matrices
  * without a packed copy.
  *
  * Y[t, r] = sum_k X[t, k] W[r, k] as tiles (palette 1, 16 rows x 64 bytes):
@@ -162,9 +157,8 @@ void AMXFN(rf_bf16_prep_amx)(void *xp, const float *X, int n, int cols, int sing
 #else
     /* per token: its 32 values as 16 bf16 pairs (vcvtne2ps2bf16, round to
      * nearest even as rf_f32_to_bf16), scattered to the pairs' rows. The
-     * scalar loop it replaces (kept above for the emulated test) ran on one
-     * thread while the others waited: a 64-token 0.6B forward took 123 ms
-     * with it and 105 ms with this (results/kernels_amx.txt) */
+     * scalar loop above is kept for the emulated test only: it runs on one
+     * thread while the others wait, a visible share of a wide call */
     const __m512i rows = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
     for (int g = 0; g < (n + 15) / 16; g++)
         for (int kc = 0; kc < nk; kc++, o += H * 512)
@@ -263,7 +257,7 @@ void AMXFN(rf_bf16_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat
  *               Q8_0, 8 for Q4_0): Q8_0 loaded in place from the panel,
  *               Q4_0's nibbles unpacked to bytes in a buffer one block
  *               ahead (a tile load of bytes the vector unit has just
- *               stored stalls the tile unit ~35 cycles, measured)
+ *               stored stalls the tile unit)
  * C (tmm0..3)   tokens x 16 rows of int32, C = sum q (w + off): the
  *               offset comes off inside the tiles, sum q off per token
  *               and block: C starts as a tile of -off sum q (prepared with
@@ -274,13 +268,11 @@ void AMXFN(rf_bf16_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat
  * a C tile holds one block's dot products: after each block it is stored
  * and scaled into f32 accumulators with AVX-512 (cvt(c) * (d_w * d_x), the
  * avx512 kernel's arithmetic). The next steps' TDPs are issued before that
- * scaling, so the tile unit works while the vector units scale (a plain
- * loop waited for each step's tile results: ~3x slower). Up to 4 token
- * groups (64 tokens) share each B load; W streams once per 64 tokens,
- * each panel prefetched AMX_PF_AHEAD bytes ahead: without the prefetch the
- * tile loads of B waited on memory (0.6B forward, 2 threads, Q8_0 with
- * the tiles from 5 tokens: 8 tokens 42.4 -> 31.9 ms, 16 tokens 46.4 ->
- * 38.7 ms, where vpdpbusd took 32.1 and 41.8 ms). */
+ * scaling, so the tile unit works while the vector units scale (a loop
+ * that waits for each step's tile results leaves both idle in turn). Up to
+ * 4 token groups (64 tokens) share each B load; W streams once per 64
+ * tokens, each panel prefetched AMX_PF_AHEAD bytes ahead: without the
+ * prefetch the tile loads of B wait on memory. */
 
 /* The prepared activations, ordered by token group of 16, block, token (an
  * A tile is one piece, not rows a power of two apart): per token and
@@ -374,10 +366,8 @@ static inline void b_fill_q4(uint8_t *o, const uint8_t *w) {
 
 /* Each panel's weight stream is prefetched this many bytes ahead (to L1,
  * one per 64-byte line), as the avx512 kernels' streams (matmul_avx512.c
- * PF_AHEAD): without it the tile loads of B waited on memory. 0.6B
- * forward, 2 threads, Q8_0, one run each (noise ~5%): 16 tokens 44.9 ms
- * (2 KiB, to L1), 43.6 (2 KiB, to L2), 43.3 (4 KiB, L1), 43.6 (1 KiB, L1),
- * 50.6 without; the choice among them is within the noise. */
+ * PF_AHEAD): without it the tile loads of B wait on memory. 1 to 4 KiB, to
+ * L1 or L2, are alike; 2 KiB to L1 matches the avx512 kernels. */
 #define AMX_PF_AHEAD 2048
 
 /* The weights' B tiles of block k_ for P panels, tmm6 and tmm7, as both
@@ -407,9 +397,7 @@ static inline void b_fill_q4(uint8_t *o, const uint8_t *w) {
 /* ---- one token group (up to 16 tokens): accumulators in registers --------
  * The general kernel below keeps its f32 sums in memory and scales each
  * C tile with a load, convert, multiply, FMA and store per row; at a few
- * tokens that vector work, not the tiles, set the pace (one thread,
- * 1024 x 1024 Q8_0, 8 tokens: 0.043 ms, 0.025 ms with the scaling left
- * out). Here the sums of P panels x MT tokens live in zmm registers
+ * tokens that vector work, not the tiles, sets the pace. Here the sums of P panels x MT tokens live in zmm registers
  * (P MT <= 16; at more the compiler spills a part), the weights' offset is taken off inside the tiles (a
  * second TDP, TDPBSSD of the activations against a tile of -off bytes,
  * held in tmm5 for the whole call), d_x is broadcast once per token for
@@ -530,9 +518,8 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
     const float *DX = (const float *)(CR + (size_t)ng * 16 * nb * 16);
     /* one token group: accumulators in registers (the compiler keeps what
      * it can of 2 x 12 or 2 x 16 in zmm registers and spills the rest);
-     * two panels per pass, not one, at 9..16 tokens: 0.6B forward, 2
-     * threads, Q8_0 16 tokens 1.70-1.77x a 1-token call -> 1.57-1.64x,
-     * 12 tokens 1.57-1.69x -> 1.45-1.51x (two weight streams per thread) */
+     * two panels per pass, not one, at 9..16 tokens: two weight streams
+     * per thread keep more of memory's bandwidth busy than one */
     if (ng == 1) {
         if (a >= b) return;
         const int e = a + (b - a) / 32 * 32; /* panel pairs, and a last single panel */
@@ -610,8 +597,7 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
                 NEXT(ki, gi, pi);
             }
             /* step s's C is scaled 2 steps after its store, so that the
-             * vector loads do not wait right behind the tile store (one
-             * thread, 1024 x 1024, 64 tokens: 0.213 ms against 0.221) */
+             * vector loads do not wait right behind the tile store */
 #define SCALE()                                                                                       \
     do {                                                                                              \
         const size_t at_ = ((size_t)(g0 + g) * nb + k) * 16;                                          \
@@ -736,11 +722,9 @@ void AMXFN(rf_bf16p_prep_amx)(void *xp, const float *X, int n, int cols, int sin
 /* Several panels at once for calls of up to 32 tokens (single-rounded
  * activations): each A tile (16 tokens x 32 columns) serves 3 panels (16
  * tokens) or 2 panels x 2 token groups (17..32 tokens), and as many weight
- * streams are in flight. One panel at a time streamed the weights at ~70%
- * of a 1-token call's speed: 0.6B shape, bf16, 2 threads, amx tier, an
- * 8-token call 58-62 ms against 41 ms for one token; 2 panels 47-49 ms,
- * 3 panels 47 ms (16 tokens: 63 -> 51 ms). Software prefetch of the panels
- * (2 or 4 KiB ahead) changed nothing here. Whole panels only: the range's
+ * streams are in flight: one panel at a time streams the weights well
+ * below a 1-token call's speed, and software prefetch of the panels does
+ * not make up for it (figures: docs/benchmarks.md). Whole panels only: the range's
  * last ones go through PANEL_GROUP. Tiles: C 0-2 (P3) or 0-3 (P2G2), A 4
  * (and 6), B 5-7. */
 #define KSTEP3(kc)                                                                                    \
@@ -836,10 +820,8 @@ static void panels_one(float *Y, size_t ldy, const uint16_t *hi, const uint16_t 
 /* Calls of more than 32 tokens (single-rounded activations): blocks of 32
  * tokens through panels_multi, over groups of panels that stay in L2 (about
  * 1 MiB, a multiple of 6 panels) so that only the first block reads them
- * from memory; before, one panel at a time met up to 4 token groups per B
- * load (panels_one). 0.6B shape, bf16, 2 threads, amx tier, A B B A: 64
- * tokens 121-130 -> 111-112 ms, 128 tokens 230 -> 190-208 ms, 256 tokens
- * 432-442 -> 372-375 ms (a prefill chunk); 33-48 tokens unchanged. */
+ * from memory, where one panel at a time meeting up to 4 token groups per
+ * B load (panels_one) reads the weights from memory once per 64 tokens. */
 #define L2_GROUP_BYTES (1u << 20)
 
 void AMXFN(rf_bf16p_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b,

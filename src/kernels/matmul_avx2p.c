@@ -34,7 +34,7 @@
 
 #define AI __attribute__((always_inline))
 #ifndef PF_BYTES
-#define PF_BYTES 2048 /* software prefetch distance of a 1-token tile, per panel (measured: 512 and 4096 slower) */
+#define PF_BYTES 2048 /* software prefetch distance of a 1-token tile, per panel (512 and 4096 are slower) */
 #endif
 
 /* the 8 outputs of group g for a token: all, or the first m (< 8) of them */
@@ -64,8 +64,8 @@ static inline int groups_for(int T, int left) {
  * group's panels (4 x 16 rows; 128 KB of bf16 at cols 1024) are streamed
  * from memory by the first token tile and meet the other tiles from L2,
  * so each weight is read from memory once per call (token tiles outside
- * walked a thread's whole chunk per tile: the lm head's, ~19 MB, came from
- * memory again for every 4 tokens). */
+ * would walk a thread's whole chunk per tile: the lm head's, ~19 MB at the
+ * 0.6B shape, would come from memory again for every 4 tokens). */
 #define PANEL_GROUP_ROWS 64
 
 /* ---- bf16 ------------------------------------------------------------------- */

@@ -91,7 +91,7 @@ static inline __attribute__((always_inline)) void bkern(const int S, const int R
     for (int c = 0; c < nc; c++) {
         int m = cols - c * 32;
         __m512bh wv[4];
-        if (m >= 32) /* (masked loads in the main loop measured ~1.5x slower) */
+        if (m >= 32) /* (masked loads only for the tail: in the main loop they cost time) */
             for (int r = 0; r < R; r++) wv[r] = (__m512bh)_mm512_loadu_si512(w + r * ldw + c * 32);
         else /* the last chunk's tail: zeros beyond cols */
             for (int r = 0; r < R; r++)
@@ -166,12 +166,12 @@ void rf_bf16_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W,
  * them with the token's x[2j], x[2j + 1] broadcast: 16-wide FMAs whose
  * accumulators hold 16 outputs, no horizontal sums, each widened vector
  * shared by all T tokens of the tile.
- * Why FMAs and not vdpbf16ps (32 multiply-adds per instruction): on the
- * Xeon this was measured on (Emerald Rapids, avx512_bf16) vdpbf16ps
- * retires ~1.4 G/s per core against ~5.6 G/s for 16-wide FMAs (roofline
- * probes: 89 vs 179 G ops/s), so the FMAs do 2x the multiply-adds per
- * second once a call is compute-bound; an L2-resident tile measured 158 G
- * ops/s against 89 for the vdpbf16ps one. */
+ * Why FMAs and not vdpbf16ps (32 multiply-adds per instruction): on some
+ * CPUs (Emerald Rapids among them) vdpbf16ps retires a quarter as many
+ * instructions per second as 16-wide FMAs, so the FMAs do twice the
+ * multiply-adds per second once a call is compute-bound. Which kernel wins
+ * is a per-CPU choice (matmul_bf16dp_avx512.c, `refusion tune`; figures:
+ * docs/benchmarks.md). */
 
 size_t rf_bf16p_prep_avx512_bytes(int n, int cols) { return (size_t)n * ((cols + 1) / 2 * 2) * sizeof(float); }
 
@@ -205,11 +205,9 @@ void rf_bf16p_prep_avx512(void *xp, const float *X, int n, int cols, int single,
 
 /* Every weight stream runs this many bytes ahead of itself in software
  * prefetches (to L1; one per 64-byte line; a prefetch past the end of W is
- * harmless): the hardware prefetchers alone left the wide calls at the sum
- * of the memory time and the compute time. Measured on a Xeon, avx512, 2
- * threads, 0.6B shape: bf16 1-token calls 47 -> 42 ms, 8 tokens 75 -> 55
- * ms, 16 tokens 106 -> 85 ms; Q4_0 1-token calls 15.6 -> 14.3 ms, 4-token
- * Q8_0 calls 29.8 -> 26.9 ms. 1 KiB gained less, 4 KiB as much. */
+ * harmless): the hardware prefetchers alone leave the wide calls at the sum
+ * of the memory time and the compute time, and the 1-token calls below the
+ * bandwidth. 2 KiB: 1 KiB gains less, 4 KiB no more (docs/benchmarks.md). */
 #define PF_AHEAD 2048
 
 /* the widest bf16 token tile */
@@ -248,12 +246,10 @@ static inline __attribute__((always_inline)) void pkern(const int P, const int T
 /* Panels per tile for T tokens: P*T accumulators + 2P widened weights + 2
  * broadcasts within the 32 registers. One expression, so that the
  * dispatch can use it as a constant. Two panels up to 13 tokens (26 + 4 +
- * 2 registers), where each broadcast feeds two FMAs: on an Emerald Rapids
- * Xeon (avx512, 2 threads, 0.6B shape, A B B A twice) a call of 10 tokens
- * cost 1.32x a 1-token call against 1.54x with one panel, 12 tokens 1.44x
- * against 1.69x, 13 tokens 1.56x against 1.69x (16 tokens: one panel). The most panels the
- * registers allow at 3-8 tokens (6, 5, 4, 3, 3, 3) were within 0.03 of
- * these either way. */
+ * 2 registers), where each broadcast feeds two FMAs, which makes calls of
+ * 9-13 tokens clearly cheaper than one panel (16 tokens: one panel). At
+ * 3-8 tokens the most panels the registers allow (6, 5, 4, 3, 3, 3) gain
+ * nothing over these (docs/benchmarks.md). */
 #define BP_PANELS(T) ((T) <= 2 ? 6 : (T) == 3 ? 5 : (T) == 4 ? 4 : (T) <= 6 ? 3 : (T) <= 13 ? 2 : 1)
 
 #define PK(P, T) pkern(P, T, w, panel, k2, x, ps, y, ldy, rows_left)
@@ -292,9 +288,9 @@ static void ptile(int P, int T, const uint16_t *w, size_t panel, int k2, const f
  * BP_PANELS(the largest tile)) is streamed from memory by the first token
  * tile and meets the call's other tiles from L2 (G x 16 rows x cols x 2
  * bytes: 64 KB at cols 1024), so each weight is read from memory once per
- * call whatever n is. (Token tiles outside walked a thread's whole chunk
- * per tile: the lm head's chunks, ~19 MB, came from memory again for each
- * 8 tokens.) */
+ * call whatever n is. (Token tiles outside would walk a thread's whole
+ * chunk per tile: the lm head's chunks, ~19 MB at the 0.6B shape, would
+ * come from memory again for each 8 tokens.) */
 void rf_bf16p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
     const int cols = W->cols, k2 = (cols + 1) / 2;
     const size_t ps = (size_t)n * 2;        /* floats from a column pair to the next */
@@ -710,25 +706,17 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
  * Calls of more tokens than one tile holds (Q8_0 5..128, Q4_0 7..128).
  * The panel-group order below (rf_qp_range_avx512's own) reads a group's
  * weights from memory in its first token tile and brings the next group in
- * with software prefetches spread over the other tiles; at the 0.6B shape
- * an 8-token Q8_0 call cost 1.54x a 1-token call, its time at those
- * prefetches. Here BO_PANELS panels' weights stream once, block after
- * block, in address order, each stream prefetched PF_AHEAD bytes ahead
- * (the hardware prefetchers alone left the same call at 1.66x), and every
- * token tile meets a block while it is in L1; the group's f32 sums live in
- * a small buffer (a load, FMA and store per block, panel and token, against
- * 8 vpdpbusd). Measured on a Xeon (avx512, 2 threads, 0.6B shape, Q8_0):
- * 8 tokens 1.54x -> 1.38x a 1-token call, 16 tokens 1.90x -> 1.72x;
- * 3 panels instead of 2: no better at 8, worse at 16. Up to 64 tokens
- * (a short prompt's prefill, a wide draft) this order is as fast as the
- * panel-group order or faster: on another Xeon (Emerald Rapids, avx512, 2
- * threads, 0.6B) a 32-token call went from 3.2x to 3.0x a 1-token call in
- * Q8_0 and 4.1x to 3.85x in Q4_0, 24 and 64 tokens within the noise (an
- * earlier machine had the panel-group order ahead beyond 24, Q4_0 16).
- * Up to 128 tokens since a prefill of the demo's prompts with the rolling
- * slot's masks (50-100 tokens) crossed 64: there a Q8_0 call of 65 tokens
- * cost 1.00x a 64-token call against 1.05-1.08x in the panel-group order,
- * 80 tokens 1.24-1.25x against 1.25-1.32x, 96 and 128 alike. */
+ * with software prefetches spread over the other tiles, and a few-token
+ * call spends its time at those prefetches. Here BO_PANELS panels' weights
+ * stream once, block after block, in address order, each stream prefetched
+ * PF_AHEAD bytes ahead, and every token tile meets a block while it is in
+ * L1; the group's f32 sums live in a small buffer (a load, FMA and store
+ * per block, panel and token, against 8 vpdpbusd). 2 panels: 3 are no
+ * better at 8 tokens and worse at 16. Up to 128 tokens (a short prompt's
+ * prefill, a wide draft, a prefill that carries the rolling slot's masks)
+ * this order is as fast as the panel-group order or faster, and a call
+ * just past 64 tokens costs no more than one of 64 (figures:
+ * docs/benchmarks.md). */
 #define BO_PANELS 2
 _Static_assert(BO_PANELS <= 2, "qp_range_blocks copies two vectors of sums per token");
 #define BO_MAX_N 128 /* Q8_0 and Q4_0; the sums buffer (16 KiB on the stack) */
@@ -775,8 +763,8 @@ static void qbgroup(rf_dtype dt, int P, const uint8_t *w, size_t panel, int nb, 
         /* each stream PF_AHEAD bytes ahead; near its panel's end, into the
          * same stream of the next group (BO_PANELS panels on) rather than
          * into the start of the neighbouring panel, which this group read
-         * at its first blocks: the next group's streams began cold (a
-         * Q8_0 call of 8-16 tokens at the 0.6B shape 3-4% faster) */
+         * at its first blocks: otherwise the next group's streams begin
+         * cold */
         for (int p = 0; p < P; p++)
             for (size_t l = 0; l < block; l += 64) {
                 const size_t off = (size_t)b * block + PF_AHEAD + l;
@@ -807,8 +795,8 @@ static void qp_range_blocks(float *Y, size_t ldy, const xq_block *X, const rf_ma
         memset(acc, 0, sizeof(float) * (size_t)n * 16 * BO_PANELS);
         qbgroup(W->dtype, P, pk + (size_t)(r / 16) * panel, panel, nb, X, n, acc);
         /* two masked vector copies per token: a memcpy of these 128 bytes
-         * compiled to rep movsq, whose start-up cost was ~6% of a 16-token
-         * Q4_0 call's samples (vector copies: the call 2-3% faster) */
+         * compiles to rep movsq, whose start-up cost is a visible share of a
+         * wide call */
         const int m = b - r < 16 * P ? b - r : 16 * P;
         const __mmask16 k0 = m >= 16 ? 0xFFFF : (__mmask16)((1u << m) - 1),
                         k1 = m >= 32 ? 0xFFFF : m <= 16 ? 0 : (__mmask16)((1u << (m - 16)) - 1);
@@ -828,10 +816,9 @@ void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, i
     const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
     const uint8_t *pk = W->packed;
     const xq_block *X = xp;
-    /* near-equal token tiles of up to 4 (Q8_0) or 6 (Q4_0): measured on
-     * one core of the Xeon (512 x 1024, n = 8..32, L2-resident), Q8_0
-     * reached 520 G ops/s (83% of the vpdpbusd peak) with tiles of 4 against
-     * 450 with tiles of 8, Q4_0 455 with 6 against 430 with 8 or 4 */
+    /* near-equal token tiles of up to 4 (Q8_0) or 6 (Q4_0): the tile sizes
+     * closest to the vpdpbusd peak on an L2-resident matrix, ahead of tiles
+     * of 8 (and, for Q4_0, of 4) */
     const int tcap = W->dtype == RF_Q8_0 ? 4 : 6;
     if (n > tcap && n <= BO_MAX_N) { /* more than one tile */
         qp_range_blocks(Y, ldy, X, W, n, a, b);

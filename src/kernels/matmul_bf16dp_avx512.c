@@ -16,10 +16,11 @@
  * two products in one step, with denormals flushed), so their results
  * agree to f32 accumulation error, not bit for bit.
  *
- * Which of the two kernels is faster depends on the CPU: on a Xeon
- * (Emerald Rapids) vdpbf16ps retired half the multiply-adds per second of
- * the FMAs, on AMD Zen 5 about twice (roofline probes). rf_matmul_bf16p_kernel
- * picks; `refusion tune` measures. */
+ * Which of the two kernels is faster depends on the CPU: vdpbf16ps does
+ * fewer multiply-adds per second than the FMAs on some CPUs (Emerald
+ * Rapids) and more on others (AMD Zen 5), as the roofline probes show.
+ * rf_matmul_bf16p_kernel picks; `refusion tune` measures (figures:
+ * docs/benchmarks.md). */
 #include <immintrin.h>
 #include <string.h>
 

@@ -8,8 +8,9 @@
 #include "kernels/simd512.h"
 
 /* sum_i e^(x_i - shift): 32 lanes in two accumulators (a draft's
- * confidence takes one pass over a 152k vocabulary; the avx2 loop's single
- * 8-lane chain took ~5% of a rolling-slot decode at the 0.6B shape) */
+ * confidence takes one pass over a 152k vocabulary per mask, so a single
+ * 8-lane chain, as the avx2 loop has, is a visible share of a rolling-slot
+ * decode) */
 double rf_sum_exp_avx512(const float *x, int n, float shift) {
     const __m512 mx = _mm512_set1_ps(shift);
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();

@@ -9,16 +9,15 @@
  * thread reads its own contiguous share as 4 interleaved streams (a 1-token
  * tile reads 4 panels at once) with a software prefetch 2 KB ahead in each,
  * and sums with 8 independent vector adds so the loads alone bound it. A
- * single stream without prefetch (what this probe used to be) measured
- * 35-60% of what the kernels then read: no ceiling. */
+ * single stream without prefetch reads far less than the kernels do, so it
+ * would be no ceiling for them. */
 #define BW_STREAMS 4
 #define BW_PF 2048
 double rf_measure_read_gbs(void) {
     size_t n = (size_t)1 << 28; /* 2^28 floats = 1 GiB: far beyond any cache */
     /* in transparent huge pages where the system grants them, as the
      * packed weights are (model/pack.c), so that both pay the same page
-     * walks (on an Emerald Rapids Xeon the probe read ~1% faster so: 32.6
-     * against 32.3 GB/s, medians of 10 alternated runs) */
+     * walks */
     float *a = rf_try_huge_alloc(n * sizeof(float));
     if (!a) return 0;
     /* non-zero, written by the threads that will read it (the allocator
@@ -118,8 +117,8 @@ double rf_measure_fma_gflops(void) { return best_burst(fma_chains, 20 * 1000 * 1
  * (|w| is computed once per weight vector and shared by the tile's tokens,
  * so it is not counted). The empty asm on w inside the loop tells the
  * compiler w changed, so sign and maddubs are recomputed for every chain:
- * without it they were hoisted out of the 12 chains and the probe counted
- * 12 maddubs where the CPU did one. */
+ * without it they are hoisted out of the 12 chains and the probe would
+ * count 12 maddubs where the CPU does one. */
 static double maddubs_chains(long iters) {
     __m256i w = _mm256_set1_epi8(-3), x = _mm256_set1_epi8(2), one = _mm256_set1_epi16(1), a[12];
     __m256i wa = _mm256_abs_epi8(w);
@@ -140,8 +139,8 @@ double rf_peak_i8_maddubs_avx2(void) { return best_burst(maddubs_chains, 10 * 10
 /* The avx2 Q4_0 kernel's step: its nibbles u = w + 8 are unsigned, so no
  * sign; acc16 += maddubs(u, x), 32 MACs in 2 instructions (a block's 16-bit
  * sums are widened once per block, not counted). Half the Q8_0 step's
- * instructions: measured against the Q8_0 step's peak, this kernel read
- * 114-123% of it. */
+ * instructions, so the Q4_0 kernel is measured against this peak: against
+ * the Q8_0 step's it would read above 100%. */
 static double maddubs16_chains(long iters) {
     __m256i w = _mm256_set1_epi8(3), x = _mm256_set1_epi8(2), a[12];
     for (int j = 0; j < 12; j++) a[j] = _mm256_set1_epi16((short)j);

@@ -8,14 +8,13 @@
 
 /* 12 independent accumulator chains per thread; the empty asm stops the
  * compiler from folding the loop. m0, m1 are private to each thread
- * (firstprivate): shared, the asm made every thread write them back to one
- * cache line each iteration, and 2 threads measured a tenth of the peak.
- * Timed in 200 short bursts per thread (~0.2 ms each), each thread's
- * fastest burst counted, the threads' rates summed: one long timed loop
- * (what this probe used to be) counted every time slice another process
- * took on a shared machine, and kernels timed at their best then beat it
- * (a bf16 matmul at 147-192% of "the peak"). Returns ops/s / 1e9 with
- * ops_per_instr ops per instruction. */
+ * (firstprivate): shared, the asm would make every thread write them back
+ * to one cache line each iteration, and 2 threads would measure a fraction
+ * of the peak. Timed in 200 short bursts per thread (~0.2 ms each), each
+ * thread's fastest burst counted, the threads' rates summed: one long timed
+ * loop would count every time slice another process takes on a shared
+ * machine, and kernels timed at their best would then beat "the peak".
+ * Returns ops/s / 1e9 with ops_per_instr ops per instruction. */
 #define PEAK_LOOP(T, INIT, STEP, SUM, ops_per_instr)                                                     \
     do {                                                                                                 \
         const long iters = 20 * 1000;                                                                    \

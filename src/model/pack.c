@@ -46,7 +46,7 @@ int rf_model_pack(rf_model *m) {
         /* huge pages: a 16-token call of the 0.6B shape 2-9% faster, a
          * 1-token call 0-6% (Q8_0, Q4_0; Xeon, avx512, 2 threads). In a VM
          * whose memory the host backs on first touch, loading may take
-         * longer (docs/benchmarks.md, "The weights in huge pages") */
+         * longer (results/archive/2026-12-03-huge-pages.md) */
         char *p = rf_try_huge_alloc(total);
         if (!p) {
             free(tg);
