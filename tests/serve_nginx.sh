@@ -22,7 +22,7 @@ DEMO=$SRC/models/refusion-demo
 start() { # LOG -> PID in $spid, port in $sport
   local log=$1
   shift
-  "$BIN" serve --host 127.0.0.1 --port 0 -m "$DEMO" --parallel 2 --threads 1 -q --ignore-eos "$@" 2>"$log.log" &
+  "$BIN" serve --host 127.0.0.1 --port 0 -m "$DEMO" --parallel 2 --threads 1 --max-per-client 512 -q --ignore-eos "$@" 2>"$log.log" &
   spid=$!
   sport=""
   for _ in $(seq 1 100); do
