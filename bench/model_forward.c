@@ -33,6 +33,7 @@
 
 #include "io/quant.h"
 #include "kernels/cpu.h"
+#include "kernels/kernels.h"
 #include "kernels/roofline.h"
 #include "read_probe.h"
 #include "model/forward.h"
@@ -214,11 +215,14 @@ int main(int argc, char **argv) {
            rf_cpu_tier_str(rf_cpu_tier_detected()), rf_cpu_note()[0] ? "; " : "", rf_cpu_note(), g_gbs);
     printf("peaks (G ops/s): avx2 f32 FMA %.0f, avx2 int8 maddubs %.0f (Q8_0 step), %.0f (Q4_0 step)", f32, i8, i8u);
     if (have512) {
-        /* the loaded weights are packed: bf16 runs on f32 FMAs (matmul_avx512.c) */
-        g_peak[1][RF_BF16] = rf_peak_f32_fma_avx512();
+        /* the loaded weights are packed: bf16 runs on f32 FMAs or on vdpbf16ps,
+         * as rf_matmul_bf16p_kernel chose (REFUSION_BF16P, the tune cache) */
+        double fma512 = rf_peak_f32_fma_avx512(), dot = rf_peak_bf16_dot_avx512();
+        int dp = rf_matmul_bf16p_kernel() == RF_BF16P_DP;
+        g_peak[1][RF_BF16] = dp ? dot : fma512;
         g_peak[1][RF_Q8_0] = g_peak[1][RF_Q4_0] = rf_peak_i8_vnni_avx512();
-        printf(", avx512 f32 FMA %.0f (packed bf16), avx512 bf16 dot %.0f, avx512 int8 VNNI %.0f", g_peak[1][RF_BF16],
-               rf_peak_bf16_dot_avx512(), g_peak[1][RF_Q8_0]);
+        printf(", avx512 f32 FMA %.0f%s, avx512 bf16 dot %.0f%s, avx512 int8 VNNI %.0f", fma512,
+               dp ? "" : " (packed bf16)", dot, dp ? " (packed bf16)" : "", g_peak[1][RF_Q8_0]);
     }
     for (int d = 0; d < 5; d++) g_peak[2][d] = g_peak[1][d];
     if (rf_cpu_tier_detected() >= RF_CPU_AMX && rf_peak_bf16_tile_amx() > 0) {

@@ -20,6 +20,7 @@ set -u
 command -v curl >/dev/null || { echo "FAIL: curl is needed (scripts/install-deps.sh)" >&2; exit 1; }
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup cli_readme
+export XDG_CACHE_HOME="$T/cache" # the README's `refusion tune` writes its cache there, not in the one the other tests share
 
 W=$T/w
 mkdir -p "$W/build"

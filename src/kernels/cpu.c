@@ -46,6 +46,12 @@ static rf_cpu_tier detect(void) {
     return amx ? RF_CPU_AMX : RF_CPU_AVX512;
 }
 
+int rf_cpu_is_amd(void) {
+    unsigned a, v[3];
+    if (!__get_cpuid(0, &a, &v[0], &v[2], &v[1])) return 0; /* ebx, edx, ecx spell the vendor */
+    return !memcmp(v, "AuthenticAMD", 12);
+}
+
 /* the kernels' best tier: amx only when its kernels were compiled */
 static rf_cpu_tier runnable(rf_cpu_tier t) { return t > RF_CPU_AVX512 && !rf_amx_built() ? RF_CPU_AVX512 : t; }
 

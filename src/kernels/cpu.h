@@ -43,5 +43,8 @@ int rf_cpu_set_tier(rf_cpu_tier t);
  * name) or the amx tier (what its kernels measured, or that they are
  * absent from this build), or "" when there is none. */
 const char *rf_cpu_note(void);
+/* 1 when the CPU's vendor string is AMD's ("AuthenticAMD"): the kernels'
+ * defaults where the vendors' cores differ (kernels.h). */
+int rf_cpu_is_amd(void);
 
 #endif

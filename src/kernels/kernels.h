@@ -113,7 +113,7 @@ int rf_matmul_amx_bf16(void);
  * (vdpbf16ps: half the FMAs' multiply-adds per second on an Emerald Rapids
  * Xeon, twice on AMD Zen 5); `refusion tune` measures it (model/tune.h).
  * A negative value restores the default: REFUSION_BF16P=fma|dp (util/env.c)
- * when set, else fma. Not thread-safe: set it before the matmuls run. */
+ * when set, else dp on AMD CPUs and fma on the others. Not thread-safe: set it before the matmuls run. */
 enum { RF_BF16P_FMA = 0, RF_BF16P_DP = 1 };
 void rf_matmul_set_bf16p_kernel(int kernel);
 int rf_matmul_bf16p_kernel(void);

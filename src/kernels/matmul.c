@@ -396,7 +396,11 @@ static _Atomic unsigned long g_bf16p_calls[2];
 int rf_matmul_bf16p_kernel(void) {
     if (g_bf16p_kernel < 0) {
         const char *e = rf_env_bf16p();
-        g_bf16p_kernel = e && !strcmp(e, "dp") ? RF_BF16P_DP : RF_BF16P_FMA;
+        /* without a setting: vdpbf16ps on AMD (Zen 5 runs it at twice the
+         * FMAs' multiply-adds), widened FMAs elsewhere (Intel Xeons run it
+         * at half); docs/benchmarks.md has the measurements */
+        g_bf16p_kernel = e && *e ? (!strcmp(e, "dp") ? RF_BF16P_DP : RF_BF16P_FMA)
+                                 : rf_cpu_is_amd() ? RF_BF16P_DP : RF_BF16P_FMA;
     }
     return g_bf16p_kernel;
 }
