@@ -348,6 +348,53 @@ RF_API rf_constraint *rf_constraint_gbnf(const refusion_tokenizer *t, const char
 RF_API rf_constraint *rf_constraint_json_schema(const refusion_tokenizer *t, const char *schema_json);
 RF_API void rf_constraint_free(rf_constraint *c);
 
+/* ---- tool calls (OpenAI's "tools", as `refusion serve` takes them; docs/api.md) --
+ * The server's tool calling as a library: the chat with the tools rendered
+ * by the template, the grammar of a call, and the answer's calls parsed.
+ * A call is Qwen3's text <tool_call>\n{"name": NAME, "arguments": {...}}\n
+ * </tool_call>. JSON in and out is UTF-8 text. Since 0.6. */
+
+/* Token ids of a conversation in OpenAI's JSON: messages_json an array of
+ * {"role", "content"} (roles system, developer: rendered as system, user,
+ * assistant - with "tool_calls", rendered as the calls' text - and tool;
+ * content a string or [{"type": "text", "text"}] parts), tools_json NULL or
+ * an array of {"type": "function", "function": {"name", "description",
+ * "parameters"}} that the chat template renders (Qwen3's: in the system
+ * turn; the built-in renderer refuses tools). With the generation prompt;
+ * think = 0: enable_thinking=false. Returns like rf_tokenize; a bad message
+ * or tool is RF_ERR_INVALID naming it ("messages"[1]: ...). */
+RF_API int rf_tokenize_chat_json(const refusion_tokenizer *t, const char *messages_json, const char *tools_json,
+                                 int think, int32_t *ids, int cap);
+
+/* What tool_choice asks for (rf_constraint_tool_calls' return value). */
+typedef enum {
+    RF_TOOL_CHOICE_NONE = 0,     /* no tools, or "none": the answer is text */
+    RF_TOOL_CHOICE_AUTO = 1,     /* "auto" (the default with tools): the model may write calls, no grammar */
+    RF_TOOL_CHOICE_REQUIRED = 2, /* "required": the answer is one call of one of the tools */
+    RF_TOOL_CHOICE_NAMED = 3,    /* {"type": "function", "function": {"name"}}: one call of that function */
+} rf_tool_choice;
+/* tools_json (NULL: none) and tool_choice_json (NULL: the default; a JSON
+ * string such as "\"required\"", or the named object) checked; returns an
+ * rf_tool_choice, or RF_ERR_INVALID naming the tool or field at fault (a
+ * bad name, parameters that are not a schema, a schema keyword that cannot
+ * be enforced, a named function not in tools). For REQUIRED and NAMED,
+ * *out (when out is not NULL; t needed then) is the grammar of the answer
+ * for rf_params.constraint: one call whose arguments follow the function's
+ * "parameters" schema (required with several tools: any of their names,
+ * the arguments a JSON object); free it with rf_constraint_free. *out is
+ * NULL for NONE and AUTO (text, or calls the model writes unconstrained). */
+RF_API int rf_constraint_tool_calls(const refusion_tokenizer *t, const char *tools_json, const char *tool_choice_json,
+                                    rf_constraint **out);
+
+/* The tool calls in an answer's text, as JSON into buf (truncated to
+ * cap - 1 bytes; returns the full length, or RF_ERR_INVALID):
+ * {"content": the text around the calls (null when none), "tool_calls":
+ * [{"id": id_prefix + index ("call_" when NULL), "type": "function",
+ * "function": {"name", "arguments": the arguments as JSON text}}]}, or
+ * {"content": text, "tool_calls": []} when it holds no well-formed call -
+ * OpenAI's message fields. */
+RF_API int rf_tool_calls_parse_json(const char *text, const char *id_prefix, char *buf, int cap);
+
 /* The OpenMP threads of the generations the calling thread runs: n > 0 sets
  * them (for this thread only: others keep theirs, as OpenMP's
  * omp_set_num_threads), n <= 0 changes nothing. Returns the number now in

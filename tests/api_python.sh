@@ -31,7 +31,12 @@
 # gives a JSON object, its grammar the library's; greedy AR answers equal
 # the server's for the same requests; bad GBNF, a schema keyword the library
 # cannot enforce, grammar + response_format, plan-and-infill / MDM with a
-# grammar and tools raise RefusionValueError with one line; compiled
+# grammar raise RefusionValueError with one line. Tool calls (Qwen3's
+# template): a named tool_choice (and "required" with one tool, legacy
+# functions / function_call) gives one call whose arguments validate under
+# the function's schema, greedy AR the server's calls; none / auto give
+# text; a tool conversation renders and answers as the server's; bad tools,
+# streaming, a grammar with a call raise RefusionValueError; compiled
 # grammars are kept per model and freed with it. docs/python.md's
 # ```python examples run.
 # Exit 77 (skipped) when
@@ -331,6 +336,20 @@ demo d_temp -p "$QD" --temp 0.8 -s 7
 demo d_ar -p "$QD" --decoder ar
 demo d_lp -p "$QD" --decoder ar --logprobs 3
 demo d_sys -p "$QD" --system "Answer with the number."
+cat >"$T/tools_def.py" <<'PY2'
+# the tool-call requests of the server and of the Python tests
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16}, "days": {"type": "integer", "minimum": 1, "maximum": 7},
+           "unit": {"enum": ["C", "F"]}}, "required": ["city", "days"], "additionalProperties": False}
+ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather of a city", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "add", "description": "Add two integers", "parameters": ADD}}]
+SCHEMAS = {"get_weather": WEATHER, "add": ADD}
+TMSGS = [{"role": "user", "content": "What is the weather in Paris for the next 3 days?"}]
+NAMED = lambda name: {"type": "function", "function": {"name": name}}
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 3}"}}
+BACK = TMSGS + [{"role": "assistant", "content": None, "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 21}"}]
+PY2
 rf_serve_start "$T/serve.log" -m "$DEMO" --threads 1 -q
 curl -s "$URL/v1/chat/completions" -d "$(python3 -c 'import json,sys; print(json.dumps({"messages": [{"role": "user", "content": sys.argv[1]}]}))' "$QD")" >"$T/srv_chat.json"
 curl -s "$URL/v1/completions" -d "$(python3 -c 'import json,sys; print(json.dumps({"prompt": sys.argv[1]}))' "$QR")" >"$T/srv_raw.json"
@@ -349,6 +368,26 @@ srv_grammar srv_g_yn "$QYN" "$(python3 -c 'import json,sys; print(json.dumps({"g
 srv_grammar srv_g_yn_ar "$QYN" "$(python3 -c 'import json,sys; print(json.dumps({"grammar": sys.argv[1], "mode": "ar", "temperature": 0}))' "$GYN")"
 srv_grammar srv_g_js "$QD" "{\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"apples\", \"schema\": $SCHEMA}}, \"mode\": \"ar\", \"temperature\": 0}"
 srv_grammar srv_g_jo "$QD" '{"response_format": {"type": "json_object"}, "mode": "ar", "temperature": 0, "max_tokens": 200}'
+kill "$SPID" 2>/dev/null
+wait "$SPID" 2>/dev/null
+SPID=""
+# tool calls (the grammar tests below compare): greedy AR, with Qwen3's
+# template, which renders the tools
+rf_serve_start "$T/serve_tools.log" -m "$DEMO" --threads 1 -q --chat-template "$SRC/tests/data/templates/qwen3.jinja"
+python3 - "$URL" "$T" <<'PY2' || bad "the server's tool-call answers"
+import json, sys, urllib.request
+URL, T = sys.argv[1:3]
+sys.path.insert(0, T)
+exec(open(T + "/tools_def.py").read())
+def post(path, body, name):
+    req = urllib.request.Request(URL + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    open("%s/%s.json" % (T, name), "w").write(urllib.request.urlopen(req, timeout=300).read().decode())
+post("/v1/chat/completions", {"messages": TMSGS, "tools": TOOLS, "tool_choice": NAMED("get_weather"), "mode": "ar", "temperature": 0}, "srv_tool_named")
+post("/v1/chat/completions", {"messages": TMSGS, "tools": TOOLS, "tool_choice": NAMED("add"), "mode": "ar", "temperature": 0}, "srv_tool_add")
+post("/v1/chat/completions", {"messages": TMSGS, "tools": TOOLS[1:], "tool_choice": "required", "mode": "ar", "temperature": 0}, "srv_tool_req")
+post("/apply-template", {"messages": BACK, "tools": TOOLS}, "srv_tool_tmpl")
+post("/v1/chat/completions", {"messages": BACK, "tools": TOOLS, "mode": "ar", "temperature": 0, "max_tokens": 16}, "srv_tool_back")
+PY2
 kill "$SPID" 2>/dev/null
 wait "$SPID" 2>/dev/null
 SPID=""
@@ -502,7 +541,6 @@ with Llama(model_path=DEMO, verbose=False, decoder="ar") as l2:
 raises(refusion.ClosedError, "closed", l2.tokenize, b"x")
 
 # refused, by name: what nothing here provides
-raises(ValueError, "tools", plain.create_chat_completion, msgs, tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
 raises(ValueError, "response_format", plain.create_chat_completion, msgs, response_format={"type": "xml"})
 raises(ValueError, "plan-and-infill refuses them", plain.create_chat_completion, msgs, logprobs=True, decoder="refusion", rolling=False)
 raises(ValueError, "top_logprobs needs logprobs", plain.create_chat_completion, msgs, top_logprobs=3)
@@ -662,6 +700,80 @@ m = re.search(r'#define BASE_RULES \\\n((?:[ \t]*".*"[ \t]*\\?\n)+)', src)
 lib_gbnf = "root ::= object\n" + "".join(ast.literal_eval(l.strip().rstrip("\\").strip()) for l in m.group(1).splitlines()) if m else None
 check(refusion.llama_grammar.JSON_GBNF == lib_gbnf, "JSON_GBNF differs from src/grammar/json_schema.c's BASE_RULES")
 
+# ---- tool calls: the library's tool calling (the server's), Qwen3's template -------------------
+exec(open(T + "/tools_def.py").read())
+tl = Llama(model_path=DEMO, n_threads=1, verbose=False, chat_template=SRC + "/tests/data/templates/qwen3.jinja")
+def srv_msg(name):
+    return json.load(open("%s/%s.json" % (T, name)))["choices"][0]["message"]
+def call_of(r, name, what):
+    """r's answer is one call of name (OpenAI's shape), its arguments valid under the function's schema"""
+    c = r["choices"][0]
+    calls = c["message"].get("tool_calls") or []
+    check(c["finish_reason"] == "tool_calls", "%s: finish_reason %s" % (what, c["finish_reason"]))
+    check(len(calls) == 1 and calls[0]["type"] == "function" and isinstance(calls[0]["id"], str) and calls[0]["id"] and
+          calls[0]["function"]["name"] == name and isinstance(calls[0]["function"]["arguments"], str), "%s: tool_calls %s" % (what, calls))
+    check(c["message"]["content"] in (None, "") and c["message"]["role"] == "assistant", "%s: message %s" % (what, c["message"]))
+    if not calls:
+        return None
+    try:
+        args = json.loads(calls[0]["function"]["arguments"])
+    except ValueError as e:
+        check(False, "%s: arguments %r are not JSON: %s" % (what, calls[0]["function"]["arguments"], e))
+        return calls[0]
+    if jsonschema is not None:
+        try:
+            jsonschema.Draft202012Validator(SCHEMAS[name]).validate(args)
+        except jsonschema.ValidationError as e:
+            check(False, "%s: arguments %r are not valid under the schema: %s" % (what, args, e.message))
+    else:
+        check(isinstance(args, dict), "%s: arguments %r" % (what, args))
+    return calls[0]
+def same_calls(r, srv, what):
+    mine = [(c["function"]["name"], c["function"]["arguments"]) for c in r["choices"][0]["message"].get("tool_calls") or []]
+    theirs = [(c["function"]["name"], c["function"]["arguments"]) for c in srv_msg(srv).get("tool_calls") or []]
+    check(mine and mine == theirs, "%s: %s, the server %s" % (what, mine, theirs))
+for name in ("get_weather", "add"):
+    r = tl.create_chat_completion(TMSGS, tools=TOOLS, tool_choice=NAMED(name), decoder="ar", temperature=0)
+    call_of(r, name, "named %s, greedy AR" % name)
+    same_calls(r, "srv_tool_named" if name == "get_weather" else "srv_tool_add", "named %s, greedy AR" % name)
+    for seed in (1, 2):
+        call_of(tl.create_chat_completion(TMSGS, tools=TOOLS, tool_choice=NAMED(name), rolling=True, temperature=0.9, seed=seed),
+                name, "named %s, rolling, seed %d" % (name, seed))
+r = tl.create_chat_completion(TMSGS, tools=TOOLS[1:], tool_choice="required", decoder="ar", temperature=0)
+call_of(r, "add", "required, one tool")
+same_calls(r, "srv_tool_req", "required, one tool")
+for choice in ("none", "auto", None):
+    c = tl.create_chat_completion(TMSGS, tools=TOOLS, tool_choice=choice, decoder="ar", max_tokens=24)["choices"][0]
+    check(isinstance(c["message"]["content"], str) and "tool_calls" not in c["message"] and c["finish_reason"] != "tool_calls",
+          "tool_choice %s: %s" % (choice, c))
+# llama-cpp-python's legacy functions / function_call: the same call
+r = tl.create_chat_completion(TMSGS, functions=[t["function"] for t in TOOLS], function_call={"name": "get_weather"}, decoder="ar", temperature=0)
+call_of(r, "get_weather", "functions + function_call")
+same_calls(r, "srv_tool_named", "functions + function_call")
+check(r["choices"][0]["message"].get("function_call") == r["choices"][0]["message"]["tool_calls"][0]["function"]
+      if r["choices"][0]["message"].get("tool_calls") else False, "function_call: %s" % r["choices"][0]["message"])
+# a call and its result sent back: rendered as the server renders them, answered as the server answers
+srv_prompt = json.load(open(T + "/srv_tool_tmpl.json"))["prompt"]
+check("<tool_response>" in srv_prompt and "<tool_call>" in srv_prompt, "the server's prompt: %r" % srv_prompt[-300:])
+check(tl._model.tokenize_chat_json(BACK, tools=TOOLS) == tl.tokenize(srv_prompt.encode(), special=True), "the tool conversation's ids differ from the server's prompt")
+back = tl.create_chat_completion(BACK, tools=TOOLS, decoder="ar", temperature=0, max_tokens=16)["choices"][0]["message"]
+check(back["content"] == srv_msg("srv_tool_back")["content"], "after a tool result: %r, the server %r" % (back["content"], srv_msg("srv_tool_back")["content"]))
+# refused, one line
+raises(refusion.RefusionValueError, "function.name must be", tl.create_chat_completion, TMSGS,
+       tools=[{"type": "function", "function": {"parameters": ADD}}], tool_choice="required")
+raises(refusion.RefusionValueError, "parameters must be a JSON schema object", tl.create_chat_completion, TMSGS,
+       tools=[{"type": "function", "function": {"name": "f", "parameters": [1]}}])
+raises(refusion.RefusionValueError, "'format' is not enforced", tl.create_chat_completion, TMSGS, decoder="ar",
+       tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}}}}],
+       tool_choice=NAMED("f"))
+raises(refusion.RefusionValueError, "which is not one of \"tools\"", tl.create_chat_completion, TMSGS, tools=TOOLS, tool_choice=NAMED("nope"))
+raises(refusion.RefusionValueError, "not streamed", tl.create_chat_completion, TMSGS, tools=TOOLS, tool_choice="required", stream=True)
+raises(refusion.RefusionValueError, "at most one of", tl.create_chat_completion, TMSGS, tools=TOOLS, tool_choice="required", grammar=YN)
+raises(refusion.RefusionValueError, "plan-and-infill refuses it", tl.create_chat_completion, TMSGS, tools=TOOLS, tool_choice="required",
+       decoder="refusion", rolling=False)
+raises(refusion.RefusionValueError, "not both", tl.create_chat_completion, TMSGS, tools=TOOLS, functions=[TOOLS[0]["function"]])
+tl.close()
+
 # ---- refused, with the library's one-line message ----------------------------------------------
 e = raises(refusion.RefusionValueError, "line 1, column 14: undefined rule 'foo'", llm.create_chat_completion, yn,
            grammar=LlamaGrammar.from_string('root ::= "a" foo'))
@@ -682,8 +794,6 @@ raises(refusion.RefusionValueError, "MDM refuses it", llm.create_chat_completion
 raises(refusion.RefusionValueError, "grammar must be a LlamaGrammar", llm.create_chat_completion, yn, grammar=GYN)
 raises(refusion.RefusionValueError, "needs \"json_schema\": {\"schema\"", llm.create_chat_completion, msgs, response_format={"type": "json_schema"})
 raises(refusion.RefusionValueError, "response_format must be", llm.create_chat_completion, msgs, response_format={"type": "xml"})
-raises(refusion.RefusionValueError, "refusion serve", llm.create_chat_completion, msgs,
-       tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}], tool_choice="required")
 raises(refusion.RefusionError, "error reading grammar file", LlamaGrammar.from_file, T + "/nope.gbnf")
 open(T + "/empty.gbnf", "w").close()
 raises(refusion.RefusionValueError, "is empty", LlamaGrammar.from_file, T + "/empty.gbnf")

@@ -195,7 +195,7 @@ static void test_bad(void) {
         {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\"}]}", "\"tools\""},
         {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}}",
          "names \"g\", which is not one of"},
-        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"required\"}", "the request has no \"tools\""},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"required\"}", "there are no \"tools\""},
         {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": \"always\"}", "\"tool_choice\" must be"},
         {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": \"required\", \"mode\": \"ar\", \"grammar\": \"root ::= \\\"a\\\"\"}",
          "at most one of"},

@@ -212,6 +212,9 @@ def _declare(lib):
         "rf_constraint_gbnf": (P, [P, C]),
         "rf_constraint_json_schema": (P, [P, C]),
         "rf_constraint_free": (None, [P]),
+        "rf_tokenize_chat_json": (I, [P, C, C, I, I32P, I]),
+        "rf_constraint_tool_calls": (I, [P, C, C, ctypes.POINTER(P)]),
+        "rf_tool_calls_parse_json": (I, [C, C, C, I]),
     }
     for name, (res, args) in sig.items():
         try:

@@ -1,6 +1,7 @@
 """_model - Model (a checkpoint and its tokenizer), Session (rf_generate)
 and the one generation run under every completion (_Run)."""
 import ctypes
+import json
 import os
 import queue
 import threading
@@ -170,6 +171,32 @@ class Model:
             raise error(RefusionValueError)
         buf = (ctypes.c_int32 * max(n, 1))()
         L.lib.rf_tokenize_chat(self._tok, msgs, len(keep), int(think), buf, n)
+        return list(buf[:n])
+
+    def tokenize_chat_json(self, messages, tools=None, think=True):
+        """Ids of a conversation in OpenAI's format rendered as `refusion
+        serve` renders it (rf_tokenize_chat_json): messages may hold tool
+        results (role "tool") and assistant turns with "tool_calls"; tools
+        (a list of {"type": "function", "function": {...}}, or None) are
+        rendered by the chat template. (role, content) pairs are taken too."""
+        self._need_tok("tokenize_chat_json")
+        msgs = []
+        for m in messages:
+            if isinstance(m, dict):
+                msgs.append(m)
+            else:
+                role, content = _message(m)
+                msgs.append({"role": role, "content": content})
+        try:
+            mj = json.dumps(msgs, ensure_ascii=False).encode("utf-8")
+            tj = None if tools is None else json.dumps(tools, ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError) as e:
+            raise RefusionValueError("tokenize_chat_json: the messages or tools are not JSON: %s" % e) from None
+        n = L.lib.rf_tokenize_chat_json(self._tok, mj, tj, int(think), None, 0)
+        if n < 0:
+            raise error(RefusionValueError)
+        buf = (ctypes.c_int32 * max(n, 1))()
+        L.lib.rf_tokenize_chat_json(self._tok, mj, tj, int(think), buf, n)
         return list(buf[:n])
 
     def token_id(self, piece):

@@ -9,6 +9,7 @@ Results are the dicts llama-cpp-python returns (OpenAI's shapes). A setting
 not given comes from the model's generation_config.json, as in `refusion
 generate` and `refusion serve` (rf_params_recommended), not from
 llama-cpp-python's fixed sampling defaults."""
+import ctypes
 import json
 import os
 import sys
@@ -55,12 +56,6 @@ _CTOR_REFUSED = {
     "type_v": (None, "the KV cache is float"),
     "spm_infill": (False, "no infill prompts"),
 }
-# why tools are refused: the server's tool calling (src/serve/tools.c) renders
-# the tools with the chat template and wraps a function's schema grammar in a
-# <tool_call> block; the library's API has neither (rf_tokenize_chat takes
-# role and content only, rf_constraint_json_schema gives no grammar text)
-_NO_TOOLS = ("no tool calling in this binding (the library's API cannot render tools into the chat template "
-             "nor make the tool-call grammar); `refusion serve` has it (docs/server.md, \"Tool calls\")")
 # completion arguments of llama-cpp-python with nothing behind them here:
 # accepted at their neutral value, refused otherwise
 _CALL_REFUSED = {
@@ -71,10 +66,6 @@ _CALL_REFUSED = {
     "stopping_criteria": (None, "use stop= strings"),
     "logits_processor": (None, "no logits processors"),
     "logit_bias": (None, "no logit bias"),
-    "functions": (None, _NO_TOOLS),
-    "function_call": (None, _NO_TOOLS),
-    "tools": (None, _NO_TOOLS),
-    "tool_choice": (None, _NO_TOOLS),
 }
 _CALL_IGNORED = ("mirostat_tau", "mirostat_eta")  # mirostat_mode 0 is all that is accepted
 # llama-cpp-python's sampling arguments that are rf_params fields by the same name
@@ -482,14 +473,21 @@ class Llama:
         Constrained decoding needs AR decoding or the rolling slot (the
         library refuses it under plan-and-infill and MDM); a schema keyword
         the library cannot enforce or bad GBNF raises RefusionValueError with
-        the library's message. tools, tool_choice, functions and
-        function_call raise ValueError: the server's tool calling renders
-        the tools with the chat template and builds the call's grammar from
-        the function's schema inside the library, which its API does not
-        offer (`refusion serve` has them)."""
+        the library's message. tools (OpenAI's [{"type": "function",
+        "function": {"name", "description", "parameters"}}]) and tool_choice
+        ("none", "auto" - the default with tools -, "required", or
+        {"type": "function", "function": {"name": ...}}): the server's tool
+        calling, from the library (the tools rendered by the chat template,
+        a required or named call decoded under the grammar of the
+        function's parameters schema - AR decoding or the rolling slot);
+        the answer's calls are choices[0]["message"]["tool_calls"] (id,
+        type "function", function {name, arguments as JSON text}) with
+        finish_reason "tool_calls". Messages may hold assistant turns with
+        tool_calls and tool results (role "tool"). llama-cpp-python's
+        functions / function_call map onto them (the message then also has
+        function_call). Not with stream=True."""
         where = "create_chat_completion"
-        _check_refused(_CALL_REFUSED, dict(functions=functions, function_call=function_call, tools=tools,
-                                           tool_choice=tool_choice, typical_p=typical_p, tfs_z=tfs_z,
+        _check_refused(_CALL_REFUSED, dict(typical_p=typical_p, tfs_z=tfs_z,
                                            mirostat_mode=mirostat_mode, logits_processor=logits_processor,
                                            logit_bias=logit_bias), where)
         grammar = _grammar_arg(grammar, where)
@@ -502,25 +500,115 @@ class Llama:
         fmt = _format_grammar(m, response_format, where)
         if grammar is not None and fmt is not None:
             raise RefusionValueError("%s: give grammar or a JSON response_format, not both" % where)
+        tools, tool_choice, legacy = _legacy_functions(tools, tool_choice, functions, function_call, where)
         call = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, presence_penalty=presence_penalty,
                     frequency_penalty=frequency_penalty, repeat_penalty=repeat_penalty, seed=seed)
         return _chat_completion(self._model, self, messages, stream=stream, max_tokens=max_tokens, stop=stop,
                                 think=think, settings=settings, call=call,
                                 name=model if model is not None else self.model_path, logprobs=lp,
-                                grammar=grammar if grammar is not None else fmt)
+                                grammar=grammar if grammar is not None else fmt, tools=tools,
+                                tool_choice=tool_choice, legacy=legacy)
+
+
+def _legacy_functions(tools, tool_choice, functions, function_call, where):
+    """tools and tool_choice, with llama-cpp-python's (OpenAI's deprecated)
+    functions / function_call mapped onto them; legacy: they were used."""
+    if functions is None and function_call is None:
+        return tools, tool_choice, False
+    if tools is not None or tool_choice is not None:
+        raise RefusionValueError("%s: give tools / tool_choice or the deprecated functions / function_call, not both"
+                                 % where)
+    if functions is not None and not isinstance(functions, (list, tuple)):
+        raise RefusionValueError("%s: functions must be a list of {\"name\", \"parameters\", ...}, got %r"
+                                 % (where, functions))
+    tools = None if functions is None else [{"type": "function", "function": f} for f in functions]
+    if isinstance(function_call, dict):
+        tool_choice = {"type": "function", "function": {"name": function_call.get("name")}}
+    else:
+        tool_choice = function_call  # "none" / "auto" (anything else: refused with tool_choice's message)
+    return tools, tool_choice, True
+
+
+def _tool_choice(model, tools, tool_choice, where):
+    """(rf_tool_choice, the rf_constraint of a required or named call or
+    None), checked by the library as the server checks them."""
+    try:
+        tj = None if tools is None else json.dumps(tools, ensure_ascii=False).encode("utf-8")
+        cj = None if tool_choice is None else json.dumps(tool_choice, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError) as e:
+        raise RefusionValueError("%s: tools / tool_choice are not JSON: %s" % (where, e)) from None
+    model._need_tok(where)
+    h = ctypes.c_void_p()
+    mode = L.lib.rf_constraint_tool_calls(model._tok, tj, cj, ctypes.byref(h))
+    if mode < 0:
+        raise RefusionValueError("%s: %s" % (where, L.lib.rf_last_error().decode("utf-8", "replace")))
+    return mode, h.value
+
+
+class _ToolGrammar:
+    """The call's constraint as _start takes a grammar (freed by free())."""
+
+    def __init__(self, h):
+        self.h = h
+
+    def _constraint(self, model, where):
+        return self.h
+
+    def free(self):
+        if self.h:
+            L.lib.rf_constraint_free(self.h)
+            self.h = None
+
+
+def _tool_calls(text, prefix):
+    """The library's parse of an answer: (content, tool_calls list)."""
+    b = text.encode("utf-8")
+    pb = prefix.encode("utf-8")
+    n = L.lib.rf_tool_calls_parse_json(b, pb, None, 0)
+    if n < 0:
+        raise RefusionValueError("create_chat_completion: %s" % L.lib.rf_last_error().decode("utf-8", "replace"))
+    buf = ctypes.create_string_buffer(n + 1)
+    L.lib.rf_tool_calls_parse_json(b, pb, buf, n + 1)
+    out = json.loads(buf.raw[:n].decode("utf-8"))
+    return out["content"], out["tool_calls"]
 
 
 def _chat_completion(model, llama, messages, stream, max_tokens, stop, think, settings, call=None, name=None,
-                     logprobs=(False, 0), grammar=None):
+                     logprobs=(False, 0), grammar=None, tools=None, tool_choice=None, legacy=False):
     """The chat completion of Llama and Model (llama None: the model's own
-    session, recommended settings and context)."""
+    session, recommended settings and context). With tools: the library's
+    tool calling (rf_constraint_tool_calls, rf_tokenize_chat_json,
+    rf_tool_calls_parse_json), as `refusion serve` answers."""
     where = "create_chat_completion"
     if llama is None:
         llama = _ModelAsLlama(model)
-    ids = model.tokenize_chat(messages, think=think)
-    p = llama._params(call or {}, settings, where)
-    _logprobs(p, logprobs[0], logprobs[1], stream, where, "top_logprobs")
-    run = llama._start(ids, max_tokens, stop, p, where, grammar)
+    mode, tool_grammar = 0, None
+    if tools is not None or tool_choice is not None:
+        if stream:
+            raise RefusionValueError("%s: tool calls are not streamed by this binding (stream=False, or the "
+                                     "server, which streams them)" % where)
+        mode, h = _tool_choice(model, tools, tool_choice, where)
+        if h:
+            tool_grammar = _ToolGrammar(h)
+            if grammar is not None:
+                tool_grammar.free()
+                raise RefusionValueError("%s: give at most one of grammar, a JSON response_format and a required "
+                                         "or named tool_choice" % where)
+            grammar = tool_grammar
+    try:
+        if tools or any(isinstance(m, dict) and (m.get("tool_calls") is not None or m.get("role") == "tool")
+                        for m in messages):
+            ids = model.tokenize_chat_json(messages, tools=tools or None, think=think)
+        else:
+            ids = model.tokenize_chat(messages, think=think)
+        p = llama._params(call or {}, settings, where)
+        _logprobs(p, logprobs[0], logprobs[1], stream, where, "top_logprobs")
+        run = llama._start(ids, max_tokens, stop, p, where, grammar)
+        if not stream:
+            text = run.run_all()
+    finally:
+        if tool_grammar is not None:
+            tool_grammar.free()
     cid = "chatcmpl-%s" % uuid.uuid4()
     name = name if name is not None else model.path
     created = int(time.time())
@@ -536,11 +624,18 @@ def _chat_completion(model, llama, messages, stream, max_tokens, stop, think, se
                 yield chunk({"content": piece})
             yield chunk({}, run.finish_reason)
         return chunks()
-    text = run.run_all()
+    message, finish = {"role": "assistant", "content": text}, run.finish_reason
+    if mode:  # RF_TOOL_CHOICE_AUTO and up: the answer's <tool_call> blocks
+        content, calls = _tool_calls(text, "call_%s_0_" % cid[len("chatcmpl-"):])
+        if calls:
+            message = {"role": "assistant", "content": content, "tool_calls": calls}
+            if legacy:
+                message["function_call"] = dict(calls[0]["function"])
+            finish = "tool_calls"
     return {"id": cid, "object": "chat.completion", "created": created, "model": name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+            "choices": [{"index": 0, "message": message,
                          "logprobs": _chat_logprobs(model, run),
-                         "finish_reason": run.finish_reason}],
+                         "finish_reason": finish}],
             "usage": {"prompt_tokens": len(ids), "completion_tokens": run.n_tokens,
                       "total_tokens": len(ids) + run.n_tokens}}
 

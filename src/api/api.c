@@ -51,17 +51,7 @@ RF_API const char *rf_version(void) { return RF_VERSION_STRING; }
  * int arrays: the same type here, so they are passed through as they are */
 _Static_assert(sizeof(int) == sizeof(int32_t) && (int)-1 == (int32_t)-1, "int is int32_t");
 
-/* Run body with rf_die turned into an error return; on_die runs after the
- * scoped blocks allocated inside were freed (util.h), and DIED is the status
- * to return: RF_ERR_NOMEM for a failed allocation, else RF_ERR_INTERNAL. */
-#define CATCH_DIE(on_die)     \
-    rf_catch c_;              \
-    rf_catch_push(&c_);       \
-    if (setjmp(c_.jb)) {      \
-        on_die;               \
-    }
-#define END_CATCH() rf_catch_pop(&c_)
-#define DIED (c_.oom ? RF_ERR_NOMEM : RF_ERR_INTERNAL)
+/* CATCH_DIE, END_CATCH, DIED: api/api_internal.h */
 
 /* A zeroed handle, or NULL with the reason ("<what> is NULL" when arg, the
  * argument it is made from, is NULL). */

@@ -5,10 +5,25 @@
 #ifndef RF_API_INTERNAL_H
 #define RF_API_INTERNAL_H
 
+#include <setjmp.h>
+
 #include "refusion.h"
 #include "decode/decode.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "util/util.h"
+
+/* Run body with rf_die turned into an error return; on_die runs after the
+ * scoped blocks allocated inside were freed (util.h), and DIED is the status
+ * to return: RF_ERR_NOMEM for a failed allocation, else RF_ERR_INTERNAL. */
+#define CATCH_DIE(on_die)     \
+    rf_catch c_;              \
+    rf_catch_push(&c_);       \
+    if (setjmp(c_.jb)) {      \
+        on_die;               \
+    }
+#define END_CATCH() rf_catch_pop(&c_)
+#define DIED (c_.oom ? RF_ERR_NOMEM : RF_ERR_INTERNAL)
 
 /* Buffer allocations (KV cache, rows, run state) the session has made. */
 size_t rf_session_allocs(const refusion_session *s);

@@ -69,7 +69,7 @@ static json_t *pending_logprobs(const run_ctx *c) {
 static void with_tool_calls(const run_ctx *c, json_t *choice, int chunk) {
     if (c->j->req.kind != RF_REQ_CHAT || c->j->req.tool_choice == RF_TOOLS_NONE) return;
     char *content = NULL;
-    json_t *calls = rf_tool_calls_parse(c->text ? c->text : "", c->j->id, c->index, &content);
+    json_t *calls = rf_serve_tool_calls(c->text ? c->text : "", c->j->id, c->index, &content);
     if (!calls) return;
     json_t *m = json_object_get(choice, chunk ? "delta" : "message"), *call;
     size_t i;

@@ -18,6 +18,7 @@
 #include "common/args.h"
 #include "grammar/constraint.h"
 #include "grammar/json_schema.h"
+#include "api/tools.h"
 #include "serve/serve.h"
 #include "serve/tools.h"
 #include "util/util.h"
@@ -387,86 +388,6 @@ static int parse_prompt(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
     return 0;
 }
 
-/* A message's content: a string, or a list of text parts
- * [{"type": "text", "text": "..."}, ...] joined with newlines. malloc'd;
- * NULL with rf_last_error() on anything else. */
-static char *message_text(json_t *c, size_t i) {
-    if (json_is_string(c)) return rf_strdup(json_string_value(c));
-    if (!json_is_array(c)) {
-        rf_set_error("\"messages\"[%zu]: \"content\" must be a string or an array of text parts", i);
-        return NULL;
-    }
-    size_t n = json_array_size(c), len = 0, j;
-    json_t *part;
-    json_array_foreach(c, j, part) {
-        const char *type = json_string_value(json_object_get(part, "type"));
-        const char *text = json_string_value(json_object_get(part, "text"));
-        if (!type || strcmp(type, "text") || !text) {
-            rf_set_error("\"messages\"[%zu].content[%zu]: only {\"type\": \"text\", \"text\": string} parts are "
-                         "supported", i, j);
-            return NULL;
-        }
-        len += strlen(text) + 1;
-    }
-    char *s = rf_malloc(len + 1), *p = s;
-    json_array_foreach(c, j, part) {
-        const char *text = json_string_value(json_object_get(part, "text"));
-        size_t k = strlen(text);
-        memcpy(p, text, k), p += k;
-        if (j + 1 < n) *p++ = '\n';
-    }
-    *p = 0;
-    return s;
-}
-
-/* An assistant turn's tool calls appended to its text as Qwen3's chat
- * template renders them: after the content (a newline between), each call
- * '<tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>', calls
- * separated by a newline, ARGS as sent when a string (OpenAI sends the
- * arguments as JSON text) or else as the template's tojson writes it. So
- * the model's Jinja template and the built-in renderer render the turn
- * alike. malloc'd; NULL with rf_last_error() on a malformed call. */
-static char *with_tool_calls(const char *content, json_t *calls, size_t i) {
-    if (!json_is_array(calls) || json_array_size(calls) == 0) {
-        rf_set_error("\"messages\"[%zu]: \"tool_calls\" must be a non-empty array", i);
-        return NULL;
-    }
-    size_t j, len = strlen(content) + 1;
-    json_t *call;
-    char **args = rf_calloc(json_array_size(calls), sizeof *args);
-    char *out = NULL;
-    json_array_foreach(calls, j, call) {
-        json_t *fn = json_object_get(call, "function");
-        const char *type = json_string_value(json_object_get(call, "type"));
-        const char *name = json_string_value(json_object_get(fn, "name"));
-        json_t *a = json_object_get(fn, "arguments");
-        if ((type && strcmp(type, "function")) || !name || !a) {
-            rf_set_error("\"messages\"[%zu].tool_calls[%zu] must be {\"type\": \"function\", \"function\": "
-                         "{\"name\": string, \"arguments\": string}}", i, j);
-            goto done;
-        }
-        /* Python's json.dumps separators (", ", ": "), non-ASCII kept */
-        args[j] = json_is_string(a) ? rf_strdup(json_string_value(a)) : json_dumps(a, JSON_ENCODE_ANY);
-        if (!args[j]) {
-            rf_set_error("\"messages\"[%zu].tool_calls[%zu]: the arguments cannot be rendered", i, j);
-            goto done;
-        }
-        len += strlen(name) + strlen(args[j]) + 64;
-    }
-    out = rf_malloc(len);
-    char *p = out;
-    p += sprintf(p, "%s", content);
-    json_array_foreach(calls, j, call) {
-        const char *name = json_string_value(json_object_get(json_object_get(call, "function"), "name"));
-        if (j > 0 || *content) *p++ = '\n';
-        p += sprintf(p, "<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>", name, args[j]);
-    }
-done:
-    for (j = 0; j < json_array_size(calls); j++) free(args[j]);
-    free(args);
-    return out;
-}
-
 /* "messages": [{"role", "content"}, ...] rendered with the model's chat
  * template, ready for the assistant's turn. Roles: system, developer (the
  * newer OpenAI name: rendered as system), user, assistant (with its
@@ -498,72 +419,13 @@ static int parse_messages(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
         rf_set_error("\"chat_template_kwargs\" must be an object whose \"enable_thinking\" is true or false");
         return -1;
     }
-    size_t n = json_array_size(v), i;
-    rf_chat_msg *msgs = rf_calloc(n, sizeof *msgs);
-    char **texts = rf_calloc(n, sizeof *texts);
-    json_t *e;
-    int rc = -1;
-    json_array_foreach(v, i, e) {
-        const char *role = json_string_value(json_object_get(e, "role"));
-        json_t *content = field(e, "content"), *calls = field(e, "tool_calls");
-        char where[48];
-        snprintf(where, sizeof where, "messages[%zu]", i);
-        set_param(r, where);
-        if (!json_is_object(e) || !role) {
-            rf_set_error("\"messages\"[%zu] must be an object with a string \"role\" and a \"content\"", i);
-            goto done;
-        }
-        if (calls && strcmp(role, "assistant")) {
-            snprintf(where, sizeof where, "messages[%zu].tool_calls", i);
-            set_param(r, where);
-            rf_set_error("\"messages\"[%zu]: only an assistant message may hold \"tool_calls\"", i);
-            goto done;
-        }
-        snprintf(where, sizeof where, "messages[%zu].content", i);
-        set_param(r, where);
-        if (!content && !calls) {
-            rf_set_error("\"messages\"[%zu] has no \"content\" (null content needs \"tool_calls\")", i);
-            goto done;
-        }
-        if (!(texts[i] = content ? message_text(content, i) : rf_strdup(""))) goto done;
-        if (calls) {
-            snprintf(where, sizeof where, "messages[%zu].tool_calls", i);
-            set_param(r, where);
-            char *t = with_tool_calls(texts[i], calls, i);
-            free(texts[i]);
-            if (!(texts[i] = t)) goto done;
-        }
-        r->err_param[0] = 0;
-        if (!strcmp(role, "developer")) role = "system";
-        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "tool")) {
-            snprintf(where, sizeof where, "messages[%zu].role", i);
-            set_param(r, where);
-            rf_set_error("\"messages\"[%zu]: role must be \"system\", \"developer\", \"user\", \"assistant\" or "
-                         "\"tool\"", i);
-            goto done;
-        }
-        msgs[i].role = role, msgs[i].content = texts[i];
-    }
     rf_text_span *spans;
     size_t n_spans;
-    char *text;
-    if (r->tools) { /* the template renders them (Qwen3's: in the system turn) */
-        json_t *conv = json_pack("{s:[], s:O}", "messages", "tools", r->tools);
-        for (i = 0; i < n; i++)
-            json_array_append_new(json_object_get(conv, "messages"),
-                                  json_pack("{s:s, s:s}", "role", msgs[i].role, "content", msgs[i].content));
-        text = rf_chat_render_spans(tok, conv, 1, think, &spans, &n_spans);
-        json_decref(conv);
-    } else {
-        text = rf_chat_apply_spans(tok, msgs, (int)n, 1, think, &spans, &n_spans);
-    }
+    int rc = -1;
+    char *text = rf_chat_render_openai(tok, v, r->tools, think, &spans, &n_spans, r->err_param, sizeof r->err_param);
     if (text) rc = encode(tok, text, spans, special ? 0 : n_spans, r);
     free(spans);
     r->prompt_text = text; /* /apply-template answers it */
-done:
-    for (i = 0; i < n; i++) free(texts[i]);
-    free(texts);
-    free(msgs);
     return rc;
 }
 /* What the decoders would only find out while running (an error after the

@@ -111,7 +111,8 @@ typedef enum { RF_REQ_COMPLETION, RF_REQ_CHAT, RF_REQ_NATIVE } rf_req_kind;
 /* "tool_choice": none (no tools, or "none": the answer is text), auto (the
  * model's <tool_call> blocks become tool_calls), required / named (the answer
  * is one call, decoded under its grammar) */
-enum { RF_TOOLS_NONE, RF_TOOLS_AUTO, RF_TOOLS_REQUIRED, RF_TOOLS_NAMED }; /* NATIVE: llama-server's /completion */
+enum { RF_TOOLS_NONE = RF_TOOL_CHOICE_NONE, RF_TOOLS_AUTO = RF_TOOL_CHOICE_AUTO, RF_TOOLS_REQUIRED = RF_TOOL_CHOICE_REQUIRED,
+       RF_TOOLS_NAMED = RF_TOOL_CHOICE_NAMED }; /* NATIVE: llama-server's /completion */
 
 #define RF_SERVE_MAX_STOP 4
 #define RF_SERVE_STOP_LEN 64
