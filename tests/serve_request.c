@@ -423,7 +423,7 @@ static void test_hardening(void) {
  * stays text. */
 static void test_tool_calls(void) {
     char *content = NULL;
-    json_t *calls = rf_tool_calls_parse("Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+    json_t *calls = rf_serve_tool_calls("Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
                                         "{\"city\": \"Paris\", \"days\": 2}}\n</tool_call>\n<tool_call>\n{\"name\": "
                                         "\"add\", \"arguments\": {}}\n</tool_call>",
                                         "chatcmpl-7", 1, &content);
@@ -442,7 +442,7 @@ static void test_tool_calls(void) {
                                "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}", "<tool_call>not json</tool_call>"};
     for (int i = 0; i < 5; i++) {
         content = (char *)"x";
-        calls = rf_tool_calls_parse(not_calls[i], "c", 0, &content);
+        calls = rf_serve_tool_calls(not_calls[i], "c", 0, &content);
         CHECK(!calls && !content, "'%s' was read as a call", not_calls[i]);
         json_decref(calls);
     }

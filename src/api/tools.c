@@ -380,8 +380,9 @@ RF_API int rf_tokenize_chat_json(const refusion_tokenizer *t, const char *messag
     char *volatile text = NULL;
     rf_text_span *volatile sp = NULL;
     int *volatile v = NULL;
-    int rc = RF_ERR_INVALID, bad = 0, n = 0;
+    volatile int rc = RF_ERR_INVALID, n = 0;
     CATCH_DIE(json_decref(msgs); json_decref(tools); free(text); free(sp); free(v); return DIED);
+    int bad = 0;
     msgs = load(messages_json, "messages", &bad);
     tools = load(tools_json, "tools", &bad);
     json_t *use = NULL;
@@ -394,9 +395,9 @@ RF_API int rf_tokenize_chat_json(const refusion_tokenizer *t, const char *messag
         sp = spans;
         /* the messages' special-token text is text unless the tokenizer says otherwise */
         if (rf_tok_special_in_content(tok)) nsp = 0;
-        int *out = NULL;
-        if (text && !rf_tok_encode_spans(tok, text, strlen(text), sp, nsp, &out, &n)) rc = 0;
-        v = out;
+        int *out = NULL, nn = 0;
+        if (text && !rf_tok_encode_spans(tok, text, strlen(text), sp, nsp, &out, &nn)) rc = 0;
+        v = out, n = nn;
     }
     END_CATCH();
     if (rc == 0) {
@@ -416,8 +417,9 @@ RF_API int rf_constraint_tool_calls(const refusion_tokenizer *t, const char *too
     if (out) *out = NULL;
     json_t *volatile tools = NULL, *volatile choice = NULL;
     char *volatile g = NULL;
-    int rc = RF_ERR_INVALID, bad = 0;
+    volatile int rc = RF_ERR_INVALID;
     CATCH_DIE(json_decref(tools); json_decref(choice); free(g); return DIED);
+    int bad = 0;
     tools = load(tools_json, "tools", &bad);
     choice = load(tool_choice_json, "tool_choice", &bad);
     json_t *use;
