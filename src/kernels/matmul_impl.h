@@ -80,6 +80,8 @@ int rf_kq_direct(rf_dtype dt);
 typedef struct {
     int8_t q[4][64];   /* int8 values, as rf_xk */
     float dx[4][16];   /* each chunk's scale on its 8 lanes */
+    float dxs[16];     /* Q4_K / Q5_K: chunk c's scale in dxs[c]; Q6_K: 16-weight
+                        * piece i's chunk's (i / 2) in dxs[i] */
     union {
         float xs[8];       /* Q4_K / Q5_K: dx sum(q), chunk order */
         int32_t n32[4][16]; /* Q6_K: -32 x the sum of each lane's 4 values */

@@ -124,6 +124,10 @@ void rf_kq_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype dt, i
                 slot(dt, c, &p, &h);
                 _mm256_storeu_si256((__m256i *)(o->q[p] + 32 * h), q);
                 _mm256_storeu_ps(o->dx[p] + 8 * h, _mm256_set1_ps(d));
+                if (dt == RF_Q6_K)
+                    o->dxs[2 * c] = o->dxs[2 * c + 1] = d;
+                else
+                    o->dxs[c] = d, o->dxs[8 + c] = 0;
                 if (dt == RF_Q6_K) {
                     const __m256i s4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v32, q);
                     _mm256_storeu_si256((__m256i *)(o->n32[p] + 8 * h), _mm256_sub_epi32(_mm256_setzero_si256(), s4));
@@ -152,26 +156,15 @@ static inline void k4_scales(const uint8_t *packed, uint64_t *sc, uint64_t *mn) 
     *mn = (uint64_t)u[2] | (uint64_t)u[3] << 32;
 }
 
-/* one token's dot of a super-block's 4 level vectors q (scales sp per
- * lane) into two accumulators (the chains of a 1-token call short) */
-static inline void dot4(const __m512i q[4], const __m512 sp[4], const rf_xk512 *x, int six, __m512 *a0, __m512 *a1) {
-    for (int p = 0; p < 4; p++) {
-        const __m512i z = six ? _mm512_loadu_si512(x->n32[p]) : _mm512_setzero_si512();
-        const __m512i i = _mm512_dpbusd_epi32(z, q[p], _mm512_loadu_si512(x->q[p]));
-        const __m512 f = _mm512_mul_ps(sp[p], _mm512_loadu_ps(x->dx[p]));
-        if (p < 2)
-            *a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), f, *a0);
-        else
-            *a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), f, *a1);
-    }
-}
-
-static void range_direct(float *Y, size_t ldy, const rf_xk512 *X, const rf_mat *W, int n, int a, int b) {
-    const rf_dtype dt = W->dtype;
-    const int nblk = W->cols / RF_QK_K, six = dt == RF_Q6_K, five = dt == RF_Q5_K;
-    const size_t bb = rf_dtype_block_bytes(dt), ws = rf_dtype_row_bytes(dt, W->cols);
-    int tbmax = rf_token_block((size_t)nblk * sizeof(rf_xk512));
-    if (tbmax > KQ_TMAX) tbmax = KQ_TMAX;
+/* tokens [0, T) of xt (each token's row of nblk super-blocks) against
+ * rows [a, b) of W (ws bytes a row, bb a block), dt's levels unpacked in
+ * registers once per block for all T tokens; inlined with dt and, for
+ * 1-token calls, T constant, so that the accumulators stay in registers */
+static inline __attribute__((always_inline)) void rows_direct(float *Y, size_t ldy, const rf_xk512 *xt, const char *W,
+                                                              size_t ws, size_t bb, int nblk, rf_dtype dt, int T,
+                                                              int a, int b) {
+    const int six = dt == RF_Q6_K, five = dt == RF_Q5_K;
+    if (nblk < 1) __builtin_unreachable(); /* (cols >= 256) every row sets acc */
     const __m512i low4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), b16 = _mm512_set1_epi8(0x10);
     /* per-half shift counts (16-bit lanes) */
 #define HALVES(x, y) _mm512_inserti64x4(_mm512_set1_epi16(x), _mm256_set1_epi16(y), 1)
@@ -186,72 +179,100 @@ static void range_direct(float *Y, size_t ldy, const rf_xk512 *X, const rf_mat *
                                         _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3))
                      : _mm512_inserti64x4(_mm512_set1_epi32(c0), _mm256_set1_epi32(c0 + 2), 1);
     }
+    /* two accumulators a token (the chains short); the mins go into the
+     * second's low 8 lanes */
     __m512 acc[KQ_TMAX], acc1[KQ_TMAX];
-    __m256 accm[KQ_TMAX];
+    for (int r = a; r < b; r++) {
+        const char *row = W + (size_t)r * ws;
+        for (int k = 0; k < nblk; k++) {
+            const char *blk = row + k * bb;
+            __m512i q[4];
+            __m512 sp[4], mn = _mm512_setzero_ps();
+            if (six) {
+                const rf_block_q6_k *x = (const rf_block_q6_k *)blk;
+                __m512 sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x->scales))),
+                                          _mm512_set1_ps(rf_f16_to_f32(x->d)));
+                if (T == 1) sc = _mm512_mul_ps(sc, _mm512_loadu_ps(xt[k].dxs));
+                for (int p = 0; p < 4; p++) sp[p] = _mm512_permutexvar_ps(idx[p], sc);
+                for (int h = 0; h < 2; h++) {
+                    const __m512i l = _mm512_loadu_si512(x->ql + 64 * h);
+                    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
+                    q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, low4), _mm512_and_si512(_mm512_sllv_epi16(qh, sh42), m30));
+                    q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4),
+                                                   _mm512_and_si512(_mm512_srlv_epi16(qh, sh02), m30));
+                }
+            } else {
+                const rf_block_q4_k *x4 = (const rf_block_q4_k *)blk;
+                const uint8_t *qs = five ? ((const rf_block_q5_k *)blk)->qs : x4->qs;
+                uint64_t s8, m8;
+                k4_scales(x4->scales, &s8, &m8);
+                __m256 sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)s8))),
+                                          _mm256_set1_ps(rf_f16_to_f32(x4->d)));
+                if (T == 1) sc = _mm256_mul_ps(sc, _mm256_loadu_ps(xt[k].dxs));
+                mn = _mm512_zextps256_ps512(
+                    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8))),
+                                  _mm256_set1_ps(rf_f16_to_f32(x4->dmin))));
+                for (int p = 0; p < 4; p++) sp[p] = _mm512_permutexvar_ps(idx[p], _mm512_castps256_ps512(sc));
+                for (int h = 0; h < 2; h++) {
+                    const __m512i v = _mm512_loadu_si512(qs + 64 * h);
+                    q[2 * h] = _mm512_and_si512(v, low4);
+                    q[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+                }
+                if (five) {
+                    /* bit 2j of qh[l]: chunk 2j's fifth bits, 2j + 1 chunk
+                     * 2j + 1's; moved to bit 4 within each byte */
+                    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const rf_block_q5_k *)blk)->qh));
+                    q[0] = _mm512_or_si512(q[0], _mm512_and_si512(_mm512_sllv_epi16(qh, sh42), b16));
+                    q[1] = _mm512_or_si512(q[1], _mm512_and_si512(_mm512_sllv_epi16(qh, sh31), b16));
+                    q[2] = _mm512_or_si512(q[2], _mm512_and_si512(_mm512_srlv_epi16(qh, sh02), b16));
+                    q[3] = _mm512_or_si512(q[3], _mm512_and_si512(_mm512_srlv_epi16(qh, sh13), b16));
+                }
+            }
+            const rf_xk512 *x = xt + k;
+            for (int t = 0; t < T; t++, x += nblk) {
+                /* (the first block starts the sums: no zeroing pass) */
+                __m512 s0 = k ? acc[t] : _mm512_setzero_ps(), s1 = k ? acc1[t] : _mm512_setzero_ps();
+                for (int p = 0; p < 4; p++) {
+                    const __m512i z = six ? _mm512_loadu_si512(x->n32[p]) : _mm512_setzero_si512();
+                    const __m512i i = _mm512_dpbusd_epi32(z, q[p], _mm512_loadu_si512(x->q[p]));
+                    /* (1 token: the activation scales are in sp already) */
+                    const __m512 f = T == 1 ? sp[p] : _mm512_mul_ps(sp[p], _mm512_loadu_ps(x->dx[p]));
+                    if (p < 2)
+                        s0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), f, s0);
+                    else
+                        s1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), f, s1);
+                }
+                if (!six) s1 = _mm512_fnmadd_ps(mn, _mm512_maskz_loadu_ps(0xFF, x->xs), s1);
+                acc[t] = s0, acc1[t] = s1;
+            }
+        }
+        for (int t = 0; t < T; t++) Y[(size_t)t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t], acc1[t]));
+    }
+}
+
+static void range_direct(float *Y, size_t ldy, const rf_xk512 *X, const rf_mat *W, int n, int a, int b) {
+    const rf_dtype dt = W->dtype;
+    const int nblk = W->cols / RF_QK_K;
+    const size_t bb = rf_dtype_block_bytes(dt), ws = rf_dtype_row_bytes(dt, W->cols);
+    int tbmax = rf_token_block((size_t)nblk * sizeof(rf_xk512));
+    if (tbmax > KQ_TMAX) tbmax = KQ_TMAX;
     for (int t0 = 0; t0 < n; t0 += tbmax) {
         const int T = n - t0 < tbmax ? n - t0 : tbmax;
         const rf_xk512 *xt = X + (size_t)t0 * nblk;
-        for (int r = a; r < b; r++) {
-            const char *row = (const char *)W->data + (size_t)r * ws;
-            for (int t = 0; t < T; t++) acc[t] = acc1[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
-            for (int k = 0; k < nblk; k++) {
-                const char *blk = row + k * bb;
-                __m512i q[4];
-                __m512 sp[4];
-                __m256 mn = _mm256_setzero_ps();
-                if (six) {
-                    const rf_block_q6_k *x = (const rf_block_q6_k *)blk;
-                    const __m512 sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x->scales))),
-                                                    _mm512_set1_ps(rf_f16_to_f32(x->d)));
-                    for (int p = 0; p < 4; p++) sp[p] = _mm512_permutexvar_ps(idx[p], sc);
-                    for (int h = 0; h < 2; h++) {
-                        const __m512i l = _mm512_loadu_si512(x->ql + 64 * h);
-                        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
-                        q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, low4), _mm512_and_si512(_mm512_sllv_epi16(qh, sh42), m30));
-                        q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4),
-                                                       _mm512_and_si512(_mm512_srlv_epi16(qh, sh02), m30));
-                    }
-                } else {
-                    const rf_block_q4_k *x4 = (const rf_block_q4_k *)blk;
-                    const uint8_t *qs = five ? ((const rf_block_q5_k *)blk)->qs : x4->qs;
-                    uint64_t s8, m8;
-                    k4_scales(x4->scales, &s8, &m8);
-                    const __m256 sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)s8))),
-                                                    _mm256_set1_ps(rf_f16_to_f32(x4->d)));
-                    mn = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8))),
-                                       _mm256_set1_ps(rf_f16_to_f32(x4->dmin)));
-                    for (int p = 0; p < 4; p++) sp[p] = _mm512_permutexvar_ps(idx[p], _mm512_castps256_ps512(sc));
-                    for (int h = 0; h < 2; h++) {
-                        const __m512i v = _mm512_loadu_si512(qs + 64 * h);
-                        q[2 * h] = _mm512_and_si512(v, low4);
-                        q[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-                    }
-                    if (five) {
-                        /* bit 2j of qh[l]: chunk 2j's fifth bits, 2j + 1 chunk 2j + 1's;
-                         * moved to bit 4 within each byte */
-                        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const rf_block_q5_k *)blk)->qh));
-                        q[0] = _mm512_or_si512(q[0], _mm512_and_si512(_mm512_sllv_epi16(qh, sh42), b16));
-                        q[1] = _mm512_or_si512(q[1], _mm512_and_si512(_mm512_sllv_epi16(qh, sh31), b16));
-                        q[2] = _mm512_or_si512(q[2], _mm512_and_si512(_mm512_srlv_epi16(qh, sh02), b16));
-                        q[3] = _mm512_or_si512(q[3], _mm512_and_si512(_mm512_srlv_epi16(qh, sh13), b16));
-                    }
-                }
-                const rf_xk512 *xb = xt + k;
-                for (int t = 0; t < T; t++, xb += nblk) {
-                    dot4(q, sp, xb, six, &acc[t], &acc1[t]);
-                    if (!six) accm[t] = _mm256_fmadd_ps(mn, _mm256_loadu_ps(xb->xs), accm[t]);
-                }
-            }
-            for (int t = 0; t < T; t++) {
-                float y = _mm512_reduce_add_ps(_mm512_add_ps(acc[t], acc1[t]));
-                if (!six) {
-                    __m128 m = _mm_add_ps(_mm256_castps256_ps128(accm[t]), _mm256_extractf128_ps(accm[t], 1));
-                    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-                    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-                    y -= _mm_cvtss_f32(m);
-                }
-                Y[(size_t)(t0 + t) * ldy + r] = y;
-            }
-        }
+        float *y = Y + (size_t)t0 * ldy;
+#define ROWS(DT)                                                                                                       \
+    do {                                                                                                               \
+        if (T == 1)                                                                                                    \
+            rows_direct(y, ldy, xt, W->data, ws, bb, nblk, DT, 1, a, b);                                               \
+        else                                                                                                           \
+            rows_direct(y, ldy, xt, W->data, ws, bb, nblk, DT, T, a, b);                                               \
+    } while (0)
+        if (dt == RF_Q6_K)
+            ROWS(RF_Q6_K);
+        else if (dt == RF_Q5_K)
+            ROWS(RF_Q5_K);
+        else
+            ROWS(RF_Q4_K);
+#undef ROWS
     }
 }
