@@ -79,7 +79,6 @@ int rf_kq_direct(rf_dtype dt);
  * vector (chunk pair) p and half h that hold c's weights (matmul_kq_avx512.c) */
 typedef struct {
     int8_t q[4][64];   /* int8 values, as rf_xk */
-    float dx[4][16];   /* each chunk's scale on its 8 lanes */
     float dxs[16];     /* Q4_K / Q5_K: chunk c's scale in dxs[c]; Q6_K: 16-weight
                         * piece i's chunk's (i / 2) in dxs[i] */
     union {

@@ -123,7 +123,6 @@ void rf_kq_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype dt, i
                 int p, h;
                 slot(dt, c, &p, &h);
                 _mm256_storeu_si256((__m256i *)(o->q[p] + 32 * h), q);
-                _mm256_storeu_ps(o->dx[p] + 8 * h, _mm256_set1_ps(d));
                 if (dt == RF_Q6_K)
                     o->dxs[2 * c] = o->dxs[2 * c + 1] = d;
                 else
@@ -187,13 +186,12 @@ static inline __attribute__((always_inline)) void rows_direct(float *Y, size_t l
         for (int k = 0; k < nblk; k++) {
             const char *blk = row + k * bb;
             __m512i q[4];
-            __m512 sp[4], mn = _mm512_setzero_ps();
+            __m512 sp[4], scv, mn = _mm512_setzero_ps();
             if (six) {
                 const rf_block_q6_k *x = (const rf_block_q6_k *)blk;
                 __m512 sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x->scales))),
                                           _mm512_set1_ps(rf_f16_to_f32(x->d)));
-                if (T == 1) sc = _mm512_mul_ps(sc, _mm512_loadu_ps(xt[k].dxs));
-                for (int p = 0; p < 4; p++) sp[p] = _mm512_permutexvar_ps(idx[p], sc);
+                scv = sc;
                 for (int h = 0; h < 2; h++) {
                     const __m512i l = _mm512_loadu_si512(x->ql + 64 * h);
                     const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
@@ -208,11 +206,10 @@ static inline __attribute__((always_inline)) void rows_direct(float *Y, size_t l
                 k4_scales(x4->scales, &s8, &m8);
                 __m256 sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)s8))),
                                           _mm256_set1_ps(rf_f16_to_f32(x4->d)));
-                if (T == 1) sc = _mm256_mul_ps(sc, _mm256_loadu_ps(xt[k].dxs));
                 mn = _mm512_zextps256_ps512(
                     _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8))),
                                   _mm256_set1_ps(rf_f16_to_f32(x4->dmin))));
-                for (int p = 0; p < 4; p++) sp[p] = _mm512_permutexvar_ps(idx[p], _mm512_castps256_ps512(sc));
+                scv = _mm512_zextps256_ps512(sc);
                 for (int h = 0; h < 2; h++) {
                     const __m512i v = _mm512_loadu_si512(qs + 64 * h);
                     q[2 * h] = _mm512_and_si512(v, low4);
@@ -230,13 +227,15 @@ static inline __attribute__((always_inline)) void rows_direct(float *Y, size_t l
             }
             const rf_xk512 *x = xt + k;
             for (int t = 0; t < T; t++, x += nblk) {
+                /* the block's scales times this token's, spread to the lanes */
+                const __m512 scx = _mm512_mul_ps(scv, _mm512_loadu_ps(x->dxs));
+                for (int p = 0; p < 4; p++) sp[p] = _mm512_permutexvar_ps(idx[p], scx);
                 /* (the first block starts the sums: no zeroing pass) */
                 __m512 s0 = k ? acc[t] : _mm512_setzero_ps(), s1 = k ? acc1[t] : _mm512_setzero_ps();
                 for (int p = 0; p < 4; p++) {
                     const __m512i z = six ? _mm512_loadu_si512(x->n32[p]) : _mm512_setzero_si512();
                     const __m512i i = _mm512_dpbusd_epi32(z, q[p], _mm512_loadu_si512(x->q[p]));
-                    /* (1 token: the activation scales are in sp already) */
-                    const __m512 f = T == 1 ? sp[p] : _mm512_mul_ps(sp[p], _mm512_loadu_ps(x->dx[p]));
+                    const __m512 f = sp[p];
                     if (p < 2)
                         s0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), f, s0);
                     else
