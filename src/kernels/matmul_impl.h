@@ -81,10 +81,8 @@ typedef struct {
     int8_t q[4][64];   /* int8 values, as rf_xk */
     float dxs[16];     /* Q4_K / Q5_K: chunk c's scale in dxs[c]; Q6_K: 16-weight
                         * piece i's chunk's (i / 2) in dxs[i] */
-    union {
-        float xs[8];       /* Q4_K / Q5_K: dx sum(q), chunk order */
-        int32_t n32[4][16]; /* Q6_K: -32 x the sum of each lane's 4 values */
-    };
+    float xs[16];      /* Q4_K / Q5_K: dx sum(q) of chunk c in xs[c] (the mins);
+                        * Q6_K: 32 sum(q) of piece i in xs[i] (the offset) */
 } rf_xk512;
 void rf_kq_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype dt, int part, int parts);
 /* ---- avx2, W packed (matmul_avx2p.c; a is a multiple of 16) ---- */

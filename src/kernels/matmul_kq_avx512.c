@@ -5,19 +5,18 @@
  * super-block's levels are unpacked in registers (nibbles with and / shift,
  * Q5_K's fifth and Q6_K's high bits with per-half variable shifts), 64
  * weights per vector, two 32-chunks in its halves, and taken against the
- * activations with vpdpbusd (the levels unsigned). The activations are
- * quantised per 32 to int8 (as rf_kq_prep, f32 scale) into a layout made
- * for these vectors (rf_xk512): per token and super-block, the int8 values
- * in the chunk pairs the weight vectors hold, each chunk's scale spread
- * over its 8 lanes, and the per-chunk terms of the offsets: Q4_K / Q5_K's
- * mins, m dmin dx sum(x_q) (one 8-lane FMA per super-block), and Q6_K's
- * -32, folded into the integer dot (vpdpbusd starts from -32 x the sum of
- * each lane's 4 activations). The scales are decoded with integer ops once
- * per super-block, spread to the lanes with one permute per vector, and a
- * vector's dot scaled by its scales times the activations' (one multiply
- * and one FMA per 64 weights and token). The levels stay in registers for
- * all tokens of the call's token block: each weight is read once per call
- * (per token block).
+ * activations with vpdpbusd (the levels unsigned, 0..63). The activations
+ * are quantised per 32 to int8 (as rf_kq_prep, f32 scale) into a layout
+ * made for these vectors (rf_xk512): per token and super-block, the int8
+ * values in the chunk pairs the weight vectors hold, the chunks' scales,
+ * and their sums for the offsets: Q4_K / Q5_K's mins, m dmin dx sum(x_q)
+ * per chunk, and Q6_K's -32, 32 d s dx sum(x_q) per 16 weights (one FMA
+ * per super-block and token either way). The 6-bit scales are decoded
+ * with integer ops once per super-block (ggml's kmask shuffle); per token
+ * one multiply gives all 8 or 16 scale products and one permute per vector
+ * spreads them to its lanes, then a conversion and an FMA per 64 weights.
+ * The levels stay in registers for all tokens of the call's token block:
+ * each weight is read once per call (per token block).
  *
  * The other types (Q2_K, Q3_K, IQ4_XS) are decoded as at avx2
  * (matmul_kq.c rf_kq_decode: int8 levels q, a scale s and a min m per 16
@@ -114,7 +113,6 @@ void rf_kq_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype dt, i
     int t0, t1;
     rf_share(n, part, parts, &t0, &t1);
     rf_xk512 *o = (rf_xk512 *)xp + (size_t)t0 * nblk;
-    const __m256i v32 = _mm256_set1_epi8(32);
     for (int t = t0; t < t1; t++)
         for (int k = 0; k < nblk; k++, o++)
             for (int c = 0; c < 8; c++) {
@@ -127,16 +125,19 @@ void rf_kq_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype dt, i
                     o->dxs[2 * c] = o->dxs[2 * c + 1] = d;
                 else
                     o->dxs[c] = d, o->dxs[8 + c] = 0;
-                if (dt == RF_Q6_K) {
-                    const __m256i s4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v32, q);
-                    _mm256_storeu_si256((__m256i *)(o->n32[p] + 8 * h), _mm256_sub_epi32(_mm256_setzero_si256(), s4));
-                } else {
-                    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(lv[0], lv[1]), _mm256_add_epi32(lv[2], lv[3]));
-                    __m128i s2 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-                    s2 = _mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0x4E));
-                    s2 = _mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0xB1));
-                    o->xs[c] = d * (float)_mm_cvtsi128_si32(s2);
-                }
+                /* the sums of each half's q */
+                const __m256i lo = _mm256_add_epi32(lv[0], lv[1]), hi = _mm256_add_epi32(lv[2], lv[3]);
+                __m128i s2 = _mm_add_epi32(_mm_unpacklo_epi64(_mm256_castsi256_si128(lo), _mm256_castsi256_si128(hi)),
+                                           _mm_unpackhi_epi64(_mm256_castsi256_si128(lo), _mm256_castsi256_si128(hi)));
+                s2 = _mm_add_epi32(s2, _mm_unpacklo_epi64(_mm256_extracti128_si256(lo, 1), _mm256_extracti128_si256(hi, 1)));
+                s2 = _mm_add_epi32(s2, _mm_unpackhi_epi64(_mm256_extracti128_si256(lo, 1), _mm256_extracti128_si256(hi, 1)));
+                /* s2: lo's two lane sums, then hi's */
+                const int h0 = _mm_extract_epi32(s2, 0) + _mm_extract_epi32(s2, 1),
+                          h1 = _mm_extract_epi32(s2, 2) + _mm_extract_epi32(s2, 3);
+                if (dt == RF_Q6_K)
+                    o->xs[2 * c] = 32.0f * (float)h0, o->xs[2 * c + 1] = 32.0f * (float)h1;
+                else
+                    o->xs[c] = d * (float)(h0 + h1), o->xs[8 + c] = 0;
             }
 }
 
@@ -233,15 +234,15 @@ static inline __attribute__((always_inline)) void rows_direct(float *Y, size_t l
                 /* (the first block starts the sums: no zeroing pass) */
                 __m512 s0 = k ? acc[t] : _mm512_setzero_ps(), s1 = k ? acc1[t] : _mm512_setzero_ps();
                 for (int p = 0; p < 4; p++) {
-                    const __m512i z = six ? _mm512_loadu_si512(x->n32[p]) : _mm512_setzero_si512();
-                    const __m512i i = _mm512_dpbusd_epi32(z, q[p], _mm512_loadu_si512(x->q[p]));
+                    const __m512i i = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[p], _mm512_loadu_si512(x->q[p]));
                     const __m512 f = sp[p];
                     if (p < 2)
                         s0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), f, s0);
                     else
                         s1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), f, s1);
                 }
-                if (!six) s1 = _mm512_fnmadd_ps(mn, _mm512_maskz_loadu_ps(0xFF, x->xs), s1);
+                /* Q4_K / Q5_K's mins, Q6_K's offset of 32 */
+                s1 = _mm512_fnmadd_ps(six ? scx : mn, _mm512_loadu_ps(x->xs), s1);
                 acc[t] = s0, acc1[t] = s1;
             }
         }
