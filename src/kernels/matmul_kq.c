@@ -15,8 +15,10 @@
  * for Q8_0). A decoded block is used for all tokens of the call's token
  * block before the next is decoded: each weight is read and decoded once
  * per call (per token block of rf_token_block tokens). At the avx512 and
- * amx tiers the 256-weight types run matmul_kq_avx512.c's dot over the same
- * decoded blocks. */
+ * amx tiers the 256-weight types run matmul_kq_avx512.c: Q4_K, Q5_K and
+ * Q6_K straight from their blocks over activations in its own layout
+ * (rf_kq_direct: the prep writes rf_xk512 then), the others its dot over
+ * the same decoded blocks. */
 #include <immintrin.h>
 #include <string.h>
 
