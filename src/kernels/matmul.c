@@ -443,7 +443,7 @@ static mm_prep plan(const float *X, const rf_mat *W, int n) {
     switch (p.path) {
     case PATH_AMX_Q: bytes = rf_q_prep_amx_bytes(n, W->cols); break;
     case PATH_AVX2_Q: bytes = rf_q_prep_avx2_bytes(n, W->cols); break;
-    case PATH_AVX2_KQ: bytes = rf_kq_prep_bytes(n, W->cols); break;
+    case PATH_AVX2_KQ: bytes = rf_kq_prep_bytes(n, W->cols, W->dtype); break;
     case PATH_AVX512_Q:
         bytes = W->packed ? rf_q8p_prep_avx512_bytes(n, W->cols) : rf_q_prep_avx512_bytes(n, W->cols);
         break;
@@ -466,7 +466,7 @@ static void fill(const mm_prep *p, const float *X, const rf_mat *W, int n, int p
     void *b = (void *)p->xp;
     switch (p->path) {
     case PATH_AVX2_Q: rf_q_prep_avx2(b, X, n, W->cols, part, parts); return;
-    case PATH_AVX2_KQ: rf_kq_prep(b, X, n, W->cols, part, parts); return;
+    case PATH_AVX2_KQ: rf_kq_prep(b, X, n, W->cols, W->dtype, part, parts); return;
     case PATH_AVX512_Q:
         if (W->packed) {
             rf_q8p_prep_avx512(b, X, n, W->cols, W->dtype, part, parts);

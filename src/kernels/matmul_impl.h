@@ -56,8 +56,10 @@ typedef struct {
     float d;      /* activation scale */
     int16_t s[2]; /* sums of q[0..16) and q[16..32): the weights' mins */
 } rf_xk;          /* one 32-block of one token, 40 bytes */
-size_t rf_kq_prep_bytes(int n, int cols);
-void rf_kq_prep(void *xp, const float *X, int n, int cols, int part, int parts);
+/* the activations for W of dtype dt: rf_xk blocks, or rf_xk512 where
+ * rf_kq_direct(dt) */
+size_t rf_kq_prep_bytes(int n, int cols, rf_dtype dt);
+void rf_kq_prep(void *xp, const float *X, int n, int cols, rf_dtype dt, int part, int parts);
 void rf_kq_range(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 /* one block decoded: int8 levels, and per 16 weights a scale s and a min
  * m with w = s q - m (matmul_kq.c) */
@@ -70,6 +72,19 @@ void rf_kq_decode(rf_dtype dt, const void *blk, rf_kq_block *o);
  * K-quants, IQ4_XS): 64 weights per vpdpbusd (matmul_kq_avx512.c);
  * rf_kq_range runs it when the active tier is avx512 or amx */
 void rf_kq_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
+/* 1 when W of dtype dt is read straight from its blocks (Q4_K, Q5_K, Q6_K
+ * at the avx512 and amx tiers), over activations laid out as rf_xk512 */
+int rf_kq_direct(rf_dtype dt);
+/* one token's activations for one super-block, per 32-chunk c in the
+ * vector (chunk pair) p and half h that hold c's weights (matmul_kq_avx512.c) */
+typedef struct {
+    int8_t q[4][64];   /* int8 values, as rf_xk */
+    float dxs[16];     /* Q4_K / Q5_K: chunk c's scale in dxs[c]; Q6_K: 16-weight
+                        * piece i's chunk's (i / 2) in dxs[i] */
+    float xs[16];      /* Q4_K / Q5_K: dx sum(q) of chunk c in xs[c] (the mins);
+                        * Q6_K: 32 sum(q) of piece i in xs[i] (the offset) */
+} rf_xk512;
+void rf_kq_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype dt, int part, int parts);
 /* ---- avx2, W packed (matmul_avx2p.c; a is a multiple of 16) ---- */
 /* bf16: X as it is (f32, no prep) */
 void rf_bf16p_range_avx2(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b);

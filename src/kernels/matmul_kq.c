@@ -15,8 +15,10 @@
  * for Q8_0). A decoded block is used for all tokens of the call's token
  * block before the next is decoded: each weight is read and decoded once
  * per call (per token block of rf_token_block tokens). At the avx512 and
- * amx tiers the 256-weight types run matmul_kq_avx512.c's dot over the same
- * decoded blocks. */
+ * amx tiers the 256-weight types run matmul_kq_avx512.c: Q4_K, Q5_K and
+ * Q6_K straight from their blocks over activations in its own layout
+ * (rf_kq_direct: the prep writes rf_xk512 then), the others its dot over
+ * the same decoded blocks. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -27,7 +29,14 @@
 #include "kernels/team.h"
 #include "util/util.h"
 
-size_t rf_kq_prep_bytes(int n, int cols) { return (size_t)n * (cols / RF_QK) * sizeof(rf_xk); }
+int rf_kq_direct(rf_dtype dt) {
+    return (dt == RF_Q4_K || dt == RF_Q5_K || dt == RF_Q6_K) && rf_cpu_tier_active() >= RF_CPU_AVX512;
+}
+
+size_t rf_kq_prep_bytes(int n, int cols, rf_dtype dt) {
+    if (rf_kq_direct(dt)) return (size_t)n * (cols / RF_QK_K) * sizeof(rf_xk512);
+    return (size_t)n * (cols / RF_QK) * sizeof(rf_xk);
+}
 
 static inline int hsum4i(__m128i v) {
     v = _mm_hadd_epi32(v, v);
@@ -35,7 +44,11 @@ static inline int hsum4i(__m128i v) {
     return _mm_cvtsi128_si32(v);
 }
 
-void rf_kq_prep(void *xp, const float *X, int n, int cols, int part, int parts) {
+void rf_kq_prep(void *xp, const float *X, int n, int cols, rf_dtype dt, int part, int parts) {
+    if (rf_kq_direct(dt)) {
+        rf_kq_prep_avx512(xp, X, n, cols, dt, part, parts);
+        return;
+    }
     const int nb = cols / RF_QK;
     int t0, t1;
     rf_share(n, part, parts, &t0, &t1);
