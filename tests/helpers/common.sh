@@ -61,7 +61,8 @@ rf_serve_start() {
   "$BIN" serve --host 127.0.0.1 --port 0 "$@" 2>"$log" &
   SPID=$!
   PORT=""
-  for _ in $(seq 1 100); do
+  # up to 60 s: a loaded 2-core machine (or the sanitizer build) starts slowly
+  for _ in $(seq 1 600); do
     PORT=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$log")
     [ -n "$PORT" ] && break
     kill -0 "$SPID" 2>/dev/null || break
