@@ -20,10 +20,12 @@
  * For every (shape, tier, dtype, n): ms per call, GB/s of weight streaming
  * (and % of the measured read bandwidth), G ops/s (a multiply-add = 2) and %
  * of the measured peak of the instruction the kernel is built on at that
- * tier (roofline.h): f32 FMA (f32/f16, bf16 at avx2, packed bf16 at avx512),
- * bf16 vdpbf16ps (row-major bf16 at avx512: with hi and lo activations it
- * issues two per weight and tops out at 50%), int8 maddubs (avx2
- * Q8_0/Q4_0) or vpdpbusd (avx512; row-major Q8_0/Q4_0 at amx), and at amx
+ * tier (roofline.h): f32 FMA (f32/f16, bf16 at avx2, packed bf16 at avx512
+ * on the FMA kernel), bf16 vdpbf16ps (packed bf16 on the dp kernel; row-major
+ * bf16 at avx512: with hi and lo activations it issues two per weight and
+ * tops out at 50%), int8 maddubs (avx2 Q8_0/Q4_0, and the 32-weight block
+ * types at every tier) or vpdpbusd (avx512 Q8_0/Q4_0 and the 256-weight
+ * types; row-major Q8_0/Q4_0 at amx), and at amx
  * TDPBF16PS (bf16) and TDPBSUD with K = 32 (packed Q8_0/Q4_0 when
  * --amx-int8 MIN_TOKENS puts calls of that many tokens or more on the
  * int8 tiles, 0 none, kernels.h rf_matmul_set_amx_int8; by default Q8_0
@@ -92,6 +94,9 @@ static void measure_peaks(int have512) {
         g_peak[1][RF_F32] = g_peak[1][RF_F16] = f512;
         g_peak[1][RF_BF16] = b;
         g_peak[1][RF_Q8_0] = g_peak[1][RF_Q4_0] = v;
+        /* the 256-weight block types (K-quants, IQ4_XS) take vpdpbusd at avx512 */
+        for (int d = RF_Q4_1; d < RF_DTYPE_COUNT; d++)
+            if (rf_dtype_block_elems((rf_dtype)d) == 256) g_peak[1][d] = v;
     }
     for (int d = 0; d < RF_DTYPE_COUNT; d++) g_peak[2][d] = g_peak[1][d];
     if (rf_cpu_tier_detected() >= RF_CPU_AMX && rf_peak_bf16_tile_amx() > 0) {
@@ -243,7 +248,8 @@ int main(int argc, char **argv) {
                     } while (now() - t0 < target || reps < 2);
                     if (n == 1) s1 = s;
                     double gbs = wbytes / s / 1e9, gf = 2.0 * nw * n / s / 1e9, pk = g_peak[tier][dt];
-                    if (lay && dt == RF_BF16 && tier >= 1) pk = g_peak[1][RF_F32]; /* packed bf16 at avx512: f32 FMAs */
+                    if (lay && dt == RF_BF16 && tier >= 1 && rf_matmul_bf16p_kernel() == RF_BF16P_FMA)
+                        pk = g_peak[1][RF_F32]; /* packed bf16 on widened f32 FMAs (else vdpbf16ps) */
                     if (!lay && dt != RF_BF16 && tier == RF_CPU_AMX) pk = g_peak[1][dt]; /* row-major Q8_0 / Q4_0 at amx: vpdpbusd */
                     char shs[32], ratio[16] = "";
                     snprintf(shs, sizeof shs, "%dx%d", sh->rows, sh->cols);
