@@ -1568,7 +1568,7 @@ static void put_repr(J *j, sbuf *b, val v, int depth) {
     if (depth > 100) jfail(j, 0, 0, "a value nests more than 100 levels deep (does it contain itself?)");
     if (v.t == T_STR) {
         size_t at0 = b->n;
-        int dq = memchr(v.s, '\'', v.n) && !memchr(v.s, '"', v.n);
+        int dq = v.n && memchr(v.s, '\'', v.n) && !memchr(v.s, '"', v.n); /* an empty string's s may be NULL */
         char q = dq ? '"' : '\'';
         sput(j, b, &q, 1);
         for (size_t i = 0; i < v.n; i++) {
