@@ -282,6 +282,10 @@ RF_API int rf_detokenize(const refusion_tokenizer *t, const int32_t *ids, int n,
         rf_set_error("rf_detokenize: a token id is outside the vocabulary (%d)", rf_tok_vocab_size(t->t));
         return RF_ERR_INVALID;
     }
+    return rf_api_copy_out(s, buf, cap);
+}
+
+int rf_api_copy_out(char *s, char *buf, int cap) {
     size_t len = strlen(s);
     if (cap > 0) {
         size_t k = len < (size_t)cap - 1 ? len : (size_t)cap - 1;
@@ -455,7 +459,6 @@ RF_API const rf_field *rf_params_fields(size_t *size) { return fields(params_fie
 RF_API const rf_field *rf_stats_fields(size_t *size) { return fields(stats_fields, sizeof(rf_stats), size); }
 
 size_t rf_session_allocs(const refusion_session *s) { return rf_workspace_allocs(s->ws); }
-struct rf_workspace *rf_session_workspace(refusion_session *s) { return s->ws; }
 
 const rf_model *rf_api_model(const refusion_model *m) { return &m->m; }
 const rf_tokenizer *rf_api_tokenizer(const refusion_tokenizer *t) { return t->t; }

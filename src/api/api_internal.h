@@ -27,9 +27,10 @@
 
 /* Buffer allocations (KV cache, rows, run state) the session has made. */
 size_t rf_session_allocs(const refusion_session *s);
-/* The session's buffers (model/workspace.h): the server sets the executor
- * of its decoders' model calls there (rf_workspace_set_forward). */
-struct rf_workspace *rf_session_workspace(refusion_session *s);
+/* Copies s (NUL-terminated, malloc'd; freed here) into buf as much as cap
+ * allows, NUL-terminated, and returns strlen(s) capped at INT32_MAX: the
+ * text-returning calls' convention (rf_detokenize). */
+int rf_api_copy_out(char *s, char *buf, int cap);
 
 /* The internal model and tokenizer behind the handles. */
 const rf_model *rf_api_model(const refusion_model *m);

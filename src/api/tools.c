@@ -467,12 +467,5 @@ RF_API int rf_tool_calls_parse_json(const char *text, const char *id_prefix, cha
         rf_set_error("rf_tool_calls_parse_json: the text is not UTF-8");
         return RF_ERR_INVALID;
     }
-    size_t len = strlen(s);
-    if (cap > 0) {
-        size_t k = len < (size_t)cap - 1 ? len : (size_t)cap - 1;
-        memcpy(buf, s, k);
-        buf[k] = 0;
-    }
-    free(s);
-    return len > INT32_MAX ? INT32_MAX : (int)len;
+    return rf_api_copy_out(s, buf, cap);
 }
