@@ -1439,10 +1439,16 @@ static void fail_undef(J *j, const jnode *n, val v) {
 
 /* ---- UTF-8 and Python strings ---- */
 static int u8len(unsigned char c) { return c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1; }
+/* The bytes of the code point at s (n > 0 left): its lead byte's length,
+ * or 1 where that runs past the end. Every walk over code points (count,
+ * offset, split) steps by this, so they agree on invalid UTF-8 too. */
+static size_t cp_step(const char *s, size_t n) {
+    size_t l = (size_t)u8len((unsigned char)s[0]);
+    return l > n ? 1 : l;
+}
 static uint32_t u8dec(const char *s, size_t n, size_t *adv) {
     const unsigned char *u = (const unsigned char *)s;
-    int l = u8len(u[0]);
-    if ((size_t)l > n) l = 1;
+    int l = (int)cp_step(s, n);
     uint32_t cp = l == 1 ? u[0] : l == 2 ? u[0] & 31u : l == 3 ? u[0] & 15u : u[0] & 7u;
     for (int i = 1; i < l; i++) cp = cp << 6 | (u[i] & 63u);
     *adv = (size_t)l;
@@ -1450,15 +1456,14 @@ static uint32_t u8dec(const char *s, size_t n, size_t *adv) {
 }
 static size_t cp_count(const char *s, size_t n) {
     size_t c = 0;
-    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    for (size_t i = 0; i < n; c++) i += cp_step(s + i, n - i);
     return c;
 }
 /* byte offset of code point k (k <= count) */
 static size_t cp_off(const char *s, size_t n, size_t k) {
     size_t i = 0;
     while (k > 0 && i < n) {
-        i += (size_t)u8len((unsigned char)s[i]);
-        if (i > n) i = n;
+        i += cp_step(s + i, n - i);
         k--;
     }
     return i;
@@ -1946,8 +1951,7 @@ static val do_slice(J *j, const jnode *at, val obj, val a, val b, val c) {
         size_t i = 0;
         for (int64_t k = 0; k < len; k++) {
             offs[k] = i;
-            i += (size_t)u8len((unsigned char)obj.s[i]);
-            if (i > obj.n) i = obj.n;
+            i += cp_step(obj.s + i, obj.n - i);
         }
         offs[len] = obj.n;
     } else
@@ -2214,8 +2218,7 @@ static val str_replace(J *j, const jnode *at, val s, val old, val nw, int64_t co
             sput_v(j, &o, nw);
             done++;
             if (k >= s.n) break;
-            size_t adv = (size_t)u8len((unsigned char)s.s[k]);
-            if (k + adv > s.n) adv = s.n - k;
+            size_t adv = cp_step(s.s + k, s.n - k);
             sput_v(j, &o, sub(j, s, k, adv));
             k += adv;
         }
