@@ -253,8 +253,9 @@ typedef struct {
     /* since 0.6 */
     const rf_constraint *constraint; /* optional: the answer is a sentence of this grammar (each token
                                 drawn from the distribution masked to the tokens the grammar allows;
-                                EOS only where the answer is complete). AR and the rolling slot (the
-                                same answer); plan-and-infill and MDM refuse it. Read-only: generations
+                                EOS only where the answer is complete). Every decoder: AR and the
+                                rolling slot (the same answer); plan-and-infill and MDM commit in
+                                position order under it (docs/refusion.md). Read-only: generations
                                 may share one */
     int logprobs;            /* 1: report each answer token's log-probability (rf_token_logprob: through
                                 on_logprobs as the tokens become final, and rf_stats.logprobs). AR and the

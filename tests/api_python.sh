@@ -652,7 +652,8 @@ YN = LlamaGrammar.from_string(GYN)
 free = content(llm.create_chat_completion(yn, max_tokens=16))
 check(free not in ("yes", "no"), "the demo answers %r without a grammar: the test shows nothing" % free)
 seen = set()
-for kw in [{}, {"decoder": "ar"}, {"decoder": "ar", "temperature": 0}, {"rolling": True}] + \
+for kw in [{}, {"decoder": "ar"}, {"decoder": "ar", "temperature": 0}, {"rolling": True},
+           {"decoder": "refusion", "rolling": False}, {"decoder": "mdm"}] + \
           [{"temperature": 1.5, "seed": s} for s in range(12)] + [{"decoder": "ar", "temperature": 1.5, "seed": s} for s in range(4)]:
     r = llm.create_chat_completion(yn, grammar=YN, **kw)
     seen.add(content(r))
@@ -769,8 +770,6 @@ raises(refusion.RefusionValueError, "'format' is not enforced", tl.create_chat_c
 raises(refusion.RefusionValueError, "which is not one of \"tools\"", tl.create_chat_completion, TMSGS, tools=TOOLS, tool_choice=NAMED("nope"))
 raises(refusion.RefusionValueError, "not streamed", tl.create_chat_completion, TMSGS, tools=TOOLS, tool_choice="required", stream=True)
 raises(refusion.RefusionValueError, "at most one of", tl.create_chat_completion, TMSGS, tools=TOOLS, tool_choice="required", grammar=YN)
-raises(refusion.RefusionValueError, "plan-and-infill refuses it", tl.create_chat_completion, TMSGS, tools=TOOLS, tool_choice="required",
-       decoder="refusion", rolling=False)
 raises(refusion.RefusionValueError, "not both", tl.create_chat_completion, TMSGS, tools=TOOLS, functions=[TOOLS[0]["function"]])
 tl.close()
 
@@ -789,8 +788,6 @@ raises(refusion.RefusionValueError, "'minimum' on a number", llm.create_chat_com
        response_format={"type": "json_object", "schema": {"type": "number", "minimum": 1.5}})
 raises(refusion.RefusionValueError, "json schema: not JSON", llm.create_chat_completion, msgs, grammar=LlamaGrammar.from_json_schema("{nope"))
 raises(refusion.RefusionValueError, "not both", llm.create_chat_completion, msgs, grammar=YN, response_format={"type": "json_object"})
-raises(refusion.RefusionValueError, "plan-and-infill refuses it", llm.create_chat_completion, yn, grammar=YN, decoder="refusion", rolling=False)
-raises(refusion.RefusionValueError, "MDM refuses it", llm.create_chat_completion, yn, grammar=YN, decoder="mdm")
 raises(refusion.RefusionValueError, "grammar must be a LlamaGrammar", llm.create_chat_completion, yn, grammar=GYN)
 raises(refusion.RefusionValueError, "needs \"json_schema\": {\"schema\"", llm.create_chat_completion, msgs, response_format={"type": "json_schema"})
 raises(refusion.RefusionValueError, "response_format must be", llm.create_chat_completion, msgs, response_format={"type": "xml"})

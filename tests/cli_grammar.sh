@@ -6,9 +6,12 @@
 #    settings, and (when Debian's python3-jsonschema is installed) every
 #    answer that ended with EOS is JSON valid under its schema;
 #  - a GBNF grammar from a file: the answer is one of its sentences;
+#  - plan-and-infill (three settings) and mdm (two) under the schemas: the
+#    answers that ended are valid; AR-verified plan-and-infill (--ar-verify
+#    both, token threshold 0.5) gives constrained greedy AR's ids;
 #  - refusals, one line each: a schema keyword it cannot enforce (named),
-#    bad GBNF (line and column), plan-and-infill and mdm decoding, two
-#    grammars at once, --grammar outside generate / chat.
+#    bad GBNF (line and column), two grammars at once, --grammar outside
+#    generate / chat.
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup cli_grammar
@@ -51,8 +54,33 @@ for si in 1 2 3; do
 done
 [ "$have_jsonschema" = 0 ] || [ "$n_valid" -gt 0 ] && ok || bad "no answer ended with EOS: nothing validated"
 
+# plan-and-infill (the model's settings, the reference's, AR-verified) and mdm under the
+# schemas: answers valid; AR-verified with one slot per step is constrained greedy AR
+for si in 1 2 3; do
+  eval "S=\$S$si"
+  run generate -m "$M" -p "$P1" -n 48 --json -j "$S" --decoder ar
+  cp "$T/out" "$T/ar.json"
+  for dec in "--decoder refusion" "--decoder refusion --generation-config none" \
+    "--decoder refusion --ar-verify both --token-threshold 0.5 --lookahead" "--decoder mdm --blocks 1" \
+    "--decoder mdm --blocks 2 --steps 12 --temp 0.7 -s 5"; do
+    # shellcheck disable=SC2086
+    run generate -m "$M" -p "$P1" -n 48 --json -j "$S" $dec
+    [ "$rc" -eq 0 ] && ok || { bad "schema $si ($dec): $err"; continue; }
+    if [[ "$dec" == *"ar-verify both"* ]]; then
+      a=$(jq -c .answer_ids "$T/ar.json") r=$(jq -c .answer_ids "$T/out")
+      [ -n "$a" ] && [ "$a" = "$r" ] && ok || bad "schema $si ($dec): $r != ar $a"
+    fi
+    if [ "$(jq .hit_eos "$T/out")" = true ] && [ "$have_jsonschema" = 1 ]; then
+      jq -r .text "$T/out" >"$T/doc"
+      python3 -c 'import json, sys, jsonschema; jsonschema.validate(json.load(open(sys.argv[1])), json.loads(sys.argv[2]))' \
+        "$T/doc" "$S" 2>"$T/why" && { ok; n_valid=$((n_valid + 1)); } ||
+        bad "schema $si ($dec): answer not valid: $(cat "$T/doc") $(tail -1 "$T/why")"
+    fi
+  done
+done
+
 printf '# yes or no, then a full stop\nroot ::= ("yes" | "no") "."\n' >"$T/yn.gbnf"
-for dec in "--decoder ar" "--rolling"; do
+for dec in "--decoder ar" "--rolling" "--decoder refusion" "--decoder mdm --blocks 1"; do
   # shellcheck disable=SC2086
   run generate -m "$M" -p "$P2" -n 8 --grammar-file "$T/yn.gbnf" $dec
   [ "$rc" -eq 0 ] && [[ "$out" =~ ^(yes|no)\.$ ]] && ok || bad "yes/no grammar ($dec): '$out' $err"
@@ -61,9 +89,6 @@ done
 expect_fail 1 "'format' is not enforced" generate -m "$M" -p "$P1" --decoder ar -j '{"type":"string","format":"date"}'
 expect_fail 1 "'uniqueItems'" generate -m "$M" -p "$P1" --decoder ar --json-schema '{"type":"array","uniqueItems":true}'
 expect_fail 1 "line 1, column 10: unterminated literal" generate -m "$M" -p "$P1" --decoder ar --grammar 'root ::= "a'
-expect_fail 1 "plan-and-infill refuses it" generate -m "$M" -p "$P1" --decoder refusion --generation-config none \
-  --grammar 'root ::= "a"'
-expect_fail 1 "MDM refuses it" generate -m "$M" -p "$P1" --decoder mdm --grammar 'root ::= "a"'
 expect_fail 2 "at most one of" generate -m "$M" -p "$P1" --decoder ar --grammar 'root ::= "a"' -j '{}'
 expect_fail 2 "are for generate and chat" eval --grammar 'root ::= "a"' -m "$M"
 expect_fail 1 "--grammar-file" generate -m "$M" -p "$P1" --decoder ar --grammar-file "$T/missing.gbnf"

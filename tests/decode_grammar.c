@@ -8,8 +8,12 @@
  *     the server runs);
  *  2. every answer's bytes are taken by the grammar, and an answer ending
  *     with EOS is a complete sentence;
- *  3. plan-and-infill and MDM refuse a grammar with a message, and a
- *     grammar without an EOS token is refused. */
+ *  3. plan-and-infill (every variant) and MDM under a grammar: every answer
+ *     is taken by the grammar; plan-and-infill with (a) and (b) at
+ *     token_threshold 0.5, greedy, is constrained greedy AR decoding token
+ *     for token (with lookahead and jacobi too);
+ *  4. a grammar without an EOS token is refused, and a grammar that forces
+ *     its answer gets it from every decoder. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +21,7 @@
 #include "check.h"
 #include "decode/ar_step.h"
 #include "decode/decode.h"
+#include "decode/mdm.h"
 #include "grammar/constraint.h"
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
@@ -134,6 +139,62 @@ static void same_answers(const rf_model *m, const int *prompt, int P, rf_gen_par
     rf_gen_result_free(&a), rf_gen_result_free(&r);
 }
 
+/* plan-and-infill's variants and MDM under grammar gi: answers taken by
+ * the grammar; the AR-exact variants equal constrained greedy AR */
+static long n_other, n_other_eos;
+
+static void other_decoders(const rf_model *m, const int *prompt, int P, rf_constraint *con, const char *gbnf,
+                           const char *what) {
+    rf_gen_params p;
+    rf_gen_params_default(&p);
+    p.constraint = con, p.gen_length = 36, p.slot_size = 4, p.method = RF_METHOD_AR;
+    rf_gen_result ar;
+    if (rf_decode(m, prompt, P, &p, NULL, &ar)) {
+        CHECK(0, "%s: ar: %s", what, rf_last_error());
+        return;
+    }
+    for (int v = 0; v < 12; v++) {
+        rf_gen_params q = p;
+        q.method = v < 8 ? RF_METHOD_REFUSION : RF_METHOD_MDM, q.rolling = 0;
+        const char *name = "?";
+        int exact = 0;
+        switch (v) {
+        case 0: name = "plan-and-infill", q.slot_threshold = 0.2f, q.token_threshold = 0.3f; break;
+        case 1: name = "lookahead", q.lookahead = 1, q.n_blocks = 3; break;
+        case 2: name = "sampled", q.temperature = 1.0f, q.seed = 7, q.slot_size = 3; break;
+        case 3: name = "(a)", q.ar_correct = 1, q.token_threshold = 0.6f; break;
+        case 4: name = "(a)+(b)", q.ar_correct = q.ar_check_first = 1, q.token_threshold = 0.5f, exact = 1; break;
+        case 5: name = "(a)+(b)+lookahead", q.ar_correct = q.ar_check_first = q.lookahead = 1, exact = 1;
+                q.token_threshold = 0.5f; break;
+        case 6: name = "(a)+(b)+jacobi", q.ar_correct = q.ar_check_first = q.jacobi = 1, exact = 1;
+                q.token_threshold = 0.5f, q.slot_size = 3; break;
+        case 7: name = "(a)+jacobi, 2 blocks", q.ar_correct = q.jacobi = 1, q.n_blocks = 2; break;
+        case 8: name = "mdm", q.n_blocks = 1; break;
+        case 9: name = "mdm, 9 steps", q.mdm_steps = 9, q.n_blocks = 1; break;
+        case 10: name = "mdm, sampled, 3 blocks", q.temperature = 0.8f, q.seed = 3, q.n_blocks = 3; break;
+        case 11: name = "mdm, 4 steps, no early stop", q.mdm_steps = 4, q.n_blocks = 2; break;
+        }
+        rf_mdm_params mp, *mpp = NULL;
+        if (v == 11) rf_mdm_params_of(&q, NULL, &mp), mp.early_stop = 0, mpp = &mp;
+        char w[200];
+        snprintf(w, sizeof w, "%s: %s", what, name);
+        rf_gen_result r;
+        int rc = q.method == RF_METHOD_MDM ? rf_generate_mdm(m, prompt, P, &q, mpp, &r)
+                                           : rf_generate_refusion(m, prompt, P, &q, &r);
+        if (rc) {
+            CHECK(0, "%s: %s", w, rf_last_error());
+            continue;
+        }
+        check_answer(gbnf, &r, w);
+        if (exact)
+            CHECK(r.n_ids == ar.n_ids && !memcmp(r.ids, ar.ids, (size_t)ar.n_ids * sizeof(int)),
+                  "%s: %d ids, not constrained greedy AR's %d", w, r.n_ids, ar.n_ids);
+        n_other++, n_other_eos += r.n_ids > 0 && r.ids[r.n_ids - 1] == EOS;
+        rf_gen_result_free(&r);
+    }
+    rf_gen_result_free(&ar);
+}
+
 static void test_random_models(void) {
     const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0},"
                          "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"maxItems\":3},"
@@ -157,6 +218,11 @@ static void test_random_models(void) {
             rf_constraint *con = constraint_of(grammars[gi]);
             CHECK(con, "grammar %d: %s", gi, rf_last_error());
             if (!con) continue;
+            for (int pi = 0; pi < 2; pi++) {
+                char what[64];
+                snprintf(what, sizeof what, "model %d grammar %d prompt %d", mi, gi, pi);
+                other_decoders(&m, prompts[pi], plen[pi], con, grammars[gi], what);
+            }
             for (int pi = 0; pi < 2; pi++)
                 for (int mode = 0; mode < 6; mode++)
                     for (int si = 0; si < 3; si++) {
@@ -181,8 +247,10 @@ static void test_random_models(void) {
         rf_model_free(&m);
     }
     free(json_gbnf);
-    printf("decode_grammar: %ld constrained runs, %ld drafts passed in the rolling slot\n", n_runs, n_passed);
+    printf("decode_grammar: %ld constrained runs, %ld drafts passed in the rolling slot; %ld plan-and-infill and MDM "
+           "runs, %ld ended with EOS\n", n_runs, n_passed, n_other, n_other_eos);
     CHECK(n_passed > 0, "no draft ever passed: the rolling slot was not exercised");
+    CHECK(n_other_eos > 0, "no plan-and-infill or MDM answer ended: a grammar was never completed");
 }
 
 static void test_refusals(void) {
@@ -196,26 +264,30 @@ static void test_refusals(void) {
     rf_gen_params_default(&p);
     p.constraint = con, p.gen_length = 8;
     rf_gen_result r;
-    p.method = RF_METHOD_REFUSION, p.rolling = 0;
-    CHECK(rf_decode(&m, prompt, 2, &p, NULL, &r) == -1 && strstr(rf_last_error(), "plan-and-infill refuses"),
-          "plan-and-infill: %s", rf_last_error());
-    p.method = RF_METHOD_MDM;
-    CHECK(rf_decode(&m, prompt, 2, &p, NULL, &r) == -1 && strstr(rf_last_error(), "MDM refuses"), "mdm: %s",
-          rf_last_error());
-    p.method = RF_METHOD_AR, p.eos_id = -1;
-    CHECK(rf_decode(&m, prompt, 2, &p, NULL, &r) == -1 && strstr(rf_last_error(), "end-of-sequence"),
-          "no eos: %s", rf_last_error());
-    /* and a grammar that forces its answer */
-    p.eos_id = RF_ID_FROM_MODEL;
-    CHECK(rf_decode(&m, prompt, 2, &p, NULL, &r) == 0, "ar: %s", rf_last_error());
-    char text[64] = {0};
-    int n = 0, ends = r.n_ids > 0 && r.ids[r.n_ids - 1] == EOS;
-    for (int i = 0; i < r.n_ids - ends && n + 4 < (int)sizeof text; i++) {
-        memcpy(text + n, bytes[r.ids[i]], (size_t)lens[r.ids[i]]);
-        n += lens[r.ids[i]];
+    const struct {
+        rf_method method;
+        const char *name;
+    } dec[] = {{RF_METHOD_AR, "ar"}, {RF_METHOD_REFUSION, "plan-and-infill"}, {RF_METHOD_MDM, "mdm"}};
+    for (int d = 0; d < 3; d++) {
+        p.method = dec[d].method, p.rolling = 0, p.eos_id = -1;
+        CHECK(rf_decode(&m, prompt, 2, &p, NULL, &r) == -1 && strstr(rf_last_error(), "end-of-sequence"),
+              "%s, no eos: %s", dec[d].name, rf_last_error());
+        /* and a grammar that forces its answer */
+        p.eos_id = RF_ID_FROM_MODEL;
+        if (rf_decode(&m, prompt, 2, &p, NULL, &r)) {
+            CHECK(0, "%s: %s", dec[d].name, rf_last_error());
+            continue;
+        }
+        char text[64] = {0};
+        int n = 0, ends = r.n_ids > 0 && r.ids[r.n_ids - 1] == EOS;
+        for (int i = 0; i < r.n_ids - ends && n + 4 < (int)sizeof text; i++) {
+            memcpy(text + n, bytes[r.ids[i]], (size_t)lens[r.ids[i]]);
+            n += lens[r.ids[i]];
+        }
+        CHECK(ends && !strcmp(text, "ab"), "%s: the forced answer is \"%s\" (%s EOS)", dec[d].name, text,
+              ends ? "with" : "without");
+        rf_gen_result_free(&r);
     }
-    CHECK(ends && !strcmp(text, "ab"), "the forced answer is \"%s\" (%s EOS)", text, ends ? "with" : "without");
-    rf_gen_result_free(&r);
     rf_constraint_free(con);
     rf_model_free(&m);
 }

@@ -5,8 +5,10 @@
 #    and with llama-server's "json_schema"; /v1/completions with "grammar":
 #    the answer parses (and, with python3-jsonschema, validates) under it;
 #  - the rolling slot's answer equals "mode": "ar"'s under the same schema;
+#  - plan-and-infill (the reference's and AR-verified, which equals "mode":
+#    "ar"'s answer) and mdm under the schema: valid answers;
 #  - refusals are 400 naming the field: a schema keyword it cannot enforce
-#    (unsupported_parameter), bad GBNF, plan-and-infill, two grammars.
+#    (unsupported_parameter), bad GBNF, two grammars.
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup serve_grammar
@@ -35,6 +37,20 @@ cmp -s "$T/content.$(h '')" "$T/content.$(h ', "mode": "ar"')" && ok || bad "gre
 cmp -s "$T/content.$(h ', "temperature": 0.7, "seed": 5')" "$T/content.$(h ', "mode": "ar", "temperature": 0.7, "seed": 5')" \
   && ok || bad "sampled: rolling != ar"
 
+# plan-and-infill and mdm under the schema (they commit in position order)
+for extra in ', "rolling": false' ', "rolling": false, "ar_verify": "both", "token_threshold": 0.5' \
+  ', "mode": "mdm", "serial_num_blocks": 1'; do
+  post /v1/chat/completions "{\"messages\": $MSG, \"max_tokens\": 40, \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"p\", \"schema\": $S}}$extra}"
+  [ "$code" = 200 ] && ok || { bad "json_schema ($extra): $code $(cat "$T/resp")"; continue; }
+  jq -r '.choices[0].message.content' "$T/resp" >"$T/doc"
+  if [ "$(jq -r '.choices[0].finish_reason' "$T/resp")" = stop ] && [ "$have_jsonschema" = 1 ]; then
+    python3 -c 'import json, sys, jsonschema; jsonschema.validate(json.load(open(sys.argv[1])), json.loads(sys.argv[2]))' \
+      "$T/doc" "$S" && ok || bad "json_schema ($extra): not valid: $(cat "$T/doc")"
+  fi
+  [[ "$extra" != *ar_verify* ]] || cmp -s "$T/doc" "$T/content.$(h ', "mode": "ar"')" && ok ||
+    bad "AR-verified plan-and-infill != ar: $(cat "$T/doc")"
+done
+
 post /v1/chat/completions "{\"messages\": $MSG, \"max_tokens\": 40, \"response_format\": {\"type\": \"json_object\"}}"
 [ "$code" = 200 ] && jq -r '.choices[0].message.content' "$T/resp" | grep -q '^{' && ok || bad "json_object: $code $(cat "$T/resp")"
 post /v1/chat/completions "{\"messages\": $MSG, \"max_tokens\": 40, \"json_schema\": $S}"
@@ -51,7 +67,6 @@ refused() { # body param code-or-empty
 refused /v1/chat/completions "{\"messages\": $MSG, \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"type\": \"string\", \"format\": \"date\"}}}}" response_format unsupported_parameter
 refused /v1/chat/completions "{\"messages\": $MSG, \"json_schema\": {\"type\": \"array\", \"uniqueItems\": true}}" json_schema unsupported_parameter
 refused /v1/completions '{"prompt": "x", "grammar": "root ::= \"a"}' grammar ""
-refused /v1/completions '{"prompt": "x", "grammar": "root ::= \"a\"", "rolling": false}' grammar unsupported_parameter
 refused /v1/completions '{"prompt": "x", "grammar": "root ::= \"a\"", "json_schema": {}}' grammar ""
 refused /v1/chat/completions "{\"messages\": $MSG, \"response_format\": {\"type\": \"json_schema\"}}" response_format ""
 

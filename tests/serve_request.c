@@ -201,7 +201,7 @@ static void test_bad(void) {
          "at most one of"},
         {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]}", "function.name must be"},
         {RF_REQ_COMPLETION, "{\"prompt\": \"x\", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}", "\"tools\" is a chat field"},
-        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": {\"type\": \"json_object\"}}", "\"response_format\""},
+        {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": {\"type\": \"xml\"}}", "\"response_format\""},
         {RF_REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {}}]}]}", "content[0]"},
         {RF_REQ_CHAT, "{\"prompt\": \"x\"}", "missing \"messages\""},
         {RF_REQ_CHAT, "{\"messages\": []}", "non-empty array"},

@@ -395,9 +395,8 @@ class Llama:
         rolling, ...). logprobs=N: each answer token's log-probability and its
         N likeliest alternatives (0..20) in choices[0]["logprobs"] (AR decoding
         and the rolling slot; not with stream=True). grammar: a LlamaGrammar
-        the text must be a sentence of (AR decoding and the rolling slot;
-        plan-and-infill and MDM refuse it with the library's message; an
-        error in the grammar is a RefusionValueError with the library's
+        the text must be a sentence of (every decoder; plan-and-infill and
+        MDM commit in position order under it; an error in the grammar is a RefusionValueError with the library's
         message). Arguments with nothing behind them here (suffix,
         typical_p, mirostat, ...) raise ValueError unless at their neutral
         value. Ctrl-C stops the generation and raises KeyboardInterrupt."""
@@ -470,8 +469,8 @@ class Llama:
         llama-cpp-python) or {"type": "json_schema", "json_schema":
         {"schema": {...}}} (OpenAI's), the same grammars as `refusion serve`
         (docs/grammar.md); not both grammar and a JSON response_format.
-        Constrained decoding needs AR decoding or the rolling slot (the
-        library refuses it under plan-and-infill and MDM); a schema keyword
+        Every decoder decodes under the constraint (plan-and-infill and
+        MDM commit in position order then); a schema keyword
         the library cannot enforce or bad GBNF raises RefusionValueError with
         the library's message. tools (OpenAI's [{"type": "function",
         "function": {"name", "description", "parameters"}}]) and tool_choice

@@ -62,9 +62,9 @@ class LlamaGrammar:
     from_file (a GBNF file) or from_json_schema (a JSON schema as text),
     given as grammar= to Llama's completions and chat completions.
 
-    Constrained decoding runs with AR decoding and the rolling slot (the
-    same answer); plan-and-infill and MDM refuse a grammar (the library's
-    message, as a RefusionValueError). The supported GBNF and JSON-schema
+    Every decoder honours it: AR decoding and the rolling slot (the same
+    answer), plan-and-infill and MDM (committing in position order under a
+    grammar: docs/refusion.md, constrained decoding). The supported GBNF and JSON-schema
     keywords: docs/grammar.md; anything else is refused when the grammar is
     first used with a model (compiling needs that model's vocabulary), with
     the library's message naming what and where. The compiled grammar is

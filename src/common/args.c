@@ -93,7 +93,8 @@ const rf_opt rf_decode_table[] = {
      "none: the built-in defaults); flags override them"},
     {"grammar", 0, NULL, NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(grammar), "GBNF",
      "generate: the answer is a sentence of this grammar (llama.cpp's GBNF, start symbol root; "
-     "docs/grammar.md); ar decoding and --rolling (the same answer), refused by plan-and-infill and mdm"},
+     "docs/grammar.md); every decoder (--rolling gives ar's answer; plan-and-infill and mdm commit in "
+     "position order under a grammar)"},
     {"grammar-file", 0, NULL, NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(grammar_file), "FILE",
      "generate: --grammar read from FILE"},
     {"json-schema", 'j', NULL, NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(json_schema), "JSON",

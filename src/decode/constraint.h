@@ -7,8 +7,9 @@
  * where the answer so far is a complete sentence), draws as it would
  * without the constraint, and accepts the token. Unconstrained decoding
  * never calls these (rf_params.constraint NULL), so it is unchanged.
- * AR decoding and the rolling slot honour it (their answers stay equal);
- * plan-and-infill and MDM refuse it (rf_gen_check_settings). */
+ * Every decoder honours it: AR decoding and the rolling slot (their
+ * answers stay equal), plan-and-infill and MDM by committing answer tokens
+ * in position order only (docs/refusion.md, constrained decoding). */
 #ifndef RF_DECODE_CONSTRAINT_H
 #define RF_DECODE_CONSTRAINT_H
 
@@ -24,6 +25,9 @@ void rf_constraint_run_free(rf_constraint_run *r);
 int rf_constraint_run_mask(rf_constraint_run *r, float *logits);
 /* Advance by token t (one the mask allowed). 0, or -1 with the error set. */
 int rf_constraint_run_accept(rf_constraint_run *r, int t);
+/* The mask for the state after tok[0..n) (each taken in turn), the state
+ * left as it was. 0, or -1 with the error set (a token refused too). */
+int rf_constraint_run_mask_after(rf_constraint_run *r, const int *tok, int n, float *logits);
 /* How many of tok[0..n) in a row the grammar takes from here (drafts),
  * the state left as it was. */
 int rf_constraint_run_prefix(rf_constraint_run *r, const int *tok, int n);

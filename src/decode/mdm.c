@@ -21,6 +21,13 @@
  * Blocks: with gen_length not a multiple of n_blocks the last block takes
  * the remainder (LLaDA requires a multiple).
  *
+ * Under a grammar (p->constraint) only the answer's frontier can be checked,
+ * so a step unmasks in position order instead of by confidence: the first
+ * masked position's token is drawn from its row with the grammar's mask,
+ * then each next position's draft is taken while the grammar takes it, up
+ * to the step's k. A block keeps stepping until it is full (a step unmasks
+ * at least one token), and the answer ends at its EOS.
+ *
  * The decoder is a step machine (decode/step.h, the rf_mdm_seq functions of
  * mdm.h): each step hands out its one call (the whole sequence,
  * bidirectional, logits at the block's masked positions) and rf_mdm_seq_after
@@ -30,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode/constraint.h"
 #include "decode/decode_impl.h"
 #include "decode/mdm.h"
 #include "model/forward.h"
@@ -57,6 +65,8 @@ struct rf_mdm_seq {
     float *row;           /* [V] a logits row with the mask token taken out */
     rf_kvcache cache;     /* only the call's own entries: dropped after every call */
     rf_rng rng;
+    rf_constraint_run *cr; /* p.constraint's run, NULL without one */
+    char *error;           /* why the answer stopped (the constraint failed), NULL if it did not */
     rf_answer a;
     int b, st, sb;        /* the block, its step, its steps */
     int handed, done;
@@ -113,7 +123,8 @@ rf_mdm_seq *rf_mdm_seq_new(const rf_model *m, const int *prompt, int n_prompt, c
     for (int b = 0; b < nb; b++)
         if (first[b + 1] - first[b] > q->max_len) q->max_len = first[b + 1] - first[b];
     ans_init(&q->a, &q->p, G, gen_eos_id(m, p));
-    ans_reserve_steps(&q->a, own.steps < G ? own.steps : G); /* at most one step per token */
+    /* at most one step per token (a grammar may need more than own.steps) */
+    ans_reserve_steps(&q->a, own.steps < G && !p->constraint ? own.steps : G);
     q->tokens = rf_scoped_malloc((size_t)q->T * sizeof(int));
     q->pos = rf_scoped_malloc((size_t)q->T * sizeof(int));
     for (int i = 0; i < q->T; i++) {
@@ -127,6 +138,10 @@ rf_mdm_seq *rf_mdm_seq_new(const rf_model *m, const int *prompt, int n_prompt, c
     q->row = rf_scoped_malloc((size_t)q->V * sizeof(float));
     rf_workspace_kv_init(p->ws, &q->cache, &m->cfg, q->T);
     rf_rng_seed(&q->rng, p->seed);
+    if (p->constraint && !(q->cr = rf_constraint_run_new(p->constraint, gen_eos_id(m, p), q->V))) {
+        rf_mdm_seq_free(q);
+        return NULL;
+    }
     block_begin(q);
     step_positions(q);
     return q;
@@ -146,26 +161,69 @@ int rf_mdm_seq_next(rf_mdm_seq *q, int budget, rf_step_call *c) {
     return q->handed = q->T;
 }
 
-/* Unmask the k most confident drafts of the step from its logits. */
+/* A position's draft from its logits row (the mask token taken out): the
+ * argmax, or the Gumbel draw with temperature; its probability to *conf. */
+static int draft_of(rf_mdm_seq *q, const float *logits, double *conf) {
+    float *l = q->row;
+    memcpy(l, logits, (size_t)q->V * sizeof(float));
+    l[q->mask] = -INFINITY; /* a mask is never an answer token */
+    rf_logit_stats ls = rf_logits_stats(l, q->V);
+    int t = q->p.temperature > 0.0f ? rf_gumbel_argmax(l, q->V, q->p.temperature, ls.max, &q->rng) : ls.argmax;
+    if (conf) *conf = rf_logit_prob(l, &ls, t);
+    return t;
+}
+
+/* Under a grammar: the first masked position's token from its row with
+ * the grammar's mask, then the next positions' drafts while the grammar
+ * takes them, k at most, in position order. Returns how many, 0 when the
+ * grammar failed (q->error). */
+static int unmask_in_order(rf_mdm_seq *q, const float *logits, int k) {
+    const int V = q->V;
+    int *draft = q->draft;
+    float *l = q->row;
+    memcpy(l, logits, (size_t)V * sizeof(float));
+    l[q->mask] = -INFINITY;
+    if (rf_constraint_run_mask(q->cr, l)) goto failed;
+    rf_logit_stats ls = rf_logits_stats(l, V);
+    draft[0] = q->p.temperature > 0.0f ? rf_gumbel_argmax(l, V, q->p.temperature, ls.max, &q->rng) : ls.argmax;
+    int m = 0;
+    for (;;) {
+        if (rf_constraint_run_accept(q->cr, draft[m])) goto failed;
+        if (draft[m++] == gen_eos_id(q->m, &q->p) || m == k) return m;
+        draft[m] = draft_of(q, logits + (size_t)m * V, NULL);
+        if (rf_constraint_run_prefix(q->cr, &draft[m], 1) < 1) return m;
+    }
+failed:
+    q->error = rf_strdup(rf_last_error());
+    return 0;
+}
+
+/* Unmask the k most confident drafts of the step from its logits (under a
+ * grammar: unmask_in_order). */
 static void unmask(rf_mdm_seq *q, const float *logits) {
-    const int V = q->V, n = q->n, P = q->P;
+    const int n = q->n, P = q->P;
     int *draft = q->draft, *order = q->order;
     double *conf = q->conf;
     q->a.n_calls++;
     rf_step_stat *ss = ans_step(&q->a, q->b);
     ss->calls = 1;
+    int k = q->st < q->sb && q->sched[q->st] < n ? q->sched[q->st] : n;
+    if (q->cr) {
+        k = unmask_in_order(q, logits, k);
+        for (int j = 0; j < k; j++) {
+            q->tokens[q->idx[j]] = draft[j];
+            ans_fill(&q->a, q->idx[j] - P, draft[j]);
+        }
+        ss->tpf_ref = (double)k;
+        ans_flush(&q->a);
+        return;
+    }
     for (int j = 0; j < n; j++) {
-        float *l = q->row;
-        memcpy(l, logits + (size_t)j * V, (size_t)V * sizeof(float));
-        l[q->mask] = -INFINITY; /* a mask is never an answer token */
-        rf_logit_stats ls = rf_logits_stats(l, V);
-        draft[j] = q->p.temperature > 0.0f ? rf_gumbel_argmax(l, V, q->p.temperature, ls.max, &q->rng) : ls.argmax;
-        conf[j] = rf_logit_prob(l, &ls, draft[j]);
+        draft[j] = draft_of(q, logits + (size_t)j * q->V, &conf[j]);
         order[j] = j;
     }
     /* the k most confident, ties to the earlier position: a partial
      * selection sort, k <= n is small */
-    int k = q->sched[q->st] < n ? q->sched[q->st] : n;
     for (int i = 0; i < k; i++) {
         int best = i;
         for (int j = i + 1; j < n; j++)
@@ -193,8 +251,11 @@ int rf_mdm_seq_after(rf_mdm_seq *q, const float *logits) {
     q->handed = 0;
     unmask(q, logits);
     rf_kv_crop(&q->cache, 0);
-    if (q->mp.early_stop && q->a.stopped) return q->done = 1;
-    if (++q->st == q->sb) {
+    if (q->error) return q->done = 1;
+    if ((q->mp.early_stop || q->cr) && q->a.stopped) return q->done = 1;
+    q->st++;
+    if (q->cr) step_positions(q); /* a grammar's block ends when it is full */
+    if (q->cr ? q->n == 0 : q->st == q->sb) {
         if (++q->b == q->nb) return q->done = 1;
         block_begin(q);
     }
@@ -208,6 +269,8 @@ void rf_mdm_seq_free(rf_mdm_seq *q) {
     if (!q) return;
     ans_free(&q->a);
     rf_kv_free(&q->cache);
+    rf_constraint_run_free(q->cr);
+    free(q->error);
     rf_scoped_free(q->first), rf_scoped_free(q->tokens), rf_scoped_free(q->pos), rf_scoped_free(q->idx);
     rf_scoped_free(q->draft), rf_scoped_free(q->order), rf_scoped_free(q->sched), rf_scoped_free(q->conf);
     rf_scoped_free(q->row);
@@ -216,8 +279,9 @@ void rf_mdm_seq_free(rf_mdm_seq *q) {
 
 int rf_mdm_seq_finish(rf_mdm_seq *q, rf_gen_result *out) {
     memset(out, 0, sizeof *out);
-    int rc = q->done ? 0 : -1;
-    if (rc) rf_set_error("mdm: finished before its answer was complete");
+    int rc = q->done && !q->error ? 0 : -1;
+    if (q->error) rf_set_error("%s", q->error);
+    else if (rc) rf_set_error("mdm: finished before its answer was complete");
     rc = ans_end(&q->a, rc, q->P, out); /* q->a is freed (and zeroed) either way */
     rf_mdm_seq_free(q);
     return rc;

@@ -39,12 +39,6 @@ int rf_gen_check_settings(const rf_gen_params *p) {
         rf_set_error("unknown method %d", (int)p->method);
         return -1;
     }
-    if (p->constraint && p->method != RF_METHOD_AR && !(p->method == RF_METHOD_REFUSION && p->rolling)) {
-        rf_set_error("a grammar constrains AR decoding and the rolling slot only: %s refuses it "
-                     "(docs/refusion.md, constrained decoding)",
-                     p->method == RF_METHOD_MDM ? "MDM" : "plan-and-infill");
-        return -1;
-    }
     if (p->logprobs != 0 && p->logprobs != 1) {
         rf_set_error("logprobs must be 0 or 1 (got %d)", p->logprobs);
         return -1;

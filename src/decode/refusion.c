@@ -148,6 +148,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode/constraint.h"
 #include "decode/decode_impl.h"
 #include "decode/refusion_step.h"
 #include "model/forward.h"
@@ -189,6 +190,11 @@ struct rf_pi_seq {
     float *next_plan_conf;
     rf_rng rng;
     rf_answer ans;
+    /* under a grammar: p->constraint's run, the row its mask is laid on, the
+     * plan's row for the frontier's first token, why the answer failed */
+    rf_constraint_run *cr;
+    float *grammar_row, *first_row;
+    char *error;
     /* the steps' scratch, made once per generation for the largest block
      * (max_block_slots slots, n = max_block_slots * S tokens) */
     struct {
@@ -249,6 +255,62 @@ static int compact(int *masked, int n_masked, const unsigned char *gone) {
     return k;
 }
 
+/* ---- under a grammar (p->constraint) -----------------------------------------------
+ * A grammar judges a token only after every token before it, so a step
+ * chooses one slot, the answer's first still-masked one (its frontier,
+ * choose_slots), and every token committed is taken by the grammar in
+ * position order: the slot's first token is drawn from the plan's row for
+ * it with the grammar's mask (grammar_first_token, before (b) checks it), a
+ * draft passes verification only where the grammar takes it (grammar_cut),
+ * a forced token is a masked row's argmax (grammar_argmax), and committed
+ * tokens advance the grammar (grammar_commit). A failure of the grammar (a
+ * bound hit, no token allowed) ends the generation with its error. */
+
+static void grammar_fail(refusion_state *dec) {
+    if (!dec->error) dec->error = rf_strdup(rf_last_error());
+}
+
+/* The argmax of `row` under the grammar's mask for the state after the
+ * committed answer and then tok[0..n); `fallback` when the grammar fails. */
+static int grammar_argmax(refusion_state *dec, const float *row, const int *tok, int n, int fallback) {
+    memcpy(dec->grammar_row, row, (size_t)dec->n_vocab * sizeof(float));
+    if (rf_constraint_run_mask_after(dec->cr, tok, n, dec->grammar_row)) {
+        grammar_fail(dec);
+        return fallback;
+    }
+    return rf_logits_stats(dec->grammar_row, dec->n_vocab).argmax;
+}
+
+/* The chosen slot's first token, drawn as the plan draws (plan_drafts)
+ * from the plan's row for it with the grammar's mask. */
+static void grammar_first_token(refusion_state *dec, int *token) {
+    float *row = dec->grammar_row;
+    memcpy(row, dec->first_row, (size_t)dec->n_vocab * sizeof(float));
+    if (rf_constraint_run_mask(dec->cr, row)) {
+        grammar_fail(dec);
+        return;
+    }
+    rf_logit_stats stats = rf_logits_stats(row, dec->n_vocab);
+    *token = dec->p->temperature > 0
+                 ? rf_gumbel_argmax(row, dec->n_vocab, dec->p->temperature, stats.max, &dec->rng)
+                 : stats.argmax;
+}
+
+/* A slot's tokens spec[0..S) pass only up to where the grammar stops
+ * taking them in order. */
+static void grammar_cut(refusion_state *dec, const int *spec, unsigned char *passes) {
+    for (int j = rf_constraint_run_prefix(dec->cr, spec, dec->S); j < dec->S; j++) passes[j] = 0;
+}
+
+/* Tokens committed in position order advance the grammar. */
+static void grammar_commit(refusion_state *dec, const int *toks, int n) {
+    for (int i = 0; i < n; i++)
+        if (rf_constraint_run_accept(dec->cr, toks[i])) {
+            grammar_fail(dec);
+            return;
+        }
+}
+
 /* Commit chosen rows' tokens to the answer and emit the event. */
 static void commit_tokens(refusion_state *dec, rf_event_kind kind, int step, int n, const int *slot_of, const int *toks,
                           const unsigned char *how) {
@@ -261,6 +323,7 @@ static void commit_tokens(refusion_state *dec, rf_event_kind kind, int step, int
     ans_event(&dec->ans, kind, step, n, answer_pos, toks, NULL);
     ans_flush(&dec->ans);
     rf_scoped_free(answer_pos);
+    if (dec->cr) grammar_commit(dec, toks, n); /* one slot: position order */
 }
 
 /* Emit RF_EV_DROP for the slots flagged in drop[] (not committed). */
@@ -294,23 +357,29 @@ static void infill_draft(refusion_state *dec) {
 }
 
 /* The draft call is over: the appended entries are dropped again (rows
- * cropped to cached), the masks' argmaxes become the drafts. */
+ * cropped to cached), the masks' argmaxes become the drafts (under a
+ * grammar the one to be forced next, after the accepted ones, masked). */
 static void infill_draft_after(refusion_state *dec) {
     const int S = dec->S, n = dec->call_n, cached = dec->cached;
+    int *spec = dec->scratch.spec;
     for (int r = 0; r < dec->R; r++) rf_kv_row_crop(&dec->kv, r, cached);
     for (int q = 0; q < dec->call_nl; q++) {
-        int i = dec->logit_idx[q], r = i / n, j = i % n;
-        dec->scratch.spec[r * S + cached + j] = rf_logits_stats(logits_row(dec, q), dec->n_vocab).argmax;
+        int i = dec->logit_idx[q], r = i / n, j = i % n, t = r * S + cached + j;
+        spec[t] = rf_logits_stats(logits_row(dec, q), dec->n_vocab).argmax;
+        if (dec->cr && dec->scratch.tag[t - 1])
+            spec[t] = grammar_argmax(dec, logits_row(dec, q), spec + r * S, cached + j, spec[t]);
     }
 }
 
-/* (a): a row's forced token becomes the AR head's choice, the argmax of
- * logits row `row` (the accepted token before it). Returns 1 when that
- * changed the token. */
-static int ar_correct_force(const refusion_state *dec, int row, int *token) {
+/* (a): a row's forced token spec_row[j] becomes the AR head's choice, the
+ * argmax of logits row `row` (the accepted token before it; under a grammar
+ * masked for the state after spec_row[0..j)). Returns 1 when that changed
+ * the token. */
+static int ar_correct_force(refusion_state *dec, int row, int *spec_row, int j) {
     int ar_choice = rf_logits_stats(logits_row(dec, row), dec->n_vocab).argmax;
-    if (ar_choice == *token) return 0;
-    *token = ar_choice;
+    if (dec->cr) ar_choice = grammar_argmax(dec, logits_row(dec, row), spec_row, j, ar_choice);
+    if (ar_choice == spec_row[j]) return 0;
+    spec_row[j] = ar_choice;
     return 1;
 }
 
@@ -372,9 +441,10 @@ static void infill_verify_judge(refusion_state *dec) {
             if (!passes[t]) {
                 passes[t] = prob_of(dec, dec->logit_row[i - 1], spec[t]) > dec->p->token_threshold;
             } else if (ar_correct && !tag[t] && stale[r] < 0) {
-                if (ar_correct_force(dec, dec->logit_row[i - 1], &spec[t])) stale[r] = cached + j;
+                if (ar_correct_force(dec, dec->logit_row[i - 1], spec + r * S, cached + j)) stale[r] = cached + j;
             }
         }
+        if (dec->cr) grammar_cut(dec, spec + r * S, passes + r * S);
         if (stale[r] >= 0) memset(passes + r * S + stale[r] + 1, 0, (size_t)(S - stale[r] - 1));
         if (keep_ar) keep_ar_logits(dec, masked[chosen[r]], dec->logit_row[r * n + n - 1]);
     }
@@ -507,6 +577,9 @@ static void plan_drafts(refusion_state *dec, int q0, int n, int *draft, float *c
                        : stats.argmax;
         conf[i] = (float)rf_logit_prob(row, &stats, draft[i]);
     }
+    /* under a grammar the first masked slot is chosen: its first token is
+     * drawn again from this row with the grammar's mask (verify) */
+    if (dec->cr) memcpy(dec->first_row, logits_row(dec, q0), (size_t)dec->n_vocab * sizeof(float));
 }
 
 /* Lookahead: the slots the next plan feeds if every chosen slot of this
@@ -546,6 +619,10 @@ static void plan(refusion_state *dec) {
 static int choose_slots(const refusion_state *dec, const float *conf, int n_masked, int *chosen) {
     const int S = dec->S;
     int K = 0;
+    if (dec->cr) { /* under a grammar: the frontier */
+        chosen[0] = 0;
+        return 1;
+    }
     for (int k = 0; k < n_masked; k++)
         if (conf[k * S] > dec->p->slot_threshold) chosen[K++] = k;
     if (K == 0) {
@@ -608,7 +685,8 @@ static void ar_check_first_tokens(refusion_state *dec, const int *masked, int n_
             how[k * S] = HOW_FIRST_CHECKED;
         } else {
             how[k * S] = HOW_FIRST_REPLACED;
-            spec[k * S] = dec->tok[k * S] = stats.argmax;
+            spec[k * S] = dec->tok[k * S] =
+                dec->cr ? grammar_argmax(dec, ar_row_logits, NULL, 0, stats.argmax) : stats.argmax;
         }
     }
 }
@@ -642,6 +720,7 @@ static void verify(refusion_state *dec) {
     }
     ans_event(&dec->ans, RF_EV_PLAN, dec->step, K * S, dec->logit_idx, spec, NULL);
 
+    if (dec->cr) grammar_first_token(dec, &spec[0]), dec->tok[0] = spec[0];
     if (dec->ar_logits) ar_check_first_tokens(dec, masked, n_masked, chosen, K, spec, how);
 
     /* 2. global verification: shifted AR probabilities of the concatenation */
@@ -667,6 +746,7 @@ static int verify_after(refusion_state *dec) {
     int base = dec->kv.len - K * S - n_next;
     for (int i = 0; i < K * S; i++)
         passes[i] = i % S == 0 || prob_of(dec, dec->logit_row[i - 1], spec[i]) > dec->p->token_threshold;
+    if (dec->cr) grammar_cut(dec, spec, passes); /* K = 1 */
     for (int i = 0; i < K * S; i++) tag[i] = passes[i] && (i % S == 0 || tag[i - 1]);
     int prefix = 0, eos_at = -1;
     while (prefix < K * S && passes[prefix]) prefix++;
@@ -815,6 +895,14 @@ rf_pi_seq *rf_pi_seq_new(const rf_model *m, const int *prompt, int n_prompt, con
     alloc_buffers(dec, n_slots);
     ans_init(&dec->ans, p, dec->gen_len, dec->eos_id);
     ans_reserve_steps(&dec->ans, n_slots + 1); /* every step commits a slot */
+    if (p->constraint) {
+        if (!(dec->cr = rf_constraint_run_new(p->constraint, dec->eos_id, dec->n_vocab))) {
+            rf_pi_seq_free(dec);
+            return NULL;
+        }
+        dec->grammar_row = rf_scoped_malloc((size_t)dec->n_vocab * sizeof(float));
+        dec->first_row = rf_scoped_malloc((size_t)dec->n_vocab * sizeof(float));
+    }
     dec->block = -1;
     step_next(dec); /* the first step's plan (made after the prompt's prefill) */
     return dec;
@@ -882,8 +970,9 @@ int rf_pi_seq_after(rf_pi_seq *q, const float *logits) {
     case CALL_NONE: rf_die("plan-and-infill: a call with no step waiting for it");
     }
     q->logits = NULL;
-    if (rc) {
+    if (rc || q->error) {
         q->failed = 1;
+        if (q->error) rf_set_error("%s", q->error);
         return -1;
     }
     return q->done;
@@ -904,13 +993,17 @@ void rf_pi_seq_free(rf_pi_seq *q) {
     rf_scoped_free(q->scratch.slot_of), rf_scoped_free(q->scratch.stale);
     rf_scoped_free(q->scratch.gone), rf_scoped_free(q->scratch.done), rf_scoped_free(q->scratch.next_slots);
     rf_kv_free(&q->kv);
+    rf_constraint_run_free(q->cr);
+    rf_scoped_free(q->grammar_row), rf_scoped_free(q->first_row);
+    free(q->error);
     rf_scoped_free(q);
 }
 
 int rf_pi_seq_finish(rf_pi_seq *q, rf_gen_result *out) {
     memset(out, 0, sizeof *out);
     int rc = q->failed || !q->done ? -1 : 0;
-    if (!q->failed && !q->done) rf_set_error("plan-and-infill: finished before its answer was complete");
+    if (q->error) rf_set_error("%s", q->error);
+    else if (!q->failed && !q->done) rf_set_error("plan-and-infill: finished before its answer was complete");
     rc = ans_end(&q->ans, rc, q->P, out); /* q->ans is freed (and zeroed) either way */
     rf_pi_seq_free(q);
     return rc;

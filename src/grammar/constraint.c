@@ -144,3 +144,15 @@ int rf_constraint_run_prefix(rf_constraint_run *r, const int *tok, int n) {
     free(s.ids);
     return k;
 }
+
+int rf_constraint_run_mask_after(rf_constraint_run *r, const int *tok, int n, float *logits) {
+    if (n == 0) return rf_constraint_run_mask(r, logits);
+    rf_gstate s;
+    rf_gmatch_save(r->m, &s);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) rc = rf_constraint_run_accept(r, tok[i]);
+    if (!rc) rc = rf_constraint_run_mask(r, logits);
+    rf_gmatch_restore(r->m, &s);
+    free(s.ids);
+    return rc;
+}

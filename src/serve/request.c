@@ -509,13 +509,6 @@ static int parse_constraint(json_t *o, const rf_tokenizer *tok, rf_serve_req *r)
         rf_set_error("\"%s\" needs the model's tokenizer, and this model has none", param);
         return -1;
     }
-    if (r->p.method != RF_METHOD_AR && !(r->p.method == RF_METHOD_REFUSION && r->p.rolling)) {
-        r->err_unsupported = 1;
-        rf_set_error("\"%s\": a grammar constrains AR decoding and the rolling slot only (\"mode\": \"ar\", or "
-                     "\"rolling\": true); %s refuses it",
-                     param, r->p.method == RF_METHOD_MDM ? "mdm" : "plan-and-infill");
-        return -1;
-    }
     char *gbnf = NULL;
     if (r->tool_gbnf) {
         gbnf = rf_strdup(r->tool_gbnf);
