@@ -163,6 +163,103 @@ static char *read_api_key_file(const char *path) {
     return key;
 }
 
+/* The server's configuration from the parsed options (the API key from
+ * --api-key-file when given). 0, or -1 with the error printed. */
+static int config_of_args(rf_serve_config *c, serve_args *a) {
+    c->host = a->host, c->port = a->port, c->model_name = a->name, c->workers = a->parallel;
+    if (a->api_key_file) {
+        char *file_key = read_api_key_file(a->api_key_file);
+        if (!file_key) {
+            fprintf(stderr, "refusion: serve: --api-key-file %s\n", rf_last_error());
+            return -1;
+        }
+        a->api_key = file_key;
+    }
+    c->api_key = a->api_key && *a->api_key ? a->api_key : NULL;
+    c->webui = !a->no_webui, c->web_path = a->path, c->slots_endpoint = !a->no_slots;
+    c->cors_origin = a->cors && *a->cors ? a->cors : NULL;
+    c->request_timeout_s = a->request_timeout, c->keepalive_requests = a->keepalive_requests;
+    c->http_threads = a->http_threads;
+    c->max_body = (size_t)a->max_body, c->max_queue = a->max_queue, c->max_connections = a->max_connections;
+    c->max_per_client = a->max_per_client, c->timeout_s = a->timeout, c->queue_wait_s = a->queue_wait;
+    c->generation_timeout_s = a->generation_timeout;
+    c->max_request_bytes = (size_t)a->max_request_mb << 20;
+    c->cache_bytes = (size_t)a->cache_mb << 20;
+    c->max_request_positions = a->max_request_positions;
+    c->verbose = !a->quiet;
+    c->batch = !a->no_cont_batching;
+    return 0;
+}
+
+/* The requests' defaults settled against the model: a fresh seed per
+ * request unless fixed, the EOS of the checkpoint's files, the values taken
+ * from generation_config.json reported. */
+static void settle_defaults(rf_decode_opts *d, const refusion_tokenizer *tok) {
+    rf_gen_params *p = &d->gen;
+    /* llama-server's default: a request without a seed gets a fresh one
+     * (request.c draws it), unless --seed or the checkpoint's file fixes it */
+    const rf_opt *seed_row = rf_opt_find(rf_decode_table, rf_decode_table_n, "seed");
+    if (d->src[seed_row - rf_decode_table] == RF_SRC_DEFAULT) p->seed = RF_SEED_RANDOM;
+    if (d->config_eos >= 0 && !d->ignore_eos) p->eos_id = d->config_eos;
+    else if (tok && rf_tokenizer_eos_id(tok) >= 0 && !d->ignore_eos)
+        p->eos_id = rf_tokenizer_eos_id(tok); /* as `generate` does */
+    int from_config = 0;
+    for (int i = 0; i < rf_decode_table_n; i++) from_config |= d->src[i] == RF_SRC_CONFIG;
+    if (!from_config) return;
+    fprintf(stderr, "refusion serve: defaults from %s:",
+            d->generation_config ? d->generation_config : "the model's generation_config.json");
+    for (int i = 0; i < rf_decode_table_n; i++)
+        if (d->src[i] == RF_SRC_CONFIG) {
+            char v[64];
+            rf_opt_format(&rf_decode_table[i], d, v, sizeof v);
+            fprintf(stderr, " %s=%s", rf_decode_table[i].http ? rf_decode_table[i].http : rf_decode_table[i].name, v);
+        }
+    fputc('\n', stderr);
+}
+
+/* SIGINT / SIGTERM: the first wakes the main thread through a pipe for a
+ * clean stop, a second one exits at once. The signals are left blocked in
+ * *stop, for the server's threads to inherit a mask without them (the
+ * caller unblocks them once the server runs, so the handler runs in the
+ * main thread, which waits in read()). 0, or -1 with the error printed. */
+static int install_stop_signals(sigset_t *stop) {
+    if (pipe2(stop_pipe, O_CLOEXEC)) {
+        fprintf(stderr, "refusion: serve: pipe: %s\n", strerror(errno));
+        return -1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(stop);
+    sigaddset(stop, SIGINT);
+    sigaddset(stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, stop, NULL);
+    return 0;
+}
+
+/* The line that says what listens where. */
+static void print_listening(const rf_server *s, const rf_serve_config *c, const char *model_dir, int have_tok) {
+    const char *h = c->host;
+    int bracket = strchr(h, ':') != NULL; /* IPv6 literal */
+    char batched[64] = "";
+    if (c->batch)
+        snprintf(batched, sizeof batched, "model calls batched: %d rows x %d threads, ", c->workers, c->batch_threads);
+    fprintf(stderr,
+            "refusion serve: %s (%s%s, %s%d workers x %d threads, %s kernels%s) listening on http://%s%s%s:%d\n",
+            model_dir, rf_method_name(c->defaults.gen.method), have_tok ? "" : ", no tokenizer", batched, c->workers,
+            c->defaults.threads, rf_cpu_tier_name(), c->api_key ? ", API key" : "", bracket ? "[" : "", h,
+            bracket ? "]" : "", rf_serve_port(s));
+    if (!c->api_key && !rf_serve_loopback(s))
+        fprintf(stderr, "refusion serve: warning: listening on %s without an API key: anyone who can reach it can "
+                "use the model (--api-key or REFUSION_API_KEY)\n", h);
+    fflush(stderr);
+}
+
 int cmd_serve(int argc, char **argv) {
     rf_serve_config c;
     rf_serve_config_default(&c);
@@ -196,27 +293,7 @@ int cmd_serve(int argc, char **argv) {
     rf_decode_opts_finish(&c.defaults);
     if (rf_decode_opts_cli("serve", &c.defaults)) return 2;
     const char *model_dir = a.model;
-    c.host = a.host, c.port = a.port, c.model_name = a.name, c.workers = a.parallel;
-    char *file_key = NULL;
-    if (a.api_key_file && !(file_key = read_api_key_file(a.api_key_file))) {
-        fprintf(stderr, "refusion: serve: --api-key-file %s\n", rf_last_error());
-        return 2;
-    }
-    if (file_key) a.api_key = file_key;
-    c.api_key = a.api_key && *a.api_key ? a.api_key : NULL;
-    c.webui = !a.no_webui, c.web_path = a.path, c.slots_endpoint = !a.no_slots;
-    c.cors_origin = a.cors && *a.cors ? a.cors : NULL;
-    c.request_timeout_s = a.request_timeout, c.keepalive_requests = a.keepalive_requests;
-    c.http_threads = a.http_threads;
-    c.max_body = (size_t)a.max_body, c.max_queue = a.max_queue, c.max_connections = a.max_connections;
-    c.max_per_client = a.max_per_client, c.timeout_s = a.timeout, c.queue_wait_s = a.queue_wait;
-    c.generation_timeout_s = a.generation_timeout;
-    c.max_request_bytes = (size_t)a.max_request_mb << 20;
-    c.cache_bytes = (size_t)a.cache_mb << 20;
-    c.max_request_positions = a.max_request_positions;
-    c.verbose = !a.quiet;
-    c.batch = !a.no_cont_batching;
-    rf_gen_params *p = &c.defaults.gen;
+    if (config_of_args(&c, &a)) return 2;
     if (!model_dir) {
         fprintf(stderr, "refusion: serve: need -m MODEL_DIR (see --help)\n");
         return 2;
@@ -250,58 +327,22 @@ int cmd_serve(int argc, char **argv) {
         rf_model_close(m);
         return 1;
     }
-    /* llama-server's default: a request without a seed gets a fresh one
-     * (request.c draws it), unless --seed or the checkpoint's file fixes it */
-    const rf_opt *seed_row = rf_opt_find(rf_decode_table, rf_decode_table_n, "seed");
-    if (c.defaults.src[seed_row - rf_decode_table] == RF_SRC_DEFAULT) p->seed = RF_SEED_RANDOM;
-    if (c.defaults.config_eos >= 0 && !c.defaults.ignore_eos) p->eos_id = c.defaults.config_eos;
-    else if (tok && rf_tokenizer_eos_id(tok) >= 0 && !c.defaults.ignore_eos)
-        p->eos_id = rf_tokenizer_eos_id(tok); /* as `generate` does */
-    int from_config = 0;
-    for (int i = 0; i < rf_decode_table_n; i++) from_config |= c.defaults.src[i] == RF_SRC_CONFIG;
-    if (from_config) {
-        fprintf(stderr, "refusion serve: defaults from %s:",
-                c.defaults.generation_config ? c.defaults.generation_config : "the model's generation_config.json");
-        for (int i = 0; i < rf_decode_table_n; i++)
-            if (c.defaults.src[i] == RF_SRC_CONFIG) {
-                char v[64];
-                rf_opt_format(&rf_decode_table[i], &c.defaults, v, sizeof v);
-                fprintf(stderr, " %s=%s", rf_decode_table[i].http ? rf_decode_table[i].http : rf_decode_table[i].name, v);
-            }
-        fputc('\n', stderr);
-    }
+    settle_defaults(&c.defaults, tok);
     /* the server-wide defaults must be usable on their own (a one-token prompt) */
     int32_t probe = 0;
-    if (rf_params_check(m, &probe, 1, p)) {
+    if (rf_params_check(m, &probe, 1, &c.defaults.gen)) {
         fprintf(stderr, "refusion: serve: default settings (see --help): %s\n", rf_last_error());
         rf_tokenizer_close(tok);
         rf_model_close(m);
         return 2;
     }
 
-    /* SIGINT / SIGTERM: the first wakes the main thread through a pipe for a
-     * clean stop, a second one exits at once. */
-    if (pipe2(stop_pipe, O_CLOEXEC)) {
-        fprintf(stderr, "refusion: serve: pipe: %s\n", strerror(errno));
+    sigset_t stop;
+    if (install_stop_signals(&stop)) {
         rf_tokenizer_close(tok);
         rf_model_close(m);
         return 1;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    /* the server's threads inherit a mask without them, so the handler runs
-     * here in the main thread, which waits in read() */
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop, NULL);
 #ifdef __GLIBC__
     /* Every generation allocates its KV cache (megabytes: the 0.6B shape's
      * is 11 MB for 48 tokens) and frees it when done. By default glibc
@@ -321,21 +362,7 @@ int cmd_serve(int argc, char **argv) {
         rf_model_close(m);
         return 1;
     }
-    const char *h = c.host;
-    int bracket = strchr(h, ':') != NULL; /* IPv6 literal */
-    char batched[64] = "";
-    if (c.batch)
-        snprintf(batched, sizeof batched, "model calls batched: %d rows x %d threads, ", c.workers, c.batch_threads);
-    fprintf(stderr,
-            "refusion serve: %s (%s%s, %s%d workers x %d threads, %s kernels%s) listening on http://%s%s%s:%d\n",
-            model_dir, rf_method_name(c.defaults.gen.method), tok ? "" : ", no tokenizer", batched, c.workers,
-            c.defaults.threads, rf_cpu_tier_name(), c.api_key ? ", API key" : "", bracket ? "[" : "", h,
-            bracket ? "]" : "",
-            rf_serve_port(s));
-    if (!c.api_key && !rf_serve_loopback(s))
-        fprintf(stderr, "refusion serve: warning: listening on %s without an API key: anyone who can reach it can "
-                "use the model (--api-key or REFUSION_API_KEY)\n", h);
-    fflush(stderr);
+    print_listening(s, &c, model_dir, tok != NULL);
 
     unsigned char sig = 0;
     while (read(stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {

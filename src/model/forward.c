@@ -170,7 +170,12 @@ static inline const run *run_of(const run *runs, int n_runs, int i) {
  * per-token steps split the tokens, attention shares its (token, head)
  * pairs; spinning barriers separate the steps. On the demo model a call
  * takes 0.1-0.3 ms: starting a thread team per matmul (33 per call) and
- * libgomp's barriers cost more than the second core gave back. */
+ * libgomp's barriers cost more than the second core gave back.
+ *
+ * It stays one function (over 150 lines) because the region must: its
+ * steps share the team, the barriers and the per-thread state in between.
+ * The same transformer written plainly, one step after the other, is
+ * rf_forward_reference (forward_ref.c), which the tests hold it to. */
 static void forward_runs(const rf_model *m, rf_runstate *s, int T, const int *tokens, const int *pos,
                          const run *runs, int n_runs, int n_logits, const int *logit_idx, float *logits) {
     const rf_config *cfg = &m->cfg;
