@@ -258,9 +258,10 @@ typedef struct {
                                 position order under it (docs/refusion.md). Read-only: generations
                                 may share one */
     int logprobs;            /* 1: report each answer token's log-probability (rf_token_logprob: through
-                                on_logprobs as the tokens become final, and rf_stats.logprobs). AR and the
-                                rolling slot (the same values: the AR head's rows at the same positions);
-                                plan-and-infill and MDM refuse it. 0: off */
+                                on_logprobs as the tokens become final, and rf_stats.logprobs) under the row
+                                it was drawn from: AR and the rolling slot the AR head's (the same values);
+                                plan-and-infill the row that last set the token (plan, re-draft, AR
+                                check); MDM its unmasking step's (docs/refusion.md). 0: off */
     int top_logprobs;        /* with logprobs: the alternatives per token, 0 .. RF_MAX_TOP_LOGPROBS */
     rf_logprob_cb on_logprobs; /* optional (user is passed) */
 } rf_params;

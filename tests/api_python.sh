@@ -542,7 +542,6 @@ raises(refusion.ClosedError, "closed", l2.tokenize, b"x")
 
 # refused, by name: what nothing here provides
 raises(ValueError, "response_format", plain.create_chat_completion, msgs, response_format={"type": "xml"})
-raises(ValueError, "plan-and-infill refuses them", plain.create_chat_completion, msgs, logprobs=True, decoder="refusion", rolling=False)
 raises(ValueError, "top_logprobs needs logprobs", plain.create_chat_completion, msgs, top_logprobs=3)
 raises(ValueError, "not streamed", plain.create_chat_completion, msgs, logprobs=True, stream=True)
 raises(ValueError, "logprobs must be an integer in [0, 20]", plain.create_completion, QR, logprobs=21)
@@ -557,6 +556,14 @@ for extra in ({"decoder": "ar"}, {"decoder": "refusion", "rolling": True}):
                                             all(close(t["logprob"], u["logprob"]) for t, u in zip(e["top_logprobs"], w["top_logprobs"]))
                                             for e, w in zip(content, want)), "chat logprobs (%s) differ from the CLI's" % extra)
     check("".join(e["token"] for e in content) == r["message"]["content"], "chat logprobs (%s): tokens do not join into the text" % extra)
+# plan-and-infill and MDM report them too: an entry per token, the answer unchanged
+for extra in ({"decoder": "refusion", "rolling": False}, {"decoder": "mdm"}):
+    a = plain.create_chat_completion(messages=msgs, **extra)["choices"][0]["message"]["content"]
+    r = plain.create_chat_completion(messages=msgs, logprobs=True, top_logprobs=2, **extra)["choices"][0]
+    content = r["logprobs"]["content"]
+    check(r["message"]["content"] == a and "".join(e["token"] for e in content) == a and
+          all(e["logprob"] <= 0 and len(e["top_logprobs"]) == 2 for e in content),
+          "chat logprobs (%s): %r for %r" % (extra, content[:3], a))
 c = plain.create_completion(lp["prompt_ids"], max_tokens=len(lp["answer_ids"]), decoder="ar", logprobs=2)["choices"][0]
 check(len(c["logprobs"]["token_logprobs"]) == len(want) and
       all(close(x, w["logprob"]) for x, w in zip(c["logprobs"]["token_logprobs"], want)) and

@@ -9,8 +9,8 @@
 #  - the rolling slot: the same answer and the same logprobs as AR, greedy
 #    and sampled;
 #  - under a JSON schema the values are still the model's (before the mask);
-#  - refusals, one line each: plan-and-infill and mdm, --logprobs without
-#    --json, N outside [0, 20].
+#  - plan-and-infill and MDM: an entry per answer token, the answer unchanged;
+#  - refusals, one line each: --logprobs without --json, N outside [0, 20].
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup cli_logprobs
@@ -91,9 +91,20 @@ run generate -m "$M" -p "$P" -n 6 --json --logprobs 0 --decoder ar
 check "[ \"\$(jq -c '[(.logprobs | length), (.logprobs | map(.top_logprobs | length) | add)]' \"\$T/out\")\" = '[6,0]' ]" \
   "--logprobs 0: $(head -c 300 "$T/out")"
 
-expect_fail 1 "plan-and-infill refuses them" generate -m "$M" -p "$P" --decoder refusion --generation-config none \
-  --json --logprobs 2
-expect_fail 1 "MDM refuses them" generate -m "$M" -p "$P" --decoder mdm --json --logprobs 2
+# plan-and-infill and MDM: the same answer as without them, one entry per
+# answer token naming that token, each <= 0, 2 alternatives sorted (their
+# values against the model's rows: tests/decode_logprobs.c)
+for dec in refusion mdm; do
+  run generate -m "$M" -p "$P" -n 16 --decoder $dec --generation-config none --json
+  plain=$(jq -c .answer_ids "$T/out")
+  run generate -m "$M" -p "$P" -n 16 --decoder $dec --generation-config none --json --logprobs 2
+  [ "$rc" -eq 0 ] && ok || bad "$dec with --logprobs: $err"
+  check "[ \"\$(jq -c .answer_ids \"\$T/out\")\" = '$plain' ]" "$dec: --logprobs changed the answer"
+  check "jq -e '(.logprobs | length) == (.answer_ids | length) and (.answer_ids | length) > 0
+    and ([.logprobs, .answer_ids] | transpose | all(.[0].token == .[1] and .[0].logprob <= 0
+      and (.[0].top_logprobs | length) == 2 and .[0].top_logprobs[0].logprob >= .[0].top_logprobs[1].logprob))' \
+    \"\$T/out\" >/dev/null" "$dec: logprobs: $(head -c 400 "$T/out")"
+done
 expect_fail 2 "give --json too" generate -m "$M" -p "$P" --decoder ar --logprobs 2
 expect_fail 2 "--logprobs" generate -m "$M" -p "$P" --decoder ar --json --logprobs 21
 

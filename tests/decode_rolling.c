@@ -243,16 +243,14 @@ static void test_bad_settings(void) {
         int rc = rf_generate_refusion(&m, prompt, 2, &p, &r);
         CHECK(rc == -1 && strstr(rf_last_error(), bad[i].msg), "%s: rc %d, \"%s\"", bad[i].what, rc, rf_last_error());
     }
-    /* logprobs: plan-and-infill and MDM have no one distribution per token */
+    /* logprobs: the settings' bounds (every decoder reports them) */
     struct {
         int method, rolling, logprobs, top;
         const char *msg;
-    } lp[] = {{RF_METHOD_REFUSION, 0, 1, 0, "plan-and-infill refuses them"},
-              {RF_METHOD_MDM, 0, 1, 2, "MDM refuses them"},
-              {RF_METHOD_REFUSION, 1, 1, RF_MAX_TOP_LOGPROBS + 1, "top_logprobs must be in [0, 20]"},
+    } lp[] = {{RF_METHOD_REFUSION, 1, 1, RF_MAX_TOP_LOGPROBS + 1, "top_logprobs must be in [0, 20]"},
               {RF_METHOD_AR, 0, 0, 3, "top_logprobs needs logprobs"},
               {RF_METHOD_AR, 0, 2, 0, "logprobs must be 0 or 1"}};
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 3; i++) {
         rf_gen_params p;
         rf_gen_params_default(&p);
         p.method = lp[i].method, p.rolling = lp[i].rolling, p.logprobs = lp[i].logprobs, p.top_logprobs = lp[i].top;

@@ -14,7 +14,9 @@
 #    likewise;
 #  - llama-server's /completion "n_probs": 3: completion_probabilities with
 #    the same values;
-#  - refusals (400, param and code as OpenAI fills them): plan-and-infill,
+#  - plan-and-infill and mdm: an entry per answer token (its bytes join into
+#    the content), the answer as without logprobs, streamed the same;
+#  - refusals (400, param and code as OpenAI fills them):
 #    top_logprobs without logprobs, top_logprobs 21, a chat "logprobs" that
 #    is not a boolean.
 # Skipped (exit 77) only when the npm package cannot be installed.
@@ -98,6 +100,22 @@ function sameAsCli(content, what) {
   ok(c0.choices[0].logprobs.content.every(e => e.top_logprobs.length === 0) && c0.choices[0].logprobs.content.length === 4,
      'logprobs without top_logprobs: ' + JSON.stringify(c0.choices[0].logprobs));
 
+  // ---- plan-and-infill and MDM: an entry per answer token, the answer unchanged, streamed alike ----
+  for (const mode of [{ mode: 'refusion', rolling: false }, { mode: 'mdm' }]) {
+    const what = mode.mode === 'mdm' ? 'mdm' : 'plan-and-infill';
+    const a = await client.chat.completions.create({ model, messages, max_tokens: 16, ...mode });
+    const c = await client.chat.completions.create({ model, messages, max_tokens: 16, logprobs: true, top_logprobs: 2, ...mode });
+    const content = c.choices[0].logprobs && c.choices[0].logprobs.content;
+    ok(c.choices[0].message.content === a.choices[0].message.content, `${what}: logprobs changed the answer`);
+    ok(content && content.length > 0 && Buffer.concat(content.map(e => Buffer.from(e.bytes))).toString('utf8') === c.choices[0].message.content &&
+       content.every(e => e.logprob <= 0 && e.top_logprobs.length === 2 && e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob),
+       `${what}: ${JSON.stringify(content).slice(0, 300)}`);
+    const st = await client.chat.completions.create({ model, messages, max_tokens: 16, logprobs: true, top_logprobs: 2, stream: true, ...mode });
+    let joined = [];
+    for await (const ch of st) if (ch.choices.length && ch.choices[0].logprobs) joined = joined.concat(ch.choices[0].logprobs.content);
+    ok(JSON.stringify(joined) === JSON.stringify(content), `${what} streamed: ${joined.length} entries != the plain ${content && content.length}`);
+  }
+
   // ---- llama-server's /completion n_probs -------------------------------------------------------
   const r = await fetch(process.env.BASE + '/completion', { method: 'POST', body: JSON.stringify({ prompt: cli.prompt_ids, n_predict: 24, mode: 'ar', n_probs: 3 }) });
   const nat = await r.json();
@@ -107,7 +125,6 @@ function sameAsCli(content, what) {
 
   // ---- refusals -----------------------------------------------------------------------------------
   const refused = [
-    ['plan-and-infill', { logprobs: true, mode: 'refusion', rolling: false }, 'logprobs', 'unsupported_parameter'],
     ['top_logprobs without logprobs', { top_logprobs: 2, mode: 'ar' }, 'top_logprobs', null],
     ['top_logprobs 21', { logprobs: true, top_logprobs: 21, mode: 'ar' }, 'top_logprobs', null],
     ['logprobs 3 in chat', { logprobs: 3, mode: 'ar' }, 'logprobs', null],

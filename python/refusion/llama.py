@@ -393,8 +393,8 @@ class Llama:
         the prompt's text first. Sampling arguments not given (None) are the
         model's recommendation. settings: ReFusion's (decoder, slot_size,
         rolling, ...). logprobs=N: each answer token's log-probability and its
-        N likeliest alternatives (0..20) in choices[0]["logprobs"] (AR decoding
-        and the rolling slot; not with stream=True). grammar: a LlamaGrammar
+        N likeliest alternatives (0..20) in choices[0]["logprobs"] (every
+        decoder; not with stream=True). grammar: a LlamaGrammar
         the text must be a sentence of (every decoder; plan-and-infill and
         MDM commit in position order under it; an error in the grammar is a RefusionValueError with the library's
         message). Arguments with nothing behind them here (suffix,
@@ -462,8 +462,7 @@ class Llama:
         recommendation; think=False renders the template with
         enable_thinking=false; settings: ReFusion's. logprobs=True (with
         top_logprobs=N alternatives, 0..20): choices[0]["logprobs"]["content"]
-        as OpenAI gives it (AR decoding and the rolling slot; not with
-        stream=True). grammar: a LlamaGrammar the answer must be a sentence
+        as OpenAI gives it (every decoder; not with stream=True). grammar: a LlamaGrammar the answer must be a sentence
         of; response_format: {"type": "text"}, {"type": "json_object"} (any
         JSON object; with "schema": a document valid under it, as
         llama-cpp-python) or {"type": "json_schema", "json_schema":

@@ -353,7 +353,7 @@ static const rf_opt gen_opts[] = {
     {.name = "logprobs", .type = RF_OPT_INT, .offset = A(logprobs), .lo = 0, .hi = RF_MAX_TOP_LOGPROBS,
      .metavar = "N",
      .help = "with --json: each answer token's log-probability and its N most likely alternatives (0..20; "
-             "the model's log-softmax, before the sampling settings and a grammar; ar and --rolling)"},
+             "the model's log-softmax, before the sampling settings and a grammar; every decoder: the row each token was drawn from)"},
     {.name = "visualize", .type = RF_OPT_FLAG, .offset = A(visualize),
      .help = "show how the slots fill in, step by step"},
     {.name = "naive", .type = RF_OPT_FLAG, .offset = A(naive), .help = "ReFusion without a KV cache (slow; for checking)"},

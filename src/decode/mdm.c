@@ -212,6 +212,7 @@ static void unmask(rf_mdm_seq *q, const float *logits) {
         k = unmask_in_order(q, logits, k);
         for (int j = 0; j < k; j++) {
             q->tokens[q->idx[j]] = draft[j];
+            ans_logprob(&q->a, q->idx[j] - P, logits + (size_t)j * q->V, q->V, draft[j]);
             ans_fill(&q->a, q->idx[j] - P, draft[j]);
         }
         ss->tpf_ref = (double)k;
@@ -236,6 +237,7 @@ static void unmask(rf_mdm_seq *q, const float *logits) {
     for (int i = 0; i < k; i++) {
         int j = order[i];
         q->tokens[q->idx[j]] = draft[j];
+        ans_logprob(&q->a, q->idx[j] - P, logits + (size_t)j * q->V, q->V, draft[j]);
         ans_fill(&q->a, q->idx[j] - P, draft[j]);
     }
     ss->tpf_ref = (double)k; /* tokens unmasked per model call */

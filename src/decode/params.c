@@ -51,16 +51,6 @@ int rf_gen_check_settings(const rf_gen_params *p) {
         rf_set_error("top_logprobs needs logprobs");
         return -1;
     }
-    /* plan-and-infill commits tokens the mask head drafted (a verified draft
-     * was never drawn from the AR head's row, a forced one from neither) and
-     * MDM unmasks by confidence: neither has one distribution per token that
-     * it was drawn from */
-    if (p->logprobs && p->method != RF_METHOD_AR && !(p->method == RF_METHOD_REFUSION && p->rolling)) {
-        rf_set_error("logprobs are reported by AR decoding and the rolling slot only: %s refuses them "
-                     "(docs/refusion.md, log-probabilities)",
-                     p->method == RF_METHOD_MDM ? "MDM" : "plan-and-infill");
-        return -1;
-    }
     if (p->eos_id < RF_ID_FROM_MODEL) {
         rf_set_error("eos_id must be a token id, -1 (none) or RF_TOKEN_FROM_MODEL, got %d", p->eos_id);
         return -1;

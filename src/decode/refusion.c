@@ -272,6 +272,8 @@ static void grammar_fail(refusion_state *dec) {
 
 /* The argmax of `row` under the grammar's mask for the state after the
  * committed answer and then tok[0..n); `fallback` when the grammar fails. */
+static void lp_of(refusion_state *dec, int r, int j, const float *row, int token);
+
 static int grammar_argmax(refusion_state *dec, const float *row, const int *tok, int n, int fallback) {
     memcpy(dec->grammar_row, row, (size_t)dec->n_vocab * sizeof(float));
     if (rf_constraint_run_mask_after(dec->cr, tok, n, dec->grammar_row)) {
@@ -294,6 +296,7 @@ static void grammar_first_token(refusion_state *dec, int *token) {
     *token = dec->p->temperature > 0
                  ? rf_gumbel_argmax(row, dec->n_vocab, dec->p->temperature, stats.max, &dec->rng)
                  : stats.argmax;
+    lp_of(dec, 0, 0, dec->first_row, *token);
 }
 
 /* A slot's tokens spec[0..S) pass only up to where the grammar stops
@@ -309,6 +312,12 @@ static void grammar_commit(refusion_state *dec, const int *toks, int n) {
             grammar_fail(dec);
             return;
         }
+}
+
+/* With logprobs: token j of chosen row r (slot masked[chosen[r]]) got its
+ * value from logits row `row`. */
+static void lp_of(refusion_state *dec, int r, int j, const float *row, int token) {
+    ans_logprob(&dec->ans, dec->masked[dec->scratch.chosen[r]] * dec->S + j, row, dec->n_vocab, token);
 }
 
 /* Commit chosen rows' tokens to the answer and emit the event. */
@@ -368,6 +377,7 @@ static void infill_draft_after(refusion_state *dec) {
         spec[t] = rf_logits_stats(logits_row(dec, q), dec->n_vocab).argmax;
         if (dec->cr && dec->scratch.tag[t - 1])
             spec[t] = grammar_argmax(dec, logits_row(dec, q), spec + r * S, cached + j, spec[t]);
+        lp_of(dec, r, cached + j, logits_row(dec, q), spec[t]);
     }
 }
 
@@ -380,6 +390,7 @@ static int ar_correct_force(refusion_state *dec, int row, int *spec_row, int j) 
     if (dec->cr) ar_choice = grammar_argmax(dec, logits_row(dec, row), spec_row, j, ar_choice);
     if (ar_choice == spec_row[j]) return 0;
     spec_row[j] = ar_choice;
+    lp_of(dec, (int)(spec_row - dec->scratch.spec) / dec->S, j, logits_row(dec, row), ar_choice);
     return 1;
 }
 
@@ -565,10 +576,14 @@ static int ar_correct_refeed_after(refusion_state *dec) {
     return infill_commit(dec);
 }
 
-/* Plan drafts from logits rows q0.. : argmax, or the Gumbel draw with
- * temperature (the only place the RNG is used, so drafting a lookahead plan
- * early keeps the draw order), and the draft's probability. */
-static void plan_drafts(refusion_state *dec, int q0, int n, int *draft, float *conf) {
+/* Plan drafts from logits rows q0.. (answer positions apos[]): argmax, or
+ * the Gumbel draw with temperature (the only place the RNG is used, so
+ * drafting a lookahead plan early keeps the draw order), and the draft's
+ * probability. With logprobs every token keeps the log-probabilities of
+ * the row that last gave it its value (here, and wherever a token is
+ * replaced: lp_of), so a committed token reports the distribution it was
+ * drawn from. */
+static void plan_drafts(refusion_state *dec, int q0, int n, const int *apos, int *draft, float *conf) {
     for (int i = 0; i < n; i++) {
         const float *row = logits_row(dec, q0 + i);
         rf_logit_stats stats = rf_logits_stats(row, dec->n_vocab);
@@ -576,6 +591,7 @@ static void plan_drafts(refusion_state *dec, int q0, int n, int *draft, float *c
                        ? rf_gumbel_argmax(row, dec->n_vocab, dec->p->temperature, stats.max, &dec->rng)
                        : stats.argmax;
         conf[i] = (float)rf_logit_prob(row, &stats, draft[i]);
+        ans_logprob(&dec->ans, apos[i], row, dec->n_vocab, draft[i]);
     }
     /* under a grammar the first masked slot is chosen: its first token is
      * drawn again from this row with the grammar's mask (verify) */
@@ -662,7 +678,10 @@ static int lookahead_feed_masks(refusion_state *dec, int block, const int *maske
 /* Lookahead: every chosen slot was committed, so the masks fed behind them
  * (logits rows q0..) give the next plan. */
 static void lookahead_keep_plan(refusion_state *dec, int q0, int n_next) {
-    plan_drafts(dec, q0, n_next, dec->next_plan_draft, dec->next_plan_conf);
+    int *apos = rf_scoped_malloc((size_t)n_next * sizeof(int));
+    for (int i = 0; i < n_next; i++) apos[i] = dec->pos[dec->logit_idx[q0 + i]] - dec->P;
+    plan_drafts(dec, q0, n_next, apos, dec->next_plan_draft, dec->next_plan_conf);
+    rf_scoped_free(apos);
     dec->next_plan_n = n_next;
 }
 
@@ -687,6 +706,7 @@ static void ar_check_first_tokens(refusion_state *dec, const int *masked, int n_
             how[k * S] = HOW_FIRST_REPLACED;
             spec[k * S] = dec->tok[k * S] =
                 dec->cr ? grammar_argmax(dec, ar_row_logits, NULL, 0, stats.argmax) : stats.argmax;
+            lp_of(dec, k, 0, ar_row_logits, spec[k * S]);
         }
     }
 }
@@ -954,7 +974,8 @@ int rf_pi_seq_after(rf_pi_seq *q, const float *logits) {
     switch (q->kind) {
     case CALL_PLAN:
         rf_kv_crop(&q->kv, q->kv.len - q->call_n);
-        plan_drafts(q, 0, q->call_n, q->scratch.draft, q->scratch.conf);
+        for (int i = 0; i < q->call_n; i++) q->logit_idx[i] = q->pos[i] - q->P; /* answer positions */
+        plan_drafts(q, 0, q->call_n, q->logit_idx, q->scratch.draft, q->scratch.conf);
         verify(q);
         break;
     case CALL_VERIFY: rc = verify_after(q); break;

@@ -105,7 +105,7 @@ static int check_unsupported(json_t *o, rf_serve_req *r) {
 /* Chat: "logprobs": true | false and "top_logprobs": 0..20 (which needs
  * "logprobs": true, as OpenAI says); completions: "logprobs": 0..20 (the
  * alternatives per token; false or null: none) into p.logprobs and
- * p.top_logprobs. The decoders that report them: AR and the rolling slot. */
+ * p.top_logprobs (every decoder reports them). */
 static int parse_logprobs(json_t *o, rf_serve_req *r) {
     json_t *v = field(o, "logprobs"), *top = field(o, "top_logprobs");
     int on = 0, n_top = 0;
@@ -144,13 +144,6 @@ static int parse_logprobs(json_t *o, rf_serve_req *r) {
             }
             on = 1, n_top = (int)json_integer_value(v);
         }
-    }
-    if (on && r->p.method != RF_METHOD_AR && !(r->p.method == RF_METHOD_REFUSION && r->p.rolling)) {
-        r->err_unsupported = 1;
-        rf_set_error("\"logprobs\": AR decoding and the rolling slot report them (\"mode\": \"ar\", or "
-                     "\"rolling\": true); %s commits tokens no single distribution drew",
-                     r->p.method == RF_METHOD_MDM ? "mdm" : "plan-and-infill");
-        return -1;
     }
     r->p.logprobs = on, r->p.top_logprobs = n_top;
     r->err_param[0] = 0;
