@@ -12,7 +12,9 @@
  *    double: per output |y - ref| <= 2e-5 (1 + cols / 1000) x the sum of
  *    the |terms| (the kernel rounds the scale products and f32 sums only);
  *  - rf_mat_row_f32 (the embedding lookup) gives the dequantised row
- *    exactly. */
+ *    exactly;
+ *  - where the tier packs the type (Q4_K at avx512 and up: 16-row panels),
+ *    the same checks on the panel copy, and one call of 70 tokens. */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -91,6 +93,8 @@ static double check_matmul(const rf_mat *W, const float *X, int n) {
     return worst;
 }
 
+static int n_packed; /* matrices checked with a panel copy */
+
 static void test_tier(const char *tier) {
     rf_rng g;
     rf_rng_seed(&g, 7);
@@ -122,6 +126,33 @@ static void test_tier(const char *tier) {
                 }
                 CHECK(worst <= 1, "%s %s rows=%d cols=%d n=1..%d: error %.3g x the bound (at n=%d)", tier,
                       rf_dtype_name(t), rows, cols, nmax, worst, wn);
+                /* the panel copy where this tier packs the type (Q4_K at
+                 * avx512 and up): the same checks, and one call wider than
+                 * the kernel's token block */
+                const size_t pb = rf_mat_pack_bytes(&W);
+                if (pb) {
+                    void *pk = rf_aligned_alloc(pb);
+                    rf_mat_pack(&W, pk);
+                    worst = 0, wn = 0;
+                    for (int n = 1; n <= nmax; n++) {
+                        double e = check_matmul(&W, X, n);
+                        if (!(e <= worst)) worst = e, wn = n;
+                    }
+                    CHECK(worst <= 1, "%s %s packed rows=%d cols=%d n=1..%d: error %.3g x the bound (at n=%d)",
+                          tier, rf_dtype_name(t), rows, cols, nmax, worst, wn);
+                    if (cols <= 1024) {
+                        const int wide = 70;
+                        float *Xw = malloc(sizeof(float) * (size_t)wide * cols);
+                        for (size_t i = 0; i < (size_t)wide * cols; i++) Xw[i] = (float)(rf_rng_uniform(&g) * 2 - 1);
+                        double e = check_matmul(&W, Xw, wide);
+                        CHECK(e <= 1, "%s %s packed rows=%d cols=%d n=%d: error %.3g x the bound", tier,
+                              rf_dtype_name(t), rows, cols, wide, e);
+                        free(Xw);
+                    }
+                    n_packed++;
+                    free(pk);
+                    W.packed = NULL;
+                }
                 free(X), free(data);
             }
         }
@@ -135,8 +166,9 @@ int main(void) {
             printf("SKIPPED: %s (this CPU or build lacks it)\n", tier);
             continue;
         }
+        n_packed = 0;
         test_tier(tier);
-        printf("%s: checked\n", tier);
+        printf("%s: checked (%d matrices also packed)\n", tier, n_packed);
     }
     rf_kernels_shutdown();
     return check_summary("kernels_kquant");

@@ -563,7 +563,9 @@ typedef struct {
 size_t rf_q8p_prep_avx512_bytes(int n, int cols) { return (size_t)n * (cols / RF_QK) * sizeof(xq_block); }
 
 void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt, int part, int parts) {
-    const int nb = cols / RF_QK, off = wdt == RF_Q8_0 ? 128 : 8; /* the weights' offset (see the pack) */
+    /* the weights' offset (see the pack); Q4_K: -1, init = sum(q), which
+     * the kernel scales by each chunk's min */
+    const int nb = cols / RF_QK, off = wdt == RF_Q8_0 ? 128 : wdt == RF_Q4_0 ? 8 : -1;
     int b0, b1;
     rf_share(nb, part, parts, &b0, &b1);
     for (int t = 0; t < n; t++)
@@ -600,8 +602,8 @@ static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, 
                                                              const uint8_t *wb, size_t panel, const xq_block *x,
                                                              __m512i ia[][8]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    for (int t = 0; t < T; t++) {
-        __m512i init = _mm512_set1_epi32(x[t].init);
+    for (int t = 0; t < T; t++) { /* Q4_K: its mins are applied in f32 (qkp_kern) */
+        __m512i init = dt == RF_Q4_K ? _mm512_setzero_si512() : _mm512_set1_epi32(x[t].init);
         for (int p = 0; p < P; p++) ia[p][t] = init;
     }
     for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
@@ -809,9 +811,115 @@ static void qp_range_blocks(float *Y, size_t ldy, const xq_block *X, const rf_ma
     }
 }
 
+/* ---- Q4_K, packed panels ------------------------------------------------------
+ *
+ * The layout (matmul_pack.c): per panel and 256-column super-block, the 8
+ * chunks' nibbles as Q4_0's, then the chunks' scales and mins as bytes and
+ * the rows' d and dmin. Per chunk, the integer dot of each (panel, token)
+ * as Q4_0's (qblock_dot), then per (panel, token) one conversion and two
+ * FMAs: the scale d sc times the token's dx, and the min dmin m times dx
+ * sum(x_q). The blocks-outside order of qp_range_blocks, for every width:
+ * the f32 sums of KP_PANELS panels and up to KP_MAX_N tokens in a buffer
+ * (the row's super-blocks stream once per KP_MAX_N tokens). */
+#define KP_PANELS 2
+#define KP_MAX_N 64
+
+/* chunk c (wc: its nibbles in panel 0) of P panels for T tokens (x: the
+ * chunk's first token); sc: the chunk's scale bytes in panel 0 (mins 128
+ * on); d: the super-block's d in panel 0 (dmin 16 floats on) */
+static inline __attribute__((always_inline)) void qkp_kern(const int P, const int T, const uint8_t *wc,
+                                                           const uint8_t *sc, const float *d, size_t panel,
+                                                           const xq_block *x, float *acc) {
+    __m512i ia[KP_PANELS][8];
+    qblock_dot(RF_Q4_K, P, T, wc, panel, x, ia);
+    for (int p = 0; p < P; p++) {
+        const uint8_t *s = sc + p * panel;
+        const float *dp = (const float *)((const uint8_t *)d + p * panel);
+        const __m512 scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s))),
+                                           _mm512_load_ps(dp)),
+                     min = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 128)))),
+                                         _mm512_load_ps(dp + 16));
+        for (int t = 0; t < T; t++) {
+            float *a = acc + (size_t)t * 16 * KP_PANELS + 16 * p;
+            __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(scale, _mm512_set1_ps(x[t].dx)),
+                                       _mm512_load_ps(a));
+            _mm512_store_ps(a, _mm512_fnmadd_ps(min, _mm512_set1_ps(x[t].dx * (float)x[t].init), v));
+        }
+    }
+}
+
+#define QKP_T(P)                                                                                   \
+    switch (T) {                                                                                   \
+    case 1: qkp_kern(P, 1, wc, sc, d, panel, xb, a); break;                                        \
+    case 2: qkp_kern(P, 2, wc, sc, d, panel, xb, a); break;                                        \
+    case 3: qkp_kern(P, 3, wc, sc, d, panel, xb, a); break;                                        \
+    case 4: qkp_kern(P, 4, wc, sc, d, panel, xb, a); break;                                        \
+    case 5: qkp_kern(P, 5, wc, sc, d, panel, xb, a); break;                                        \
+    case 6: qkp_kern(P, 6, wc, sc, d, panel, xb, a); break;                                        \
+    case 7: qkp_kern(P, 7, wc, sc, d, panel, xb, a); break;                                        \
+    default: qkp_kern(P, 8, wc, sc, d, panel, xb, a); break;                                       \
+    }
+
+/* P panels from w, tokens [t0, t0 + m) of the call's n, into acc[m][16
+ * KP_PANELS]: super-blocks outside, near-equal tiles of <= 8 tokens inside */
+static void qkp_group(int P, const uint8_t *w, size_t panel, int nsb, const xq_block *X, int n, int t0, int m,
+                      float *acc) {
+    const int ntt = (m + 7) / 8;
+    for (int s = 0; s < nsb; s++) {
+        const uint8_t *ws = w + (size_t)s * RF_Q4KP_SB;
+        /* each panel's stream PF_AHEAD bytes ahead (into the next group's
+         * panels near the end, as qbgroup) */
+        for (int p = 0; p < P; p++)
+            for (size_t l = 0; l < RF_Q4KP_SB; l += 64) {
+                const size_t off = (size_t)s * RF_Q4KP_SB + PF_AHEAD + l;
+                const uint8_t *a = off < panel ? w + p * panel + off : w + (KP_PANELS + p) * panel + (off - panel);
+                _mm_prefetch((const char *)a, _MM_HINT_T0);
+            }
+        const float *d = (const float *)(ws + 2304);
+        for (int c = 0; c < 8; c++) {
+            const uint8_t *wc = ws + 256 * c, *sc = ws + 2048 + 16 * c;
+            for (int i = 0, u = 0; i < ntt; i++) {
+                const int T = m / ntt + (i < m % ntt);
+                const xq_block *xb = X + (size_t)(8 * s + c) * n + t0 + u;
+                float *a = acc + (size_t)u * 16 * KP_PANELS;
+                if (P == KP_PANELS) QKP_T(KP_PANELS) else QKP_T(1)
+                u += T;
+            }
+        }
+    }
+}
+
+static void q4kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, int n, int a, int b) {
+    const int nsb = W->cols / RF_QK_K;
+    const size_t panel = (size_t)nsb * RF_Q4KP_SB;
+    const uint8_t *pk = W->packed;
+    _Alignas(64) float acc[KP_MAX_N * 16 * KP_PANELS];
+    for (int r = a, P; r < b; r += 16 * P) {
+        P = (b - r + 15) / 16 < KP_PANELS ? 1 : KP_PANELS;
+        const int rows = b - r < 16 * P ? b - r : 16 * P;
+        const __mmask16 k0 = rows >= 16 ? 0xFFFF : (__mmask16)((1u << rows) - 1),
+                        k1 = rows >= 32 ? 0xFFFF : rows <= 16 ? 0 : (__mmask16)((1u << (rows - 16)) - 1);
+        for (int t0 = 0; t0 < n; t0 += KP_MAX_N) {
+            const int m = n - t0 < KP_MAX_N ? n - t0 : KP_MAX_N;
+            memset(acc, 0, sizeof(float) * (size_t)m * 16 * KP_PANELS);
+            qkp_group(P, pk + (size_t)(r / 16) * panel, panel, nsb, X, n, t0, m, acc);
+            for (int t = 0; t < m; t++) {
+                const float *s = acc + (size_t)t * 16 * KP_PANELS;
+                float *y = Y + (size_t)(t0 + t) * ldy + r;
+                _mm512_mask_storeu_ps(y, k0, _mm512_load_ps(s));
+                if (k1) _mm512_mask_storeu_ps(y + 16, k1, _mm512_load_ps(s + 16));
+            }
+        }
+    }
+}
+
 /* Panel groups outside, token tiles inside, as rf_bf16p_range_avx512 (each
  * weight read from memory once per call, the later tiles from L2). */
 void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
+    if (W->dtype == RF_Q4_K) {
+        q4kp_range(Y, ldy, xp, W, n, a, b);
+        return;
+    }
     const int nb = W->cols / RF_QK;
     const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
     const uint8_t *pk = W->packed;

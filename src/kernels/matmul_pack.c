@@ -99,3 +99,45 @@ void rf_q4p_pack(void *dst, const void *w, int rows, int cols) {
             }
         }
 }
+
+/* Q4_K: per panel and 256-column super-block (RF_Q4KP_SB = 2,432 bytes per
+ * 16 x 256 weights, 4.75 bits a weight; Q4_K itself: 4.5): the 8 chunks of
+ * 32 columns as Q4_0's panels hold theirs (chunk c at byte 256 c, vector v,
+ * lane r, byte k: low nibble = level of column 32 c + 4 v + k, high nibble
+ * = of column 32 c + 16 + 4 v + k, the levels 0..15 as stored), then the
+ * chunks' 6-bit scales (byte 2048 + 16 c + r) and mins (byte 2176 + 16 c +
+ * r) as bytes, then the 16 rows' d and dmin in f32 (bytes 2304 and 2368).
+ * A weight is d sc q - dmin m, as ggml dequantises it. avx512 only
+ * (rf_mat_pack_bytes packs it where that tier is active; other tiers read
+ * the row-major blocks). */
+size_t rf_q4kp_pack_bytes(int rows, int cols) {
+    return (size_t)((rows + 15) / 16) * (cols / RF_QK_K) * RF_Q4KP_SB;
+}
+
+void rf_q4kp_pack(void *dst, const void *w, int rows, int cols) {
+    const int nsb = cols / RF_QK_K, np = (rows + 15) / 16;
+    const rf_block_q4_k *W = w;
+#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
+    for (int p = 0; p < np; p++)
+        for (int s = 0; s < nsb; s++) {
+            uint8_t *o = (uint8_t *)dst + ((size_t)p * nsb + s) * RF_Q4KP_SB;
+            float *d = (float *)(o + 2304), *dmin = (float *)(o + 2368);
+            memset(o, 0, RF_Q4KP_SB);
+            for (int r = 0; r < 16 && 16 * p + r < rows; r++) {
+                const rf_block_q4_k *blk = W + (size_t)(16 * p + r) * nsb + s;
+                for (int c = 0; c < 8; c++) {
+                    /* ggml: qs[32 (c / 2) + l], low nibble for even c, high for odd */
+                    const uint8_t *qs = blk->qs + 32 * (c / 2);
+                    const int shift = 4 * (c & 1);
+                    for (int v = 0; v < 4; v++)
+                        for (int k = 0; k < 4; k++) {
+                            uint8_t lo = (qs[4 * v + k] >> shift) & 0x0F, hi = (qs[16 + 4 * v + k] >> shift) & 0x0F;
+                            o[256 * c + 64 * v + 4 * r + k] = (uint8_t)(lo | hi << 4);
+                        }
+                    rf_k4_scale_min(c, blk->scales, o + 2048 + 16 * c + r, o + 2176 + 16 * c + r);
+                }
+                d[r] = rf_f16_to_f32(blk->d);
+                dmin[r] = rf_f16_to_f32(blk->dmin);
+            }
+        }
+}
