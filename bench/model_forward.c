@@ -21,7 +21,8 @@
  * the 8B shape (n = 1, 32; Q4_0 AR decode). --model DIR times that
  * checkpoint instead of the 0.6B shape (e.g. the demo model, whose weights
  * stay in cache: there a call's cost is compute and per-call overhead, the
- * regime of the paper table's speed figures); --n sets the call widths.
+ * regime of the paper table's speed figures; --dtype bf16 then means the
+ * checkpoint's own types, e.g. a Q4_K_M GGUF); --n sets the call widths.
  * Every figure is the best of the repetitions: on a shared machine the
  * minimum is the least disturbed. */
 #include <stdio.h>
@@ -39,7 +40,7 @@
 #include "model/forward.h"
 #include "util/util.h"
 
-static double g_gbs, g_peak[3][5]; /* [tier][dtype]; amx: the tile instructions' peaks */
+static double g_gbs, g_peak[3][RF_DTYPE_COUNT]; /* [tier][dtype]; amx: the tile instructions' peaks */
 
 static size_t mat_bytes(const rf_mat *w) { return rf_dtype_row_bytes(w->dtype, w->cols) * w->rows; }
 
@@ -211,6 +212,7 @@ int main(int argc, char **argv) {
     double f32 = rf_measure_fma_gflops(), i8 = rf_peak_i8_maddubs_avx2(), i8u = rf_peak_i8_maddubs16_avx2();
     g_peak[0][RF_BF16] = g_peak[1][RF_F32] = g_peak[0][RF_F32] = f32;
     g_peak[0][RF_Q8_0] = i8, g_peak[0][RF_Q4_0] = i8u;
+    for (int d = RF_Q4_0 + 1; d < RF_DTYPE_COUNT; d++) g_peak[0][d] = i8u; /* the other block types: int8 dots */
     printf("machine: %d threads, cpu %s%s%s, measured read bandwidth %.1f GB/s\n", omp_get_max_threads(),
            rf_cpu_tier_str(rf_cpu_tier_detected()), rf_cpu_note()[0] ? "; " : "", rf_cpu_note(), g_gbs);
     printf("peaks (G ops/s): avx2 f32 FMA %.0f, avx2 int8 maddubs %.0f (Q8_0 step), %.0f (Q4_0 step)", f32, i8, i8u);
@@ -221,10 +223,11 @@ int main(int argc, char **argv) {
         int dp = rf_matmul_bf16p_kernel() == RF_BF16P_DP;
         g_peak[1][RF_BF16] = dp ? dot : fma512;
         g_peak[1][RF_Q8_0] = g_peak[1][RF_Q4_0] = rf_peak_i8_vnni_avx512();
+        for (int d = RF_Q4_0 + 1; d < RF_DTYPE_COUNT; d++) g_peak[1][d] = g_peak[1][RF_Q8_0];
         printf(", avx512 f32 FMA %.0f%s, avx512 bf16 dot %.0f%s, avx512 int8 VNNI %.0f", fma512,
                dp ? "" : " (packed bf16)", dot, dp ? " (packed bf16)" : "", g_peak[1][RF_Q8_0]);
     }
-    for (int d = 0; d < 5; d++) g_peak[2][d] = g_peak[1][d];
+    for (int d = 0; d < RF_DTYPE_COUNT; d++) g_peak[2][d] = g_peak[1][d]; /* K-quants stay on avx512 */
     if (rf_cpu_tier_detected() >= RF_CPU_AMX && rf_peak_bf16_tile_amx() > 0) {
         /* amx: bf16 on TDPBF16PS; Q8_0 / Q4_0 on TDPBSUD with K = one 32-block (the packed weights of a wide call) */
         g_peak[2][RF_BF16] = rf_peak_bf16_tile_amx();
@@ -266,7 +269,8 @@ int main(int argc, char **argv) {
     for (int ti = 0; ti < n_tiers; ti++)
         if (rf_cpu_set_tier((rf_cpu_tier)tiers[ti]) == 0) {
             printf("  %-6s", tnames[tiers[ti]]);
-            for (int di = 0; di < n_dts; di++) printf("  %s %.1f", dnames[dts[di]], dec[tiers[ti]][dts[di]]);
+            for (int di = 0; di < n_dts; di++) /* with --model, "bf16" is the checkpoint's own types */
+                printf("  %s %.1f", model_dir && dts[di] == 0 ? "as stored" : dnames[dts[di]], dec[tiers[ti]][dts[di]]);
             printf("\n");
         }
     if (dir8b) {

@@ -564,7 +564,8 @@ size_t rf_q8p_prep_avx512_bytes(int n, int cols) { return (size_t)n * (cols / RF
 
 void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt, int part, int parts) {
     /* the weights' offset (see the pack); Q4_K: -1, init = sum(q), which
-     * the kernel scales by each chunk's min */
+     * the kernel scales by each chunk's min; Q6_K: the sums of the two
+     * 16-column halves (|sum| <= 2032) as init's low and high 16 bits */
     const int nb = cols / RF_QK, off = wdt == RF_Q8_0 ? 128 : wdt == RF_Q4_0 ? 8 : -1;
     int b0, b1;
     rf_share(nb, part, parts, &b0, &b1);
@@ -582,7 +583,8 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
             _mm_storeu_si128((__m128i *)o->q, _mm512_cvtepi32_epi8(qa));
             _mm_storeu_si128((__m128i *)(o->q + 16), _mm512_cvtepi32_epi8(qc));
             o->dx = d;
-            o->init = -off * _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
+            const int32_t sa = _mm512_reduce_add_epi32(qa), sc = _mm512_reduce_add_epi32(qc);
+            o->init = wdt == RF_Q6_K ? (int32_t)((uint32_t)(uint16_t)sa | (uint32_t)sc << 16) : -off * (sa + sc);
         }
 }
 
@@ -913,11 +915,104 @@ static void q4kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W,
     }
 }
 
+/* ---- Q6_K, packed panels ------------------------------------------------------
+ *
+ * The layout (matmul_pack.c): per panel and 256-column super-block, 8
+ * chunks of 32 columns, each its low nibbles as a Q4_0 panel and its high
+ * bit pairs in two vectors; then the 16-column scales as bytes and the
+ * rows' d. Per chunk and (panel, token) two integer dots, the chunk's
+ * first 16 columns (the low nibbles' groups) and its last 16, each with
+ * the weights' offset 32 folded in through the token's half sums
+ * (rf_q8p_prep_avx512 keeps them in init's two 16-bit halves); then two
+ * conversions, the scales, and one FMA by the token's dx. Two accumulators
+ * per (panel, token): one panel at a time, tiles of up to 8 tokens, the
+ * super-blocks outside as for Q4_K. */
+#define K6_MAX_N 64
+
+/* chunk wc of one panel for T tokens (x: the chunk's first token); sc:
+ * its scale bytes (the last 16 columns' 16 on); d: the rows' d */
+static inline __attribute__((always_inline)) void q6kp_kern(const int T, const uint8_t *wc, const uint8_t *sc,
+                                                            const float *d, const xq_block *x, float *acc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512i ia[2][8];
+    for (int t = 0; t < T; t++) {
+        ia[0][t] = _mm512_set1_epi32(-32 * (int16_t)(x[t].init & 0xFFFF));
+        ia[1][t] = _mm512_set1_epi32(-32 * (x[t].init >> 16));
+    }
+    for (int v = 0; v < 4; v++) {
+        const __m512i q = _mm512_load_si512(wc + 64 * v), h = _mm512_load_si512(wc + 256 + 64 * (v / 2));
+        const __m512i hl = v & 1 ? h : _mm512_slli_epi16(h, 4), hh = v & 1 ? _mm512_srli_epi16(h, 2) : _mm512_slli_epi16(h, 2);
+        const __m512i lo = _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(hl, m30)),
+                      hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), _mm512_and_si512(hh, m30));
+        for (int t = 0; t < T; t++) {
+            int32_t ql, qh;
+            memcpy(&ql, x[t].q + 4 * v, 4);
+            memcpy(&qh, x[t].q + 16 + 4 * v, 4);
+            ia[0][t] = _mm512_dpbusd_epi32(ia[0][t], lo, _mm512_set1_epi32(ql));
+            ia[1][t] = _mm512_dpbusd_epi32(ia[1][t], hi, _mm512_set1_epi32(qh));
+        }
+    }
+    const __m512 dv = _mm512_load_ps(d);
+    const __m512 s0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc))), dv),
+                 s1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16)))), dv);
+    for (int t = 0; t < T; t++) {
+        float *a = acc + (size_t)t * 16;
+        const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[0][t]), s0, _mm512_mul_ps(_mm512_cvtepi32_ps(ia[1][t]), s1));
+        _mm512_store_ps(a, _mm512_fmadd_ps(f, _mm512_set1_ps(x[t].dx), _mm512_load_ps(a)));
+    }
+}
+
+/* one panel w, tokens [t0, t0 + m) of the call's n, into acc[m][16] */
+static void q6kp_group(const uint8_t *w, int nsb, const xq_block *X, int n, int t0, int m, float *acc) {
+    const int ntt = (m + 7) / 8;
+    for (int s = 0; s < nsb; s++) {
+        const uint8_t *ws = w + (size_t)s * RF_Q6KP_SB;
+        for (size_t l = 0; l < RF_Q6KP_SB; l += 64) /* PF_AHEAD bytes ahead, into the next panel near the end */
+            _mm_prefetch((const char *)(ws + PF_AHEAD + l), _MM_HINT_T0);
+        for (int c = 0; c < 8; c++) {
+            const uint8_t *wc = ws + 384 * c, *sc = ws + 3072 + 32 * c;
+            const float *d = (const float *)(ws + 3328);
+            for (int i = 0, u = 0; i < ntt; i++) {
+                const int T = m / ntt + (i < m % ntt);
+                const xq_block *xb = X + (size_t)(8 * s + c) * n + t0 + u;
+                float *a = acc + (size_t)u * 16;
+                switch (T) {
+                case 1: q6kp_kern(1, wc, sc, d, xb, a); break;
+                case 2: q6kp_kern(2, wc, sc, d, xb, a); break;
+                case 3: q6kp_kern(3, wc, sc, d, xb, a); break;
+                case 4: q6kp_kern(4, wc, sc, d, xb, a); break;
+                case 5: q6kp_kern(5, wc, sc, d, xb, a); break;
+                case 6: q6kp_kern(6, wc, sc, d, xb, a); break;
+                case 7: q6kp_kern(7, wc, sc, d, xb, a); break;
+                default: q6kp_kern(8, wc, sc, d, xb, a); break;
+                }
+                u += T;
+            }
+        }
+    }
+}
+
+static void q6kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, int n, int a, int b) {
+    const int nsb = W->cols / RF_QK_K;
+    const size_t panel = (size_t)nsb * RF_Q6KP_SB;
+    _Alignas(64) float acc[K6_MAX_N * 16];
+    for (int r = a; r < b; r += 16) {
+        const int rows = b - r < 16 ? b - r : 16;
+        const __mmask16 k = rows >= 16 ? 0xFFFF : (__mmask16)((1u << rows) - 1);
+        for (int t0 = 0; t0 < n; t0 += K6_MAX_N) {
+            const int m = n - t0 < K6_MAX_N ? n - t0 : K6_MAX_N;
+            memset(acc, 0, sizeof(float) * (size_t)m * 16);
+            q6kp_group((const uint8_t *)W->packed + (size_t)(r / 16) * panel, nsb, X, n, t0, m, acc);
+            for (int t = 0; t < m; t++) _mm512_mask_storeu_ps(Y + (size_t)(t0 + t) * ldy + r, k, _mm512_load_ps(acc + 16 * t));
+        }
+    }
+}
+
 /* Panel groups outside, token tiles inside, as rf_bf16p_range_avx512 (each
  * weight read from memory once per call, the later tiles from L2). */
 void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
-    if (W->dtype == RF_Q4_K) {
-        q4kp_range(Y, ldy, xp, W, n, a, b);
+    if (W->dtype == RF_Q4_K || W->dtype == RF_Q6_K) {
+        (W->dtype == RF_Q4_K ? q4kp_range : q6kp_range)(Y, ldy, xp, W, n, a, b);
         return;
     }
     const int nb = W->cols / RF_QK;

@@ -41,6 +41,9 @@ void rf_q4p_pack(void *dst, const void *w, int rows, int cols);
 #define RF_Q4KP_SB 2432 /* Q4_K: bytes per panel and 256-column super-block (matmul_pack.c) */
 size_t rf_q4kp_pack_bytes(int rows, int cols);
 void rf_q4kp_pack(void *dst, const void *w, int rows, int cols);
+#define RF_Q6KP_SB 3392 /* Q6_K: bytes per panel and 256-column super-block (matmul_pack.c) */
+size_t rf_q6kp_pack_bytes(int rows, int cols);
+void rf_q6kp_pack(void *dst, const void *w, int rows, int cols);
 
 /* ---- avx2 (matmul_q.c): Q8_0 / Q4_0 with maddubs ---- */
 typedef struct {
@@ -115,7 +118,7 @@ size_t rf_bf16dp_prep_avx512_bytes(int n, int cols, int single);
 /* share part of parts (16-column chunks: its layout is pair-major) */
 void rf_bf16dp_prep_avx512(void *xp, const float *X, int n, int cols, int single, int part, int parts);
 void rf_bf16dp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
-/* Q8_0 / Q4_0 / Q4_K with W in 16-row panels (rf_mat_pack) and the activations
+/* Q8_0 / Q4_0 / Q4_K / Q6_K with W in 16-row panels (rf_mat_pack) and the activations
  * per token and block (the same rounding as rf_q_prep_avx512; the prep
  * depends on the weight dtype); a is a multiple of 16 */
 size_t rf_q8p_prep_avx512_bytes(int n, int cols);

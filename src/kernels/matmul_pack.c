@@ -141,3 +141,49 @@ void rf_q4kp_pack(void *dst, const void *w, int rows, int cols) {
             }
         }
 }
+
+size_t rf_q6kp_pack_bytes(int rows, int cols) {
+    return (size_t)((rows + 15) / 16) * (cols / RF_QK_K) * RF_Q6KP_SB;
+}
+
+/* weight e (0..255) of a Q6_K block as its unsigned 6-bit value (ggml:
+ * element 128 h + 32 g + l, g = 0..3, takes ql[64 h + l + 32 (g & 1)]'s
+ * low nibble for g < 2 and high for g >= 2, and qh[32 h + l]'s bits 2 g) */
+static int q6_value(const rf_block_q6_k *b, int e) {
+    const int h = e / 128, g = e % 128 / 32, l = e % 32;
+    const int lo = (b->ql[64 * h + l + 32 * (g & 1)] >> (g >= 2 ? 4 : 0)) & 0x0F;
+    return lo | ((b->qh[32 * h + l] >> (2 * g)) & 3) << 4;
+}
+
+/* Per panel and super-block: 8 chunks of 32 columns, each the low nibbles
+ * as a Q4_0 panel (256 B) and the high bit pairs (128 B: vector v's byte
+ * 4r + k, in byte 4r + k of high vector v / 2 at bit 4 (v & 1), column
+ * 4v + k's pair, then column 16 + 4v + k's); then the 16 scales of each
+ * row as bytes, chunk c's first 16 columns at 3072 + 32c + r and its last
+ * at 3072 + 32c + 16 + r; then the rows' d at 3328. */
+void rf_q6kp_pack(void *dst, const void *w, int rows, int cols) {
+    const int nsb = cols / RF_QK_K, np = (rows + 15) / 16;
+    const rf_block_q6_k *W = w;
+#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
+    for (int p = 0; p < np; p++)
+        for (int s = 0; s < nsb; s++) {
+            uint8_t *o = (uint8_t *)dst + ((size_t)p * nsb + s) * RF_Q6KP_SB;
+            float *d = (float *)(o + 3328);
+            memset(o, 0, RF_Q6KP_SB);
+            for (int r = 0; r < 16 && 16 * p + r < rows; r++) {
+                const rf_block_q6_k *blk = W + (size_t)(16 * p + r) * nsb + s;
+                for (int c = 0; c < 8; c++) {
+                    uint8_t *oc = o + 384 * c;
+                    for (int v = 0; v < 4; v++)
+                        for (int k = 0; k < 4; k++) {
+                            const int lo = q6_value(blk, 32 * c + 4 * v + k), hi = q6_value(blk, 32 * c + 16 + 4 * v + k);
+                            oc[64 * v + 4 * r + k] = (uint8_t)((lo & 0x0F) | (hi & 0x0F) << 4);
+                            oc[256 + 64 * (v / 2) + 4 * r + k] |= (uint8_t)((lo >> 4 | (hi >> 4) << 2) << 4 * (v & 1));
+                        }
+                    o[3072 + 32 * c + r] = (uint8_t)blk->scales[2 * c];
+                    o[3072 + 32 * c + 16 + r] = (uint8_t)blk->scales[2 * c + 1];
+                }
+                d[r] = rf_f16_to_f32(blk->d);
+            }
+        }
+}
