@@ -64,9 +64,8 @@ typedef struct {
     const void *packed;
 } rf_mat;
 
-/* Bytes rf_mat_pack needs for W: non-zero only for bf16, Q8_0 and Q4_0
- * weights (cols % 32 == 0 for the quantised ones), whatever the tier, and
- * for Q4_K and Q6_K where the active tier is avx512 or amx; 6-11% more
+/* Bytes rf_mat_pack needs for W: non-zero only for bf16, Q8_0, Q4_0, Q4_K
+ * and Q6_K weights (cols % 32 == 0 for Q8_0 / Q4_0), whatever the tier; 6-11% more
  * than the weights themselves for Q8_0 / Q4_0 (the scales as f32), 5.6% /
  * 1.0% for Q4_K / Q6_K. */
 size_t rf_mat_pack_bytes(const rf_mat *W);

@@ -429,9 +429,8 @@ typedef struct {
  * by part 0. */
 static mm_prep plan(const float *X, const rf_mat *W, int n) {
     mm_prep p = {choose_path(W->dtype, W->cols, n), X, 0};
-    /* packed Q4_K / Q6_K: the panel kernels at avx512 and amx (other
-     * tiers read the row-major blocks) */
-    if (p.path == PATH_AVX2_KQ && W->packed && rf_cpu_tier_active() >= RF_CPU_AVX512) p.path = PATH_AVX512_Q;
+    /* packed Q4_K / Q6_K: the panel kernels of the tier (amx: avx512's) */
+    if (p.path == PATH_AVX2_KQ && W->packed) p.path = rf_cpu_tier_active() >= RF_CPU_AVX512 ? PATH_AVX512_Q : PATH_AVX2_Q;
     /* amx: Q8_0 / Q4_0 calls on packed W of the widths amx_q_wanted picks
      * run on int8 tiles; the others stream W through vpdpbusd */
     if (p.path == PATH_AVX512_Q && W->packed && (W->dtype == RF_Q8_0 || W->dtype == RF_Q4_0) && amx_q_wanted(W->dtype, n) &&
@@ -469,7 +468,7 @@ static mm_prep plan(const float *X, const rf_mat *W, int n) {
 static void fill(const mm_prep *p, const float *X, const rf_mat *W, int n, int part, int parts) {
     void *b = (void *)p->xp;
     switch (p->path) {
-    case PATH_AVX2_Q: rf_q_prep_avx2(b, X, n, W->cols, part, parts); return;
+    case PATH_AVX2_Q: rf_q_prep_avx2(b, X, n, W->cols, W->dtype, part, parts); return;
     case PATH_AVX2_KQ: rf_kq_prep(b, X, n, W->cols, W->dtype, part, parts); return;
     case PATH_AVX512_Q:
         if (W->packed) {
@@ -667,20 +666,13 @@ void rf_matmul_team(rf_team *team, int tid, int count, float *const *Y, const fl
 /* One packed layout per dtype for every tier (matmul_pack.c): the avx512
  * kernels read a panel's 64-byte vectors whole, the avx2 ones as two
  * halves, so a matrix packed under one tier is right under any other
- * (rf_cpu_set_tier after loading, as the tests and benchmarks do). The
- * Q4_K and Q6_K panels have avx512 kernels only: below that tier its calls read the
- * row-major blocks, which stay valid (model/pack.c only hands their pages
- * back to the file). */
+ * (rf_cpu_set_tier after loading, as the tests and benchmarks do). */
 size_t rf_mat_pack_bytes(const rf_mat *W) {
     if (W->dtype == RF_BF16) return rf_bf16_pack_bytes(W->rows, W->cols);
     if (W->dtype == RF_Q8_0 && W->cols % RF_QK == 0) return rf_q8p_pack_bytes(W->rows, W->cols);
     if (W->dtype == RF_Q4_0 && W->cols % RF_QK == 0) return rf_q4p_pack_bytes(W->rows, W->cols);
-    /* Q4_K, Q6_K: read from panels at avx512 and up only
-     * (matmul_avx512.c), so packed where that tier is active */
-    if (rf_cpu_tier_active() >= RF_CPU_AVX512) {
-        if (W->dtype == RF_Q4_K) return rf_q4kp_pack_bytes(W->rows, W->cols);
-        if (W->dtype == RF_Q6_K) return rf_q6kp_pack_bytes(W->rows, W->cols);
-    }
+    if (W->dtype == RF_Q4_K) return rf_q4kp_pack_bytes(W->rows, W->cols);
+    if (W->dtype == RF_Q6_K) return rf_q6kp_pack_bytes(W->rows, W->cols);
     return 0;
 }
 

@@ -25,7 +25,9 @@
  *    add up in s16 (<= 8 * 2 * 15 * 127 = 30480, no overflow), one madd
  *    per block, and the offset comes in as -8 * sum(x) (nsum8).
  * Per block the s32 dot is converted once and scaled by d_w * d_x into
- * f32 accumulators: exact integer block dots, as the row-major kernel. */
+ * f32 accumulators: exact integer block dots, as the row-major kernel.
+ *
+ * Q4_K / Q6_K: the avx512 tier's panels, read in the same halves (below). */
 #include <immintrin.h>
 #include <string.h>
 
@@ -259,7 +261,160 @@ static void qtile(rf_dtype dt, int G, int T, const uint8_t *w, size_t panel, int
 #undef QK
 }
 
+/* ---- Q4_K / Q6_K ---------------------------------------------------------------- */
+
+/* The layouts of the avx512 tier's panels (matmul_pack.c rf_q4kp_pack,
+ * rf_q6kp_pack), each 64-byte vector read as two 8-row groups. Per 32-
+ * column chunk and (group, token) the integer dot as Q4_0's (maddubs of
+ * the unsigned levels with the token's int8 values; Q6_K: the chunk's two
+ * 16-column halves apart, pairs of levels <= 63 summed in s32 per vector),
+ * then the f32 sums scaled per row lane: Q4_K d sc dx minus dmin m dx
+ * sum(x_q), Q6_K d (s0 dot0 + s1 dot1) dx with the offset 32 folded into
+ * the dots through the halves' sums (rf_q_prep_avx2's init). The sums of
+ * one panel and up to KP2_MAX_N tokens live in a buffer (L1); the
+ * super-blocks are outside, so the panel streams once per KP2_MAX_N
+ * tokens. */
+#define KP2_MAX_N 64
+
+static inline AI void k4kern(const int T, const uint8_t *wc, const uint8_t *sc, const float *d, const rf_xq_avx2 *x,
+                             size_t ldx, float *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256i ia[2][4];
+    for (int g = 0; g < 2; g++)
+        for (int t = 0; t < T; t++) ia[g][t] = _mm256_setzero_si256();
+    for (int v = 0; v < 4; v++) {
+        __m256i lo[2], hi[2];
+        for (int g = 0; g < 2; g++) {
+            const __m256i q = _mm256_load_si256((const __m256i *)(wc + 64 * v + 32 * g));
+            lo[g] = _mm256_and_si256(q, m4);
+            hi[g] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        }
+        for (int t = 0; t < T; t++) {
+            int32_t q4;
+            memcpy(&q4, x[t * ldx].q + 4 * v, 4);
+            const __m256i xl = _mm256_set1_epi32(q4);
+            memcpy(&q4, x[t * ldx].q + 16 + 4 * v, 4);
+            const __m256i xh = _mm256_set1_epi32(q4);
+            for (int g = 0; g < 2; g++) /* <= 4 * 2 * 2 * 15 * 127 = 30480 in s16 */
+                ia[g][t] = _mm256_add_epi16(ia[g][t], _mm256_add_epi16(_mm256_maddubs_epi16(lo[g], xl),
+                                                                       _mm256_maddubs_epi16(hi[g], xh)));
+        }
+    }
+    for (int g = 0; g < 2; g++) {
+        const __m256 scale = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * g)))),
+                                           _mm256_loadu_ps(d + 8 * g)),
+                     min = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 128 + 8 * g)))),
+                                         _mm256_loadu_ps(d + 16 + 8 * g));
+        for (int t = 0; t < T; t++) {
+            float *a = acc + 16 * t + 8 * g;
+            const float dx = x[t * ldx].d;
+            const __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(ia[g][t], ones)),
+                                             _mm256_mul_ps(scale, _mm256_set1_ps(dx)), _mm256_load_ps(a));
+            _mm256_store_ps(a, _mm256_fnmadd_ps(min, _mm256_set1_ps(dx * (float)x[t * ldx].nsum8), f));
+        }
+    }
+}
+
+static inline AI void k6kern(const int T, const uint8_t *wc, const uint8_t *sc, const float *d, const rf_xq_avx2 *x,
+                             size_t ldx, float *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+    __m256i ia[2][2][2]; /* [group][token][half] */
+    for (int t = 0; t < T; t++) {
+        const __m256i i0 = _mm256_set1_epi32(-32 * (int16_t)(x[t * ldx].nsum8 & 0xFFFF)),
+                      i1 = _mm256_set1_epi32(-32 * (x[t * ldx].nsum8 >> 16));
+        for (int g = 0; g < 2; g++) ia[g][t][0] = i0, ia[g][t][1] = i1;
+    }
+    for (int v = 0; v < 4; v++) {
+        __m256i lo[2], hi[2];
+        for (int g = 0; g < 2; g++) {
+            const __m256i q = _mm256_load_si256((const __m256i *)(wc + 64 * v + 32 * g)),
+                          h = _mm256_load_si256((const __m256i *)(wc + 256 + 64 * (v / 2) + 32 * g));
+            const __m256i hl = v & 1 ? h : _mm256_slli_epi16(h, 4),
+                          hh = v & 1 ? _mm256_srli_epi16(h, 2) : _mm256_slli_epi16(h, 2);
+            lo[g] = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(hl, m30));
+            hi[g] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_and_si256(hh, m30));
+        }
+        for (int t = 0; t < T; t++) {
+            int32_t q4;
+            memcpy(&q4, x[t * ldx].q + 4 * v, 4);
+            const __m256i xl = _mm256_set1_epi32(q4);
+            memcpy(&q4, x[t * ldx].q + 16 + 4 * v, 4);
+            const __m256i xh = _mm256_set1_epi32(q4);
+            for (int g = 0; g < 2; g++) {
+                ia[g][t][0] = _mm256_add_epi32(ia[g][t][0], _mm256_madd_epi16(_mm256_maddubs_epi16(lo[g], xl), ones));
+                ia[g][t][1] = _mm256_add_epi32(ia[g][t][1], _mm256_madd_epi16(_mm256_maddubs_epi16(hi[g], xh), ones));
+            }
+        }
+    }
+    for (int g = 0; g < 2; g++) {
+        const __m256 dv = _mm256_loadu_ps(d + 8 * g);
+        const __m256 s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * g)))), dv),
+                     s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 + 8 * g)))), dv);
+        for (int t = 0; t < T; t++) {
+            float *a = acc + 16 * t + 8 * g;
+            const __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[g][t][0]), s0,
+                                             _mm256_mul_ps(_mm256_cvtepi32_ps(ia[g][t][1]), s1));
+            _mm256_store_ps(a, _mm256_fmadd_ps(f, _mm256_set1_ps(x[t * ldx].d), _mm256_load_ps(a)));
+        }
+    }
+}
+
+/* one panel w (Q4_K or Q6_K), tokens [t0, t0 + m) (x: token t0's blocks,
+ * nb per token), into acc[m][16]: super-blocks outside, near-equal token
+ * tiles of <= 4 (Q4_K) or <= 2 (Q6_K) inside */
+static void kp_panel(rf_dtype dt, const uint8_t *w, int nsb, const rf_xq_avx2 *x, int nb, int m, float *acc) {
+    const size_t sb = dt == RF_Q4_K ? RF_Q4KP_SB : RF_Q6KP_SB;
+    const int tmax = dt == RF_Q4_K ? 4 : 2;
+    for (int s = 0; s < nsb; s++) {
+        const uint8_t *ws = w + (size_t)s * sb;
+        for (size_t l = 0; l < sb; l += 64) _mm_prefetch((const char *)ws + PF_BYTES + l, _MM_HINT_T0);
+        for (int c = 0; c < 8; c++) {
+            const rf_xq_avx2 *xc = x + 8 * s + c;
+            FOR_TOKEN_TILES(m, tmax, T, u) {
+                float *a = acc + 16 * u;
+                const rf_xq_avx2 *xt = xc + (size_t)u * nb;
+                if (dt == RF_Q4_K) {
+                    const uint8_t *wc = ws + 256 * c, *sc = ws + 2048 + 16 * c;
+                    const float *d = (const float *)(ws + 2304);
+                    switch (T) {
+                    case 1: k4kern(1, wc, sc, d, xt, nb, a); break;
+                    case 2: k4kern(2, wc, sc, d, xt, nb, a); break;
+                    case 3: k4kern(3, wc, sc, d, xt, nb, a); break;
+                    default: k4kern(4, wc, sc, d, xt, nb, a); break;
+                    }
+                } else {
+                    const uint8_t *wc = ws + 384 * c, *sc = ws + 3072 + 32 * c;
+                    const float *d = (const float *)(ws + 3328);
+                    if (T == 1) k6kern(1, wc, sc, d, xt, nb, a);
+                    else k6kern(2, wc, sc, d, xt, nb, a);
+                }
+            }
+        }
+    }
+}
+
+static void kp_range(float *Y, size_t ldy, const rf_xq_avx2 *X, const rf_mat *W, int n, int a, int b) {
+    const int nsb = W->cols / RF_QK_K, nb = W->cols / RF_QK;
+    const size_t panel = (size_t)nsb * (W->dtype == RF_Q4_K ? RF_Q4KP_SB : RF_Q6KP_SB);
+    _Alignas(32) float acc[KP2_MAX_N * 16];
+    for (int r = a; r < b; r += 16)
+        for (int t0 = 0; t0 < n; t0 += KP2_MAX_N) {
+            const int m = n - t0 < KP2_MAX_N ? n - t0 : KP2_MAX_N;
+            memset(acc, 0, sizeof(float) * (size_t)m * 16);
+            kp_panel(W->dtype, (const uint8_t *)W->packed + (size_t)(r / 16) * panel, nsb, X + (size_t)t0 * nb, nb, m, acc);
+            for (int t = 0; t < m; t++) {
+                float *y = Y + (size_t)(t0 + t) * ldy + r;
+                store8(y, _mm256_load_ps(acc + 16 * t), b - r);
+                store8(y + 8, _mm256_load_ps(acc + 16 * t + 8), b - r - 8);
+            }
+        }
+}
+
 void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
+    if (W->dtype == RF_Q4_K || W->dtype == RF_Q6_K) {
+        kp_range(Y, ldy, xp, W, n, a, b);
+        return;
+    }
     const int nb = W->cols / RF_QK;
     const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
     const uint8_t *pk = W->packed;

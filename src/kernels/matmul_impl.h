@@ -49,11 +49,14 @@ void rf_q6kp_pack(void *dst, const void *w, int rows, int cols);
 typedef struct {
     int8_t q[32];
     float d;       /* activation scale */
-    int32_t nsum8; /* -8 * sum(q): Q4_0's nibble offset, folded into the integer dot */
+    int32_t nsum8; /* -8 * sum(q): Q4_0's nibble offset, folded into the integer dot;
+                    * for packed Q4_K sum(q), for packed Q6_K the sums of the
+                    * two 16-column halves in the low and high 16 bits
+                    * (rf_q_prep_avx2's wdt) */
 } rf_xq_avx2;      /* one 32-block of one token, 40 bytes */
 size_t rf_q_prep_avx2_bytes(int n, int cols);
 /* share part of parts (tokens: its layout is token-major) */
-void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, int part, int parts);
+void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, rf_dtype wdt, int part, int parts);
 void rf_q_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 /* ---- avx2 (matmul_kq.c): the other block types (Q4_1, Q5_0, Q5_1,
  * IQ4_NL, the K-quants, IQ4_XS), row-major, decoded per block ---- */
@@ -94,7 +97,7 @@ void rf_kq_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype dt, i
 /* ---- avx2, W packed (matmul_avx2p.c; a is a multiple of 16) ---- */
 /* bf16: X as it is (f32, no prep) */
 void rf_bf16p_range_avx2(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b);
-/* Q8_0 / Q4_0: the activations from rf_q_prep_avx2 */
+/* Q8_0 / Q4_0 / Q4_K / Q6_K: the activations from rf_q_prep_avx2 */
 void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 
 /* ---- avx512 (matmul_avx512.c, compiled with AVX-512 flags) ---- */

@@ -20,9 +20,17 @@
 #include "kernels/team.h"
 #include "util/util.h"
 
+/* the sum of a vector's 8 int32 lanes */
+static inline int32_t hsum_i32(__m256i s) {
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_hadd_epi32(s4, s4);
+    s4 = _mm_hadd_epi32(s4, s4);
+    return _mm_cvtsi128_si32(s4);
+}
+
 size_t rf_q_prep_avx2_bytes(int n, int cols) { return (size_t)n * (cols / RF_QK) * sizeof(rf_xq_avx2); }
 
-void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, int part, int parts) {
+void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, rf_dtype wdt, int part, int parts) {
     const int nb = cols / RF_QK;
     int t0, t1;
     rf_share(n, part, parts, &t0, &t1);
@@ -32,11 +40,10 @@ void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, int part, int par
             __m256i q[4], p;
             o->d = rf_quant32_i8(X + (size_t)t * cols + b * RF_QK, q, &p);
             _mm256_storeu_si256((__m256i *)o->q, p);
-            __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-            s4 = _mm_hadd_epi32(s4, s4);
-            s4 = _mm_hadd_epi32(s4, s4);
-            o->nsum8 = -8 * _mm_cvtsi128_si32(s4);
+            const int32_t s0 = hsum_i32(_mm256_add_epi32(q[0], q[1])), s1 = hsum_i32(_mm256_add_epi32(q[2], q[3]));
+            o->nsum8 = wdt == RF_Q4_K   ? s0 + s1
+                       : wdt == RF_Q6_K ? (int32_t)((uint32_t)(uint16_t)s0 | (uint32_t)s1 << 16)
+                                        : -8 * (s0 + s1);
         }
 }
 
