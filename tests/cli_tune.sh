@@ -12,18 +12,22 @@ rf_test_setup cli_tune
 export XDG_CACHE_HOME="$T/cache" # tune writes its cache there, not in the real one
 DEMO=$SRC/models/refusion-demo
 
-# the setting the printed rows imply
+# the setting the printed rows of the tiles' table imply (the first table;
+# on an Intel CPU the packed bf16 kernels' table follows it)
 implied() {
-  awk 'BEGIN { n = 0 }
+  awk 'BEGIN { n = 0 } /^REFUSION_/ { exit }
        $1 ~ /^[0-9]+$/ && NF >= 6 { w[n] = $1; hi = $6; sub(/\]/, "", hi); r[n++] = hi + 0 }
        END { from = "off"; for (i = n - 1; i >= 0 && r[i] < 1; i--) from = w[i]; print from }' "$T/out"
 }
 
 if "$BIN" info -m "$DEMO" | grep -q '^cpu tier *amx'; then
   run tune -m "$DEMO" --rounds 3 -t 1
-  check '[ $rc = 0 ] && [ "$(grep -c "^ *[0-9][0-9]* .*\]" "$T/out")" = 8 ]' "bf16 tune: rc $rc, $out $err"
-  last=$(tail -n 1 "$T/out")
-  check '[ "$last" = "REFUSION_AMX_BF16=$(implied)" ]' "bf16: the last line '$last' is not what the rows imply ($(implied)): $out"
+  check '[ $rc = 0 ] && [ "$(sed "/^REFUSION_/q" "$T/out" | grep -c "^ *[0-9][0-9]* .*\]")" = 8 ]' "bf16 tune: rc $rc, $out $err"
+  last=$(grep -m1 '^REFUSION_' "$T/out")
+  check '[ "$last" = "REFUSION_AMX_BF16=$(implied)" ]' "bf16: the tiles' setting '$last' is not what the rows imply ($(implied)): $out"
+  # the packed bf16 kernels' choice (where measured) is one of the two
+  bf16p=$(grep '^REFUSION_BF16P' "$T/out")
+  check '[ -z "$bf16p" ] || [ "$bf16p" = REFUSION_BF16P=dp ] || [ "$bf16p" = REFUSION_BF16P=fma ]' "bf16p setting: '$bf16p'"
   # the printed setting is one refusion accepts
   check 'env "$last" "$BIN" info -m "$DEMO" | grep "^cpu tier" | grep -vq "not off or a number"' "bf16 setting refused: $last"
 

@@ -15,7 +15,7 @@
  *     more than 1.5 tokens per call, i.e. drafts really pass.
  *     With logprobs (1.'s settings, 1 to 17 alternatives) the answers stay
  *     the same and the rolling slot's log-probabilities are AR's, bit for
- *     bit;
+ *     bit at avx512, within 2e-2 where call widths round differently;
  *  4. bad settings are refused with a message;
  *  5. the adaptive width (draft_adaptive) keeps AR's answer for any widths
  *     it picks: cost tables that make it pick the widest calls (flat), plain
@@ -23,6 +23,7 @@
  *     to its own timed calls), with the samplings of 1.; on the demo model the
  *     flat table gives more tokens per call than cost = n, which gives about
  *     one (the width follows the cost model). */
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@
 #include "check.h"
 #include "helpers/demo_model.h"
 #include "decode/decode.h"
+#include "kernels/cpu.h"
 #include "helpers/small_config.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,10 +46,32 @@ static rf_config cfg_small(void) {
 
 static long n_runs, n_verified, n_calls_total, n_tokens_total;
 
+/* How far the rolling slot's log-probabilities may lie from AR's: none
+ * where every call width rounds alike (the avx512 kernels); the amx tiles
+ * (calls of 5+ tokens, bf16 activations) and the avx2 kernels' width-
+ * dependent summation order move a value by up to ~7e-3 on the demo. A row
+ * taken from the wrong position moves it by whole units. */
+static double logprob_tolerance(void) { return rf_cpu_tier_active() == RF_CPU_AVX512 ? 0.0 : 2e-2; }
+
+/* y's top list is x's within tol: the same values, and each token of y in
+ * x's list at a value within tol (near ties may swap places), or within
+ * tol of x's last (a near tie with the first one left out) */
+static int same_tops(const rf_token_logprob *x, const rf_token_logprob *y, double tol) {
+    if (x->n_top != y->n_top) return 0;
+    for (int k = 0; k < y->n_top; k++) {
+        if (fabs(x->top_logprob[k] - y->top_logprob[k]) > tol) return 0;
+        int found = 0;
+        for (int j = 0; j < x->n_top && !found; j++)
+            found = x->top_token[j] == y->top_token[k] && fabs(x->top_logprob[j] - y->top_logprob[k]) <= tol;
+        if (!found && fabs(x->top_logprob[x->n_top - 1] - y->top_logprob[k]) > tol) return 0;
+    }
+    return 1;
+}
+
 /* With logprobs: the same answer as a (AR without them), and the rolling
- * slot's log-probabilities AR's exactly (the AR head's rows at the same
- * positions), with top lists sorted, each token's own value among them
- * where it is one of the likeliest. */
+ * slot's log-probabilities AR's (the AR head's rows at the same positions;
+ * exactly, or within logprob_tolerance), with top lists sorted, each
+ * token's own value among them where it is one of the likeliest. */
 static void same_logprobs(const rf_model *m, const int *prompt, int P, const rf_gen_params *p,
                           const rf_gen_result *a, const char *what) {
     rf_gen_result la, lr;
@@ -70,8 +94,11 @@ static void same_logprobs(const rf_model *m, const int *prompt, int P, const rf_
     CHECK(la.logprobs && lr.logprobs, "%s: no logprobs in the result", what);
     for (int i = 0; same && la.logprobs && lr.logprobs && i < a->n_ids; i++) {
         const rf_token_logprob *x = &la.logprobs[i], *y = &lr.logprobs[i];
-        CHECK(!memcmp(x, y, sizeof *x), "%s: position %d: rolling logprob %.9g (top %d) != AR's %.9g (top %d)", what,
-              i, y->logprob, y->n_top, x->logprob, x->n_top);
+        const double tol = logprob_tolerance();
+        CHECK(tol ? x->token == y->token && fabs(x->logprob - y->logprob) <= tol && same_tops(x, y, tol)
+                  : !memcmp(x, y, sizeof *x),
+              "%s: position %d: rolling logprob %.9g (top %d) != AR's %.9g (top %d), tolerance %g", what, i, y->logprob,
+              y->n_top, x->logprob, x->n_top, tol);
         CHECK(x->token == a->ids[i] && x->n_top == q.top_logprobs && x->logprob <= 0.0f,
               "%s: position %d: token %d (answer %d), %d alternatives, logprob %g", what, i, x->token, a->ids[i],
               x->n_top, x->logprob);

@@ -16,7 +16,11 @@ set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup serve_nginx
 command -v nginx >/dev/null || { echo "serve_nginx: SKIPPED: nginx is not installed (apt-get install nginx-light)"; exit 77; }
-DEMO=$SRC/models/refusion-demo
+# the demo with f32 weights: its kernels give a token the same numbers at
+# every call width on every tier (tests/model_forward_calls.c), so an
+# answer does not depend on which requests share its calls
+DEMO=$T/demo-f32
+"$BIN" convert -m "$SRC/models/refusion-demo" -o "$DEMO" --dtype f32 >/dev/null || { echo "FAIL: convert to f32"; exit 1; }
 
 # two instances on free ports
 start() { # LOG -> PID in $spid, port in $sport

@@ -99,3 +99,16 @@ js() { node -e "const d = JSON.parse(require('fs').readFileSync(process.argv[1],
 # rf_py ARGS...: python3 with tests/helpers first on its module path, so that
 # a test's Python can `import serve_client` (no __pycache__ left in the source tree)
 rf_py() { PYTHONPATH="$RF_HELPERS${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1 python3 "$@"; }
+
+# rf_width_tol: how far two log-probabilities of one position may lie apart
+# when they come from calls of different widths: 0 at the avx512 tier, whose
+# kernels round alike at every width; 0.02 elsewhere (the amx tiles take
+# calls of 5+ tokens with bf16 activations, the avx2 kernels sum in a
+# width-dependent order: ~7e-3 seen on the demo). A row taken from the
+# wrong position moves a value by whole units.
+rf_width_tol() {
+  case $("$BIN" info -m "$SRC/models/refusion-demo" | sed -n 's/^cpu tier *\([a-z0-9]*\).*/\1/p') in
+    avx512) echo 0 ;;
+    *) echo 0.02 ;;
+  esac
+}
