@@ -64,10 +64,10 @@ typedef struct {
     const void *packed;
 } rf_mat;
 
-/* Bytes rf_mat_pack needs for W: non-zero only for bf16, Q8_0, Q4_0, Q4_K
- * and Q6_K weights (cols % 32 == 0 for Q8_0 / Q4_0), whatever the tier; 6-11% more
- * than the weights themselves for Q8_0 / Q4_0 (the scales as f32), 5.6% /
- * 1.0% for Q4_K / Q6_K. */
+/* Bytes rf_mat_pack needs for W: non-zero only for bf16, Q8_0, Q4_0, Q4_K,
+ * Q5_K and Q6_K weights (cols % 32 == 0 for Q8_0 / Q4_0), whatever the
+ * tier; 6-11% more than the weights themselves for Q8_0 / Q4_0 (the scales
+ * as f32), 5.6% / 4.5% / 1.0% for Q4_K / Q5_K / Q6_K. */
 size_t rf_mat_pack_bytes(const rf_mat *W);
 /* Writes W's packed copy into buf (rf_mat_pack_bytes(W) bytes, 64-byte
  * aligned, owned by the caller, alive as long as W) and points W->packed at

@@ -429,7 +429,7 @@ typedef struct {
  * by part 0. */
 static mm_prep plan(const float *X, const rf_mat *W, int n) {
     mm_prep p = {choose_path(W->dtype, W->cols, n), X, 0};
-    /* packed Q4_K / Q6_K: the panel kernels of the tier (amx: avx512's) */
+    /* packed K-quants: the panel kernels of the tier (amx: avx512's) */
     if (p.path == PATH_AVX2_KQ && W->packed) p.path = rf_cpu_tier_active() >= RF_CPU_AVX512 ? PATH_AVX512_Q : PATH_AVX2_Q;
     /* amx: Q8_0 / Q4_0 calls on packed W of the widths amx_q_wanted picks
      * run on int8 tiles; the others stream W through vpdpbusd */
@@ -571,6 +571,7 @@ static size_t panel_bytes(const rf_mat *W) {
     return W->dtype == RF_BF16   ? (size_t)((W->cols + 1) / 2) * 64
            : W->dtype == RF_Q8_0 ? rf_q8p_pack_bytes(16, W->cols)
            : W->dtype == RF_Q4_K ? rf_q4kp_pack_bytes(16, W->cols)
+           : W->dtype == RF_Q5_K ? rf_q5kp_pack_bytes(16, W->cols)
            : W->dtype == RF_Q6_K ? rf_q6kp_pack_bytes(16, W->cols)
                                  : rf_q4p_pack_bytes(16, W->cols);
 }
@@ -672,6 +673,7 @@ size_t rf_mat_pack_bytes(const rf_mat *W) {
     if (W->dtype == RF_Q8_0 && W->cols % RF_QK == 0) return rf_q8p_pack_bytes(W->rows, W->cols);
     if (W->dtype == RF_Q4_0 && W->cols % RF_QK == 0) return rf_q4p_pack_bytes(W->rows, W->cols);
     if (W->dtype == RF_Q4_K) return rf_q4kp_pack_bytes(W->rows, W->cols);
+    if (W->dtype == RF_Q5_K) return rf_q5kp_pack_bytes(W->rows, W->cols);
     if (W->dtype == RF_Q6_K) return rf_q6kp_pack_bytes(W->rows, W->cols);
     return 0;
 }
@@ -683,6 +685,8 @@ void rf_mat_pack(rf_mat *W, void *buf) {
         rf_q8p_pack(buf, W->data, W->rows, W->cols);
     else if (W->dtype == RF_Q4_K)
         rf_q4kp_pack(buf, W->data, W->rows, W->cols);
+    else if (W->dtype == RF_Q5_K)
+        rf_q5kp_pack(buf, W->data, W->rows, W->cols);
     else if (W->dtype == RF_Q6_K)
         rf_q6kp_pack(buf, W->data, W->rows, W->cols);
     else

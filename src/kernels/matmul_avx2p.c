@@ -27,7 +27,7 @@
  * Per block the s32 dot is converted once and scaled by d_w * d_x into
  * f32 accumulators: exact integer block dots, as the row-major kernel.
  *
- * Q4_K / Q6_K: the avx512 tier's panels, read in the same halves (below). */
+ * Q4_K / Q5_K / Q6_K: the avx512 tier's panels, read in the same halves (below). */
 #include <immintrin.h>
 #include <string.h>
 
@@ -261,7 +261,7 @@ static void qtile(rf_dtype dt, int G, int T, const uint8_t *w, size_t panel, int
 #undef QK
 }
 
-/* ---- Q4_K / Q6_K ---------------------------------------------------------------- */
+/* ---- Q4_K / Q5_K / Q6_K ---------------------------------------------------------------- */
 
 /* The layouts of the avx512 tier's panels (matmul_pack.c rf_q4kp_pack,
  * rf_q6kp_pack), each 64-byte vector read as two 8-row groups. Per 32-
@@ -276,9 +276,11 @@ static void qtile(rf_dtype dt, int G, int T, const uint8_t *w, size_t panel, int
  * tokens. */
 #define KP2_MAX_N 64
 
-static inline AI void k4kern(const int T, const uint8_t *wc, const uint8_t *sc, const float *d, const rf_xq_avx2 *x,
-                             size_t ldx, float *acc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+/* Q4_K or Q5_K (dt; Q5_K: the chunk's fifth bits at wc + 256, bit v and
+ * 4 + v of a byte for vector v's low and high nibbles) */
+static inline AI void k4kern(const rf_dtype dt, const int T, const uint8_t *wc, const uint8_t *sc, const float *d,
+                             const rf_xq_avx2 *x, size_t ldx, float *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
     __m256i ia[2][4];
     for (int g = 0; g < 2; g++)
         for (int t = 0; t < T; t++) ia[g][t] = _mm256_setzero_si256();
@@ -288,6 +290,11 @@ static inline AI void k4kern(const int T, const uint8_t *wc, const uint8_t *sc, 
             const __m256i q = _mm256_load_si256((const __m256i *)(wc + 64 * v + 32 * g));
             lo[g] = _mm256_and_si256(q, m4);
             hi[g] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (dt == RF_Q5_K) {
+                const __m256i h = _mm256_load_si256((const __m256i *)(wc + 256 + 32 * g));
+                lo[g] = _mm256_or_si256(lo[g], _mm256_and_si256(_mm256_slli_epi16(h, 4 - v), m10));
+                hi[g] = _mm256_or_si256(hi[g], _mm256_and_si256(_mm256_srli_epi16(h, v), m10));
+            }
         }
         for (int t = 0; t < T; t++) {
             int32_t q4;
@@ -295,9 +302,12 @@ static inline AI void k4kern(const int T, const uint8_t *wc, const uint8_t *sc, 
             const __m256i xl = _mm256_set1_epi32(q4);
             memcpy(&q4, x[t * ldx].q + 16 + 4 * v, 4);
             const __m256i xh = _mm256_set1_epi32(q4);
-            for (int g = 0; g < 2; g++) /* <= 4 * 2 * 2 * 15 * 127 = 30480 in s16 */
-                ia[g][t] = _mm256_add_epi16(ia[g][t], _mm256_add_epi16(_mm256_maddubs_epi16(lo[g], xl),
-                                                                       _mm256_maddubs_epi16(hi[g], xh)));
+            for (int g = 0; g < 2; g++) {
+                const __m256i pv = _mm256_add_epi16(_mm256_maddubs_epi16(lo[g], xl), _mm256_maddubs_epi16(hi[g], xh));
+                /* Q4_K: <= 4 * 2 * 2 * 15 * 127 = 30480 in s16; Q5_K's
+                 * levels to 31 reach that in two vectors: s32 per vector */
+                ia[g][t] = dt == RF_Q5_K ? _mm256_add_epi32(ia[g][t], _mm256_madd_epi16(pv, ones)) : _mm256_add_epi16(ia[g][t], pv);
+            }
         }
     }
     for (int g = 0; g < 2; g++) {
@@ -308,7 +318,8 @@ static inline AI void k4kern(const int T, const uint8_t *wc, const uint8_t *sc, 
         for (int t = 0; t < T; t++) {
             float *a = acc + 16 * t + 8 * g;
             const float dx = x[t * ldx].d;
-            const __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(ia[g][t], ones)),
+            const __m256i dot = dt == RF_Q5_K ? ia[g][t] : _mm256_madd_epi16(ia[g][t], ones);
+            const __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
                                              _mm256_mul_ps(scale, _mm256_set1_ps(dx)), _mm256_load_ps(a));
             _mm256_store_ps(a, _mm256_fnmadd_ps(min, _mm256_set1_ps(dx * (float)x[t * ldx].nsum8), f));
         }
@@ -363,8 +374,8 @@ static inline AI void k6kern(const int T, const uint8_t *wc, const uint8_t *sc, 
  * nb per token), into acc[m][16]: super-blocks outside, near-equal token
  * tiles of <= 4 (Q4_K) or <= 2 (Q6_K) inside */
 static void kp_panel(rf_dtype dt, const uint8_t *w, int nsb, const rf_xq_avx2 *x, int nb, int m, float *acc) {
-    const size_t sb = dt == RF_Q4_K ? RF_Q4KP_SB : RF_Q6KP_SB;
-    const int tmax = dt == RF_Q4_K ? 4 : 2;
+    const size_t sb = dt == RF_Q4_K ? RF_Q4KP_SB : dt == RF_Q5_K ? RF_Q5KP_SB : RF_Q6KP_SB;
+    const int tmax = dt == RF_Q6_K ? 2 : 4;
     for (int s = 0; s < nsb; s++) {
         const uint8_t *ws = w + (size_t)s * sb;
         for (size_t l = 0; l < sb; l += 64) _mm_prefetch((const char *)ws + PF_BYTES + l, _MM_HINT_T0);
@@ -377,10 +388,19 @@ static void kp_panel(rf_dtype dt, const uint8_t *w, int nsb, const rf_xq_avx2 *x
                     const uint8_t *wc = ws + 256 * c, *sc = ws + 2048 + 16 * c;
                     const float *d = (const float *)(ws + 2304);
                     switch (T) {
-                    case 1: k4kern(1, wc, sc, d, xt, nb, a); break;
-                    case 2: k4kern(2, wc, sc, d, xt, nb, a); break;
-                    case 3: k4kern(3, wc, sc, d, xt, nb, a); break;
-                    default: k4kern(4, wc, sc, d, xt, nb, a); break;
+                    case 1: k4kern(RF_Q4_K, 1, wc, sc, d, xt, nb, a); break;
+                    case 2: k4kern(RF_Q4_K, 2, wc, sc, d, xt, nb, a); break;
+                    case 3: k4kern(RF_Q4_K, 3, wc, sc, d, xt, nb, a); break;
+                    default: k4kern(RF_Q4_K, 4, wc, sc, d, xt, nb, a); break;
+                    }
+                } else if (dt == RF_Q5_K) {
+                    const uint8_t *wc = ws + 320 * c, *sc = ws + 2560 + 16 * c;
+                    const float *d = (const float *)(ws + 2816);
+                    switch (T) {
+                    case 1: k4kern(RF_Q5_K, 1, wc, sc, d, xt, nb, a); break;
+                    case 2: k4kern(RF_Q5_K, 2, wc, sc, d, xt, nb, a); break;
+                    case 3: k4kern(RF_Q5_K, 3, wc, sc, d, xt, nb, a); break;
+                    default: k4kern(RF_Q5_K, 4, wc, sc, d, xt, nb, a); break;
                     }
                 } else {
                     const uint8_t *wc = ws + 384 * c, *sc = ws + 3072 + 32 * c;
@@ -395,7 +415,7 @@ static void kp_panel(rf_dtype dt, const uint8_t *w, int nsb, const rf_xq_avx2 *x
 
 static void kp_range(float *Y, size_t ldy, const rf_xq_avx2 *X, const rf_mat *W, int n, int a, int b) {
     const int nsb = W->cols / RF_QK_K, nb = W->cols / RF_QK;
-    const size_t panel = (size_t)nsb * (W->dtype == RF_Q4_K ? RF_Q4KP_SB : RF_Q6KP_SB);
+    const size_t panel = (size_t)nsb * (W->dtype == RF_Q4_K ? RF_Q4KP_SB : W->dtype == RF_Q5_K ? RF_Q5KP_SB : RF_Q6KP_SB);
     _Alignas(32) float acc[KP2_MAX_N * 16];
     for (int r = a; r < b; r += 16)
         for (int t0 = 0; t0 < n; t0 += KP2_MAX_N) {
@@ -411,7 +431,7 @@ static void kp_range(float *Y, size_t ldy, const rf_xq_avx2 *X, const rf_mat *W,
 }
 
 void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
-    if (W->dtype == RF_Q4_K || W->dtype == RF_Q6_K) {
+    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K) {
         kp_range(Y, ldy, xp, W, n, a, b);
         return;
     }

@@ -603,9 +603,9 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
 static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, const int P, const int T,
                                                              const uint8_t *wb, size_t panel, const xq_block *x,
                                                              __m512i ia[][8]) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    for (int t = 0; t < T; t++) { /* Q4_K: its mins are applied in f32 (qkp_kern) */
-        __m512i init = dt == RF_Q4_K ? _mm512_setzero_si512() : _mm512_set1_epi32(x[t].init);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+    for (int t = 0; t < T; t++) { /* Q4_K / Q5_K: their mins are applied in f32 (qkp_kern) */
+        __m512i init = dt == RF_Q4_K || dt == RF_Q5_K ? _mm512_setzero_si512() : _mm512_set1_epi32(x[t].init);
         for (int p = 0; p < P; p++) ia[p][t] = init;
     }
     for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
@@ -614,6 +614,11 @@ static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, 
             __m512i q = _mm512_load_si512(wb + p * panel + v * 64);
             lo[p] = dt == RF_Q8_0 ? q : _mm512_and_si512(q, m4);
             if (dt != RF_Q8_0) hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            if (dt == RF_Q5_K) { /* the fifth bits: vector v's at bits v and 4 + v of the chunk's bit vector */
+                const __m512i h = _mm512_load_si512(wb + p * panel + 256);
+                lo[p] = _mm512_or_si512(lo[p], _mm512_and_si512(_mm512_slli_epi16(h, 4 - v), m10));
+                hi[p] = _mm512_or_si512(hi[p], _mm512_and_si512(_mm512_srli_epi16(h, v), m10));
+            }
         }
         for (int t = 0; t < T; t++) {
             int32_t ql, qh;
@@ -813,12 +818,13 @@ static void qp_range_blocks(float *Y, size_t ldy, const xq_block *X, const rf_ma
     }
 }
 
-/* ---- Q4_K, packed panels ------------------------------------------------------
+/* ---- Q4_K and Q5_K, packed panels ----------------------------------------------
  *
  * The layout (matmul_pack.c): per panel and 256-column super-block, the 8
- * chunks' nibbles as Q4_0's, then the chunks' scales and mins as bytes and
- * the rows' d and dmin. Per chunk, the integer dot of each (panel, token)
- * as Q4_0's (qblock_dot), then per (panel, token) one conversion and two
+ * chunks' nibbles as Q4_0's (Q5_K: each chunk's followed by its fifth bits,
+ * merged into the nibbles as bit 4), then the chunks' scales and mins as
+ * bytes and the rows' d and dmin. Per chunk, the integer dot of each
+ * (panel, token) as Q4_0's (qblock_dot), then per (panel, token) one conversion and two
  * FMAs: the scale d sc times the token's dx, and the min dmin m times dx
  * sum(x_q). The blocks-outside order of qp_range_blocks, for every width:
  * the f32 sums of KP_PANELS panels and up to KP_MAX_N tokens in a buffer
@@ -829,11 +835,11 @@ static void qp_range_blocks(float *Y, size_t ldy, const xq_block *X, const rf_ma
 /* chunk c (wc: its nibbles in panel 0) of P panels for T tokens (x: the
  * chunk's first token); sc: the chunk's scale bytes in panel 0 (mins 128
  * on); d: the super-block's d in panel 0 (dmin 16 floats on) */
-static inline __attribute__((always_inline)) void qkp_kern(const int P, const int T, const uint8_t *wc,
-                                                           const uint8_t *sc, const float *d, size_t panel,
-                                                           const xq_block *x, float *acc) {
+static inline __attribute__((always_inline)) void qkp_kern(const rf_dtype dt, const int P, const int T,
+                                                           const uint8_t *wc, const uint8_t *sc, const float *d,
+                                                           size_t panel, const xq_block *x, float *acc) {
     __m512i ia[KP_PANELS][8];
-    qblock_dot(RF_Q4_K, P, T, wc, panel, x, ia);
+    qblock_dot(dt, P, T, wc, panel, x, ia);
     for (int p = 0; p < P; p++) {
         const uint8_t *s = sc + p * panel;
         const float *dp = (const float *)((const uint8_t *)d + p * panel);
@@ -850,41 +856,48 @@ static inline __attribute__((always_inline)) void qkp_kern(const int P, const in
     }
 }
 
-#define QKP_T(P)                                                                                   \
+#define QKP_T(DT, P)                                                                               \
     switch (T) {                                                                                   \
-    case 1: qkp_kern(P, 1, wc, sc, d, panel, xb, a); break;                                        \
-    case 2: qkp_kern(P, 2, wc, sc, d, panel, xb, a); break;                                        \
-    case 3: qkp_kern(P, 3, wc, sc, d, panel, xb, a); break;                                        \
-    case 4: qkp_kern(P, 4, wc, sc, d, panel, xb, a); break;                                        \
-    case 5: qkp_kern(P, 5, wc, sc, d, panel, xb, a); break;                                        \
-    case 6: qkp_kern(P, 6, wc, sc, d, panel, xb, a); break;                                        \
-    case 7: qkp_kern(P, 7, wc, sc, d, panel, xb, a); break;                                        \
-    default: qkp_kern(P, 8, wc, sc, d, panel, xb, a); break;                                       \
+    case 1: qkp_kern(DT, P, 1, wc, sc, d, panel, xb, a); break;                                    \
+    case 2: qkp_kern(DT, P, 2, wc, sc, d, panel, xb, a); break;                                    \
+    case 3: qkp_kern(DT, P, 3, wc, sc, d, panel, xb, a); break;                                    \
+    case 4: qkp_kern(DT, P, 4, wc, sc, d, panel, xb, a); break;                                    \
+    case 5: qkp_kern(DT, P, 5, wc, sc, d, panel, xb, a); break;                                    \
+    case 6: qkp_kern(DT, P, 6, wc, sc, d, panel, xb, a); break;                                    \
+    case 7: qkp_kern(DT, P, 7, wc, sc, d, panel, xb, a); break;                                    \
+    default: qkp_kern(DT, P, 8, wc, sc, d, panel, xb, a); break;                                   \
     }
 
-/* P panels from w, tokens [t0, t0 + m) of the call's n, into acc[m][16
- * KP_PANELS]: super-blocks outside, near-equal tiles of <= 8 tokens inside */
-static void qkp_group(int P, const uint8_t *w, size_t panel, int nsb, const xq_block *X, int n, int t0, int m,
-                      float *acc) {
-    const int ntt = (m + 7) / 8;
+/* P panels of Q4_K or Q5_K from w, tokens [t0, t0 + m) of the call's n,
+ * into acc[m][16 KP_PANELS]: super-blocks outside, near-equal tiles of <= 8
+ * tokens inside. Q5_K's panel is Q4_K's with 64 more bytes per chunk (its
+ * fifth bits), so its scales, mins and d sit further on. */
+static void qkp_group(rf_dtype dt, int P, const uint8_t *w, size_t panel, int nsb, const xq_block *X, int n, int t0,
+                      int m, float *acc) {
+    const int ntt = (m + 7) / 8, q5 = dt == RF_Q5_K;
+    const size_t sb = q5 ? RF_Q5KP_SB : RF_Q4KP_SB, chunk = q5 ? 320 : 256;
     for (int s = 0; s < nsb; s++) {
-        const uint8_t *ws = w + (size_t)s * RF_Q4KP_SB;
+        const uint8_t *ws = w + (size_t)s * sb;
         /* each panel's stream PF_AHEAD bytes ahead (into the next group's
          * panels near the end, as qbgroup) */
         for (int p = 0; p < P; p++)
-            for (size_t l = 0; l < RF_Q4KP_SB; l += 64) {
-                const size_t off = (size_t)s * RF_Q4KP_SB + PF_AHEAD + l;
+            for (size_t l = 0; l < sb; l += 64) {
+                const size_t off = (size_t)s * sb + PF_AHEAD + l;
                 const uint8_t *a = off < panel ? w + p * panel + off : w + (KP_PANELS + p) * panel + (off - panel);
                 _mm_prefetch((const char *)a, _MM_HINT_T0);
             }
-        const float *d = (const float *)(ws + 2304);
+        const float *d = (const float *)(ws + 8 * chunk + 256);
         for (int c = 0; c < 8; c++) {
-            const uint8_t *wc = ws + 256 * c, *sc = ws + 2048 + 16 * c;
+            const uint8_t *wc = ws + chunk * c, *sc = ws + 8 * chunk + 16 * c;
             for (int i = 0, u = 0; i < ntt; i++) {
                 const int T = m / ntt + (i < m % ntt);
                 const xq_block *xb = X + (size_t)(8 * s + c) * n + t0 + u;
                 float *a = acc + (size_t)u * 16 * KP_PANELS;
-                if (P == KP_PANELS) QKP_T(KP_PANELS) else QKP_T(1)
+                if (q5) {
+                    if (P == KP_PANELS) QKP_T(RF_Q5_K, KP_PANELS) else QKP_T(RF_Q5_K, 1)
+                } else {
+                    if (P == KP_PANELS) QKP_T(RF_Q4_K, KP_PANELS) else QKP_T(RF_Q4_K, 1)
+                }
                 u += T;
             }
         }
@@ -893,7 +906,7 @@ static void qkp_group(int P, const uint8_t *w, size_t panel, int nsb, const xq_b
 
 static void q4kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, int n, int a, int b) {
     const int nsb = W->cols / RF_QK_K;
-    const size_t panel = (size_t)nsb * RF_Q4KP_SB;
+    const size_t panel = (size_t)nsb * (W->dtype == RF_Q5_K ? RF_Q5KP_SB : RF_Q4KP_SB);
     const uint8_t *pk = W->packed;
     _Alignas(64) float acc[KP_MAX_N * 16 * KP_PANELS];
     for (int r = a, P; r < b; r += 16 * P) {
@@ -904,7 +917,7 @@ static void q4kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W,
         for (int t0 = 0; t0 < n; t0 += KP_MAX_N) {
             const int m = n - t0 < KP_MAX_N ? n - t0 : KP_MAX_N;
             memset(acc, 0, sizeof(float) * (size_t)m * 16 * KP_PANELS);
-            qkp_group(P, pk + (size_t)(r / 16) * panel, panel, nsb, X, n, t0, m, acc);
+            qkp_group(W->dtype, P, pk + (size_t)(r / 16) * panel, panel, nsb, X, n, t0, m, acc);
             for (int t = 0; t < m; t++) {
                 const float *s = acc + (size_t)t * 16 * KP_PANELS;
                 float *y = Y + (size_t)(t0 + t) * ldy + r;
@@ -1011,8 +1024,8 @@ static void q6kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W,
 /* Panel groups outside, token tiles inside, as rf_bf16p_range_avx512 (each
  * weight read from memory once per call, the later tiles from L2). */
 void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
-    if (W->dtype == RF_Q4_K || W->dtype == RF_Q6_K) {
-        (W->dtype == RF_Q4_K ? q4kp_range : q6kp_range)(Y, ldy, xp, W, n, a, b);
+    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K) {
+        (W->dtype == RF_Q6_K ? q6kp_range : q4kp_range)(Y, ldy, xp, W, n, a, b);
         return;
     }
     const int nb = W->cols / RF_QK;

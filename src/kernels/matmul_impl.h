@@ -41,6 +41,9 @@ void rf_q4p_pack(void *dst, const void *w, int rows, int cols);
 #define RF_Q4KP_SB 2432 /* Q4_K: bytes per panel and 256-column super-block (matmul_pack.c) */
 size_t rf_q4kp_pack_bytes(int rows, int cols);
 void rf_q4kp_pack(void *dst, const void *w, int rows, int cols);
+#define RF_Q5KP_SB 2944 /* Q5_K: bytes per panel and 256-column super-block (matmul_pack.c) */
+size_t rf_q5kp_pack_bytes(int rows, int cols);
+void rf_q5kp_pack(void *dst, const void *w, int rows, int cols);
 #define RF_Q6KP_SB 3392 /* Q6_K: bytes per panel and 256-column super-block (matmul_pack.c) */
 size_t rf_q6kp_pack_bytes(int rows, int cols);
 void rf_q6kp_pack(void *dst, const void *w, int rows, int cols);
@@ -50,7 +53,7 @@ typedef struct {
     int8_t q[32];
     float d;       /* activation scale */
     int32_t nsum8; /* -8 * sum(q): Q4_0's nibble offset, folded into the integer dot;
-                    * for packed Q4_K sum(q), for packed Q6_K the sums of the
+                    * for packed Q4_K / Q5_K sum(q), for packed Q6_K the sums of the
                     * two 16-column halves in the low and high 16 bits
                     * (rf_q_prep_avx2's wdt) */
 } rf_xq_avx2;      /* one 32-block of one token, 40 bytes */
@@ -97,7 +100,7 @@ void rf_kq_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype dt, i
 /* ---- avx2, W packed (matmul_avx2p.c; a is a multiple of 16) ---- */
 /* bf16: X as it is (f32, no prep) */
 void rf_bf16p_range_avx2(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b);
-/* Q8_0 / Q4_0 / Q4_K / Q6_K: the activations from rf_q_prep_avx2 */
+/* Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K: the activations from rf_q_prep_avx2 */
 void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 
 /* ---- avx512 (matmul_avx512.c, compiled with AVX-512 flags) ---- */
@@ -121,7 +124,7 @@ size_t rf_bf16dp_prep_avx512_bytes(int n, int cols, int single);
 /* share part of parts (16-column chunks: its layout is pair-major) */
 void rf_bf16dp_prep_avx512(void *xp, const float *X, int n, int cols, int single, int part, int parts);
 void rf_bf16dp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
-/* Q8_0 / Q4_0 / Q4_K / Q6_K with W in 16-row panels (rf_mat_pack) and the activations
+/* Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K with W in 16-row panels (rf_mat_pack) and the activations
  * per token and block (the same rounding as rf_q_prep_avx512; the prep
  * depends on the weight dtype); a is a multiple of 16 */
 size_t rf_q8p_prep_avx512_bytes(int n, int cols);

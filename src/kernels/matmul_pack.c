@@ -142,6 +142,46 @@ void rf_q4kp_pack(void *dst, const void *w, int rows, int cols) {
         }
 }
 
+size_t rf_q5kp_pack_bytes(int rows, int cols) {
+    return (size_t)((rows + 15) / 16) * (cols / RF_QK_K) * RF_Q5KP_SB;
+}
+
+/* Q4_K's panel with each chunk's fifth bits after its nibbles (chunk c at
+ * 320c: 256 B of nibbles, then 64 B whose byte 4r + k holds at bit v the
+ * fifth bit of column 4v + k and at bit 4 + v that of column 16 + 4v + k,
+ * v = 0..3); the scales at 2560, mins at 2688, d at 2816, dmin at 2880.
+ * ggml: weight 32c + l is qs[32 (c / 2) + l]'s low (c even) or high nibble
+ * plus 16 times bit c of qh[l]. */
+void rf_q5kp_pack(void *dst, const void *w, int rows, int cols) {
+    const int nsb = cols / RF_QK_K, np = (rows + 15) / 16;
+    const rf_block_q5_k *W = w;
+#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
+    for (int p = 0; p < np; p++)
+        for (int s = 0; s < nsb; s++) {
+            uint8_t *o = (uint8_t *)dst + ((size_t)p * nsb + s) * RF_Q5KP_SB;
+            float *d = (float *)(o + 2816), *dmin = (float *)(o + 2880);
+            memset(o, 0, RF_Q5KP_SB);
+            for (int r = 0; r < 16 && 16 * p + r < rows; r++) {
+                const rf_block_q5_k *blk = W + (size_t)(16 * p + r) * nsb + s;
+                for (int c = 0; c < 8; c++) {
+                    const uint8_t *qs = blk->qs + 32 * (c / 2);
+                    const int shift = 4 * (c & 1);
+                    uint8_t *oc = o + 320 * c;
+                    for (int v = 0; v < 4; v++)
+                        for (int k = 0; k < 4; k++) {
+                            const int l0 = 4 * v + k, l1 = 16 + 4 * v + k;
+                            const uint8_t lo = (qs[l0] >> shift) & 0x0F, hi = (qs[l1] >> shift) & 0x0F;
+                            oc[64 * v + 4 * r + k] = (uint8_t)(lo | hi << 4);
+                            oc[256 + 4 * r + k] |= (uint8_t)(((blk->qh[l0] >> c) & 1) << v | ((blk->qh[l1] >> c) & 1) << (4 + v));
+                        }
+                    rf_k4_scale_min(c, blk->scales, o + 2560 + 16 * c + r, o + 2688 + 16 * c + r);
+                }
+                d[r] = rf_f16_to_f32(blk->d);
+                dmin[r] = rf_f16_to_f32(blk->dmin);
+            }
+        }
+}
+
 size_t rf_q6kp_pack_bytes(int rows, int cols) {
     return (size_t)((rows + 15) / 16) * (cols / RF_QK_K) * RF_Q6KP_SB;
 }

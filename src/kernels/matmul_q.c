@@ -41,7 +41,7 @@ void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, rf_dtype wdt, int
             o->d = rf_quant32_i8(X + (size_t)t * cols + b * RF_QK, q, &p);
             _mm256_storeu_si256((__m256i *)o->q, p);
             const int32_t s0 = hsum_i32(_mm256_add_epi32(q[0], q[1])), s1 = hsum_i32(_mm256_add_epi32(q[2], q[3]));
-            o->nsum8 = wdt == RF_Q4_K   ? s0 + s1
+            o->nsum8 = wdt == RF_Q4_K || wdt == RF_Q5_K ? s0 + s1
                        : wdt == RF_Q6_K ? (int32_t)((uint32_t)(uint16_t)s0 | (uint32_t)s1 << 16)
                                         : -8 * (s0 + s1);
         }
