@@ -40,12 +40,6 @@ size_t rf_kq_prep_bytes(int n, int cols, rf_dtype dt) {
     return (size_t)n * (cols / RF_QK) * sizeof(rf_xk);
 }
 
-static inline int hsum4i(__m128i v) {
-    v = _mm_hadd_epi32(v, v);
-    v = _mm_hadd_epi32(v, v);
-    return _mm_cvtsi128_si32(v);
-}
-
 void rf_kq_prep(void *xp, const float *X, int n, int cols, rf_dtype dt, int part, int parts) {
     if (rf_kq_direct(dt)) {
         rf_kq_prep_avx512(xp, X, n, cols, dt, part, parts);
@@ -60,9 +54,9 @@ void rf_kq_prep(void *xp, const float *X, int n, int cols, rf_dtype dt, int part
             __m256i q[4], p;
             o->d = rf_quant32_i8(X + (size_t)t * cols + b * RF_QK, q, &p);
             _mm256_storeu_si256((__m256i *)o->q, p);
-            __m256i s0 = _mm256_add_epi32(q[0], q[1]), s1 = _mm256_add_epi32(q[2], q[3]);
-            o->s[0] = (int16_t)hsum4i(_mm_add_epi32(_mm256_castsi256_si128(s0), _mm256_extracti128_si256(s0, 1)));
-            o->s[1] = (int16_t)hsum4i(_mm_add_epi32(_mm256_castsi256_si128(s1), _mm256_extracti128_si256(s1, 1)));
+            int32_t s0, s1;
+            rf_quant32_half_sums(q, &s0, &s1);
+            o->s[0] = (int16_t)s0, o->s[1] = (int16_t)s1;
         }
 }
 

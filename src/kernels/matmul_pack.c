@@ -107,80 +107,63 @@ void rf_q4p_pack(void *dst, const void *w, int rows, int cols) {
  * = of column 32 c + 16 + 4 v + k, the levels 0..15 as stored), then the
  * chunks' 6-bit scales (byte 2048 + 16 c + r) and mins (byte 2176 + 16 c +
  * r) as bytes, then the 16 rows' d and dmin in f32 (bytes 2304 and 2368).
- * A weight is d sc q - dmin m, as ggml dequantises it. avx512 only
- * (rf_mat_pack_bytes packs it where that tier is active; other tiers read
- * the row-major blocks). */
+ * A weight is d sc q - dmin m, as ggml dequantises it.
+ *
+ * Q5_K: the same with each chunk's fifth bits after its nibbles (chunk c at
+ * 320 c: 256 B of nibbles, then 64 B whose byte 4 r + k holds at bit v the
+ * fifth bit of column 4 v + k and at bit 4 + v that of column 16 + 4 v + k,
+ * v = 0..3), so the scales at 2560, mins at 2688, d at 2816, dmin at 2880
+ * (RF_Q5KP_SB = 2,944 bytes, 5.75 bits a weight). ggml: weight 32 c + l is
+ * qs[32 (c / 2) + l]'s low (c even) or high nibble plus 16 times bit c of
+ * qh[l]. */
 size_t rf_q4kp_pack_bytes(int rows, int cols) {
     return (size_t)((rows + 15) / 16) * (cols / RF_QK_K) * RF_Q4KP_SB;
-}
-
-void rf_q4kp_pack(void *dst, const void *w, int rows, int cols) {
-    const int nsb = cols / RF_QK_K, np = (rows + 15) / 16;
-    const rf_block_q4_k *W = w;
-#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
-    for (int p = 0; p < np; p++)
-        for (int s = 0; s < nsb; s++) {
-            uint8_t *o = (uint8_t *)dst + ((size_t)p * nsb + s) * RF_Q4KP_SB;
-            float *d = (float *)(o + 2304), *dmin = (float *)(o + 2368);
-            memset(o, 0, RF_Q4KP_SB);
-            for (int r = 0; r < 16 && 16 * p + r < rows; r++) {
-                const rf_block_q4_k *blk = W + (size_t)(16 * p + r) * nsb + s;
-                for (int c = 0; c < 8; c++) {
-                    /* ggml: qs[32 (c / 2) + l], low nibble for even c, high for odd */
-                    const uint8_t *qs = blk->qs + 32 * (c / 2);
-                    const int shift = 4 * (c & 1);
-                    for (int v = 0; v < 4; v++)
-                        for (int k = 0; k < 4; k++) {
-                            uint8_t lo = (qs[4 * v + k] >> shift) & 0x0F, hi = (qs[16 + 4 * v + k] >> shift) & 0x0F;
-                            o[256 * c + 64 * v + 4 * r + k] = (uint8_t)(lo | hi << 4);
-                        }
-                    rf_k4_scale_min(c, blk->scales, o + 2048 + 16 * c + r, o + 2176 + 16 * c + r);
-                }
-                d[r] = rf_f16_to_f32(blk->d);
-                dmin[r] = rf_f16_to_f32(blk->dmin);
-            }
-        }
 }
 
 size_t rf_q5kp_pack_bytes(int rows, int cols) {
     return (size_t)((rows + 15) / 16) * (cols / RF_QK_K) * RF_Q5KP_SB;
 }
 
-/* Q4_K's panel with each chunk's fifth bits after its nibbles (chunk c at
- * 320c: 256 B of nibbles, then 64 B whose byte 4r + k holds at bit v the
- * fifth bit of column 4v + k and at bit 4 + v that of column 16 + 4v + k,
- * v = 0..3); the scales at 2560, mins at 2688, d at 2816, dmin at 2880.
- * ggml: weight 32c + l is qs[32 (c / 2) + l]'s low (c even) or high nibble
- * plus 16 times bit c of qh[l]. */
-void rf_q5kp_pack(void *dst, const void *w, int rows, int cols) {
+/* Q4_K (q5 = 0) or Q5_K (q5 = 1): the two blocks differ only by Q5_K's qh */
+static void k45_pack(void *dst, const void *w, int rows, int cols, int q5) {
     const int nsb = cols / RF_QK_K, np = (rows + 15) / 16;
-    const rf_block_q5_k *W = w;
+    const size_t sb = q5 ? RF_Q5KP_SB : RF_Q4KP_SB, chunk = q5 ? 320 : 256, scales = 8 * chunk;
 #pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
     for (int p = 0; p < np; p++)
         for (int s = 0; s < nsb; s++) {
-            uint8_t *o = (uint8_t *)dst + ((size_t)p * nsb + s) * RF_Q5KP_SB;
-            float *d = (float *)(o + 2816), *dmin = (float *)(o + 2880);
-            memset(o, 0, RF_Q5KP_SB);
+            uint8_t *o = (uint8_t *)dst + ((size_t)p * nsb + s) * sb;
+            float *d = (float *)(o + scales + 256), *dmin = d + 16;
+            memset(o, 0, sb);
             for (int r = 0; r < 16 && 16 * p + r < rows; r++) {
-                const rf_block_q5_k *blk = W + (size_t)(16 * p + r) * nsb + s;
+                const size_t i = (size_t)(16 * p + r) * nsb + s;
+                const rf_block_q4_k *b4 = q5 ? NULL : (const rf_block_q4_k *)w + i;
+                const rf_block_q5_k *b5 = q5 ? (const rf_block_q5_k *)w + i : NULL;
+                const uint8_t *qs_all = q5 ? b5->qs : b4->qs, *sc = q5 ? b5->scales : b4->scales;
                 for (int c = 0; c < 8; c++) {
-                    const uint8_t *qs = blk->qs + 32 * (c / 2);
+                    /* ggml: qs[32 (c / 2) + l], low nibble for even c, high for odd */
+                    const uint8_t *qs = qs_all + 32 * (c / 2);
                     const int shift = 4 * (c & 1);
-                    uint8_t *oc = o + 320 * c;
+                    uint8_t *oc = o + chunk * c;
                     for (int v = 0; v < 4; v++)
                         for (int k = 0; k < 4; k++) {
                             const int l0 = 4 * v + k, l1 = 16 + 4 * v + k;
                             const uint8_t lo = (qs[l0] >> shift) & 0x0F, hi = (qs[l1] >> shift) & 0x0F;
                             oc[64 * v + 4 * r + k] = (uint8_t)(lo | hi << 4);
-                            oc[256 + 4 * r + k] |= (uint8_t)(((blk->qh[l0] >> c) & 1) << v | ((blk->qh[l1] >> c) & 1) << (4 + v));
+                            if (q5)
+                                oc[256 + 4 * r + k] |=
+                                    (uint8_t)(((b5->qh[l0] >> c) & 1) << v | ((b5->qh[l1] >> c) & 1) << (4 + v));
                         }
-                    rf_k4_scale_min(c, blk->scales, o + 2560 + 16 * c + r, o + 2688 + 16 * c + r);
+                    rf_k4_scale_min(c, sc, o + scales + 16 * c + r, o + scales + 128 + 16 * c + r);
                 }
-                d[r] = rf_f16_to_f32(blk->d);
-                dmin[r] = rf_f16_to_f32(blk->dmin);
+                d[r] = rf_f16_to_f32(q5 ? b5->d : b4->d);
+                dmin[r] = rf_f16_to_f32(q5 ? b5->dmin : b4->dmin);
             }
         }
 }
+
+void rf_q4kp_pack(void *dst, const void *w, int rows, int cols) { k45_pack(dst, w, rows, cols, 0); }
+
+void rf_q5kp_pack(void *dst, const void *w, int rows, int cols) { k45_pack(dst, w, rows, cols, 1); }
 
 size_t rf_q6kp_pack_bytes(int rows, int cols) {
     return (size_t)((rows + 15) / 16) * (cols / RF_QK_K) * RF_Q6KP_SB;

@@ -20,14 +20,6 @@
 #include "kernels/team.h"
 #include "util/util.h"
 
-/* the sum of a vector's 8 int32 lanes */
-static inline int32_t hsum_i32(__m256i s) {
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    s4 = _mm_hadd_epi32(s4, s4);
-    s4 = _mm_hadd_epi32(s4, s4);
-    return _mm_cvtsi128_si32(s4);
-}
-
 size_t rf_q_prep_avx2_bytes(int n, int cols) { return (size_t)n * (cols / RF_QK) * sizeof(rf_xq_avx2); }
 
 void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, rf_dtype wdt, int part, int parts) {
@@ -40,7 +32,8 @@ void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, rf_dtype wdt, int
             __m256i q[4], p;
             o->d = rf_quant32_i8(X + (size_t)t * cols + b * RF_QK, q, &p);
             _mm256_storeu_si256((__m256i *)o->q, p);
-            const int32_t s0 = hsum_i32(_mm256_add_epi32(q[0], q[1])), s1 = hsum_i32(_mm256_add_epi32(q[2], q[3]));
+            int32_t s0, s1;
+            rf_quant32_half_sums(q, &s0, &s1);
             o->nsum8 = wdt == RF_Q4_K || wdt == RF_Q5_K ? s0 + s1
                        : wdt == RF_Q6_K ? (int32_t)((uint32_t)(uint16_t)s0 | (uint32_t)s1 << 16)
                                         : -8 * (s0 + s1);

@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdint.h>
 
 /* e^x for 8 lanes, ~1 ulp (Cephes expf scheme): x = k ln2 + r with
  * |r| <= ln2/2, e^r by a degree-6 polynomial, times 2^k built in the
@@ -61,6 +62,17 @@ static inline float rf_quant32_i8(const float *x, __m256i lv[4], __m256i *packed
     __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(lv[0], lv[1]), _mm256_packs_epi32(lv[2], lv[3]));
     *packed = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     return d;
+}
+
+/* the sums of rf_quant32_i8's first and last 16 levels (lv as it returns
+ * them), for the offsets and mins the block kernels fold in */
+static inline void rf_quant32_half_sums(const __m256i lv[4], int32_t *s0, int32_t *s1) {
+    const __m256i a = _mm256_add_epi32(lv[0], lv[1]), b = _mm256_add_epi32(lv[2], lv[3]);
+    __m128i h = _mm_hadd_epi32(_mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)),
+                               _mm_add_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));
+    h = _mm_hadd_epi32(h, h); /* lanes: sum a, sum b */
+    *s0 = _mm_cvtsi128_si32(h);
+    *s1 = _mm_extract_epi32(h, 1);
 }
 
 #endif
