@@ -566,15 +566,22 @@ static void run_range(const mm_prep *p, float *Y, size_t ldy, const float *X, co
     }
 }
 
-/* bytes of one 16-row panel of W's packed copy */
-static size_t panel_bytes(const rf_mat *W) {
-    return W->dtype == RF_BF16   ? (size_t)((W->cols + 1) / 2) * 64
-           : W->dtype == RF_Q8_0 ? rf_q8p_pack_bytes(16, W->cols)
-           : W->dtype == RF_Q4_K ? rf_q4kp_pack_bytes(16, W->cols)
-           : W->dtype == RF_Q5_K ? rf_q5kp_pack_bytes(16, W->cols)
-           : W->dtype == RF_Q6_K ? rf_q6kp_pack_bytes(16, W->cols)
-                                 : rf_q4p_pack_bytes(16, W->cols);
+/* bytes of a packed copy of rows x cols weights of dtype dt (0: dt has no
+ * panel layout) */
+static size_t packed_bytes(rf_dtype dt, int rows, int cols) {
+    switch (dt) {
+    case RF_BF16: return rf_bf16_pack_bytes(rows, cols);
+    case RF_Q8_0: return rf_q8p_pack_bytes(rows, cols);
+    case RF_Q4_0: return rf_q4p_pack_bytes(rows, cols);
+    case RF_Q4_K: return rf_q4kp_pack_bytes(rows, cols);
+    case RF_Q5_K: return rf_q5kp_pack_bytes(rows, cols);
+    case RF_Q6_K: return rf_q6kp_pack_bytes(rows, cols);
+    default: return 0;
+    }
 }
+
+/* bytes of one 16-row panel of W's packed copy */
+static size_t panel_bytes(const rf_mat *W) { return packed_bytes(W->dtype, 16, W->cols); }
 
 void rf_matmul_rows(float *Y, const float *X, const rf_mat *W, int n, int r0, int r1) {
     int nr = r1 - r0;
@@ -669,13 +676,8 @@ void rf_matmul_team(rf_team *team, int tid, int count, float *const *Y, const fl
  * halves, so a matrix packed under one tier is right under any other
  * (rf_cpu_set_tier after loading, as the tests and benchmarks do). */
 size_t rf_mat_pack_bytes(const rf_mat *W) {
-    if (W->dtype == RF_BF16) return rf_bf16_pack_bytes(W->rows, W->cols);
-    if (W->dtype == RF_Q8_0 && W->cols % RF_QK == 0) return rf_q8p_pack_bytes(W->rows, W->cols);
-    if (W->dtype == RF_Q4_0 && W->cols % RF_QK == 0) return rf_q4p_pack_bytes(W->rows, W->cols);
-    if (W->dtype == RF_Q4_K) return rf_q4kp_pack_bytes(W->rows, W->cols);
-    if (W->dtype == RF_Q5_K) return rf_q5kp_pack_bytes(W->rows, W->cols);
-    if (W->dtype == RF_Q6_K) return rf_q6kp_pack_bytes(W->rows, W->cols);
-    return 0;
+    if ((W->dtype == RF_Q8_0 || W->dtype == RF_Q4_0) && W->cols % RF_QK != 0) return 0;
+    return packed_bytes(W->dtype, W->rows, W->cols);
 }
 
 void rf_mat_pack(rf_mat *W, void *buf) {

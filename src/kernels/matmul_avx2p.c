@@ -39,6 +39,14 @@
 #define PF_BYTES 2048 /* software prefetch distance of a 1-token tile, per panel (512 and 4096 are slower) */
 #endif
 
+/* the 4 int8 activations at q in every 32-bit lane (the columns a maddubs
+ * of a panel vector takes) */
+static inline AI __m256i bcast4(const int8_t *q) {
+    int32_t u;
+    memcpy(&u, q, 4);
+    return _mm256_set1_epi32(u);
+}
+
 /* the 8 outputs of group g for a token: all, or the first m (< 8) of them */
 static inline AI void store8(float *y, __m256 v, int m) {
     if (m >= 8) _mm256_storeu_ps(y, v);
@@ -178,11 +186,7 @@ static inline AI void qkern(const rf_dtype dt, const int G, const int T, const u
             for (int t = 0; t < T; t++) ia[g][t] = _mm256_setzero_si256();
         for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
             if (T == 1) { /* up to 8 groups: each unpacked and used at once (as bkern) */
-                int32_t q4;
-                memcpy(&q4, x[b].q + 4 * v, 4);
-                __m256i xv = _mm256_set1_epi32(q4);
-                memcpy(&q4, x[b].q + 16 + 4 * v, 4);
-                __m256i xh = _mm256_set1_epi32(q4); /* (Q4_0 only) */
+                const __m256i xv = bcast4(x[b].q + 4 * v), xh = bcast4(x[b].q + 16 + 4 * v); /* xh: Q4_0 only */
                 for (int g = 0; g < G; g++) {
                     __m256i q = _mm256_load_si256((const __m256i *)(wb + (g >> 1) * panel + v * 64 + (g & 1) * 32));
                     if (dt == RF_Q8_0) {
@@ -209,16 +213,13 @@ static inline AI void qkern(const rf_dtype dt, const int G, const int T, const u
                 }
             }
             for (int t = 0; t < T; t++) {
-                int32_t q4;
-                memcpy(&q4, x[t * ldx + b].q + 4 * v, 4);
-                __m256i xv = _mm256_set1_epi32(q4);
+                const __m256i xv = bcast4(x[t * ldx + b].q + 4 * v);
                 if (dt == RF_Q8_0) {
                     for (int g = 0; g < G; g++)
                         ia[g][t] = _mm256_add_epi32(
                             ia[g][t], _mm256_madd_epi16(_mm256_maddubs_epi16(wa[g], _mm256_sign_epi8(xv, wc[g])), ones));
                 } else {
-                    memcpy(&q4, x[t * ldx + b].q + 16 + 4 * v, 4);
-                    __m256i xh = _mm256_set1_epi32(q4);
+                    const __m256i xh = bcast4(x[t * ldx + b].q + 16 + 4 * v);
                     for (int g = 0; g < G; g++)
                         ia[g][t] = _mm256_add_epi16(ia[g][t], _mm256_add_epi16(_mm256_maddubs_epi16(wa[g], xv),
                                                                                _mm256_maddubs_epi16(wc[g], xh)));
@@ -264,7 +265,7 @@ static void qtile(rf_dtype dt, int G, int T, const uint8_t *w, size_t panel, int
 /* ---- Q4_K / Q5_K / Q6_K ---------------------------------------------------------------- */
 
 /* The layouts of the avx512 tier's panels (matmul_pack.c rf_q4kp_pack,
- * rf_q6kp_pack), each 64-byte vector read as two 8-row groups. Per 32-
+ * rf_q5kp_pack, rf_q6kp_pack), each 64-byte vector read as two 8-row groups. Per 32-
  * column chunk and (group, token) the integer dot as Q4_0's (maddubs of
  * the unsigned levels with the token's int8 values; Q6_K: the chunk's two
  * 16-column halves apart, pairs of levels <= 63 summed in s32 per vector),
@@ -297,11 +298,7 @@ static inline AI void k4kern(const rf_dtype dt, const int T, const uint8_t *wc, 
             }
         }
         for (int t = 0; t < T; t++) {
-            int32_t q4;
-            memcpy(&q4, x[t * ldx].q + 4 * v, 4);
-            const __m256i xl = _mm256_set1_epi32(q4);
-            memcpy(&q4, x[t * ldx].q + 16 + 4 * v, 4);
-            const __m256i xh = _mm256_set1_epi32(q4);
+            const __m256i xl = bcast4(x[t * ldx].q + 4 * v), xh = bcast4(x[t * ldx].q + 16 + 4 * v);
             for (int g = 0; g < 2; g++) {
                 const __m256i pv = _mm256_add_epi16(_mm256_maddubs_epi16(lo[g], xl), _mm256_maddubs_epi16(hi[g], xh));
                 /* Q4_K: <= 4 * 2 * 2 * 15 * 127 = 30480 in s16; Q5_K's
@@ -346,11 +343,7 @@ static inline AI void k6kern(const int T, const uint8_t *wc, const uint8_t *sc, 
             hi[g] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_and_si256(hh, m30));
         }
         for (int t = 0; t < T; t++) {
-            int32_t q4;
-            memcpy(&q4, x[t * ldx].q + 4 * v, 4);
-            const __m256i xl = _mm256_set1_epi32(q4);
-            memcpy(&q4, x[t * ldx].q + 16 + 4 * v, 4);
-            const __m256i xh = _mm256_set1_epi32(q4);
+            const __m256i xl = bcast4(x[t * ldx].q + 4 * v), xh = bcast4(x[t * ldx].q + 16 + 4 * v);
             for (int g = 0; g < 2; g++) {
                 ia[g][t][0] = _mm256_add_epi32(ia[g][t][0], _mm256_madd_epi16(_mm256_maddubs_epi16(lo[g], xl), ones));
                 ia[g][t][1] = _mm256_add_epi32(ia[g][t][1], _mm256_madd_epi16(_mm256_maddubs_epi16(hi[g], xh), ones));

@@ -904,30 +904,6 @@ static void qkp_group(rf_dtype dt, int P, const uint8_t *w, size_t panel, int ns
     }
 }
 
-static void q4kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, int n, int a, int b) {
-    const int nsb = W->cols / RF_QK_K;
-    const size_t panel = (size_t)nsb * (W->dtype == RF_Q5_K ? RF_Q5KP_SB : RF_Q4KP_SB);
-    const uint8_t *pk = W->packed;
-    _Alignas(64) float acc[KP_MAX_N * 16 * KP_PANELS];
-    for (int r = a, P; r < b; r += 16 * P) {
-        P = (b - r + 15) / 16 < KP_PANELS ? 1 : KP_PANELS;
-        const int rows = b - r < 16 * P ? b - r : 16 * P;
-        const __mmask16 k0 = rows >= 16 ? 0xFFFF : (__mmask16)((1u << rows) - 1),
-                        k1 = rows >= 32 ? 0xFFFF : rows <= 16 ? 0 : (__mmask16)((1u << (rows - 16)) - 1);
-        for (int t0 = 0; t0 < n; t0 += KP_MAX_N) {
-            const int m = n - t0 < KP_MAX_N ? n - t0 : KP_MAX_N;
-            memset(acc, 0, sizeof(float) * (size_t)m * 16 * KP_PANELS);
-            qkp_group(W->dtype, P, pk + (size_t)(r / 16) * panel, panel, nsb, X, n, t0, m, acc);
-            for (int t = 0; t < m; t++) {
-                const float *s = acc + (size_t)t * 16 * KP_PANELS;
-                float *y = Y + (size_t)(t0 + t) * ldy + r;
-                _mm512_mask_storeu_ps(y, k0, _mm512_load_ps(s));
-                if (k1) _mm512_mask_storeu_ps(y + 16, k1, _mm512_load_ps(s + 16));
-            }
-        }
-    }
-}
-
 /* ---- Q6_K, packed panels ------------------------------------------------------
  *
  * The layout (matmul_pack.c): per panel and 256-column super-block, 8
@@ -940,10 +916,10 @@ static void q4kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W,
  * conversions, the scales, and one FMA by the token's dx. Two accumulators
  * per (panel, token): one panel at a time, tiles of up to 8 tokens, the
  * super-blocks outside as for Q4_K. */
-#define K6_MAX_N 64
 
-/* chunk wc of one panel for T tokens (x: the chunk's first token); sc:
- * its scale bytes (the last 16 columns' 16 on); d: the rows' d */
+/* chunk wc of one panel for T tokens (x: the chunk's first token; acc:
+ * its sums, 16 KP_PANELS floats apart); sc: its scale bytes (the last 16
+ * columns' 16 on); d: the rows' d */
 static inline __attribute__((always_inline)) void q6kp_kern(const int T, const uint8_t *wc, const uint8_t *sc,
                                                             const float *d, const xq_block *x, float *acc) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
@@ -969,13 +945,14 @@ static inline __attribute__((always_inline)) void q6kp_kern(const int T, const u
     const __m512 s0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc))), dv),
                  s1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16)))), dv);
     for (int t = 0; t < T; t++) {
-        float *a = acc + (size_t)t * 16;
+        float *a = acc + (size_t)t * 16 * KP_PANELS;
         const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[0][t]), s0, _mm512_mul_ps(_mm512_cvtepi32_ps(ia[1][t]), s1));
         _mm512_store_ps(a, _mm512_fmadd_ps(f, _mm512_set1_ps(x[t].dx), _mm512_load_ps(a)));
     }
 }
 
-/* one panel w, tokens [t0, t0 + m) of the call's n, into acc[m][16] */
+/* one panel w, tokens [t0, t0 + m) of the call's n, into acc[m][16
+ * KP_PANELS] (the first 16 of each token's) */
 static void q6kp_group(const uint8_t *w, int nsb, const xq_block *X, int n, int t0, int m, float *acc) {
     const int ntt = (m + 7) / 8;
     for (int s = 0; s < nsb; s++) {
@@ -988,7 +965,7 @@ static void q6kp_group(const uint8_t *w, int nsb, const xq_block *X, int n, int 
             for (int i = 0, u = 0; i < ntt; i++) {
                 const int T = m / ntt + (i < m % ntt);
                 const xq_block *xb = X + (size_t)(8 * s + c) * n + t0 + u;
-                float *a = acc + (size_t)u * 16;
+                float *a = acc + (size_t)u * 16 * KP_PANELS;
                 switch (T) {
                 case 1: q6kp_kern(1, wc, sc, d, xb, a); break;
                 case 2: q6kp_kern(2, wc, sc, d, xb, a); break;
@@ -1005,18 +982,30 @@ static void q6kp_group(const uint8_t *w, int nsb, const xq_block *X, int n, int 
     }
 }
 
-static void q6kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, int n, int a, int b) {
-    const int nsb = W->cols / RF_QK_K;
-    const size_t panel = (size_t)nsb * RF_Q6KP_SB;
-    _Alignas(64) float acc[K6_MAX_N * 16];
-    for (int r = a; r < b; r += 16) {
-        const int rows = b - r < 16 ? b - r : 16;
-        const __mmask16 k = rows >= 16 ? 0xFFFF : (__mmask16)((1u << rows) - 1);
-        for (int t0 = 0; t0 < n; t0 += K6_MAX_N) {
-            const int m = n - t0 < K6_MAX_N ? n - t0 : K6_MAX_N;
-            memset(acc, 0, sizeof(float) * (size_t)m * 16);
-            q6kp_group((const uint8_t *)W->packed + (size_t)(r / 16) * panel, nsb, X, n, t0, m, acc);
-            for (int t = 0; t < m; t++) _mm512_mask_storeu_ps(Y + (size_t)(t0 + t) * ldy + r, k, _mm512_load_ps(acc + 16 * t));
+
+/* Q4_K, Q5_K or Q6_K panels: up to KP_PANELS panels (Q6_K: one, for its
+ * two accumulators per token) and KP_MAX_N tokens at a time */
+static void kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, int n, int a, int b) {
+    const int nsb = W->cols / RF_QK_K, q6 = W->dtype == RF_Q6_K, pmax = q6 ? 1 : KP_PANELS;
+    const size_t panel = (size_t)nsb * (q6 ? RF_Q6KP_SB : W->dtype == RF_Q5_K ? RF_Q5KP_SB : RF_Q4KP_SB);
+    const uint8_t *pk = W->packed;
+    _Alignas(64) float acc[KP_MAX_N * 16 * KP_PANELS];
+    for (int r = a, P; r < b; r += 16 * P) {
+        P = (b - r + 15) / 16 < pmax ? 1 : pmax;
+        const int rows = b - r < 16 * P ? b - r : 16 * P;
+        const __mmask16 k0 = rows >= 16 ? 0xFFFF : (__mmask16)((1u << rows) - 1),
+                        k1 = rows >= 32 ? 0xFFFF : rows <= 16 ? 0 : (__mmask16)((1u << (rows - 16)) - 1);
+        for (int t0 = 0; t0 < n; t0 += KP_MAX_N) {
+            const int m = n - t0 < KP_MAX_N ? n - t0 : KP_MAX_N;
+            memset(acc, 0, sizeof(float) * (size_t)m * 16 * KP_PANELS);
+            if (q6) q6kp_group(pk + (size_t)(r / 16) * panel, nsb, X, n, t0, m, acc);
+            else qkp_group(W->dtype, P, pk + (size_t)(r / 16) * panel, panel, nsb, X, n, t0, m, acc);
+            for (int t = 0; t < m; t++) {
+                const float *s = acc + (size_t)t * 16 * KP_PANELS;
+                float *y = Y + (size_t)(t0 + t) * ldy + r;
+                _mm512_mask_storeu_ps(y, k0, _mm512_load_ps(s));
+                if (k1) _mm512_mask_storeu_ps(y + 16, k1, _mm512_load_ps(s + 16));
+            }
         }
     }
 }
@@ -1025,7 +1014,7 @@ static void q6kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W,
  * weight read from memory once per call, the later tiles from L2). */
 void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
     if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K) {
-        (W->dtype == RF_Q6_K ? q6kp_range : q4kp_range)(Y, ldy, xp, W, n, a, b);
+        kp_range(Y, ldy, xp, W, n, a, b);
         return;
     }
     const int nb = W->cols / RF_QK;
