@@ -4,8 +4,12 @@
 # that is the environment setting its rows imply (the smallest width from
 # which every ratio's interval lies below 1, else off), a value
 # REFUSION_AMX_* accepts;
-# at another tier it says there is nothing to tune; bad input: one error
-# line. (Which path wins is the machine's business: not asserted.)
+# at every tier, with packed weights, it measures the prefetch level (L2
+# against L1 per width; the last line REFUSION_PREFETCH_L2= the widest width
+# up to which L2 was not slower, when it won at 1 token) and keeps it in the
+# tune cache, which the next load applies; f32 weights have nothing to
+# tune; bad input: one error line. (Which path wins is the machine's
+# business: not asserted.)
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup cli_tune
@@ -35,7 +39,7 @@ if "$BIN" info -m "$DEMO" | grep -q '^cpu tier *amx'; then
   check '[ $rc = 0 ]' "convert: $err"
   run tune -m "$T/q8.gguf" --rounds 3 -t 1
   check '[ $rc = 0 ] && grep -q "the int8 tiles against vpdpbusd" "$T/out"' "q8_0 tune: rc $rc, $out $err"
-  last=$(tail -n 1 "$T/out")
+  last=$(grep -m1 '^REFUSION_AMX' "$T/out")
   check '[ "$last" = "REFUSION_AMX_INT8=$(implied)" ]' "q8_0: the last line '$last' is not what the rows imply ($(implied)): $out"
 
   run convert -m "$DEMO" -o "$T/f32" --dtype f32
@@ -43,8 +47,30 @@ if "$BIN" info -m "$DEMO" | grep -q '^cpu tier *amx'; then
 else
   echo "SKIPPED: amx (cpu lacks it): the measurement"
 fi
-REFUSION_CPU=avx2 "$BIN" tune -m "$DEMO" >"$T/out" 2>"$T/err"
-check '[ $? = 0 ] && grep -q "^tier avx2: nothing to tune" "$T/out"' "avx2: $(cat "$T/out" "$T/err")"
+# the prefetch level: the setting the prefetch table's rows imply
+implied_l2() {
+  awk 'BEGIN { n = 0 } /prefetch into L2 against L1/ { on = 1; next } on && /^REFUSION_/ { exit }
+       on && $1 ~ /^[0-9]+$/ && NF >= 6 { lo = $5; sub(/\[/, "", lo); sub(/,/, "", lo); hi = $6; sub(/\]/, "", hi)
+         w[n] = $1; r[n] = $4 + 0; l[n] = lo + 0; h[n++] = hi + 0 }
+       END { v = "off"; if (n > 0 && h[0] < 1) for (i = 0; i < n && r[i] <= 1 && l[i] <= 1; i++) v = w[i]; print v }' "$T/out"
+}
+REFUSION_CPU=avx2 "$BIN" tune -m "$DEMO" --rounds 3 -t 1 >"$T/out" 2>"$T/err"
+check '[ $? = 0 ] && grep -q "prefetch into L2 against L1 (tier avx2" "$T/out"' "avx2 prefetch: $(cat "$T/out" "$T/err")"
+last=$(tail -n 1 "$T/out")
+check '[ "$last" = "REFUSION_PREFETCH_L2=$(implied_l2)" ]' "prefetch: the last line '$last' is not what the rows imply ($(implied_l2)): $(cat "$T/out")"
+check 'grep -q "max |L2 - L1| = 0 of" "$T/out"' "prefetch: the two levels' logits differ: $(cat "$T/out")"
+# the next load applies the cache (info says the level), the environment wins over it
+want=$(sed -n 's/^REFUSION_PREFETCH_L2=//p' "$T/out")
+info=$("$BIN" info -m "$DEMO")
+if [ "$want" = off ]; then wl="into L1 at every width"; else wl="into L2 for calls of up to $want tokens"; fi
+check 'echo "$info" | grep -q "^prefetch   $wl" && echo "$info" | grep -q "^tune cache applied: "' "cache not applied ($want): $info"
+info=$(REFUSION_PREFETCH_L2=3 "$BIN" info -m "$DEMO")
+check 'echo "$info" | grep -q "^prefetch   into L2 for calls of up to 3 tokens"' "environment over the cache: $info"
+info=$("$BIN" --no-tune info -m "$DEMO")
+check 'echo "$info" | grep -q "^tune cache off"' "--no-tune: $info"
+run convert -m "$DEMO" -o "$T/f32" --dtype f32
+REFUSION_CPU=avx2 "$BIN" tune -m "$T/f32" >"$T/out" 2>"$T/err"
+check '[ $? = 0 ] && grep -q "^tier avx2: nothing to tune" "$T/out"' "avx2 f32: $(cat "$T/out" "$T/err")"
 
 expect_fail 2 "-m MODEL is required" tune
 expect_fail 2 "rounds" tune -m "$DEMO" --rounds 2

@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <unistd.h>
+#include "formats/blocks.h"
 #include "kernels/cpu.h"
 #include "kernels/kernels.h"
 #include "model/tune.h"
@@ -66,16 +67,67 @@ int main(void) {
         CHECK(rf_tune_bf16p_choice(bp, 5) == want[c], "bf16p choice case %d: %d", c, rf_tune_bf16p_choice(bp, 5));
     }
 
+    /* the prefetch level: L2 up to the widest width where it was not slower, when it won at the narrowest */
+    const double l2_wins[] = {0.8, 0.85, 0.99, 0.95, 0.97}, l2_ties_1[] = {0.99, 0.8, 0.8, 0.8, 0.8},
+                 l2_loses_12[] = {0.8, 0.85, 0.9, 1.09, 0.95}, l2_worse_8[] = {0.8, 0.9, 1.01, 0.9, 0.9};
+    const double *pcases[4] = {l2_wins, l2_ties_1, l2_loses_12, l2_worse_8};
+    const int pwant[4] = {16, 0, 8, 4};
+    for (int c = 0; c < 4; c++) {
+        for (int i = 0; i < 5; i++) bp[i] = (rf_tune_point){bw[i], pcases[c][i], pcases[c][i] - 0.02, pcases[c][i] + 0.02, 0, 0};
+        CHECK(rf_tune_prefetch_choice(bp, 5) == pwant[c], "prefetch choice case %d: %d, want %d", c,
+              rf_tune_prefetch_choice(bp, 5), pwant[c]);
+    }
+    /* either level runs (the L2 calls counted) and gives the same bits, packed Q8_0 and bf16, 1..9 tokens */
+    {
+        enum { R = 48, C = 64 };
+        float wf[R * C], X[9 * C], Y[2][9 * R];
+        for (int i = 0; i < R * C; i++) wf[i] = (float)((i * 7919) % 23 - 11) * 0.05f;
+        for (int i = 0; i < 9 * C; i++) X[i] = (float)((i * 104729) % 17 - 8) * 0.125f;
+        uint16_t wb[R * C];
+        for (int i = 0; i < R * C; i++) wb[i] = rf_f32_to_bf16(wf[i]);
+        void *wq = malloc(rf_dtype_row_bytes(RF_Q8_0, C) * R);
+        rf_quantize_row_q8_0(wf, wq, (int64_t)R * C);
+        rf_mat mats[2] = {{RF_Q8_0, wq, R, C, NULL}, {RF_BF16, wb, R, C, NULL}};
+        for (int mi = 0; mi < 2; mi++) {
+            void *pk = aligned_alloc(64, (rf_mat_pack_bytes(&mats[mi]) + 63) / 64 * 64);
+            rf_mat_pack(&mats[mi], pk);
+            for (int n = 1; n <= 9; n++) {
+                for (int lv = 0; lv < 2; lv++) {
+                    rf_matmul_set_prefetch_l2(lv ? 1 << 20 : 0);
+                    unsigned long before = rf_matmul_prefetch_l2_calls();
+                    rf_matmul(Y[lv], X, &mats[mi], n);
+                    CHECK(rf_matmul_prefetch_l2_calls() == before + (unsigned long)lv, "level %d took (%s, n %d)", lv,
+                          rf_dtype_name(mats[mi].dtype), n);
+                }
+                CHECK(!memcmp(Y[0], Y[1], sizeof(float) * (size_t)n * R), "L1 and L2 differ: %s, n %d",
+                      rf_dtype_name(mats[mi].dtype), n);
+            }
+            free(pk);
+        }
+        free(wq);
+        rf_matmul_set_prefetch_l2(-1);
+    }
+
     /* the cache: a good file applies (and the forced kernel is the one that runs), a corrupt or stale one is ignored */
     char dir[] = "/tmp/model_tune_XXXXXX", path[4096], warn[4400];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     setenv("XDG_CACHE_HOME", dir, 1);
     unsetenv("REFUSION_BF16P"), unsetenv("REFUSION_TUNE");
     CHECK(rf_tune_cache_path(path, sizeof path) == 0 && strstr(path, dir) == path, "cache path %s", path);
-    int k = -1;
-    CHECK(rf_tune_cache_read(path, &k, warn, sizeof warn) == 0, "no file: nothing");
-    CHECK(rf_tune_cache_write(RF_BF16P_DP) == 0, "write: %s", rf_last_error());
-    CHECK(rf_tune_cache_read(path, &k, warn, sizeof warn) == 1 && k == RF_BF16P_DP, "read back: %d", k);
+    int k = -1, pf = -1;
+    CHECK(rf_tune_cache_read(path, &k, &pf, warn, sizeof warn) == 0, "no file: nothing");
+    CHECK(rf_tune_cache_write(RF_BF16P_DP, -1) == 0, "write: %s", rf_last_error());
+    CHECK(rf_tune_cache_read(path, &k, &pf, warn, sizeof warn) == 1 && k == RF_BF16P_DP && pf == -1, "read back: %d %d", k, pf);
+    /* the other choice written later keeps the first */
+    CHECK(rf_tune_cache_write(-1, 12) == 0, "write: %s", rf_last_error());
+    CHECK(rf_tune_cache_read(path, &k, &pf, warn, sizeof warn) == 1 && k == RF_BF16P_DP && pf == 12, "read back: %d %d", k, pf);
+    unsetenv("REFUSION_PREFETCH_L2");
+    rf_matmul_set_prefetch_l2(0);
+    CHECK(rf_tune_cache_apply() == 1 && rf_matmul_prefetch_l2() == 12, "prefetch applied: %d", rf_matmul_prefetch_l2());
+    setenv("REFUSION_PREFETCH_L2", "off", 1); /* the environment wins */
+    rf_matmul_set_prefetch_l2(-1);
+    CHECK(rf_tune_cache_apply() == 1 && rf_matmul_prefetch_l2() == 0, "environment over cache: %d", rf_matmul_prefetch_l2());
+    unsetenv("REFUSION_PREFETCH_L2");
     rf_matmul_set_bf16p_kernel(RF_BF16P_FMA);
     CHECK(rf_tune_cache_apply() == 1 && rf_matmul_bf16p_kernel() == RF_BF16P_DP, "applied: %s", rf_tune_cache_state());
     if (rf_cpu_tier_active() >= RF_CPU_AVX512) {
@@ -100,11 +152,15 @@ int main(void) {
     FILE *f = fopen(path, "w");
     fputs("refusion tune cache 1\ncpu: x\nbf16p: maybe\n", f);
     fclose(f);
-    CHECK(rf_tune_cache_read(path, &k, warn, sizeof warn) == -1 && strstr(warn, "corrupt"), "corrupt: %s", warn);
+    CHECK(rf_tune_cache_read(path, &k, &pf, warn, sizeof warn) == -1 && strstr(warn, "corrupt"), "corrupt: %s", warn);
+    f = fopen(path, "w");
+    fprintf(f, "refusion tune cache 1\ncpu: %s\nbuild: %s\nprefetch-l2: -3\n", rf_tune_cpu_model(), rf_tune_build_id());
+    fclose(f);
+    CHECK(rf_tune_cache_read(path, &k, &pf, warn, sizeof warn) == -1 && strstr(warn, "corrupt"), "corrupt prefetch: %s", warn);
     f = fopen(path, "w");
     fprintf(f, "refusion tune cache 1\ncpu: %s\nbuild: an older one\nbf16p: dp\n", rf_tune_cpu_model());
     fclose(f);
-    CHECK(rf_tune_cache_read(path, &k, warn, sizeof warn) == -1 && strstr(warn, "stale"), "stale: %s", warn);
+    CHECK(rf_tune_cache_read(path, &k, &pf, warn, sizeof warn) == -1 && strstr(warn, "stale"), "stale: %s", warn);
     rf_matmul_set_bf16p_kernel(RF_BF16P_FMA);
     CHECK(rf_tune_cache_apply() == -1 && rf_matmul_bf16p_kernel() == RF_BF16P_FMA, "stale applied: %s", rf_tune_cache_state());
     setenv("REFUSION_TUNE", "off", 1);

@@ -14,6 +14,8 @@
 #include "formats/blocks.h"
 #include "cli/commands.h"
 #include "kernels/cpu.h"
+#include "model/tune.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"
@@ -225,6 +227,11 @@ int cmd_info(int argc, char **argv) {
      * is not what REFUSION_CPU asked for */
     printf("cpu tier   %s (this CPU: %s)%s%s\n", rf_cpu_tier_name(), rf_cpu_tier_str(rf_cpu_tier_detected()),
            rf_cpu_note()[0] ? "; " : "", rf_cpu_note());
+    /* the panel kernels' prefetch level (kernels.h), after the tune cache */
+    const int l2 = rf_matmul_prefetch_l2();
+    if (l2) printf("prefetch   into L2 for calls of up to %d tokens, into L1 above\n", l2);
+    else printf("prefetch   into L1 at every width\n");
+    printf("tune cache %s\n", rf_tune_cache_state());
     if (do_verify) {
         double t1 = rf_now();
         if (verify(&m)) {

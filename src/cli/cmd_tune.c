@@ -51,13 +51,44 @@ static int tune_bf16p(const rf_model *m, const tune_args *a) {
     const char *choice = r.kernel == RF_BF16P_DP ? "dp" : "fma";
     if (!a->no_save) {
         char path[4096];
-        if (rf_tune_cache_write(r.kernel) || rf_tune_cache_path(path, sizeof path)) {
+        if (rf_tune_cache_write(r.kernel, -1) || rf_tune_cache_path(path, sizeof path)) {
             rf_print_error();
             return 1;
         }
         printf("# saved to %s (applied at model load; REFUSION_TUNE=off or --no-tune ignores it)\n", path);
     }
     printf("REFUSION_BF16P=%s\n", choice);
+    return 0;
+}
+
+/* the panel kernels' prefetch level (packed weights, every tier): printed,
+ * saved unless no_save */
+static int tune_prefetch(const rf_model *m, const tune_args *a) {
+    rf_tune_prefetch_result r;
+    double t0 = rf_now();
+    if (rf_tune_prefetch(m, a->rounds, &r)) {
+        rf_print_error();
+        return 1;
+    }
+    printf("# %s, %d threads, %d rounds per width (%.0f s); prefetch into L2 against L1 (tier %s, %s)\n", a->model,
+           omp_get_max_threads(), a->rounds, rf_now() - t0, rf_cpu_tier_name(), rf_tune_cpu_model());
+    printf("%7s %10s %10s %26s\n", "tokens", "L2 ms", "L1 ms", "L2 / L1 [95%]");
+    for (int i = 0; i < r.n_points; i++) {
+        const rf_tune_point *p = &r.points[i];
+        printf("%7d %10.2f %10.2f %10.3f [%.3f, %.3f]%s\n", p->width, p->ms_tiles, p->ms_other, p->ratio, p->lo, p->hi,
+               p->hi < 1 ? "  L2" : p->lo > 1 ? "  L1" : "");
+    }
+    printf("# logits: max |L2 - L1| = %.2g of max |logit| (the same arithmetic: 0)\n", r.max_logit_diff);
+    if (!a->no_save) {
+        char path[4096];
+        if (rf_tune_cache_write(-1, r.max_tokens) || rf_tune_cache_path(path, sizeof path)) {
+            rf_print_error();
+            return 1;
+        }
+        printf("# saved to %s (applied at model load; REFUSION_TUNE=off or --no-tune ignores it)\n", path);
+    }
+    if (r.max_tokens) printf("REFUSION_PREFETCH_L2=%d\n", r.max_tokens);
+    else printf("REFUSION_PREFETCH_L2=off\n");
     return 0;
 }
 
@@ -69,8 +100,11 @@ int cmd_tune(int argc, char **argv) {
                             "many tokens a forward call is faster on the AMX tiles than on the avx512\n"
                             "kernels (printed as the REFUSION_AMX_BF16 / REFUSION_AMX_INT8 setting); at\n"
                             "avx512 and up with bf16 weights, which packed bf16 kernel is faster (vdpbf16ps\n"
-                            "or widened FMAs), printed as REFUSION_BF16P and saved to the tune cache\n"
-                            "($XDG_CACHE_HOME/refusion, per CPU model and build) that model loads apply.",
+                            "or widened FMAs), printed as REFUSION_BF16P; with packed weights (bf16,\n"
+                            "Q8_0, Q4_0, K-quants) up to how many tokens a call streams faster with its\n"
+                            "prefetches into L2 than into L1, printed as REFUSION_PREFETCH_L2. Both are saved\n"
+                            "to the tune cache ($XDG_CACHE_HOME/refusion, per CPU model and build) that model\n"
+                            "loads apply.",
                             groups, 1, argc, argv, NULL);
     if (prc) return prc > 0 ? 0 : 2;
     if (!a.model) {
@@ -89,9 +123,10 @@ int cmd_tune(int argc, char **argv) {
     if (rf_cpu_tier_active() != RF_CPU_AMX) {
         int rc = 0;
         if (bf16p) rc = tune_bf16p(&m, &a);
-        else
+        if (!rc && q->packed) rc = tune_prefetch(&m, &a);
+        else if (!rc)
             printf("tier %s: nothing to tune (the tile settings apply at the amx tier, the packed bf16 kernels "
-                   "to bf16 weights at avx512 and up)\n", rf_cpu_tier_name());
+                   "to bf16 weights at avx512 and up, the prefetch level to packed weights)\n", rf_cpu_tier_name());
         rf_model_free(&m);
         return rc;
     }
@@ -115,6 +150,7 @@ int cmd_tune(int argc, char **argv) {
     if (r.min_tokens) printf("%s=%d\n", var, r.min_tokens);
     else printf("%s=off\n", var);
     rc = bf16p ? tune_bf16p(&m, &a) : 0;
+    if (!rc && q->packed) rc = tune_prefetch(&m, &a);
     rf_model_free(&m);
     return rc;
 }

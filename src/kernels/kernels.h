@@ -121,6 +121,23 @@ int rf_matmul_bf16p_kernel(void);
 /* How many rf_matmul / rf_matmul_team calls ran the given packed bf16
  * kernel since the process started (all threads): which one runs. */
 unsigned long rf_matmul_bf16p_calls(int kernel);
+/* Where the panel kernels' software prefetches bring the weight streams
+ * ahead of the reads (avx2 and avx512 tiers, every packed type): calls of
+ * up to max_tokens tokens prefetch into L2 (prefetcht1), wider ones into L1
+ * (prefetcht0); 0: L1 at every width. The arithmetic is the same either
+ * way (bit-identical results), the speed is not: on an AMD EPYC Zen 4 the
+ * few-token calls, which stream the weights, run 10-20% faster into L2
+ * (prefetches into L1 hold the L1's few miss buffers), while the widest
+ * calls, which compute on each line as it arrives, may lose; the Intel
+ * Xeons' kernels were tuned into L1. A negative value restores the
+ * default: REFUSION_PREFETCH_L2=off|N (util/env.c) when set, else 8 on AMD
+ * CPUs and 0 on the others; `refusion tune` measures it (model/tune.h).
+ * Not thread-safe: set it before the matmuls run. */
+void rf_matmul_set_prefetch_l2(int max_tokens);
+int rf_matmul_prefetch_l2(void);
+/* How many rf_matmul / rf_matmul_team calls prefetched into L2 since the
+ * process started (all threads): whether the setting took. */
+unsigned long rf_matmul_prefetch_l2_calls(void);
 
 /* Frees the matmul's per-thread scratch buffers of the calling thread and
  * of the OpenMP thread pool (a thread's are also freed when it exits). Call

@@ -413,6 +413,27 @@ unsigned long rf_matmul_bf16p_calls(int kernel) {
     return kernel == RF_BF16P_FMA || kernel == RF_BF16P_DP ? atomic_load(&g_bf16p_calls[kernel]) : 0;
 }
 
+/* calls of up to this many tokens prefetch into L2 (kernels.h); -2 = not
+ * read from REFUSION_PREFETCH_L2 yet. rf_mm_prefetch_l2 is the current
+ * call's level, set by plan before any range of the call runs (two
+ * threads planning matmuls at once could swap it: that changes the speed
+ * of a call, never its result) */
+static int g_prefetch_l2 = -2;
+int rf_mm_prefetch_l2;
+static _Atomic unsigned long g_prefetch_l2_calls;
+
+unsigned long rf_matmul_prefetch_l2_calls(void) { return atomic_load(&g_prefetch_l2_calls); }
+
+int rf_matmul_prefetch_l2(void) {
+    if (g_prefetch_l2 == -2) {
+        const int v = rf_kernels_env_min_tokens(rf_env_prefetch_l2());
+        g_prefetch_l2 = v >= 0 ? v : rf_cpu_is_amd() ? 8 : 0;
+    }
+    return g_prefetch_l2;
+}
+
+void rf_matmul_set_prefetch_l2(int max_tokens) { g_prefetch_l2 = max_tokens < 0 ? -2 : max_tokens; }
+
 /* One matmul's plan: the kernel path, the activations in its layout, and
  * the row chunks threads take. */
 typedef struct {
@@ -429,6 +450,8 @@ typedef struct {
  * by part 0. */
 static mm_prep plan(const float *X, const rf_mat *W, int n) {
     mm_prep p = {choose_path(W->dtype, W->cols, n), X, 0};
+    rf_mm_prefetch_l2 = n <= rf_matmul_prefetch_l2();
+    if (rf_mm_prefetch_l2) atomic_fetch_add_explicit(&g_prefetch_l2_calls, 1, memory_order_relaxed);
     /* packed K-quants: the panel kernels of the tier (amx: avx512's) */
     if (p.path == PATH_AVX2_KQ && W->packed) p.path = rf_cpu_tier_active() >= RF_CPU_AVX512 ? PATH_AVX512_Q : PATH_AVX2_Q;
     /* amx: Q8_0 / Q4_0 calls on packed W of the widths amx_q_wanted picks

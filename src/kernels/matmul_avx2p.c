@@ -95,7 +95,7 @@ static inline AI void bkern(const int G, const int T, const int H, const uint16_
         if (T == 1) { /* up to 8 groups: each converted and used at once (16 registers for all of them would spill) */
             __m256 xe = _mm256_broadcast_ss(x + 2 * j), xo = _mm256_broadcast_ss(x + 2 * j + 1);
             for (int g = 0; g < G; g += 2) /* each panel is a stream of its own: fetch ahead */
-                _mm_prefetch((const char *)(w + (g >> 1) * panel + (size_t)j * 32) + PF_BYTES, _MM_HINT_T0);
+                rf_prefetch_stream((const char *)(w + (g >> 1) * panel + (size_t)j * 32) + PF_BYTES);
             for (int g = 0; g < G; g++) {
                 __m256i v = _mm256_load_si256((const __m256i *)(w + (g >> 1) * panel + (size_t)j * 32 + (g & 1) * 16));
                 acc[g][0][0] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, acc[g][0][0]);
@@ -105,7 +105,7 @@ static inline AI void bkern(const int G, const int T, const int H, const uint16_
         }
         __m256 we[8], wo[8];
         for (int g = 0; g < G; g += 2)
-            _mm_prefetch((const char *)(w + (g >> 1) * panel + (size_t)j * 32) + PF_BYTES, _MM_HINT_T0);
+            rf_prefetch_stream((const char *)(w + (g >> 1) * panel + (size_t)j * 32) + PF_BYTES);
         for (int g = 0; g < G; g++) {
             __m256i v = _mm256_load_si256((const __m256i *)(w + (g >> 1) * panel + (size_t)j * 32 + (g & 1) * 16));
             we[g] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
@@ -180,7 +180,7 @@ static inline AI void qkern(const rf_dtype dt, const int G, const int T, const u
         const uint8_t *wb = w + (size_t)b * block;
         /* each panel is a stream of its own: fetch ahead */
         for (int g = 0; g < G; g += 2)
-                for (size_t l = 0; l < block; l += 64) _mm_prefetch((const char *)wb + (g >> 1) * panel + PF_BYTES + l, _MM_HINT_T0);
+                for (size_t l = 0; l < block; l += 64) rf_prefetch_stream((const char *)wb + (g >> 1) * panel + PF_BYTES + l);
         __m256i ia[8][4]; /* Q8_0: s32 dots; Q4_0: s16 pair sums */
         for (int g = 0; g < G; g++)
             for (int t = 0; t < T; t++) ia[g][t] = _mm256_setzero_si256();
@@ -371,7 +371,7 @@ static void kp_panel(rf_dtype dt, const uint8_t *w, int nsb, const rf_xq_avx2 *x
     const int tmax = dt == RF_Q6_K ? 2 : 4;
     for (int s = 0; s < nsb; s++) {
         const uint8_t *ws = w + (size_t)s * sb;
-        for (size_t l = 0; l < sb; l += 64) _mm_prefetch((const char *)ws + PF_BYTES + l, _MM_HINT_T0);
+        for (size_t l = 0; l < sb; l += 64) rf_prefetch_stream((const char *)ws + PF_BYTES + l);
         for (int c = 0; c < 8; c++) {
             const rf_xq_avx2 *xc = x + 8 * s + c;
             FOR_TOKEN_TILES(m, tmax, T, u) {

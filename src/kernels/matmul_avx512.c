@@ -204,8 +204,8 @@ void rf_bf16p_prep_avx512(void *xp, const float *X, int n, int cols, int single,
 }
 
 /* Every weight stream runs this many bytes ahead of itself in software
- * prefetches (to L1; one per 64-byte line; a prefetch past the end of W is
- * harmless): the hardware prefetchers alone leave the wide calls at the sum
+ * prefetches (into L1 or L2, rf_prefetch_stream; one per 64-byte line; a
+ * prefetch past the end of W is harmless): the hardware prefetchers alone leave the wide calls at the sum
  * of the memory time and the compute time, and the 1-token calls below the
  * bandwidth. 2 KiB: 1 KiB gains less, 4 KiB no more (docs/benchmarks.md). */
 #define PF_AHEAD 2048
@@ -225,7 +225,7 @@ static inline __attribute__((always_inline)) void pkern(const int P, const int T
     for (int j = 0; j < k2; j++) {
         __m512 we[6], wo[6];
         for (int p = 0; p < P; p++) {
-            _mm_prefetch((const char *)(w + p * panel + (size_t)j * 32) + PF_AHEAD, _MM_HINT_T0);
+            rf_prefetch_stream((const char *)(w + p * panel + (size_t)j * 32) + PF_AHEAD);
             __m512i v = _mm512_load_si512(w + p * panel + (size_t)j * 32);
             we[p] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); /* column 2j */
             wo[p] = _mm512_castsi512_ps(_mm512_and_si512(v, top)); /* column 2j + 1 */
@@ -650,9 +650,18 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
     for (int b = 0; b < nb; b++) {
         __m512i ia[8][8];
         const uint8_t *wb = w + (size_t)b * block;
-        if (!pf) /* a single pass: each panel's stream PF_AHEAD bytes ahead */
+        if (!pf) /* a single pass: each panel's stream PF_AHEAD bytes ahead; near
+                  * its end, into the same stream of the next tile (P panels
+                  * on) rather than into the neighbouring panel, which this
+                  * tile is reading: a panel is only nb blocks (10 KiB for
+                  * Q4_0 at 1024 columns), and a tile whose streams began
+                  * cold spent a fifth of it waiting */
             for (int p = 0; p < P; p++)
-                for (size_t l = 0; l < block; l += 64) _mm_prefetch((const char *)wb + p * panel + PF_AHEAD + l, _MM_HINT_T0);
+                for (size_t l = 0; l < block; l += 64) {
+                    const size_t off = (size_t)b * block + PF_AHEAD + l;
+                    const uint8_t *a = off < panel ? w + p * panel + off : w + (P + p) * panel + (off - panel);
+                    rf_prefetch_stream(a);
+                }
         else /* this tile's share (every pmod-th line) of the next group's block b, into L2: a few per block */
             for (int p = 0; p < P; p++)
                 for (size_t l = (size_t)prem * 64; l < block; l += (size_t)pmod * 64)
@@ -778,7 +787,7 @@ static void qbgroup(rf_dtype dt, int P, const uint8_t *w, size_t panel, int nb, 
             for (size_t l = 0; l < block; l += 64) {
                 const size_t off = (size_t)b * block + PF_AHEAD + l;
                 const uint8_t *a = off < panel ? w + p * panel + off : w + (BO_PANELS + p) * panel + (off - panel);
-                _mm_prefetch((const char *)a, _MM_HINT_T0);
+                rf_prefetch_stream(a);
             }
         for (int t0 = 0, i = 0; i < ntt; i++) {
             const int T = n / ntt + (i < n % ntt);
@@ -884,7 +893,7 @@ static void qkp_group(rf_dtype dt, int P, const uint8_t *w, size_t panel, int ns
             for (size_t l = 0; l < sb; l += 64) {
                 const size_t off = (size_t)s * sb + PF_AHEAD + l;
                 const uint8_t *a = off < panel ? w + p * panel + off : w + (KP_PANELS + p) * panel + (off - panel);
-                _mm_prefetch((const char *)a, _MM_HINT_T0);
+                rf_prefetch_stream(a);
             }
         const float *d = (const float *)(ws + 8 * chunk + 256);
         for (int c = 0; c < 8; c++) {
@@ -958,7 +967,7 @@ static void q6kp_group(const uint8_t *w, int nsb, const xq_block *X, int n, int 
     for (int s = 0; s < nsb; s++) {
         const uint8_t *ws = w + (size_t)s * RF_Q6KP_SB;
         for (size_t l = 0; l < RF_Q6KP_SB; l += 64) /* PF_AHEAD bytes ahead, into the next panel near the end */
-            _mm_prefetch((const char *)(ws + PF_AHEAD + l), _MM_HINT_T0);
+            rf_prefetch_stream(ws + PF_AHEAD + l);
         for (int c = 0; c < 8; c++) {
             const uint8_t *wc = ws + 384 * c, *sc = ws + 3072 + 32 * c;
             const float *d = (const float *)(ws + 3328);

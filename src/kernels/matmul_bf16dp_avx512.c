@@ -81,7 +81,7 @@ static inline __attribute__((always_inline)) void dkern(const int S, const int P
     for (int j = 0; j < k2; j++) {
         __m512bh wv[DP_MAX_P];
         for (int p = 0; p < P; p++) {
-            _mm_prefetch((const char *)(w + p * panel + (size_t)j * 32) + DP_PF_AHEAD, _MM_HINT_T0);
+            rf_prefetch_stream((const char *)(w + p * panel + (size_t)j * 32) + DP_PF_AHEAD);
             wv[p] = (__m512bh)_mm512_load_si512(w + p * panel + (size_t)j * 32);
         }
         const uint32_t *xj = x + (size_t)j * ps;

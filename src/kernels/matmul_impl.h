@@ -10,7 +10,19 @@
 #define RF_MATMUL_IMPL_H
 
 #include <stddef.h>
+#include <xmmintrin.h>
 #include "kernels/kernels.h"
+
+/* 1: this call prefetches into L2 (kernels.h rf_matmul_set_prefetch_l2; set
+ * by matmul.c's plan before any range runs); one prefetch of a weight
+ * stream's line */
+extern int rf_mm_prefetch_l2;
+static inline __attribute__((always_inline)) void rf_prefetch_stream(const void *p) {
+    if (rf_mm_prefetch_l2)
+        _mm_prefetch((const char *)p, _MM_HINT_T1);
+    else
+        _mm_prefetch((const char *)p, _MM_HINT_T0);
+}
 
 /* amx: bf16 calls of RF_AMX_BF16_MIN_N tokens or more run on TDPBF16PS tiles
  * (matmul.c AMX_MIN_TOKENS), packed Q8_0 / Q4_0 calls of these widths on the

@@ -10,7 +10,10 @@
  * tile reads 4 panels at once) with a software prefetch 2 KB ahead in each,
  * and sums with 8 independent vector adds so the loads alone bound it. A
  * single stream without prefetch reads far less than the kernels do, so it
- * would be no ceiling for them. */
+ * would be no ceiling for them. The passes alternate the prefetch into L1
+ * and into L2 (the kernels' two levels, kernels.h rf_matmul_set_prefetch):
+ * which reads faster depends on the CPU (into L2 on AMD Zen 4, by ~1.5x at
+ * one thread), and the ceiling is the faster. */
 #define BW_STREAMS 4
 #define BW_PF 2048
 double rf_measure_read_gbs(void) {
@@ -38,7 +41,10 @@ double rf_measure_read_gbs(void) {
             for (size_t off = 0; off < len; off += 16) { /* 16 floats = one 64-byte line per stream */
                 for (int k = 0; k < BW_STREAMS; k++) {
                     const float *p = base + (size_t)k * len + off;
-                    _mm_prefetch((const char *)p + BW_PF, _MM_HINT_T0);
+                    if (rep & 1)
+                        _mm_prefetch((const char *)p + BW_PF, _MM_HINT_T1);
+                    else
+                        _mm_prefetch((const char *)p + BW_PF, _MM_HINT_T0);
                     s[2 * k] = _mm256_add_ps(s[2 * k], _mm256_load_ps(p));
                     s[2 * k + 1] = _mm256_add_ps(s[2 * k + 1], _mm256_load_ps(p + 8));
                 }

@@ -136,39 +136,30 @@ static double compare_logits(int round, int side, int w, const float *logits, do
     return seconds;
 }
 
-int rf_tune_bf16p(const rf_model *m, int rounds, rf_tune_bf16p_result *out) {
-    const rf_mat *q = &m->layers[0].q;
-    if (rounds < 3 || rounds > 1000) {
-        rf_set_error("tune: rounds must be in [3, 1000] (got %d)", rounds);
-        return -1;
-    }
-    if (rf_cpu_tier_active() < RF_CPU_AVX512) {
-        rf_set_error("tune: the active tier is %s; the packed bf16 kernels differ at avx512 and up", rf_cpu_tier_name());
-        return -1;
-    }
-    if (q->dtype != RF_BF16 || !q->packed) {
-        rf_set_error("tune: the layer weights are %s%s; the packed bf16 kernels take packed bf16", rf_dtype_name(q->dtype),
-                     q->dtype == RF_BF16 ? " without a packed copy" : "");
-        return -1;
-    }
+/* the calls' context: 64 tokens, less where the widest call would not fit
+ * (0 and an error when nothing fits) */
+static int tune_ctx(const rf_model *m) {
     const int wmax = bf16p_widths[BF16P_NW - 1];
     int ctx = 64;
     if (ctx + wmax > m->cfg.max_pos) ctx = m->cfg.max_pos - wmax;
-    if (ctx < 1) {
-        rf_set_error("tune: %d tokens do not fit the context (%d)", wmax + 1, m->cfg.max_pos);
-        return -1;
-    }
-    const int before = rf_matmul_bf16p_kernel();
+    if (ctx < 1) rf_set_error("tune: %d tokens do not fit the context (%d)", wmax + 1, m->cfg.max_pos);
+    return ctx < 1 ? 0 : ctx;
+}
+
+/* Whole forward calls of m at bf16p_widths, side 0 against side 1 (set
+ * applies a side's setting), interleaved over rounds: per width the median
+ * ratio side 0 / side 1 with its interval and each side's median ms, and
+ * the largest relative difference of their logits. 0 or -1. */
+static int time_sides(const rf_model *m, int ctx, int rounds, void (*set)(int, void *), rf_tune_point *points,
+                      double *max_diff) {
     logit_cmp cmp = {{NULL}, m->cfg.vocab_size, 0};
-    rf_call_timing p = {ctx, bf16p_widths, BF16P_NW, 2, rounds, set_bf16p, compare_logits, &cmp};
+    rf_call_timing p = {ctx, bf16p_widths, BF16P_NW, 2, rounds, set, compare_logits, &cmp};
     double *t = rf_scoped_malloc((size_t)rounds * 2 * BF16P_NW * sizeof(double));
     double *v = rf_scoped_malloc((size_t)rounds * sizeof(double));
     int rc = rf_call_timing_run(m, &p, t);
-    rf_matmul_set_bf16p_kernel(before);
     if (!rc) {
-        out->n_points = BF16P_NW;
         for (int w = 0; w < BF16P_NW; w++) {
-            rf_tune_point *pt = &out->points[w];
+            rf_tune_point *pt = &points[w];
             double st[3];
             for (int r = 0; r < rounds; r++) v[r] = t[((size_t)r * 2) * BF16P_NW + w] / t[((size_t)r * 2 + 1) * BF16P_NW + w];
             rf_median_ci(v, rounds, st);
@@ -178,10 +169,74 @@ int rf_tune_bf16p(const rf_model *m, int rounds, rf_tune_bf16p_result *out) {
             for (int r = 0; r < rounds; r++) v[r] = t[((size_t)r * 2 + 1) * BF16P_NW + w];
             pt->ms_other = rf_median(v, rounds) * 1e3;
         }
-        out->kernel = rf_tune_bf16p_choice(out->points, BF16P_NW);
-        out->max_logit_diff = cmp.diff;
+        *max_diff = cmp.diff;
     }
     for (int w = 0; w < BF16P_NW; w++) rf_scoped_free(cmp.ref[w]);
     rf_scoped_free(t), rf_scoped_free(v);
+    return rc;
+}
+
+static int check_rounds(int rounds) {
+    if (rounds >= 3 && rounds <= 1000) return 0;
+    rf_set_error("tune: rounds must be in [3, 1000] (got %d)", rounds);
+    return -1;
+}
+
+int rf_tune_bf16p(const rf_model *m, int rounds, rf_tune_bf16p_result *out) {
+    const rf_mat *q = &m->layers[0].q;
+    if (check_rounds(rounds)) return -1;
+    if (rf_cpu_tier_active() < RF_CPU_AVX512) {
+        rf_set_error("tune: the active tier is %s; the packed bf16 kernels differ at avx512 and up", rf_cpu_tier_name());
+        return -1;
+    }
+    if (q->dtype != RF_BF16 || !q->packed) {
+        rf_set_error("tune: the layer weights are %s%s; the packed bf16 kernels take packed bf16", rf_dtype_name(q->dtype),
+                     q->dtype == RF_BF16 ? " without a packed copy" : "");
+        return -1;
+    }
+    const int ctx = tune_ctx(m);
+    if (!ctx) return -1;
+    const int before = rf_matmul_bf16p_kernel();
+    int rc = time_sides(m, ctx, rounds, set_bf16p, out->points, &out->max_logit_diff);
+    rf_matmul_set_bf16p_kernel(before);
+    if (!rc) {
+        out->n_points = BF16P_NW;
+        out->kernel = rf_tune_bf16p_choice(out->points, BF16P_NW);
+    }
+    return rc;
+}
+
+/* ---- the prefetch level ------------------------------------------------------ */
+
+int rf_tune_prefetch_choice(const rf_tune_point *p, int n) {
+    if (n < 1 || !(p[0].hi < 1)) return 0;
+    int max_tokens = 0;
+    for (int i = 0; i < n && p[i].ratio <= 1 && p[i].lo <= 1; i++) max_tokens = p[i].width;
+    return max_tokens;
+}
+
+/* side 0: every call into L2, side 1: every call into L1 */
+static void set_prefetch(int side, void *arg) {
+    (void)arg;
+    rf_matmul_set_prefetch_l2(side ? 0 : 1 << 20);
+}
+
+int rf_tune_prefetch(const rf_model *m, int rounds, rf_tune_prefetch_result *out) {
+    const rf_mat *q = &m->layers[0].q;
+    if (check_rounds(rounds)) return -1;
+    if (!q->packed) {
+        rf_set_error("tune: the layer weights are %s without a packed copy; the prefetch level is the panel kernels'",
+                     rf_dtype_name(q->dtype));
+        return -1;
+    }
+    const int ctx = tune_ctx(m);
+    if (!ctx) return -1;
+    const int before = rf_matmul_prefetch_l2();
+    int rc = time_sides(m, ctx, rounds, set_prefetch, out->points, &out->max_logit_diff);
+    rf_matmul_set_prefetch_l2(before);
+    if (!rc) {
+        out->n_points = BF16P_NW;
+        out->max_tokens = rf_tune_prefetch_choice(out->points, BF16P_NW);
+    }
     return rc;
 }

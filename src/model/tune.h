@@ -67,6 +67,26 @@ int rf_tune_bf16p(const rf_model *m, int rounds, rf_tune_bf16p_result *out);
  * RF_BF16P_FMA, the default. */
 int rf_tune_bf16p_choice(const rf_tune_point *p, int n);
 
+/* ---- the panel kernels' prefetch level (kernels.h rf_matmul_set_prefetch_l2):
+ * every call prefetching into L2 against every call into L1, on whole
+ * forward calls of the model's own shapes, interleaved as above ---- */
+typedef struct {
+    int n_points;
+    rf_tune_point points[RF_TUNE_MAX_WIDTHS]; /* ratio: L2 / L1; ms_tiles: L2, ms_other: L1 */
+    int max_tokens;                           /* the choice (rf_tune_prefetch_choice) */
+    double max_logit_diff;                    /* max |L2 - L1| over the calls' logits / max |L1|: 0 */
+} rf_tune_prefetch_result;
+
+/* m's layer weights must be packed (any packed type, at any tier); rounds
+ * >= 3. The setting in force before is restored. 0, or -1 with
+ * rf_last_error(). */
+int rf_tune_prefetch(const rf_model *m, int rounds, rf_tune_prefetch_result *out);
+/* The widest measured width up to which L2 was not slower (median ratio
+ * <= 1, interval not above 1) at that width and every narrower one, when it
+ * was faster (the whole interval below 1) at the narrowest; else 0 (L1 at
+ * every width). */
+int rf_tune_prefetch_choice(const rf_tune_point *p, int n);
+
 /* ---- the tune cache (tune_cache.c): the choices `refusion tune` measured,
  * one file per CPU model, $XDG_CACHE_HOME/refusion/tune-<cpu hash>.txt
  * ($HOME/.cache when XDG_CACHE_HOME is unset), holding the CPU model
@@ -80,15 +100,18 @@ const char *rf_tune_build_id(void);
 /* the cache file of this CPU into buf; -1 (with rf_last_error) when no
  * cache folder is known or the path does not fit */
 int rf_tune_cache_path(char *buf, size_t cap);
-/* Parses a cache file: 1 with *bf16p_kernel set; 0 when there is no file;
- * -1 when it is corrupt or stale, with the reason in warn. */
-int rf_tune_cache_read(const char *path, int *bf16p_kernel, char *warn, size_t cap);
+/* Parses a cache file: 1 with *bf16p_kernel and *prefetch_l2 set (-1 for a
+ * choice the file does not hold; it holds at least one); 0 when there is
+ * no file; -1 when it is corrupt or stale, with the reason in warn. */
+int rf_tune_cache_read(const char *path, int *bf16p_kernel, int *prefetch_l2, char *warn, size_t cap);
 /* Writes the choices to this CPU's cache file (the folder created;
- * written to a temporary name, then renamed). 0, or -1 with rf_last_error. */
-int rf_tune_cache_write(int bf16p_kernel);
+ * written to a temporary name, then renamed); a negative choice keeps the
+ * existing valid file's one, if any. 0, or -1 with rf_last_error. */
+int rf_tune_cache_write(int bf16p_kernel, int prefetch_l2);
 /* Applies this CPU's cache (rf_model_load calls it: a small file read per
- * load) unless rf_tune_cache_disable was called, REFUSION_TUNE=off, or
- * REFUSION_BF16P is set (the environment wins). A corrupt or stale file's
+ * load) unless rf_tune_cache_disable was called or REFUSION_TUNE=off;
+ * REFUSION_BF16P and REFUSION_PREFETCH_L2, where set, win over its
+ * choices. A corrupt or stale file's
  * warning goes to the program's log callback (rf_log_set, as RF_LOG_WARN;
  * the library prints nothing). 1 applied, 0 nothing to apply, -1 ignored. */
 int rf_tune_cache_apply(void);

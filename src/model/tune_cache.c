@@ -5,7 +5,8 @@
  *   refusion tune cache 1
  *   cpu: <the cpuid brand string>
  *   build: <rf_tune_build_id()>
- *   bf16p: fma | dp
+ *   bf16p: fma | dp        (when measured: bf16 weights at avx512 and up)
+ *   prefetch-l2: N         (when measured: packed weights)
  * One file per CPU model (its name hashes the brand string), so that a
  * file written by another build is found and reported as stale rather
  * than silently shadowed; the choices depend on the kernels, which change
@@ -16,6 +17,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -70,6 +72,13 @@ int rf_tune_cache_path(char *buf, size_t cap) {
     return 0;
 }
 
+/* a token count N (0..2^20) of the file, or -1 */
+static int token_count(const char *v) {
+    char *end;
+    long n = strtol(v, &end, 10);
+    return *v >= '0' && *v <= '9' && !*end && n <= 1 << 20 ? (int)n : -1;
+}
+
 /* the value of line "key: value" (newline stripped), or NULL */
 static const char *value_of(char *line, const char *key) {
     size_t k = strlen(key);
@@ -78,7 +87,7 @@ static const char *value_of(char *line, const char *key) {
     return line + k + 2;
 }
 
-int rf_tune_cache_read(const char *path, int *bf16p_kernel, char *warn, size_t cap) {
+int rf_tune_cache_read(const char *path, int *bf16p_kernel, int *prefetch_l2, char *warn, size_t cap) {
     FILE *f = fopen(path, "r");
     if (!f) {
         if (errno == ENOENT) return 0;
@@ -86,7 +95,7 @@ int rf_tune_cache_read(const char *path, int *bf16p_kernel, char *warn, size_t c
         return -1;
     }
     char line[256];
-    int ok_header = 0, ok_cpu = 0, ok_build = 0, kernel = -1, bad = 0, stale = 0;
+    int ok_header = 0, ok_cpu = 0, ok_build = 0, kernel = -1, pf = -1, bad = 0, stale = 0;
     for (int i = 0; fgets(line, sizeof line, f); i++) {
         const char *v;
         if (!strchr(line, '\n') && !feof(f)) bad = 1; /* a line longer than any valid one */
@@ -94,10 +103,11 @@ int rf_tune_cache_read(const char *path, int *bf16p_kernel, char *warn, size_t c
         else if ((v = value_of(line, "cpu"))) ok_cpu = !strcmp(v, rf_tune_cpu_model());
         else if ((v = value_of(line, "build"))) ok_build = !strcmp(v, rf_tune_build_id()), stale |= !ok_build;
         else if ((v = value_of(line, "bf16p"))) kernel = !strcmp(v, "dp") ? RF_BF16P_DP : !strcmp(v, "fma") ? RF_BF16P_FMA : -2;
+        else if ((v = value_of(line, "prefetch-l2"))) pf = token_count(v), bad |= pf < 0;
         else bad = 1;
     }
     fclose(f);
-    if (!ok_header || bad || kernel == -2 || kernel == -1) {
+    if (!ok_header || bad || kernel == -2 || (kernel == -1 && pf < 0)) {
         snprintf(warn, cap, "%s: not a tune cache this build reads (corrupt); ignored: run `refusion tune` again", path);
         return -1;
     }
@@ -106,7 +116,7 @@ int rf_tune_cache_read(const char *path, int *bf16p_kernel, char *warn, size_t c
                  path, !ok_cpu ? "another CPU model" : "another build");
         return -1;
     }
-    *bf16p_kernel = kernel;
+    *bf16p_kernel = kernel, *prefetch_l2 = pf;
     return 1;
 }
 
@@ -126,17 +136,23 @@ static int make_parents(const char *path) {
     return 0;
 }
 
-int rf_tune_cache_write(int bf16p_kernel) {
-    char path[4096], tmp[4200];
+int rf_tune_cache_write(int bf16p_kernel, int prefetch_l2) {
+    char path[4096], tmp[4200], warn[4400];
     if (rf_tune_cache_path(path, sizeof path) || make_parents(path)) return -1;
+    int old_kernel = -1, old_pf = -1; /* a valid file's other choice stays */
+    if (rf_tune_cache_read(path, &old_kernel, &old_pf, warn, sizeof warn) == 1) {
+        if (bf16p_kernel < 0) bf16p_kernel = old_kernel;
+        if (prefetch_l2 < 0) prefetch_l2 = old_pf;
+    }
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) {
         rf_set_error("tune cache: cannot write %s: %s", tmp, strerror(errno));
         return -1;
     }
-    fprintf(f, CACHE_HEADER "\ncpu: %s\nbuild: %s\nbf16p: %s\n", rf_tune_cpu_model(), rf_tune_build_id(),
-            bf16p_kernel == RF_BF16P_DP ? "dp" : "fma");
+    fprintf(f, CACHE_HEADER "\ncpu: %s\nbuild: %s\n", rf_tune_cpu_model(), rf_tune_build_id());
+    if (bf16p_kernel >= 0) fprintf(f, "bf16p: %s\n", bf16p_kernel == RF_BF16P_DP ? "dp" : "fma");
+    if (prefetch_l2 >= 0) fprintf(f, "prefetch-l2: %d\n", prefetch_l2);
     if (fclose(f) || rename(tmp, path)) {
         rf_set_error("tune cache: cannot write %s: %s", path, strerror(errno));
         remove(tmp);
@@ -153,17 +169,17 @@ const char *rf_tune_cache_state(void) { return g_state; }
 
 int rf_tune_cache_apply(void) {
     const char *e = rf_env_tune();
-    if (g_disabled || (e && !strcmp(e, "off")) || rf_env_bf16p()) {
+    if (g_disabled || (e && !strcmp(e, "off"))) {
         snprintf(g_state, sizeof g_state, "off");
         return 0;
     }
     char path[4096], warn[4400];
-    int kernel = RF_BF16P_FMA;
+    int kernel = -1, pf = -1;
     if (rf_tune_cache_path(path, sizeof path)) {
         snprintf(g_state, sizeof g_state, "none");
         return 0;
     }
-    int rc = rf_tune_cache_read(path, &kernel, warn, sizeof warn);
+    int rc = rf_tune_cache_read(path, &kernel, &pf, warn, sizeof warn);
     if (rc < 0) {
         snprintf(g_state, sizeof g_state, "ignored: %s", path);
         rf_log(RF_LOG_WARN, "tune cache: %s", warn);
@@ -173,7 +189,9 @@ int rf_tune_cache_apply(void) {
         snprintf(g_state, sizeof g_state, "none");
         return 0;
     }
-    rf_matmul_set_bf16p_kernel(kernel);
+    /* the environment's settings win over the cache's */
+    if (kernel >= 0 && !rf_env_bf16p()) rf_matmul_set_bf16p_kernel(kernel);
+    if (pf >= 0 && !rf_env_prefetch_l2()) rf_matmul_set_prefetch_l2(pf);
     snprintf(g_state, sizeof g_state, "applied: %s", path);
     return 1;
 }
