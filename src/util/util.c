@@ -389,9 +389,14 @@ void rf_median_ci(const double *v, int n, double out[3]) {
     free(tmp), free(meds);
 }
 
-int rf_atomic_create(const char *path, char **tmp_out) {
+char *rf_atomic_tmp_path(const char *path) {
     char *tmp = rf_malloc(strlen(path) + 32);
     sprintf(tmp, "%s.tmp.%d", path, (int)getpid());
+    return tmp;
+}
+
+int rf_atomic_create(const char *path, char **tmp_out) {
+    char *tmp = rf_atomic_tmp_path(path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {
         rf_set_error("%s: cannot create: %s", tmp, strerror(errno));

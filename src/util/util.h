@@ -183,6 +183,8 @@ int rf_write_file_atomic(const char *path, const void *data, size_t n);
  * it after a failed write. Each failure sets the error and returns -1, and
  * leaves no temp file behind once commit or abandon has run. */
 int rf_atomic_create(const char *path, char **tmp_out);
+/* The name rf_atomic_create writes path under in this process, malloc'd. */
+char *rf_atomic_tmp_path(const char *path);
 int rf_write_all(int fd, const void *buf, size_t n, const char *path);
 int rf_atomic_commit(int fd, const char *tmp, const char *path);
 void rf_atomic_abandon(int fd, const char *tmp);
