@@ -5,7 +5,8 @@
 # exit after killing the server of rf_serve_start, if one runs), the
 # counters pass / fails with ok and bad, check CONDITION MESSAGE, run (a
 # command's exit status, stdout and stderr in rc, out, err; also in $T/out
-# and $T/err), expect_fail, js and rf_py.
+# and $T/err), expect_fail, js and rf_py; for a server: rf_serve_start,
+# rf_serve_stop, rf_serve_stopped, alive, post and expect.
 
 # this directory (tests/helpers), however the test was invoked
 RF_HELPERS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -91,6 +92,32 @@ rf_serve_stop() {
   [ $st -eq 0 ] && return 0
   echo "FAIL: the server ($log) exited $st after SIGTERM: $(grep -v 'POST\|GET' "$log" | tail -n 5)" >&2
   return 1
+}
+
+# rf_serve_stopped LOG: rf_serve_stop on the server of rf_serve_start
+# (SPID), counted as one check; SPID is cleared
+rf_serve_stopped() {
+  if rf_serve_stop "$SPID" "$1"; then ok; else fails=$((fails + 1)); fi
+  SPID=""
+}
+
+# alive [CURL-ARGS...]: the server at URL answers /health with 200 within 5 s
+alive() { [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "$@" "$URL/health")" = 200 ]; }
+
+# post NAME PATH BODY [CURL-ARGS...]: the response's body in $T/NAME.body,
+# its status in $T/NAME.code
+post() {
+  local name=$1 path=$2 body=$3
+  shift 3
+  curl -s -m 60 --data-binary "$body" -o "$T/$name.body" -w '%{http_code}' "$@" "$URL$path" >"$T/$name.code" 2>/dev/null
+}
+
+# expect NAME CODE NEEDLE: the request posted as NAME got status CODE and
+# NEEDLE in its body
+expect() {
+  local code
+  code=$(cat "$T/$1.code")
+  [ "$code" = "$2" ] && grep -q -- "$3" "$T/$1.body" && ok || bad "$1: want $2 with '$3', got $code: $(head -c 300 "$T/$1.body")"
 }
 
 # js FILE SCRIPT: node runs SCRIPT with d = the JSON in FILE; prints what it prints
