@@ -29,8 +29,7 @@
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup serve_openai
-PKG=$(bash "$SRC/scripts/serve/fetch_openai.sh") || {
-  echo "serve_openai: SKIPPED: the openai npm package could not be installed"; exit 77; }
+rf_openai_pkg
 
 # 4 workers of one thread each: the concurrency check needs them in parallel
 rf_serve_start "$T/server.log" -m "$SRC/models/refusion-demo" --parallel 4 --threads 1 --api-key sk-test-123 -n 64 --cors '*'

@@ -5,8 +5,8 @@
 # exit after killing the server of rf_serve_start, if one runs), the
 # counters pass / fails with ok and bad, check CONDITION MESSAGE, run (a
 # command's exit status, stdout and stderr in rc, out, err; also in $T/out
-# and $T/err), expect_fail, js and rf_py; for a server: rf_serve_start,
-# rf_serve_stop, rf_serve_stopped, alive, post and expect.
+# and $T/err), expect_fail, field, js and rf_py; for a server: rf_serve_start,
+# rf_serve_stop, rf_serve_stopped, alive, post, expect and rf_openai_pkg.
 
 # this directory (tests/helpers), however the test was invoked
 RF_HELPERS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -119,6 +119,18 @@ expect() {
   code=$(cat "$T/$1.code")
   [ "$code" = "$2" ] && grep -q -- "$3" "$T/$1.body" && ok || bad "$1: want $2 with '$3', got $code: $(head -c 300 "$T/$1.body")"
 }
+
+# rf_openai_pkg: PKG = the openai npm package (scripts/serve/fetch_openai.sh),
+# or the test ends as skipped (exit 77) when it cannot be installed
+rf_openai_pkg() {
+  PKG=$(bash "$SRC/scripts/serve/fetch_openai.sh") || {
+    echo "$(basename "$0" .sh): SKIPPED: the openai npm package could not be installed"
+    exit 77
+  }
+}
+
+# field FILE EXPR: the Python expression EXPR over o = the JSON in FILE, printed
+field() { python3 -c 'import json,sys; o=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$@"; }
 
 # js FILE SCRIPT: node runs SCRIPT with d = the JSON in FILE; prints what it prints
 js() { node -e "const d = JSON.parse(require('fs').readFileSync(process.argv[1], 'utf8')); $2" "$1"; }
