@@ -263,8 +263,4 @@ async function status(f) { try { await f(); return 200; } catch (e) { return e; 
   process.exit(fails ? 1 : 0);
 })().catch(e => { console.log('FAIL: ' + (e.stack || e)); process.exit(1); });
 EOF
-rc=$?
-rf_serve_stop "$SPID" "$T/server.log" || rc=1
-SPID=""
-[ $rc -eq 0 ] || { echo "server log tail:" >&2; tail -5 "$T/server.log" >&2; }
-exit $rc
+rf_serve_finish $? "$SPID" "$T/server.log"

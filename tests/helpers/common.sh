@@ -6,7 +6,8 @@
 # counters pass / fails with ok and bad, check CONDITION MESSAGE, run (a
 # command's exit status, stdout and stderr in rc, out, err; also in $T/out
 # and $T/err), expect_fail, field, js and rf_py; for a server: rf_serve_start,
-# rf_serve_stop, rf_serve_stopped, alive, post, expect and rf_openai_pkg.
+# rf_serve_stop, rf_serve_stopped, rf_serve_finish, alive, post, expect,
+# rf_openai_pkg and rf_demo_f32.
 
 # this directory (tests/helpers), however the test was invoked
 RF_HELPERS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -92,6 +93,29 @@ rf_serve_stop() {
   [ $st -eq 0 ] && return 0
   echo "FAIL: the server ($log) exited $st after SIGTERM: $(grep -v 'POST\|GET' "$log" | tail -n 5)" >&2
   return 1
+}
+
+# rf_serve_finish RC [PID LOG]...: rf_serve_stop on each server named (SPID
+# cleared), then exit with RC, or 1 when a server did not stop cleanly;
+# a failed test shows the tail of $T/server.log
+rf_serve_finish() {
+  local rc=$1
+  shift
+  while [ $# -ge 2 ]; do
+    rf_serve_stop "$1" "$2" || rc=1
+    shift 2
+  done
+  SPID=""
+  [ "$rc" -eq 0 ] || { echo "server log tail:" >&2; tail -5 "$T/server.log" >&2; }
+  exit "$rc"
+}
+
+# rf_demo_f32: M = the demo model converted to f32 (in $T/demo32); the test
+# ends when the conversion fails
+rf_demo_f32() {
+  "$BIN" convert -m "$SRC/models/refusion-demo" -o "$T/demo32" --dtype f32 >/dev/null 2>&1 ||
+    { echo "FAIL: convert the demo model to f32" >&2; exit 1; }
+  M=$T/demo32
 }
 
 # rf_serve_stopped LOG: rf_serve_stop on the server of rf_serve_start
