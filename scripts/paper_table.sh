@@ -285,35 +285,8 @@ md += '\nSettings:\n' + rows.map(r => `- ${r.name}: \`${JSON.stringify(r.setting
 const tmp = (p, s) => { fs.writeFileSync(p + '.tmp', s); fs.renameSync(p + '.tmp', p); };
 tmp(`${out}/table.md`, md);
 tmp(`${out}/table.json`, JSON.stringify({rows, headline: head.name, refusion_vs_mdm: vsM, refusion_vs_ar: vsA}, null, 1));
-// one data block per decoder kind (gnuplot "index N"): a colour and a legend entry each
-const kinds = ['ar', 'refusion', 'refusion-verified', 'mdm'];
-tmp(`${out}/speed_accuracy.dat`, kinds.map(k => rows.filter(r => r.kind === k).map(r =>
-  `"${r.name}" ${r.overall.tokens_per_s / ar.tokens_per_s} ${100 * r.overall.accuracy}`).join('\n') ||
-  '"" 1 -100').join('\n\n\n') + '\n');
-const ys = rows.map(r => 100 * r.overall.accuracy), xs = rows.map(r => r.overall.tokens_per_s / ar.tokens_per_s);
-tmp(`${out}/speed_accuracy.range`,
-    `${Math.min(...xs) / 1.6} ${Math.max(...xs) * 1.6} ${Math.ceil(Math.max(...ys) / 5) * 5 + 5}\n`);
 process.stdout.write(md);
 EOF
-  read -r xlo xhi ytop < "$OUT/speed_accuracy.range"
-  # labels alternate above and below their points so that neighbours do not collide
-  gnuplot <<EOF
-set terminal svg size 800,500 font "sans,12"
-set output "$OUT/speed_accuracy.svg.tmp"
-set title "Accuracy vs throughput on the test set ($(nproc) CPU threads)"
-set xlabel "throughput relative to AR (tokens/s / AR tokens/s, log scale)"
-set ylabel "accuracy (%)"
-set logscale x
-set xrange [$xlo:$xhi]
-set yrange [0:$ytop]
-set grid
-set key outside right top
-plot "$OUT/speed_accuracy.dat" index 0 using 2:3 with points pt 7 ps 1.4 lc rgb "#1f77b4" title "AR", \
-     "" index 1 using 2:3 with points pt 5 ps 1.4 lc rgb "#ff7f0e" title "ReFusion (reference decoder)", \
-     "" index 2 using 2:3 with points pt 9 ps 1.6 lc rgb "#2ca02c" title "ReFusion, AR-verified", \
-     "" index 3 using 2:3 with points pt 13 ps 1.4 lc rgb "#d62728" title "MDM", \
-     "" using 2:(\$3 + (int(\$0) % 2 ? -0.04 : 0.04) * $ytop):1 with labels font ",9" notitle
-EOF
-  mv "$OUT/speed_accuracy.svg.tmp" "$OUT/speed_accuracy.svg"
+  bash scripts/plot_speed_accuracy.sh "$OUT/table.json" "$OUT/speed_accuracy.svg" >/dev/null
   say "wrote $OUT/table.md, $OUT/table.json, $OUT/speed_accuracy.svg"
 fi

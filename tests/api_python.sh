@@ -69,17 +69,12 @@ cli mdm --decoder mdm -n 8 --blocks 2
 cli rf_sys -n 4 --blocks 1 --system "Be brief."
 cli rf_roll -n 12 --rolling --slot-size 3 --temp 0.7 -s 5
 
-OMP_NUM_THREADS=1 REFUSION_LIB="$BUILD/librefusion.so" PYTHONPATH="$SRC/python" python3 - "$T" "$Q" <<'PY'
+OMP_NUM_THREADS=1 REFUSION_LIB="$BUILD/librefusion.so" PYTHONPATH="$SRC/python:$RF_HELPERS" PYTHONDONTWRITEBYTECODE=1 python3 - "$T" "$Q" <<'PY'
 import ctypes, json, sys
 import refusion
 
 T, Q = sys.argv[1], sys.argv[2]
-fails = 0
-def check(cond, what):
-    global fails
-    if not cond:
-        fails += 1
-        print("FAIL:", what, file=sys.stderr)
+from pycheck import check, finish
 
 def cli(name):
     return json.load(open("%s/%s.json" % (T, name)))
@@ -128,23 +123,17 @@ try:
     check(False, "a missing model did not raise")
 except refusion.RefusionError as e:
     check("nope" in str(e), "missing model message: %s" % e)
-print("api_python: %d failed" % fails)
-sys.exit(1 if fails else 0)
+finish("api_python")
 PY
 rc=$?
 
 # ---- the package's Python-level API ----------------------------------------------------
-OMP_NUM_THREADS=1 REFUSION_LIB="$BUILD/librefusion.so" PYTHONPATH="$SRC/python" python3 - "$T" "$Q" 2>"$T/py2.err" <<'PY'
+OMP_NUM_THREADS=1 REFUSION_LIB="$BUILD/librefusion.so" PYTHONPATH="$SRC/python:$RF_HELPERS" PYTHONDONTWRITEBYTECODE=1 python3 - "$T" "$Q" 2>"$T/py2.err" <<'PY'
 import ctypes, inspect, json, os, signal, sys
 import refusion
 
 T, Q = sys.argv[1], sys.argv[2]
-fails = 0
-def check(cond, what):
-    global fails
-    if not cond:
-        fails += 1
-        print("FAIL:", what, file=sys.stderr)
+from pycheck import check, finish
 def cli(name):
     return json.load(open("%s/%s.json" % (T, name)))
 
@@ -239,8 +228,7 @@ for cls in (refusion.Model, refusion.Session, refusion.Llama, refusion.LlamaGram
         if not name.startswith("_") and not (getattr(v, "__doc__", None) or "").strip():
             missing.append(cls.__name__ + "." + name)
 check(not missing, "no docstring: %s" % missing)
-print("api_python (package): %d failed" % fails)
-sys.exit(1 if fails else 0)
+finish("api_python (package)")
 PY
 rc2=$?
 grep -v "^FAIL\|^api_python" "$T/py2.err" | grep -q . && { echo "FAIL: stderr of the package tests: $(head -5 "$T/py2.err")"; rc2=1; }
@@ -392,18 +380,15 @@ kill "$SPID" 2>/dev/null
 wait "$SPID" 2>/dev/null
 SPID=""
 
-(cd "$T" && OMP_NUM_THREADS=2 TOL=$(rf_width_tol) "$T/v1/bin/python" - "$T" "$DEMO" "$QD" "$QR" >"$T/llama.out" 2>"$T/llama.err") <<'PY'
+(cd "$T" && OMP_NUM_THREADS=2 TOL=$(rf_width_tol) PYTHONPATH="$RF_HELPERS" PYTHONDONTWRITEBYTECODE=1 "$T/v1/bin/python" - "$T" "$DEMO" "$QD" "$QR" >"$T/llama.out" 2>"$T/llama.err") <<'PY'
 import json, os, sys
 from refusion import Llama  # llama-cpp-python: from llama_cpp import Llama; the rest is the same
 import refusion
 
 T, DEMO, QD, QR = sys.argv[1:5]
-fails = 0
-def check(cond, what):
-    global fails
-    if not cond:
-        fails += 1
-        print("FAIL: Llama:", what, file=sys.stderr)
+import pycheck
+from pycheck import check, finish
+pycheck.prefix = "Llama: "
 def cli(name):
     return json.load(open("%s/%s.json" % (T, name)))
 def raises(exc, needle, fn, *a, **kw):
@@ -591,8 +576,7 @@ for fn, a in ((llm, (QR,)), (llm.tokenize, (b"x",)), (llm.create_chat_completion
     raises(refusion.ClosedError, "closed", fn, *a)
 check(issubclass(refusion.ClosedError, RuntimeError), "ClosedError is not a RuntimeError")
 llm.close()  # twice: nothing
-print("api_python (Llama): %d failed" % fails)
-sys.exit(1 if fails else 0)
+finish("api_python (Llama)")
 PY
 rc4=$?
 grep "^FAIL" "$T/llama.err" >&2
@@ -601,7 +585,7 @@ grep -v "^FAIL" "$T/llama.err" | grep -q . && { echo "FAIL: stderr of the Llama 
 
 # ---- constrained decoding: LlamaGrammar, grammar=, response_format ---------------------------
 # (python3 itself, for Debian's python3-jsonschema; the same package from the source tree)
-(cd "$T" && OMP_NUM_THREADS=1 REFUSION_LIB="$BUILD/librefusion.so" PYTHONPATH="$SRC/python" python3 - "$T" "$DEMO" "$SRC" \
+(cd "$T" && OMP_NUM_THREADS=1 REFUSION_LIB="$BUILD/librefusion.so" PYTHONPATH="$SRC/python:$RF_HELPERS" PYTHONDONTWRITEBYTECODE=1 python3 - "$T" "$DEMO" "$SRC" \
   "$QD" "$QR" "$QYN" "$GYN" "$SCHEMA" >"$T/grammar.out" 2>"$T/grammar.err") <<'PY'
 import ast, gc, json, re, sys
 import refusion
@@ -613,12 +597,9 @@ except ImportError:
 
 T, DEMO, SRC, QD, QR, QYN, GYN, SCHEMA = sys.argv[1:9]
 S = json.loads(SCHEMA)
-fails = 0
-def check(cond, what):
-    global fails
-    if not cond:
-        fails += 1
-        print("FAIL: grammar:", what, file=sys.stderr)
+import pycheck
+from pycheck import check, finish
+pycheck.prefix = "grammar: "
 def raises(exc, needle, fn, *a, **kw):
     """fn raises exc whose message names needle, in one line"""
     name = getattr(fn, "__name__", type(fn).__name__)
@@ -822,8 +803,7 @@ llm.close()
 check(not YN._compiled and not llm._model._format_grammars, "close() kept compiled grammars")
 del YN, three, other
 gc.collect()
-print("api_python (grammar): %d failed" % fails)
-sys.exit(1 if fails else 0)
+finish("api_python (grammar)")
 PY
 rc5=$?
 grep "^FAIL" "$T/grammar.err" >&2

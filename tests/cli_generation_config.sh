@@ -22,7 +22,6 @@ set -u
 rf_test_setup cli_generation_config
 DEMO=$SRC/models/refusion-demo
 Q="Tom has 12 apples. He buys 7 more. How many apples does he have now?"
-field() { python3 -c 'import json,sys; o=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$@"; }
 gen() { # NAME MODEL generate-options...: --json into $T/NAME.json
   local name=$1 model=$2
   shift 2

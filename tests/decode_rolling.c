@@ -115,6 +115,19 @@ static void same_logprobs(const rf_model *m, const int *prompt, int P, const rf_
     rf_gen_result_free(&la), rf_gen_result_free(&lr);
 }
 
+/* the sampling of a test mode: 0 greedy; 1..3 sampled at temperature 0.8
+ * with seed (2 top-k, 3 top-p); 4 and 5 llama.cpp's penalties, which look
+ * at the answer before each position, and min_p: greedy, then sampled */
+static void set_sampling(rf_gen_params *p, int mode, unsigned seed) {
+    if (mode >= 1) p->temperature = 0.8f, p->seed = seed;
+    if (mode == 2) p->top_k = 5;
+    if (mode == 3) p->top_p = 0.9f;
+    if (mode == 4)
+        p->temperature = 0, p->repeat_penalty = 1.3f, p->frequency_penalty = 0.4f, p->presence_penalty = 0.2f,
+        p->penalty_last_n = 6;
+    if (mode == 5) p->min_p = 0.05f, p->repeat_penalty = 1.1f, p->presence_penalty = 0.5f, p->penalty_last_n = -1;
+}
+
 /* rolling vs AR on one setting; returns tokens per call of the rolling run */
 static double same_as_ar(const rf_model *m, const int *prompt, int P, const rf_gen_params *p, const char *what) {
     rf_gen_result a, r;
@@ -180,17 +193,7 @@ static void test_random_models(void) {
                             rf_gen_params_default(&p);
                             p.gen_length = (pi + si + ei) % 3 == 0 ? 40 : (pi + si) % 2 ? 7 : 1;
                             p.slot_size = slots[si], p.slot_threshold = thr[ti], p.eos_id = eos_ids[ei];
-                            if (mode >= 1) p.temperature = 0.8f, p.seed = 11u * mode + pi;
-                            if (mode == 2) p.top_k = 5;
-                            if (mode == 3) p.top_p = 0.9f;
-                            /* llama.cpp's penalties, which look at the answer before each
-                             * position, and min_p: greedy, then sampled */
-                            if (mode == 4)
-                                p.temperature = 0, p.repeat_penalty = 1.3f, p.frequency_penalty = 0.4f,
-                                p.presence_penalty = 0.2f, p.penalty_last_n = 6;
-                            if (mode == 5)
-                                p.min_p = 0.05f, p.repeat_penalty = 1.1f, p.presence_penalty = 0.5f,
-                                p.penalty_last_n = -1;
+                            set_sampling(&p, mode, 11u * mode + pi);
                             char what[160];
                             snprintf(what, sizeof what, "model %d prompt %d slot %d thr %.1f eos %d mode %d gen %d", mi,
                                      pi, p.slot_size, p.slot_threshold, p.eos_id, mode, p.gen_length);
@@ -207,13 +210,8 @@ static void test_random_models(void) {
 static void test_demo_model(void) {
     char dir[4096];
     rf_model m;
-    if (rf_test_demo_load(&m, dir, sizeof dir)) return;
-    rf_tokenizer *tok = rf_tok_for_model(dir, NULL);
-    CHECK(tok != NULL, "%s: no tokenizer: %s", dir, rf_last_error());
-    if (!tok) {
-        rf_model_free(&m);
-        return;
-    }
+    rf_tokenizer *tok;
+    if (rf_test_demo_load_chat(&m, &tok, dir, sizeof dir)) return;
     const char *questions[] = {
         "Write a Python function f(x) that does this: start from x, add 5, square it, then return its absolute value.",
         "Write a Python function f(x) that does this: start from x, multiply by 3, subtract 7, then return it.",
@@ -320,15 +318,7 @@ static void test_adaptive_width(void) {
                             p.slot_size = slots[si], p.slot_threshold = ti ? 0.5f : 0.0f;
                             p.eos_id = (pi + mode) % 3 == 0 ? -1 : RF_ID_FROM_MODEL;
                             set_cost(&p, ci);
-                            if (mode >= 1) p.temperature = 0.8f, p.seed = 13u * mode + pi;
-                            if (mode == 2) p.top_k = 5;
-                            if (mode == 3) p.top_p = 0.9f;
-                            if (mode == 4)
-                                p.temperature = 0, p.repeat_penalty = 1.3f, p.frequency_penalty = 0.4f,
-                                p.presence_penalty = 0.2f, p.penalty_last_n = 6;
-                            if (mode == 5)
-                                p.min_p = 0.05f, p.repeat_penalty = 1.1f, p.presence_penalty = 0.5f,
-                                p.penalty_last_n = -1;
+                            set_sampling(&p, mode, 13u * mode + pi);
                             char what[160];
                             snprintf(what, sizeof what, "adaptive: model %d prompt %d slot %d cost %d thr %.1f mode %d",
                                      mi, pi, p.slot_size, ci, p.slot_threshold, mode);

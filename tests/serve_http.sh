@@ -33,7 +33,6 @@ M=$T/m
 
 # ---- start the server -------------------------------------------------------------------
 rf_serve_start "$T/server.log" -m "$M" --threads 1 -n 24 --max-body 8192
-alive() { [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ]; }
 for _ in $(seq 1 50); do alive && break; sleep 0.1; done
 alive && ok || bad "/health not 200"
 

@@ -33,30 +33,11 @@ trap "" PIPE # writes to connections the server refused
 M=$T/m
 
 start() { rf_serve_start "$T/server.log" -m "$M" --threads 1 "$@"; } # args: extra serve options
-stop() { # SIGTERM lets the running generation finish: give it 30 s. A clean
-  # exit (0) also means, in the ASan build, that LeakSanitizer found nothing
-  # left by the failed, cancelled and aborted generations above
-  kill -TERM "$SPID" 2>/dev/null
-  for _ in $(seq 1 300); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "$SPID" 2>/dev/null && { bad "the server did not stop within 30 s of SIGTERM"; kill -KILL "$SPID"; }
-  wait "$SPID" 2>/dev/null
-  local src=$?
-  [ $src -eq 0 ] && ok || bad "the server exited $src after SIGTERM: $(grep -v 'POST\|GET' "$T/server.log" | tail -n 5)"
-  SPID=""
-}
+# SIGTERM lets the running generation finish (30 s at most). A clean exit
+# (0) also means, in the ASan build, that LeakSanitizer found nothing left
+# by the failed, cancelled and aborted generations above
+stop() { rf_serve_stopped "$T/server.log"; }
 health() { curl -s -m 5 "$@" "$URL/health"; }
-alive() { [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "$@" "$URL/health")" = 200 ]; }
-# post NAME PATH BODY [curl args]: body in NAME.body, status in NAME.code
-post() {
-  local name=$1 path=$2 body=$3
-  shift 3
-  curl -s -m 60 --data-binary "$body" -o "$T/$name.body" -w '%{http_code}' "$@" "$URL$path" >"$T/$name.code" 2>/dev/null
-}
-expect() { # NAME CODE NEEDLE
-  local code
-  code=$(cat "$T/$1.code")
-  [ "$code" = "$2" ] && grep -q -- "$3" "$T/$1.body" && ok || bad "$1: want $2 with '$3', got $code: $(head -c 300 "$T/$1.body")"
-}
 json_int() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
 
 # ---- 1-3 ---------------------------------------------------------------------------------

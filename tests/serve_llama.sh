@@ -61,59 +61,59 @@ rf_serve_start "$T/server.log" -m "$DEMO" -a my-alias --metrics --slots --thread
   -ngl 99 --log-disable -np 2 -cb -c 4096 --api-key-file "$T/keys" --jinja -n 32 --threads 1
 A=(-H 'Authorization: Bearer sk-file-key' -H 'Content-Type: application/json')
 get() { curl -s "${A[@]}" "$URL$1"; }
-post() { curl -s "${A[@]}" "$URL$1" -d "$2"; }
+post_json() { curl -s "${A[@]}" "$URL$1" -d "$2"; }
 code() { curl -s -o "$T/body" -w '%{http_code}' "${A[@]}" "$URL$1" ${2:+-d "$2"}; }
-field() { python3 -c 'import json,sys; o=json.loads(sys.stdin.read()); print(eval(sys.argv[1]))' "$@"; }
-check '[ "$(get /v1/models | field "o[\"data\"][0][\"id\"]")" = my-alias ]' "-a: the model id"
+field_in() { python3 -c 'import json,sys; o=json.loads(sys.stdin.read()); print(eval(sys.argv[1]))' "$@"; }
+check '[ "$(get /v1/models | field_in "o[\"data\"][0][\"id\"]")" = my-alias ]' "-a: the model id"
 check '[ "$(curl -s -o /dev/null -w "%{http_code}" "$URL/v1/models")" = 401 ]' "--api-key-file: no key, 401"
 check 'grep -q "note: -fa on has no effect" "$T/server.log"' "serve -fa: the note"
 
 # ---- sampling: a fresh seed per request, reported ---------------------------------------
 CHAT='{"messages":[{"role":"user","content":"'"$Q"'"}],"mode":"ar","temperature":1.5,"max_tokens":24}'
-r1=$(post /v1/chat/completions "$CHAT"); r2=$(post /v1/chat/completions "$CHAT")
-s1=$(echo "$r1" | field 'o["refusion"]["settings"]["seed"]'); s2=$(echo "$r2" | field 'o["refusion"]["settings"]["seed"]')
-t1=$(echo "$r1" | field 'o["choices"][0]["token_ids"]'); t2=$(echo "$r2" | field 'o["choices"][0]["token_ids"]')
+r1=$(post_json /v1/chat/completions "$CHAT"); r2=$(post_json /v1/chat/completions "$CHAT")
+s1=$(echo "$r1" | field_in 'o["refusion"]["settings"]["seed"]'); s2=$(echo "$r2" | field_in 'o["refusion"]["settings"]["seed"]')
+t1=$(echo "$r1" | field_in 'o["choices"][0]["token_ids"]'); t2=$(echo "$r2" | field_in 'o["choices"][0]["token_ids"]')
 [ "$s1" != "$s2" ] && [ "$s1" -ge 0 ] && [ "$s2" -ge 0 ] && ok || bad "no seed: seeds $s1 $s2"
 # the reported seed is the one used: each answer again from its seed
 for i in 1 2; do
   s=$(eval echo "\$s$i"); t=$(eval echo "\$t$i")
-  r3=$(post /v1/chat/completions "${CHAT%\}},\"seed\":$s}")
-  [ "$(echo "$r3" | field 'o["choices"][0]["token_ids"]')" = "$t" ] && ok || bad "seed $s again: not the same answer"
+  r3=$(post_json /v1/chat/completions "${CHAT%\}},\"seed\":$s}")
+  [ "$(echo "$r3" | field_in 'o["choices"][0]["token_ids"]')" = "$t" ] && ok || bad "seed $s again: not the same answer"
 done
 # and the seed matters (two equal answers from two seeds are possible, four are not expected)
-answers=$(for s in 1 2 3 4; do post /v1/chat/completions "${CHAT%\}},\"seed\":$s}" | field 'o["choices"][0]["token_ids"]'; done | sort -u | wc -l)
+answers=$(for s in 1 2 3 4; do post_json /v1/chat/completions "${CHAT%\}},\"seed\":$s}" | field_in 'o["choices"][0]["token_ids"]'; done | sort -u | wc -l)
 [ "$answers" -ge 2 ] && ok || bad "seeds 1-4 gave one answer"
-echo "$r1" | field 'o["timings"]["predicted_n"] == o["usage"]["completion_tokens"] and o["timings"]["prompt_n"] == o["usage"]["prompt_tokens"]' | grep -q True && ok || bad "chat timings: $r1"
+echo "$r1" | field_in 'o["timings"]["predicted_n"] == o["usage"]["completion_tokens"] and o["timings"]["prompt_n"] == o["usage"]["prompt_tokens"]' | grep -q True && ok || bad "chat timings: $r1"
 # penalties: AR yes, plan-and-infill no (as the CLI); top_k refused by plan-and-infill
 check '[ "$(code /v1/completions "{\"prompt\":\"a\",\"mode\":\"ar\",\"max_tokens\":4,\"presence_penalty\":0.5,\"frequency_penalty\":0.5}")" = 200 ]' "presence/frequency penalties with AR"
 check '[ "$(code /v1/completions "{\"prompt\":\"a\",\"mode\":\"refusion\",\"rolling\":false,\"max_tokens\":4,\"presence_penalty\":0.5}")" = 400 ]' "penalties refused by plan-and-infill"
 check '[ "$(code /v1/completions "{\"prompt\":\"a\",\"mode\":\"refusion\",\"rolling\":false,\"max_tokens\":4,\"top_k\":5}")" = 400 ] && grep -q "\"param\":\"top_k\"" "$T/body"' "top_k refused by plan-and-infill: $(cat "$T/body")"
 # steps and TPF after a stop string
-plain=$(post /v1/completions '{"prompt":"'"$Q"'","mode":"ar","max_tokens":24}' | field 'o["choices"][0]["text"]')
+plain=$(post_json /v1/completions '{"prompt":"'"$Q"'","mode":"ar","max_tokens":24}' | field_in 'o["choices"][0]["text"]')
 stop=$(printf %s "$plain" | python3 -c 'import sys; t=sys.stdin.read(); print(t[len(t)//2:len(t)//2+3])')
-rs=$(post /v1/completions "$(python3 -c 'import json,sys; print(json.dumps({"prompt":sys.argv[1],"mode":"ar","max_tokens":24,"stop":sys.argv[2]}))' "$Q" "$stop")")
-echo "$rs" | field 'o["choices"][0]["finish_reason"] == "stop" and o["refusion"]["steps"] > 0 and o["refusion"]["tpf"] > 0' | grep -q True && ok || bad "stop '$stop': $rs"
+rs=$(post_json /v1/completions "$(python3 -c 'import json,sys; print(json.dumps({"prompt":sys.argv[1],"mode":"ar","max_tokens":24,"stop":sys.argv[2]}))' "$Q" "$stop")")
+echo "$rs" | field_in 'o["choices"][0]["finish_reason"] == "stop" and o["refusion"]["steps"] > 0 and o["refusion"]["tpf"] > 0' | grep -q True && ok || bad "stop '$stop': $rs"
 
 # ---- utility endpoints against the CLI ------------------------------------------------------
 want=$("$BIN" tokenize -m "$DEMO" --json "$Q")
-got=$(post /tokenize "{\"content\":\"$Q\"}" | field 'json.dumps(o["tokens"], separators=(",", ":"))')
+got=$(post_json /tokenize "{\"content\":\"$Q\"}" | field_in 'json.dumps(o["tokens"], separators=(",", ":"))')
 [ "$got" = "$(echo "$want" | tr -d ' ')" ] && ok || bad "/tokenize $got != tokenize $want"
-pieces=$(post /tokenize "{\"content\":\"$Q\",\"with_pieces\":true,\"add_special\":false}")
-echo "$pieces" | field '"".join(p["piece"] for p in o["tokens"]) == sys.argv[2]' "$Q" | grep -q True && ok || bad "/tokenize with_pieces: $pieces"
-back=$(post /detokenize "{\"tokens\":$got}" | field 'o["content"]')
+pieces=$(post_json /tokenize "{\"content\":\"$Q\",\"with_pieces\":true,\"add_special\":false}")
+echo "$pieces" | field_in '"".join(p["piece"] for p in o["tokens"]) == sys.argv[2]' "$Q" | grep -q True && ok || bad "/tokenize with_pieces: $pieces"
+back=$(post_json /detokenize "{\"tokens\":$got}" | field_in 'o["content"]')
 [ "$back" = "$Q" ] && ok || bad "/detokenize: $back"
 MSGS='[{"role":"system","content":"Be brief."},{"role":"user","content":"'"$Q"'"}]'
 want=$("$BIN" tokenize -m "$DEMO" --chat --text "$MSGS")
-got=$(post /apply-template "{\"messages\":$MSGS}" | field 'o["prompt"]')
+got=$(post_json /apply-template "{\"messages\":$MSGS}" | field_in 'o["prompt"]')
 [ "$got" = "$want" ] && ok || bad "/apply-template: $(printf %q "$got") != $(printf %q "$want")"
 props=$(get /props)
-n_slots=$(echo "$props" | field 'o["total_slots"]')
-[ "$n_slots" -ge 2 ] && [ "$(get /slots | field 'len(o)')" = "$n_slots" ] && ok || bad "/slots length != total_slots $n_slots"
-echo "$props" | field 'o["default_generation_settings"]["params"]["max_tokens"] == 32 and "build_info" in o and o["model_alias"] == "my-alias"' | grep -q True && ok || bad "/props: $props"
+n_slots=$(echo "$props" | field_in 'o["total_slots"]')
+[ "$n_slots" -ge 2 ] && [ "$(get /slots | field_in 'len(o)')" = "$n_slots" ] && ok || bad "/slots length != total_slots $n_slots"
+echo "$props" | field_in 'o["default_generation_settings"]["params"]["max_tokens"] == 32 and "build_info" in o and o["model_alias"] == "my-alias"' | grep -q True && ok || bad "/props: $props"
 # /completion: native shape, timings, cache_prompt accepted
-c=$(post /completion '{"prompt":"'"$Q"'","n_predict":8,"cache_prompt":true,"mode":"ar","temperature":0}')
-echo "$c" | field 'o["stop"] is True and o["stop_type"] in ("eos","limit") and len(o["tokens"]) == o["tokens_predicted"] <= 8 and o["timings"]["predicted_n"] == o["tokens_predicted"] and o["tokens_evaluated"] > 5' | grep -q True && ok || bad "/completion: $c"
-content=$(echo "$c" | field 'o["content"]')
+c=$(post_json /completion '{"prompt":"'"$Q"'","n_predict":8,"cache_prompt":true,"mode":"ar","temperature":0}')
+echo "$c" | field_in 'o["stop"] is True and o["stop_type"] in ("eos","limit") and len(o["tokens"]) == o["tokens_predicted"] <= 8 and o["timings"]["predicted_n"] == o["tokens_predicted"] and o["tokens_evaluated"] > 5' | grep -q True && ok || bad "/completion: $c"
+content=$(echo "$c" | field_in 'o["content"]')
 curl -sN "${A[@]}" "$URL/completion" -d '{"prompt":"'"$Q"'","n_predict":8,"stream":true,"mode":"ar","temperature":0}' >"$T/stream"
 python3 - "$T/stream" "$content" <<'PY' && ok || bad "/completion stream: $(cat "$T/stream")"
 import json, sys
@@ -123,9 +123,9 @@ assert text == sys.argv[2], (text, sys.argv[2])
 assert ev[-1]["stop"] is True and "timings" in ev[-1] and all(e["stop"] is False for e in ev[:-1])
 PY
 # /completion under a grammar (GBNF) and a JSON schema, as llama-server takes them
-g=$(post /completion '{"prompt":"'"$Q"'","n_predict":8,"grammar":"root ::= \"yes\" | \"no\"","mode":"ar"}' | field 'o["content"]')
+g=$(post_json /completion '{"prompt":"'"$Q"'","n_predict":8,"grammar":"root ::= \"yes\" | \"no\"","mode":"ar"}' | field_in 'o["content"]')
 check '[ "$g" = yes ] || [ "$g" = no ]' "/completion with a grammar: '$g'"
-post /completion '{"prompt":"'"$Q"'","n_predict":64,"json_schema":{"type":"object","properties":{"n":{"type":"boolean"}},"required":["n"],"additionalProperties":false},"mode":"ar"}' >"$T/js"
+post_json /completion '{"prompt":"'"$Q"'","n_predict":64,"json_schema":{"type":"object","properties":{"n":{"type":"boolean"}},"required":["n"],"additionalProperties":false},"mode":"ar"}' >"$T/js"
 python3 - "$T/js" <<'PY' && ok || bad "/completion with a json_schema: $(cat "$T/js")"
 import json, sys
 o = json.load(open(sys.argv[1]))
@@ -135,7 +135,7 @@ PY
 check '[ "$(code /embeddings "{\"content\":\"x\"}")" = 501 ]' "/embeddings: 501"
 ic=$(code /infill '{"input_prefix":"def f(x):\n    return ","input_suffix":"\n","n_predict":4,"mode":"ar"}')
 if "$BIN" tokenize -m "$DEMO" --info | grep -q .; then
-  fim=$(curl -s "${A[@]}" "$URL/tokenize" -d '{"content":"<|fim_prefix|>"}' | field 'len(o["tokens"]) == 1')
+  fim=$(curl -s "${A[@]}" "$URL/tokenize" -d '{"content":"<|fim_prefix|>"}' | field_in 'len(o["tokens"]) == 1')
   if [ "$fim" = True ]; then [ "$ic" = 200 ] && ok || bad "/infill with FIM tokens: $ic $(cat "$T/body")"
   else [ "$ic" = 501 ] && ok || bad "/infill without FIM tokens: $ic"; fi
 fi

@@ -23,8 +23,7 @@
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup serve_logprobs
-PKG=$(bash "$SRC/scripts/serve/fetch_openai.sh") || {
-  echo "serve_logprobs: SKIPPED: the openai npm package could not be installed"; exit 77; }
+rf_openai_pkg
 M="$SRC/models/refusion-demo"
 Q="Tom has 12 apples. He finds 7 more apples. He loses 5 of them. How many apples does Tom have now?"
 

@@ -29,8 +29,7 @@
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup serve_openai
-PKG=$(bash "$SRC/scripts/serve/fetch_openai.sh") || {
-  echo "serve_openai: SKIPPED: the openai npm package could not be installed"; exit 77; }
+rf_openai_pkg
 
 # 4 workers of one thread each: the concurrency check needs them in parallel
 rf_serve_start "$T/server.log" -m "$SRC/models/refusion-demo" --parallel 4 --threads 1 --api-key sk-test-123 -n 64 --cors '*'
@@ -264,8 +263,4 @@ async function status(f) { try { await f(); return 200; } catch (e) { return e; 
   process.exit(fails ? 1 : 0);
 })().catch(e => { console.log('FAIL: ' + (e.stack || e)); process.exit(1); });
 EOF
-rc=$?
-rf_serve_stop "$SPID" "$T/server.log" || rc=1
-SPID=""
-[ $rc -eq 0 ] || { echo "server log tail:" >&2; tail -5 "$T/server.log" >&2; }
-exit $rc
+rf_serve_finish $? "$SPID" "$T/server.log"

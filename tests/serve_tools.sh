@@ -19,8 +19,7 @@
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup serve_tools
-PKG=$(bash "$SRC/scripts/serve/fetch_openai.sh") || {
-  echo "serve_tools: SKIPPED: the openai npm package could not be installed"; exit 77; }
+rf_openai_pkg
 M="$SRC/models/refusion-demo"
 
 rf_serve_start "$T/server.log" -m "$M" --parallel 2 -n 96 --chat-template "$SRC/tests/data/templates/qwen3.jinja"

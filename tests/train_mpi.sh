@@ -50,13 +50,10 @@ MPI=(mpirun --oversubscribe --allow-run-as-root)
 "$BIN" train --help | grep -q "This build: with MPI" ||
   { echo "FAIL: mpirun is installed but $BIN was built without MPI (reconfigure with libopenmpi-dev)" >&2; exit 1; }
 
-python3 - "$T" <<'EOF' || { echo "FAIL: python3 needed to write the data" >&2; exit 1; }
-import json, random, sys
-random.seed(1)
-recs = []
-for _ in range(60):
-    s = ''.join(random.choice('0123456789') for _ in range(random.randint(3, 8)))
-    recs.append({"query": "reverse " + s, "response": s[::-1]})
+rf_py - "$T" <<'EOF' || { echo "FAIL: python3 needed to write the data" >&2; exit 1; }
+import json, sys
+from reverse_data import records
+recs = records(60)
 json.dump(recs, open(sys.argv[1] + '/data.json', 'w'))
 recs[5]["response"] = "0"
 json.dump(recs, open(sys.argv[1] + '/other.json', 'w'))

@@ -38,11 +38,12 @@ class Reader:
         return self.take(SCALARS[t])
 
 
-def tensors(path):
-    data = open(path, "rb").read()
+def tensor_infos(data, what="the data"):
+    """the tensor infos of a GGUF file's bytes: [(name, shape, type, offset,
+    where the type field is)], and where the tensor data begins"""
     r = Reader(data)
     if data[:4] != b"GGUF":
-        raise ValueError(f"{path}: not a GGUF file")
+        raise ValueError(f"{what}: not a GGUF file")
     r.p = 4
     r.take("I")
     nt, nkv = r.take("Q"), r.take("Q")
@@ -56,11 +57,24 @@ def tensors(path):
     for _ in range(nt):
         name, nd = r.string(), r.take("I")
         ne = [r.take("Q") for _ in range(nd)]
-        infos.append((name, ne, r.take("I"), r.take("Q")))
-    base = (r.p + align - 1) // align * align
-    offs = sorted(o for *_, o in infos) + [len(data) - base]
+        at = r.p
+        infos.append((name, ne, r.take("I"), r.take("Q"), at))
+    return infos, (r.p + align - 1) // align * align
+
+
+def tensor_info(data, name):
+    """(where the type field of tensor `name` is, its data's offset, where
+    the tensor data begins)"""
+    infos, base = tensor_infos(data)
+    return next((at, off, base) for n, _, _, off, at in infos if n == name)
+
+
+def tensors(path):
+    data = open(path, "rb").read()
+    infos, base = tensor_infos(data, path)
+    offs = sorted(i[3] for i in infos) + [len(data) - base]
     out = {}
-    for name, ne, ty, off in infos:
+    for name, ne, ty, off, _ in infos:
         n_el = 1
         for d in ne:
             n_el *= d

@@ -46,8 +46,9 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
-/* IN -> one GGUF file, tokenizer included when IN has one */
-static int convert_gguf(const rf_model *m, const char *in, const char *out, rf_ftype ft, const char *name) {
+/* IN -> one GGUF file, tokenizer included when IN has one (*with_tokenizer) */
+static int convert_gguf(const rf_model *m, const char *in, const char *out, rf_ftype ft, const char *name,
+                        int *with_tokenizer) {
     rf_tokenizer *tok = NULL;
     if (rf_tok_model_has_tokenizer(in) && !(tok = rf_tok_load(in))) return -1;
     char base[256];
@@ -70,10 +71,8 @@ static int convert_gguf(const rf_model *m, const char *in, const char *out, rf_f
         return -1;
     }
     int rc = rf_gguf_writer_finish(w, out);
+    *with_tokenizer = tok != NULL;
     rf_tok_free(tok);
-    if (rc == 0)
-        printf("wrote %s (GGUF qwen3, %s, %d layers%s)\n", out, rf_ftype_name(ft), m->cfg.n_layers,
-               tok ? ", tokenizer" : ", no tokenizer");
     return rc;
 }
 
@@ -133,9 +132,12 @@ int cmd_convert(int argc, char **argv) {
         /* block types: their bytes per weight (the mixes' extra bits aside) */
         double per = rf_dtype_bits(dtype) / 8;
         rf_progress *pg = rf_progress_start("convert", out, rf_config_n_params(&m.cfg) * per, progress);
-        int grc = convert_gguf(&m, in, out, ft, name);
-        rf_progress_stop(pg);
+        int with_tokenizer = 0, grc = convert_gguf(&m, in, out, ft, name, &with_tokenizer);
+        rf_progress_stop(pg); /* ends the progress line before the report below */
         if (grc) rf_print_error();
+        else
+            printf("wrote %s (GGUF qwen3, %s, %d layers%s)\n", out, rf_ftype_name(ft), m.cfg.n_layers,
+                   with_tokenizer ? ", tokenizer" : ", no tokenizer");
         rf_model_free(&m);
         return grc ? 1 : 0;
     }

@@ -39,13 +39,7 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
             fprintf(stderr, "refusion: generate: --ids: '%.20s' is not a token id\n", s);
             return -1;
         }
-        if (*n == cap) {
-            cap *= 2;
-            int32_t *g = rf_malloc(cap * sizeof(int32_t));
-            memcpy(g, *ids, *n * sizeof(int32_t));
-            free(*ids);
-            *ids = g;
-        }
+        *ids = rf_grow(*ids, sizeof **ids, *n, &cap, cap);
         (*ids)[(*n)++] = (int32_t)v;
         s = end;
     }
@@ -72,7 +66,8 @@ typedef struct {
     int n_got, cap_got, stopped;
     /* --logprobs: every final answer token's, in order */
     rf_token_logprob *lp;
-    int n_lp, cap_lp;
+    int n_lp;
+    size_t cap_lp;
 } ui;
 
 static volatile int g_cancel;
@@ -81,13 +76,7 @@ static volatile int g_cancel;
  * stop text, and stop the decoder when the text holds it */
 static void stop_text(ui *u, const char *s) {
     size_t n = strlen(s), L = strlen(u->stop);
-    if (u->acc_len + n + 1 > u->acc_cap) {
-        size_t cap = 2 * (u->acc_len + n + 1);
-        char *g = rf_malloc(cap);
-        if (u->acc_len) memcpy(g, u->acc, u->acc_len);
-        free(u->acc);
-        u->acc = g, u->acc_cap = cap;
-    }
+    u->acc = rf_grow_to(u->acc, 1, u->acc_len + n + 1, &u->acc_cap, 256);
     memcpy(u->acc + u->acc_len, s, n + 1);
     u->acc_len += n;
     /* bytes before printed were checked with L bytes after them already */
@@ -106,13 +95,7 @@ static void stop_text(ui *u, const char *s) {
 static void on_logprobs(const rf_token_logprob *lp, int n, void *user) {
     ui *u = user;
     if (u->stopped) return;
-    if (u->n_lp + n > u->cap_lp) {
-        while (u->n_lp + n > u->cap_lp) u->cap_lp = u->cap_lp ? 2 * u->cap_lp : 64;
-        rf_token_logprob *g = rf_malloc((size_t)u->cap_lp * sizeof *g);
-        if (u->n_lp) memcpy(g, u->lp, (size_t)u->n_lp * sizeof *g);
-        free(u->lp);
-        u->lp = g;
-    }
+    u->lp = rf_grow_to(u->lp, sizeof *u->lp, (size_t)u->n_lp + (size_t)n, &u->cap_lp, 64);
     memcpy(u->lp + u->n_lp, lp, (size_t)n * sizeof *lp);
     u->n_lp += n;
 }
@@ -122,13 +105,7 @@ static void on_tokens(const int32_t *ids, int n, void *user) {
     if (u->stopped) return; /* the rest of the last call's tokens */
     if (u->stop) {
         for (int i = 0; i < n && !u->stopped; i++) {
-            if (u->n_got == u->cap_got) {
-                u->cap_got = u->cap_got ? 2 * u->cap_got : 64;
-                int32_t *g = rf_malloc((size_t)u->cap_got * sizeof *g);
-                if (u->n_got) memcpy(g, u->got, (size_t)u->n_got * sizeof *g);
-                free(u->got);
-                u->got = g;
-            }
+            u->got = rf_grow(u->got, sizeof *u->got, u->n_got, &u->cap_got, 64);
             u->got[u->n_got++] = ids[i];
             const char *s = rf_text_stream_put(u->stream, ids[i]);
             if (s) stop_text(u, s);
@@ -520,13 +497,7 @@ static int chat_repl(gen_ctx *g) {
             printf("[history cleared]\n");
             continue;
         }
-        if (n + 2 > cap) {
-            cap *= 2;
-            rf_chat_message *gr = rf_malloc(cap * sizeof *gr);
-            memcpy(gr, h, n * sizeof *h);
-            free(h);
-            h = gr;
-        }
+        h = rf_grow(h, sizeof *h, n + 1, &cap, cap); /* this turn and the answer */
         h[n] = (rf_chat_message){"user", rf_strdup(line)};
         int32_t *ids = NULL;
         int P = 0;

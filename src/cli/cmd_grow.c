@@ -84,15 +84,17 @@ static int convert_gguf(const char *tmp, const char *out, const char *dt, int pr
     snprintf(name, sizeof name, "%.255s", base);
     size_t nl = strlen(name);
     if (nl > 5 && !strcmp(name + nl - 5, ".gguf")) name[nl - 5] = 0;
+    /* convert decides by itself when neither --progress nor --no-progress was given */
+    char *flag = progress > 0 ? "--progress" : progress < 0 ? "--no-progress" : NULL;
     char *cv[] = {"convert", "-m", (char *)tmp, "-o", (char *)out, "--format", "gguf", "--dtype", (char *)dt,
-                  "--name", name, progress > 0 ? "--progress" : "--no-progress", NULL};
+                  "--name", name, flag, NULL};
     rf_catch c;
     rf_catch_push(&c);
     if (setjmp(c.jb)) {
         fprintf(stderr, "refusion: grow: %s\n", rf_last_error());
         return 1;
     }
-    int rc = cmd_convert(12, cv);
+    int rc = cmd_convert(flag ? 12 : 11, cv);
     rf_catch_pop(&c);
     return rc;
 }
@@ -191,7 +193,7 @@ int cmd_grow(int argc, char **argv) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.grow-tmp.%ld", out, (long)getpid());
     int tmp_slot = rf_cleanup_add_path(tmp); /* removed if a signal ends grow first */
-    rf_progress *pg = rf_progress_start("grow", out, bytes, progress);
+    rf_progress *pg = rf_progress_start("grow", tmp, bytes, progress); /* the checkpoint as it fills tmp */
     int rc = rf_model_grow(&m, &dst, tmp, tmp_dtype, (uint64_t)a.seed);
     rf_progress_stop(pg);
     /* the tokenizer travels with the weights */

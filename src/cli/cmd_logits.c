@@ -47,8 +47,7 @@ static int parse_ids(const char *s, int vocab, int **out, int *n_out) {
             free(ids);
             return -1;
         }
-        if (n == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof(int));
-        if (!ids) rf_die("out of memory");
+        ids = rf_grow(ids, sizeof *ids, n, &cap, cap);
         ids[n++] = (int)v;
         s = end;
     }

@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "tasks/tasks.h"
 
 typedef struct {
@@ -29,6 +31,11 @@ static const rf_opt tasks_opts[] = {
     {.name = "show", .type = RF_OPT_INT, .lo = 1, .hi = 1000, .offset = A(show), .metavar = "N",
      .help = "print N examples of each family and write nothing"},
 };
+
+static void on_drawn(int done, int total, void *meter) {
+    (void)total;
+    rf_meter_update(meter, done, NULL);
+}
 
 /* --families: the family ids into fams (RF_TASK_N at most), their count; -1 after the error line */
 static int parse_families(const char *list_arg, int *fams) {
@@ -69,13 +76,16 @@ static void show_examples(uint64_t seed, const int *fams, int n_fam, int show) {
 int cmd_tasks(int argc, char **argv) {
     tasks_args a = {.out = "data", .families = "arith,func,json", .seed = 1, .n_train = 6000, .n_test = 300},
                def_a = a;
-    const rf_opt_group groups[] = {{NULL, tasks_opts, (int)(sizeof tasks_opts / sizeof tasks_opts[0]), &a, NULL,
-                                    &def_a}};
+    int progress = 0;
+    const rf_opt_group groups[] = {
+        {NULL, tasks_opts, (int)(sizeof tasks_opts / sizeof tasks_opts[0]), &a, NULL, &def_a},
+        RF_PROGRESS_GROUP(&progress),
+    };
     int prc = rf_args_parse("tasks", "[options]\n"
                             "Write the task suite: <out>/train.json and <out>/test.json, JSON lists of\n"
                             "{\"query\", \"response\", \"family\", checker data}. The test queries never\n"
                             "appear in the training set; the test set depends only on --seed and --test.",
-                            groups, 1, argc, argv, NULL);
+                            groups, 2, argc, argv, NULL);
     if (prc) return prc > 0 ? 0 : 2;
     int fams[RF_TASK_N];
     int n_fam = parse_families(a.families, fams);
@@ -88,7 +98,12 @@ int cmd_tasks(int argc, char **argv) {
     long long seed = a.seed, n_train = a.n_train, n_test = a.n_test;
     const char *fam_list = a.families;
     json_t *train, *test;
-    if (rf_tasks_make_split((uint64_t)seed, (int)n_train, (int)n_test, fams, n_fam, &train, &test)) {
+    /* a progress line on a terminal (or with --progress) */
+    rf_meter meter;
+    rf_meter_init(&meter, "tasks", (int)(n_train + n_test), progress < 0 || (!progress && !isatty(2)));
+    if (rf_tasks_make_split_progress((uint64_t)seed, (int)n_train, (int)n_test, fams, n_fam, on_drawn, &meter, &train,
+                                     &test)) {
+        rf_meter_abort(&meter);
         rf_print_error();
         return 1;
     }

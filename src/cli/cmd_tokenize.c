@@ -76,7 +76,7 @@ static int parse_ids(const char *s, int **ids, int *n, const char *src) {
             *ids = NULL;
             return -1;
         }
-        if ((size_t)*n == cap) *ids = realloc(*ids, (cap *= 2) * sizeof(int));
+        *ids = rf_grow_to(*ids, sizeof **ids, (size_t)*n + 1, &cap, cap);
         (*ids)[(*n)++] = (int)v;
         s = end;
     }
@@ -96,7 +96,7 @@ static char *stream_decode(const rf_tokenizer *t, const int *ids, int n, int ski
             return NULL;
         }
         size_t l = strlen(c);
-        while (len + l + 1 > cap) out = realloc(out, cap *= 2);
+        out = rf_grow_to(out, 1, len + l + 1, &cap, cap);
         memcpy(out + len, c, l);
         len += l;
     }

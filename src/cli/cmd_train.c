@@ -286,13 +286,25 @@ static void plot_loss(const char *dir, int quiet) {
             break;
         }
         int tmp_slot = rf_cleanup_add_path(tmp);
+        /* the per-step losses jump with each batch's examples and masks: they
+         * are drawn faint, under exponential moving averages over about a
+         * twentieth of the run (at least 5 steps) that show the trend */
         fprintf(f,
                 "set terminal %s\nset output '%s'\nset datafile separator ','\n"
-                "set key autotitle columnhead\nset xlabel 'step'\nset ylabel 'loss'\nset grid\n"
-                "set title 'training loss'\n"
-                "plot '%s' using 1:3 with lines lw 2 title 'loss', "
-                "'' using 1:4 with lines title 'AR part', '' using 1:5 with lines title 'MDM part'\n",
-                terms[t][0], tmp, csv);
+                "stats '%s' using 1 nooutput\n"
+                "window = STATS_records / 20 > 5 ? STATS_records / 20 : 5\n"
+                "a = 2.0 / (window + 1)\n"
+                "n1 = 0; n2 = 0; n3 = 0\n"
+                "avg1(x) = (n1 = n1 + 1, m1 = n1 == 1 ? x : m1 + a * (x - m1), m1)\n"
+                "avg2(x) = (n2 = n2 + 1, m2 = n2 == 1 ? x : m2 + a * (x - m2), m2)\n"
+                "avg3(x) = (n3 = n3 + 1, m3 = n3 == 1 ? x : m3 + a * (x - m3), m3)\n"
+                "set xlabel 'step'\nset ylabel 'loss'\nset grid\nset key top right\n"
+                "set title sprintf('training loss (coloured lines: moving averages over %%d steps)', window)\n"
+                "plot '%s' skip 1 using 1:3 with lines lc rgb '#c8c8c8' title 'loss, each step', "
+                "'' skip 1 using 1:(avg1($3)) with lines lw 2.5 lc rgb '#1f77b4' title 'loss', "
+                "'' skip 1 using 1:(avg2($4)) with lines lw 1.5 lc rgb '#ff7f0e' title 'AR part', "
+                "'' skip 1 using 1:(avg3($5)) with lines lw 1.5 lc rgb '#2ca02c' title 'MDM part'\n",
+                terms[t][0], tmp, csv, csv);
         fclose(f);
         char cmd[8800];
         snprintf(cmd, sizeof cmd, "gnuplot '%s' >/dev/null 2>&1", script);

@@ -14,7 +14,7 @@
 #include "util/util.h"
 
 const rf_opt rf_progress_table[] = {
-    {.name = "progress", .type = RF_OPT_FLAG, .help = "bytes written so far on stderr (default: when stderr is a terminal)"},
+    {.name = "progress", .type = RF_OPT_FLAG, .help = "a progress line on stderr (default: when stderr is a terminal)"},
     {.name = "no-progress", .type = RF_OPT_FLAG, .hi = -1, .help = "no progress line, even on a terminal"},
 };
 const int rf_progress_table_n = (int)(sizeof rf_progress_table / sizeof rf_progress_table[0]);
@@ -29,10 +29,15 @@ struct rf_progress {
     int stop;
 };
 
-/* bytes in the file, or in the directory's regular files (temporary files
+/* bytes in the file (its temporary copy while an atomic write of this
+ * process fills it), or in the directory's regular files (temporary files
  * of atomic writes included) */
 static double bytes_of(const char *path) {
     struct stat st;
+    char *tmp = rf_atomic_tmp_path(path);
+    int filling = !stat(tmp, &st) && S_ISREG(st.st_mode);
+    free(tmp);
+    if (filling) return (double)st.st_size;
     if (stat(path, &st)) return 0;
     if (!S_ISDIR(st.st_mode)) return (double)st.st_size;
     DIR *d = opendir(path);
@@ -48,14 +53,26 @@ static double bytes_of(const char *path) {
     return sum;
 }
 
-static void draw(rf_progress *p) {
+/* seconds as "1m20s" */
+static void minutes_seconds(char *buf, size_t size, double s) {
+    snprintf(buf, size, "%dm%02ds", (int)s / 60, (int)s % 60);
+}
+
+/* final: the last figure, without the time left */
+static void draw(rf_progress *p, int final) {
     double b = bytes_of(p->path), t = rf_now() - p->t0;
     const char *unit = p->total >= 1e9 || b >= 1e9 ? "GB" : "MB";
     double div = unit[0] == 'G' ? 1e9 : 1e6;
-    if (p->total > 0)
-        fprintf(stderr, "%s%s: %.1f / %.1f %s (%.0f%%), %.0f s%s", p->tty ? "\r" : "", p->what, b / div,
-                p->total / div, unit, 100.0 * (b < p->total ? b : p->total) / p->total, t, p->tty ? "\033[K" : "\n");
-    else
+    if (p->total > 0) {
+        char when[48] = "", mmss[32]; /* the time left at the rate so far */
+        if (!final) {
+            minutes_seconds(mmss, sizeof mmss, b > 0 && b < p->total ? t / b * (p->total - b) : 0);
+            snprintf(when, sizeof when, ", eta %s", b > 0 ? mmss : "?");
+        }
+        fprintf(stderr, "%s%s: %.1f / %.1f %s (%.0f%%), %.0f s%s%s", p->tty ? "\r" : "", p->what, b / div,
+                p->total / div, unit, 100.0 * (b < p->total ? b : p->total) / p->total, t, when,
+                p->tty ? "\033[K" : "\n");
+    } else
         fprintf(stderr, "%s%s: %.1f %s, %.0f s%s", p->tty ? "\r" : "", p->what, b / div, unit, t,
                 p->tty ? "\033[K" : "\n");
     fflush(stderr);
@@ -74,7 +91,7 @@ static void *run(void *arg) {
         if (p->stop) break;
         double now = rf_now();
         if (p->tty || now - last >= 10) { /* not a terminal: a line every 10 s */
-            draw(p);
+            draw(p, 0);
             last = now;
         }
     }
@@ -103,7 +120,7 @@ void rf_progress_stop(rf_progress *p) {
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
     pthread_join(p->thread, NULL);
-    draw(p); /* the final figure */
+    draw(p, 1); /* the final figure */
     if (p->tty) fputc('\n', stderr);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
@@ -135,9 +152,9 @@ void rf_meter_update(rf_meter *m, int done, const char *extra) {
     for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
     bar[30] = '\0';
     double t = now - m->t0, eta = done > 0 ? t / done * (m->total - done) : 0;
-    char when[32];
-    if (last) snprintf(when, sizeof when, "%dm%02ds", (int)t / 60, (int)t % 60);
-    else snprintf(when, sizeof when, "eta %dm%02ds", (int)eta / 60, (int)eta % 60);
+    char when[48], mmss[32];
+    minutes_seconds(mmss, sizeof mmss, last ? t : eta);
+    snprintf(when, sizeof when, "%s%s", last ? "" : "eta ", mmss);
     fprintf(stderr, "%s%s: [%s] %d/%d  %s%s%s%s", m->tty ? "\r" : "", m->what, bar, done, m->total,
             extra ? extra : "", extra && *extra ? "  " : "", when, m->tty ? (last ? "\033[K\n" : "\033[K") : "\n");
     fflush(stderr);

@@ -3,7 +3,7 @@
  * rf_progress: for commands that write large files
  * through library calls that report nothing (init, convert): a thread looks
  * at how many bytes the output holds twice a second and redraws
- *   "init: 3.2 / 16.4 GB (19%), 12 s"
+ *   "init: 3.2 / 16.4 GB (19%), 12 s, eta 0m51s"
  * Shown when stderr is a terminal (or when forced, e.g. --progress); when
  * stderr is not a terminal it prints one line every 10 s instead of
  * redrawing. The library itself never prints. */

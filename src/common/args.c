@@ -870,13 +870,7 @@ char *rf_read_text(const char *path) {
     char *buf = rf_malloc(cap);
     while ((k = fread(buf + n, 1, cap - n - 1, f)) > 0) {
         n += k;
-        if (n + 1 == cap) {
-            cap *= 2;
-            char *g = rf_malloc(cap);
-            memcpy(g, buf, n);
-            free(buf);
-            buf = g;
-        }
+        buf = rf_grow_to(buf, 1, n + 2, &cap, cap); /* room to read on, and the NUL */
     }
     int err = ferror(f);
     if (!std) fclose(f);

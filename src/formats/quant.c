@@ -22,14 +22,19 @@ void rf_quantize_row_q8_0(const float *x, void *vy, int64_t k) {
     }
 }
 
+/* the signed value of largest magnitude in a block of 32 (the first of equals) */
+static float block_signed_max(const float *x) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < RF_QK; j++)
+        if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
+    return max;
+}
+
 void rf_quantize_row_q4_0(const float *x, void *vy, int64_t k) {
     rf_block_q4_0 *y = vy;
     for (int64_t b = 0; b < k / RF_QK; b++, x += RF_QK) {
         /* the signed value of largest magnitude maps to -8 */
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < RF_QK; j++)
-            if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
-        const float d = max / -8.0f, id = d ? 1.0f / d : 0.0f;
+        const float d = block_signed_max(x) / -8.0f, id = d ? 1.0f / d : 0.0f;
         y[b].d = rf_f32_to_f16(d);
         for (int j = 0; j < RF_QK / 2; j++) {
             int q0 = (int)(int8_t)(x[j] * id + 8.5f), q1 = (int)(int8_t)(x[j + RF_QK / 2] * id + 8.5f);
@@ -83,10 +88,7 @@ void rf_quantize_row_q5_0(const float *x, void *vy, int64_t k) {
     rf_block_q5_0 *y = vy;
     uint8_t q[RF_QK];
     for (int64_t b = 0; b < k / RF_QK; b++, x += RF_QK) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < RF_QK; j++)
-            if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
-        const float d = max / -16, id = d ? 1.0f / d : 0.0f;
+        const float d = block_signed_max(x) / -16, id = d ? 1.0f / d : 0.0f;
         y[b].d = rf_f32_to_f16(d);
         for (int j = 0; j < RF_QK; j++) {
             int l = (int8_t)(x[j] * id + 16.5f);

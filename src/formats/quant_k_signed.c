@@ -8,19 +8,26 @@
 #include "formats/quant_impl.h"
 #include "util/util.h"
 
+/* *max = the value of largest magnitude among x[0..n); 0, with L cleared,
+ * when the group is all (near) zero and has no scale */
+static int largest(int n, const float *x, int8_t *L, float *max) {
+    float amax = 0;
+    *max = 0;
+    for (int i = 0; i < n; i++) {
+        float ax = fabsf(x[i]);
+        if (ax > amax) amax = ax, *max = x[i];
+    }
+    if (amax >= RF_GROUP_MAX_EPS) return 1;
+    for (int i = 0; i < n; i++) L[i] = 0;
+    return 0;
+}
+
 /* Q6_K's per-16 fit (ggml's make_qx_quants, weights x^2): signed levels in
  * [-nmax, nmax - 1] around the value of largest magnitude, the scale
  * refined over 18 trial scales; returns the scale, L holds level + nmax */
 static float fit_signed(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) amax = ax, max = x[i];
-    }
-    if (amax < RF_GROUP_MAX_EPS) {
-        for (int i = 0; i < n; i++) L[i] = 0;
-        return 0.f;
-    }
+    float max;
+    if (!largest(n, x, L, &max)) return 0.f;
     float iscale = -nmax / max, sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; i++) {
         int l = rf_clampi(rf_nearest(iscale * x[i]), -nmax, nmax - 1);
@@ -54,15 +61,8 @@ static float fit_signed(int n, int nmax, const float *x, int8_t *L) {
  * move one level at a time while the weighted (x^2) fit improves; returns
  * the scale, L holds level + nmax (0 for an all-zero block) */
 static float fit_q3(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) amax = ax, max = x[i];
-    }
-    if (amax < RF_GROUP_MAX_EPS) {
-        for (int i = 0; i < n; i++) L[i] = 0;
-        return 0.f;
-    }
+    float max;
+    if (!largest(n, x, L, &max)) return 0.f;
     const float iscale = -nmax / max;
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; i++) {

@@ -13,7 +13,7 @@
  *           weights run on TDPBF16PS tiles (matmul_amx.c; verified on an
  *           AMX Xeon, and through a C emulation of the tile ops); packed
  *           Q8_0 / Q4_0 run on TDPBSUD tiles at the widths where they
- *           measured faster than vpdpbusd (rf_matmul_set_amx_int8);
+ *           beat vpdpbusd (rf_matmul_set_amx_int8);
  *           every other case runs the avx512 kernels. A build whose
  *           compiler lacks -mamx-* has no AMX kernels: then amx runs as
  *           avx512 (rf_cpu_tier_name says "avx512").

@@ -75,13 +75,14 @@ size_t rf_mat_pack_bytes(const rf_mat *W);
  * computes 16 outputs of a token and nothing has to be summed across lanes
  * afterwards; the row-major kernel spends as much time on those horizontal
  * sums as on the products when cols is small (the demo model's 256), so a
- * 16-token call cost 5x a 1-token call instead of ~2x. */
+ * many-token call on a row-major W costs several times what its extra
+ * products alone would. */
 void rf_mat_pack(rf_mat *W, void *buf);
 
 /* How the avx512 tier's bf16 kernel takes the activations: 1 = rounded to
  * bf16 once (the default: half the compute of the split; per-term relative
- * error up to 2^-9, the tolerance tests/kernels_matmul.c documents; the
- * task accuracies in results/paper_table.md did not move), 0 = split into
+ * error up to 2^-9, the tolerance tests/kernels_matmul.c documents, small
+ * enough that the task accuracies do not depend on it), 0 = split into
  * bf16 hi + lo (f32-grade: the golden tests against transformers' f32
  * logits use it). The default comes from REFUSION_BF16_ACT=bf16|split at
  * the first call; set it before threads call rf_matmul. */
@@ -90,10 +91,10 @@ void rf_matmul_set_bf16_act(int single);
 /* At tier amx, packed Q8_0 / Q4_0 calls of at least min_tokens tokens run
  * on int8 tiles (matmul_amx.c); 0 keeps them all on the avx512 vpdpbusd
  * kernel; a negative value restores the default: the tiles for Q8_0 calls
- * of 5..32 tokens and Q4_0 calls of 9..16, the widths where they
- * measured faster on a 2-core Xeon (matmul.c amx_q_wanted,
- * results/kernels_amx_int8_prefetch.txt; another VM of the same model
- * found them slower: REFUSION_AMX_INT8, `refusion tune`). Not thread-safe: set it before
+ * of 5..32 tokens and Q4_0 calls of 9..16 (matmul.c amx_q_wanted). Whether
+ * the tiles beat vpdpbusd depends on the machine, not only on the CPU
+ * model, so REFUSION_AMX_INT8 and `refusion tune` set the widths per
+ * machine (the timings: docs/benchmarks.md). Not thread-safe: set it before
  * the matmuls run (tests, benchmarks). */
 void rf_matmul_set_amx_int8(int min_tokens);
 /* The setting in force: -1 the default widths, 0 none, N from N tokens;

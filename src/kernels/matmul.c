@@ -351,7 +351,7 @@ static mm_path choose_path(rf_dtype dt, int cols, int n) {
  * tile kernel (matmul_amx.c); 0: never; -1 (the default): the widths of
  * matmul_impl.h (RF_AMX_Q8_MIN_N ...; kernels.h rf_matmul_set_amx_int8):
  * Q8_0 calls of 5..32 tokens and Q4_0 of 9..16, the widths where the tiles
- * were faster than vpdpbusd on the Xeon they were tuned on. Q4_0 has the
+ * beat vpdpbusd on an AMX Xeon (docs/benchmarks.md). Q4_0 has the
  * narrower range because its nibbles are unpacked into a buffer per block
  * for the tiles. */
 /* Whether the tiles are faster depends on the machine, not only on the

@@ -94,29 +94,23 @@ static void TDP(int c, int a, int b) {
             memcpy(&emu_tile[c][m][4 * n], &s, 4);
         }
 }
-/* C[m][n] += sum_k sum_i A[m][4k+i] B[k][4n+i], A signed and B unsigned
- * bytes, C int32 (TDPBSUD) */
-static void TDPI(int c, int a, int b) {
+/* C[m][n] += sum_k sum_i A[m][4k+i] B[k][4n+i], A signed bytes, B signed
+ * (TDPBSSD) or unsigned (TDPBSUD) bytes, C int32 */
+static void emu_dp_bytes(int c, int a, int b, int b_signed) {
     for (int m = 0; m < emu_cfg.rows[a]; m++)
         for (int n = 0; n < emu_cfg.colsb[b] / 4; n++) {
             int32_t s;
             memcpy(&s, &emu_tile[c][m][4 * n], 4);
             for (int k = 0; k < emu_cfg.colsb[a] / 4; k++)
-                for (int i = 0; i < 4; i++) s += (int8_t)emu_tile[a][m][4 * k + i] * (int32_t)emu_tile[b][k][4 * n + i];
+                for (int i = 0; i < 4; i++) {
+                    const uint8_t bv = emu_tile[b][k][4 * n + i];
+                    s += (int8_t)emu_tile[a][m][4 * k + i] * (b_signed ? (int32_t)(int8_t)bv : (int32_t)bv);
+                }
             memcpy(&emu_tile[c][m][4 * n], &s, 4);
         }
 }
-/* the same with B signed (TDPBSSD) */
-static void TDPS(int c, int a, int b) {
-    for (int m = 0; m < emu_cfg.rows[a]; m++)
-        for (int n = 0; n < emu_cfg.colsb[b] / 4; n++) {
-            int32_t s;
-            memcpy(&s, &emu_tile[c][m][4 * n], 4);
-            for (int k = 0; k < emu_cfg.colsb[a] / 4; k++)
-                for (int i = 0; i < 4; i++) s += (int8_t)emu_tile[a][m][4 * k + i] * (int32_t)(int8_t)emu_tile[b][k][4 * n + i];
-            memcpy(&emu_tile[c][m][4 * n], &s, 4);
-        }
-}
+static void TDPI(int c, int a, int b) { emu_dp_bytes(c, a, b, 0); }
+static void TDPS(int c, int a, int b) { emu_dp_bytes(c, a, b, 1); }
 #else
 #include <immintrin.h>
 #define TCFG(c) _tile_loadconfig(c)
@@ -131,6 +125,14 @@ static void TDPS(int c, int a, int b) {
 #endif
 
 int AMXFN(rf_amx_built)(void) { return 1; }
+
+/* a palette-1 configuration with tiles 0..n-1 of `rows` rows x colsb bytes
+ * and the others unused (the callers then reshape single tiles) */
+static void tile_config(tilecfg *cfg, int n, int rows, int colsb) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->palette = 1;
+    for (int t = 0; t < n; t++) cfg->rows[t] = (uint8_t)rows, cfg->colsb[t] = (uint16_t)colsb;
+}
 
 /* per token group of 16 and 32-column chunk: 512 bf16 (hi), and 512 (lo) */
 static inline size_t group_elems(int cols, int single) { return (size_t)(cols / 32) * (single ? 1 : 2) * 512; }
@@ -215,9 +217,7 @@ void AMXFN(rf_bf16_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat
     const uint16_t *B = xp, *w0 = W->data;
     const size_t lda = (size_t)cols * 2;
     tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 7; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* C 0-3, A 4, B 5-6 */
+    tile_config(&cfg, 7, 16, 64); /* C 0-3, A 4, B 5-6 */
     float cbuf[4][16][16] __attribute__((aligned(64)));
     TCFG(&cfg);
     for (int r = a; r < b; r += 16) {
@@ -419,11 +419,9 @@ static inline __attribute__((always_inline)) void q_g1(const int P, const int MT
     memset(cbuf, 0, sizeof cbuf); /* rows n..MT - 1 are scaled but never stored */
     memset(noff, q8 ? 0x80 : 0xF8, sizeof noff); /* -128, -8 */
     tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 4; t++) cfg.rows[t] = (uint8_t)n, cfg.colsb[t] = 64;
-    cfg.rows[4] = (uint8_t)n, cfg.colsb[4] = 32;
-    for (int t = 5; t < 8; t++) cfg.rows[t] = 8, cfg.colsb[t] = 64;
+    tile_config(&cfg, 8, 8, 64); /* B 5-7: 8 rows */
+    for (int t = 0; t < 5; t++) cfg.rows[t] = (uint8_t)n; /* C 0-3 and A 4: the tokens */
+    cfg.colsb[4] = 32;
     TCFG(&cfg);
     TLOAD(5, noff, 64);
     for (int r = a; r < b; r += 16 * P) {
@@ -553,12 +551,10 @@ void AMXFN(rf_q_range_amx)(float *Y, size_t ldy, const void *xp, const rf_mat *W
             for (int gi = 0; gi < 4; gi++) m[gi] = n - 16 * (g0 + gi) < 16 ? n - 16 * (g0 + gi) : 16;
             /* tiles of just the group's tokens where one group keeps its
              * tiles (G <= 2: C tile c holds group (c / P) % G, A tile 4 + g) */
-            memset(&cfg, 0, sizeof cfg);
-            cfg.palette = 1;
-            for (int c = 0; c < 4; c++) cfg.rows[c] = (uint8_t)(G <= 2 ? m[(c / P) % G] : 16), cfg.colsb[c] = 64;
+            tile_config(&cfg, 8, 8, 64); /* B 6-7: 8 rows */
+            for (int c = 0; c < 4; c++) cfg.rows[c] = (uint8_t)(G <= 2 ? m[(c / P) % G] : 16);
             cfg.rows[4] = (uint8_t)(G <= 2 ? m[0] : 16), cfg.rows[5] = (uint8_t)(G == 2 ? m[1] : 16);
             cfg.colsb[4] = cfg.colsb[5] = 32;
-            cfg.rows[6] = cfg.rows[7] = 8, cfg.colsb[6] = cfg.colsb[7] = 64;
             if (!loaded || memcmp(&cfg, &cur, sizeof cfg)) TCFG(&cfg), cur = cfg, loaded = 1;
 #define TDP_CASE(C, A, B)                                                                             \
     case (C) * 4 + ((A) - 4) * 2 + ((B) - 6):                                                         \
@@ -830,9 +826,7 @@ void AMXFN(rf_bf16p_range_amx)(float *Y, size_t ldy, const void *xp, const rf_ma
     const size_t n16 = (size_t)ng * 16, pbytes = (size_t)(cols / 2) * 64;
     const uint16_t *hi = xp, *lo = hi + n16 * cols;
     tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* C 0-3, A 4 and 6, B 5 (and 6, 7) */
+    tile_config(&cfg, 8, 16, 64); /* C 0-3, A 4 and 6, B 5 (and 6, 7) */
     float cbuf[4][16][16] __attribute__((aligned(64)));
     TCFG(&cfg);
     if (!single) {

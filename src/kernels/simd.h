@@ -12,9 +12,9 @@
 static inline __m256 rf_exp8(__m256 x) {
     const __m256 hi = _mm256_set1_ps(88.7228317f), lo = _mm256_set1_ps(-87.3365478f);
     __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ), under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    /* lanes under the bound compute e^0 instead: clamped to it they built a
-     * denormal 2^k p (a microcode assist, ~6x the time of a pass over a
-     * vocabulary whose logits lie far below the max); they return 0 below */
+    /* lanes under the bound compute e^0 instead: clamped to it they would build
+     * a denormal 2^k p, and its microcode assist would dominate a pass over
+     * a vocabulary whose logits lie far below the max; they return 0 below */
     x = _mm256_min_ps(hi, _mm256_blendv_ps(x, _mm256_setzero_ps(), under)); /* min returns x for NaN: kept */
     __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

@@ -24,9 +24,9 @@ static inline __attribute__((always_inline)) __m128 hsum4_512(__m512 a, __m512 b
 static inline __attribute__((always_inline)) __m512 rf_exp16(__m512 x) {
     const __m512 hi = _mm512_set1_ps(88.7228317f), lo = _mm512_set1_ps(-87.3365478f);
     __mmask16 over = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    /* lanes under the bound compute e^0 instead: clamped to it they built a
-     * denormal 2^k p (a microcode assist, ~6x the time of a pass over a
-     * vocabulary whose logits lie far below the max); they return 0 below */
+    /* lanes under the bound compute e^0 instead: clamped to it they would build
+     * a denormal 2^k p, and its microcode assist would dominate a pass over
+     * a vocabulary whose logits lie far below the max; they return 0 below */
     x = _mm512_min_ps(hi, _mm512_mask_mov_ps(x, under, _mm512_setzero_ps())); /* min returns x for NaN: kept */
     __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

@@ -4,9 +4,9 @@
  * Why not `#pragma omp barrier` / `omp for`: libgomp's barrier makes a
  * futex(FUTEX_WAKE) system call every time it completes, whether or not a
  * thread sleeps, and on the virtual machines this project runs on a system
- * call costs microseconds. A forward pass of the demo model has ~40 steps
- * that must wait for each other and takes ~0.2 ms: the barriers alone cost
- * more than a second core gave back. Here a barrier is an atomic counter
+ * call costs microseconds. A forward pass of a small model has ~40 steps
+ * that must wait for each other and is itself short, so such barriers
+ * alone would cost more than a second core gives back. Here a barrier is an atomic counter
  * and a spin on a generation number (yielding the core after a while, for
  * machines with more threads than free cores). */
 #ifndef RF_TEAM_H

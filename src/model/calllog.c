@@ -22,11 +22,7 @@ void rf_call_log_free(rf_call_log *log) {
 void rf_call_log_record(const rf_kvcache *c, const rf_batch *b) {
     rf_call_log *log = call_log;
     if (!log) return;
-    if (log->n == log->cap) {
-        log->cap = log->cap ? 2 * log->cap : 256;
-        log->rec = realloc(log->rec, (size_t)log->cap * sizeof *log->rec);
-        if (!log->rec) rf_die("out of memory");
-    }
+    log->rec = rf_grow(log->rec, sizeof *log->rec, log->n, &log->cap, 256);
     rf_call_rec *r = &log->rec[log->n++];
     memset(r, 0, sizeof *r);
     r->n_rows = b->n_rows;

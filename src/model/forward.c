@@ -168,9 +168,9 @@ static inline const run *run_of(const run *runs, int n_runs, int i) {
  * The whole pass runs in one OpenMP parallel region, its threads a team
  * (kernels/team.h): matmuls share their row chunks (rf_matmul_team),
  * per-token steps split the tokens, attention shares its (token, head)
- * pairs; spinning barriers separate the steps. On the demo model a call
- * takes 0.1-0.3 ms: starting a thread team per matmul (33 per call) and
- * libgomp's barriers cost more than the second core gave back.
+ * pairs; spinning barriers separate the steps. A call on a small model is
+ * short, so starting a thread team per matmul (33 per call) and libgomp's
+ * barriers would cost more than the second core gives back.
  *
  * It stays one function (over 150 lines) because the region must: its
  * steps share the team, the barriers and the per-thread state in between.

@@ -16,13 +16,7 @@
 
 static void text_append(run_ctx *c, const char *piece) {
     size_t k = piece ? strlen(piece) : 0;
-    if (c->len + k + 1 > c->cap) {
-        while (c->len + k + 1 > c->cap) c->cap = c->cap ? 2 * c->cap : 256;
-        char *g = rf_malloc(c->cap);
-        if (c->len) memcpy(g, c->text, c->len);
-        free(c->text);
-        c->text = g;
-    }
+    c->text = rf_grow_to(c->text, 1, c->len + k + 1, &c->cap, 256);
     if (k) memcpy(c->text + c->len, piece, k);
     c->len += k;
     c->text[c->len] = 0;

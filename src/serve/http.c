@@ -467,13 +467,7 @@ static void *watcher_main(void *arg) {
             next = w->next;
             if (tick % 10 == 0 && w->j) rf_serve_expire_locked(s, w->j, now); /* its job, while its client waits */
             if (!w->armed || !wait_over_locked(s, w, tick % 10 == 0 || s->watcher_stop, now)) continue;
-            if (n == cap) {
-                cap = cap ? 2 * cap : 64;
-                struct MHD_Connection **g = rf_malloc(cap * sizeof *g);
-                if (n) memcpy(g, wake, n * sizeof *g);
-                free(wake);
-                wake = g;
-            }
+            wake = rf_grow_to(wake, sizeof *wake, n + 1, &cap, 64);
             wake[n++] = w->c;
             unlink_waiter_locked(s, w);
         }

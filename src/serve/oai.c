@@ -10,14 +10,7 @@
 
 /* ---- output buffer (s->mu held) ---- */
 void rf_job_out_append(job *j, const char *p, size_t n) {
-    if (j->out_len + n + 1 > j->out_cap) {
-        size_t cap = j->out_cap ? j->out_cap : 1024;
-        while (cap < j->out_len + n + 1) cap *= 2;
-        char *g = rf_malloc(cap);
-        if (j->out_len) memcpy(g, j->out, j->out_len);
-        free(j->out);
-        j->out = g, j->out_cap = cap;
-    }
+    j->out = rf_grow_to(j->out, 1, j->out_len + n + 1, &j->out_cap, 1024);
     memcpy(j->out + j->out_len, p, n);
     j->out_len += n;
     j->out[j->out_len] = 0;

@@ -484,15 +484,7 @@ void rf_serve_decode_event_locked(rf_server *s, job *j, const rf_event *ev) {
     if (!txt) return;
     size_t n = strlen(txt);
     /* out_append's growth rule, kept here: the event rides in the job's SSE buffer */
-    size_t need = j->out_len + n + 32;
-    if (need > j->out_cap) {
-        size_t cap = j->out_cap ? j->out_cap : 1024;
-        while (cap < need) cap *= 2;
-        char *g = rf_malloc(cap);
-        if (j->out_len) memcpy(g, j->out, j->out_len);
-        free(j->out);
-        j->out = g, j->out_cap = cap;
-    }
+    j->out = rf_grow_to(j->out, 1, j->out_len + n + 32, &j->out_cap, 1024);
     j->out_len += (size_t)sprintf(j->out + j->out_len, "event: decode\ndata: %s\n\n", txt);
     free(txt);
     pthread_cond_broadcast(&j->cv);

@@ -110,13 +110,8 @@ int rf_tasks_write(const char *path, const json_t *examples) {
             if (!line) rf_die("json_dumps failed");
             piece = line;
         }
-        size_t pl = strlen(piece), need = len + pl + 3;
-        if (need > cap) {
-            while (cap < need) cap *= 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) rf_die("out of memory");
-            buf = nb;
-        }
+        size_t pl = strlen(piece);
+        buf = rf_grow_to(buf, 1, len + pl + 3, &cap, cap);
         memcpy(buf + len, piece, pl);
         len += pl;
         if (line) {

@@ -365,7 +365,14 @@ json_t *rf_task_generate(int family, rf_rng *r) {
 
 /* Draw n examples, rejecting queries already in `seen` (which then holds
  * them too). Gives up after many rejections in a row: the space is used up. */
-static int draw(rf_rng *r, int n, const int *families, int n_fam, json_t *seen, json_t *out) {
+/* the progress of one split: examples drawn before this call, all of them */
+typedef struct {
+    int done, total;
+    rf_tasks_progress_fn fn;
+    void *user;
+} split_progress;
+
+static int draw(rf_rng *r, int n, const int *families, int n_fam, json_t *seen, json_t *out, split_progress *pg) {
     int misses = 0;
     for (int i = 0; i < n;) {
         json_t *e = rf_task_generate(families[i % n_fam], r);
@@ -383,12 +390,18 @@ static int draw(rf_rng *r, int n, const int *families, int n_fam, json_t *seen, 
         json_object_set_new(seen, q, json_true());
         json_array_append_new(out, e);
         i++;
+        if (pg->fn) pg->fn(++pg->done, pg->total, pg->user);
     }
     return 0;
 }
 
 int rf_tasks_make_split(uint64_t seed, int n_train, int n_test, const int *families, int n_fam,
                         json_t **train, json_t **test) {
+    return rf_tasks_make_split_progress(seed, n_train, n_test, families, n_fam, NULL, NULL, train, test);
+}
+
+int rf_tasks_make_split_progress(uint64_t seed, int n_train, int n_test, const int *families, int n_fam,
+                                 rf_tasks_progress_fn on_drawn, void *user, json_t **train, json_t **test) {
     *train = *test = NULL;
     if (n_fam <= 0 || n_train < 0 || n_test < 0) {
         rf_set_error("tasks: need at least one family and non-negative sizes");
@@ -403,8 +416,9 @@ int rf_tasks_make_split(uint64_t seed, int n_train, int n_test, const int *famil
     rf_rng_seed(&r_test, seed ^ 0x7465737474657374ull);   /* "testtest" */
     rf_rng_seed(&r_train, seed ^ 0x747261696e747261ull);  /* "traintra" */
     json_t *seen = json_object(), *te = json_array(), *tr = json_array();
-    int rc = draw(&r_test, n_test, families, n_fam, seen, te);
-    if (rc == 0) rc = draw(&r_train, n_train, families, n_fam, seen, tr);
+    split_progress pg = {0, n_test + n_train, on_drawn, user};
+    int rc = draw(&r_test, n_test, families, n_fam, seen, te, &pg);
+    if (rc == 0) rc = draw(&r_train, n_train, families, n_fam, seen, tr, &pg);
     json_decref(seen);
     if (rc) {
         json_decref(te);

@@ -126,61 +126,60 @@ static char *sb_done(sbuf *b) {
     return b->p;
 }
 
-/* "\sqrt3" -> "\sqrt{3}" */
-static char *fix_sqrt(const char *s) {
-    const char *p = strstr(s, "\\sqrt");
+/* s split at each `cmd`: the text before the first one as it is, then each
+ * cmd with the text up to the next one (p, n) written by fix, which returns
+ * 0 to leave the whole string as it was. A new string. */
+static char *rewrite_each(const char *s, const char *cmd, int (*fix)(sbuf *o, const char *p, size_t n)) {
+    const char *p = strstr(s, cmd);
     if (!p) return rf_strdup(s);
     sbuf o;
     sb_open(&o);
     sb_put(&o, s, (size_t)(p - s));
     while (p) {
-        p += strlen("\\sqrt");
-        const char *next = strstr(p, "\\sqrt");
+        p += strlen(cmd);
+        const char *next = strstr(p, cmd);
         size_t n = next ? (size_t)(next - p) : strlen(p);
-        if (n && p[0] != '{') {
-            sb_puts(&o, "\\sqrt{");
-            sb_put(&o, p, 1);
-            sb_puts(&o, "}");
-            sb_put(&o, p + 1, n - 1);
-        } else {
-            sb_puts(&o, "\\sqrt");
-            sb_put(&o, p, n);
+        if (!fix(&o, p, n)) {
+            free(sb_done(&o));
+            return rf_strdup(s);
         }
         p = next;
     }
     return sb_done(&o);
 }
 
+/* "\sqrt3" -> "\sqrt{3}" */
+static int brace_sqrt(sbuf *o, const char *p, size_t n) {
+    if (n && p[0] != '{') {
+        sb_puts(o, "\\sqrt{");
+        sb_put(o, p, 1);
+        sb_puts(o, "}");
+        sb_put(o, p + 1, n - 1);
+    } else {
+        sb_puts(o, "\\sqrt");
+        sb_put(o, p, n);
+    }
+    return 1;
+}
+
 /* "\frac12" -> "\frac{1}{2}", "\frac1{72}" -> "\frac{1}{72}"; a \frac with
  * fewer than two characters after it leaves the whole string as it was */
-static char *fix_fracs(const char *s) {
-    const char *p = strstr(s, "\\frac");
-    if (!p) return rf_strdup(s);
-    sbuf o;
-    sb_open(&o);
-    sb_put(&o, s, (size_t)(p - s));
-    while (p) {
-        p += strlen("\\frac");
-        const char *next = strstr(p, "\\frac");
-        size_t n = next ? (size_t)(next - p) : strlen(p);
-        sb_puts(&o, "\\frac");
-        if (n && p[0] == '{') {
-            sb_put(&o, p, n);
-        } else if (n < 2) {
-            free(sb_done(&o));
-            return rf_strdup(s);
-        } else if (p[1] != '{') {
-            char b[8] = {'{', p[0], '}', '{', p[1], '}', 0};
-            sb_puts(&o, b);
-            sb_put(&o, p + 2, n - 2);
-        } else {
-            char b[4] = {'{', p[0], '}', 0};
-            sb_puts(&o, b);
-            sb_put(&o, p + 1, n - 1);
-        }
-        p = next;
+static int brace_frac(sbuf *o, const char *p, size_t n) {
+    sb_puts(o, "\\frac");
+    if (n && p[0] == '{') {
+        sb_put(o, p, n);
+    } else if (n < 2) {
+        return 0;
+    } else if (p[1] != '{') {
+        char b[8] = {'{', p[0], '}', '{', p[1], '}', 0};
+        sb_puts(o, b);
+        sb_put(o, p + 2, n - 2);
+    } else {
+        char b[4] = {'{', p[0], '}', 0};
+        sb_puts(o, b);
+        sb_put(o, p + 1, n - 1);
     }
-    return sb_done(&o);
+    return 1;
 }
 
 static int is_int_text(const char *s, size_t n) {
@@ -193,18 +192,16 @@ static int is_int_text(const char *s, size_t n) {
     return d > 0 && i == n;
 }
 
+/* strip_string's replacements before it looks for units, in its order */
+static const char *const strip_replacements[][2] = {
+    {"\n", ""},     {"\\!", ""},         {"\\\\", "\\"}, {"tfrac", "frac"}, {"dfrac", "frac"},
+    {"\\left", ""}, {"\\right", ""}, {"^{\\circ}", ""}, {"^\\circ", ""},    {"\\$", ""},
+};
+
 char *rf_math_strip_string(const char *in) {
     char *s = rf_strdup(in);
-    rf_paper_replace_in(&s, "\n", "");
-    rf_paper_replace_in(&s, "\\!", "");
-    rf_paper_replace_in(&s, "\\\\", "\\");
-    rf_paper_replace_in(&s, "tfrac", "frac");
-    rf_paper_replace_in(&s, "dfrac", "frac");
-    rf_paper_replace_in(&s, "\\left", "");
-    rf_paper_replace_in(&s, "\\right", "");
-    rf_paper_replace_in(&s, "^{\\circ}", "");
-    rf_paper_replace_in(&s, "^\\circ", "");
-    rf_paper_replace_in(&s, "\\$", "");
+    for (size_t i = 0; i < sizeof strip_replacements / sizeof strip_replacements[0]; i++)
+        rf_paper_replace_in(&s, strip_replacements[i][0], strip_replacements[i][1]);
     /* units: "X\text{ unit}" -> "X" (only for exactly one "\text{ ") */
     const char *u = strstr(s, "\\text{ ");
     if (u && !strstr(u + 1, "\\text{ ")) s[u - s] = 0;
@@ -223,10 +220,10 @@ char *rf_math_strip_string(const char *in) {
         char *t = rf_strdup(eq + 1);
         free(s), s = t;
     }
-    char *t = fix_sqrt(s);
+    char *t = rewrite_each(s, "\\sqrt", brace_sqrt);
     free(s), s = t;
     rf_paper_replace_in(&s, " ", "");
-    t = fix_fracs(s);
+    t = rewrite_each(s, "\\frac", brace_frac);
     free(s), s = t;
     if (!strcmp(s, "0.5")) {
         free(s);

@@ -44,6 +44,11 @@ json_t *rf_task_generate(int family, rf_rng *rng);
  * space runs out of distinct queries. */
 int rf_tasks_make_split(uint64_t seed, int n_train, int n_test, const int *families,
                         int n_fam, json_t **train, json_t **test);
+/* The same, calling on_drawn (when not NULL) after each example with the
+ * examples drawn so far and n_test + n_train. */
+typedef void (*rf_tasks_progress_fn)(int done, int total, void *user);
+int rf_tasks_make_split_progress(uint64_t seed, int n_train, int n_test, const int *families, int n_fam,
+                                 rf_tasks_progress_fn on_drawn, void *user, json_t **train, json_t **test);
 
 /* Check a model's answer against an example. 1 = right, 0 = wrong (any
  * unparsable answer is wrong), -1 = the example itself is malformed

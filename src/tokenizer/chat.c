@@ -57,13 +57,7 @@ static void span_push(spanv *sv, size_t a, size_t e) {
         sv->v[sv->n - 1].end = e;
         return;
     }
-    if (sv->n == sv->cap) {
-        sv->cap = sv->cap ? sv->cap * 2 : 16;
-        rf_text_span *nv = rf_malloc(sv->cap * sizeof *nv);
-        if (sv->n) memcpy(nv, sv->v, sv->n * sizeof *nv);
-        free(sv->v);
-        sv->v = nv;
-    }
+    sv->v = rf_grow_to(sv->v, sizeof *sv->v, sv->n + 1, &sv->cap, 16);
     sv->v[sv->n++] = (rf_text_span){a, e};
 }
 /* text of the conversation appended */

