@@ -12,8 +12,8 @@
  * single stream without prefetch reads far less than the kernels do, so it
  * would be no ceiling for them. The passes alternate the prefetch into L1
  * and into L2 (the kernels' two levels, kernels.h rf_matmul_set_prefetch):
- * which reads faster depends on the CPU (into L2 on AMD Zen 4, by ~1.5x at
- * one thread), and the ceiling is the faster. */
+ * which reads faster depends on the CPU (into L2 on AMD Zen 4), and the
+ * ceiling is the faster. */
 #define BW_STREAMS 4
 #define BW_PF 2048
 double rf_measure_read_gbs(void) {
