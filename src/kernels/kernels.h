@@ -126,13 +126,12 @@ unsigned long rf_matmul_bf16p_calls(int kernel);
  * ahead of the reads (avx2 and avx512 tiers, every packed type): calls of
  * up to max_tokens tokens prefetch into L2 (prefetcht1), wider ones into L1
  * (prefetcht0); 0: L1 at every width. The arithmetic is the same either
- * way (bit-identical results), the speed is not: on AMD Zen 4 the
- * few-token calls, which stream the weights, run faster into L2
- * (prefetches into L1 hold the L1's few miss buffers), while the widest
- * calls, which compute on each line as it arrives, may lose; the kernels
- * were tuned into L1 on Intel Xeons, where L2 has not been measured
- * (docs/benchmarks.md). A negative value restores the default: REFUSION_PREFETCH_L2=off|N (util/env.c) when set, else 8 on AMD
- * CPUs and 0 on the others; `refusion tune` measures it (model/tune.h).
+ * way (bit-identical results), the speed is not: on AMD Zen 4 calls of
+ * 1-16 tokens run faster into L2 (prefetches into L1 hold the L1's few
+ * miss buffers); the kernels were tuned into L1 on Intel Xeons, where L2
+ * has not been measured (docs/benchmarks.md). A negative value restores
+ * the default: REFUSION_PREFETCH_L2=off|N (util/env.c) when set, else 16
+ * on AMD CPUs and 0 on the others; `refusion tune` measures it (model/tune.h).
  * Not thread-safe: set it before the matmuls run. */
 void rf_matmul_set_prefetch_l2(int max_tokens);
 int rf_matmul_prefetch_l2(void);

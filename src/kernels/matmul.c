@@ -427,7 +427,7 @@ unsigned long rf_matmul_prefetch_l2_calls(void) { return atomic_load(&g_prefetch
 int rf_matmul_prefetch_l2(void) {
     if (g_prefetch_l2 == -2) {
         const int v = rf_kernels_env_min_tokens(rf_env_prefetch_l2());
-        g_prefetch_l2 = v >= 0 ? v : rf_cpu_is_amd() ? 8 : 0;
+        g_prefetch_l2 = v >= 0 ? v : rf_cpu_is_amd() ? 16 : 0;
     }
     return g_prefetch_l2;
 }

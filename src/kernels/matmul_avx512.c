@@ -209,6 +209,12 @@ void rf_bf16p_prep_avx512(void *xp, const float *X, int n, int cols, int single,
  * of the memory time and the compute time, and the 1-token calls below the
  * bandwidth. 2 KiB: 1 KiB gains less, 4 KiB no more (docs/benchmarks.md). */
 #define PF_AHEAD 2048
+/* The same for the kernels that stream only one or two panels at a time
+ * (the blocks-outside Q8_0 / Q4_0 order, the K-quant panels, bf16 tiles of
+ * one or two panels): fewer streams need each further ahead to keep as
+ * many bytes in flight, and a wide call consumes a stream slowly, so a
+ * line prefetched 2 KiB ahead arrives late. */
+#define PF_AHEAD_FEW 4096
 
 /* the widest bf16 token tile */
 #define BP_MAX_T 16
@@ -225,7 +231,7 @@ static inline __attribute__((always_inline)) void pkern(const int P, const int T
     for (int j = 0; j < k2; j++) {
         __m512 we[6], wo[6];
         for (int p = 0; p < P; p++) {
-            rf_prefetch_stream((const char *)(w + p * panel + (size_t)j * 32) + PF_AHEAD);
+            rf_prefetch_stream((const char *)(w + p * panel + (size_t)j * 32) + (P <= 2 ? PF_AHEAD_FEW : PF_AHEAD));
             __m512i v = _mm512_load_si512(w + p * panel + (size_t)j * 32);
             we[p] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); /* column 2j */
             wo[p] = _mm512_castsi512_ps(_mm512_and_si512(v, top)); /* column 2j + 1 */
@@ -727,7 +733,7 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
  * with software prefetches spread over the other tiles, and a few-token
  * call spends its time at those prefetches. Here BO_PANELS panels' weights
  * stream once, block after block, in address order, each stream prefetched
- * PF_AHEAD bytes ahead, and every token tile meets a block while it is in
+ * PF_AHEAD_FEW bytes ahead, and every token tile meets a block while it is in
  * L1; the group's f32 sums live in a small buffer (a load, FMA and store
  * per block, panel and token, against 8 vpdpbusd). 2 panels: 3 are no
  * better at 8 tokens and worse at 16. Up to 128 tokens (a short prompt's
@@ -778,14 +784,14 @@ static void qbgroup(rf_dtype dt, int P, const uint8_t *w, size_t panel, int nb, 
     const int ntt = (n + 7) / 8;
     for (int b = 0; b < nb; b++) {
         const uint8_t *wb = w + (size_t)b * block;
-        /* each stream PF_AHEAD bytes ahead; near its panel's end, into the
+        /* each stream PF_AHEAD_FEW bytes ahead; near its panel's end, into the
          * same stream of the next group (BO_PANELS panels on) rather than
          * into the start of the neighbouring panel, which this group read
          * at its first blocks: otherwise the next group's streams begin
          * cold */
         for (int p = 0; p < P; p++)
             for (size_t l = 0; l < block; l += 64) {
-                const size_t off = (size_t)b * block + PF_AHEAD + l;
+                const size_t off = (size_t)b * block + PF_AHEAD_FEW + l;
                 const uint8_t *a = off < panel ? w + p * panel + off : w + (BO_PANELS + p) * panel + (off - panel);
                 rf_prefetch_stream(a);
             }
@@ -887,11 +893,11 @@ static void qkp_group(rf_dtype dt, int P, const uint8_t *w, size_t panel, int ns
     const size_t sb = q5 ? RF_Q5KP_SB : RF_Q4KP_SB, chunk = q5 ? 320 : 256;
     for (int s = 0; s < nsb; s++) {
         const uint8_t *ws = w + (size_t)s * sb;
-        /* each panel's stream PF_AHEAD bytes ahead (into the next group's
+        /* each panel's stream PF_AHEAD_FEW bytes ahead (into the next group's
          * panels near the end, as qbgroup) */
         for (int p = 0; p < P; p++)
             for (size_t l = 0; l < sb; l += 64) {
-                const size_t off = (size_t)s * sb + PF_AHEAD + l;
+                const size_t off = (size_t)s * sb + PF_AHEAD_FEW + l;
                 const uint8_t *a = off < panel ? w + p * panel + off : w + (KP_PANELS + p) * panel + (off - panel);
                 rf_prefetch_stream(a);
             }
@@ -966,8 +972,8 @@ static void q6kp_group(const uint8_t *w, int nsb, const xq_block *X, int n, int 
     const int ntt = (m + 7) / 8;
     for (int s = 0; s < nsb; s++) {
         const uint8_t *ws = w + (size_t)s * RF_Q6KP_SB;
-        for (size_t l = 0; l < RF_Q6KP_SB; l += 64) /* PF_AHEAD bytes ahead, into the next panel near the end */
-            rf_prefetch_stream(ws + PF_AHEAD + l);
+        for (size_t l = 0; l < RF_Q6KP_SB; l += 64) /* PF_AHEAD_FEW bytes ahead, into the next panel near the end */
+            rf_prefetch_stream(ws + PF_AHEAD_FEW + l);
         for (int c = 0; c < 8; c++) {
             const uint8_t *wc = ws + 384 * c, *sc = ws + 3072 + 32 * c;
             const float *d = (const float *)(ws + 3328);

@@ -65,7 +65,8 @@ void rf_bf16dp_prep_avx512(void *xp, const float *X, int n, int cols, int single
     }
 }
 
-/* prefetch distance, as the FMA kernel's (matmul_avx512.c PF_AHEAD) */
+/* prefetch distance, as the FMA kernel's (matmul_avx512.c PF_AHEAD; twice
+ * that for tiles of one or two panels, PF_AHEAD_FEW) */
 #define DP_PF_AHEAD 2048
 #define DP_MAX_T 16
 #define DP_MAX_P 6
@@ -81,7 +82,7 @@ static inline __attribute__((always_inline)) void dkern(const int S, const int P
     for (int j = 0; j < k2; j++) {
         __m512bh wv[DP_MAX_P];
         for (int p = 0; p < P; p++) {
-            rf_prefetch_stream((const char *)(w + p * panel + (size_t)j * 32) + DP_PF_AHEAD);
+            rf_prefetch_stream((const char *)(w + p * panel + (size_t)j * 32) + (P <= 2 ? 2 * DP_PF_AHEAD : DP_PF_AHEAD));
             wv[p] = (__m512bh)_mm512_load_si512(w + p * panel + (size_t)j * 32);
         }
         const uint32_t *xj = x + (size_t)j * ps;
