@@ -218,7 +218,7 @@ int main(int argc, char **argv) {
             size_t wbytes = rf_dtype_row_bytes(dt, sh->cols) * sh->rows, nw = (size_t)sh->rows * sh->cols;
             void *wd = make_weights(dt, sh->rows, sh->cols);
             rf_mat W = {dt, wd, sh->rows, sh->cols, NULL};
-            /* bf16 / Q8_0 / Q4_0: also W in the packed panel layout (rows "BF16p", "Q8_0p", "Q4_0p"), at
+            /* the packed types: also W in the packed panel layout (rows "BF16p", "Q8_0p", "Q6_Kp", ...), at
              * avx2 and avx512, and Q8_0 / Q4_0 at amx (the amx tier's bf16 kernel reads the row-major W) */
             size_t pbytes = rf_mat_pack_bytes(&W);
             void *pk = pbytes ? rf_try_huge_alloc(pbytes) : NULL; /* as the model's (model/pack.c) */
@@ -254,10 +254,12 @@ int main(int argc, char **argv) {
                     char shs[32], ratio[16] = "";
                     snprintf(shs, sizeof shs, "%dx%d", sh->rows, sh->cols);
                     if (s1 > 0) snprintf(ratio, sizeof ratio, "%.2f", s / s1);
+                    char label[16];
+                    snprintf(label, sizeof label, "%s%s", lay ? rf_dtype_name(dt) : dtname(dt), lay ? "p" : "");
                     const double bw_before = bw;
                     const int bw_bug = read_probe_beaten(gbs, (double)wbytes, &bw); /* may raise bw first */
                     printf("%-13s %-12s %-6s %-5s %4d %10.3f %8.1f %5.0f%% %9.1f %5.0f%% %7s", sh->what, shs,
-                           rf_cpu_tier_name(), lay ? (dt == RF_BF16 ? "BF16p" : dt == RF_Q8_0 ? "Q8_0p" : "Q4_0p") : dtname(dt), n, s * 1e3, gbs, 100 * gbs / bw, gf, 100 * gf / pk, ratio);
+                           rf_cpu_tier_name(), label, n, s * 1e3, gbs, 100 * gbs / bw, gf, 100 * gf / pk, ratio);
 #ifndef RF_NO_BLAS
                     if (blas && dt == RF_F32 && n >= 16) {
                         double sb = 1e30;
