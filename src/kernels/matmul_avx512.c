@@ -655,13 +655,18 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
                                                          const uint8_t *w, size_t panel, int nb, const xq_block *x,
                                                          size_t bs, float *y, size_t ldy, int rows_left,
                                                          const uint8_t *pf, int pmod, int prem) {
-    const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK, scales = dt == RF_Q8_0 ? 512 : 256;
+    /* IQ4_XS: block b is chunk b % 8 of super-block b / 8; its prefetches
+     * take an eighth of a super-block per chunk (block) */
+    const int xs = dt == RF_IQ4_XS;
+    const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : xs ? RF_IQ4XSP_SB / 8 : RF_Q4P_BLOCK,
+                 scales = dt == RF_Q8_0 ? 512 : 256;
     __m512 acc[8][8];
     for (int p = 0; p < P; p++)
         for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         __m512i ia[8][8];
-        const uint8_t *wb = w + (size_t)b * block;
+        const uint8_t *ws = xs ? w + (size_t)(b / 8) * RF_IQ4XSP_SB : NULL; /* IQ4_XS: the super-block */
+        const uint8_t *wb = xs ? ws + 256 * (b % 8) : w + (size_t)b * block;
         if (!pf) /* a single pass: each panel's stream PF_AHEAD bytes ahead; near
                   * its end, into the same stream of the next tile (P panels
                   * on) rather than into the neighbouring panel, which this
@@ -681,7 +686,11 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
         const xq_block *xb = x + (size_t)b * bs;
         qblock_dot(dt, P, T, wb, panel, xb, ia);
         for (int p = 0; p < P; p++) {
-            __m512 dw = _mm512_load_ps((const float *)(wb + p * panel + scales));
+            /* IQ4_XS: d (ls - 32) from the chunk's scale bytes and the rows' d */
+            __m512 dw = xs ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                               _mm_load_si128((const __m128i *)(ws + p * panel + 2048 + 16 * (b % 8))))),
+                                           _mm512_load_ps((const float *)(ws + p * panel + 2176)))
+                           : _mm512_load_ps((const float *)(wb + p * panel + scales));
             for (int t = 0; t < T; t++)
                 acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dw, _mm512_set1_ps(xb[t].dx)),
                                             acc[p][t]);
@@ -729,6 +738,8 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
         QPK_T(RF_Q8_0);
     } else if (dt == RF_IQ4_NL) {
         QPK_T(RF_IQ4_NL);
+    } else if (dt == RF_IQ4_XS) {
+        QPK_T(RF_IQ4_XS);
     } else {
         QPK_T(RF_Q4_0);
     }
@@ -1059,12 +1070,17 @@ static void kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, i
 /* Panel groups outside, token tiles inside, as rf_bf16p_range_avx512 (each
  * weight read from memory once per call, the later tiles from L2). */
 void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
-    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K || W->dtype == RF_IQ4_XS) {
+    /* IQ4_XS: calls of up to 6 tokens (one token tile) in Q4_0's panel
+     * groups below, with the f32 sums in registers and up to 6 panels
+     * streaming at once (the super-block order of kp_range streams 2 and
+     * stays below the read bandwidth at 1 token); wider ones in kp_range */
+    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K || (W->dtype == RF_IQ4_XS && n > 6)) {
         kp_range(Y, ldy, xp, W, n, a, b);
         return;
     }
     const int nb = W->cols / RF_QK;
-    const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
+    const size_t panel = W->dtype == RF_IQ4_XS ? (size_t)(W->cols / RF_QK_K) * RF_IQ4XSP_SB
+                                               : (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
     const uint8_t *pk = W->packed;
     const xq_block *X = xp;
     /* near-equal token tiles of up to 4 (Q8_0) or 6 (Q4_0): the tile sizes
