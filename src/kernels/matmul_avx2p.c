@@ -191,26 +191,33 @@ static inline AI __m256i dot_signed(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
 }
 
-/* G groups x T tokens of Q8_0, Q4_0 or IQ4_NL (dt constant at every call
- * site); x: the tile's first token's blocks, ldx blocks per token */
+/* G groups x T tokens of Q8_0, Q4_0, IQ4_NL or IQ4_XS (dt constant at
+ * every call site); x: the tile's first token's blocks, ldx blocks per
+ * token. IQ4_XS: block b is chunk b % 8 of super-block b / 8 (the nibbles
+ * as IQ4_NL's, the scale d (ls - 32) per row), its prefetches an eighth of
+ * a super-block per chunk */
 static inline AI void qkern(const rf_dtype dt, const int G, const int T, const uint8_t *w, size_t panel, int nb,
                             const rf_xq_avx2 *x, size_t ldx, float *y, size_t ldy, int rows_left) {
-    const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK, scales = dt == RF_Q8_0 ? 512 : 256;
+    const int xs = dt == RF_IQ4_XS, nl = xs || dt == RF_IQ4_NL;
+    const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : xs ? RF_IQ4XSP_SB / 8 : RF_Q4P_BLOCK,
+                 scales = dt == RF_Q8_0 ? 512 : 256;
     const __m256i ones = _mm256_set1_epi16(1), top = _mm256_set1_epi8((char)0x80), m4 = _mm256_set1_epi8(0x0F);
     const __m256i tbl = iq4_table();
     __m256 acc[8][4];
     for (int g = 0; g < G; g++)
         for (int t = 0; t < T; t++) acc[g][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const uint8_t *wb = w + (size_t)b * block;
+        const uint8_t *ws = xs ? w + (size_t)(b / 8) * RF_IQ4XSP_SB : NULL; /* IQ4_XS: the super-block */
+        const uint8_t *wb = xs ? ws + 256 * (b % 8) : w + (size_t)b * block;
         /* each panel is a stream of its own: fetch ahead */
         for (int g = 0; g < G; g += 2)
-                for (size_t l = 0; l < block; l += 64) rf_prefetch_stream((const char *)wb + (g >> 1) * panel + PF_BYTES + l);
+            for (size_t l = 0; l < block; l += 64)
+                rf_prefetch_stream((const char *)w + (size_t)b * block + (g >> 1) * panel + PF_BYTES + l);
         __m256i ia[8][4]; /* Q8_0, IQ4_NL: s32 dots; Q4_0: s16 pair sums */
         for (int g = 0; g < G; g++)
             for (int t = 0; t < T; t++) ia[g][t] = _mm256_setzero_si256();
         for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
-            if (dt == RF_IQ4_NL && T == 1) { /* up to 8 groups: each unpacked and used at once */
+            if (nl && T == 1) { /* up to 8 groups: each unpacked and used at once */
                 const __m256i xv = bcast4(x[b].q + 4 * v), xh = bcast4(x[b].q + 16 + 4 * v);
                 for (int g = 0; g < G; g++) {
                     const __m256i q = _mm256_load_si256((const __m256i *)(wb + (g >> 1) * panel + v * 64 + (g & 1) * 32));
@@ -219,7 +226,7 @@ static inline AI void qkern(const rf_dtype dt, const int G, const int T, const u
                 }
                 continue;
             }
-            if (dt == RF_IQ4_NL) { /* per half (low nibbles, then high): G weight registers */
+            if (nl) { /* per half (low nibbles, then high): G weight registers */
                 for (int h = 0; h < 2; h++) {
                     __m256i wl[8];
                     for (int g = 0; g < G; g++)
@@ -273,7 +280,11 @@ static inline AI void qkern(const rf_dtype dt, const int G, const int T, const u
             }
         }
         for (int g = 0; g < G; g++) {
-            __m256 dw = _mm256_load_ps((const float *)(wb + (g >> 1) * panel + scales + (g & 1) * 32));
+            const uint8_t *wp = (xs ? ws : wb) + (g >> 1) * panel;
+            __m256 dw = xs ? _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                               _mm_loadl_epi64((const __m128i *)(wp + 2048 + 16 * (b % 8) + (g & 1) * 8)))),
+                                           _mm256_load_ps((const float *)(wp + 2176) + (g & 1) * 8))
+                           : _mm256_load_ps((const float *)(wp + scales + (g & 1) * 32));
             for (int t = 0; t < T; t++) {
                 __m256i s = ia[g][t];
                 if (dt == RF_Q4_0)
@@ -305,6 +316,7 @@ static void qtile(rf_dtype dt, int G, int T, const uint8_t *w, size_t panel, int
 #define QK(DT, G_, T_) qkern(DT, G_, T_, w, panel, nb, x, ldx, y, ldy, rows_left)
     if (dt == RF_Q8_0) QK_T(RF_Q8_0);
     else if (dt == RF_IQ4_NL) QK_T(RF_IQ4_NL);
+    else if (dt == RF_IQ4_XS) QK_T(RF_IQ4_XS);
     else QK_T(RF_Q4_0);
 #undef QK
 }
@@ -514,12 +526,15 @@ static void kp_range(float *Y, size_t ldy, const rf_xq_avx2 *X, const rf_mat *W,
 }
 
 void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
-    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K || W->dtype == RF_IQ4_XS) {
+    /* IQ4_XS: calls of one token tile in the panel groups below (up to 4
+     * panels streaming at once; kp_range streams one), wider ones in kp_range */
+    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K || (W->dtype == RF_IQ4_XS && n > QP_TMAX)) {
         kp_range(Y, ldy, xp, W, n, a, b);
         return;
     }
     const int nb = W->cols / RF_QK;
-    const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
+    const size_t panel = W->dtype == RF_IQ4_XS ? (size_t)(W->cols / RF_QK_K) * RF_IQ4XSP_SB
+                                               : (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
     const uint8_t *pk = W->packed;
     const rf_xq_avx2 *X = xp;
     const int group = n > QP_TMAX ? PANEL_GROUP_ROWS : b - a; /* as rf_bf16p_range_avx2 */
