@@ -68,17 +68,6 @@ static const char *const dnames[RF_DTYPE_COUNT] = {"f32",  "f16",  "bf16", "q8_0
                                                    "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k",
                                                    "q6_k", "q8_k", "iq4_nl", "iq4_xs"};
 static const char *dtname(rf_dtype t) { return dnames[t]; }
-/* the row label of W's panel copy: the dtype's name and "p" ("Q4_0p") */
-static const char *pname(rf_dtype t) {
-    static char b[RF_DTYPE_COUNT][16];
-    if (!b[t][0]) {
-        const char *n = dtname(t);
-        size_t i = 0;
-        for (; n[i] && i + 2 < sizeof b[t]; i++) b[t][i] = (char)(n[i] >= 'a' && n[i] <= 'z' ? n[i] - 32 : n[i]);
-        b[t][i] = 'p', b[t][i + 1] = 0;
-    }
-    return b[t];
-}
 
 static int g_cpu_clock;
 /* seconds on the chosen clock */
@@ -229,8 +218,8 @@ int main(int argc, char **argv) {
             size_t wbytes = rf_dtype_row_bytes(dt, sh->cols) * sh->rows, nw = (size_t)sh->rows * sh->cols;
             void *wd = make_weights(dt, sh->rows, sh->cols);
             rf_mat W = {dt, wd, sh->rows, sh->cols, NULL};
-            /* the packed types: also W in the panel layout (rows "BF16p", "Q8_0p", "IQ4_XSp", ...), at
-             * avx2 and avx512, and the int8 types at amx (the amx tier's bf16 kernel reads the row-major W) */
+            /* the packed types: also W in the packed panel layout (rows "BF16p", "Q8_0p", "Q6_Kp", ...), at
+             * avx2 and avx512, and Q8_0 / Q4_0 at amx (the amx tier's bf16 kernel reads the row-major W) */
             size_t pbytes = rf_mat_pack_bytes(&W);
             void *pk = pbytes ? rf_try_huge_alloc(pbytes) : NULL; /* as the model's (model/pack.c) */
             if (pk) rf_mat_pack(&W, pk);
@@ -266,10 +255,12 @@ int main(int argc, char **argv) {
                     char shs[32], ratio[16] = "";
                     snprintf(shs, sizeof shs, "%dx%d", sh->rows, sh->cols);
                     if (s1 > 0) snprintf(ratio, sizeof ratio, "%.2f", s / s1);
+                    char label[16];
+                    snprintf(label, sizeof label, "%s%s", lay ? rf_dtype_name(dt) : dtname(dt), lay ? "p" : "");
                     const double bw_before = bw;
                     const int bw_bug = read_probe_beaten(gbs, (double)wbytes, &bw); /* may raise bw first */
                     printf("%-13s %-12s %-6s %-5s %4d %10.3f %8.1f %5.0f%% %9.1f %5.0f%% %7s", sh->what, shs,
-                           rf_cpu_tier_name(), lay ? pname(dt) : dtname(dt), n, s * 1e3, gbs, 100 * gbs / bw, gf, 100 * gf / pk, ratio);
+                           rf_cpu_tier_name(), label, n, s * 1e3, gbs, 100 * gbs / bw, gf, 100 * gf / pk, ratio);
 #ifndef RF_NO_BLAS
                     if (blas && dt == RF_F32 && n >= 16) {
                         double sb = 1e30;
