@@ -251,6 +251,7 @@ int main(int argc, char **argv) {
                     if (lay && dt == RF_BF16 && tier >= 1 && rf_matmul_bf16p_kernel() == RF_BF16P_FMA)
                         pk = g_peak[1][RF_F32]; /* packed bf16 on widened f32 FMAs (else vdpbf16ps) */
                     if (!lay && dt != RF_BF16 && tier == RF_CPU_AMX) pk = g_peak[1][dt]; /* row-major Q8_0 / Q4_0 at amx: vpdpbusd */
+                    if (lay && dt == RF_IQ4_NL && tier >= 1) pk = g_peak[1][RF_Q4_0]; /* packed IQ4_NL at avx512, amx: vpdpbusd */
                     char shs[32], ratio[16] = "";
                     snprintf(shs, sizeof shs, "%dx%d", sh->rows, sh->cols);
                     if (s1 > 0) snprintf(ratio, sizeof ratio, "%.2f", s / s1);

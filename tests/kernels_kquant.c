@@ -13,8 +13,9 @@
  *    the |terms| (the kernel rounds the scale products and f32 sums only);
  *  - rf_mat_row_f32 (the embedding lookup) gives the dequantised row
  *    exactly;
- *  - where the tier packs the type (Q4_K at avx512 and up: 16-row panels),
- *    the same checks on the panel copy, and one call of 70 tokens. */
+ *  - where the type has a panel copy (Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS:
+ *    16-row panels, read by both tiers' packed kernels), the same checks
+ *    on it, and one call of 70 tokens. */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -126,9 +127,8 @@ static void test_tier(const char *tier) {
                 }
                 CHECK(worst <= 1, "%s %s rows=%d cols=%d n=1..%d: error %.3g x the bound (at n=%d)", tier,
                       rf_dtype_name(t), rows, cols, nmax, worst, wn);
-                /* the panel copy where this tier packs the type (Q4_K at
-                 * avx512 and up): the same checks, and one call wider than
-                 * the kernel's token block */
+                /* the panel copy where the type has one: the same checks,
+                 * and one call wider than the kernel's token block */
                 const size_t pb = rf_mat_pack_bytes(&W);
                 if (pb) {
                     void *pk = rf_aligned_alloc(pb);

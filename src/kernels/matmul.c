@@ -1,5 +1,9 @@
 /* matmul.c - Y[n, rows] = X[n, cols] . W[rows, cols]^T, W in bf16/f16/f32,
  * X and Y in f32, f32 accumulation (a Linear layer for n tokens at once).
+ * Here: the dispatch to the per-tier kernels (kernels.h lists them) and the
+ * avx2 float kernels. Packed at load (rf_mat_pack, matmul_pack.c): bf16,
+ * Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS; the other block types
+ * run row-major, decoded per block (matmul_kq.c).
  *
  * The work is a set of dot products between weight rows and token rows, both
  * contiguous along cols. The inner kernel computes an R x T tile of them
@@ -452,7 +456,7 @@ static mm_prep plan(const float *X, const rf_mat *W, int n) {
     mm_prep p = {choose_path(W->dtype, W->cols, n), X, 0};
     rf_mm_prefetch_l2 = n <= rf_matmul_prefetch_l2();
     if (rf_mm_prefetch_l2) atomic_fetch_add_explicit(&g_prefetch_l2_calls, 1, memory_order_relaxed);
-    /* packed K-quants: the panel kernels of the tier (amx: avx512's) */
+    /* packed K-quants and IQ4: the panel kernels of the tier (amx: avx512's) */
     if (p.path == PATH_AVX2_KQ && W->packed) p.path = rf_cpu_tier_active() >= RF_CPU_AVX512 ? PATH_AVX512_Q : PATH_AVX2_Q;
     /* amx: Q8_0 / Q4_0 calls on packed W of the widths amx_q_wanted picks
      * run on int8 tiles; the others stream W through vpdpbusd */
@@ -599,6 +603,8 @@ static size_t packed_bytes(rf_dtype dt, int rows, int cols) {
     case RF_Q4_K: return rf_q4kp_pack_bytes(rows, cols);
     case RF_Q5_K: return rf_q5kp_pack_bytes(rows, cols);
     case RF_Q6_K: return rf_q6kp_pack_bytes(rows, cols);
+    case RF_IQ4_NL: return rf_q4p_pack_bytes(rows, cols); /* Q4_0's panels */
+    case RF_IQ4_XS: return rf_iq4xsp_pack_bytes(rows, cols);
     default: return 0;
     }
 }
@@ -699,7 +705,7 @@ void rf_matmul_team(rf_team *team, int tid, int count, float *const *Y, const fl
  * halves, so a matrix packed under one tier is right under any other
  * (rf_cpu_set_tier after loading, as the tests and benchmarks do). */
 size_t rf_mat_pack_bytes(const rf_mat *W) {
-    if ((W->dtype == RF_Q8_0 || W->dtype == RF_Q4_0) && W->cols % RF_QK != 0) return 0;
+    if ((W->dtype == RF_Q8_0 || W->dtype == RF_Q4_0 || W->dtype == RF_IQ4_NL) && W->cols % RF_QK != 0) return 0;
     return packed_bytes(W->dtype, W->rows, W->cols);
 }
 
@@ -714,7 +720,9 @@ void rf_mat_pack(rf_mat *W, void *buf) {
         rf_q5kp_pack(buf, W->data, W->rows, W->cols);
     else if (W->dtype == RF_Q6_K)
         rf_q6kp_pack(buf, W->data, W->rows, W->cols);
-    else
+    else if (W->dtype == RF_IQ4_XS)
+        rf_iq4xsp_pack(buf, W->data, W->rows, W->cols);
+    else /* Q4_0, IQ4_NL: the same block layout */
         rf_q4p_pack(buf, W->data, W->rows, W->cols);
     W->packed = buf;
 }

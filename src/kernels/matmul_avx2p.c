@@ -24,10 +24,15 @@
  *  - Q4_0 (nibbles u = w + 8): maddubs(u, x) directly; a block's 8 results
  *    add up in s16 (<= 8 * 2 * 15 * 127 = 30480, no overflow), one madd
  *    per block, and the offset comes in as -8 * sum(x) (nsum8).
+ *  - IQ4_NL (Q4_0's nibbles, indexes of rf_iq4nl_values): a byte shuffle
+ *    of the signed table gives the levels w (-127..113), then Q8_0's
+ *    maddubs(|w|, sign(x, w)); the levels + 128 (the avx512 operand)
+ *    would saturate maddubs' s16 pairs.
  * Per block the s32 dot is converted once and scaled by d_w * d_x into
  * f32 accumulators: exact integer block dots, as the row-major kernel.
  *
- * Q4_K / Q5_K / Q6_K: the avx512 tier's panels, read in the same halves (below). */
+ * Q4_K / Q5_K / Q6_K / IQ4_XS: the avx512 tier's panels, read in the same
+ * halves (below). */
 #include <immintrin.h>
 #include <string.h>
 
@@ -167,24 +172,72 @@ void rf_bf16p_range_avx2(float *Y, size_t ldy, const float *X, const rf_mat *W, 
 
 /* ---- Q8_0 / Q4_0 ---------------------------------------------------------------- */
 
-/* G groups x T tokens of Q8_0 or Q4_0 (dt constant at every call site);
- * x: the tile's first token's blocks, ldx blocks per token */
+/* the signed IQ4_NL levels in both 128-bit lanes, for byte shuffles */
+static inline AI __m256i iq4_table(void) {
+    static const uint8_t u8[16] = {RF_IQ4NL_U8};
+    return _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)u8)),
+                            _mm256_set1_epi8((char)0x80));
+}
+
+/* the signed levels of the low (h = 0) or high (h = 1) nibbles of q */
+static inline AI __m256i iq4_levels(__m256i tbl, __m256i q, int h) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    return _mm256_shuffle_epi8(tbl, _mm256_and_si256(h ? _mm256_srli_epi16(q, 4) : q, m4));
+}
+
+/* the s32 dot of 8 rows x 4 signed levels w with 4 activations x (each
+ * |pair| <= 2 x 127 x 127: no saturation) */
+static inline AI __m256i dot_signed(__m256i w, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+}
+
+/* G groups x T tokens of Q8_0, Q4_0, IQ4_NL or IQ4_XS (dt constant at
+ * every call site); x: the tile's first token's blocks, ldx blocks per
+ * token. IQ4_XS: block b is chunk b % 8 of super-block b / 8 (the nibbles
+ * as IQ4_NL's, the scale d (ls - 32) per row), its prefetches an eighth of
+ * a super-block per chunk */
 static inline AI void qkern(const rf_dtype dt, const int G, const int T, const uint8_t *w, size_t panel, int nb,
                             const rf_xq_avx2 *x, size_t ldx, float *y, size_t ldy, int rows_left) {
-    const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK, scales = dt == RF_Q8_0 ? 512 : 256;
+    const int xs = dt == RF_IQ4_XS, nl = xs || dt == RF_IQ4_NL;
+    const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : xs ? RF_IQ4XSP_SB / 8 : RF_Q4P_BLOCK,
+                 scales = dt == RF_Q8_0 ? 512 : 256;
     const __m256i ones = _mm256_set1_epi16(1), top = _mm256_set1_epi8((char)0x80), m4 = _mm256_set1_epi8(0x0F);
+    const __m256i tbl = iq4_table();
     __m256 acc[8][4];
     for (int g = 0; g < G; g++)
         for (int t = 0; t < T; t++) acc[g][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const uint8_t *wb = w + (size_t)b * block;
+        const uint8_t *ws = xs ? w + (size_t)(b / 8) * RF_IQ4XSP_SB : NULL; /* IQ4_XS: the super-block */
+        const uint8_t *wb = xs ? ws + 256 * (b % 8) : w + (size_t)b * block;
         /* each panel is a stream of its own: fetch ahead */
         for (int g = 0; g < G; g += 2)
-                for (size_t l = 0; l < block; l += 64) rf_prefetch_stream((const char *)wb + (g >> 1) * panel + PF_BYTES + l);
-        __m256i ia[8][4]; /* Q8_0: s32 dots; Q4_0: s16 pair sums */
+            for (size_t l = 0; l < block; l += 64)
+                rf_prefetch_stream((const char *)w + (size_t)b * block + (g >> 1) * panel + PF_BYTES + l);
+        __m256i ia[8][4]; /* Q8_0, IQ4_NL: s32 dots; Q4_0: s16 pair sums */
         for (int g = 0; g < G; g++)
             for (int t = 0; t < T; t++) ia[g][t] = _mm256_setzero_si256();
         for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
+            if (nl && T == 1) { /* up to 8 groups: each unpacked and used at once */
+                const __m256i xv = bcast4(x[b].q + 4 * v), xh = bcast4(x[b].q + 16 + 4 * v);
+                for (int g = 0; g < G; g++) {
+                    const __m256i q = _mm256_load_si256((const __m256i *)(wb + (g >> 1) * panel + v * 64 + (g & 1) * 32));
+                    ia[g][0] = _mm256_add_epi32(ia[g][0], _mm256_add_epi32(dot_signed(iq4_levels(tbl, q, 0), xv),
+                                                                           dot_signed(iq4_levels(tbl, q, 1), xh)));
+                }
+                continue;
+            }
+            if (nl) { /* per half (low nibbles, then high): G weight registers */
+                for (int h = 0; h < 2; h++) {
+                    __m256i wl[8];
+                    for (int g = 0; g < G; g++)
+                        wl[g] = iq4_levels(tbl, _mm256_load_si256((const __m256i *)(wb + (g >> 1) * panel + v * 64 + (g & 1) * 32)), h);
+                    for (int t = 0; t < T; t++) {
+                        const __m256i xv = bcast4(x[t * ldx + b].q + 16 * h + 4 * v);
+                        for (int g = 0; g < G; g++) ia[g][t] = _mm256_add_epi32(ia[g][t], dot_signed(wl[g], xv));
+                    }
+                }
+                continue;
+            }
             if (T == 1) { /* up to 8 groups: each unpacked and used at once (as bkern) */
                 const __m256i xv = bcast4(x[b].q + 4 * v), xh = bcast4(x[b].q + 16 + 4 * v); /* xh: Q4_0 only */
                 for (int g = 0; g < G; g++) {
@@ -227,10 +280,14 @@ static inline AI void qkern(const rf_dtype dt, const int G, const int T, const u
             }
         }
         for (int g = 0; g < G; g++) {
-            __m256 dw = _mm256_load_ps((const float *)(wb + (g >> 1) * panel + scales + (g & 1) * 32));
+            const uint8_t *wp = (xs ? ws : wb) + (g >> 1) * panel;
+            __m256 dw = xs ? _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                               _mm_loadl_epi64((const __m128i *)(wp + 2048 + 16 * (b % 8) + (g & 1) * 8)))),
+                                           _mm256_load_ps((const float *)(wp + 2176) + (g & 1) * 8))
+                           : _mm256_load_ps((const float *)(wp + scales + (g & 1) * 32));
             for (int t = 0; t < T; t++) {
                 __m256i s = ia[g][t];
-                if (dt != RF_Q8_0)
+                if (dt == RF_Q4_0)
                     s = _mm256_add_epi32(_mm256_madd_epi16(s, ones), _mm256_set1_epi32(x[t * ldx + b].nsum8));
                 acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_broadcast_ss(&x[t * ldx + b].d)),
                                             acc[g][t]);
@@ -258,6 +315,8 @@ static void qtile(rf_dtype dt, int G, int T, const uint8_t *w, size_t panel, int
                   size_t ldx, float *y, size_t ldy, int rows_left) {
 #define QK(DT, G_, T_) qkern(DT, G_, T_, w, panel, nb, x, ldx, y, ldy, rows_left)
     if (dt == RF_Q8_0) QK_T(RF_Q8_0);
+    else if (dt == RF_IQ4_NL) QK_T(RF_IQ4_NL);
+    else if (dt == RF_IQ4_XS) QK_T(RF_IQ4_XS);
     else QK_T(RF_Q4_0);
 #undef QK
 }
@@ -363,11 +422,41 @@ static inline AI void k6kern(const int T, const uint8_t *wc, const uint8_t *sc, 
     }
 }
 
-/* one panel w (Q4_K or Q6_K), tokens [t0, t0 + m) (x: token t0's blocks,
+/* IQ4_XS: per chunk and (group, token) the s32 dot of the signed levels
+ * (IQ4_NL's: the table's shuffle, |w| and sign(x, w)), then d (ls - 32)
+ * dx in f32; the low nibbles, then the high ones, so that only 2 x 2
+ * weight registers are live */
+static inline AI void xskern(const int T, const uint8_t *wc, const int8_t *sc, const float *d, const rf_xq_avx2 *x,
+                             size_t ldx, float *acc) {
+    const __m256i tbl = iq4_table();
+    __m256i ia[2][4];
+    for (int g = 0; g < 2; g++)
+        for (int t = 0; t < T; t++) ia[g][t] = _mm256_setzero_si256();
+    for (int v = 0; v < 4; v++)
+        for (int h = 0; h < 2; h++) {
+            __m256i wl[2];
+            for (int g = 0; g < 2; g++) wl[g] = iq4_levels(tbl, _mm256_load_si256((const __m256i *)(wc + 64 * v + 32 * g)), h);
+            for (int t = 0; t < T; t++) {
+                const __m256i xv = bcast4(x[t * ldx].q + 16 * h + 4 * v);
+                for (int g = 0; g < 2; g++) ia[g][t] = _mm256_add_epi32(ia[g][t], dot_signed(wl[g], xv));
+            }
+        }
+    for (int g = 0; g < 2; g++) {
+        const __m256 scale = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * g)))),
+                                           _mm256_loadu_ps(d + 8 * g));
+        for (int t = 0; t < T; t++) {
+            float *a = acc + 16 * t + 8 * g;
+            _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[g][t]), _mm256_mul_ps(scale, _mm256_set1_ps(x[t * ldx].d)),
+                                               _mm256_load_ps(a)));
+        }
+    }
+}
+
+/* one panel w (Q4_K, Q5_K, Q6_K or IQ4_XS), tokens [t0, t0 + m) (x: token t0's blocks,
  * nb per token), into acc[m][16]: super-blocks outside, near-equal token
  * tiles of <= 4 (Q4_K) or <= 2 (Q6_K) inside */
 static void kp_panel(rf_dtype dt, const uint8_t *w, int nsb, const rf_xq_avx2 *x, int nb, int m, float *acc) {
-    const size_t sb = dt == RF_Q4_K ? RF_Q4KP_SB : dt == RF_Q5_K ? RF_Q5KP_SB : RF_Q6KP_SB;
+    const size_t sb = dt == RF_Q4_K ? RF_Q4KP_SB : dt == RF_Q5_K ? RF_Q5KP_SB : dt == RF_IQ4_XS ? RF_IQ4XSP_SB : RF_Q6KP_SB;
     const int tmax = dt == RF_Q6_K ? 2 : 4;
     for (int s = 0; s < nsb; s++) {
         const uint8_t *ws = w + (size_t)s * sb;
@@ -395,6 +484,16 @@ static void kp_panel(rf_dtype dt, const uint8_t *w, int nsb, const rf_xq_avx2 *x
                     case 3: k4kern(RF_Q5_K, 3, wc, sc, d, xt, nb, a); break;
                     default: k4kern(RF_Q5_K, 4, wc, sc, d, xt, nb, a); break;
                     }
+                } else if (dt == RF_IQ4_XS) {
+                    const uint8_t *wc = ws + 256 * c;
+                    const int8_t *sc = (const int8_t *)(ws + 2048 + 16 * c);
+                    const float *d = (const float *)(ws + 2176);
+                    switch (T) {
+                    case 1: xskern(1, wc, sc, d, xt, nb, a); break;
+                    case 2: xskern(2, wc, sc, d, xt, nb, a); break;
+                    case 3: xskern(3, wc, sc, d, xt, nb, a); break;
+                    default: xskern(4, wc, sc, d, xt, nb, a); break;
+                    }
                 } else {
                     const uint8_t *wc = ws + 384 * c, *sc = ws + 3072 + 32 * c;
                     const float *d = (const float *)(ws + 3328);
@@ -408,7 +507,10 @@ static void kp_panel(rf_dtype dt, const uint8_t *w, int nsb, const rf_xq_avx2 *x
 
 static void kp_range(float *Y, size_t ldy, const rf_xq_avx2 *X, const rf_mat *W, int n, int a, int b) {
     const int nsb = W->cols / RF_QK_K, nb = W->cols / RF_QK;
-    const size_t panel = (size_t)nsb * (W->dtype == RF_Q4_K ? RF_Q4KP_SB : W->dtype == RF_Q5_K ? RF_Q5KP_SB : RF_Q6KP_SB);
+    const size_t panel = (size_t)nsb * (W->dtype == RF_Q4_K    ? RF_Q4KP_SB
+                                        : W->dtype == RF_Q5_K  ? RF_Q5KP_SB
+                                        : W->dtype == RF_IQ4_XS ? RF_IQ4XSP_SB
+                                                                : RF_Q6KP_SB);
     _Alignas(32) float acc[KP2_MAX_N * 16];
     for (int r = a; r < b; r += 16)
         for (int t0 = 0; t0 < n; t0 += KP2_MAX_N) {
@@ -424,12 +526,15 @@ static void kp_range(float *Y, size_t ldy, const rf_xq_avx2 *X, const rf_mat *W,
 }
 
 void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
-    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K) {
+    /* IQ4_XS: calls of one token tile in the panel groups below (up to 4
+     * panels streaming at once; kp_range streams one), wider ones in kp_range */
+    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K || (W->dtype == RF_IQ4_XS && n > QP_TMAX)) {
         kp_range(Y, ldy, xp, W, n, a, b);
         return;
     }
     const int nb = W->cols / RF_QK;
-    const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
+    const size_t panel = W->dtype == RF_IQ4_XS ? (size_t)(W->cols / RF_QK_K) * RF_IQ4XSP_SB
+                                               : (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
     const uint8_t *pk = W->packed;
     const rf_xq_avx2 *X = xp;
     const int group = n > QP_TMAX ? PANEL_GROUP_ROWS : b - a; /* as rf_bf16p_range_avx2 */

@@ -17,7 +17,8 @@
  * the nibbles u = w + 8 are the unsigned operand, and the accumulator starts
  * at -8 * sum(x) (stored with the activations). Both are exact integer dot
  * products per 32-block; a zmm holds two blocks (lanes 0-7 and 8-15), scaled
- * by d_w * d_x in f32. */
+ * by d_w * d_x in f32. Packed panels of Q8_0, Q4_0, IQ4_NL and the
+ * super-block types are read by the kernels further below. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -569,10 +570,12 @@ typedef struct {
 size_t rf_q8p_prep_avx512_bytes(int n, int cols) { return (size_t)n * (cols / RF_QK) * sizeof(xq_block); }
 
 void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt, int part, int parts) {
-    /* the weights' offset (see the pack); Q4_K: -1, init = sum(q), which
-     * the kernel scales by each chunk's min; Q6_K: the sums of the two
-     * 16-column halves (|sum| <= 2032) as init's low and high 16 bits */
-    const int nb = cols / RF_QK, off = wdt == RF_Q8_0 ? 128 : wdt == RF_Q4_0 ? 8 : -1;
+    /* the weights' offset (see the pack; IQ4_NL / IQ4_XS: their levels
+     * shuffled to level + 128); Q4_K: -1, init = sum(q), which the kernel
+     * scales by each chunk's min; Q6_K: the sums of the two 16-column
+     * halves (|sum| <= 2032) as init's low and high 16 bits */
+    const int nb = cols / RF_QK,
+              off = wdt == RF_Q8_0 || wdt == RF_IQ4_NL || wdt == RF_IQ4_XS ? 128 : wdt == RF_Q4_0 ? 8 : -1;
     int b0, b1;
     rf_share(nb, part, parts, &b0, &b1);
     for (int t = 0; t < n; t++)
@@ -605,11 +608,19 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
  * panel p's block with token t's (x[t]), the weights' offset folded
  * in through x's init: 8 vpdpbusd of the 8 column groups (Q4_0: 4
  * vectors, each unpacked into groups v and 4 + v once for all tokens).
- * Both loop orders below (panel groups outside, blocks outside) run it. */
+ * IQ4_NL / IQ4_XS: the nibbles are indexes; a byte shuffle (vpshufb, the
+ * 16-entry table in each 128-bit lane) maps them to level + 128, unsigned
+ * as Q8_0's weights, and init = -128 sum(x) takes the 128 off again: still
+ * an exact integer dot (|u x| <= 241 x 127 per product, no saturation in
+ * vpdpbusd). Both loop orders below (panel groups outside, blocks outside)
+ * run it. */
 static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, const int P, const int T,
                                                              const uint8_t *wb, size_t panel, const xq_block *x,
                                                              __m512i ia[][8]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+    static const uint8_t iq4[16] = {RF_IQ4NL_U8};
+    const int nl = dt == RF_IQ4_NL || dt == RF_IQ4_XS; /* nibbles index the table */
+    const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)iq4));
     for (int t = 0; t < T; t++) { /* Q4_K / Q5_K: their mins are applied in f32 (qkp_kern) */
         __m512i init = dt == RF_Q4_K || dt == RF_Q5_K ? _mm512_setzero_si512() : _mm512_set1_epi32(x[t].init);
         for (int p = 0; p < P; p++) ia[p][t] = init;
@@ -620,6 +631,7 @@ static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, 
             __m512i q = _mm512_load_si512(wb + p * panel + v * 64);
             lo[p] = dt == RF_Q8_0 ? q : _mm512_and_si512(q, m4);
             if (dt != RF_Q8_0) hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            if (nl) lo[p] = _mm512_shuffle_epi8(tbl, lo[p]), hi[p] = _mm512_shuffle_epi8(tbl, hi[p]);
             if (dt == RF_Q5_K) { /* the fifth bits: vector v's at bits v and 4 + v of the chunk's bit vector */
                 const __m512i h = _mm512_load_si512(wb + p * panel + 256);
                 lo[p] = _mm512_or_si512(lo[p], _mm512_and_si512(_mm512_slli_epi16(h, 4 - v), m10));
@@ -649,13 +661,18 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
                                                          const uint8_t *w, size_t panel, int nb, const xq_block *x,
                                                          size_t bs, float *y, size_t ldy, int rows_left,
                                                          const uint8_t *pf, int pmod, int prem) {
-    const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK, scales = dt == RF_Q8_0 ? 512 : 256;
+    /* IQ4_XS: block b is chunk b % 8 of super-block b / 8; its prefetches
+     * take an eighth of a super-block per chunk (block) */
+    const int xs = dt == RF_IQ4_XS;
+    const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : xs ? RF_IQ4XSP_SB / 8 : RF_Q4P_BLOCK,
+                 scales = dt == RF_Q8_0 ? 512 : 256;
     __m512 acc[8][8];
     for (int p = 0; p < P; p++)
         for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         __m512i ia[8][8];
-        const uint8_t *wb = w + (size_t)b * block;
+        const uint8_t *ws = xs ? w + (size_t)(b / 8) * RF_IQ4XSP_SB : NULL; /* IQ4_XS: the super-block */
+        const uint8_t *wb = xs ? ws + 256 * (b % 8) : w + (size_t)b * block;
         if (!pf) /* a single pass: each panel's stream PF_AHEAD bytes ahead; near
                   * its end, into the same stream of the next tile (P panels
                   * on) rather than into the neighbouring panel, which this
@@ -675,7 +692,11 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
         const xq_block *xb = x + (size_t)b * bs;
         qblock_dot(dt, P, T, wb, panel, xb, ia);
         for (int p = 0; p < P; p++) {
-            __m512 dw = _mm512_load_ps((const float *)(wb + p * panel + scales));
+            /* IQ4_XS: d (ls - 32) from the chunk's scale bytes and the rows' d */
+            __m512 dw = xs ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                               _mm_load_si128((const __m128i *)(ws + p * panel + 2048 + 16 * (b % 8))))),
+                                           _mm512_load_ps((const float *)(ws + p * panel + 2176)))
+                           : _mm512_load_ps((const float *)(wb + p * panel + scales));
             for (int t = 0; t < T; t++)
                 acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dw, _mm512_set1_ps(xb[t].dx)),
                                             acc[p][t]);
@@ -688,8 +709,9 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
     }
 }
 
-/* Panels per tile: 2*P*T accumulators + P (Q8_0) or 2P (Q4_0) weight
- * vectors within the 32 registers. One expression, so that the dispatch
+/* Panels per tile: 2*P*T accumulators + P (Q8_0) or 2P (Q4_0, IQ4_NL)
+ * weight vectors within the 32 registers (IQ4_NL: Q4_0's, one more for its
+ * shuffle table). One expression, so that the dispatch
  * below can use it as a constant. */
 #define QP_PANELS(DT, T)                                                                                    \
     ((DT) == RF_Q8_0 ? ((T) == 1 ? 8 : (T) == 2 ? 5 : (T) == 3 ? 4 : (T) == 4 ? 3 : (T) <= 6 ? 2 : 1)     \
@@ -720,6 +742,10 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
                    float *y, size_t ldy, int rows_left, const uint8_t *pf, int pmod, int prem) {
     if (dt == RF_Q8_0) {
         QPK_T(RF_Q8_0);
+    } else if (dt == RF_IQ4_NL) {
+        QPK_T(RF_IQ4_NL);
+    } else if (dt == RF_IQ4_XS) {
+        QPK_T(RF_IQ4_XS);
     } else {
         QPK_T(RF_Q4_0);
     }
@@ -801,6 +827,8 @@ static void qbgroup(rf_dtype dt, int P, const uint8_t *w, size_t panel, int nb, 
             float *a = acc + (size_t)t0 * 16 * BO_PANELS;
             if (dt == RF_Q8_0) {
                 if (P == BO_PANELS) QB_T(RF_Q8_0, BO_PANELS) else QB_T(RF_Q8_0, 1)
+            } else if (dt == RF_IQ4_NL) {
+                if (P == BO_PANELS) QB_T(RF_IQ4_NL, BO_PANELS) else QB_T(RF_IQ4_NL, 1)
             } else {
                 if (P == BO_PANELS) QB_T(RF_Q4_0, BO_PANELS) else QB_T(RF_Q4_0, 1)
             }
@@ -833,7 +861,7 @@ static void qp_range_blocks(float *Y, size_t ldy, const xq_block *X, const rf_ma
     }
 }
 
-/* ---- Q4_K and Q5_K, packed panels ----------------------------------------------
+/* ---- Q4_K, Q5_K and IQ4_XS, packed panels ---------------------------------------
  *
  * The layout (matmul_pack.c): per panel and 256-column super-block, the 8
  * chunks' nibbles as Q4_0's (Q5_K: each chunk's followed by its fifth bits,
@@ -841,7 +869,9 @@ static void qp_range_blocks(float *Y, size_t ldy, const xq_block *X, const rf_ma
  * bytes and the rows' d and dmin. Per chunk, the integer dot of each
  * (panel, token) as Q4_0's (qblock_dot), then per (panel, token) one conversion and two
  * FMAs: the scale d sc times the token's dx, and the min dmin m times dx
- * sum(x_q). The blocks-outside order of qp_range_blocks, for every width:
+ * sum(x_q). IQ4_XS: the nibbles through IQ4_NL's table (qblock_dot), one
+ * FMA with the signed scale d (ls - 32) and no min. The blocks-outside
+ * order of qp_range_blocks, for every width:
  * the f32 sums of KP_PANELS panels and up to KP_MAX_N tokens in a buffer
  * (the row's super-blocks stream once per KP_MAX_N tokens). */
 #define KP_PANELS 2
@@ -849,13 +879,25 @@ static void qp_range_blocks(float *Y, size_t ldy, const xq_block *X, const rf_ma
 
 /* chunk c (wc: its nibbles in panel 0) of P panels for T tokens (x: the
  * chunk's first token); sc: the chunk's scale bytes in panel 0 (mins 128
- * on); d: the super-block's d in panel 0 (dmin 16 floats on) */
+ * on); d: the super-block's d in panel 0 (dmin 16 floats on). IQ4_XS: the
+ * scales are signed (ls - 32) and there are no mins; its integer dots
+ * carry the levels' offset 128 folded in through x's init (qblock_dot) */
 static inline __attribute__((always_inline)) void qkp_kern(const rf_dtype dt, const int P, const int T,
                                                            const uint8_t *wc, const uint8_t *sc, const float *d,
                                                            size_t panel, const xq_block *x, float *acc) {
     __m512i ia[KP_PANELS][8];
     qblock_dot(dt, P, T, wc, panel, x, ia);
-    for (int p = 0; p < P; p++) {
+    for (int p = 0; p < P && dt == RF_IQ4_XS; p++) {
+        const __m512 scale = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + p * panel)))),
+            _mm512_load_ps((const float *)((const uint8_t *)d + p * panel)));
+        for (int t = 0; t < T; t++) {
+            float *a = acc + (size_t)t * 16 * KP_PANELS + 16 * p;
+            _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(scale, _mm512_set1_ps(x[t].dx)),
+                                               _mm512_load_ps(a)));
+        }
+    }
+    for (int p = 0; p < P && dt != RF_IQ4_XS; p++) {
         const uint8_t *s = sc + p * panel;
         const float *dp = (const float *)((const uint8_t *)d + p * panel);
         const __m512 scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s))),
@@ -883,14 +925,15 @@ static inline __attribute__((always_inline)) void qkp_kern(const rf_dtype dt, co
     default: qkp_kern(DT, P, 8, wc, sc, d, panel, xb, a); break;                                   \
     }
 
-/* P panels of Q4_K or Q5_K from w, tokens [t0, t0 + m) of the call's n,
- * into acc[m][16 KP_PANELS]: super-blocks outside, near-equal tiles of <= 8
- * tokens inside. Q5_K's panel is Q4_K's with 64 more bytes per chunk (its
- * fifth bits), so its scales, mins and d sit further on. */
+/* P panels of Q4_K, Q5_K or IQ4_XS from w, tokens [t0, t0 + m) of the
+ * call's n, into acc[m][16 KP_PANELS]: super-blocks outside, near-equal
+ * tiles of <= 8 tokens inside. Q5_K's panel is Q4_K's with 64 more bytes
+ * per chunk (its fifth bits), so its scales, mins and d sit further on;
+ * IQ4_XS's has no mins, so its d sits 128 bytes nearer. */
 static void qkp_group(rf_dtype dt, int P, const uint8_t *w, size_t panel, int nsb, const xq_block *X, int n, int t0,
                       int m, float *acc) {
-    const int ntt = (m + 7) / 8, q5 = dt == RF_Q5_K;
-    const size_t sb = q5 ? RF_Q5KP_SB : RF_Q4KP_SB, chunk = q5 ? 320 : 256;
+    const int ntt = (m + 7) / 8, q5 = dt == RF_Q5_K, xs = dt == RF_IQ4_XS;
+    const size_t sb = q5 ? RF_Q5KP_SB : xs ? RF_IQ4XSP_SB : RF_Q4KP_SB, chunk = q5 ? 320 : 256;
     for (int s = 0; s < nsb; s++) {
         const uint8_t *ws = w + (size_t)s * sb;
         /* each panel's stream PF_AHEAD_FEW bytes ahead (into the next group's
@@ -901,7 +944,7 @@ static void qkp_group(rf_dtype dt, int P, const uint8_t *w, size_t panel, int ns
                 const uint8_t *a = off < panel ? w + p * panel + off : w + (KP_PANELS + p) * panel + (off - panel);
                 rf_prefetch_stream(a);
             }
-        const float *d = (const float *)(ws + 8 * chunk + 256);
+        const float *d = (const float *)(ws + 8 * chunk + (xs ? 128 : 256));
         for (int c = 0; c < 8; c++) {
             const uint8_t *wc = ws + chunk * c, *sc = ws + 8 * chunk + 16 * c;
             for (int i = 0, u = 0; i < ntt; i++) {
@@ -910,6 +953,8 @@ static void qkp_group(rf_dtype dt, int P, const uint8_t *w, size_t panel, int ns
                 float *a = acc + (size_t)u * 16 * KP_PANELS;
                 if (q5) {
                     if (P == KP_PANELS) QKP_T(RF_Q5_K, KP_PANELS) else QKP_T(RF_Q5_K, 1)
+                } else if (xs) {
+                    if (P == KP_PANELS) QKP_T(RF_IQ4_XS, KP_PANELS) else QKP_T(RF_IQ4_XS, 1)
                 } else {
                     if (P == KP_PANELS) QKP_T(RF_Q4_K, KP_PANELS) else QKP_T(RF_Q4_K, 1)
                 }
@@ -998,11 +1043,14 @@ static void q6kp_group(const uint8_t *w, int nsb, const xq_block *X, int n, int 
 }
 
 
-/* Q4_K, Q5_K or Q6_K panels: up to KP_PANELS panels (Q6_K: one, for its
- * two accumulators per token) and KP_MAX_N tokens at a time */
+/* Q4_K, Q5_K, Q6_K or IQ4_XS panels: up to KP_PANELS panels (Q6_K: one,
+ * for its two accumulators per token) and KP_MAX_N tokens at a time */
 static void kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, int n, int a, int b) {
     const int nsb = W->cols / RF_QK_K, q6 = W->dtype == RF_Q6_K, pmax = q6 ? 1 : KP_PANELS;
-    const size_t panel = (size_t)nsb * (q6 ? RF_Q6KP_SB : W->dtype == RF_Q5_K ? RF_Q5KP_SB : RF_Q4KP_SB);
+    const size_t panel = (size_t)nsb * (q6                        ? RF_Q6KP_SB
+                                        : W->dtype == RF_Q5_K     ? RF_Q5KP_SB
+                                        : W->dtype == RF_IQ4_XS   ? RF_IQ4XSP_SB
+                                                                  : RF_Q4KP_SB);
     const uint8_t *pk = W->packed;
     _Alignas(64) float acc[KP_MAX_N * 16 * KP_PANELS];
     for (int r = a, P; r < b; r += 16 * P) {
@@ -1028,12 +1076,17 @@ static void kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, i
 /* Panel groups outside, token tiles inside, as rf_bf16p_range_avx512 (each
  * weight read from memory once per call, the later tiles from L2). */
 void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
-    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K) {
+    /* IQ4_XS: calls of up to 6 tokens (one token tile) in Q4_0's panel
+     * groups below, with the f32 sums in registers and up to 6 panels
+     * streaming at once (the super-block order of kp_range streams 2 and
+     * stays below the read bandwidth at 1 token); wider ones in kp_range */
+    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K || (W->dtype == RF_IQ4_XS && n > 6)) {
         kp_range(Y, ldy, xp, W, n, a, b);
         return;
     }
     const int nb = W->cols / RF_QK;
-    const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
+    const size_t panel = W->dtype == RF_IQ4_XS ? (size_t)(W->cols / RF_QK_K) * RF_IQ4XSP_SB
+                                               : (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
     const uint8_t *pk = W->packed;
     const xq_block *X = xp;
     /* near-equal token tiles of up to 4 (Q8_0) or 6 (Q4_0): the tile sizes

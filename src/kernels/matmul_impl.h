@@ -59,6 +59,16 @@ void rf_q5kp_pack(void *dst, const void *w, int rows, int cols);
 #define RF_Q6KP_SB 3392 /* Q6_K: bytes per panel and 256-column super-block (matmul_pack.c) */
 size_t rf_q6kp_pack_bytes(int rows, int cols);
 void rf_q6kp_pack(void *dst, const void *w, int rows, int cols);
+#define RF_IQ4XSP_SB 2240 /* IQ4_XS: bytes per panel and 256-column super-block (matmul_pack.c) */
+size_t rf_iq4xsp_pack_bytes(int rows, int cols);
+void rf_iq4xsp_pack(void *dst, const void *w, int rows, int cols);
+/* IQ4_NL / IQ4_XS (Q4_0's panel nibbles): rf_iq4nl_values[i] + 128 (1..241),
+ * the table of the byte shuffles that turn a nibble i into the unsigned
+ * operand of vpdpbusd; xor 0x80 gives the signed levels back (the avx2
+ * kernels). A constant the compiler folds into the kernels, where a load of
+ * rf_iq4nl_values would be repeated per block; tests/kernels_kquant.c
+ * checks the packed kernels against the dequantiser's table. */
+#define RF_IQ4NL_U8 1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241
 
 /* ---- avx2 (matmul_q.c): Q8_0 / Q4_0 with maddubs ---- */
 typedef struct {
@@ -112,7 +122,8 @@ void rf_kq_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype dt, i
 /* ---- avx2, W packed (matmul_avx2p.c; a is a multiple of 16) ---- */
 /* bf16: X as it is (f32, no prep) */
 void rf_bf16p_range_avx2(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b);
-/* Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K: the activations from rf_q_prep_avx2 */
+/* Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS: the activations from
+ * rf_q_prep_avx2 */
 void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 
 /* ---- avx512 (matmul_avx512.c, compiled with AVX-512 flags) ---- */
@@ -136,7 +147,8 @@ size_t rf_bf16dp_prep_avx512_bytes(int n, int cols, int single);
 /* share part of parts (16-column chunks: its layout is pair-major) */
 void rf_bf16dp_prep_avx512(void *xp, const float *X, int n, int cols, int single, int part, int parts);
 void rf_bf16dp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
-/* Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K with W in 16-row panels (rf_mat_pack) and the activations
+/* Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS with W in 16-row
+ * panels (rf_mat_pack) and the activations
  * per token and block (the same rounding as rf_q_prep_avx512; the prep
  * depends on the weight dtype); a is a multiple of 16 */
 size_t rf_q8p_prep_avx512_bytes(int n, int cols);

@@ -1,7 +1,7 @@
 /* matmul_kq_avx512.c - the avx512 tier's Y = X . W^T for the 256-weight
  * super-block types (Q2_K..Q6_K, IQ4_XS), W in ggml's row-major blocks.
- * Q4_K, Q5_K and Q6_K matrices the loader packed (rf_mat_pack) are read from
- * their 16-row panels instead (matmul_avx512.c rf_qp_range_avx512, and
+ * Q4_K, Q5_K, Q6_K and IQ4_XS matrices the loader packed (rf_mat_pack) are
+ * read from their 16-row panels instead (matmul_avx512.c rf_qp_range_avx512, and
  * matmul_avx2p.c at avx2), which serve up to 64 tokens per weight read;
  * these kernels serve them where nothing was packed.
  *

@@ -1,5 +1,5 @@
-/* matmul_pack.c - the packed panel layouts of bf16, Q8_0 and Q4_0 weights
- * (kernels.h rf_mat_pack), written once at load time and read by both the
+/* matmul_pack.c - the packed panel layouts of bf16, Q8_0, Q4_0, IQ4_NL and
+ * the 256-weight super-block types (kernels.h rf_mat_pack), written once at load time and read by both the
  * avx512 kernels (matmul_avx512.c: one 64-byte vector per 16 rows) and the
  * avx2 ones (matmul_avx2p.c: the same vector as two 32-byte halves of 8
  * rows). One layout for both tiers, so a model packed at either tier runs at
@@ -76,7 +76,11 @@ void rf_q8p_pack(void *dst, const void *w, int rows, int cols) {
  * weights; Q4_0 itself: 288), 4 vectors of 64 bytes (vector v, lane r,
  * byte k: low nibble = column 4v + k, high nibble = column 16 + 4v + k of
  * row 16p + r, as stored: w + 8) and the 16 scales in f32 (at byte 256).
- * Two ANDs and a shift give the column groups v and 4 + v as bytes. */
+ * Two ANDs and a shift give the column groups v and 4 + v as bytes.
+ *
+ * IQ4_NL: the same panels (its block is Q4_0's: f16 d, then byte j with
+ * column j low and 16 + j high), the nibbles indexes into rf_iq4nl_values;
+ * the kernels map them to levels with a byte shuffle. */
 size_t rf_q4p_pack_bytes(int rows, int cols) { return (size_t)((rows + 15) / 16) * (cols / RF_QK) * RF_Q4P_BLOCK; }
 
 void rf_q4p_pack(void *dst, const void *w, int rows, int cols) {
@@ -205,6 +209,41 @@ void rf_q6kp_pack(void *dst, const void *w, int rows, int cols) {
                         }
                     o[3072 + 32 * c + r] = (uint8_t)blk->scales[2 * c];
                     o[3072 + 32 * c + 16 + r] = (uint8_t)blk->scales[2 * c + 1];
+                }
+                d[r] = rf_f16_to_f32(blk->d);
+            }
+        }
+}
+
+/* IQ4_XS: per panel and 256-column super-block (RF_IQ4XSP_SB = 2,240 bytes
+ * per 16 x 256 weights, 4.375 bits a weight; IQ4_XS itself: 4.25): the 8
+ * chunks of 32 columns as Q4_0's panels hold theirs (chunk c at byte 256 c,
+ * vector v, lane r, byte k: low nibble = index of column 32 c + 4 v + k,
+ * high nibble = of column 32 c + 16 + 4 v + k), then the chunks' scales
+ * ls - 32 (-32..31) as signed bytes (byte 2048 + 16 c + r), then the 16
+ * rows' d in f32 (byte 2176). A weight is d (ls - 32) rf_iq4nl_values[i],
+ * as ggml dequantises it; rows past the end of W are all zero. */
+size_t rf_iq4xsp_pack_bytes(int rows, int cols) {
+    return (size_t)((rows + 15) / 16) * (cols / RF_QK_K) * RF_IQ4XSP_SB;
+}
+
+void rf_iq4xsp_pack(void *dst, const void *w, int rows, int cols) {
+    const int nsb = cols / RF_QK_K, np = (rows + 15) / 16;
+    const rf_block_iq4_xs *W = w;
+#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
+    for (int p = 0; p < np; p++)
+        for (int s = 0; s < nsb; s++) {
+            uint8_t *o = (uint8_t *)dst + ((size_t)p * nsb + s) * RF_IQ4XSP_SB;
+            float *d = (float *)(o + 2176);
+            memset(o, 0, RF_IQ4XSP_SB);
+            for (int r = 0; r < 16 && 16 * p + r < rows; r++) {
+                const rf_block_iq4_xs *blk = W + (size_t)(16 * p + r) * nsb + s;
+                for (int c = 0; c < 8; c++) {
+                    /* ggml: qs[16 c + j] holds column 32 c + j (low) and 32 c + 16 + j (high) */
+                    for (int v = 0; v < 4; v++)
+                        for (int k = 0; k < 4; k++) o[256 * c + 64 * v + 4 * r + k] = blk->qs[16 * c + 4 * v + k];
+                    const int ls = ((blk->scales_l[c / 2] >> 4 * (c % 2)) & 0x0F) | (((blk->scales_h >> 2 * c) & 3) << 4);
+                    o[2048 + 16 * c + r] = (uint8_t)(int8_t)(ls - 32);
                 }
                 d[r] = rf_f16_to_f32(blk->d);
             }
