@@ -190,9 +190,9 @@ int main(int argc, char **argv) {
             return 2;
         }
     int have512 = rf_cpu_tier_detected() >= RF_CPU_AVX512;
-    printf("threads: %d, clock: %s, cpu: %s%s%s\n", omp_get_max_threads(), g_cpu_clock ? "process cpu" : "wall",
+    printf("threads: %d, clock: %s, cpu: %s%s%s%s%s\n", omp_get_max_threads(), g_cpu_clock ? "process cpu" : "wall",
            rf_cpu_tier_str(rf_cpu_tier_detected()),
-           rf_cpu_note()[0] ? "; " : "", rf_cpu_note());
+           rf_cpu_note()[0] ? "; " : "", rf_cpu_note(), rf_matmul_amx_note()[0] ? "; " : "", rf_matmul_amx_note());
     double bw = rf_measure_read_gbs();
     printf("measured read bandwidth %.1f GB/s\n", bw);
     measure_peaks(have512);

@@ -213,8 +213,8 @@ int main(int argc, char **argv) {
     g_peak[0][RF_BF16] = g_peak[1][RF_F32] = g_peak[0][RF_F32] = f32;
     g_peak[0][RF_Q8_0] = i8, g_peak[0][RF_Q4_0] = i8u;
     for (int d = RF_Q4_0 + 1; d < RF_DTYPE_COUNT; d++) g_peak[0][d] = i8u; /* the other block types: int8 dots */
-    printf("machine: %d threads, cpu %s%s%s, measured read bandwidth %.1f GB/s\n", omp_get_max_threads(),
-           rf_cpu_tier_str(rf_cpu_tier_detected()), rf_cpu_note()[0] ? "; " : "", rf_cpu_note(), g_gbs);
+    printf("machine: %d threads, cpu %s%s%s%s%s, measured read bandwidth %.1f GB/s\n", omp_get_max_threads(),
+           rf_cpu_tier_str(rf_cpu_tier_detected()), rf_cpu_note()[0] ? "; " : "", rf_cpu_note(), rf_matmul_amx_note()[0] ? "; " : "", rf_matmul_amx_note(), g_gbs);
     printf("peaks (G ops/s): avx2 f32 FMA %.0f, avx2 int8 maddubs %.0f (Q8_0 step), %.0f (Q4_0 step)", f32, i8, i8u);
     if (have512) {
         /* the loaded weights are packed: bf16 runs on f32 FMAs or on vdpbf16ps,

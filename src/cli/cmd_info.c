@@ -26,6 +26,14 @@ typedef struct {
 } info_args;
 
 #define A(f) offsetof(info_args, f)
+/* the tier's note and, at amx, which calls run on the tiles */
+static const char *cpu_note(void) {
+    static char note[512];
+    const char *c = rf_cpu_note(), *a = rf_matmul_amx_note();
+    snprintf(note, sizeof note, "%s%s%s", c, c[0] && a[0] ? "; " : "", a);
+    return note;
+}
+
 static const rf_opt info_opts[] = {
     {.name = "model", .letter = 'm', .type = RF_OPT_STR, .offset = A(model), .metavar = "MODEL",
      .help = "checkpoint directory (config.json + safetensors) or a .gguf file"},
@@ -129,7 +137,7 @@ static json_t *info_json(const rf_model *m, const char *dir, const char *tokeniz
                      rf_dtype_name(c->dtype), "tensor_types", types, "bits_per_weight", bits_per_weight(&tc),
                      "bytes", (json_int_t)bytes, "tokenizer", tokenizer, "load_ms",
                      t_load * 1e3, "peak_rss_mb", rf_peak_rss() / 1e6, "cpu", "tier", rf_cpu_tier_name(),
-                     "detected", rf_cpu_tier_str(rf_cpu_tier_detected()), "note", rf_cpu_note());
+                     "detected", rf_cpu_tier_str(rf_cpu_tier_detected()), "note", cpu_note());
 }
 
 int cmd_info(int argc, char **argv) {
@@ -226,7 +234,7 @@ int cmd_info(int argc, char **argv) {
     /* the kernels' instruction-set tier (kernels/cpu.h), and why when it
      * is not what REFUSION_CPU asked for */
     printf("cpu tier   %s (this CPU: %s)%s%s\n", rf_cpu_tier_name(), rf_cpu_tier_str(rf_cpu_tier_detected()),
-           rf_cpu_note()[0] ? "; " : "", rf_cpu_note());
+           cpu_note()[0] ? "; " : "", cpu_note());
     /* the panel kernels' prefetch level (kernels.h), after the tune cache */
     const int l2 = rf_matmul_prefetch_l2();
     if (l2) printf("prefetch   into L2 for calls of up to %d tokens, into L1 above\n", l2);

@@ -9,7 +9,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "kernels/matmul_impl.h"
 #include "util/util.h"
 
 #define ARCH_REQ_XCOMP_PERM 0x1023 /* linux/arch/x86/include/uapi/asm/prctl.h */
@@ -72,25 +71,8 @@ static void init(void) {
             want = g_detected;
         }
     }
-    if (want == RF_CPU_AMX && !g_note[0]) {
-        if (rf_amx_built()) {
-            /* which calls go on tiles, and from where the setting came */
-            const int b = rf_matmul_amx_bf16(), q = rf_matmul_amx_int8();
-            const char *be = rf_env_amx_bf16(), *qe = rf_env_amx_int8();
-            char bs[96], qs[128];
-            if (b == 0) snprintf(bs, sizeof bs, "bf16 on avx512 (REFUSION_AMX_BF16=off)");
-            else if (b > 0) snprintf(bs, sizeof bs, "bf16 calls of %d+ tokens on tiles (REFUSION_AMX_BF16)", b);
-            else snprintf(bs, sizeof bs, "bf16 calls of %d+ tokens on tiles%s", RF_AMX_BF16_MIN_N,
-                          be && *be ? " (REFUSION_AMX_BF16 not off or a number: ignored)" : "");
-            if (q == 0) snprintf(qs, sizeof qs, "Q8_0 / Q4_0 on vpdpbusd (REFUSION_AMX_INT8=off)");
-            else if (q > 0) snprintf(qs, sizeof qs, "Q8_0 / Q4_0 calls of %d+ tokens on int8 tiles (REFUSION_AMX_INT8)", q);
-            else snprintf(qs, sizeof qs, "Q8_0 %d..%d / Q4_0 %d..%d tokens on int8 tiles, else vpdpbusd%s", RF_AMX_Q8_MIN_N,
-                          RF_AMX_Q8_MAX_N, RF_AMX_Q4_MIN_N, RF_AMX_Q4_MAX_N,
-                          qe && *qe ? " (REFUSION_AMX_INT8 not off or a number: ignored)" : "");
-            snprintf(g_note, sizeof g_note, "amx: %s; %s", bs, qs);
-        } else
-            snprintf(g_note, sizeof g_note, "amx detected; this build has no AMX kernels, running avx512");
-    }
+    if (want == RF_CPU_AMX && !g_note[0] && !rf_amx_built())
+        snprintf(g_note, sizeof g_note, "amx detected; this build has no AMX kernels, running avx512");
     g_active = runnable(want);
 }
 

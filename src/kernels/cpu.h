@@ -40,9 +40,12 @@ const char *rf_cpu_tier_name(void);
  * -1 and rf_last_error() when the CPU lacks it; the tier is unchanged. */
 int rf_cpu_set_tier(rf_cpu_tier t);
 /* A one-line note about REFUSION_CPU (a tier the CPU lacks, an unknown
- * name) or the amx tier (what its kernels measured, or that they are
- * absent from this build), or "" when there is none. */
+ * name) or the amx tier's kernels absent from this build, or "" when there
+ * is none. (Which calls run on the tiles: kernels.h rf_matmul_amx_note.) */
 const char *rf_cpu_note(void);
+/* 1 when this build has the amx tier's kernels (matmul_amx.c: the
+ * compiler knew -mamx-*); the tier is never active without them. */
+int rf_amx_built(void);
 /* 1 when the CPU's vendor string is AMD's ("AuthenticAMD"): the kernels'
  * defaults where the vendors' cores differ (kernels.h). */
 int rf_cpu_is_amd(void);

@@ -116,6 +116,10 @@ int rf_matmul_amx_int8(void);
  * (util/env.c) gives it; rf_matmul_amx_bf16 says the setting in force. */
 void rf_matmul_set_amx_bf16(int min_tokens);
 int rf_matmul_amx_bf16(void);
+/* At tier amx, one line saying which calls run on the tiles under the
+ * settings in force (and a setting ignored as malformed); "" at the other
+ * tiers. The calling thread's buffer, valid until its next call. */
+const char *rf_matmul_amx_note(void);
 /* The avx512 tier's kernel for packed bf16 W (rf_mat_pack):
  * RF_BF16P_FMA: the weights widened to f32, 16-wide FMAs (matmul_avx512.c);
  * RF_BF16P_DP: vdpbf16ps on the packed vectors (matmul_bf16dp_avx512.c).

@@ -36,6 +36,7 @@
 #include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <immintrin.h>
@@ -334,6 +335,26 @@ int rf_matmul_amx_bf16(void) {
 }
 
 void rf_matmul_set_amx_bf16(int min_tokens) { g_amx_bf16_min_n = min_tokens < 0 ? -1 : min_tokens; }
+
+const char *rf_matmul_amx_note(void) {
+    static _Thread_local char note[256];
+    if (rf_cpu_tier_active() != RF_CPU_AMX) return "";
+    /* which calls go on tiles, and from where the setting came */
+    const int b = rf_matmul_amx_bf16(), q = rf_matmul_amx_int8();
+    const char *be = rf_env_amx_bf16(), *qe = rf_env_amx_int8();
+    char bs[96], qs[128];
+    if (b == 0) snprintf(bs, sizeof bs, "bf16 on avx512 (REFUSION_AMX_BF16=off)");
+    else if (b > 0) snprintf(bs, sizeof bs, "bf16 calls of %d+ tokens on tiles (REFUSION_AMX_BF16)", b);
+    else snprintf(bs, sizeof bs, "bf16 calls of %d+ tokens on tiles%s", RF_AMX_BF16_MIN_N,
+                  be && *be ? " (REFUSION_AMX_BF16 not off or a number: ignored)" : "");
+    if (q == 0) snprintf(qs, sizeof qs, "Q8_0 / Q4_0 on vpdpbusd (REFUSION_AMX_INT8=off)");
+    else if (q > 0) snprintf(qs, sizeof qs, "Q8_0 / Q4_0 calls of %d+ tokens on int8 tiles (REFUSION_AMX_INT8)", q);
+    else snprintf(qs, sizeof qs, "Q8_0 %d..%d / Q4_0 %d..%d tokens on int8 tiles, else vpdpbusd%s", RF_AMX_Q8_MIN_N,
+                  RF_AMX_Q8_MAX_N, RF_AMX_Q4_MIN_N, RF_AMX_Q4_MAX_N,
+                  qe && *qe ? " (REFUSION_AMX_INT8 not off or a number: ignored)" : "");
+    snprintf(note, sizeof note, "amx: %s; %s", bs, qs);
+    return note;
+}
 
 static int amx_bf16_wanted(int n) {
     const int min_n = rf_matmul_amx_bf16();

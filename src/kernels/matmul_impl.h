@@ -165,7 +165,6 @@ void rf_q_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, in
 /* ---- amx (matmul_amx.c, compiled with AMX and AVX-512 flags) ---- */
 /* 1 when the AMX kernels were compiled (the compiler knows -mamx-*), else 0
  * and the amx tier is never chosen */
-int rf_amx_built(void);
 /* bf16 weights with TDPBF16PS tiles; activations packed per 16-token group
  * (single or hi/lo split as for avx512); cols must be a multiple of 32 */
 size_t rf_bf16_prep_amx_bytes(int n, int cols, int single);
