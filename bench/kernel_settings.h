@@ -46,19 +46,15 @@ static int bench_kernels_parse(bench_kernels *s, const char *text) {
                       : !strcmp(v, "amx")    ? RF_CPU_AMX
                                              : -2;
             if (s->tier == -2 || s->tier > (int)rf_cpu_tier_detected()) return -1;
-        } else if (!strcmp(tok, "amx-int8") || !strcmp(tok, "amx-bf16")) {
+        } else if (!strcmp(tok, "amx-int8") || !strcmp(tok, "amx-bf16") || !strcmp(tok, "prefetch-l2")) {
+            int *dst = !strcmp(tok, "amx-int8") ? &s->amx_int8 : !strcmp(tok, "amx-bf16") ? &s->amx_bf16 : &s->prefetch;
             char *e;
             long n = strtol(v, &e, 10);
-            if (!*v || *e || n < -1 || n > 512) return -1;
-            *(tok[4] == 'i' ? &s->amx_int8 : &s->amx_bf16) = (int)n;
+            if (!*v || *e || n < -1 || n > (dst == &s->prefetch ? 1 << 20 : 512)) return -1;
+            *dst = (int)n;
         } else if (!strcmp(tok, "bf16-act")) {
             s->bf16_act = !strcmp(v, "single") ? 1 : !strcmp(v, "split") ? 0 : -2;
             if (s->bf16_act == -2) return -1;
-        } else if (!strcmp(tok, "prefetch-l2")) {
-            char *e;
-            long n = strtol(v, &e, 10);
-            if (!*v || *e || n < -1 || n > 1 << 20) return -1;
-            s->prefetch = (int)n;
         } else
             return -1;
     }

@@ -28,8 +28,41 @@ static const rf_opt tune_opts[] = {
     {.name = "threads", .letter = 't', .type = RF_OPT_INT, .lo = 0, .hi = 4096, .offset = A(threads), .metavar = "N",
      .help = "OpenMP threads (0: OpenMP's default); tune with the threads you decode with"},
     {.name = "no-save", .type = RF_OPT_FLAG, .offset = A(no_save),
-     .help = "print the packed bf16 kernel's choice without writing it to the tune cache"},
+     .help = "print the choices without writing them to the tune cache"},
 };
+
+/* one measured choice between two settings: the rows (side a against side
+ * b per width; the verdict where the interval excludes 1) and how their
+ * logits differed */
+static void print_sides(const tune_args *a, double seconds, const char *what, const char *sa, const char *sb,
+                        const rf_tune_point *points, int n, double max_logit_diff) {
+    char ms_a[16], ms_b[16], ratio[32];
+    snprintf(ms_a, sizeof ms_a, "%s ms", sa);
+    snprintf(ms_b, sizeof ms_b, "%s ms", sb);
+    snprintf(ratio, sizeof ratio, "%s / %s [95%%]", sa, sb);
+    printf("# %s, %d threads, %d rounds per width (%.0f s); %s (tier %s, %s)\n", a->model, omp_get_max_threads(),
+           a->rounds, seconds, what, rf_cpu_tier_name(), rf_tune_cpu_model());
+    printf("%7s %10s %10s %26s\n", "tokens", ms_a, ms_b, ratio);
+    for (int i = 0; i < n; i++) {
+        const rf_tune_point *p = &points[i];
+        printf("%7d %10.2f %10.2f %10.3f [%.3f, %.3f]%s%s\n", p->width, p->ms_tiles, p->ms_other, p->ratio, p->lo, p->hi,
+               p->hi < 1 || p->lo > 1 ? "  " : "", p->hi < 1 ? sa : p->lo > 1 ? sb : "");
+    }
+    printf("# logits: max |%s - %s| = %.2g of max |logit|\n", sa, sb, max_logit_diff);
+}
+
+/* writes a choice (the other one -1: kept) to the tune cache unless
+ * no_save; 0, or 1 after printing the error */
+static int save_choice(const tune_args *a, int bf16p_kernel, int prefetch_l2) {
+    if (a->no_save) return 0;
+    char path[4096];
+    if (rf_tune_cache_write(bf16p_kernel, prefetch_l2) || rf_tune_cache_path(path, sizeof path)) {
+        rf_print_error();
+        return 1;
+    }
+    printf("# saved to %s (applied at model load; REFUSION_TUNE=off or --no-tune ignores it)\n", path);
+    return 0;
+}
 
 /* the packed bf16 kernels at avx512 and up: printed, saved unless no_save */
 static int tune_bf16p(const rf_model *m, const tune_args *a) {
@@ -39,30 +72,15 @@ static int tune_bf16p(const rf_model *m, const tune_args *a) {
         rf_print_error();
         return 1;
     }
-    printf("# %s, %d threads, %d rounds per width (%.0f s); packed bf16: vdpbf16ps against fma (tier %s, %s)\n",
-           a->model, omp_get_max_threads(), a->rounds, rf_now() - t0, rf_cpu_tier_name(), rf_tune_cpu_model());
-    printf("%7s %10s %10s %26s\n", "tokens", "dp ms", "fma ms", "dp / fma [95%]");
-    for (int i = 0; i < r.n_points; i++) {
-        const rf_tune_point *p = &r.points[i];
-        printf("%7d %10.2f %10.2f %10.3f [%.3f, %.3f]%s\n", p->width, p->ms_tiles, p->ms_other, p->ratio, p->lo, p->hi,
-               p->hi < 1 ? "  dp" : p->lo > 1 ? "  fma" : "");
-    }
-    printf("# logits: max |dp - fma| = %.2g of max |logit|\n", r.max_logit_diff);
-    const char *choice = r.kernel == RF_BF16P_DP ? "dp" : "fma";
-    if (!a->no_save) {
-        char path[4096];
-        if (rf_tune_cache_write(r.kernel, -1) || rf_tune_cache_path(path, sizeof path)) {
-            rf_print_error();
-            return 1;
-        }
-        printf("# saved to %s (applied at model load; REFUSION_TUNE=off or --no-tune ignores it)\n", path);
-    }
-    printf("REFUSION_BF16P=%s\n", choice);
+    print_sides(a, rf_now() - t0, "packed bf16: vdpbf16ps against fma", "dp", "fma", r.points, r.n_points,
+                r.max_logit_diff);
+    if (save_choice(a, r.kernel, -1)) return 1;
+    printf("REFUSION_BF16P=%s\n", r.kernel == RF_BF16P_DP ? "dp" : "fma");
     return 0;
 }
 
 /* the panel kernels' prefetch level (packed weights, every tier): printed,
- * saved unless no_save */
+ * saved unless no_save; the two levels' logits are the same bits */
 static int tune_prefetch(const rf_model *m, const tune_args *a) {
     rf_tune_prefetch_result r;
     double t0 = rf_now();
@@ -70,23 +88,8 @@ static int tune_prefetch(const rf_model *m, const tune_args *a) {
         rf_print_error();
         return 1;
     }
-    printf("# %s, %d threads, %d rounds per width (%.0f s); prefetch into L2 against L1 (tier %s, %s)\n", a->model,
-           omp_get_max_threads(), a->rounds, rf_now() - t0, rf_cpu_tier_name(), rf_tune_cpu_model());
-    printf("%7s %10s %10s %26s\n", "tokens", "L2 ms", "L1 ms", "L2 / L1 [95%]");
-    for (int i = 0; i < r.n_points; i++) {
-        const rf_tune_point *p = &r.points[i];
-        printf("%7d %10.2f %10.2f %10.3f [%.3f, %.3f]%s\n", p->width, p->ms_tiles, p->ms_other, p->ratio, p->lo, p->hi,
-               p->hi < 1 ? "  L2" : p->lo > 1 ? "  L1" : "");
-    }
-    printf("# logits: max |L2 - L1| = %.2g of max |logit| (the same arithmetic: 0)\n", r.max_logit_diff);
-    if (!a->no_save) {
-        char path[4096];
-        if (rf_tune_cache_write(-1, r.max_tokens) || rf_tune_cache_path(path, sizeof path)) {
-            rf_print_error();
-            return 1;
-        }
-        printf("# saved to %s (applied at model load; REFUSION_TUNE=off or --no-tune ignores it)\n", path);
-    }
+    print_sides(a, rf_now() - t0, "prefetch into L2 against L1", "L2", "L1", r.points, r.n_points, r.max_logit_diff);
+    if (save_choice(a, -1, r.max_tokens)) return 1;
     if (r.max_tokens) printf("REFUSION_PREFETCH_L2=%d\n", r.max_tokens);
     else printf("REFUSION_PREFETCH_L2=off\n");
     return 0;

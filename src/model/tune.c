@@ -146,12 +146,14 @@ static int tune_ctx(const rf_model *m) {
     return ctx < 1 ? 0 : ctx;
 }
 
-/* Whole forward calls of m at bf16p_widths, side 0 against side 1 (set
- * applies a side's setting), interleaved over rounds: per width the median
+/* Whole forward calls of m at bf16p_widths after tune_ctx's context, side
+ * 0 against side 1 (set applies a side's setting), interleaved over rounds: per width the median
  * ratio side 0 / side 1 with its interval and each side's median ms, and
  * the largest relative difference of their logits. 0 or -1. */
-static int time_sides(const rf_model *m, int ctx, int rounds, void (*set)(int, void *), rf_tune_point *points,
+static int time_sides(const rf_model *m, int rounds, void (*set)(int, void *), rf_tune_point *points,
                       double *max_diff) {
+    const int ctx = tune_ctx(m);
+    if (!ctx) return -1;
     logit_cmp cmp = {{NULL}, m->cfg.vocab_size, 0};
     rf_call_timing p = {ctx, bf16p_widths, BF16P_NW, 2, rounds, set, compare_logits, &cmp};
     double *t = rf_scoped_malloc((size_t)rounds * 2 * BF16P_NW * sizeof(double));
@@ -194,10 +196,8 @@ int rf_tune_bf16p(const rf_model *m, int rounds, rf_tune_bf16p_result *out) {
                      q->dtype == RF_BF16 ? " without a packed copy" : "");
         return -1;
     }
-    const int ctx = tune_ctx(m);
-    if (!ctx) return -1;
     const int before = rf_matmul_bf16p_kernel();
-    int rc = time_sides(m, ctx, rounds, set_bf16p, out->points, &out->max_logit_diff);
+    int rc = time_sides(m, rounds, set_bf16p, out->points, &out->max_logit_diff);
     rf_matmul_set_bf16p_kernel(before);
     if (!rc) {
         out->n_points = BF16P_NW;
@@ -229,10 +229,8 @@ int rf_tune_prefetch(const rf_model *m, int rounds, rf_tune_prefetch_result *out
                      rf_dtype_name(q->dtype));
         return -1;
     }
-    const int ctx = tune_ctx(m);
-    if (!ctx) return -1;
     const int before = rf_matmul_prefetch_l2();
-    int rc = time_sides(m, ctx, rounds, set_prefetch, out->points, &out->max_logit_diff);
+    int rc = time_sides(m, rounds, set_prefetch, out->points, &out->max_logit_diff);
     rf_matmul_set_prefetch_l2(before);
     if (!rc) {
         out->n_points = BF16P_NW;
