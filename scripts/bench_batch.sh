@@ -9,8 +9,8 @@
 # its own, TOKENS answer tokens, greedy, EOS ignored; AR, or with
 # MODE=rolling the rolling slot with slots of SLOT tokens, default 4, or
 # with MODE=infill ReFusion's plan-and-infill with slots of SLOT tokens:
-# its decoder runs in a worker thread either way, its model calls join the
-# batched calls under continuous batching) until
+# DRAFT=adaptive gives the rolling slot the adaptive width, which under
+# continuous batching sizes each call for the whole batched call) until
 # the run's requests are done; with CHAT=1 the requests are chat questions of
 # the demo model's task families instead (numbers varied per client and
 # request, up to TOKENS answer tokens, ending at EOS: a trained mask head's
@@ -35,22 +35,25 @@ TOKENS=${2:-32}
 REPS=${3:-2}
 MODE=${MODE:-ar}
 SLOT=${SLOT:-4}
+DRAFT=${DRAFT:-fixed}
 CHAT=${CHAT:-0}
 CLIENTS=${CLIENTS:-1 4 8}
 case $MODE in ar | rolling | infill) ;; *) echo "bench_batch: MODE must be ar, rolling or infill (got '$MODE')" >&2; exit 2 ;; esac
+case $DRAFT in fixed | adaptive) ;; *) echo "bench_batch: DRAFT must be fixed or adaptive (got '$DRAFT')" >&2; exit 2 ;; esac
 PROG=bench_batch T=$(mktemp -d /tmp/rf_bench_batch.XXXXXX) PIDS=()
 . scripts/serve/start.sh
 trap rf_bench_cleanup EXIT
 rf_bench_header
-echo "  model $M, $TOKENS answer tokens per request, mode $MODE$([ "$MODE" != ar ] && echo " (slot $SLOT)"), $([ "$CHAT" = 1 ] && echo "chat questions, ")$REPS x ABBA per client count"
+echo "  model $M, $TOKENS answer tokens per request, mode $MODE$([ "$MODE" != ar ] && echo " (slot $SLOT)")$([ "$MODE" = rolling ] && echo " $DRAFT width"), $([ "$CHAT" = 1 ] && echo "chat questions, ")$REPS x ABBA per client count"
 rf_bench_serve batched --parallel 8 ${THREADS:+--threads $THREADS}
 rf_bench_serve workers --parallel 8 ${THREADS:+--threads $THREADS} --no-cont-batching
 
-python3 - "$(cat "$T/batched.url")" "$(cat "$T/workers.url")" "$TOKENS" "$REPS" "$MODE" "$SLOT" "$CHAT" "$CLIENTS" <<'EOF'
+python3 - "$(cat "$T/batched.url")" "$(cat "$T/workers.url")" "$TOKENS" "$REPS" "$MODE" "$SLOT" "$CHAT" "$CLIENTS" "$DRAFT" <<'EOF'
 import json, statistics, sys, threading, time, urllib.request
 urls = {"batched": sys.argv[1], "workers": sys.argv[2]}
 tokens, reps, mode, slot, chat = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], int(sys.argv[6]), sys.argv[7] == "1"
 counts = [int(x) for x in sys.argv[8].split()]
+draft = sys.argv[9]
 QUESTIONS = ["Tom has {a} apples. He buys {b} more and gives {c} away. How many apples does he have?",
              "Write a Python function f(x) that does this: start from x, add {a}, multiply by {b}, then return it.",
              "Make a JSON record for a person named Ada, age {a}, city London.",
@@ -63,7 +66,7 @@ def request(url, client, i):
     if chat:
         q = QUESTIONS[(client + i) % len(QUESTIONS)].format(a=client * 7 + i + 3, b=client + 2 * i + 4, c=i + 2)
         body = {"messages": [{"role": "user", "content": q}], "max_tokens": tokens, "mode": "ar", "temperature": 0}
-    if mode == "rolling": body.update(mode="refusion", rolling=True, slot_size=slot)
+    if mode == "rolling": body.update(mode="refusion", rolling=True, slot_size=slot, draft_policy=draft)
     if mode == "infill": body.update(mode="refusion", rolling=False, slot_size=slot)
     path = "/v1/chat/completions" if chat else "/v1/completions"
     r = urllib.request.urlopen(urllib.request.Request(url + path, data=json.dumps(body).encode(),

@@ -74,7 +74,15 @@ enum { STALE_DRAFTS = 2 };
  * Rates start from priors worth PRIOR_WEIGHT drafts and follow every draft
  * checked. c comes from p->call_cost (a measured table), else from a line
  * fitted to this decoder's own timed calls. Only the widths change: drafts
- * are still checked exactly as above, so the answer is AR decoding's. */
+ * are still checked exactly as above, so the answer is AR decoding's.
+ *
+ * A call shared with other sequences (rf_roll_seq_set_load: a scheduler's
+ * batched call, the others feeding B tokens and committing T_o) is sized
+ * for the most tokens of the whole call per its cost, (T + T_o) / c(B + n)
+ * in place of T / c(n): where the others already make the call wide, a
+ * draft must pass often enough to pay for the width it adds there, so the
+ * widths shrink as the batch grows (to plain AR calls when drafts do not
+ * pay). */
 enum { CONF_BINS = 10, POS_MAX = 32, AR_PROBE = 8 };
 #define PRIOR_WEIGHT 2.0
 #define PRIOR_POS_PASS 0.7  /* a fresh draft's pass rate before any is seen (demo model: ~0.75) */
@@ -87,6 +95,8 @@ typedef struct {
     double s0, s1, s2, sy, sxy;                /* timed calls: count, sums of n, n^2, t, n t */
     float bin_try[2][CONF_BINS], bin_pass[2][CONF_BINS]; /* [stale][confidence bin] */
     float pos_try[POS_MAX], pos_pass[POS_MAX]; /* fresh drafts by offset */
+    int load_n;                                /* a shared call: the other sequences' tokens in it */
+    double load_T;                             /* and the answer tokens they are expected to commit */
     int ar_calls;                              /* plain AR calls in a row */
     int probe;                                 /* 2: a probe call is being sized, 1: the next call feeds its draft */
 } width_policy;
@@ -99,8 +109,11 @@ static void policy_init(width_policy *w, const rf_gen_params *p) {
 static double policy_cost(const width_policy *w, int n) {
     if (w->n_cost >= 2) {
         if (n <= w->n_cost) return w->cost[n - 1];
-        double slope = w->cost[w->n_cost - 1] - w->cost[w->n_cost - 2]; /* beyond the table: its last step */
-        return w->cost[w->n_cost - 1] + (slope > 0 ? slope : 0) * (n - w->n_cost);
+        /* beyond the table: the mean step of its upper half (one step alone
+         * is as noisy as two timings) */
+        int h = w->n_cost / 2, last = w->n_cost - 1;
+        double slope = (w->cost[last] - w->cost[h - 1]) / (last - (h - 1));
+        return w->cost[last] + (slope > 0 ? slope : 0) * (n - w->n_cost);
     }
     if (w->n_cost == 1) return 1.0 + (n - 1) * (double)w->cost[0];
     double slope = PRIOR_SLOPE, den = w->s0 * w->s2 - w->s1 * w->s1;
@@ -138,16 +151,22 @@ static void policy_seen(width_policy *w, int i, float c, int stale, int pass) {
     if (!stale && i < POS_MAX) w->pos_try[i] += 1, w->pos_pass[i] += pass;
 }
 
+/* the worth of a call of n tokens expected to commit T: tokens of the whole
+ * call per its cost */
+static double policy_worth(const width_policy *w, double T, int n) {
+    return (T + w->load_T) / policy_cost(w, w->load_n + n);
+}
+
 /* the slot (masks) for the next call, 1..Wmax; 1 = a plain AR call */
 static int policy_slot(width_policy *w, int Wmax) {
     if (w->probe) return 2;
-    double best = 1.0 / policy_cost(w, 1), T = 1, run = 1;
+    double best = policy_worth(w, 1, 1), T = 1, run = 1;
     int W = 1;
     for (int s = 2; s <= Wmax; s++) {
         int i = s - 2 < POS_MAX ? s - 2 : POS_MAX - 1;
         run *= (w->pos_pass[i] + PRIOR_WEIGHT * PRIOR_POS_PASS) / (w->pos_try[i] + PRIOR_WEIGHT);
         T += run;
-        double r = T / policy_cost(w, 2 * s);
+        double r = policy_worth(w, T, 2 * s);
         if (r > best) best = r, W = s;
     }
     /* the rates only move when drafts are checked: a run of AR calls is
@@ -161,12 +180,12 @@ static int policy_slot(width_policy *w, int Wmax) {
 /* how many of the k drafts available to feed with w masks */
 static int policy_drafts(width_policy *w, const float *conf, int k, int stale, int masks) {
     if (w->probe && --w->probe == 0) return k; /* the probe's draft */
-    double best = 1.0 / policy_cost(w, 1 + masks), T = 1, run = 1;
+    double best = policy_worth(w, 1, 1 + masks), T = 1, run = 1;
     int kb = 0;
     for (int i = 0; i < k; i++) {
         run *= policy_q(w, conf[i], stale);
         T += run;
-        double r = T / policy_cost(w, 2 + i + masks);
+        double r = policy_worth(w, T, 2 + i + masks);
         if (r > best) best = r, kb = i + 1;
     }
     return kb;
@@ -410,6 +429,11 @@ static void roll_commit(rf_roll_seq *q, const float *logits) {
     }
 }
 
+void rf_roll_seq_set_load(rf_roll_seq *q, int tokens, double commits) {
+    q->pol.load_n = tokens > 0 ? tokens : 0;
+    q->pol.load_T = commits > 0 ? commits : 0;
+}
+
 int rf_roll_seq_after(rf_roll_seq *q, const float *logits) {
     int n = q->last_n;
     q->last_n = 0;
@@ -421,7 +445,7 @@ int rf_roll_seq_after(rf_roll_seq *q, const float *logits) {
          * with no drafts and pre_w masks (cropped with the call's rest) */
         q->k = 0, q->w = q->pre_w, q->base = q->kv.len - 1 - q->pre_w, q->stale = 0;
     } else if (q->p.draft_adaptive) {
-        policy_time(&q->pol, n, rf_now() - q->t0);
+        policy_time(&q->pol, q->pol.load_n + n, rf_now() - q->t0); /* the whole call's */
     }
     q->ans.n_calls++;
     q->st->calls++;

@@ -52,7 +52,22 @@ typedef struct {
     int calls0;
     double t0;
     int logit_row;    /* this step: its first row in the logits, or -1 */
+    int committed;    /* answer tokens its last step kept */
 } batch_row;
+
+/* What the scheduler thread holds across steps besides its rows. */
+typedef struct {
+    prefix_cache pc;
+    /* the adaptive rolling slot's cost model, measured once when the first
+     * such row starts (its rows share calls of every width; without it each
+     * would fit a line to the batched calls it times) */
+    float *call_cost;
+    int n_call_cost, cost_tried;
+} sched_state;
+
+/* calls of up to this many tokens are timed for the cost model (wider
+ * ones follow its slope) */
+enum { COST_WIDTHS = 16 };
 
 /* r hands in whole calls of its own (plan-and-infill, MDM), not a row of
  * tokens to pack */
@@ -127,6 +142,14 @@ static int guarded_forward(const rf_model *m, rf_runstate *rs, const rf_call_bat
     rf_catch_pop(&k);
     return rc;
 }
+static int guarded_cost(const rf_model *m, int n, float *cost) {
+    rf_catch k;
+    rf_catch_push(&k);
+    if (setjmp(k.jb)) return -1;
+    int rc = rf_call_cost_measure(m, n, cost);
+    rf_catch_pop(&k);
+    return rc;
+}
 static rf_runstate *guarded_runstate(const rf_config *cfg, int max_tokens, int max_ctx) {
     rf_catch k;
     rf_catch_push(&k);
@@ -151,10 +174,25 @@ static void row_release(rf_server *s, batch_row *r, int rc) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The cost model for p's adaptive rolling slot: 1 when st holds it (timed
+ * now the first time: the rows wait a few seconds, once), 0 when it could
+ * not be timed (the rows then fit their own). */
+static int cost_model(rf_server *s, sched_state *st, const rf_gen_params *p) {
+    if (!st->cost_tried) {
+        st->cost_tried = 1;
+        int n = 2 * p->slot_size > COST_WIDTHS ? 2 * p->slot_size : COST_WIDTHS;
+        if (n > s->m->cfg.max_pos / 2) n = s->m->cfg.max_pos / 2;
+        float *c = n >= 2 ? malloc((size_t)n * sizeof *c) : NULL;
+        if (c && !guarded_cost(s->m, n, c)) st->call_cost = c, st->n_call_cost = n;
+        else free(c);
+    }
+    return st->call_cost != NULL;
+}
+
 /* Start r's choice r->choice: its answer context and its sequence, seeded
  * with the job's seed + choice (AR and the rolling slot from a cached
  * prompt prefix when there is one). 0, or the failure. */
-static int choice_begin(rf_server *s, batch_row *r, prefix_cache *pc) {
+static int choice_begin(rf_server *s, batch_row *r, sched_state *st) {
     job *j = r->j;
     r->t0 = rf_now();
     int rc = rf_answer_begin(s, j, r->choice, &r->c, &r->calls0);
@@ -165,10 +203,12 @@ static int choice_begin(rf_server *s, batch_row *r, prefix_cache *pc) {
     p.user = &r->c;
     p.cancel = &j->cancel_flag;
     p.ws = NULL; /* the sequence's own cache */
+    if (p.method == RF_METHOD_REFUSION && p.rolling && p.draft_adaptive && !p.call_cost && cost_model(s, st, &p))
+        p.call_cost = st->call_cost, p.n_call_cost = st->n_call_cost;
     int common = 0;
     pc_entry *e = p.method == RF_METHOD_MDM || (p.method == RF_METHOD_REFUSION && !p.rolling)
                       ? NULL /* plan-and-infill's and MDM's caches are not a prefix to keep or take */
-                      : rf_pc_find(pc, j->req.prompt, j->req.n_prompt, &common);
+                      : rf_pc_find(&st->pc, j->req.prompt, j->req.n_prompt, &common);
     common = rf_kv_reusable(e ? &e->kv : NULL, common, j->req.n_prompt); /* as the sequences cut it */
     rc = guarded_new(s->m, r, &p, e ? &e->kv : NULL, common);
     if (!rc && common > 0) {
@@ -184,7 +224,7 @@ static int choice_begin(rf_server *s, batch_row *r, prefix_cache *pc) {
  * its address: rows are allocated one by one, never moved), or NULL when it
  * could not start (the job is then finished, failed). rs: the scheduler's
  * run state (NULL: it could not be allocated). */
-static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs, prefix_cache *pc) {
+static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs, sched_state *st) {
     batch_row *r = rf_calloc(1, sizeof *r);
     r->j = j;
     r->n_choices = j->req.n_choices > 1 ? j->req.n_choices : 1;
@@ -194,7 +234,7 @@ static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs, prefix_
         rf_set_error("out of memory for the batched model calls' buffers");
         rc = RF_ERR_NOMEM;
     }
-    if (!rc) rc = choice_begin(s, r, pc);
+    if (!rc) rc = choice_begin(s, r, st);
     if (rc) {
         row_release(s, r, rc);
         return NULL;
@@ -209,16 +249,16 @@ static batch_row *row_start(rf_server *s, job *j, const rf_runstate *rs, prefix_
  * statistics, ans_step) is its last action. Returns 1 when the row goes on
  * with the job's next choice (n > 1, each after the other as the workers
  * ran them), else 0: r is freed. */
-static int row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
+static int row_end(rf_server *s, batch_row *r, int rc, sched_state *st) {
     job *j = r->j;
-    rf_stats st;
-    memset(&st, 0, sizeof st);
+    rf_stats stats;
+    memset(&stats, 0, sizeof stats);
     if (!rc && s->cfg.cache_bytes > 0 && !own_call(r)) { /* its cache, for the requests that begin the same way */
         rf_kvcache kv;
         int *ids, n = r->rq ? rf_roll_seq_take_cache(r->rq, &kv, &ids) : rf_ar_seq_take_cache(r->q, &kv, &ids);
-        rf_pc_put(pc, s->cfg.cache_bytes, &kv, ids, n);
+        rf_pc_put(&st->pc, s->cfg.cache_bytes, &kv, ids, n);
         pthread_mutex_lock(&s->mu);
-        s->prefix_cache_bytes = pc->bytes;
+        s->prefix_cache_bytes = st->pc.bytes;
         pthread_mutex_unlock(&s->mu);
     }
     if (!rc) {
@@ -228,9 +268,9 @@ static int row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
              : r->rq ? rf_roll_seq_finish(r->rq, &g)
                      : rf_ar_seq_finish(r->q, &g);
         if (!rc) {
-            st.n_tokens = g.n_ids, st.hit_eos = g.hit_eos, st.n_calls = g.n_calls, st.seconds = g.wall_s;
-            st.tpf = g.tpf, st.tokens_per_call = g.tokens_per_call, st.tokens_per_s = g.tokens_per_s;
-            st.n_steps = g.n_steps;
+            stats.n_tokens = g.n_ids, stats.hit_eos = g.hit_eos, stats.n_calls = g.n_calls, stats.seconds = g.wall_s;
+            stats.tpf = g.tpf, stats.tokens_per_call = g.tokens_per_call, stats.tokens_per_s = g.tokens_per_s;
+            stats.n_steps = g.n_steps;
             rf_gen_result_free(&g);
         }
     } else {
@@ -240,12 +280,12 @@ static int row_end(rf_server *s, batch_row *r, int rc, prefix_cache *pc) {
         rf_mdm_seq_free(r->mq);
     }
     r->q = NULL, r->rq = NULL, r->pq = NULL, r->mq = NULL;
-    rc = rf_answer_end(s, j, &r->c, &st, rc, rf_now() - r->t0, r->calls0);
-    if (!rc) rf_acc_choice(s, j, &r->acc, &r->c, &st, r->choice, r->n_choices);
+    rc = rf_answer_end(s, j, &r->c, &stats, rc, rf_now() - r->t0, r->calls0);
+    if (!rc) rf_acc_choice(s, j, &r->acc, &r->c, &stats, r->choice, r->n_choices);
     if (!rc && r->choice + 1 < r->n_choices) {
         rf_answer_free(&r->c);
         r->choice++;
-        if (!(rc = choice_begin(s, r, pc))) return 1;
+        if (!(rc = choice_begin(s, r, st))) return 1;
     }
     row_release(s, r, rc);
     return 0;
@@ -386,8 +426,8 @@ void *rf_serve_scheduler_main(void *arg) {
     step_bufs sb = {rf_calloc((size_t)max_t, sizeof(int)), rf_calloc((size_t)max_t, sizeof(int)), max_t,
                     rf_calloc((size_t)cap, sizeof(int)), rf_calloc((size_t)cap * V, sizeof(float)), cap};
     int *pos_buf = rf_calloc(PREFILL_BUDGET, sizeof *pos_buf);
-    int n_rows = 0;
-    prefix_cache pc = {0};
+    int n_rows = 0, kept_last = 0; /* answer tokens the rows kept in the last step */
+    sched_state st = {0};
     /* made here: its attention scratch is per OpenMP thread of this thread */
     rf_runstate *rs = guarded_runstate(&s->m->cfg, max_t, max_ctx);
     pthread_mutex_lock(&s->mu);
@@ -401,7 +441,7 @@ void *rf_serve_scheduler_main(void *arg) {
             job *j = rf_queue_pop_locked(&s->bhead, &s->btail);
             if (rf_job_start_locked(s, j)) continue;
             pthread_mutex_unlock(&s->mu);
-            if ((rows[n_rows] = row_start(s, j, rs, &pc))) n_rows++;
+            if ((rows[n_rows] = row_start(s, j, rs, &st))) n_rows++;
             pthread_mutex_lock(&s->mu);
         }
         int left = PREFILL_BUDGET;
@@ -416,7 +456,7 @@ void *rf_serve_scheduler_main(void *arg) {
             r->logit_row = -1, r->in_call = 0;
             row_n[i] = 0;
             if (n < 0) { /* cancelled, cut or failed: it leaves (or its next choice starts) */
-                if (!row_end(s, r, n, &pc)) rows[i--] = rows[--n_rows];
+                if (!row_end(s, r, n, &st)) rows[i--] = rows[--n_rows];
                 continue;
             }
             if (n == 0) continue;
@@ -462,21 +502,30 @@ void *rf_serve_scheduler_main(void *arg) {
             rc = guarded_forward(s->m, rs, &cb);
         }
         count_step(s, &sc, n_roll, n_own, own_rows);
-        /* each row takes its logits (draws its tokens: on_tokens streams them) */
+        /* each row takes its logits (draws its tokens: on_tokens streams
+         * them); a rolling row sizes its next call for the call this one
+         * was (the others' tokens in it, what they kept last step) */
+        int kept = 0;
         for (int i = 0; i < n_rows && (nr || rc); i++) {
             batch_row *r = rows[i];
             if (!rc && !r->in_call) continue; /* its call waits for the next step */
+            if (r->rq) rf_roll_seq_set_load(r->rq, T + T_own - row_n[i], kept_last - r->committed);
+            int n_ids = r->c.n_ids;
             int done = rc                   ? rc
                        : r->logit_row == -2 ? -1
                                             : guarded_after(r, r->logit_row >= 0 ? sb.logits + (size_t)r->logit_row * V
                                                                                  : NULL);
+            r->committed = r->c.n_ids - n_ids;
+            kept += r->committed;
             int fail = done < 0 ? done : 0;
-            if (done && !row_end(s, r, fail, &pc)) rows[i--] = rows[--n_rows];
+            if (done && !row_end(s, r, fail, &st)) rows[i--] = rows[--n_rows];
         }
+        kept_last = kept;
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
-    while (pc.head) rf_pc_drop(&pc, &pc.head);
+    while (st.pc.head) rf_pc_drop(&st.pc, &st.pc.head);
+    free(st.call_cost);
     rf_runstate_release(rs);
     free(rows), free(row_at), free(row_n), free(row_nl), free(sc.kv), free(sc.calls);
     free(sb.lidx), free(sb.tokens), free(sb.pos), free(pos_buf), free(sb.logits);
