@@ -172,9 +172,9 @@ static rf_gen_params ar(int gen) {
 }
 
 /* Drive sequences alone to their end (rf_forward, one after the other),
- * telling each call it shares a call with load_n other tokens that commit
- * load_T (0, 0: alone). */
-static void drive_loaded(const rf_model *m, rf_roll_seq *q, int load_n, double load_T) {
+ * telling each call it shares a call with `peers` rolling sequences and
+ * load_n other tokens that commit load_T (0, 0, 0: alone). */
+static void drive_loaded(const rf_model *m, rf_roll_seq *q, int peers, int load_n, double load_T) {
     rf_runstate *rs = rf_runstate_new(&m->cfg, 256, m->cfg.max_pos);
     float *logits = malloc((size_t)256 * m->cfg.vocab_size * sizeof(float));
     int lidx[256];
@@ -186,13 +186,13 @@ static void drive_loaded(const rf_model *m, rf_roll_seq *q, int load_n, double l
         for (int i = 0; i < nl; i++) lidx[i] = n - nl + i;
         rf_batch b = {1, n, t, ps, 0, nl, lidx, logits};
         CHECK(rf_forward(m, rf_roll_seq_kv(q), rs, &b) == 0, "drive: %s", rf_last_error());
-        rf_roll_seq_set_load(q, load_n, load_T);
+        rf_roll_seq_set_load(q, peers, load_n, load_T);
         rf_roll_seq_after(q, logits);
     }
     rf_runstate_free(rs);
     free(logits);
 }
-static void drive(const rf_model *m, rf_roll_seq *q) { drive_loaded(m, q, 0, 0); }
+static void drive(const rf_model *m, rf_roll_seq *q) { drive_loaded(m, q, 0, 0, 0); }
 
 static void drive_ar(const rf_model *m, rf_ar_seq *q) {
     rf_runstate *rs = rf_runstate_new(&m->cfg, 256, m->cfg.max_pos);
@@ -220,34 +220,37 @@ static void drive_ar(const rf_model *m, rf_ar_seq *q) {
 /* The adaptive width under a shared call's load (rf_roll_seq_set_load):
  * calls cost nothing more up to 8 tokens and a whole call per token beyond
  * (cost table), so alone the sequence feeds wide calls; beside 8 tokens of
- * other sequences that commit 8 (eight AR rows) a draft would have to pass
- * more than always to pay for its width: the calls shrink to plain AR calls
- * (a probe now and then), and the answer stays the one alone, AR's. */
+ * other rows that commit 8 (eight AR rows), or beside 7 rolling sequences
+ * sizing their calls alike, a draft would have to pass more than always to
+ * pay for its width: the calls shrink to plain AR calls (a probe now and
+ * then), and the answer stays the one alone, AR's. */
 static void test_load(const rf_model *m, const int *prompt, int n_prompt) {
     static float cost[16];
     for (int n = 1; n <= 16; n++) cost[n - 1] = n <= 8 ? 1.0f : (float)(n - 7);
     rf_gen_params p = rolling(48, 4, 0.3f);
     p.draft_adaptive = 1, p.call_cost = cost, p.n_call_cost = 16, p.eos_id = RF_ID_FROM_MODEL;
-    rf_gen_result r[2], a;
-    for (int k = 0; k < 2; k++) {
+    static const struct { int peers, n; double T; } load[3] = {{0, 0, 0}, {0, 8, 8}, {7, 0, 0}};
+    rf_gen_result r[3], a;
+    for (int k = 0; k < 3; k++) {
         rf_roll_seq *q = rf_roll_seq_new(m, prompt, n_prompt, &p);
         CHECK(q != NULL, "load: new: %s", rf_last_error());
         if (!q) return;
-        drive_loaded(m, q, k ? 8 : 0, k ? 8.0 : 0.0);
+        drive_loaded(m, q, load[k].peers, load[k].n, load[k].T);
         CHECK(rf_roll_seq_finish(q, &r[k]) == 0, "load: finish: %s", rf_last_error());
     }
     rf_gen_params pa = ar(48);
     pa.eos_id = RF_ID_FROM_MODEL;
     CHECK(rf_generate_ar(m, prompt, n_prompt, &pa, &a) == 0, "load: AR: %s", rf_last_error());
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++) {
         CHECK(r[k].n_ids == a.n_ids && !memcmp(r[k].ids, a.ids, (size_t)a.n_ids * sizeof *a.ids),
-              "load: the answer %s differs from AR's at token %d", k ? "under load" : "alone",
-              first_diff(r[k].ids, r[k].n_ids, a.ids, a.n_ids));
-    /* alone: about 2 tokens a call on the demo; loaded: AR calls and probes */
-    double tpc0 = (double)r[0].n_ids / r[0].n_calls, tpc1 = (double)r[1].n_ids / r[1].n_calls;
-    CHECK(tpc0 > 1.5 && tpc1 < 1.25, "load: %.2f tokens per call alone, %.2f under load (want > 1.5, < 1.25)", tpc0,
-          tpc1);
-    rf_gen_result_free(&r[0]), rf_gen_result_free(&r[1]), rf_gen_result_free(&a);
+              "load %d: the answer differs from AR's at token %d", k, first_diff(r[k].ids, r[k].n_ids, a.ids, a.n_ids));
+        /* alone: about 2 tokens a call on the demo; loaded: AR calls and probes */
+        double tpc = (double)r[k].n_ids / r[k].n_calls;
+        CHECK(k ? tpc < 1.25 : tpc > 1.5, "load %d (peers %d, %d tokens): %.2f tokens per call (want %s)", k,
+              load[k].peers, load[k].n, tpc, k ? "< 1.25" : "> 1.5");
+        rf_gen_result_free(&r[k]);
+    }
+    rf_gen_result_free(&a);
 }
 
 /* drafts: the model's drafts pass (the demo; a random model's rarely do) */

@@ -77,12 +77,14 @@ enum { STALE_DRAFTS = 2 };
  * are still checked exactly as above, so the answer is AR decoding's.
  *
  * A call shared with other sequences (rf_roll_seq_set_load: a scheduler's
- * batched call, the others feeding B tokens and committing T_o) is sized
- * for the most tokens of the whole call per its cost, (T + T_o) / c(B + n)
- * in place of T / c(n): where the others already make the call wide, a
- * draft must pass often enough to pay for the width it adds there, so the
- * widths shrink as the batch grows (to plain AR calls when drafts do not
- * pay). */
+ * batched call) is sized for the most tokens of the whole call per its
+ * cost: with P other rolling sequences, taken to size their calls as this
+ * one does (they decide at the same moment, from the same kind of rates),
+ * and other rows feeding B tokens that commit T_o, a call of n tokens
+ * expected to commit T is worth ((1 + P) T + T_o) / c((1 + P) n + B) in
+ * place of T / c(n). Where the batch already makes the call wide a draft
+ * must pass often enough to pay for the width it adds there, so the widths
+ * shrink as the batch grows (to plain AR calls when drafts do not pay). */
 enum { CONF_BINS = 10, POS_MAX = 32, AR_PROBE = 8 };
 #define PRIOR_WEIGHT 2.0
 #define PRIOR_POS_PASS 0.7  /* a fresh draft's pass rate before any is seen (demo model: ~0.75) */
@@ -95,8 +97,9 @@ typedef struct {
     double s0, s1, s2, sy, sxy;                /* timed calls: count, sums of n, n^2, t, n t */
     float bin_try[2][CONF_BINS], bin_pass[2][CONF_BINS]; /* [stale][confidence bin] */
     float pos_try[POS_MAX], pos_pass[POS_MAX]; /* fresh drafts by offset */
-    int load_n;                                /* a shared call: the other sequences' tokens in it */
-    double load_T;                             /* and the answer tokens they are expected to commit */
+    int load_peers;                            /* a shared call: the other rolling sequences in it, */
+    int load_n;                                /* the other rows' tokens */
+    double load_T;                             /* and the answer tokens those are expected to commit */
     int ar_calls;                              /* plain AR calls in a row */
     int probe;                                 /* 2: a probe call is being sized, 1: the next call feeds its draft */
 } width_policy;
@@ -154,7 +157,8 @@ static void policy_seen(width_policy *w, int i, float c, int stale, int pass) {
 /* the worth of a call of n tokens expected to commit T: tokens of the whole
  * call per its cost */
 static double policy_worth(const width_policy *w, double T, int n) {
-    return (T + w->load_T) / policy_cost(w, w->load_n + n);
+    int k = 1 + w->load_peers;
+    return (k * T + w->load_T) / policy_cost(w, k * n + w->load_n);
 }
 
 /* the slot (masks) for the next call, 1..Wmax; 1 = a plain AR call */
@@ -429,7 +433,8 @@ static void roll_commit(rf_roll_seq *q, const float *logits) {
     }
 }
 
-void rf_roll_seq_set_load(rf_roll_seq *q, int tokens, double commits) {
+void rf_roll_seq_set_load(rf_roll_seq *q, int peers, int tokens, double commits) {
+    q->pol.load_peers = peers > 0 ? peers : 0;
     q->pol.load_n = tokens > 0 ? tokens : 0;
     q->pol.load_T = commits > 0 ? commits : 0;
 }
@@ -445,7 +450,7 @@ int rf_roll_seq_after(rf_roll_seq *q, const float *logits) {
          * with no drafts and pre_w masks (cropped with the call's rest) */
         q->k = 0, q->w = q->pre_w, q->base = q->kv.len - 1 - q->pre_w, q->stale = 0;
     } else if (q->p.draft_adaptive) {
-        policy_time(&q->pol, q->pol.load_n + n, rf_now() - q->t0); /* the whole call's */
+        policy_time(&q->pol, (1 + q->pol.load_peers) * n + q->pol.load_n, rf_now() - q->t0); /* the whole call's */
     }
     q->ans.n_calls++;
     q->st->calls++;

@@ -56,14 +56,15 @@ int rf_roll_seq_next(rf_roll_seq *q, int budget, const int **tokens, const int *
 /* The cache the call appends to. */
 rf_kvcache *rf_roll_seq_kv(rf_roll_seq *q);
 /* The call this sequence's calls share, as far as the caller knows it (a
- * scheduler batching many: the last call's): the tokens the other
- * sequences feed in it and the answer tokens they are expected to commit.
- * Only the adaptive width (p->draft_adaptive) reads it: it sizes the calls
- * for the most answer tokens of the whole call per its cost (rolling.c), so
- * set it before rf_roll_seq_after, which sizes the next call; the calls
- * decided by it, never the answer, change. 0, 0: the call is the
- * sequence's own (the default). */
-void rf_roll_seq_set_load(rf_roll_seq *q, int tokens, double commits);
+ * scheduler batching many: the last call's): the other rolling sequences
+ * in it (peers), and the tokens the other rows feed and the answer tokens
+ * they are expected to commit. Only the adaptive width (p->draft_adaptive)
+ * reads it: it sizes the calls for the most answer tokens of the whole call
+ * per its cost, taking the peers to size theirs alike (rolling.c); set it
+ * before rf_roll_seq_after, which sizes the next call. The calls decided
+ * by it change, never the answer. 0, 0, 0: the call is the sequence's own
+ * (the default). */
+void rf_roll_seq_set_load(rf_roll_seq *q, int peers, int tokens, double commits);
 /* After the call: the n_logits rows asked for ([n_logits, vocab]; NULL
  * when none). Commits the tokens it decides (reported through
  * p->on_tokens) and prepares the next call. 1 when the answer is complete

@@ -52,7 +52,6 @@ typedef struct {
     int calls0;
     double t0;
     int logit_row;    /* this step: its first row in the logits, or -1 */
-    int committed;    /* answer tokens its last step kept */
 } batch_row;
 
 /* What the scheduler thread holds across steps besides its rows. */
@@ -426,7 +425,7 @@ void *rf_serve_scheduler_main(void *arg) {
     step_bufs sb = {rf_calloc((size_t)max_t, sizeof(int)), rf_calloc((size_t)max_t, sizeof(int)), max_t,
                     rf_calloc((size_t)cap, sizeof(int)), rf_calloc((size_t)cap * V, sizeof(float)), cap};
     int *pos_buf = rf_calloc(PREFILL_BUDGET, sizeof *pos_buf);
-    int n_rows = 0, kept_last = 0; /* answer tokens the rows kept in the last step */
+    int n_rows = 0, kept_last = 0; /* answer tokens the rows other than rolling ones kept in the last step */
     sched_state st = {0};
     /* made here: its attention scratch is per OpenMP thread of this thread */
     rf_runstate *rs = guarded_runstate(&s->m->cfg, max_t, max_ctx);
@@ -504,19 +503,21 @@ void *rf_serve_scheduler_main(void *arg) {
         count_step(s, &sc, n_roll, n_own, own_rows);
         /* each row takes its logits (draws its tokens: on_tokens streams
          * them); a rolling row sizes its next call for the call this one
-         * was (the others' tokens in it, what they kept last step) */
-        int kept = 0;
+         * was: the other rolling rows, the other rows' tokens and what
+         * those kept last step */
+        int kept = 0, roll_tokens = 0;
+        for (int i = 0; i < n_rows; i++)
+            if (rows[i]->rq && rows[i]->in_call) roll_tokens += row_n[i];
         for (int i = 0; i < n_rows && (nr || rc); i++) {
             batch_row *r = rows[i];
             if (!rc && !r->in_call) continue; /* its call waits for the next step */
-            if (r->rq) rf_roll_seq_set_load(r->rq, T + T_own - row_n[i], kept_last - r->committed);
+            if (r->rq) rf_roll_seq_set_load(r->rq, n_roll - 1, T + T_own - roll_tokens, kept_last);
             int n_ids = r->c.n_ids;
             int done = rc                   ? rc
                        : r->logit_row == -2 ? -1
                                             : guarded_after(r, r->logit_row >= 0 ? sb.logits + (size_t)r->logit_row * V
                                                                                  : NULL);
-            r->committed = r->c.n_ids - n_ids;
-            kept += r->committed;
+            if (!r->rq) kept += r->c.n_ids - n_ids;
             int fail = done < 0 ? done : 0;
             if (done && !row_end(s, r, fail, &st)) rows[i--] = rows[--n_rows];
         }
