@@ -11,8 +11,8 @@
  *
  * The decoding itself is the step machine of ar_step.c (the one the
  * server's scheduler runs as a row of its batched calls); this is its
- * driver alone: each call the machine asks for, made on p->ws's run state
- * (and its executor), until the answer is complete. */
+ * driver alone: each call the machine asks for, made on p->ws's run state,
+ * until the answer is complete. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,7 +41,7 @@ int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_
         }
         int last = n - 1, nl = rf_ar_seq_wants_logits(q);
         rf_batch b = {1, n, tok, pos, 0, nl, &last, logits};
-        if ((rc = rf_workspace_forward(p->ws, m, rf_ar_seq_kv(q), rs, &b))) break;
+        if ((rc = rf_forward(m, rf_ar_seq_kv(q), rs, &b))) break;
         rf_ar_seq_after(q, nl ? logits : NULL);
     }
     rf_scoped_free(logits), rf_scoped_free(pos_buf);

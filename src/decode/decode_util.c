@@ -23,7 +23,7 @@ int gen_prefill(const rf_model *m, rf_kvcache *kv, rf_runstate *rs, const int *p
         int c = n_prompt - s < chunk ? n_prompt - s : chunk, last = c - 1;
         for (int i = 0; i < c; i++) pos[i] = s + i;
         rf_batch b = {1, c, prompt + s, pos, 0, s + c == n_prompt, &last, logits};
-        rc = gen_cancelled(ans->p) ? -1 : rf_workspace_forward(ans->p->ws, m, kv, rs, &b);
+        rc = gen_cancelled(ans->p) ? -1 : rf_forward(m, kv, rs, &b);
     }
     ans->n_calls++;
     st->calls++;

@@ -305,7 +305,7 @@ int rf_generate_mdm(const rf_model *m, const int *prompt, int n_prompt, const rf
             break;
         }
         c.b.logits = logits;
-        if ((rc = rf_workspace_forward(p->ws, m, c.kv, rs, &c.b))) break;
+        if ((rc = rf_forward(m, c.kv, rs, &c.b))) break;
         rc = rf_mdm_seq_after(q, logits) < 0 ? -1 : 0;
     }
     rf_scoped_free(logits);

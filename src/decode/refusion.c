@@ -1049,7 +1049,7 @@ int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, con
             break;
         }
         c.b.logits = logits;
-        if ((rc = rf_workspace_forward(p->ws, m, c.kv, rs, &c.b))) break;
+        if ((rc = rf_forward(m, c.kv, rs, &c.b))) break;
         rc = rf_pi_seq_after(q, c.b.n_logits ? logits : NULL) < 0 ? -1 : 0;
     }
     rf_scoped_free(logits);

@@ -523,7 +523,7 @@ int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, cons
         }
         for (int i = 0; i < nl; i++) lidx[i] = n - nl + i;
         rf_batch b = {1, n, tok, pos, 0, nl, lidx, logits};
-        if ((rc = rf_workspace_forward(p->ws, m, rf_roll_seq_kv(q), rs, &b))) break;
+        if ((rc = rf_forward(m, rf_roll_seq_kv(q), rs, &b))) break;
         rf_roll_seq_after(q, logits);
     }
     rf_scoped_free(logits), rf_scoped_free(lidx);

@@ -2,7 +2,6 @@
  * (see workspace.h). */
 #include "model/workspace.h"
 
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,10 +17,6 @@ struct rf_workspace {
     int rs_tokens, rs_ctx;  /* the sizes rs was made for */
     int rs_lent;
     size_t allocs;
-    rf_forward_fn forward;  /* the executor of the decoders' calls (NULL: rf_forward) */
-    void *forward_user;
-    rf_runstate sizes;      /* with an executor, the run state lent: the sizes the calls are
-                               checked against, no buffers (the executor runs them on its own) */
 };
 
 rf_workspace *rf_workspace_new(void) { return rf_calloc(1, sizeof(rf_workspace)); }
@@ -89,11 +84,6 @@ void rf_workspace_kv_init(rf_workspace *w, rf_kvcache *c, const rf_config *cfg, 
 
 rf_runstate *rf_workspace_runstate(rf_workspace *w, const rf_config *cfg, int max_tokens, int max_ctx) {
     if (!w || w->rs_lent) return rf_runstate_new(cfg, max_tokens, max_ctx);
-    if (w->forward) {
-        w->sizes = (rf_runstate){.max_tokens = max_tokens, .max_ctx = max_ctx, .n_threads = omp_get_max_threads()};
-        w->rs_lent = 1;
-        return &w->sizes;
-    }
     if (!w->rs || !rf_runstate_fits(w->rs, max_tokens, max_ctx)) {
         /* grow to cover this request and every earlier one */
         if (max_tokens > w->rs_tokens) w->rs_tokens = max_tokens;
@@ -108,19 +98,6 @@ rf_runstate *rf_workspace_runstate(rf_workspace *w, const rf_config *cfg, int ma
 }
 
 void rf_workspace_runstate_free(rf_workspace *w, rf_runstate *s) {
-    if (w && s && (s == w->rs || s == &w->sizes)) w->rs_lent = 0;
+    if (w && s && s == w->rs) w->rs_lent = 0;
     else rf_runstate_free(s);
-}
-
-void rf_workspace_set_forward(rf_workspace *w, rf_forward_fn fn, void *user) {
-    w->forward = fn;
-    w->forward_user = fn ? user : NULL;
-}
-
-int rf_workspace_forward(rf_workspace *w, const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch *b) {
-    if (!w || !w->forward) return rf_forward(m, c, s, b);
-    /* checked and logged here, on the decoder's thread, as rf_forward does */
-    if (rf_forward_check(m, c, s, b) != 0) return -1;
-    rf_call_log_record(c, b);
-    return w->forward(w->forward_user, m, c, b);
 }

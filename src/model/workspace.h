@@ -36,23 +36,4 @@ rf_runstate *rf_workspace_runstate(rf_workspace *w, const rf_config *cfg, int ma
 /* Give s back to w when it is w's, else free it. */
 void rf_workspace_runstate_free(rf_workspace *w, rf_runstate *s);
 
-/* Who runs a decoder's model calls. The decoders make every call through
- * rf_workspace_forward: rf_forward, unless an executor is set. An executor
- * gets each call after it passed rf_forward's validation against the
- * decoder's cache and run state and was recorded in the call log of the
- * decoder's thread (so the decoders' call counts and the replay benchmark
- * see what they see without one); it must run the call exactly as
- * rf_forward would (cache entries, logits into b->logits) and return 0, or
- * -1 with rf_last_error() set (the call then changed nothing). A server
- * uses it to run the call as part of a batched pass over many generations
- * (serve/scheduler.c); the executor owns the run state the call runs on, and
- * the one rf_workspace_runstate lends while an executor is set only holds
- * the sizes the calls are checked against (no buffers: it must not reach
- * rf_forward). */
-typedef int (*rf_forward_fn)(void *user, const rf_model *m, rf_kvcache *c, const rf_batch *b);
-/* fn NULL: rf_forward again. w must not be NULL. */
-void rf_workspace_set_forward(rf_workspace *w, rf_forward_fn fn, void *user);
-/* rf_forward(m, c, s, b), or w's executor (w may be NULL: rf_forward). */
-int rf_workspace_forward(rf_workspace *w, const rf_model *m, rf_kvcache *c, rf_runstate *s, const rf_batch *b);
-
 #endif
