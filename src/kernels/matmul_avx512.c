@@ -17,7 +17,7 @@
  * the nibbles u = w + 8 are the unsigned operand, and the accumulator starts
  * at -8 * sum(x) (stored with the activations). Both are exact integer dot
  * products per 32-block; a zmm holds two blocks (lanes 0-7 and 8-15), scaled
- * by d_w * d_x in f32. Packed panels of Q8_0, Q4_0, IQ4_NL and the
+ * by d_w * d_x in f32. Packed panels of Q8_0, Q4_0, IQ4_NL, Q4_1, Q5_0, Q5_1 and the
  * super-block types are read by the kernels further below. */
 #include <immintrin.h>
 #include <string.h>
@@ -571,11 +571,15 @@ size_t rf_q8p_prep_avx512_bytes(int n, int cols) { return (size_t)n * (cols / RF
 
 void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt, int part, int parts) {
     /* the weights' offset (see the pack; IQ4_NL / IQ4_XS: their levels
-     * shuffled to level + 128); Q4_K: -1, init = sum(q), which the kernel
-     * scales by each chunk's min; Q6_K: the sums of the two 16-column
-     * halves (|sum| <= 2032) as init's low and high 16 bits */
+     * shuffled to level + 128; Q5_0: its levels 0..31 are w + 16); Q4_K,
+     * Q5_K, Q4_1, Q5_1: -1, init = sum(q), which the kernel scales by the
+     * block's or chunk's min; Q6_K: the sums of the two 16-column halves
+     * (|sum| <= 2032) as init's low and high 16 bits */
     const int nb = cols / RF_QK,
-              off = wdt == RF_Q8_0 || wdt == RF_IQ4_NL || wdt == RF_IQ4_XS ? 128 : wdt == RF_Q4_0 ? 8 : -1;
+              off = wdt == RF_Q8_0 || wdt == RF_IQ4_NL || wdt == RF_IQ4_XS ? 128
+                    : wdt == RF_Q4_0                                       ? 8
+                    : wdt == RF_Q5_0                                       ? 16
+                                                                           : -1;
     int b0, b1;
     rf_share(nb, part, parts, &b0, &b1);
     for (int t = 0; t < n; t++)
@@ -604,7 +608,34 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
  * vpdpbusd, once per tile for all its tokens (qpkern below serves both
  * formats). */
 
+/* 1 for the types whose weights carry a min (Q4_1 / Q5_1: d q + m; Q4_K
+ * / Q5_K: d sc q - dmin m): their integer dots start at 0 and the min
+ * comes in in f32, times the token's dx sum(x_q) (init = sum(x_q)) */
+static inline int qp_has_min(rf_dtype dt) { return dt == RF_Q4_K || dt == RF_Q5_K || dt == RF_Q4_1 || dt == RF_Q5_1; }
+
+/* the 16 rows' d of a 32-block panel's block wb (matmul_impl.h
+ * rf_qp_scales_at), and the f16 m that follow them */
+static inline __attribute__((always_inline)) __m512 qp_d(const rf_dtype dt, const uint8_t *wb) {
+    if (rf_qp_f16_scales(dt)) return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(wb + rf_qp_scales_at(dt))));
+    return _mm512_load_ps((const float *)(wb + rf_qp_scales_at(dt)));
+}
+static inline __attribute__((always_inline)) __m512 qp_m(const rf_dtype dt, const uint8_t *wb) {
+    return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(wb + rf_qp_scales_at(dt) + 32)));
+}
+
+/* acc plus one 32-block's share for a token x: the integer dot ia times
+ * dw dx, and for Q4_1 / Q5_1 their m (mw) times dx sum(x_q) */
+static inline __attribute__((always_inline)) __m512 qp_fold(const rf_dtype dt, __m512 acc, __m512i ia, __m512 dw,
+                                                            __m512 mw, const xq_block *x) {
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(dw, _mm512_set1_ps(x->dx)), acc);
+    if (dt == RF_Q4_1 || dt == RF_Q5_1) acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(x->dx * (float)x->init), acc);
+    return acc;
+}
+
 /* One 32-block of P panels for T tokens: ia[p][t] = the integer dot of
+ * (Q4_1 / Q5_0 / Q5_1: the nibbles as Q4_0's, with the fifth bits ORed in
+ * as bit 4 as Q5_K's; Q5_0's offset 16 through init = -16 sum(x), the
+ * mins of Q4_1 / Q5_1 in f32 by qp_fold)
  * panel p's block with token t's (x[t]), the weights' offset folded
  * in through x's init: 8 vpdpbusd of the 8 column groups (Q4_0: 4
  * vectors, each unpacked into groups v and 4 + v once for all tokens).
@@ -621,8 +652,8 @@ static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, 
     static const uint8_t iq4[16] = {RF_IQ4NL_U8};
     const int nl = dt == RF_IQ4_NL || dt == RF_IQ4_XS; /* nibbles index the table */
     const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)iq4));
-    for (int t = 0; t < T; t++) { /* Q4_K / Q5_K: their mins are applied in f32 (qkp_kern) */
-        __m512i init = dt == RF_Q4_K || dt == RF_Q5_K ? _mm512_setzero_si512() : _mm512_set1_epi32(x[t].init);
+    for (int t = 0; t < T; t++) { /* the types with mins: applied in f32 (qkp_kern, qp_fold) */
+        __m512i init = qp_has_min(dt) ? _mm512_setzero_si512() : _mm512_set1_epi32(x[t].init);
         for (int p = 0; p < P; p++) ia[p][t] = init;
     }
     for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
@@ -632,7 +663,8 @@ static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, 
             lo[p] = dt == RF_Q8_0 ? q : _mm512_and_si512(q, m4);
             if (dt != RF_Q8_0) hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
             if (nl) lo[p] = _mm512_shuffle_epi8(tbl, lo[p]), hi[p] = _mm512_shuffle_epi8(tbl, hi[p]);
-            if (dt == RF_Q5_K) { /* the fifth bits: vector v's at bits v and 4 + v of the chunk's bit vector */
+            if (dt == RF_Q5_K || dt == RF_Q5_0 || dt == RF_Q5_1) {
+                /* the fifth bits: vector v's at bits v and 4 + v of the block's (chunk's) bit vector */
                 const __m512i h = _mm512_load_si512(wb + p * panel + 256);
                 lo[p] = _mm512_or_si512(lo[p], _mm512_and_si512(_mm512_slli_epi16(h, 4 - v), m10));
                 hi[p] = _mm512_or_si512(hi[p], _mm512_and_si512(_mm512_srli_epi16(h, v), m10));
@@ -652,7 +684,7 @@ static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, 
     }
 }
 
-/* P panels x T tokens of Q8_0 or Q4_0 (dt, a constant at every call site;
+/* P panels x T tokens of a 32-block panel type or IQ4_XS (dt, a constant at every call site;
  * x: the tile's first token in block 0, a block's tokens bs apart):
  * per block an integer accumulator per (panel, token), 8 vpdpbusd of the
  * 8 column groups (Q4_0: 4 vectors, each unpacked into groups v and 4 + v
@@ -664,8 +696,7 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
     /* IQ4_XS: block b is chunk b % 8 of super-block b / 8; its prefetches
      * take an eighth of a super-block per chunk (block) */
     const int xs = dt == RF_IQ4_XS;
-    const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : xs ? RF_IQ4XSP_SB / 8 : RF_Q4P_BLOCK,
-                 scales = dt == RF_Q8_0 ? 512 : 256;
+    const size_t block = xs ? RF_IQ4XSP_SB / 8 : rf_qp_block_bytes(dt);
     __m512 acc[8][8];
     for (int p = 0; p < P; p++)
         for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
@@ -693,13 +724,12 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
         qblock_dot(dt, P, T, wb, panel, xb, ia);
         for (int p = 0; p < P; p++) {
             /* IQ4_XS: d (ls - 32) from the chunk's scale bytes and the rows' d */
-            __m512 dw = xs ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                               _mm_load_si128((const __m128i *)(ws + p * panel + 2048 + 16 * (b % 8))))),
-                                           _mm512_load_ps((const float *)(ws + p * panel + 2176)))
-                           : _mm512_load_ps((const float *)(wb + p * panel + scales));
-            for (int t = 0; t < T; t++)
-                acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dw, _mm512_set1_ps(xb[t].dx)),
-                                            acc[p][t]);
+            const __m512 dw = xs ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(
+                                                     (const __m128i *)(ws + p * panel + 2048 + 16 * (b % 8))))),
+                                                 _mm512_load_ps((const float *)(ws + p * panel + 2176)))
+                                 : qp_d(dt, wb + p * panel),
+                         mw = qp_has_min(dt) ? qp_m(dt, wb + p * panel) : dw;
+            for (int t = 0; t < T; t++) acc[p][t] = qp_fold(dt, acc[p][t], ia[p][t], dw, mw, xb + t);
         }
     }
     for (int p = 0; p < P; p++) {
@@ -746,6 +776,12 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
         QPK_T(RF_IQ4_NL);
     } else if (dt == RF_IQ4_XS) {
         QPK_T(RF_IQ4_XS);
+    } else if (dt == RF_Q4_1) {
+        QPK_T(RF_Q4_1);
+    } else if (dt == RF_Q5_0) {
+        QPK_T(RF_Q5_0);
+    } else if (dt == RF_Q5_1) {
+        QPK_T(RF_Q5_1);
     } else {
         QPK_T(RF_Q4_0);
     }
@@ -776,15 +812,13 @@ _Static_assert(BO_PANELS <= 2, "qp_range_blocks copies two vectors of sums per t
 static inline __attribute__((always_inline)) void qbkern(const rf_dtype dt, const int P, const int T,
                                                          const uint8_t *wb, size_t panel, const xq_block *x,
                                                          float *acc) {
-    const size_t scales = dt == RF_Q8_0 ? 512 : 256;
     __m512i ia[BO_PANELS][8];
     qblock_dot(dt, P, T, wb, panel, x, ia);
     for (int p = 0; p < P; p++) {
-        __m512 dw = _mm512_load_ps((const float *)(wb + p * panel + scales));
+        const __m512 dw = qp_d(dt, wb + p * panel), mw = qp_has_min(dt) ? qp_m(dt, wb + p * panel) : dw;
         for (int t = 0; t < T; t++) {
             float *a = acc + (size_t)t * 16 * BO_PANELS + 16 * p;
-            _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]),
-                                               _mm512_mul_ps(dw, _mm512_set1_ps(x[t].dx)), _mm512_load_ps(a)));
+            _mm512_store_ps(a, qp_fold(dt, _mm512_load_ps(a), ia[p][t], dw, mw, x + t));
         }
     }
 }
@@ -806,7 +840,7 @@ static inline __attribute__((always_inline)) void qbkern(const rf_dtype dt, cons
  * tokens inside */
 static void qbgroup(rf_dtype dt, int P, const uint8_t *w, size_t panel, int nb, const xq_block *X, int n,
                     float *acc) {
-    const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK;
+    const size_t block = rf_qp_block_bytes(dt);
     const int ntt = (n + 7) / 8;
     for (int b = 0; b < nb; b++) {
         const uint8_t *wb = w + (size_t)b * block;
@@ -829,6 +863,12 @@ static void qbgroup(rf_dtype dt, int P, const uint8_t *w, size_t panel, int nb, 
                 if (P == BO_PANELS) QB_T(RF_Q8_0, BO_PANELS) else QB_T(RF_Q8_0, 1)
             } else if (dt == RF_IQ4_NL) {
                 if (P == BO_PANELS) QB_T(RF_IQ4_NL, BO_PANELS) else QB_T(RF_IQ4_NL, 1)
+            } else if (dt == RF_Q4_1) {
+                if (P == BO_PANELS) QB_T(RF_Q4_1, BO_PANELS) else QB_T(RF_Q4_1, 1)
+            } else if (dt == RF_Q5_0) {
+                if (P == BO_PANELS) QB_T(RF_Q5_0, BO_PANELS) else QB_T(RF_Q5_0, 1)
+            } else if (dt == RF_Q5_1) {
+                if (P == BO_PANELS) QB_T(RF_Q5_1, BO_PANELS) else QB_T(RF_Q5_1, 1)
             } else {
                 if (P == BO_PANELS) QB_T(RF_Q4_0, BO_PANELS) else QB_T(RF_Q4_0, 1)
             }
@@ -839,7 +879,7 @@ static void qbgroup(rf_dtype dt, int P, const uint8_t *w, size_t panel, int nb, 
 
 static void qp_range_blocks(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, int n, int a, int b) {
     const int nb = W->cols / RF_QK;
-    const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
+    const size_t panel = (size_t)nb * rf_qp_block_bytes(W->dtype);
     const uint8_t *pk = W->packed;
     _Alignas(64) float acc[BO_MAX_N * 16 * BO_PANELS];
     for (int r = a, P; r < b; r += 16 * P) {
@@ -1086,7 +1126,7 @@ void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, i
     }
     const int nb = W->cols / RF_QK;
     const size_t panel = W->dtype == RF_IQ4_XS ? (size_t)(W->cols / RF_QK_K) * RF_IQ4XSP_SB
-                                               : (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
+                                               : (size_t)nb * rf_qp_block_bytes(W->dtype);
     const uint8_t *pk = W->packed;
     const xq_block *X = xp;
     /* near-equal token tiles of up to 4 (Q8_0) or 6 (Q4_0): the tile sizes
