@@ -2,8 +2,9 @@
  * X and Y in f32, f32 accumulation (a Linear layer for n tokens at once).
  * Here: the dispatch to the per-tier kernels (kernels.h lists them) and the
  * avx2 float kernels. Packed at load (rf_mat_pack, matmul_pack.c): bf16,
- * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS; the other block types
- * run row-major, decoded per block (matmul_kq.c).
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, the K-quants Q2_K..Q6_K, IQ4_NL and
+ * IQ4_XS: every block type; a matrix nothing packed runs row-major,
+ * decoded per block (matmul_kq.c).
  *
  * The work is a set of dot products between weight rows and token rows, both
  * contiguous along cols. The inner kernel computes an R x T tile of them
@@ -624,6 +625,8 @@ static size_t packed_bytes(rf_dtype dt, int rows, int cols) {
     case RF_Q4_K: return rf_q4kp_pack_bytes(rows, cols);
     case RF_Q5_K: return rf_q5kp_pack_bytes(rows, cols);
     case RF_Q6_K: return rf_q6kp_pack_bytes(rows, cols);
+    case RF_Q3_K:
+    case RF_Q2_K: return rf_k23p_pack_bytes(dt, rows, cols);
     case RF_IQ4_NL: return rf_q4p_pack_bytes(rows, cols); /* Q4_0's panels */
     case RF_Q4_1:
     case RF_Q5_0:
@@ -744,6 +747,8 @@ void rf_mat_pack(rf_mat *W, void *buf) {
         rf_q5kp_pack(buf, W->data, W->rows, W->cols);
     else if (W->dtype == RF_Q6_K)
         rf_q6kp_pack(buf, W->data, W->rows, W->cols);
+    else if (W->dtype == RF_Q3_K || W->dtype == RF_Q2_K)
+        rf_k23p_pack(W->dtype, buf, W->data, W->rows, W->cols);
     else if (W->dtype == RF_IQ4_XS)
         rf_iq4xsp_pack(buf, W->data, W->rows, W->cols);
     else if (W->dtype == RF_Q4_1 || W->dtype == RF_Q5_0 || W->dtype == RF_Q5_1)

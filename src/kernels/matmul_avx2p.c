@@ -358,16 +358,18 @@ static void qtile(rf_dtype dt, int G, int T, const uint8_t *w, size_t panel, int
 #undef QK
 }
 
-/* ---- Q4_K / Q5_K / Q6_K ---------------------------------------------------------------- */
+/* ---- Q4_K / Q5_K / Q6_K / Q3_K / Q2_K ------------------------------------------------------ */
 
 /* The layouts of the avx512 tier's panels (matmul_pack.c rf_q4kp_pack,
- * rf_q5kp_pack, rf_q6kp_pack), each 64-byte vector read as two 8-row groups. Per 32-
- * column chunk and (group, token) the integer dot as Q4_0's (maddubs of
- * the unsigned levels with the token's int8 values; Q6_K: the chunk's two
- * 16-column halves apart, pairs of levels <= 63 summed in s32 per vector),
- * then the f32 sums scaled per row lane: Q4_K d sc dx minus dmin m dx
- * sum(x_q), Q6_K d (s0 dot0 + s1 dot1) dx with the offset 32 folded into
- * the dots through the halves' sums (rf_q_prep_avx2's init). The sums of
+ * rf_q5kp_pack, rf_q6kp_pack, rf_k23p_pack), each 64-byte vector read as
+ * two 8-row groups. Per 32-column chunk and (group, token) the integer dot
+ * as Q4_0's (maddubs of the unsigned levels with the token's int8 values;
+ * Q6_K, Q3_K, Q2_K: the chunk's two 16-column halves apart, pairs of
+ * levels summed in s32 per vector), then the f32 sums scaled per row lane:
+ * Q4_K d sc dx minus dmin m dx sum(x_q), Q6_K / Q3_K d (s0 dot0 + s1 dot1)
+ * dx with the offset (32, 4) folded into the dots through the halves' sums
+ * (rf_q_prep_avx2's init), Q2_K the same without an offset minus dmin (m0
+ * sum0 + m1 sum1) dx. The sums of
  * one panel and up to KP2_MAX_N tokens live in a buffer (L1); the
  * super-blocks are outside, so the panel streams once per KP2_MAX_N
  * tokens. */
@@ -405,25 +407,44 @@ static inline AI void k4kern(const rf_dtype dt, const int T, const uint8_t *wc, 
     }
 }
 
-static inline AI void k6kern(const int T, const uint8_t *wc, const uint8_t *sc, const float *d, const rf_xq_avx2 *x,
-                             size_t ldx, float *acc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+/* the unsigned levels of 8-row group g of chunk wc of a Q6_K, Q3_K or
+ * Q2_K panel in column groups v (lo: of its first 16 columns) and 4 + v
+ * (hi: of its last 16), as the avx512 tier's k16_levels */
+static inline AI void k16_levels(const rf_dtype dt, const uint8_t *wc, int g, int v, __m256i *lo, __m256i *hi) {
+    if (dt == RF_Q6_K) {
+        const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+        const __m256i q = _mm256_load_si256((const __m256i *)(wc + 64 * v + 32 * g)),
+                      h = _mm256_load_si256((const __m256i *)(wc + 256 + 64 * (v / 2) + 32 * g));
+        const __m256i hl = v & 1 ? h : _mm256_slli_epi16(h, 4), hh = v & 1 ? _mm256_srli_epi16(h, 2) : _mm256_slli_epi16(h, 2);
+        *lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(hl, m30));
+        *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_and_si256(hh, m30));
+        return;
+    }
+    const __m256i m3 = _mm256_set1_epi8(3);
+    *lo = _mm256_and_si256(_mm256_srli_epi16(_mm256_load_si256((const __m256i *)(wc + 32 * g)), 2 * v), m3);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(_mm256_load_si256((const __m256i *)(wc + 64 + 32 * g)), 2 * v), m3);
+    if (dt == RF_Q3_K) { /* the high bits v and 4 + v to bit 2 */
+        const __m256i h = _mm256_load_si256((const __m256i *)(wc + 128 + 32 * g)), m4 = _mm256_set1_epi8(4);
+        *lo = _mm256_or_si256(*lo, _mm256_and_si256(v <= 2 ? _mm256_slli_epi16(h, 2 - v) : _mm256_srli_epi16(h, v - 2), m4));
+        *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_srli_epi16(h, v + 2), m4));
+    }
+}
+
+/* Q6_K, Q3_K or Q2_K: the chunk's two 16-column halves apart, with the
+ * offsets (Q6_K 32, Q3_K 4) through the halves' sums, Q2_K's mins in f32 */
+static inline AI void k16kern(const rf_dtype dt, const int T, const uint8_t *wc, const uint8_t *sc, const float *d,
+                              const rf_xq_avx2 *x, size_t ldx, float *acc) {
+    const int off = dt == RF_Q6_K ? 32 : dt == RF_Q3_K ? 4 : 0;
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256i ia[2][2][2]; /* [group][token][half] */
     for (int t = 0; t < T; t++) {
-        const __m256i i0 = _mm256_set1_epi32(-32 * (int16_t)(x[t * ldx].nsum8 & 0xFFFF)),
-                      i1 = _mm256_set1_epi32(-32 * (x[t * ldx].nsum8 >> 16));
+        const __m256i i0 = _mm256_set1_epi32(-off * (int16_t)(x[t * ldx].nsum8 & 0xFFFF)),
+                      i1 = _mm256_set1_epi32(-off * (x[t * ldx].nsum8 >> 16));
         for (int g = 0; g < 2; g++) ia[g][t][0] = i0, ia[g][t][1] = i1;
     }
     for (int v = 0; v < 4; v++) {
         __m256i lo[2], hi[2];
-        for (int g = 0; g < 2; g++) {
-            const __m256i q = _mm256_load_si256((const __m256i *)(wc + 64 * v + 32 * g)),
-                          h = _mm256_load_si256((const __m256i *)(wc + 256 + 64 * (v / 2) + 32 * g));
-            const __m256i hl = v & 1 ? h : _mm256_slli_epi16(h, 4),
-                          hh = v & 1 ? _mm256_srli_epi16(h, 2) : _mm256_slli_epi16(h, 2);
-            lo[g] = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(hl, m30));
-            hi[g] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_and_si256(hh, m30));
-        }
+        for (int g = 0; g < 2; g++) k16_levels(dt, wc, g, v, &lo[g], &hi[g]);
         for (int t = 0; t < T; t++) {
             const __m256i xl = bcast4(x[t * ldx].q + 4 * v), xh = bcast4(x[t * ldx].q + 16 + 4 * v);
             for (int g = 0; g < 2; g++) {
@@ -434,13 +455,29 @@ static inline AI void k6kern(const int T, const uint8_t *wc, const uint8_t *sc, 
     }
     for (int g = 0; g < 2; g++) {
         const __m256 dv = _mm256_loadu_ps(d + 8 * g);
-        const __m256 s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * g)))), dv),
-                     s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 + 8 * g)))), dv);
+        const __m256i b0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * g))),
+                      b1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 + 8 * g)));
+        __m256 s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(b0), dv), s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(b1), dv), m0 = s0,
+               m1 = s1;
+        if (dt == RF_Q2_K) { /* scale in the low nibble, min in the high one */
+            const __m256i m15 = _mm256_set1_epi32(15);
+            const __m256 dm = _mm256_loadu_ps(d + 16 + 8 * g);
+            s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b0, m15)), dv);
+            s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b1, m15)), dv);
+            m0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(b0, 4), m15)), dm);
+            m1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(b1, 4), m15)), dm);
+        }
         for (int t = 0; t < T; t++) {
             float *a = acc + 16 * t + 8 * g;
+            const rf_xq_avx2 *xt = x + t * ldx;
             const __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[g][t][0]), s0,
                                              _mm256_mul_ps(_mm256_cvtepi32_ps(ia[g][t][1]), s1));
-            _mm256_store_ps(a, _mm256_fmadd_ps(f, _mm256_set1_ps(x[t * ldx].d), _mm256_load_ps(a)));
+            __m256 r = _mm256_fmadd_ps(f, _mm256_set1_ps(xt->d), _mm256_load_ps(a));
+            if (dt == RF_Q2_K) {
+                r = _mm256_fnmadd_ps(m0, _mm256_set1_ps(xt->d * (float)(int16_t)(xt->nsum8 & 0xFFFF)), r);
+                r = _mm256_fnmadd_ps(m1, _mm256_set1_ps(xt->d * (float)(xt->nsum8 >> 16)), r);
+            }
+            _mm256_store_ps(a, r);
         }
     }
 }
@@ -475,12 +512,13 @@ static inline AI void xskern(const int T, const uint8_t *wc, const int8_t *sc, c
     }
 }
 
-/* one panel w (Q4_K, Q5_K, Q6_K or IQ4_XS), tokens [t0, t0 + m) (x: token t0's blocks,
- * nb per token), into acc[m][16]: super-blocks outside, near-equal token
- * tiles of <= 4 (Q4_K) or <= 2 (Q6_K) inside */
+/* one panel w (Q4_K, Q5_K, Q6_K, Q3_K, Q2_K or IQ4_XS), tokens [t0, t0 +
+ * m) (x: token t0's blocks, nb per token), into acc[m][16]: super-blocks
+ * outside, near-equal token tiles of <= 4 (Q4_K) or <= 2 (Q6_K, Q3_K,
+ * Q2_K: two halves per token) inside */
 static void kp_panel(rf_dtype dt, const uint8_t *w, int nsb, const rf_xq_avx2 *x, int nb, int m, float *acc) {
-    const size_t sb = dt == RF_Q4_K ? RF_Q4KP_SB : dt == RF_Q5_K ? RF_Q5KP_SB : dt == RF_IQ4_XS ? RF_IQ4XSP_SB : RF_Q6KP_SB;
-    const int tmax = dt == RF_Q6_K ? 2 : 4;
+    const size_t sb = rf_kp_sb_bytes(dt), chunk = rf_k16p_chunk(dt);
+    const int tmax = dt == RF_Q6_K || dt == RF_Q3_K || dt == RF_Q2_K ? 2 : 4;
     for (int s = 0; s < nsb; s++) {
         const uint8_t *ws = w + (size_t)s * sb;
         for (size_t l = 0; l < sb; l += 64) rf_prefetch_stream((const char *)ws + PF_BYTES + l);
@@ -517,11 +555,14 @@ static void kp_panel(rf_dtype dt, const uint8_t *w, int nsb, const rf_xq_avx2 *x
                     case 3: xskern(3, wc, sc, d, xt, nb, a); break;
                     default: xskern(4, wc, sc, d, xt, nb, a); break;
                     }
-                } else {
-                    const uint8_t *wc = ws + 384 * c, *sc = ws + 3072 + 32 * c;
-                    const float *d = (const float *)(ws + 3328);
-                    if (T == 1) k6kern(1, wc, sc, d, xt, nb, a);
-                    else k6kern(2, wc, sc, d, xt, nb, a);
+                } else { /* Q6_K, Q3_K, Q2_K */
+                    const uint8_t *wc = ws + chunk * c, *sc = ws + 8 * chunk + 32 * c;
+                    const float *d = (const float *)(ws + 8 * chunk + 256);
+#define K16_T(DT) (T == 1 ? k16kern(DT, 1, wc, sc, d, xt, nb, a) : k16kern(DT, 2, wc, sc, d, xt, nb, a))
+                    if (dt == RF_Q6_K) K16_T(RF_Q6_K);
+                    else if (dt == RF_Q3_K) K16_T(RF_Q3_K);
+                    else K16_T(RF_Q2_K);
+#undef K16_T
                 }
             }
         }
@@ -530,10 +571,7 @@ static void kp_panel(rf_dtype dt, const uint8_t *w, int nsb, const rf_xq_avx2 *x
 
 static void kp_range(float *Y, size_t ldy, const rf_xq_avx2 *X, const rf_mat *W, int n, int a, int b) {
     const int nsb = W->cols / RF_QK_K, nb = W->cols / RF_QK;
-    const size_t panel = (size_t)nsb * (W->dtype == RF_Q4_K    ? RF_Q4KP_SB
-                                        : W->dtype == RF_Q5_K  ? RF_Q5KP_SB
-                                        : W->dtype == RF_IQ4_XS ? RF_IQ4XSP_SB
-                                                                : RF_Q6KP_SB);
+    const size_t panel = (size_t)nsb * rf_kp_sb_bytes(W->dtype);
     _Alignas(32) float acc[KP2_MAX_N * 16];
     for (int r = a; r < b; r += 16)
         for (int t0 = 0; t0 < n; t0 += KP2_MAX_N) {
@@ -551,7 +589,8 @@ static void kp_range(float *Y, size_t ldy, const rf_xq_avx2 *X, const rf_mat *W,
 void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
     /* IQ4_XS: calls of one token tile in the panel groups below (up to 4
      * panels streaming at once; kp_range streams one), wider ones in kp_range */
-    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K || (W->dtype == RF_IQ4_XS && n > QP_TMAX)) {
+    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K || W->dtype == RF_Q3_K || W->dtype == RF_Q2_K ||
+        (W->dtype == RF_IQ4_XS && n > QP_TMAX)) {
         kp_range(Y, ldy, xp, W, n, a, b);
         return;
     }

@@ -573,8 +573,8 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
     /* the weights' offset (see the pack; IQ4_NL / IQ4_XS: their levels
      * shuffled to level + 128; Q5_0: its levels 0..31 are w + 16); Q4_K,
      * Q5_K, Q4_1, Q5_1: -1, init = sum(q), which the kernel scales by the
-     * block's or chunk's min; Q6_K: the sums of the two 16-column halves
-     * (|sum| <= 2032) as init's low and high 16 bits */
+     * block's or chunk's min; Q6_K, Q3_K, Q2_K: the sums of the two
+     * 16-column halves (|sum| <= 2032) as init's low and high 16 bits */
     const int nb = cols / RF_QK,
               off = wdt == RF_Q8_0 || wdt == RF_IQ4_NL || wdt == RF_IQ4_XS ? 128
                     : wdt == RF_Q4_0                                       ? 8
@@ -597,7 +597,8 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
             _mm_storeu_si128((__m128i *)(o->q + 16), _mm512_cvtepi32_epi8(qc));
             o->dx = d;
             const int32_t sa = _mm512_reduce_add_epi32(qa), sc = _mm512_reduce_add_epi32(qc);
-            o->init = wdt == RF_Q6_K ? (int32_t)((uint32_t)(uint16_t)sa | (uint32_t)sc << 16) : -off * (sa + sc);
+            o->init = wdt == RF_Q6_K || wdt == RF_Q3_K || wdt == RF_Q2_K ? (int32_t)((uint32_t)(uint16_t)sa | (uint32_t)sc << 16)
+                                                                          : -off * (sa + sc);
         }
 }
 
@@ -1004,35 +1005,58 @@ static void qkp_group(rf_dtype dt, int P, const uint8_t *w, size_t panel, int ns
     }
 }
 
-/* ---- Q6_K, packed panels ------------------------------------------------------
+/* ---- Q6_K, Q3_K and Q2_K, packed panels ----------------------------------------
  *
- * The layout (matmul_pack.c): per panel and 256-column super-block, 8
- * chunks of 32 columns, each its low nibbles as a Q4_0 panel and its high
- * bit pairs in two vectors; then the 16-column scales as bytes and the
- * rows' d. Per chunk and (panel, token) two integer dots, the chunk's
- * first 16 columns (the low nibbles' groups) and its last 16, each with
- * the weights' offset 32 folded in through the token's half sums
- * (rf_q8p_prep_avx512 keeps them in init's two 16-bit halves); then two
- * conversions, the scales, and one FMA by the token's dx. Two accumulators
- * per (panel, token): one panel at a time, tiles of up to 8 tokens, the
- * super-blocks outside as for Q4_K. */
+ * The layouts (matmul_pack.c): per panel and 256-column super-block, 8
+ * chunks of 32 columns (Q6_K: its low nibbles as a Q4_0 panel and its high
+ * bit pairs in two vectors; Q3_K: its 2-bit levels in two vectors and the
+ * high bits in a third; Q2_K: the 2-bit levels); then the 16-column scales
+ * as bytes and the rows' d (Q2_K: and dmin). Per chunk and (panel, token)
+ * two integer dots, the chunk's first 16 columns (the low nibbles' groups)
+ * and its last 16, each with the weights' offset (Q6_K 32, Q3_K 4) folded
+ * in through the token's half sums (rf_q8p_prep_avx512 keeps them in
+ * init's two 16-bit halves); then two conversions, the scales, and one FMA
+ * by the token's dx; Q2_K's mins by two more FMAs with the half sums. Two
+ * accumulators per (panel, token): one panel at a time, tiles of up to 8
+ * tokens, the super-blocks outside as for Q4_K. */
+
+/* the unsigned levels of chunk wc's column groups v (lo: of its first 16
+ * columns) and 4 + v (hi: of its last 16) */
+static inline __attribute__((always_inline)) void k16_levels(const rf_dtype dt, const uint8_t *wc, int v, __m512i *lo,
+                                                             __m512i *hi) {
+    if (dt == RF_Q6_K) {
+        const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+        const __m512i q = _mm512_load_si512(wc + 64 * v), h = _mm512_load_si512(wc + 256 + 64 * (v / 2));
+        const __m512i hl = v & 1 ? h : _mm512_slli_epi16(h, 4), hh = v & 1 ? _mm512_srli_epi16(h, 2) : _mm512_slli_epi16(h, 2);
+        *lo = _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(hl, m30));
+        *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), _mm512_and_si512(hh, m30));
+        return;
+    }
+    const __m512i m3 = _mm512_set1_epi8(3);
+    *lo = _mm512_and_si512(_mm512_srli_epi16(_mm512_load_si512(wc), 2 * v), m3);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(_mm512_load_si512(wc + 64), 2 * v), m3);
+    if (dt == RF_Q3_K) { /* the high bits v and 4 + v to bit 2 */
+        const __m512i h = _mm512_load_si512(wc + 128), m4 = _mm512_set1_epi8(4);
+        *lo = _mm512_or_si512(*lo, _mm512_and_si512(v <= 2 ? _mm512_slli_epi16(h, 2 - v) : _mm512_srli_epi16(h, v - 2), m4));
+        *hi = _mm512_or_si512(*hi, _mm512_and_si512(_mm512_srli_epi16(h, v + 2), m4));
+    }
+}
 
 /* chunk wc of one panel for T tokens (x: the chunk's first token; acc:
  * its sums, 16 KP_PANELS floats apart); sc: its scale bytes (the last 16
- * columns' 16 on); d: the rows' d */
-static inline __attribute__((always_inline)) void q6kp_kern(const int T, const uint8_t *wc, const uint8_t *sc,
-                                                            const float *d, const xq_block *x, float *acc) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+ * columns' 16 on); d: the rows' d (Q2_K: dmin 16 floats on) */
+static inline __attribute__((always_inline)) void k16p_kern(const rf_dtype dt, const int T, const uint8_t *wc,
+                                                            const uint8_t *sc, const float *d, const xq_block *x,
+                                                            float *acc) {
+    const int off = dt == RF_Q6_K ? 32 : dt == RF_Q3_K ? 4 : 0;
     __m512i ia[2][8];
     for (int t = 0; t < T; t++) {
-        ia[0][t] = _mm512_set1_epi32(-32 * (int16_t)(x[t].init & 0xFFFF));
-        ia[1][t] = _mm512_set1_epi32(-32 * (x[t].init >> 16));
+        ia[0][t] = _mm512_set1_epi32(-off * (int16_t)(x[t].init & 0xFFFF));
+        ia[1][t] = _mm512_set1_epi32(-off * (x[t].init >> 16));
     }
     for (int v = 0; v < 4; v++) {
-        const __m512i q = _mm512_load_si512(wc + 64 * v), h = _mm512_load_si512(wc + 256 + 64 * (v / 2));
-        const __m512i hl = v & 1 ? h : _mm512_slli_epi16(h, 4), hh = v & 1 ? _mm512_srli_epi16(h, 2) : _mm512_slli_epi16(h, 2);
-        const __m512i lo = _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(hl, m30)),
-                      hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), _mm512_and_si512(hh, m30));
+        __m512i lo, hi;
+        k16_levels(dt, wc, v, &lo, &hi);
         for (int t = 0; t < T; t++) {
             int32_t ql, qh;
             memcpy(&ql, x[t].q + 4 * v, 4);
@@ -1042,55 +1066,73 @@ static inline __attribute__((always_inline)) void q6kp_kern(const int T, const u
         }
     }
     const __m512 dv = _mm512_load_ps(d);
-    const __m512 s0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc))), dv),
-                 s1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16)))), dv);
+    const __m512i b0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc)),
+                  b1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16)));
+    __m512 s0 = _mm512_mul_ps(_mm512_cvtepi32_ps(b0), dv), s1 = _mm512_mul_ps(_mm512_cvtepi32_ps(b1), dv), m0 = s0, m1 = s1;
+    if (dt == RF_Q2_K) { /* scale in the low nibble, min in the high one (the byte sign-extended: masks) */
+        const __m512i m15 = _mm512_set1_epi32(15);
+        const __m512 dm = _mm512_load_ps(d + 16);
+        s0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b0, m15)), dv);
+        s1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b1, m15)), dv);
+        m0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(b0, 4), m15)), dm);
+        m1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(b1, 4), m15)), dm);
+    }
     for (int t = 0; t < T; t++) {
         float *a = acc + (size_t)t * 16 * KP_PANELS;
         const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[0][t]), s0, _mm512_mul_ps(_mm512_cvtepi32_ps(ia[1][t]), s1));
-        _mm512_store_ps(a, _mm512_fmadd_ps(f, _mm512_set1_ps(x[t].dx), _mm512_load_ps(a)));
+        __m512 r = _mm512_fmadd_ps(f, _mm512_set1_ps(x[t].dx), _mm512_load_ps(a));
+        if (dt == RF_Q2_K) {
+            r = _mm512_fnmadd_ps(m0, _mm512_set1_ps(x[t].dx * (float)(int16_t)(x[t].init & 0xFFFF)), r);
+            r = _mm512_fnmadd_ps(m1, _mm512_set1_ps(x[t].dx * (float)(x[t].init >> 16)), r);
+        }
+        _mm512_store_ps(a, r);
     }
 }
 
-/* one panel w, tokens [t0, t0 + m) of the call's n, into acc[m][16
- * KP_PANELS] (the first 16 of each token's) */
-static void q6kp_group(const uint8_t *w, int nsb, const xq_block *X, int n, int t0, int m, float *acc) {
+#define K16_T(DT)                                                  \
+    switch (T) {                                                   \
+    case 1: k16p_kern(DT, 1, wc, sc, d, xb, a); break;             \
+    case 2: k16p_kern(DT, 2, wc, sc, d, xb, a); break;             \
+    case 3: k16p_kern(DT, 3, wc, sc, d, xb, a); break;             \
+    case 4: k16p_kern(DT, 4, wc, sc, d, xb, a); break;             \
+    case 5: k16p_kern(DT, 5, wc, sc, d, xb, a); break;             \
+    case 6: k16p_kern(DT, 6, wc, sc, d, xb, a); break;             \
+    case 7: k16p_kern(DT, 7, wc, sc, d, xb, a); break;             \
+    default: k16p_kern(DT, 8, wc, sc, d, xb, a); break;            \
+    }
+
+/* one panel w of Q6_K, Q3_K or Q2_K, tokens [t0, t0 + m) of the call's n,
+ * into acc[m][16 KP_PANELS] (the first 16 of each token's) */
+static void k16p_group(rf_dtype dt, const uint8_t *w, int nsb, const xq_block *X, int n, int t0, int m, float *acc) {
     const int ntt = (m + 7) / 8;
+    const size_t sb = rf_kp_sb_bytes(dt), chunk = rf_k16p_chunk(dt);
     for (int s = 0; s < nsb; s++) {
-        const uint8_t *ws = w + (size_t)s * RF_Q6KP_SB;
-        for (size_t l = 0; l < RF_Q6KP_SB; l += 64) /* PF_AHEAD_FEW bytes ahead, into the next panel near the end */
+        const uint8_t *ws = w + (size_t)s * sb;
+        for (size_t l = 0; l < sb; l += 64) /* PF_AHEAD_FEW bytes ahead, into the next panel near the end */
             rf_prefetch_stream(ws + PF_AHEAD_FEW + l);
+        const float *d = (const float *)(ws + 8 * chunk + 256);
         for (int c = 0; c < 8; c++) {
-            const uint8_t *wc = ws + 384 * c, *sc = ws + 3072 + 32 * c;
-            const float *d = (const float *)(ws + 3328);
+            const uint8_t *wc = ws + chunk * c, *sc = ws + 8 * chunk + 32 * c;
             for (int i = 0, u = 0; i < ntt; i++) {
                 const int T = m / ntt + (i < m % ntt);
                 const xq_block *xb = X + (size_t)(8 * s + c) * n + t0 + u;
                 float *a = acc + (size_t)u * 16 * KP_PANELS;
-                switch (T) {
-                case 1: q6kp_kern(1, wc, sc, d, xb, a); break;
-                case 2: q6kp_kern(2, wc, sc, d, xb, a); break;
-                case 3: q6kp_kern(3, wc, sc, d, xb, a); break;
-                case 4: q6kp_kern(4, wc, sc, d, xb, a); break;
-                case 5: q6kp_kern(5, wc, sc, d, xb, a); break;
-                case 6: q6kp_kern(6, wc, sc, d, xb, a); break;
-                case 7: q6kp_kern(7, wc, sc, d, xb, a); break;
-                default: q6kp_kern(8, wc, sc, d, xb, a); break;
-                }
+                if (dt == RF_Q6_K) K16_T(RF_Q6_K)
+                else if (dt == RF_Q3_K) K16_T(RF_Q3_K)
+                else K16_T(RF_Q2_K)
                 u += T;
             }
         }
     }
 }
 
-
-/* Q4_K, Q5_K, Q6_K or IQ4_XS panels: up to KP_PANELS panels (Q6_K: one,
- * for its two accumulators per token) and KP_MAX_N tokens at a time */
+/* Q4_K, Q5_K, Q6_K, Q3_K, Q2_K or IQ4_XS panels: up to KP_PANELS panels
+ * (Q6_K, Q3_K, Q2_K: one, for their two accumulators per token) and
+ * KP_MAX_N tokens at a time */
 static void kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, int n, int a, int b) {
-    const int nsb = W->cols / RF_QK_K, q6 = W->dtype == RF_Q6_K, pmax = q6 ? 1 : KP_PANELS;
-    const size_t panel = (size_t)nsb * (q6                        ? RF_Q6KP_SB
-                                        : W->dtype == RF_Q5_K     ? RF_Q5KP_SB
-                                        : W->dtype == RF_IQ4_XS   ? RF_IQ4XSP_SB
-                                                                  : RF_Q4KP_SB);
+    const rf_dtype dt = W->dtype;
+    const int nsb = W->cols / RF_QK_K, k16 = dt == RF_Q6_K || dt == RF_Q3_K || dt == RF_Q2_K, pmax = k16 ? 1 : KP_PANELS;
+    const size_t panel = (size_t)nsb * rf_kp_sb_bytes(dt);
     const uint8_t *pk = W->packed;
     _Alignas(64) float acc[KP_MAX_N * 16 * KP_PANELS];
     for (int r = a, P; r < b; r += 16 * P) {
@@ -1101,7 +1143,7 @@ static void kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, i
         for (int t0 = 0; t0 < n; t0 += KP_MAX_N) {
             const int m = n - t0 < KP_MAX_N ? n - t0 : KP_MAX_N;
             memset(acc, 0, sizeof(float) * (size_t)m * 16 * KP_PANELS);
-            if (q6) q6kp_group(pk + (size_t)(r / 16) * panel, nsb, X, n, t0, m, acc);
+            if (k16) k16p_group(dt, pk + (size_t)(r / 16) * panel, nsb, X, n, t0, m, acc);
             else qkp_group(W->dtype, P, pk + (size_t)(r / 16) * panel, panel, nsb, X, n, t0, m, acc);
             for (int t = 0; t < m; t++) {
                 const float *s = acc + (size_t)t * 16 * KP_PANELS;
@@ -1120,7 +1162,8 @@ void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, i
      * groups below, with the f32 sums in registers and up to 6 panels
      * streaming at once (the super-block order of kp_range streams 2 and
      * stays below the read bandwidth at 1 token); wider ones in kp_range */
-    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K || (W->dtype == RF_IQ4_XS && n > 6)) {
+    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K || W->dtype == RF_Q3_K || W->dtype == RF_Q2_K ||
+        (W->dtype == RF_IQ4_XS && n > 6)) {
         kp_range(Y, ldy, xp, W, n, a, b);
         return;
     }

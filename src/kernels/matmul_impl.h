@@ -66,6 +66,25 @@ void rf_q6kp_pack(void *dst, const void *w, int rows, int cols);
 #define RF_IQ4XSP_SB 2240 /* IQ4_XS: bytes per panel and 256-column super-block (matmul_pack.c) */
 size_t rf_iq4xsp_pack_bytes(int rows, int cols);
 void rf_iq4xsp_pack(void *dst, const void *w, int rows, int cols);
+#define RF_Q3KP_SB 1856 /* Q3_K: bytes per panel and 256-column super-block (matmul_pack.c) */
+#define RF_Q2KP_SB 1408 /* Q2_K: the same */
+size_t rf_k23p_pack_bytes(rf_dtype dt, int rows, int cols);
+void rf_k23p_pack(rf_dtype dt, void *dst, const void *w, int rows, int cols);
+/* The super-block panels with a scale per 16 columns (Q6_K, Q3_K, Q2_K):
+ * bytes per 32-column chunk; the chunks' scale bytes follow the 8 chunks,
+ * the rows' d (f32) 256 bytes on, Q2_K's dmin 64 bytes further */
+static inline size_t rf_k16p_chunk(rf_dtype dt) { return dt == RF_Q6_K ? 384 : dt == RF_Q3_K ? 192 : 128; }
+/* bytes per panel and super-block of the super-block panel types */
+static inline size_t rf_kp_sb_bytes(rf_dtype dt) {
+    switch (dt) {
+    case RF_Q4_K: return RF_Q4KP_SB;
+    case RF_Q5_K: return RF_Q5KP_SB;
+    case RF_Q6_K: return RF_Q6KP_SB;
+    case RF_Q3_K: return RF_Q3KP_SB;
+    case RF_Q2_K: return RF_Q2KP_SB;
+    default: return RF_IQ4XSP_SB;
+    }
+}
 /* The 32-block panel types (Q8_0, Q4_0, IQ4_NL, Q4_1, Q5_0, Q5_1): bytes
  * per panel and block, and the byte of a block where its 16 rows' d begin
  * (f32 for Q8_0 / Q4_0 / IQ4_NL; f16 for Q4_1 / Q5_0 / Q5_1, whose f16 m
@@ -91,7 +110,7 @@ typedef struct {
     float d;       /* activation scale */
     int32_t nsum8; /* -8 * sum(q): Q4_0's nibble offset, folded into the integer dot
                     * (packed Q5_0: -16 sum(q)); for packed Q4_K / Q5_K / Q4_1 / Q5_1
-                    * sum(q), the mins' factor; for packed Q6_K the sums of the
+                    * sum(q), the mins' factor; for packed Q6_K / Q3_K / Q2_K the sums of the
                     * two 16-column halves in the low and high 16 bits
                     * (rf_q_prep_avx2's wdt) */
 } rf_xq_avx2;      /* one 32-block of one token, 40 bytes */
@@ -100,7 +119,8 @@ size_t rf_q_prep_avx2_bytes(int n, int cols);
 void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, rf_dtype wdt, int part, int parts);
 void rf_q_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 /* ---- avx2 (matmul_kq.c): the other block types (Q4_1, Q5_0, Q5_1,
- * IQ4_NL, the K-quants, IQ4_XS), row-major, decoded per block ---- */
+ * IQ4_NL, the K-quants, IQ4_XS) when nothing packed them, row-major,
+ * decoded per block ---- */
 typedef struct {
     int8_t q[32];
     float d;      /* activation scale */
@@ -138,8 +158,8 @@ void rf_kq_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype dt, i
 /* ---- avx2, W packed (matmul_avx2p.c; a is a multiple of 16) ---- */
 /* bf16: X as it is (f32, no prep) */
 void rf_bf16p_range_avx2(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b);
-/* Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K / IQ4_NL /
- * IQ4_XS: the activations from rf_q_prep_avx2 */
+/* Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / the K-quants / IQ4_NL / IQ4_XS: the
+ * activations from rf_q_prep_avx2 */
 void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 
 /* ---- avx512 (matmul_avx512.c, compiled with AVX-512 flags) ---- */
@@ -163,7 +183,7 @@ size_t rf_bf16dp_prep_avx512_bytes(int n, int cols, int single);
 /* share part of parts (16-column chunks: its layout is pair-major) */
 void rf_bf16dp_prep_avx512(void *xp, const float *X, int n, int cols, int single, int part, int parts);
 void rf_bf16dp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
-/* Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS with W in 16-row
+/* Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / the K-quants / IQ4_NL / IQ4_XS with W in 16-row
  * panels (rf_mat_pack) and the activations
  * per token and block (the same rounding as rf_q_prep_avx512; the prep
  * depends on the weight dtype); a is a multiple of 16 */

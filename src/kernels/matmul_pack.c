@@ -272,6 +272,57 @@ void rf_q6kp_pack(void *dst, const void *w, int rows, int cols) {
         }
 }
 
+/* Q3_K and Q2_K: per panel and 256-column super-block, 8 chunks of 32
+ * columns (Q3_K: 192 bytes each, Q2_K: 128), each the 2-bit levels of its
+ * first 16 columns in one vector (byte 4 r + k, bits 2 v and 2 v + 1:
+ * column 4 v + k) and of its last 16 in the next (column 16 + 4 v + k),
+ * for Q3_K then the high bits in a third (byte 4 r + k: bit v = column 4
+ * v + k's, bit 4 + v = column 16 + 4 v + k's); then the 16-column scales
+ * as bytes (chunk c's first 16 columns at 8 chunk + 32 c + r, its last 16
+ * on): Q3_K's 6-bit scales minus 32 as signed bytes, Q2_K's scale byte as
+ * stored (scale in the low nibble, min in the high one); then the rows' d
+ * in f32 (8 chunk + 256), for Q2_K their dmin after it. A weight is d sc
+ * (q - 4) (Q3_K, q = the 2 bits + 4 x the high bit) or d sc q - dmin m
+ * (Q2_K), as ggml dequantises them; ggml: column j of chunk c takes bits
+ * 2 (c % 4) of qs[32 (c / 4) + j] and bit c of hmask[j]. 1,856 / 1,408
+ * bytes per 16 x 256 weights: 5.5% / 4.8% more than the blocks (their f16
+ * d as f32). */
+size_t rf_k23p_pack_bytes(rf_dtype dt, int rows, int cols) {
+    return (size_t)((rows + 15) / 16) * (cols / RF_QK_K) * rf_kp_sb_bytes(dt);
+}
+
+void rf_k23p_pack(rf_dtype dt, void *dst, const void *w, int rows, int cols) {
+    const int nsb = cols / RF_QK_K, np = (rows + 15) / 16, q3 = dt == RF_Q3_K;
+    const size_t sb = rf_kp_sb_bytes(dt), chunk = rf_k16p_chunk(dt), scales = 8 * chunk;
+#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
+    for (int p = 0; p < np; p++)
+        for (int s = 0; s < nsb; s++) {
+            uint8_t *o = (uint8_t *)dst + ((size_t)p * nsb + s) * sb;
+            float *d = (float *)(o + scales + 256);
+            memset(o, 0, sb);
+            for (int r = 0; r < 16 && 16 * p + r < rows; r++) {
+                const size_t i = (size_t)(16 * p + r) * nsb + s;
+                const rf_block_q3_k *b3 = q3 ? (const rf_block_q3_k *)w + i : NULL;
+                const rf_block_q2_k *b2 = q3 ? NULL : (const rf_block_q2_k *)w + i;
+                const uint8_t *qs = q3 ? b3->qs : b2->qs;
+                int8_t sc[16];
+                if (q3) rf_q3k_scales(b3->scales, sc);
+                for (int c = 0; c < 8; c++) {
+                    uint8_t *oc = o + chunk * c;
+                    for (int j = 0; j < 32; j++) {
+                        const int half = j / 16, v = j % 16 / 4, k = j % 4;
+                        oc[64 * half + 4 * r + k] |= (uint8_t)(((qs[32 * (c / 4) + j] >> 2 * (c % 4)) & 3) << 2 * v);
+                        if (q3) oc[128 + 4 * r + k] |= (uint8_t)(((b3->hmask[j] >> c) & 1) << (4 * half + v));
+                    }
+                    for (int h = 0; h < 2; h++)
+                        o[scales + 32 * c + 16 * h + r] = q3 ? (uint8_t)sc[2 * c + h] : b2->scales[2 * c + h];
+                }
+                d[r] = rf_f16_to_f32(q3 ? b3->d : b2->d);
+                if (!q3) d[16 + r] = rf_f16_to_f32(b2->dmin);
+            }
+        }
+}
+
 /* IQ4_XS: per panel and 256-column super-block (RF_IQ4XSP_SB = 2,240 bytes
  * per 16 x 256 weights, 4.375 bits a weight; IQ4_XS itself: 4.25): the 8
  * chunks of 32 columns as Q4_0's panels hold theirs (chunk c at byte 256 c,
