@@ -25,7 +25,7 @@
  *    add up in s16 (<= 8 * 2 * 15 * 127 = 30480, no overflow), one madd
  *    per block, and the offset comes in as -8 * sum(x) (nsum8).
  *  - Q4_1 (nibbles q, w = d q + m): as Q4_0 without the offset; the min
- *    comes in per block in f32 as m d_x sum(x) (nsum8 holds sum(x));
+ *    comes in per block in f32 as m d_x sum(x) (dsum holds d_x sum(x));
  *  - Q5_0 / Q5_1: the fifth bits ORed in as bit 4 (levels to 31, s32 per
  *    vector: levels45, dot45); Q5_0's offset as -16 sum(x), Q5_1's min as
  *    Q4_1's.
@@ -324,7 +324,7 @@ static inline AI void qkern(const rf_dtype dt, const int G, const int T, const u
                 if (dt == RF_Q4_0 || dt == RF_Q4_1) s = _mm256_madd_epi16(s, ones); /* s16 pair sums (dot45) */
                 if (dt == RF_Q4_0 || dt == RF_Q5_0) s = _mm256_add_epi32(s, _mm256_set1_epi32(xt->nsum8)); /* the offset */
                 acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_broadcast_ss(&xt->d)), acc[g][t]);
-                if (min) acc[g][t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xt->d * (float)xt->nsum8), acc[g][t]);
+                if (min) acc[g][t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(&xt->dsum), acc[g][t]);
             }
         }
     }
@@ -431,26 +431,40 @@ static inline AI void k16_levels(const rf_dtype dt, const uint8_t *wc, int g, in
 }
 
 /* Q6_K, Q3_K or Q2_K: the chunk's two 16-column halves apart, with the
- * offsets (Q6_K 32, Q3_K 4) through the halves' sums, Q2_K's mins in f32 */
+ * offsets (Q6_K 32, Q3_K 4) through the halves' sums, Q2_K's mins in f32.
+ * Q6_K's pairs of levels (<= 2 x 63 x 127) go to s32 per vector; Q3_K's
+ * and Q2_K's (<= 2 x 7 x 127) add up in s16 over the chunk's 4 vectors,
+ * one madd at its end */
 static inline AI void k16kern(const rf_dtype dt, const int T, const uint8_t *wc, const uint8_t *sc, const float *d,
                               const rf_xq_avx2 *x, size_t ldx, float *acc) {
     const int off = dt == RF_Q6_K ? 32 : dt == RF_Q3_K ? 4 : 0;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i ia[2][2][2]; /* [group][token][half] */
-    for (int t = 0; t < T; t++) {
-        const __m256i i0 = _mm256_set1_epi32(-off * (int16_t)(x[t * ldx].nsum8 & 0xFFFF)),
-                      i1 = _mm256_set1_epi32(-off * (x[t * ldx].nsum8 >> 16));
-        for (int g = 0; g < 2; g++) ia[g][t][0] = i0, ia[g][t][1] = i1;
-    }
+    for (int g = 0; g < 2; g++)
+        for (int t = 0; t < T; t++) ia[g][t][0] = ia[g][t][1] = _mm256_setzero_si256();
     for (int v = 0; v < 4; v++) {
         __m256i lo[2], hi[2];
         for (int g = 0; g < 2; g++) k16_levels(dt, wc, g, v, &lo[g], &hi[g]);
         for (int t = 0; t < T; t++) {
             const __m256i xl = bcast4(x[t * ldx].q + 4 * v), xh = bcast4(x[t * ldx].q + 16 + 4 * v);
             for (int g = 0; g < 2; g++) {
-                ia[g][t][0] = _mm256_add_epi32(ia[g][t][0], _mm256_madd_epi16(_mm256_maddubs_epi16(lo[g], xl), ones));
-                ia[g][t][1] = _mm256_add_epi32(ia[g][t][1], _mm256_madd_epi16(_mm256_maddubs_epi16(hi[g], xh), ones));
+                const __m256i pl = _mm256_maddubs_epi16(lo[g], xl), ph = _mm256_maddubs_epi16(hi[g], xh);
+                if (dt == RF_Q6_K) {
+                    ia[g][t][0] = _mm256_add_epi32(ia[g][t][0], _mm256_madd_epi16(pl, ones));
+                    ia[g][t][1] = _mm256_add_epi32(ia[g][t][1], _mm256_madd_epi16(ph, ones));
+                } else {
+                    ia[g][t][0] = _mm256_add_epi16(ia[g][t][0], pl);
+                    ia[g][t][1] = _mm256_add_epi16(ia[g][t][1], ph);
+                }
             }
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        const __m256i i0 = _mm256_set1_epi32(-off * (int16_t)(x[t * ldx].nsum8 & 0xFFFF)),
+                      i1 = _mm256_set1_epi32(-off * (x[t * ldx].nsum8 >> 16));
+        for (int g = 0; g < 2; g++) {
+            if (dt != RF_Q6_K) ia[g][t][0] = _mm256_madd_epi16(ia[g][t][0], ones), ia[g][t][1] = _mm256_madd_epi16(ia[g][t][1], ones);
+            ia[g][t][0] = _mm256_add_epi32(ia[g][t][0], i0), ia[g][t][1] = _mm256_add_epi32(ia[g][t][1], i1);
         }
     }
     for (int g = 0; g < 2; g++) {

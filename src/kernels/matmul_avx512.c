@@ -556,7 +556,8 @@ void rf_q_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, in
 
 /* one 32-block of one token: the int8 activations, their scale, and
  * -off * sum(q) (the weights' offset, 128 for Q8_0 and 8 for Q4_0, folded
- * into the integer dot). A call's blocks lie block-major: block b of token
+ * into the integer dot; for Q4_1 / Q5_1 dx sum(q) in f32, the factor of
+ * the block's min, one broadcast per use). A call's blocks lie block-major: block b of token
  * t at [b * n + t], so that a tile's tokens sit at constant offsets from
  * one pointer (token-major, the kernels below ran out of registers for a
  * pointer per token and spilled them into vector registers: 4 extra vmovq
@@ -564,7 +565,10 @@ void rf_q_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, in
 typedef struct {
     int8_t q[32];
     float dx;
-    int32_t init;
+    union {
+        int32_t init;
+        float dxsum;
+    };
 } xq_block;
 
 size_t rf_q8p_prep_avx512_bytes(int n, int cols) { return (size_t)n * (cols / RF_QK) * sizeof(xq_block); }
@@ -597,7 +601,10 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
             _mm_storeu_si128((__m128i *)(o->q + 16), _mm512_cvtepi32_epi8(qc));
             o->dx = d;
             const int32_t sa = _mm512_reduce_add_epi32(qa), sc = _mm512_reduce_add_epi32(qc);
-            o->init = wdt == RF_Q6_K || wdt == RF_Q3_K || wdt == RF_Q2_K ? (int32_t)((uint32_t)(uint16_t)sa | (uint32_t)sc << 16)
+            if (wdt == RF_Q4_1 || wdt == RF_Q5_1)
+                o->dxsum = d * (float)(sa + sc);
+            else
+                o->init = wdt == RF_Q6_K || wdt == RF_Q3_K || wdt == RF_Q2_K ? (int32_t)((uint32_t)(uint16_t)sa | (uint32_t)sc << 16)
                                                                           : -off * (sa + sc);
         }
 }
@@ -629,7 +636,7 @@ static inline __attribute__((always_inline)) __m512 qp_m(const rf_dtype dt, cons
 static inline __attribute__((always_inline)) __m512 qp_fold(const rf_dtype dt, __m512 acc, __m512i ia, __m512 dw,
                                                             __m512 mw, const xq_block *x) {
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(dw, _mm512_set1_ps(x->dx)), acc);
-    if (dt == RF_Q4_1 || dt == RF_Q5_1) acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(x->dx * (float)x->init), acc);
+    if (dt == RF_Q4_1 || dt == RF_Q5_1) acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(x->dxsum), acc);
     return acc;
 }
 

@@ -108,11 +108,14 @@ static inline size_t rf_qp_scales_at(rf_dtype dt) {
 typedef struct {
     int8_t q[32];
     float d;       /* activation scale */
-    int32_t nsum8; /* -8 * sum(q): Q4_0's nibble offset, folded into the integer dot
-                    * (packed Q5_0: -16 sum(q)); for packed Q4_K / Q5_K / Q4_1 / Q5_1
-                    * sum(q), the mins' factor; for packed Q6_K / Q3_K / Q2_K the sums of the
-                    * two 16-column halves in the low and high 16 bits
-                    * (rf_q_prep_avx2's wdt) */
+    union {
+        int32_t nsum8; /* -8 * sum(q): Q4_0's nibble offset, folded into the integer dot
+                        * (packed Q5_0: -16 sum(q)); for packed Q4_K / Q5_K sum(q),
+                        * the mins' factor; for packed Q6_K / Q3_K / Q2_K the sums
+                        * of the two 16-column halves in the low and high 16 bits
+                        * (rf_q_prep_avx2's wdt) */
+        float dsum;    /* packed Q4_1 / Q5_1: d sum(q), the factor of the block's min */
+    };
 } rf_xq_avx2;      /* one 32-block of one token, 40 bytes */
 size_t rf_q_prep_avx2_bytes(int n, int cols);
 /* share part of parts (tokens: its layout is token-major) */
