@@ -365,7 +365,8 @@ static void qtile(rf_dtype dt, int G, int T, const uint8_t *w, size_t panel, int
  * two 8-row groups. Per 32-column chunk and (group, token) the integer dot
  * as Q4_0's (maddubs of the unsigned levels with the token's int8 values;
  * Q6_K, Q3_K, Q2_K: the chunk's two 16-column halves apart, pairs of
- * levels summed in s32 per vector), then the f32 sums scaled per row lane:
+ * levels summed in s32 per vector for Q6_K, in s16 over the chunk for the
+ * 2- and 3-bit levels), then the f32 sums scaled per row lane:
  * Q4_K d sc dx minus dmin m dx sum(x_q), Q6_K / Q3_K d (s0 dot0 + s1 dot1)
  * dx with the offset (32, 4) folded into the dots through the halves' sums
  * (rf_q_prep_avx2's init), Q2_K the same without an offset minus dmin (m0

@@ -618,7 +618,8 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
 
 /* 1 for the types whose weights carry a min (Q4_1 / Q5_1: d q + m; Q4_K
  * / Q5_K: d sc q - dmin m): their integer dots start at 0 and the min
- * comes in in f32, times the token's dx sum(x_q) (init = sum(x_q)) */
+ * comes in in f32, times the token's dx sum(x_q) (Q4_K / Q5_K: init =
+ * sum(x_q); Q4_1 / Q5_1: dxsum) */
 static inline int qp_has_min(rf_dtype dt) { return dt == RF_Q4_K || dt == RF_Q5_K || dt == RF_Q4_1 || dt == RF_Q5_1; }
 
 /* the 16 rows' d of a 32-block panel's block wb (matmul_impl.h
@@ -641,12 +642,12 @@ static inline __attribute__((always_inline)) __m512 qp_fold(const rf_dtype dt, _
 }
 
 /* One 32-block of P panels for T tokens: ia[p][t] = the integer dot of
- * (Q4_1 / Q5_0 / Q5_1: the nibbles as Q4_0's, with the fifth bits ORed in
- * as bit 4 as Q5_K's; Q5_0's offset 16 through init = -16 sum(x), the
- * mins of Q4_1 / Q5_1 in f32 by qp_fold)
  * panel p's block with token t's (x[t]), the weights' offset folded
  * in through x's init: 8 vpdpbusd of the 8 column groups (Q4_0: 4
  * vectors, each unpacked into groups v and 4 + v once for all tokens).
+ * Q4_1 / Q5_0 / Q5_1: the nibbles as Q4_0's, Q5's fifth bits ORed in as
+ * bit 4 (as Q5_K's); Q5_0's offset 16 through init = -16 sum(x), the mins
+ * of Q4_1 / Q5_1 in f32 (qp_fold).
  * IQ4_NL / IQ4_XS: the nibbles are indexes; a byte shuffle (vpshufb, the
  * 16-entry table in each 128-bit lane) maps them to level + 128, unsigned
  * as Q8_0's weights, and init = -128 sum(x) takes the 128 off again: still
