@@ -315,8 +315,9 @@ static inline AI void qkern(const rf_dtype dt, const int G, const int T, const u
             const __m256 dw = xs ? _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
                                                      (const __m128i *)(wp + 2048 + 16 * (b % 8) + (g & 1) * 8)))),
                                                  _mm256_load_ps((const float *)(wp + 2176) + (g & 1) * 8))
-                              : rf_qp_f16_scales(dt) ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(wp + scales + (g & 1) * 16)))
-                                                     : _mm256_load_ps((const float *)(wp + scales + (g & 1) * 32)),
+                              : rf_qp_f16_scales(dt)
+                                  ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(wp + scales + (g & 1) * 16)))
+                                  : _mm256_load_ps((const float *)(wp + scales + (g & 1) * 32)),
                          mw = min ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(wp + scales + 32 + (g & 1) * 16))) : dw;
             for (int t = 0; t < T; t++) {
                 const rf_xq_avx2 *xt = x + t * ldx + b;
@@ -464,7 +465,8 @@ static inline AI void k16kern(const rf_dtype dt, const int T, const uint8_t *wc,
         const __m256i i0 = _mm256_set1_epi32(-off * (int16_t)(x[t * ldx].nsum8 & 0xFFFF)),
                       i1 = _mm256_set1_epi32(-off * (x[t * ldx].nsum8 >> 16));
         for (int g = 0; g < 2; g++) {
-            if (dt != RF_Q6_K) ia[g][t][0] = _mm256_madd_epi16(ia[g][t][0], ones), ia[g][t][1] = _mm256_madd_epi16(ia[g][t][1], ones);
+            if (dt != RF_Q6_K)
+                ia[g][t][0] = _mm256_madd_epi16(ia[g][t][0], ones), ia[g][t][1] = _mm256_madd_epi16(ia[g][t][1], ones);
             ia[g][t][0] = _mm256_add_epi32(ia[g][t][0], i0), ia[g][t][1] = _mm256_add_epi32(ia[g][t][1], i1);
         }
     }

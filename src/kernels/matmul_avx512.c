@@ -604,8 +604,9 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
             if (wdt == RF_Q4_1 || wdt == RF_Q5_1)
                 o->dxsum = d * (float)(sa + sc);
             else
-                o->init = wdt == RF_Q6_K || wdt == RF_Q3_K || wdt == RF_Q2_K ? (int32_t)((uint32_t)(uint16_t)sa | (uint32_t)sc << 16)
-                                                                          : -off * (sa + sc);
+                o->init = wdt == RF_Q6_K || wdt == RF_Q3_K || wdt == RF_Q2_K
+                              ? (int32_t)((uint32_t)(uint16_t)sa | (uint32_t)sc << 16)
+                              : -off * (sa + sc);
         }
 }
 

@@ -1,5 +1,6 @@
 /* matmul_pack.c - the packed panel layouts of bf16, Q8_0, Q4_0, IQ4_NL,
- * Q4_1, Q5_0, Q5_1 and the 256-weight super-block types (kernels.h rf_mat_pack), written once at load time and read by both the
+ * Q4_1, Q5_0, Q5_1 and the 256-weight super-block types (kernels.h
+ * rf_mat_pack), written once at load time and read by both the
  * avx512 kernels (matmul_avx512.c: one 64-byte vector per 16 rows) and the
  * avx2 ones (matmul_avx2p.c: the same vector as two 32-byte halves of 8
  * rows). One layout for both tiers, so a model packed at either tier runs at
