@@ -252,6 +252,8 @@ int main(int argc, char **argv) {
                         pk = g_peak[1][RF_F32]; /* packed bf16 on widened f32 FMAs (else vdpbf16ps) */
                     if (!lay && dt != RF_BF16 && tier == RF_CPU_AMX) pk = g_peak[1][dt]; /* row-major Q8_0 / Q4_0 at amx: vpdpbusd */
                     if (lay && dt == RF_IQ4_NL && tier >= 1) pk = g_peak[1][RF_Q4_0]; /* packed IQ4_NL at avx512, amx: vpdpbusd */
+                    if (lay && (dt == RF_Q4_1 || dt == RF_Q5_0 || dt == RF_Q5_1))
+                        pk = g_peak[tier >= 1][RF_Q4_0]; /* packed Q4_1 / Q5_0 / Q5_1: Q4_0's maddubs step, vpdpbusd */
                     char shs[32], ratio[16] = "";
                     snprintf(shs, sizeof shs, "%dx%d", sh->rows, sh->cols);
                     if (s1 > 0) snprintf(ratio, sizeof ratio, "%.2f", s / s1);

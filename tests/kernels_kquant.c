@@ -13,9 +13,9 @@
  *    the |terms| (the kernel rounds the scale products and f32 sums only);
  *  - rf_mat_row_f32 (the embedding lookup) gives the dequantised row
  *    exactly;
- *  - where the type has a panel copy (Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS:
- *    16-row panels, read by both tiers' packed kernels), the same checks
- *    on it, and one call of 70 tokens. */
+ *  - the panel copy (every one of these types has one: 16-row panels,
+ *    read by both tiers' packed kernels): the same checks on it, and one
+ *    call of 70 tokens. */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>

@@ -27,13 +27,16 @@
  *                     be a multiple of 32. Results differ from the f32 dot
  *                     product of the dequantised weights by the activation
  *                     rounding (<= |w| max|x_block| / 254 per term).
- *   Q4_K, Q5_K, Q6_K, the same activations and exact integer dots on
- *   IQ4_NL, IQ4_XS    16-row panels (rf_mat_pack; IQ4_NL in Q4_0's, its
- *                     nibbles mapped to levels by byte shuffles): avx512
- *                     vpdpbusd (matmul_avx512.c), avx2 maddubs
- *                     (matmul_avx2p.c). Row-major, these and the other
- *                     block types (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K) are
- *                     decoded per block (matmul_kq.c).
+ *   Q4_1, Q5_0, Q5_1, the same activations and exact integer dots on
+ *   Q2_K..Q6_K,       16-row panels (rf_mat_pack; IQ4_NL in Q4_0's, its
+ *   IQ4_NL, IQ4_XS    nibbles mapped to levels by byte shuffles; Q4_1 /
+ *                     Q5_0 / Q5_1 in Q4_0's nibbles with the fifth bits
+ *                     beside them; Q2_K / Q3_K as 2-bit levels, Q3_K's
+ *                     high bits beside them; the mins through the
+ *                     activations' block sums): avx512 vpdpbusd
+ *                     (matmul_avx512.c), avx2 maddubs (matmul_avx2p.c).
+ *                     Row-major (a matrix nothing packed), every block
+ *                     type is decoded per block (matmul_kq.c).
  *   amx               bf16: TDPBF16PS tiles (matmul_amx.c; 16 rows x up to
  *                     64 tokens per weight load); packed Q8_0 / Q4_0 of
  *                     the widths rf_matmul_set_amx_int8 says: TDPBSUD tiles, one
@@ -61,8 +64,8 @@
 #include "formats/dtype.h" /* rf_dtype */
 
 /* A row-major weight matrix [rows, cols] (torch Linear: [out, in]).
- * packed: NULL, or a copy of a bf16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_NL
- * or IQ4_XS W in the panel layout
+ * packed: NULL, or a copy of a bf16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
+ * Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL or IQ4_XS W in the panel layout
  * (rf_mat_pack; the same at the avx2 and avx512 tiers), which their
  * kernels then read instead of data. */
 typedef struct {
@@ -72,11 +75,13 @@ typedef struct {
     const void *packed;
 } rf_mat;
 
-/* Bytes rf_mat_pack needs for W: non-zero only for bf16, Q8_0, Q4_0, Q4_K,
- * Q5_K, Q6_K, IQ4_NL and IQ4_XS weights (cols % 32 == 0 for Q8_0 / Q4_0 /
- * IQ4_NL), whatever the tier; 6-11% more than the weights themselves for
- * Q8_0 / Q4_0 / IQ4_NL (the scales as f32), 5.6% / 4.5% / 1.0% / 2.9% for
- * Q4_K / Q5_K / Q6_K / IQ4_XS. */
+/* Bytes rf_mat_pack needs for W: non-zero only for bf16, Q8_0, Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS weights (cols
+ * % 32 == 0 for the 32-weight block types), whatever the tier; 6-11% more
+ * than the weights themselves for Q8_0 / Q4_0 / IQ4_NL (the scales as
+ * f32), none for Q4_1 / Q5_1 (their f16 scales kept), 9% for Q5_0 (padded
+ * to whole vectors), 4.8% / 5.5% / 5.6% / 4.5% / 1.0% / 2.9% for Q2_K /
+ * Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS. */
 size_t rf_mat_pack_bytes(const rf_mat *W);
 /* Writes W's packed copy into buf (rf_mat_pack_bytes(W) bytes, 64-byte
  * aligned, owned by the caller, alive as long as W) and points W->packed at

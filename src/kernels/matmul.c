@@ -2,8 +2,9 @@
  * X and Y in f32, f32 accumulation (a Linear layer for n tokens at once).
  * Here: the dispatch to the per-tier kernels (kernels.h lists them) and the
  * avx2 float kernels. Packed at load (rf_mat_pack, matmul_pack.c): bf16,
- * Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS; the other block types
- * run row-major, decoded per block (matmul_kq.c).
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, the K-quants Q2_K..Q6_K, IQ4_NL and
+ * IQ4_XS: every block type; a matrix nothing packed runs row-major,
+ * decoded per block (matmul_kq.c).
  *
  * The work is a set of dot products between weight rows and token rows, both
  * contiguous along cols. The inner kernel computes an R x T tile of them
@@ -624,7 +625,12 @@ static size_t packed_bytes(rf_dtype dt, int rows, int cols) {
     case RF_Q4_K: return rf_q4kp_pack_bytes(rows, cols);
     case RF_Q5_K: return rf_q5kp_pack_bytes(rows, cols);
     case RF_Q6_K: return rf_q6kp_pack_bytes(rows, cols);
+    case RF_Q3_K:
+    case RF_Q2_K: return rf_k23p_pack_bytes(dt, rows, cols);
     case RF_IQ4_NL: return rf_q4p_pack_bytes(rows, cols); /* Q4_0's panels */
+    case RF_Q4_1:
+    case RF_Q5_0:
+    case RF_Q5_1: return rf_q41p_pack_bytes(dt, rows, cols);
     case RF_IQ4_XS: return rf_iq4xsp_pack_bytes(rows, cols);
     default: return 0;
     }
@@ -726,7 +732,7 @@ void rf_matmul_team(rf_team *team, int tid, int count, float *const *Y, const fl
  * halves, so a matrix packed under one tier is right under any other
  * (rf_cpu_set_tier after loading, as the tests and benchmarks do). */
 size_t rf_mat_pack_bytes(const rf_mat *W) {
-    if ((W->dtype == RF_Q8_0 || W->dtype == RF_Q4_0 || W->dtype == RF_IQ4_NL) && W->cols % RF_QK != 0) return 0;
+    if (rf_dtype_block_elems(W->dtype) == RF_QK && W->cols % RF_QK != 0) return 0;
     return packed_bytes(W->dtype, W->rows, W->cols);
 }
 
@@ -741,8 +747,12 @@ void rf_mat_pack(rf_mat *W, void *buf) {
         rf_q5kp_pack(buf, W->data, W->rows, W->cols);
     else if (W->dtype == RF_Q6_K)
         rf_q6kp_pack(buf, W->data, W->rows, W->cols);
+    else if (W->dtype == RF_Q3_K || W->dtype == RF_Q2_K)
+        rf_k23p_pack(W->dtype, buf, W->data, W->rows, W->cols);
     else if (W->dtype == RF_IQ4_XS)
         rf_iq4xsp_pack(buf, W->data, W->rows, W->cols);
+    else if (W->dtype == RF_Q4_1 || W->dtype == RF_Q5_0 || W->dtype == RF_Q5_1)
+        rf_q41p_pack(W->dtype, buf, W->data, W->rows, W->cols);
     else /* Q4_0, IQ4_NL: the same block layout */
         rf_q4p_pack(buf, W->data, W->rows, W->cols);
     W->packed = buf;

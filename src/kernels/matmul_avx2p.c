@@ -24,6 +24,11 @@
  *  - Q4_0 (nibbles u = w + 8): maddubs(u, x) directly; a block's 8 results
  *    add up in s16 (<= 8 * 2 * 15 * 127 = 30480, no overflow), one madd
  *    per block, and the offset comes in as -8 * sum(x) (nsum8).
+ *  - Q4_1 (nibbles q, w = d q + m): as Q4_0 without the offset; the min
+ *    comes in per block in f32 as m d_x sum(x) (dsum holds d_x sum(x));
+ *  - Q5_0 / Q5_1: the fifth bits ORed in as bit 4 (levels to 31, s32 per
+ *    vector: levels45, dot45); Q5_0's offset as -16 sum(x), Q5_1's min as
+ *    Q4_1's.
  *  - IQ4_NL (Q4_0's nibbles, indexes of rf_iq4nl_values): a byte shuffle
  *    of the signed table gives the levels w (-127..113), then Q8_0's
  *    maddubs(|w|, sign(x, w)); the levels + 128 (the avx512 operand)
@@ -191,17 +196,46 @@ static inline AI __m256i dot_signed(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
 }
 
-/* G groups x T tokens of Q8_0, Q4_0, IQ4_NL or IQ4_XS (dt constant at
+/* the nibble types with 5-bit levels: their fifth bits in a vector after
+ * the nibbles (matmul_pack.c) */
+static inline int five_bits(rf_dtype dt) { return dt == RF_Q5_0 || dt == RF_Q5_1 || dt == RF_Q5_K; }
+
+/* Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K: the unsigned levels of one
+ * 8-row group in column groups v (lo: the low nibbles) and 4 + v (hi: the
+ * high ones), with the fifth bits (five_bits: bits v and 4 + v of the
+ * bytes 256 on) as bit 4; wg: the group's first byte in its block or
+ * chunk */
+static inline AI void levels45(const rf_dtype dt, const uint8_t *wg, int v, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
+    const __m256i q = _mm256_load_si256((const __m256i *)(wg + 64 * v));
+    *lo = _mm256_and_si256(q, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    if (five_bits(dt)) {
+        const __m256i h = _mm256_load_si256((const __m256i *)(wg + 256));
+        *lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_slli_epi16(h, 4 - v), m10));
+        *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_srli_epi16(h, v), m10));
+    }
+}
+
+/* ia plus the dot of levels lo, hi with a token's activations xl, xh:
+ * 4-bit levels in s16 (a block's or chunk's 4 vectors: <= 4 x 2 x 2 x 15 x
+ * 127 = 30480; one madd to s32 at its end), 5-bit ones to s32 per vector
+ * (levels to 31 reach that in two) */
+static inline AI __m256i dot45(const rf_dtype dt, __m256i ia, __m256i lo, __m256i hi, __m256i xl, __m256i xh) {
+    const __m256i pv = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh));
+    return five_bits(dt) ? _mm256_add_epi32(ia, _mm256_madd_epi16(pv, _mm256_set1_epi16(1))) : _mm256_add_epi16(ia, pv);
+}
+
+/* G groups x T tokens of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or IQ4_XS (dt constant at
  * every call site); x: the tile's first token's blocks, ldx blocks per
  * token. IQ4_XS: block b is chunk b % 8 of super-block b / 8 (the nibbles
  * as IQ4_NL's, the scale d (ls - 32) per row), its prefetches an eighth of
  * a super-block per chunk */
 static inline AI void qkern(const rf_dtype dt, const int G, const int T, const uint8_t *w, size_t panel, int nb,
                             const rf_xq_avx2 *x, size_t ldx, float *y, size_t ldy, int rows_left) {
-    const int xs = dt == RF_IQ4_XS, nl = xs || dt == RF_IQ4_NL;
-    const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : xs ? RF_IQ4XSP_SB / 8 : RF_Q4P_BLOCK,
-                 scales = dt == RF_Q8_0 ? 512 : 256;
-    const __m256i ones = _mm256_set1_epi16(1), top = _mm256_set1_epi8((char)0x80), m4 = _mm256_set1_epi8(0x0F);
+    const int xs = dt == RF_IQ4_XS, nl = xs || dt == RF_IQ4_NL, min = dt == RF_Q4_1 || dt == RF_Q5_1;
+    const size_t block = xs ? RF_IQ4XSP_SB / 8 : rf_qp_block_bytes(dt), scales = rf_qp_scales_at(dt);
+    const __m256i ones = _mm256_set1_epi16(1), top = _mm256_set1_epi8((char)0x80);
     const __m256i tbl = iq4_table();
     __m256 acc[8][4];
     for (int g = 0; g < G; g++)
@@ -239,30 +273,29 @@ static inline AI void qkern(const rf_dtype dt, const int G, const int T, const u
                 continue;
             }
             if (T == 1) { /* up to 8 groups: each unpacked and used at once (as bkern) */
-                const __m256i xv = bcast4(x[b].q + 4 * v), xh = bcast4(x[b].q + 16 + 4 * v); /* xh: Q4_0 only */
+                const __m256i xv = bcast4(x[b].q + 4 * v), xh = bcast4(x[b].q + 16 + 4 * v); /* xh: not Q8_0 */
                 for (int g = 0; g < G; g++) {
-                    __m256i q = _mm256_load_si256((const __m256i *)(wb + (g >> 1) * panel + v * 64 + (g & 1) * 32));
+                    const uint8_t *wg = wb + (g >> 1) * panel + (g & 1) * 32;
                     if (dt == RF_Q8_0) {
-                        __m256i ws = _mm256_xor_si256(q, top);
+                        __m256i ws = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(wg + 64 * v)), top);
                         ia[g][0] = _mm256_add_epi32(
                             ia[g][0], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(ws), _mm256_sign_epi8(xv, ws)), ones));
                     } else {
-                        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                        ia[g][0] = _mm256_add_epi16(ia[g][0], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xv),
-                                                                               _mm256_maddubs_epi16(hi, xh)));
+                        __m256i lo, hi;
+                        levels45(dt, wg, v, &lo, &hi);
+                        ia[g][0] = dot45(dt, ia[g][0], lo, hi, xv, xh);
                     }
                 }
                 continue;
             }
-            __m256i wa[8], wc[8]; /* Q8_0: |w|, w; Q4_0: the groups v and 4 + v */
+            __m256i wa[8], wc[8]; /* Q8_0: |w|, w; the nibble types: the groups v and 4 + v */
             for (int g = 0; g < G; g++) {
-                __m256i q = _mm256_load_si256((const __m256i *)(wb + (g >> 1) * panel + v * 64 + (g & 1) * 32));
+                const uint8_t *wg = wb + (g >> 1) * panel + (g & 1) * 32;
                 if (dt == RF_Q8_0) {
-                    wc[g] = _mm256_xor_si256(q, top);
+                    wc[g] = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(wg + 64 * v)), top);
                     wa[g] = _mm256_abs_epi8(wc[g]);
                 } else {
-                    wa[g] = _mm256_and_si256(q, m4);
-                    wc[g] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                    levels45(dt, wg, v, &wa[g], &wc[g]);
                 }
             }
             for (int t = 0; t < T; t++) {
@@ -273,24 +306,26 @@ static inline AI void qkern(const rf_dtype dt, const int G, const int T, const u
                             ia[g][t], _mm256_madd_epi16(_mm256_maddubs_epi16(wa[g], _mm256_sign_epi8(xv, wc[g])), ones));
                 } else {
                     const __m256i xh = bcast4(x[t * ldx + b].q + 16 + 4 * v);
-                    for (int g = 0; g < G; g++)
-                        ia[g][t] = _mm256_add_epi16(ia[g][t], _mm256_add_epi16(_mm256_maddubs_epi16(wa[g], xv),
-                                                                               _mm256_maddubs_epi16(wc[g], xh)));
+                    for (int g = 0; g < G; g++) ia[g][t] = dot45(dt, ia[g][t], wa[g], wc[g], xv, xh);
                 }
             }
         }
         for (int g = 0; g < G; g++) {
             const uint8_t *wp = (xs ? ws : wb) + (g >> 1) * panel;
-            __m256 dw = xs ? _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                                               _mm_loadl_epi64((const __m128i *)(wp + 2048 + 16 * (b % 8) + (g & 1) * 8)))),
-                                           _mm256_load_ps((const float *)(wp + 2176) + (g & 1) * 8))
-                           : _mm256_load_ps((const float *)(wp + scales + (g & 1) * 32));
+            const __m256 dw = xs ? _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                                     (const __m128i *)(wp + 2048 + 16 * (b % 8) + (g & 1) * 8)))),
+                                                 _mm256_load_ps((const float *)(wp + 2176) + (g & 1) * 8))
+                              : rf_qp_f16_scales(dt)
+                                  ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(wp + scales + (g & 1) * 16)))
+                                  : _mm256_load_ps((const float *)(wp + scales + (g & 1) * 32)),
+                         mw = min ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(wp + scales + 32 + (g & 1) * 16))) : dw;
             for (int t = 0; t < T; t++) {
+                const rf_xq_avx2 *xt = x + t * ldx + b;
                 __m256i s = ia[g][t];
-                if (dt == RF_Q4_0)
-                    s = _mm256_add_epi32(_mm256_madd_epi16(s, ones), _mm256_set1_epi32(x[t * ldx + b].nsum8));
-                acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_broadcast_ss(&x[t * ldx + b].d)),
-                                            acc[g][t]);
+                if (dt == RF_Q4_0 || dt == RF_Q4_1) s = _mm256_madd_epi16(s, ones); /* s16 pair sums (dot45) */
+                if (dt == RF_Q4_0 || dt == RF_Q5_0) s = _mm256_add_epi32(s, _mm256_set1_epi32(xt->nsum8)); /* the offset */
+                acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_broadcast_ss(&xt->d)), acc[g][t]);
+                if (min) acc[g][t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(&xt->dsum), acc[g][t]);
             }
         }
     }
@@ -317,20 +352,26 @@ static void qtile(rf_dtype dt, int G, int T, const uint8_t *w, size_t panel, int
     if (dt == RF_Q8_0) QK_T(RF_Q8_0);
     else if (dt == RF_IQ4_NL) QK_T(RF_IQ4_NL);
     else if (dt == RF_IQ4_XS) QK_T(RF_IQ4_XS);
+    else if (dt == RF_Q4_1) QK_T(RF_Q4_1);
+    else if (dt == RF_Q5_0) QK_T(RF_Q5_0);
+    else if (dt == RF_Q5_1) QK_T(RF_Q5_1);
     else QK_T(RF_Q4_0);
 #undef QK
 }
 
-/* ---- Q4_K / Q5_K / Q6_K ---------------------------------------------------------------- */
+/* ---- Q4_K / Q5_K / Q6_K / Q3_K / Q2_K ------------------------------------------------------ */
 
 /* The layouts of the avx512 tier's panels (matmul_pack.c rf_q4kp_pack,
- * rf_q5kp_pack, rf_q6kp_pack), each 64-byte vector read as two 8-row groups. Per 32-
- * column chunk and (group, token) the integer dot as Q4_0's (maddubs of
- * the unsigned levels with the token's int8 values; Q6_K: the chunk's two
- * 16-column halves apart, pairs of levels <= 63 summed in s32 per vector),
- * then the f32 sums scaled per row lane: Q4_K d sc dx minus dmin m dx
- * sum(x_q), Q6_K d (s0 dot0 + s1 dot1) dx with the offset 32 folded into
- * the dots through the halves' sums (rf_q_prep_avx2's init). The sums of
+ * rf_q5kp_pack, rf_q6kp_pack, rf_k23p_pack), each 64-byte vector read as
+ * two 8-row groups. Per 32-column chunk and (group, token) the integer dot
+ * as Q4_0's (maddubs of the unsigned levels with the token's int8 values;
+ * Q6_K, Q3_K, Q2_K: the chunk's two 16-column halves apart, pairs of
+ * levels summed in s32 per vector for Q6_K, in s16 over the chunk for the
+ * 2- and 3-bit levels), then the f32 sums scaled per row lane:
+ * Q4_K d sc dx minus dmin m dx sum(x_q), Q6_K / Q3_K d (s0 dot0 + s1 dot1)
+ * dx with the offset (32, 4) folded into the dots through the halves' sums
+ * (rf_q_prep_avx2's init), Q2_K the same without an offset minus dmin (m0
+ * sum0 + m1 sum1) dx. The sums of
  * one panel and up to KP2_MAX_N tokens live in a buffer (L1); the
  * super-blocks are outside, so the panel streams once per KP2_MAX_N
  * tokens. */
@@ -340,30 +381,16 @@ static void qtile(rf_dtype dt, int G, int T, const uint8_t *w, size_t panel, int
  * 4 + v of a byte for vector v's low and high nibbles) */
 static inline AI void k4kern(const rf_dtype dt, const int T, const uint8_t *wc, const uint8_t *sc, const float *d,
                              const rf_xq_avx2 *x, size_t ldx, float *acc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256i ia[2][4];
     for (int g = 0; g < 2; g++)
         for (int t = 0; t < T; t++) ia[g][t] = _mm256_setzero_si256();
     for (int v = 0; v < 4; v++) {
         __m256i lo[2], hi[2];
-        for (int g = 0; g < 2; g++) {
-            const __m256i q = _mm256_load_si256((const __m256i *)(wc + 64 * v + 32 * g));
-            lo[g] = _mm256_and_si256(q, m4);
-            hi[g] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (dt == RF_Q5_K) {
-                const __m256i h = _mm256_load_si256((const __m256i *)(wc + 256 + 32 * g));
-                lo[g] = _mm256_or_si256(lo[g], _mm256_and_si256(_mm256_slli_epi16(h, 4 - v), m10));
-                hi[g] = _mm256_or_si256(hi[g], _mm256_and_si256(_mm256_srli_epi16(h, v), m10));
-            }
-        }
+        for (int g = 0; g < 2; g++) levels45(dt, wc + 32 * g, v, &lo[g], &hi[g]);
         for (int t = 0; t < T; t++) {
             const __m256i xl = bcast4(x[t * ldx].q + 4 * v), xh = bcast4(x[t * ldx].q + 16 + 4 * v);
-            for (int g = 0; g < 2; g++) {
-                const __m256i pv = _mm256_add_epi16(_mm256_maddubs_epi16(lo[g], xl), _mm256_maddubs_epi16(hi[g], xh));
-                /* Q4_K: <= 4 * 2 * 2 * 15 * 127 = 30480 in s16; Q5_K's
-                 * levels to 31 reach that in two vectors: s32 per vector */
-                ia[g][t] = dt == RF_Q5_K ? _mm256_add_epi32(ia[g][t], _mm256_madd_epi16(pv, ones)) : _mm256_add_epi16(ia[g][t], pv);
-            }
+            for (int g = 0; g < 2; g++) ia[g][t] = dot45(dt, ia[g][t], lo[g], hi[g], xl, xh);
         }
     }
     for (int g = 0; g < 2; g++) {
@@ -382,42 +409,92 @@ static inline AI void k4kern(const rf_dtype dt, const int T, const uint8_t *wc, 
     }
 }
 
-static inline AI void k6kern(const int T, const uint8_t *wc, const uint8_t *sc, const float *d, const rf_xq_avx2 *x,
-                             size_t ldx, float *acc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
-    __m256i ia[2][2][2]; /* [group][token][half] */
-    for (int t = 0; t < T; t++) {
-        const __m256i i0 = _mm256_set1_epi32(-32 * (int16_t)(x[t * ldx].nsum8 & 0xFFFF)),
-                      i1 = _mm256_set1_epi32(-32 * (x[t * ldx].nsum8 >> 16));
-        for (int g = 0; g < 2; g++) ia[g][t][0] = i0, ia[g][t][1] = i1;
+/* the unsigned levels of 8-row group g of chunk wc of a Q6_K, Q3_K or
+ * Q2_K panel in column groups v (lo: of its first 16 columns) and 4 + v
+ * (hi: of its last 16), as the avx512 tier's k16_levels */
+static inline AI void k16_levels(const rf_dtype dt, const uint8_t *wc, int g, int v, __m256i *lo, __m256i *hi) {
+    if (dt == RF_Q6_K) {
+        const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+        const __m256i q = _mm256_load_si256((const __m256i *)(wc + 64 * v + 32 * g)),
+                      h = _mm256_load_si256((const __m256i *)(wc + 256 + 64 * (v / 2) + 32 * g));
+        const __m256i hl = v & 1 ? h : _mm256_slli_epi16(h, 4), hh = v & 1 ? _mm256_srli_epi16(h, 2) : _mm256_slli_epi16(h, 2);
+        *lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(hl, m30));
+        *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_and_si256(hh, m30));
+        return;
     }
+    const __m256i m3 = _mm256_set1_epi8(3);
+    *lo = _mm256_and_si256(_mm256_srli_epi16(_mm256_load_si256((const __m256i *)(wc + 32 * g)), 2 * v), m3);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(_mm256_load_si256((const __m256i *)(wc + 64 + 32 * g)), 2 * v), m3);
+    if (dt == RF_Q3_K) { /* the high bits v and 4 + v to bit 2 */
+        const __m256i h = _mm256_load_si256((const __m256i *)(wc + 128 + 32 * g)), m4 = _mm256_set1_epi8(4);
+        *lo = _mm256_or_si256(*lo, _mm256_and_si256(v <= 2 ? _mm256_slli_epi16(h, 2 - v) : _mm256_srli_epi16(h, v - 2), m4));
+        *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_srli_epi16(h, v + 2), m4));
+    }
+}
+
+/* Q6_K, Q3_K or Q2_K: the chunk's two 16-column halves apart, with the
+ * offsets (Q6_K 32, Q3_K 4) through the halves' sums, Q2_K's mins in f32.
+ * Q6_K's pairs of levels (<= 2 x 63 x 127) go to s32 per vector; Q3_K's
+ * and Q2_K's (<= 2 x 7 x 127) add up in s16 over the chunk's 4 vectors,
+ * one madd at its end */
+static inline AI void k16kern(const rf_dtype dt, const int T, const uint8_t *wc, const uint8_t *sc, const float *d,
+                              const rf_xq_avx2 *x, size_t ldx, float *acc) {
+    const int off = dt == RF_Q6_K ? 32 : dt == RF_Q3_K ? 4 : 0;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i ia[2][2][2]; /* [group][token][half] */
+    for (int g = 0; g < 2; g++)
+        for (int t = 0; t < T; t++) ia[g][t][0] = ia[g][t][1] = _mm256_setzero_si256();
     for (int v = 0; v < 4; v++) {
         __m256i lo[2], hi[2];
-        for (int g = 0; g < 2; g++) {
-            const __m256i q = _mm256_load_si256((const __m256i *)(wc + 64 * v + 32 * g)),
-                          h = _mm256_load_si256((const __m256i *)(wc + 256 + 64 * (v / 2) + 32 * g));
-            const __m256i hl = v & 1 ? h : _mm256_slli_epi16(h, 4),
-                          hh = v & 1 ? _mm256_srli_epi16(h, 2) : _mm256_slli_epi16(h, 2);
-            lo[g] = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(hl, m30));
-            hi[g] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_and_si256(hh, m30));
-        }
+        for (int g = 0; g < 2; g++) k16_levels(dt, wc, g, v, &lo[g], &hi[g]);
         for (int t = 0; t < T; t++) {
             const __m256i xl = bcast4(x[t * ldx].q + 4 * v), xh = bcast4(x[t * ldx].q + 16 + 4 * v);
             for (int g = 0; g < 2; g++) {
-                ia[g][t][0] = _mm256_add_epi32(ia[g][t][0], _mm256_madd_epi16(_mm256_maddubs_epi16(lo[g], xl), ones));
-                ia[g][t][1] = _mm256_add_epi32(ia[g][t][1], _mm256_madd_epi16(_mm256_maddubs_epi16(hi[g], xh), ones));
+                const __m256i pl = _mm256_maddubs_epi16(lo[g], xl), ph = _mm256_maddubs_epi16(hi[g], xh);
+                if (dt == RF_Q6_K) {
+                    ia[g][t][0] = _mm256_add_epi32(ia[g][t][0], _mm256_madd_epi16(pl, ones));
+                    ia[g][t][1] = _mm256_add_epi32(ia[g][t][1], _mm256_madd_epi16(ph, ones));
+                } else {
+                    ia[g][t][0] = _mm256_add_epi16(ia[g][t][0], pl);
+                    ia[g][t][1] = _mm256_add_epi16(ia[g][t][1], ph);
+                }
             }
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        const __m256i i0 = _mm256_set1_epi32(-off * (int16_t)(x[t * ldx].nsum8 & 0xFFFF)),
+                      i1 = _mm256_set1_epi32(-off * (x[t * ldx].nsum8 >> 16));
+        for (int g = 0; g < 2; g++) {
+            if (dt != RF_Q6_K)
+                ia[g][t][0] = _mm256_madd_epi16(ia[g][t][0], ones), ia[g][t][1] = _mm256_madd_epi16(ia[g][t][1], ones);
+            ia[g][t][0] = _mm256_add_epi32(ia[g][t][0], i0), ia[g][t][1] = _mm256_add_epi32(ia[g][t][1], i1);
         }
     }
     for (int g = 0; g < 2; g++) {
         const __m256 dv = _mm256_loadu_ps(d + 8 * g);
-        const __m256 s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * g)))), dv),
-                     s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 + 8 * g)))), dv);
+        const __m256i b0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * g))),
+                      b1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 + 8 * g)));
+        __m256 s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(b0), dv), s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(b1), dv), m0 = s0,
+               m1 = s1;
+        if (dt == RF_Q2_K) { /* scale in the low nibble, min in the high one */
+            const __m256i m15 = _mm256_set1_epi32(15);
+            const __m256 dm = _mm256_loadu_ps(d + 16 + 8 * g);
+            s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b0, m15)), dv);
+            s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b1, m15)), dv);
+            m0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(b0, 4), m15)), dm);
+            m1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(b1, 4), m15)), dm);
+        }
         for (int t = 0; t < T; t++) {
             float *a = acc + 16 * t + 8 * g;
+            const rf_xq_avx2 *xt = x + t * ldx;
             const __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[g][t][0]), s0,
                                              _mm256_mul_ps(_mm256_cvtepi32_ps(ia[g][t][1]), s1));
-            _mm256_store_ps(a, _mm256_fmadd_ps(f, _mm256_set1_ps(x[t * ldx].d), _mm256_load_ps(a)));
+            __m256 r = _mm256_fmadd_ps(f, _mm256_set1_ps(xt->d), _mm256_load_ps(a));
+            if (dt == RF_Q2_K) {
+                r = _mm256_fnmadd_ps(m0, _mm256_set1_ps(xt->d * (float)(int16_t)(xt->nsum8 & 0xFFFF)), r);
+                r = _mm256_fnmadd_ps(m1, _mm256_set1_ps(xt->d * (float)(xt->nsum8 >> 16)), r);
+            }
+            _mm256_store_ps(a, r);
         }
     }
 }
@@ -452,12 +529,13 @@ static inline AI void xskern(const int T, const uint8_t *wc, const int8_t *sc, c
     }
 }
 
-/* one panel w (Q4_K, Q5_K, Q6_K or IQ4_XS), tokens [t0, t0 + m) (x: token t0's blocks,
- * nb per token), into acc[m][16]: super-blocks outside, near-equal token
- * tiles of <= 4 (Q4_K) or <= 2 (Q6_K) inside */
+/* one panel w (Q4_K, Q5_K, Q6_K, Q3_K, Q2_K or IQ4_XS), tokens [t0, t0 +
+ * m) (x: token t0's blocks, nb per token), into acc[m][16]: super-blocks
+ * outside, near-equal token tiles of <= 4 (Q4_K) or <= 2 (Q6_K, Q3_K,
+ * Q2_K: two halves per token) inside */
 static void kp_panel(rf_dtype dt, const uint8_t *w, int nsb, const rf_xq_avx2 *x, int nb, int m, float *acc) {
-    const size_t sb = dt == RF_Q4_K ? RF_Q4KP_SB : dt == RF_Q5_K ? RF_Q5KP_SB : dt == RF_IQ4_XS ? RF_IQ4XSP_SB : RF_Q6KP_SB;
-    const int tmax = dt == RF_Q6_K ? 2 : 4;
+    const size_t sb = rf_kp_sb_bytes(dt), chunk = rf_k16p_chunk(dt);
+    const int tmax = dt == RF_Q6_K || dt == RF_Q3_K || dt == RF_Q2_K ? 2 : 4;
     for (int s = 0; s < nsb; s++) {
         const uint8_t *ws = w + (size_t)s * sb;
         for (size_t l = 0; l < sb; l += 64) rf_prefetch_stream((const char *)ws + PF_BYTES + l);
@@ -494,11 +572,14 @@ static void kp_panel(rf_dtype dt, const uint8_t *w, int nsb, const rf_xq_avx2 *x
                     case 3: xskern(3, wc, sc, d, xt, nb, a); break;
                     default: xskern(4, wc, sc, d, xt, nb, a); break;
                     }
-                } else {
-                    const uint8_t *wc = ws + 384 * c, *sc = ws + 3072 + 32 * c;
-                    const float *d = (const float *)(ws + 3328);
-                    if (T == 1) k6kern(1, wc, sc, d, xt, nb, a);
-                    else k6kern(2, wc, sc, d, xt, nb, a);
+                } else { /* Q6_K, Q3_K, Q2_K */
+                    const uint8_t *wc = ws + chunk * c, *sc = ws + 8 * chunk + 32 * c;
+                    const float *d = (const float *)(ws + 8 * chunk + 256);
+#define K16_T(DT) (T == 1 ? k16kern(DT, 1, wc, sc, d, xt, nb, a) : k16kern(DT, 2, wc, sc, d, xt, nb, a))
+                    if (dt == RF_Q6_K) K16_T(RF_Q6_K);
+                    else if (dt == RF_Q3_K) K16_T(RF_Q3_K);
+                    else K16_T(RF_Q2_K);
+#undef K16_T
                 }
             }
         }
@@ -507,10 +588,7 @@ static void kp_panel(rf_dtype dt, const uint8_t *w, int nsb, const rf_xq_avx2 *x
 
 static void kp_range(float *Y, size_t ldy, const rf_xq_avx2 *X, const rf_mat *W, int n, int a, int b) {
     const int nsb = W->cols / RF_QK_K, nb = W->cols / RF_QK;
-    const size_t panel = (size_t)nsb * (W->dtype == RF_Q4_K    ? RF_Q4KP_SB
-                                        : W->dtype == RF_Q5_K  ? RF_Q5KP_SB
-                                        : W->dtype == RF_IQ4_XS ? RF_IQ4XSP_SB
-                                                                : RF_Q6KP_SB);
+    const size_t panel = (size_t)nsb * rf_kp_sb_bytes(W->dtype);
     _Alignas(32) float acc[KP2_MAX_N * 16];
     for (int r = a; r < b; r += 16)
         for (int t0 = 0; t0 < n; t0 += KP2_MAX_N) {
@@ -528,13 +606,14 @@ static void kp_range(float *Y, size_t ldy, const rf_xq_avx2 *X, const rf_mat *W,
 void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b) {
     /* IQ4_XS: calls of one token tile in the panel groups below (up to 4
      * panels streaming at once; kp_range streams one), wider ones in kp_range */
-    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K || (W->dtype == RF_IQ4_XS && n > QP_TMAX)) {
+    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K || W->dtype == RF_Q3_K || W->dtype == RF_Q2_K ||
+        (W->dtype == RF_IQ4_XS && n > QP_TMAX)) {
         kp_range(Y, ldy, xp, W, n, a, b);
         return;
     }
     const int nb = W->cols / RF_QK;
     const size_t panel = W->dtype == RF_IQ4_XS ? (size_t)(W->cols / RF_QK_K) * RF_IQ4XSP_SB
-                                               : (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
+                                               : (size_t)nb * rf_qp_block_bytes(W->dtype);
     const uint8_t *pk = W->packed;
     const rf_xq_avx2 *X = xp;
     const int group = n > QP_TMAX ? PANEL_GROUP_ROWS : b - a; /* as rf_bf16p_range_avx2 */

@@ -17,7 +17,7 @@
  * the nibbles u = w + 8 are the unsigned operand, and the accumulator starts
  * at -8 * sum(x) (stored with the activations). Both are exact integer dot
  * products per 32-block; a zmm holds two blocks (lanes 0-7 and 8-15), scaled
- * by d_w * d_x in f32. Packed panels of Q8_0, Q4_0, IQ4_NL and the
+ * by d_w * d_x in f32. Packed panels of Q8_0, Q4_0, IQ4_NL, Q4_1, Q5_0, Q5_1 and the
  * super-block types are read by the kernels further below. */
 #include <immintrin.h>
 #include <string.h>
@@ -556,7 +556,8 @@ void rf_q_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, in
 
 /* one 32-block of one token: the int8 activations, their scale, and
  * -off * sum(q) (the weights' offset, 128 for Q8_0 and 8 for Q4_0, folded
- * into the integer dot). A call's blocks lie block-major: block b of token
+ * into the integer dot; for Q4_1 / Q5_1 dx sum(q) in f32, the factor of
+ * the block's min, one broadcast per use). A call's blocks lie block-major: block b of token
  * t at [b * n + t], so that a tile's tokens sit at constant offsets from
  * one pointer (token-major, the kernels below ran out of registers for a
  * pointer per token and spilled them into vector registers: 4 extra vmovq
@@ -564,18 +565,25 @@ void rf_q_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, in
 typedef struct {
     int8_t q[32];
     float dx;
-    int32_t init;
+    union {
+        int32_t init;
+        float dxsum;
+    };
 } xq_block;
 
 size_t rf_q8p_prep_avx512_bytes(int n, int cols) { return (size_t)n * (cols / RF_QK) * sizeof(xq_block); }
 
 void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt, int part, int parts) {
     /* the weights' offset (see the pack; IQ4_NL / IQ4_XS: their levels
-     * shuffled to level + 128); Q4_K: -1, init = sum(q), which the kernel
-     * scales by each chunk's min; Q6_K: the sums of the two 16-column
-     * halves (|sum| <= 2032) as init's low and high 16 bits */
+     * shuffled to level + 128; Q5_0: its levels 0..31 are w + 16); Q4_K,
+     * Q5_K, Q4_1, Q5_1: -1, init = sum(q), which the kernel scales by the
+     * block's or chunk's min; Q6_K, Q3_K, Q2_K: the sums of the two
+     * 16-column halves (|sum| <= 2032) as init's low and high 16 bits */
     const int nb = cols / RF_QK,
-              off = wdt == RF_Q8_0 || wdt == RF_IQ4_NL || wdt == RF_IQ4_XS ? 128 : wdt == RF_Q4_0 ? 8 : -1;
+              off = wdt == RF_Q8_0 || wdt == RF_IQ4_NL || wdt == RF_IQ4_XS ? 128
+                    : wdt == RF_Q4_0                                       ? 8
+                    : wdt == RF_Q5_0                                       ? 16
+                                                                           : -1;
     int b0, b1;
     rf_share(nb, part, parts, &b0, &b1);
     for (int t = 0; t < n; t++)
@@ -593,7 +601,12 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
             _mm_storeu_si128((__m128i *)(o->q + 16), _mm512_cvtepi32_epi8(qc));
             o->dx = d;
             const int32_t sa = _mm512_reduce_add_epi32(qa), sc = _mm512_reduce_add_epi32(qc);
-            o->init = wdt == RF_Q6_K ? (int32_t)((uint32_t)(uint16_t)sa | (uint32_t)sc << 16) : -off * (sa + sc);
+            if (wdt == RF_Q4_1 || wdt == RF_Q5_1)
+                o->dxsum = d * (float)(sa + sc);
+            else
+                o->init = wdt == RF_Q6_K || wdt == RF_Q3_K || wdt == RF_Q2_K
+                              ? (int32_t)((uint32_t)(uint16_t)sa | (uint32_t)sc << 16)
+                              : -off * (sa + sc);
         }
 }
 
@@ -604,10 +617,38 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
  * vpdpbusd, once per tile for all its tokens (qpkern below serves both
  * formats). */
 
+/* 1 for the types whose weights carry a min (Q4_1 / Q5_1: d q + m; Q4_K
+ * / Q5_K: d sc q - dmin m): their integer dots start at 0 and the min
+ * comes in in f32, times the token's dx sum(x_q) (Q4_K / Q5_K: init =
+ * sum(x_q); Q4_1 / Q5_1: dxsum) */
+static inline int qp_has_min(rf_dtype dt) { return dt == RF_Q4_K || dt == RF_Q5_K || dt == RF_Q4_1 || dt == RF_Q5_1; }
+
+/* the 16 rows' d of a 32-block panel's block wb (matmul_impl.h
+ * rf_qp_scales_at), and the f16 m that follow them */
+static inline __attribute__((always_inline)) __m512 qp_d(const rf_dtype dt, const uint8_t *wb) {
+    if (rf_qp_f16_scales(dt)) return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(wb + rf_qp_scales_at(dt))));
+    return _mm512_load_ps((const float *)(wb + rf_qp_scales_at(dt)));
+}
+static inline __attribute__((always_inline)) __m512 qp_m(const rf_dtype dt, const uint8_t *wb) {
+    return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(wb + rf_qp_scales_at(dt) + 32)));
+}
+
+/* acc plus one 32-block's share for a token x: the integer dot ia times
+ * dw dx, and for Q4_1 / Q5_1 their m (mw) times dx sum(x_q) */
+static inline __attribute__((always_inline)) __m512 qp_fold(const rf_dtype dt, __m512 acc, __m512i ia, __m512 dw,
+                                                            __m512 mw, const xq_block *x) {
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(dw, _mm512_set1_ps(x->dx)), acc);
+    if (dt == RF_Q4_1 || dt == RF_Q5_1) acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(x->dxsum), acc);
+    return acc;
+}
+
 /* One 32-block of P panels for T tokens: ia[p][t] = the integer dot of
  * panel p's block with token t's (x[t]), the weights' offset folded
  * in through x's init: 8 vpdpbusd of the 8 column groups (Q4_0: 4
  * vectors, each unpacked into groups v and 4 + v once for all tokens).
+ * Q4_1 / Q5_0 / Q5_1: the nibbles as Q4_0's, Q5's fifth bits ORed in as
+ * bit 4 (as Q5_K's); Q5_0's offset 16 through init = -16 sum(x), the mins
+ * of Q4_1 / Q5_1 in f32 (qp_fold).
  * IQ4_NL / IQ4_XS: the nibbles are indexes; a byte shuffle (vpshufb, the
  * 16-entry table in each 128-bit lane) maps them to level + 128, unsigned
  * as Q8_0's weights, and init = -128 sum(x) takes the 128 off again: still
@@ -621,8 +662,8 @@ static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, 
     static const uint8_t iq4[16] = {RF_IQ4NL_U8};
     const int nl = dt == RF_IQ4_NL || dt == RF_IQ4_XS; /* nibbles index the table */
     const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)iq4));
-    for (int t = 0; t < T; t++) { /* Q4_K / Q5_K: their mins are applied in f32 (qkp_kern) */
-        __m512i init = dt == RF_Q4_K || dt == RF_Q5_K ? _mm512_setzero_si512() : _mm512_set1_epi32(x[t].init);
+    for (int t = 0; t < T; t++) { /* the types with mins: applied in f32 (qkp_kern, qp_fold) */
+        __m512i init = qp_has_min(dt) ? _mm512_setzero_si512() : _mm512_set1_epi32(x[t].init);
         for (int p = 0; p < P; p++) ia[p][t] = init;
     }
     for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
@@ -632,7 +673,8 @@ static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, 
             lo[p] = dt == RF_Q8_0 ? q : _mm512_and_si512(q, m4);
             if (dt != RF_Q8_0) hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
             if (nl) lo[p] = _mm512_shuffle_epi8(tbl, lo[p]), hi[p] = _mm512_shuffle_epi8(tbl, hi[p]);
-            if (dt == RF_Q5_K) { /* the fifth bits: vector v's at bits v and 4 + v of the chunk's bit vector */
+            if (dt == RF_Q5_K || dt == RF_Q5_0 || dt == RF_Q5_1) {
+                /* the fifth bits: vector v's at bits v and 4 + v of the block's (chunk's) bit vector */
                 const __m512i h = _mm512_load_si512(wb + p * panel + 256);
                 lo[p] = _mm512_or_si512(lo[p], _mm512_and_si512(_mm512_slli_epi16(h, 4 - v), m10));
                 hi[p] = _mm512_or_si512(hi[p], _mm512_and_si512(_mm512_srli_epi16(h, v), m10));
@@ -652,7 +694,7 @@ static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, 
     }
 }
 
-/* P panels x T tokens of Q8_0 or Q4_0 (dt, a constant at every call site;
+/* P panels x T tokens of a 32-block panel type or IQ4_XS (dt, a constant at every call site;
  * x: the tile's first token in block 0, a block's tokens bs apart):
  * per block an integer accumulator per (panel, token), 8 vpdpbusd of the
  * 8 column groups (Q4_0: 4 vectors, each unpacked into groups v and 4 + v
@@ -664,8 +706,7 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
     /* IQ4_XS: block b is chunk b % 8 of super-block b / 8; its prefetches
      * take an eighth of a super-block per chunk (block) */
     const int xs = dt == RF_IQ4_XS;
-    const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : xs ? RF_IQ4XSP_SB / 8 : RF_Q4P_BLOCK,
-                 scales = dt == RF_Q8_0 ? 512 : 256;
+    const size_t block = xs ? RF_IQ4XSP_SB / 8 : rf_qp_block_bytes(dt);
     __m512 acc[8][8];
     for (int p = 0; p < P; p++)
         for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
@@ -693,13 +734,12 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
         qblock_dot(dt, P, T, wb, panel, xb, ia);
         for (int p = 0; p < P; p++) {
             /* IQ4_XS: d (ls - 32) from the chunk's scale bytes and the rows' d */
-            __m512 dw = xs ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                               _mm_load_si128((const __m128i *)(ws + p * panel + 2048 + 16 * (b % 8))))),
-                                           _mm512_load_ps((const float *)(ws + p * panel + 2176)))
-                           : _mm512_load_ps((const float *)(wb + p * panel + scales));
-            for (int t = 0; t < T; t++)
-                acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dw, _mm512_set1_ps(xb[t].dx)),
-                                            acc[p][t]);
+            const __m512 dw = xs ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(
+                                                     (const __m128i *)(ws + p * panel + 2048 + 16 * (b % 8))))),
+                                                 _mm512_load_ps((const float *)(ws + p * panel + 2176)))
+                                 : qp_d(dt, wb + p * panel),
+                         mw = qp_has_min(dt) ? qp_m(dt, wb + p * panel) : dw;
+            for (int t = 0; t < T; t++) acc[p][t] = qp_fold(dt, acc[p][t], ia[p][t], dw, mw, xb + t);
         }
     }
     for (int p = 0; p < P; p++) {
@@ -746,6 +786,12 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
         QPK_T(RF_IQ4_NL);
     } else if (dt == RF_IQ4_XS) {
         QPK_T(RF_IQ4_XS);
+    } else if (dt == RF_Q4_1) {
+        QPK_T(RF_Q4_1);
+    } else if (dt == RF_Q5_0) {
+        QPK_T(RF_Q5_0);
+    } else if (dt == RF_Q5_1) {
+        QPK_T(RF_Q5_1);
     } else {
         QPK_T(RF_Q4_0);
     }
@@ -776,15 +822,13 @@ _Static_assert(BO_PANELS <= 2, "qp_range_blocks copies two vectors of sums per t
 static inline __attribute__((always_inline)) void qbkern(const rf_dtype dt, const int P, const int T,
                                                          const uint8_t *wb, size_t panel, const xq_block *x,
                                                          float *acc) {
-    const size_t scales = dt == RF_Q8_0 ? 512 : 256;
     __m512i ia[BO_PANELS][8];
     qblock_dot(dt, P, T, wb, panel, x, ia);
     for (int p = 0; p < P; p++) {
-        __m512 dw = _mm512_load_ps((const float *)(wb + p * panel + scales));
+        const __m512 dw = qp_d(dt, wb + p * panel), mw = qp_has_min(dt) ? qp_m(dt, wb + p * panel) : dw;
         for (int t = 0; t < T; t++) {
             float *a = acc + (size_t)t * 16 * BO_PANELS + 16 * p;
-            _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]),
-                                               _mm512_mul_ps(dw, _mm512_set1_ps(x[t].dx)), _mm512_load_ps(a)));
+            _mm512_store_ps(a, qp_fold(dt, _mm512_load_ps(a), ia[p][t], dw, mw, x + t));
         }
     }
 }
@@ -806,7 +850,7 @@ static inline __attribute__((always_inline)) void qbkern(const rf_dtype dt, cons
  * tokens inside */
 static void qbgroup(rf_dtype dt, int P, const uint8_t *w, size_t panel, int nb, const xq_block *X, int n,
                     float *acc) {
-    const size_t block = dt == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK;
+    const size_t block = rf_qp_block_bytes(dt);
     const int ntt = (n + 7) / 8;
     for (int b = 0; b < nb; b++) {
         const uint8_t *wb = w + (size_t)b * block;
@@ -829,6 +873,12 @@ static void qbgroup(rf_dtype dt, int P, const uint8_t *w, size_t panel, int nb, 
                 if (P == BO_PANELS) QB_T(RF_Q8_0, BO_PANELS) else QB_T(RF_Q8_0, 1)
             } else if (dt == RF_IQ4_NL) {
                 if (P == BO_PANELS) QB_T(RF_IQ4_NL, BO_PANELS) else QB_T(RF_IQ4_NL, 1)
+            } else if (dt == RF_Q4_1) {
+                if (P == BO_PANELS) QB_T(RF_Q4_1, BO_PANELS) else QB_T(RF_Q4_1, 1)
+            } else if (dt == RF_Q5_0) {
+                if (P == BO_PANELS) QB_T(RF_Q5_0, BO_PANELS) else QB_T(RF_Q5_0, 1)
+            } else if (dt == RF_Q5_1) {
+                if (P == BO_PANELS) QB_T(RF_Q5_1, BO_PANELS) else QB_T(RF_Q5_1, 1)
             } else {
                 if (P == BO_PANELS) QB_T(RF_Q4_0, BO_PANELS) else QB_T(RF_Q4_0, 1)
             }
@@ -839,7 +889,7 @@ static void qbgroup(rf_dtype dt, int P, const uint8_t *w, size_t panel, int nb, 
 
 static void qp_range_blocks(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, int n, int a, int b) {
     const int nb = W->cols / RF_QK;
-    const size_t panel = (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
+    const size_t panel = (size_t)nb * rf_qp_block_bytes(W->dtype);
     const uint8_t *pk = W->packed;
     _Alignas(64) float acc[BO_MAX_N * 16 * BO_PANELS];
     for (int r = a, P; r < b; r += 16 * P) {
@@ -964,35 +1014,58 @@ static void qkp_group(rf_dtype dt, int P, const uint8_t *w, size_t panel, int ns
     }
 }
 
-/* ---- Q6_K, packed panels ------------------------------------------------------
+/* ---- Q6_K, Q3_K and Q2_K, packed panels ----------------------------------------
  *
- * The layout (matmul_pack.c): per panel and 256-column super-block, 8
- * chunks of 32 columns, each its low nibbles as a Q4_0 panel and its high
- * bit pairs in two vectors; then the 16-column scales as bytes and the
- * rows' d. Per chunk and (panel, token) two integer dots, the chunk's
- * first 16 columns (the low nibbles' groups) and its last 16, each with
- * the weights' offset 32 folded in through the token's half sums
- * (rf_q8p_prep_avx512 keeps them in init's two 16-bit halves); then two
- * conversions, the scales, and one FMA by the token's dx. Two accumulators
- * per (panel, token): one panel at a time, tiles of up to 8 tokens, the
- * super-blocks outside as for Q4_K. */
+ * The layouts (matmul_pack.c): per panel and 256-column super-block, 8
+ * chunks of 32 columns (Q6_K: its low nibbles as a Q4_0 panel and its high
+ * bit pairs in two vectors; Q3_K: its 2-bit levels in two vectors and the
+ * high bits in a third; Q2_K: the 2-bit levels); then the 16-column scales
+ * as bytes and the rows' d (Q2_K: and dmin). Per chunk and (panel, token)
+ * two integer dots, the chunk's first 16 columns (the low nibbles' groups)
+ * and its last 16, each with the weights' offset (Q6_K 32, Q3_K 4) folded
+ * in through the token's half sums (rf_q8p_prep_avx512 keeps them in
+ * init's two 16-bit halves); then two conversions, the scales, and one FMA
+ * by the token's dx; Q2_K's mins by two more FMAs with the half sums. Two
+ * accumulators per (panel, token): one panel at a time, tiles of up to 8
+ * tokens, the super-blocks outside as for Q4_K. */
+
+/* the unsigned levels of chunk wc's column groups v (lo: of its first 16
+ * columns) and 4 + v (hi: of its last 16) */
+static inline __attribute__((always_inline)) void k16_levels(const rf_dtype dt, const uint8_t *wc, int v, __m512i *lo,
+                                                             __m512i *hi) {
+    if (dt == RF_Q6_K) {
+        const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+        const __m512i q = _mm512_load_si512(wc + 64 * v), h = _mm512_load_si512(wc + 256 + 64 * (v / 2));
+        const __m512i hl = v & 1 ? h : _mm512_slli_epi16(h, 4), hh = v & 1 ? _mm512_srli_epi16(h, 2) : _mm512_slli_epi16(h, 2);
+        *lo = _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(hl, m30));
+        *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), _mm512_and_si512(hh, m30));
+        return;
+    }
+    const __m512i m3 = _mm512_set1_epi8(3);
+    *lo = _mm512_and_si512(_mm512_srli_epi16(_mm512_load_si512(wc), 2 * v), m3);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(_mm512_load_si512(wc + 64), 2 * v), m3);
+    if (dt == RF_Q3_K) { /* the high bits v and 4 + v to bit 2 */
+        const __m512i h = _mm512_load_si512(wc + 128), m4 = _mm512_set1_epi8(4);
+        *lo = _mm512_or_si512(*lo, _mm512_and_si512(v <= 2 ? _mm512_slli_epi16(h, 2 - v) : _mm512_srli_epi16(h, v - 2), m4));
+        *hi = _mm512_or_si512(*hi, _mm512_and_si512(_mm512_srli_epi16(h, v + 2), m4));
+    }
+}
 
 /* chunk wc of one panel for T tokens (x: the chunk's first token; acc:
  * its sums, 16 KP_PANELS floats apart); sc: its scale bytes (the last 16
- * columns' 16 on); d: the rows' d */
-static inline __attribute__((always_inline)) void q6kp_kern(const int T, const uint8_t *wc, const uint8_t *sc,
-                                                            const float *d, const xq_block *x, float *acc) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+ * columns' 16 on); d: the rows' d (Q2_K: dmin 16 floats on) */
+static inline __attribute__((always_inline)) void k16p_kern(const rf_dtype dt, const int T, const uint8_t *wc,
+                                                            const uint8_t *sc, const float *d, const xq_block *x,
+                                                            float *acc) {
+    const int off = dt == RF_Q6_K ? 32 : dt == RF_Q3_K ? 4 : 0;
     __m512i ia[2][8];
     for (int t = 0; t < T; t++) {
-        ia[0][t] = _mm512_set1_epi32(-32 * (int16_t)(x[t].init & 0xFFFF));
-        ia[1][t] = _mm512_set1_epi32(-32 * (x[t].init >> 16));
+        ia[0][t] = _mm512_set1_epi32(-off * (int16_t)(x[t].init & 0xFFFF));
+        ia[1][t] = _mm512_set1_epi32(-off * (x[t].init >> 16));
     }
     for (int v = 0; v < 4; v++) {
-        const __m512i q = _mm512_load_si512(wc + 64 * v), h = _mm512_load_si512(wc + 256 + 64 * (v / 2));
-        const __m512i hl = v & 1 ? h : _mm512_slli_epi16(h, 4), hh = v & 1 ? _mm512_srli_epi16(h, 2) : _mm512_slli_epi16(h, 2);
-        const __m512i lo = _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(hl, m30)),
-                      hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), _mm512_and_si512(hh, m30));
+        __m512i lo, hi;
+        k16_levels(dt, wc, v, &lo, &hi);
         for (int t = 0; t < T; t++) {
             int32_t ql, qh;
             memcpy(&ql, x[t].q + 4 * v, 4);
@@ -1002,55 +1075,73 @@ static inline __attribute__((always_inline)) void q6kp_kern(const int T, const u
         }
     }
     const __m512 dv = _mm512_load_ps(d);
-    const __m512 s0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc))), dv),
-                 s1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16)))), dv);
+    const __m512i b0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc)),
+                  b1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16)));
+    __m512 s0 = _mm512_mul_ps(_mm512_cvtepi32_ps(b0), dv), s1 = _mm512_mul_ps(_mm512_cvtepi32_ps(b1), dv), m0 = s0, m1 = s1;
+    if (dt == RF_Q2_K) { /* scale in the low nibble, min in the high one (the byte sign-extended: masks) */
+        const __m512i m15 = _mm512_set1_epi32(15);
+        const __m512 dm = _mm512_load_ps(d + 16);
+        s0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b0, m15)), dv);
+        s1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b1, m15)), dv);
+        m0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(b0, 4), m15)), dm);
+        m1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(b1, 4), m15)), dm);
+    }
     for (int t = 0; t < T; t++) {
         float *a = acc + (size_t)t * 16 * KP_PANELS;
         const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[0][t]), s0, _mm512_mul_ps(_mm512_cvtepi32_ps(ia[1][t]), s1));
-        _mm512_store_ps(a, _mm512_fmadd_ps(f, _mm512_set1_ps(x[t].dx), _mm512_load_ps(a)));
+        __m512 r = _mm512_fmadd_ps(f, _mm512_set1_ps(x[t].dx), _mm512_load_ps(a));
+        if (dt == RF_Q2_K) {
+            r = _mm512_fnmadd_ps(m0, _mm512_set1_ps(x[t].dx * (float)(int16_t)(x[t].init & 0xFFFF)), r);
+            r = _mm512_fnmadd_ps(m1, _mm512_set1_ps(x[t].dx * (float)(x[t].init >> 16)), r);
+        }
+        _mm512_store_ps(a, r);
     }
 }
 
-/* one panel w, tokens [t0, t0 + m) of the call's n, into acc[m][16
- * KP_PANELS] (the first 16 of each token's) */
-static void q6kp_group(const uint8_t *w, int nsb, const xq_block *X, int n, int t0, int m, float *acc) {
+#define K16_T(DT)                                                  \
+    switch (T) {                                                   \
+    case 1: k16p_kern(DT, 1, wc, sc, d, xb, a); break;             \
+    case 2: k16p_kern(DT, 2, wc, sc, d, xb, a); break;             \
+    case 3: k16p_kern(DT, 3, wc, sc, d, xb, a); break;             \
+    case 4: k16p_kern(DT, 4, wc, sc, d, xb, a); break;             \
+    case 5: k16p_kern(DT, 5, wc, sc, d, xb, a); break;             \
+    case 6: k16p_kern(DT, 6, wc, sc, d, xb, a); break;             \
+    case 7: k16p_kern(DT, 7, wc, sc, d, xb, a); break;             \
+    default: k16p_kern(DT, 8, wc, sc, d, xb, a); break;            \
+    }
+
+/* one panel w of Q6_K, Q3_K or Q2_K, tokens [t0, t0 + m) of the call's n,
+ * into acc[m][16 KP_PANELS] (the first 16 of each token's) */
+static void k16p_group(rf_dtype dt, const uint8_t *w, int nsb, const xq_block *X, int n, int t0, int m, float *acc) {
     const int ntt = (m + 7) / 8;
+    const size_t sb = rf_kp_sb_bytes(dt), chunk = rf_k16p_chunk(dt);
     for (int s = 0; s < nsb; s++) {
-        const uint8_t *ws = w + (size_t)s * RF_Q6KP_SB;
-        for (size_t l = 0; l < RF_Q6KP_SB; l += 64) /* PF_AHEAD_FEW bytes ahead, into the next panel near the end */
+        const uint8_t *ws = w + (size_t)s * sb;
+        for (size_t l = 0; l < sb; l += 64) /* PF_AHEAD_FEW bytes ahead, into the next panel near the end */
             rf_prefetch_stream(ws + PF_AHEAD_FEW + l);
+        const float *d = (const float *)(ws + 8 * chunk + 256);
         for (int c = 0; c < 8; c++) {
-            const uint8_t *wc = ws + 384 * c, *sc = ws + 3072 + 32 * c;
-            const float *d = (const float *)(ws + 3328);
+            const uint8_t *wc = ws + chunk * c, *sc = ws + 8 * chunk + 32 * c;
             for (int i = 0, u = 0; i < ntt; i++) {
                 const int T = m / ntt + (i < m % ntt);
                 const xq_block *xb = X + (size_t)(8 * s + c) * n + t0 + u;
                 float *a = acc + (size_t)u * 16 * KP_PANELS;
-                switch (T) {
-                case 1: q6kp_kern(1, wc, sc, d, xb, a); break;
-                case 2: q6kp_kern(2, wc, sc, d, xb, a); break;
-                case 3: q6kp_kern(3, wc, sc, d, xb, a); break;
-                case 4: q6kp_kern(4, wc, sc, d, xb, a); break;
-                case 5: q6kp_kern(5, wc, sc, d, xb, a); break;
-                case 6: q6kp_kern(6, wc, sc, d, xb, a); break;
-                case 7: q6kp_kern(7, wc, sc, d, xb, a); break;
-                default: q6kp_kern(8, wc, sc, d, xb, a); break;
-                }
+                if (dt == RF_Q6_K) K16_T(RF_Q6_K)
+                else if (dt == RF_Q3_K) K16_T(RF_Q3_K)
+                else K16_T(RF_Q2_K)
                 u += T;
             }
         }
     }
 }
 
-
-/* Q4_K, Q5_K, Q6_K or IQ4_XS panels: up to KP_PANELS panels (Q6_K: one,
- * for its two accumulators per token) and KP_MAX_N tokens at a time */
+/* Q4_K, Q5_K, Q6_K, Q3_K, Q2_K or IQ4_XS panels: up to KP_PANELS panels
+ * (Q6_K, Q3_K, Q2_K: one, for their two accumulators per token) and
+ * KP_MAX_N tokens at a time */
 static void kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, int n, int a, int b) {
-    const int nsb = W->cols / RF_QK_K, q6 = W->dtype == RF_Q6_K, pmax = q6 ? 1 : KP_PANELS;
-    const size_t panel = (size_t)nsb * (q6                        ? RF_Q6KP_SB
-                                        : W->dtype == RF_Q5_K     ? RF_Q5KP_SB
-                                        : W->dtype == RF_IQ4_XS   ? RF_IQ4XSP_SB
-                                                                  : RF_Q4KP_SB);
+    const rf_dtype dt = W->dtype;
+    const int nsb = W->cols / RF_QK_K, k16 = dt == RF_Q6_K || dt == RF_Q3_K || dt == RF_Q2_K, pmax = k16 ? 1 : KP_PANELS;
+    const size_t panel = (size_t)nsb * rf_kp_sb_bytes(dt);
     const uint8_t *pk = W->packed;
     _Alignas(64) float acc[KP_MAX_N * 16 * KP_PANELS];
     for (int r = a, P; r < b; r += 16 * P) {
@@ -1061,7 +1152,7 @@ static void kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, i
         for (int t0 = 0; t0 < n; t0 += KP_MAX_N) {
             const int m = n - t0 < KP_MAX_N ? n - t0 : KP_MAX_N;
             memset(acc, 0, sizeof(float) * (size_t)m * 16 * KP_PANELS);
-            if (q6) q6kp_group(pk + (size_t)(r / 16) * panel, nsb, X, n, t0, m, acc);
+            if (k16) k16p_group(dt, pk + (size_t)(r / 16) * panel, nsb, X, n, t0, m, acc);
             else qkp_group(W->dtype, P, pk + (size_t)(r / 16) * panel, panel, nsb, X, n, t0, m, acc);
             for (int t = 0; t < m; t++) {
                 const float *s = acc + (size_t)t * 16 * KP_PANELS;
@@ -1080,13 +1171,14 @@ void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, i
      * groups below, with the f32 sums in registers and up to 6 panels
      * streaming at once (the super-block order of kp_range streams 2 and
      * stays below the read bandwidth at 1 token); wider ones in kp_range */
-    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K || (W->dtype == RF_IQ4_XS && n > 6)) {
+    if (W->dtype == RF_Q4_K || W->dtype == RF_Q5_K || W->dtype == RF_Q6_K || W->dtype == RF_Q3_K || W->dtype == RF_Q2_K ||
+        (W->dtype == RF_IQ4_XS && n > 6)) {
         kp_range(Y, ldy, xp, W, n, a, b);
         return;
     }
     const int nb = W->cols / RF_QK;
     const size_t panel = W->dtype == RF_IQ4_XS ? (size_t)(W->cols / RF_QK_K) * RF_IQ4XSP_SB
-                                               : (size_t)nb * (W->dtype == RF_Q8_0 ? RF_Q8P_BLOCK : RF_Q4P_BLOCK);
+                                               : (size_t)nb * rf_qp_block_bytes(W->dtype);
     const uint8_t *pk = W->packed;
     const xq_block *X = xp;
     /* near-equal token tiles of up to 4 (Q8_0) or 6 (Q4_0): the tile sizes

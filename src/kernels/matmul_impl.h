@@ -50,6 +50,10 @@ size_t rf_q8p_pack_bytes(int rows, int cols);
 void rf_q8p_pack(void *dst, const void *w, int rows, int cols);
 size_t rf_q4p_pack_bytes(int rows, int cols);
 void rf_q4p_pack(void *dst, const void *w, int rows, int cols);
+/* Q4_1 / Q5_0 / Q5_1 (matmul_pack.c): Q4_0's nibbles, Q5's fifth bits,
+ * the rows' d and m in f16 */
+size_t rf_q41p_pack_bytes(rf_dtype dt, int rows, int cols);
+void rf_q41p_pack(rf_dtype dt, void *dst, const void *w, int rows, int cols);
 #define RF_Q4KP_SB 2432 /* Q4_K: bytes per panel and 256-column super-block (matmul_pack.c) */
 size_t rf_q4kp_pack_bytes(int rows, int cols);
 void rf_q4kp_pack(void *dst, const void *w, int rows, int cols);
@@ -62,6 +66,36 @@ void rf_q6kp_pack(void *dst, const void *w, int rows, int cols);
 #define RF_IQ4XSP_SB 2240 /* IQ4_XS: bytes per panel and 256-column super-block (matmul_pack.c) */
 size_t rf_iq4xsp_pack_bytes(int rows, int cols);
 void rf_iq4xsp_pack(void *dst, const void *w, int rows, int cols);
+#define RF_Q3KP_SB 1856 /* Q3_K: bytes per panel and 256-column super-block (matmul_pack.c) */
+#define RF_Q2KP_SB 1408 /* Q2_K: the same */
+size_t rf_k23p_pack_bytes(rf_dtype dt, int rows, int cols);
+void rf_k23p_pack(rf_dtype dt, void *dst, const void *w, int rows, int cols);
+/* The super-block panels with a scale per 16 columns (Q6_K, Q3_K, Q2_K):
+ * bytes per 32-column chunk; the chunks' scale bytes follow the 8 chunks,
+ * the rows' d (f32) 256 bytes on, Q2_K's dmin 64 bytes further */
+static inline size_t rf_k16p_chunk(rf_dtype dt) { return dt == RF_Q6_K ? 384 : dt == RF_Q3_K ? 192 : 128; }
+/* bytes per panel and super-block of the super-block panel types */
+static inline size_t rf_kp_sb_bytes(rf_dtype dt) {
+    switch (dt) {
+    case RF_Q4_K: return RF_Q4KP_SB;
+    case RF_Q5_K: return RF_Q5KP_SB;
+    case RF_Q6_K: return RF_Q6KP_SB;
+    case RF_Q3_K: return RF_Q3KP_SB;
+    case RF_Q2_K: return RF_Q2KP_SB;
+    default: return RF_IQ4XSP_SB;
+    }
+}
+/* The 32-block panel types (Q8_0, Q4_0, IQ4_NL, Q4_1, Q5_0, Q5_1): bytes
+ * per panel and block, and the byte of a block where its 16 rows' d begin
+ * (f32 for Q8_0 / Q4_0 / IQ4_NL; f16 for Q4_1 / Q5_0 / Q5_1, whose f16 m
+ * follow 32 bytes on; matmul_pack.c) */
+static inline int rf_qp_f16_scales(rf_dtype dt) { return dt == RF_Q4_1 || dt == RF_Q5_0 || dt == RF_Q5_1; }
+static inline size_t rf_qp_block_bytes(rf_dtype dt) {
+    return dt == RF_Q8_0 ? RF_Q8P_BLOCK : dt == RF_Q5_0 || dt == RF_Q5_1 ? 384 : RF_Q4P_BLOCK;
+}
+static inline size_t rf_qp_scales_at(rf_dtype dt) {
+    return dt == RF_Q8_0 ? 512 : dt == RF_Q5_0 || dt == RF_Q5_1 ? 320 : 256;
+}
 /* IQ4_NL / IQ4_XS (Q4_0's panel nibbles): rf_iq4nl_values[i] + 128 (1..241),
  * the table of the byte shuffles that turn a nibble i into the unsigned
  * operand of vpdpbusd; xor 0x80 gives the signed levels back (the avx2
@@ -74,17 +108,22 @@ void rf_iq4xsp_pack(void *dst, const void *w, int rows, int cols);
 typedef struct {
     int8_t q[32];
     float d;       /* activation scale */
-    int32_t nsum8; /* -8 * sum(q): Q4_0's nibble offset, folded into the integer dot;
-                    * for packed Q4_K / Q5_K sum(q), for packed Q6_K the sums of the
-                    * two 16-column halves in the low and high 16 bits
-                    * (rf_q_prep_avx2's wdt) */
+    union {
+        int32_t nsum8; /* -8 * sum(q): Q4_0's nibble offset, folded into the integer dot
+                        * (packed Q5_0: -16 sum(q)); for packed Q4_K / Q5_K sum(q),
+                        * the mins' factor; for packed Q6_K / Q3_K / Q2_K the sums
+                        * of the two 16-column halves in the low and high 16 bits
+                        * (rf_q_prep_avx2's wdt) */
+        float dsum;    /* packed Q4_1 / Q5_1: d sum(q), the factor of the block's min */
+    };
 } rf_xq_avx2;      /* one 32-block of one token, 40 bytes */
 size_t rf_q_prep_avx2_bytes(int n, int cols);
 /* share part of parts (tokens: its layout is token-major) */
 void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, rf_dtype wdt, int part, int parts);
 void rf_q_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 /* ---- avx2 (matmul_kq.c): the other block types (Q4_1, Q5_0, Q5_1,
- * IQ4_NL, the K-quants, IQ4_XS), row-major, decoded per block ---- */
+ * IQ4_NL, the K-quants, IQ4_XS) when nothing packed them, row-major,
+ * decoded per block ---- */
 typedef struct {
     int8_t q[32];
     float d;      /* activation scale */
@@ -122,8 +161,8 @@ void rf_kq_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype dt, i
 /* ---- avx2, W packed (matmul_avx2p.c; a is a multiple of 16) ---- */
 /* bf16: X as it is (f32, no prep) */
 void rf_bf16p_range_avx2(float *Y, size_t ldy, const float *X, const rf_mat *W, int n, int a, int b);
-/* Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS: the activations from
- * rf_q_prep_avx2 */
+/* Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / the K-quants / IQ4_NL / IQ4_XS: the
+ * activations from rf_q_prep_avx2 */
 void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b);
 
 /* ---- avx512 (matmul_avx512.c, compiled with AVX-512 flags) ---- */
@@ -147,7 +186,7 @@ size_t rf_bf16dp_prep_avx512_bytes(int n, int cols, int single);
 /* share part of parts (16-column chunks: its layout is pair-major) */
 void rf_bf16dp_prep_avx512(void *xp, const float *X, int n, int cols, int single, int part, int parts);
 void rf_bf16dp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, int n, int a, int b, int single);
-/* Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS with W in 16-row
+/* Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / the K-quants / IQ4_NL / IQ4_XS with W in 16-row
  * panels (rf_mat_pack) and the activations
  * per token and block (the same rounding as rf_q_prep_avx512; the prep
  * depends on the weight dtype); a is a multiple of 16 */

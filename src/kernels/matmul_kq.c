@@ -18,9 +18,11 @@
  * amx tiers the 256-weight types run matmul_kq_avx512.c: Q4_K, Q5_K and
  * Q6_K straight from their blocks over activations in its own layout
  * (rf_kq_direct: the prep writes rf_xk512 then), the others its dot over
- * the same decoded blocks. Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS matrices
- * the loader packed (rf_mat_pack) are read from their panels at every tier
- * instead (matmul_avx2p.c, matmul_avx512.c). */
+ * the same decoded blocks. Matrices the loader packed (rf_mat_pack: every
+ * one of these types) are read from their panels at every tier instead
+ * (matmul_avx2p.c, matmul_avx512.c); these kernels serve the matrices
+ * nothing packed (a view that starts inside a panel, a caller that never
+ * packs). */
 #include <immintrin.h>
 #include <string.h>
 

@@ -1,5 +1,6 @@
-/* matmul_pack.c - the packed panel layouts of bf16, Q8_0, Q4_0, IQ4_NL and
- * the 256-weight super-block types (kernels.h rf_mat_pack), written once at load time and read by both the
+/* matmul_pack.c - the packed panel layouts of bf16, Q8_0, Q4_0, IQ4_NL,
+ * Q4_1, Q5_0, Q5_1 and the 256-weight super-block types (kernels.h
+ * rf_mat_pack), written once at load time and read by both the
  * avx512 kernels (matmul_avx512.c: one 64-byte vector per 16 rows) and the
  * avx2 ones (matmul_avx2p.c: the same vector as two 32-byte halves of 8
  * rows). One layout for both tiers, so a model packed at either tier runs at
@@ -120,6 +121,63 @@ void rf_q4p_pack(void *dst, const void *w, int rows, int cols) {
  * (RF_Q5KP_SB = 2,944 bytes, 5.75 bits a weight). ggml: weight 32 c + l is
  * qs[32 (c / 2) + l]'s low (c even) or high nibble plus 16 times bit c of
  * qh[l]. */
+/* Q4_1, Q5_0, Q5_1: per panel and 32-block, Q4_0's 4 vectors of nibbles
+ * (the levels 0..15 as stored), for Q5_0 / Q5_1 then one vector of fifth
+ * bits as a Q5_K chunk holds them (byte 4 r + k: bit v = column 4 v + k's,
+ * bit 4 + v = column 16 + 4 v + k's), then the 16 rows' d and m as f16
+ * (the block's own halves: Q4_1 d at byte 256, m at 288; Q5_0 / Q5_1 d at
+ * 320, m at 352, zero for Q5_0). A weight is d q + m (Q5_0: d (q - 16)),
+ * as ggml dequantises it. f16 rather than Q4_0's f32 scales: the copy is
+ * as large as the blocks (Q5_0: 352 bytes padded to 384 for aligned
+ * vectors), so a 1-token call streams no more than the file holds.
+ * ggml: qs[j] holds column j (low) and 16 + j (high), bit j of qh column
+ * j's fifth bit. */
+size_t rf_q41p_pack_bytes(rf_dtype dt, int rows, int cols) {
+    return (size_t)((rows + 15) / 16) * (cols / RF_QK) * rf_qp_block_bytes(dt);
+}
+
+/* a Q4_1, Q5_0 or Q5_1 block's fields: nibbles, fifth bits (0 for Q4_1),
+ * d and m (0 for Q5_0) */
+static void q41_fields(rf_dtype dt, const void *blk, const uint8_t **qs, uint32_t *qh, uint16_t *d, uint16_t *m) {
+    *qh = 0, *m = 0;
+    if (dt == RF_Q4_1) {
+        const rf_block_q4_1 *b = blk;
+        *qs = b->qs, *d = b->d, *m = b->m;
+    } else if (dt == RF_Q5_0) {
+        const rf_block_q5_0 *b = blk;
+        *qs = b->qs, *d = b->d;
+        memcpy(qh, b->qh, 4);
+    } else {
+        const rf_block_q5_1 *b = blk;
+        *qs = b->qs, *d = b->d, *m = b->m;
+        memcpy(qh, b->qh, 4);
+    }
+}
+
+void rf_q41p_pack(rf_dtype dt, void *dst, const void *w, int rows, int cols) {
+    const int nb = cols / RF_QK, np = (rows + 15) / 16;
+    const size_t block = rf_qp_block_bytes(dt), bb = rf_dtype_block_bytes(dt), dofs = rf_qp_scales_at(dt);
+#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
+    for (int p = 0; p < np; p++)
+        for (int b = 0; b < nb; b++) {
+            uint8_t *o = (uint8_t *)dst + ((size_t)p * nb + b) * block;
+            uint16_t *d = (uint16_t *)(o + dofs), *m = d + 16;
+            memset(o, 0, block);
+            for (int r = 0; r < 16 && 16 * p + r < rows; r++) {
+                const uint8_t *qs;
+                uint32_t qh;
+                q41_fields(dt, (const uint8_t *)w + ((size_t)(16 * p + r) * nb + b) * bb, &qs, &qh, d + r, m + r);
+                for (int v = 0; v < 4; v++)
+                    for (int k = 0; k < 4; k++) {
+                        const int c = 4 * v + k;
+                        o[64 * v + 4 * r + k] = qs[c];
+                        if (dt != RF_Q4_1)
+                            o[256 + 4 * r + k] |= (uint8_t)(((qh >> c) & 1) << v | ((qh >> (16 + c)) & 1) << (4 + v));
+                    }
+            }
+        }
+}
+
 size_t rf_q4kp_pack_bytes(int rows, int cols) {
     return (size_t)((rows + 15) / 16) * (cols / RF_QK_K) * RF_Q4KP_SB;
 }
@@ -211,6 +269,57 @@ void rf_q6kp_pack(void *dst, const void *w, int rows, int cols) {
                     o[3072 + 32 * c + 16 + r] = (uint8_t)blk->scales[2 * c + 1];
                 }
                 d[r] = rf_f16_to_f32(blk->d);
+            }
+        }
+}
+
+/* Q3_K and Q2_K: per panel and 256-column super-block, 8 chunks of 32
+ * columns (Q3_K: 192 bytes each, Q2_K: 128), each the 2-bit levels of its
+ * first 16 columns in one vector (byte 4 r + k, bits 2 v and 2 v + 1:
+ * column 4 v + k) and of its last 16 in the next (column 16 + 4 v + k),
+ * for Q3_K then the high bits in a third (byte 4 r + k: bit v = column 4
+ * v + k's, bit 4 + v = column 16 + 4 v + k's); then the 16-column scales
+ * as bytes (chunk c's first 16 columns at 8 chunk + 32 c + r, its last 16
+ * on): Q3_K's 6-bit scales minus 32 as signed bytes, Q2_K's scale byte as
+ * stored (scale in the low nibble, min in the high one); then the rows' d
+ * in f32 (8 chunk + 256), for Q2_K their dmin after it. A weight is d sc
+ * (q - 4) (Q3_K, q = the 2 bits + 4 x the high bit) or d sc q - dmin m
+ * (Q2_K), as ggml dequantises them; ggml: column j of chunk c takes bits
+ * 2 (c % 4) of qs[32 (c / 4) + j] and bit c of hmask[j]. 1,856 / 1,408
+ * bytes per 16 x 256 weights: 5.5% / 4.8% more than the blocks (their f16
+ * d as f32). */
+size_t rf_k23p_pack_bytes(rf_dtype dt, int rows, int cols) {
+    return (size_t)((rows + 15) / 16) * (cols / RF_QK_K) * rf_kp_sb_bytes(dt);
+}
+
+void rf_k23p_pack(rf_dtype dt, void *dst, const void *w, int rows, int cols) {
+    const int nsb = cols / RF_QK_K, np = (rows + 15) / 16, q3 = dt == RF_Q3_K;
+    const size_t sb = rf_kp_sb_bytes(dt), chunk = rf_k16p_chunk(dt), scales = 8 * chunk;
+#pragma omp parallel for schedule(dynamic, 16) if (np > 64 && !omp_in_parallel())
+    for (int p = 0; p < np; p++)
+        for (int s = 0; s < nsb; s++) {
+            uint8_t *o = (uint8_t *)dst + ((size_t)p * nsb + s) * sb;
+            float *d = (float *)(o + scales + 256);
+            memset(o, 0, sb);
+            for (int r = 0; r < 16 && 16 * p + r < rows; r++) {
+                const size_t i = (size_t)(16 * p + r) * nsb + s;
+                const rf_block_q3_k *b3 = q3 ? (const rf_block_q3_k *)w + i : NULL;
+                const rf_block_q2_k *b2 = q3 ? NULL : (const rf_block_q2_k *)w + i;
+                const uint8_t *qs = q3 ? b3->qs : b2->qs;
+                int8_t sc[16];
+                if (q3) rf_q3k_scales(b3->scales, sc);
+                for (int c = 0; c < 8; c++) {
+                    uint8_t *oc = o + chunk * c;
+                    for (int j = 0; j < 32; j++) {
+                        const int half = j / 16, v = j % 16 / 4, k = j % 4;
+                        oc[64 * half + 4 * r + k] |= (uint8_t)(((qs[32 * (c / 4) + j] >> 2 * (c % 4)) & 3) << 2 * v);
+                        if (q3) oc[128 + 4 * r + k] |= (uint8_t)(((b3->hmask[j] >> c) & 1) << (4 * half + v));
+                    }
+                    for (int h = 0; h < 2; h++)
+                        o[scales + 32 * c + 16 * h + r] = q3 ? (uint8_t)sc[2 * c + h] : b2->scales[2 * c + h];
+                }
+                d[r] = rf_f16_to_f32(q3 ? b3->d : b2->d);
+                if (!q3) d[16 + r] = rf_f16_to_f32(b2->dmin);
             }
         }
 }

@@ -34,8 +34,13 @@ void rf_q_prep_avx2(void *xp, const float *X, int n, int cols, rf_dtype wdt, int
             _mm256_storeu_si256((__m256i *)o->q, p);
             int32_t s0, s1;
             rf_quant32_half_sums(q, &s0, &s1);
-            o->nsum8 = wdt == RF_Q4_K || wdt == RF_Q5_K ? s0 + s1
-                       : wdt == RF_Q6_K ? (int32_t)((uint32_t)(uint16_t)s0 | (uint32_t)s1 << 16)
+            if (wdt == RF_Q4_1 || wdt == RF_Q5_1)
+                o->dsum = o->d * (float)(s0 + s1);
+            else
+                o->nsum8 = wdt == RF_Q4_K || wdt == RF_Q5_K ? s0 + s1
+                       : wdt == RF_Q6_K || wdt == RF_Q3_K || wdt == RF_Q2_K
+                           ? (int32_t)((uint32_t)(uint16_t)s0 | (uint32_t)s1 << 16)
+                       : wdt == RF_Q5_0 ? -16 * (s0 + s1)
                                         : -8 * (s0 + s1);
         }
 }

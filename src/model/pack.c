@@ -1,5 +1,5 @@
-/* pack.c - the bf16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS
- * matrices' panel copies
+/* pack.c - the bf16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL and
+ * IQ4_XS matrices' panel copies
  * (kernels.h rf_mat_pack).
  *
  * Every bf16, Q8_0 or Q4_0 layer matrix and the lm head gets a copy in the
@@ -7,8 +7,9 @@
  * (one layout for both tiers, kernels/matmul_pack.c, so REFUSION_CPU or
  * rf_cpu_set_tier after loading needs no repacking; on the demo model's
  * shape a 16-token call drops from ~5x to ~2x the cost of a 1-token call;
- * bench_kernels_matmul's "BF16p" rows), and so does every Q4_K, Q5_K, Q6_K,
- * IQ4_NL and IQ4_XS one (their own panels, matmul_pack.c). The kernels read the
+ * bench_kernels_matmul's "BF16p" rows), and so does every Q4_1, Q5_0,
+ * Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS one (their own
+ * panels, matmul_pack.c). The kernels read the
  * copy only; the row-major originals stay where they are (the embedding
  * lookup, rf_model_save and the GGUF writer read them). Where an original
  * lives in an mmap'd file (safetensors or GGUF) its pages are handed back to the kernel
