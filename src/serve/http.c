@@ -33,7 +33,7 @@
 
 #include "api/api_internal.h"
 #include "api/api_internal.h"
-#include "serve/serve_impl.h"
+#include "serve/http_impl.h"
 #include "serve/routes_llama.h"
 #include "util/util.h"
 
@@ -68,11 +68,7 @@ void rf_serve_config_default(rf_serve_config *c) {
 }
 
 /* ---- routes --------------------------------------------------------------------- */
-typedef enum { R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_NONE } route_id;
-static const struct {
-    const char *path, *method;
-    int prefix; /* path is a prefix: /v1/models/{id} */
-} routes[] = {
+const rf_http_route rf_http_routes[R_NONE] = {
     [R_HEALTH] = {"/health", "GET", 0},
     [R_METRICS] = {"/metrics", "GET", 0},
     [R_MODELS] = {"/v1/models", "GET", 0},
@@ -81,70 +77,9 @@ static const struct {
     [R_CHAT] = {"/v1/chat/completions", "POST", 0},
 };
 
-/* A connection suspended while its request is parsed or its job runs,
- * until the watcher resumes it. */
-typedef enum { W_START, W_DONE, W_STREAM, W_PARSE } wait_kind;
-typedef struct rf_waiter {
-    struct MHD_Connection *c;
-    job *j;          /* NULL for W_PARSE */
-    int fd;
-    wait_kind kind;  /* W_START: while queued; W_DONE: until done; W_STREAM: until more output;
-                        W_PARSE: until a parser thread has handled the request (ready) */
-    int ready;       /* W_PARSE: the parser is done with the request */
-    int armed;       /* suspended: the watcher may resume it */
-    int linked;      /* in s->waiters */
-    double deadline; /* rf_now() after which the wait ends (0: none) */
-    int untimed;     /* parked with MHD's idle timeout off (see park) */
-    struct rf_waiter *prev, *next;
-} waiter;
-
 /* A stream whose generation produces no text for this long gets an SSE
  * comment line, so that clients and proxies see a live connection. */
 #define SSE_KEEPALIVE_S 2.0
-
-/* One connection (MHD's socket context), in s->conns. */
-typedef struct rf_conn {
-    int fd;
-    double ready_at;         /* rf_now() when it became ready for its next request */
-    int busy;                /* a complete request is being answered: no request deadline */
-    int shut;                /* the deadline shut it */
-    int n_requests;          /* requests begun on it */
-    struct request *q;       /* the request being read or answered */
-    struct rf_conn *prev, *next;
-} conn;
-
-/* Per-request state (MHD's con_cls), made by the URI log callback. */
-typedef struct request {
-    route_id route;
-    int llama;             /* R_NONE: llama-server's route (routes_llama.h), or -1 */
-    int started;           /* the handler has seen the headers */
-    char *body;
-    size_t len;
-    int too_large;
-    int no_memory;         /* the body could not be stored */
-    int status;            /* what we answered, for the log */
-    int last;              /* the last request allowed on its connection: answer "Connection: close" */
-    double t0;
-    char method[8], url[72];
-    const char *model_id;  /* R_MODEL: the {id} (points into MHD's url) */
-    const char *raw_uri;   /* the request target as received (MHD's buffer), and its length */
-    size_t raw_len;
-    conn *k;               /* its connection */
-    job *job;              /* a generation: queued or running, not yet answered */
-    int fd;
-    double queue_deadline;
-    waiter w;
-    /* handed to a parser thread (parse_request): in s->parse_head's list
-     * until taken; what it made of the request when no job came of it */
-    struct request *parse_next;
-    int parsed;            /* the parser is done: answer with the below, unless job */
-    int answer_status;     /* an error (err_*) or, for llama-server's routes, answer / answer_type */
-    char err_param[64];
-    const char *err_code;
-    char err_msg[512];
-    char *answer;
-    const char *answer_type;
-} request;
 
 /* for the log: what the client sent, cut to size, control characters as '?' */
 static void copy_printable(char *dst, size_t n, const char *src) {
@@ -187,7 +122,7 @@ static enum MHD_Result send_text(struct MHD_Connection *c, rf_server *s, request
     if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, q->llama >= 0 ? rf_llama_route_method(q->llama)
-                                                                        : routes[q->route].method);
+                                                                        : rf_http_routes[q->route].method);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     q->status = status;
@@ -811,9 +746,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         q->route = R_NONE;
         q->llama = -1;
         for (int i = 0; i < R_NONE; i++) {
-            size_t n = strlen(routes[i].path);
-            if (routes[i].prefix ? !strncmp(url, routes[i].path, n) && url[n] && !strchr(url + n, '/')
-                                 : !strcmp(url, routes[i].path))
+            size_t n = strlen(rf_http_routes[i].path);
+            if (rf_http_routes[i].prefix ? !strncmp(url, rf_http_routes[i].path, n) && url[n] && !strchr(url + n, '/')
+                                         : !strcmp(url, rf_http_routes[i].path))
                 q->route = (route_id)i, q->model_id = url + n;
         }
         if (q->route == R_NONE) q->llama = rf_llama_route(s, url);
@@ -872,10 +807,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!keyed && q->route != R_HEALTH)
         return send_error_p(c, s, q, 401, NULL, "invalid_api_key",
                             "missing or wrong API key (send the header \"Authorization: Bearer <key>\")");
-    const char *want = routes[q->route].method;
+    const char *want = rf_http_routes[q->route].method;
     int is_get = !strcmp(want, "GET");
     if (strcmp(method, want) && !(is_get && !strcmp(method, "HEAD")))
-        return send_error(c, s, q, MHD_HTTP_METHOD_NOT_ALLOWED, "%s takes %s, not %.16s", routes[q->route].path,
+        return send_error(c, s, q, MHD_HTTP_METHOD_NOT_ALLOWED, "%s takes %s, not %.16s", rf_http_routes[q->route].path,
                           want, method);
     if (q->no_memory) return send_error(c, s, q, 503, "out of memory storing the request body");
     if (q->too_large)

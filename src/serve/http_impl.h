@@ -1,0 +1,82 @@
+/* http_impl.h - what the HTTP front end's files share (http.c, reply.c,
+ * waiters.c, server.c): the routes, the state of a connection, a request and
+ * a parked wait, and the functions one of them calls in another. Internal to
+ * src/serve: nothing here is part of the server's interface (serve.h). */
+#ifndef RF_SERVE_HTTP_IMPL_H
+#define RF_SERVE_HTTP_IMPL_H
+
+#include <microhttpd.h>
+
+#include "serve/serve_impl.h"
+
+/* ---- routes --------------------------------------------------------------------- */
+typedef enum { R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_NONE } route_id;
+typedef struct {
+    const char *path, *method;
+    int prefix; /* path is a prefix: /v1/models/{id} */
+} rf_http_route;
+/* http.c: the OpenAI routes, by route_id */
+extern const rf_http_route rf_http_routes[R_NONE];
+
+/* A connection suspended while its request is parsed or its job runs,
+ * until the watcher resumes it. */
+typedef enum { W_START, W_DONE, W_STREAM, W_PARSE } wait_kind;
+typedef struct rf_waiter {
+    struct MHD_Connection *c;
+    job *j;          /* NULL for W_PARSE */
+    int fd;
+    wait_kind kind;  /* W_START: while queued; W_DONE: until done; W_STREAM: until more output;
+                        W_PARSE: until a parser thread has handled the request (ready) */
+    int ready;       /* W_PARSE: the parser is done with the request */
+    int armed;       /* suspended: the watcher may resume it */
+    int linked;      /* in s->waiters */
+    double deadline; /* rf_now() after which the wait ends (0: none) */
+    int untimed;     /* parked with MHD's idle timeout off (see park) */
+    struct rf_waiter *prev, *next;
+} waiter;
+
+/* One connection (MHD's socket context), in s->conns. */
+typedef struct rf_conn {
+    int fd;
+    double ready_at;         /* rf_now() when it became ready for its next request */
+    int busy;                /* a complete request is being answered: no request deadline */
+    int shut;                /* the deadline shut it */
+    int n_requests;          /* requests begun on it */
+    struct request *q;       /* the request being read or answered */
+    struct rf_conn *prev, *next;
+} conn;
+
+/* Per-request state (MHD's con_cls), made by the URI log callback. */
+typedef struct request {
+    route_id route;
+    int llama;             /* R_NONE: llama-server's route (routes_llama.h), or -1 */
+    int started;           /* the handler has seen the headers */
+    char *body;
+    size_t len;
+    int too_large;
+    int no_memory;         /* the body could not be stored */
+    int status;            /* what we answered, for the log */
+    int last;              /* the last request allowed on its connection: answer "Connection: close" */
+    double t0;
+    char method[8], url[72];
+    const char *model_id;  /* R_MODEL: the {id} (points into MHD's url) */
+    const char *raw_uri;   /* the request target as received (MHD's buffer), and its length */
+    size_t raw_len;
+    conn *k;               /* its connection */
+    job *job;              /* a generation: queued or running, not yet answered */
+    int fd;
+    double queue_deadline;
+    waiter w;
+    /* handed to a parser thread (parse_request): in s->parse_head's list
+     * until taken; what it made of the request when no job came of it */
+    struct request *parse_next;
+    int parsed;            /* the parser is done: answer with the below, unless job */
+    int answer_status;     /* an error (err_*) or, for llama-server's routes, answer / answer_type */
+    char err_param[64];
+    const char *err_code;
+    char err_msg[512];
+    char *answer;
+    const char *answer_type;
+} request;
+
+#endif
