@@ -79,4 +79,27 @@ typedef struct request {
     const char *answer_type;
 } request;
 
+/* ---- reply.c: answers, each queued on c with the common headers, counted
+ * and noted in q->status ---- */
+/* "Connection: close" on the connection's last request; the CORS headers */
+void rf_http_common_headers(const rf_server *s, const request *q, struct MHD_Response *r);
+/* an answer's status class, for /metrics */
+void rf_http_count_status(rf_server *s, int status);
+/* txt: malloc'd, taken over; NULL answers 500 */
+enum MHD_Result rf_http_send_text(struct MHD_Connection *c, rf_server *s, request *q, int status, char *txt,
+                                  const char *type);
+enum MHD_Result rf_http_send_json(struct MHD_Connection *c, rf_server *s, request *q, int status, char *txt);
+/* OpenAI's error body; param and code may be NULL (JSON null) */
+enum MHD_Result rf_http_send_error(struct MHD_Connection *c, rf_server *s, request *q, int status, const char *param,
+                                   const char *code, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+/* the routes answered from the server's state: /health (show_model: the
+ * client may see the model's id), /metrics, /v1/models[/{id}], a CORS
+ * preflight */
+enum MHD_Result rf_http_send_health(struct MHD_Connection *c, request *q, rf_server *s, int show_model);
+enum MHD_Result rf_http_send_metrics(struct MHD_Connection *c, request *q, rf_server *s);
+enum MHD_Result rf_http_send_models(struct MHD_Connection *c, request *q, rf_server *s);
+enum MHD_Result rf_http_send_preflight(struct MHD_Connection *c, request *q, rf_server *s);
+/* the request carries "Authorization: Bearer <key>" */
+int rf_http_key_ok(struct MHD_Connection *c, const char *key);
+
 #endif
