@@ -22,7 +22,6 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,10 +77,6 @@ const rf_http_route rf_http_routes[R_NONE] = {
     [R_CHAT] = {"/v1/chat/completions", "POST", 0},
 };
 
-/* A stream whose generation produces no text for this long gets an SSE
- * comment line, so that clients and proxies see a live connection. */
-#define SSE_KEEPALIVE_S 2.0
-
 /* for the log: what the client sent, cut to size, control characters as '?' */
 static void copy_printable(char *dst, size_t n, const char *src) {
     size_t i = 0;
@@ -89,182 +84,9 @@ static void copy_printable(char *dst, size_t n, const char *src) {
     dst[i] = 0;
 }
 
-/* ---- a client that leaves -------------------------------------------------------- */
-/* Has the client closed its end of the connection? A zero-timeout poll and a
- * peek: end of file or an error means gone (a pipelined next request is data,
- * not a close). */
-static int client_gone(int fd) {
-    if (fd < 0) return 0;
-    struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
-    if (poll(&pf, 1, 0) <= 0) return 0;
-    if (pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return 1;
-    char b;
-    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
 static int connection_fd(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     return ci ? ci->connect_fd : -1;
-}
-
-/* ---- suspended connections and the watcher ------------------------------------- */
-static void unlink_waiter_locked(rf_server *s, waiter *w) {
-    if (!w->linked) return;
-    if (w->prev) w->prev->next = w->next;
-    else s->waiters = w->next;
-    if (w->next) w->next->prev = w->prev;
-    w->prev = w->next = NULL;
-    w->linked = w->armed = 0;
-}
-
-/* Park the connection until its wait is over (the watcher resumes it and
- * MHD calls the handler, or the content reader, again). Called from the
- * handler or the content reader, without s->mu: MHD's own locks are never
- * taken under ours. The waiter is only armed once suspended, so the watcher
- * never resumes a connection that is not. */
-static void park(rf_server *s, struct MHD_Connection *c, waiter *w, job *j, int fd, wait_kind kind,
-                 double deadline) {
-    pthread_mutex_lock(&s->mu);
-    w->c = c, w->j = j, w->fd = fd, w->kind = kind, w->deadline = deadline, w->armed = 0;
-    w->prev = NULL, w->next = s->waiters;
-    if (s->waiters) s->waiters->prev = w;
-    s->waiters = w;
-    w->linked = 1;
-    pthread_mutex_unlock(&s->mu);
-    /* the idle timeout (--timeout) is for clients that stall while sending
-     * or stop reading: a connection waiting for the model is neither, so
-     * it has none until there is something to send (unpark). MHD only
-     * changes the timeout of a connection that is not suspended. */
-    if (!w->untimed) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-    w->untimed = 1;
-    MHD_suspend_connection(c);
-    pthread_mutex_lock(&s->mu);
-    if (w->linked) w->armed = 1;
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* Resumed with something to send: the idle timeout again, its clock
- * restarted (MHD restarts it when the timeout was off). */
-static void unpark(rf_server *s, struct MHD_Connection *c, waiter *w) {
-    if (!w->untimed) return;
-    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->cfg.timeout_s);
-    w->untimed = 0;
-}
-
-/* Is the wait over? s->mu held. check_gone: look at the socket too. */
-static int wait_over_locked(rf_server *s, const waiter *w, int check_gone, double now) {
-    if (w->kind == W_PARSE) return w->ready; /* the parser holds the request until then */
-    const job *j = w->j;
-    if (s->stopping && j->state == JOB_DONE) return 1;
-    switch (w->kind) {
-    case W_START: if (j->state != JOB_QUEUED) return 1; break;
-    case W_DONE: if (j->state == JOB_DONE) return 1; break;
-    case W_STREAM: if (j->out_sent < j->out_len || j->state == JOB_DONE) return 1; break;
-    case W_PARSE: break;
-    }
-    if (w->deadline > 0 && now > w->deadline) return 1;
-    return check_gone && client_gone(w->fd);
-}
-
-/* The watcher: every 10 ms, resumes the parked connections whose wait is
- * over (the sockets are looked at every 100 ms, to notice clients that
- * left), and every 250 ms shuts the connections whose request is not
- * complete request_timeout_s after they became ready for it. */
-static void *watcher_main(void *arg) {
-    rf_server *s = arg;
-    struct MHD_Connection **wake = NULL;
-    size_t cap = 0;
-    for (unsigned long tick = 0;; tick++) {
-        size_t n = 0;
-        double now = rf_now();
-        pthread_mutex_lock(&s->mu);
-        if (s->watcher_stop && !s->waiters) {
-            pthread_mutex_unlock(&s->mu);
-            break;
-        }
-        for (waiter *w = s->waiters, *next; w; w = next) {
-            next = w->next;
-            if (tick % 10 == 0 && w->j) rf_serve_expire_locked(s, w->j, now); /* its job, while its client waits */
-            if (!w->armed || !wait_over_locked(s, w, tick % 10 == 0 || s->watcher_stop, now)) continue;
-            wake = rf_grow_to(wake, sizeof *wake, n + 1, &cap, 64);
-            wake[n++] = w->c;
-            unlink_waiter_locked(s, w);
-        }
-        if (tick % 25 == 0)
-            for (conn *k = s->conns; k; k = k->next)
-                if (!k->busy && !k->shut && now - k->ready_at > s->cfg.request_timeout_s) {
-                    /* MHD sees the end of the stream and closes it; the fd
-                     * stays valid until the CLOSED notification unlinks k */
-                    shutdown(k->fd, SHUT_RDWR);
-                    k->shut = 1;
-                    s->n_request_timeouts++;
-                }
-        pthread_mutex_unlock(&s->mu);
-        /* a parked connection is only closed by MHD_stop_daemon, which
-         * runs after this thread has ended: resuming outside the lock is safe */
-        for (size_t i = 0; i < n; i++) MHD_resume_connection(wake[i]);
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    free(wake);
-    return NULL;
-}
-
-/* ---- streaming: MHD pulls SSE bytes from the job ---------------------------- */
-typedef struct {
-    rf_server *s;
-    job *j;
-    struct MHD_Connection *c;
-    int fd; /* the client's socket, to notice it leaving between events */
-    double last_out; /* rf_now() when bytes were last handed to MHD */
-    waiter w;
-} stream_ref;
-
-static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    stream_ref *r = cls;
-    job *j = r->j;
-    (void)pos;
-    pthread_mutex_lock(&r->s->mu);
-    if (j->out_sent == j->out_len && j->state != JOB_DONE) {
-        int gone = client_gone(r->fd);
-        if (gone) rf_serve_cancel_locked(r->s, j);
-        pthread_mutex_unlock(&r->s->mu);
-        if (gone) return MHD_CONTENT_READER_END_WITH_ERROR;
-        /* the generation runs without new text: a comment line now and
-         * then (clients ignore it), else wait for text or that time */
-        static const char ka[] = ": keep-alive\n\n";
-        double now = rf_now();
-        if (now - r->last_out >= SSE_KEEPALIVE_S && max >= sizeof ka - 1) {
-            unpark(r->s, r->c, &r->w);
-            memcpy(buf, ka, sizeof ka - 1);
-            r->last_out = now;
-            return (ssize_t)(sizeof ka - 1);
-        }
-        /* nothing yet: MHD's prescribed pattern is to suspend and return 0 */
-        park(r->s, r->c, &r->w, j, r->fd, W_STREAM, r->last_out + SSE_KEEPALIVE_S);
-        return 0;
-    }
-    size_t n = j->out_len - j->out_sent;
-    if (n > max) n = max;
-    if (n) memcpy(buf, j->out + j->out_sent, n);
-    j->out_sent += n;
-    pthread_mutex_unlock(&r->s->mu);
-    unpark(r->s, r->c, &r->w);
-    r->last_out = rf_now();
-    return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
-}
-
-/* The response is gone (sent, or the client went away). */
-static void sse_free(void *cls) {
-    stream_ref *r = cls;
-    pthread_mutex_lock(&r->s->mu);
-    unlink_waiter_locked(r->s, &r->w);
-    rf_serve_cancel_locked(r->s, r->j); /* nothing when the job is done */
-    r->j->abandoned = 1;
-    rf_serve_job_unref_locked(r->j);
-    pthread_mutex_unlock(&r->s->mu);
-    free(r);
 }
 
 /* ---- generation requests ---------------------------------------------------- */
@@ -371,7 +193,7 @@ static enum MHD_Result generate_continue(struct MHD_Connection *c, request *q, r
 
 /* The parser is done and made no job: its answer */
 static enum MHD_Result parsed_answer(struct MHD_Connection *c, request *q, rf_server *s) {
-    unpark(s, c, &q->w);
+    rf_http_unpark(s, c, &q->w);
     q->parsed = 0;
     if (q->answer_type) {
         char *out = q->answer;
@@ -390,7 +212,7 @@ static enum MHD_Result parse_later(struct MHD_Connection *c, request *q, rf_serv
     pthread_mutex_lock(&s->mu);
     int queued = s->n_parsers > 0 && !s->parse_stop;
     if (queued) {
-        q->w.ready = 0; /* set by the parser, maybe before park below has run */
+        q->w.ready = 0; /* set by the parser, maybe before rf_http_park below has run */
         if (s->parse_tail) s->parse_tail->parse_next = q;
         else s->parse_head = q;
         s->parse_tail = q;
@@ -401,16 +223,16 @@ static enum MHD_Result parse_later(struct MHD_Connection *c, request *q, rf_serv
         parse_request(s, q);
         return q->job ? generate_continue(c, q, s) : parsed_answer(c, q, s);
     }
-    park(s, c, &q->w, NULL, q->fd, W_PARSE, 0);
+    rf_http_park(s, c, &q->w, NULL, q->fd, W_PARSE, 0);
     return MHD_YES;
 }
 
 /* Resumed (or spuriously called again): answer, or park again. */
 static enum MHD_Result generate_continue(struct MHD_Connection *c, request *q, rf_server *s) {
     job *j = q->job;
-    unpark(s, c, &q->w); /* parked again below while there is nothing to send */
+    rf_http_unpark(s, c, &q->w); /* parked again below while there is nothing to send */
     pthread_mutex_lock(&s->mu);
-    if (j->state != JOB_DONE && client_gone(q->fd)) {
+    if (j->state != JOB_DONE && rf_http_client_gone(q->fd)) {
         rf_serve_cancel_locked(s, j);
         rf_serve_job_unref_locked(j);
         q->job = NULL;
@@ -421,7 +243,7 @@ static enum MHD_Result generate_continue(struct MHD_Connection *c, request *q, r
     if (j->state == JOB_QUEUED) {
         if (rf_now() <= q->queue_deadline) {
             pthread_mutex_unlock(&s->mu);
-            park(s, c, &q->w, j, q->fd, W_START, q->queue_deadline);
+            rf_http_park(s, c, &q->w, j, q->fd, W_START, q->queue_deadline);
             return MHD_YES;
         }
         rf_serve_cancel_locked(s, j);
@@ -436,23 +258,24 @@ static enum MHD_Result generate_continue(struct MHD_Connection *c, request *q, r
         stream_ref *r = rf_calloc(1, sizeof *r);
         r->s = s, r->j = j, r->c = c, r->fd = q->fd, r->last_out = rf_now();
         q->job = NULL; /* its reference is the stream's now */
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, r, sse_free);
+        struct MHD_Response *resp =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, rf_http_sse_read, r, rf_http_sse_free);
         if (!resp) {
-            sse_free(r);
+            rf_http_sse_free(r);
             return MHD_NO;
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         rf_http_common_headers(s, q, resp);
         enum MHD_Result rc = MHD_queue_response(c, 200, resp);
-        MHD_destroy_response(resp); /* sse_free runs when MHD is done with it */
+        MHD_destroy_response(resp); /* rf_http_sse_free runs when MHD is done with it */
         q->status = 200;
         rf_http_count_status(s, 200);
         return rc;
     }
     if (j->state != JOB_DONE) {
         pthread_mutex_unlock(&s->mu);
-        park(s, c, &q->w, j, q->fd, W_DONE, 0);
+        rf_http_park(s, c, &q->w, j, q->fd, W_DONE, 0);
         return MHD_YES;
     }
     char *body = j->out;
@@ -635,7 +458,7 @@ static enum MHD_Result llama_request(struct MHD_Connection *c, request *q, rf_se
 }
 
 static void request_free_locked(rf_server *s, request *q) {
-    unlink_waiter_locked(s, &q->w);
+    rf_http_unlink_waiter_locked(s, &q->w);
     if (q->job) { /* closed while its job was queued or running */
         rf_serve_cancel_locked(s, q->job);
         rf_serve_job_unref_locked(q->job);
@@ -846,7 +669,7 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
         }
         s->scheduler_started = 1;
     }
-    if (pthread_create(&s->watcher, NULL, watcher_main, s)) {
+    if (pthread_create(&s->watcher, NULL, rf_http_watcher_main, s)) {
         rf_set_error("cannot start the connection watcher thread");
         stop_workers(s);
         goto fail;

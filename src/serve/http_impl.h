@@ -31,7 +31,7 @@ typedef struct rf_waiter {
     int armed;       /* suspended: the watcher may resume it */
     int linked;      /* in s->waiters */
     double deadline; /* rf_now() after which the wait ends (0: none) */
-    int untimed;     /* parked with MHD's idle timeout off (see park) */
+    int untimed;     /* parked with MHD's idle timeout off (see rf_http_park) */
     struct rf_waiter *prev, *next;
 } waiter;
 
@@ -101,5 +101,31 @@ enum MHD_Result rf_http_send_models(struct MHD_Connection *c, request *q, rf_ser
 enum MHD_Result rf_http_send_preflight(struct MHD_Connection *c, request *q, rf_server *s);
 /* the request carries "Authorization: Bearer <key>" */
 int rf_http_key_ok(struct MHD_Connection *c, const char *key);
+
+/* ---- waiters.c: parked connections, the watcher, streamed answers ---- */
+/* the client has closed its end of the connection (fd < 0: no) */
+int rf_http_client_gone(int fd);
+/* park: suspend the connection until its wait is over (the watcher resumes
+ * it); called without s->mu. unpark: resumed with something to send. */
+void rf_http_park(rf_server *s, struct MHD_Connection *c, waiter *w, job *j, int fd, wait_kind kind,
+                  double deadline);
+void rf_http_unpark(rf_server *s, struct MHD_Connection *c, waiter *w);
+/* w out of s->waiters (s->mu held) */
+void rf_http_unlink_waiter_locked(rf_server *s, waiter *w);
+/* the watcher thread (arg: the server) */
+void *rf_http_watcher_main(void *arg);
+/* A streamed answer: MHD's content reader pulls the job's SSE bytes
+ * (rf_http_sse_read); rf_http_sse_free, when MHD is done with the response,
+ * drops the job's reference the stream holds. */
+typedef struct {
+    rf_server *s;
+    job *j;
+    struct MHD_Connection *c;
+    int fd; /* the client's socket, to notice it leaving between events */
+    double last_out; /* rf_now() when bytes were last handed to MHD */
+    waiter w;
+} stream_ref;
+ssize_t rf_http_sse_read(void *cls, uint64_t pos, char *buf, size_t max);
+void rf_http_sse_free(void *cls);
 
 #endif
