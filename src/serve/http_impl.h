@@ -128,4 +128,19 @@ typedef struct {
 ssize_t rf_http_sse_read(void *cls, uint64_t pos, char *buf, size_t max);
 void rf_http_sse_free(void *cls);
 
+
+/* ---- http.c: MHD's callbacks and the parser thread, for server.c ---- */
+/* the URI log callback: makes the request state (MHD's con_cls) */
+void *rf_http_on_uri(void *cls, const char *uri, struct MHD_Connection *c);
+/* the access handler: the headers, each piece of body, the complete request */
+enum MHD_Result rf_http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                   const char *version, const char *up, size_t *up_size, void **con_cls);
+/* a request is over: logged (cfg.verbose) and freed */
+void rf_http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why);
+/* connections in and out of s->conns */
+void rf_http_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                           enum MHD_ConnectionNotificationCode what);
+/* a parser thread (arg: the server) */
+void *rf_http_parser_main(void *arg);
+
 #endif
