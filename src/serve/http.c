@@ -1,39 +1,17 @@
-/* http.c - libmicrohttpd glue: the listening socket, connections, routing,
- * request bodies, JSON / SSE responses, start and stop.
- *
- * Connections are served the way an event-driven server (nginx) serves
- * them: a small pool of MHD threads, each with its own epoll loop, runs
- * every connection, and no handler ever blocks. A generation request is
- * queued and its connection suspended (MHD_suspend_connection); a watcher
- * thread resumes it when its job leaves the queue, produces more of a
- * stream, finishes, outlives its queue wait, or its client leaves. So a few
- * hundred connections that send slowly cost a few bytes each, not a thread.
- *
- * Limits, each refused at once rather than left in the listen backlog: the
- * total number of connections (the accept policy callback), connections
- * per client address (MHD's per-IP limit), a connection idle for --timeout
- * (MHD's timeout), a request not complete --request-timeout after its
- * connection was ready for it (the watcher shuts the socket: a sender of one
- * byte every few seconds is never idle but still cannot hold a connection),
- * and --keepalive-requests requests on one connection (the last answer
- * says "Connection: close"). */
-#include <errno.h>
+/* http.c - routing and MHD's request callbacks: the state of each request,
+ * its body, the route it asks for and the answer. A generation request (and
+ * a llama-server POST route) is handed to a parser thread while its
+ * connection is parked, so that a slow chat template or prompt holds no event
+ * loop; its answer comes from its job. Also the list of open connections,
+ * which the watcher walks for the request deadline. */
 #include <limits.h>
-#include <jansson.h>
 #include <microhttpd.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include "api/api_internal.h"
-#include "api/api_internal.h"
-#include "serve/serve_impl.h"
+#include "serve/http_impl.h"
 #include "serve/routes_llama.h"
 #include "util/util.h"
 
@@ -41,38 +19,10 @@
 #define MHD_HTTP_CONTENT_TOO_LARGE 413
 #endif
 
-void rf_serve_config_default(rf_serve_config *c) {
-    memset(c, 0, sizeof *c);
-    c->host = "127.0.0.1";
-    c->port = 8080;
-    c->max_body = 4u << 20;
-    c->max_queue = 64;
-    c->max_connections = 512;
-    c->max_per_client = 16;
-    c->timeout_s = 10;
-    c->batch = 1;
-    c->cache_bytes = (size_t)256 << 20;
-    c->request_timeout_s = 30;
-    c->keepalive_requests = 100;
-    c->http_threads = 2;
-    c->queue_wait_s = 300;
-    c->generation_timeout_s = 600;
-    c->max_request_bytes = 0;
-    c->max_request_positions = 1LL << 23;
-    c->verbose = 1;
-    c->webui = 1;
-    c->slots_endpoint = 1;
-    c->workers = 2;
-    c->cors_origin = NULL;
-    rf_decode_opts_default(&c->defaults);
-}
+#define send_error(c, s, q, status, ...) rf_http_send_error(c, s, q, status, NULL, NULL, __VA_ARGS__)
 
 /* ---- routes --------------------------------------------------------------------- */
-typedef enum { R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_NONE } route_id;
-static const struct {
-    const char *path, *method;
-    int prefix; /* path is a prefix: /v1/models/{id} */
-} routes[] = {
+const rf_http_route rf_http_routes[R_NONE] = {
     [R_HEALTH] = {"/health", "GET", 0},
     [R_METRICS] = {"/metrics", "GET", 0},
     [R_MODELS] = {"/v1/models", "GET", 0},
@@ -81,71 +31,6 @@ static const struct {
     [R_CHAT] = {"/v1/chat/completions", "POST", 0},
 };
 
-/* A connection suspended while its request is parsed or its job runs,
- * until the watcher resumes it. */
-typedef enum { W_START, W_DONE, W_STREAM, W_PARSE } wait_kind;
-typedef struct rf_waiter {
-    struct MHD_Connection *c;
-    job *j;          /* NULL for W_PARSE */
-    int fd;
-    wait_kind kind;  /* W_START: while queued; W_DONE: until done; W_STREAM: until more output;
-                        W_PARSE: until a parser thread has handled the request (ready) */
-    int ready;       /* W_PARSE: the parser is done with the request */
-    int armed;       /* suspended: the watcher may resume it */
-    int linked;      /* in s->waiters */
-    double deadline; /* rf_now() after which the wait ends (0: none) */
-    int untimed;     /* parked with MHD's idle timeout off (see park) */
-    struct rf_waiter *prev, *next;
-} waiter;
-
-/* A stream whose generation produces no text for this long gets an SSE
- * comment line, so that clients and proxies see a live connection. */
-#define SSE_KEEPALIVE_S 2.0
-
-/* One connection (MHD's socket context), in s->conns. */
-typedef struct rf_conn {
-    int fd;
-    double ready_at;         /* rf_now() when it became ready for its next request */
-    int busy;                /* a complete request is being answered: no request deadline */
-    int shut;                /* the deadline shut it */
-    int n_requests;          /* requests begun on it */
-    struct request *q;       /* the request being read or answered */
-    struct rf_conn *prev, *next;
-} conn;
-
-/* Per-request state (MHD's con_cls), made by the URI log callback. */
-typedef struct request {
-    route_id route;
-    int llama;             /* R_NONE: llama-server's route (routes_llama.h), or -1 */
-    int started;           /* the handler has seen the headers */
-    char *body;
-    size_t len;
-    int too_large;
-    int no_memory;         /* the body could not be stored */
-    int status;            /* what we answered, for the log */
-    int last;              /* the last request allowed on its connection: answer "Connection: close" */
-    double t0;
-    char method[8], url[72];
-    const char *model_id;  /* R_MODEL: the {id} (points into MHD's url) */
-    const char *raw_uri;   /* the request target as received (MHD's buffer), and its length */
-    size_t raw_len;
-    conn *k;               /* its connection */
-    job *job;              /* a generation: queued or running, not yet answered */
-    int fd;
-    double queue_deadline;
-    waiter w;
-    /* handed to a parser thread (parse_request): in s->parse_head's list
-     * until taken; what it made of the request when no job came of it */
-    struct request *parse_next;
-    int parsed;            /* the parser is done: answer with the below, unless job */
-    int answer_status;     /* an error (err_*) or, for llama-server's routes, answer / answer_type */
-    char err_param[64];
-    const char *err_code;
-    char err_msg[512];
-    char *answer;
-    const char *answer_type;
-} request;
-
 /* for the log: what the client sent, cut to size, control characters as '?' */
 static void copy_printable(char *dst, size_t n, const char *src) {
     size_t i = 0;
@@ -153,398 +38,9 @@ static void copy_printable(char *dst, size_t n, const char *src) {
     dst[i] = 0;
 }
 
-/* ---- responses ------------------------------------------------------------------ */
-/* the server, for the headers every answer carries (set at start) */
-static void add_common_headers(const rf_server *s, const request *q, struct MHD_Response *r) {
-    if (q->last) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    if (s->cfg.cors_origin && *s->cfg.cors_origin) {
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", s->cfg.cors_origin);
-        if (strcmp(s->cfg.cors_origin, "*")) MHD_add_response_header(r, "Vary", "Origin");
-    }
-}
-
-static void count_status(rf_server *s, int status) {
-    pthread_mutex_lock(&s->mu);
-    if (status >= 100 && status < 600) s->n_http[status / 100]++;
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* txt: malloc'd, taken over; NULL (a JSON body that could not be built)
- * answers 500 with a fixed error body instead */
-static enum MHD_Result send_text(struct MHD_Connection *c, rf_server *s, request *q, int status, char *txt,
-                                 const char *type) {
-    if (!txt) {
-        txt = rf_serve_error_body("the reply could not be built", "server_error", NULL, NULL);
-        status = 500, type = "application/json";
-    }
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(txt);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    add_common_headers(s, q, r);
-    if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, q->llama >= 0 ? rf_llama_route_method(q->llama)
-                                                                        : routes[q->route].method);
-    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    q->status = status;
-    count_status(s, status);
-    return rc;
-}
-
-static enum MHD_Result send_json(struct MHD_Connection *c, rf_server *s, request *q, int status, char *txt) {
-    return send_text(c, s, q, status, txt, "application/json");
-}
-
-static enum MHD_Result send_obj(struct MHD_Connection *c, rf_server *s, request *q, int status, json_t *o) {
-    char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
-    json_decref(o);
-    return send_json(c, s, q, status, txt);
-}
-
-/* OpenAI's shape: {"error": {"message", "type", "param", "code"}}, code a
- * string or null */
-static enum MHD_Result send_error_p(struct MHD_Connection *c, rf_server *s, request *q, int status, const char *param,
-                                    const char *code, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-static enum MHD_Result send_error_p(struct MHD_Connection *c, rf_server *s, request *q, int status, const char *param,
-                                    const char *code, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    /* one line, whatever the client sent (URLs are unescaped by MHD) */
-    for (char *p = msg; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
-    const char *type = status >= 500 ? "server_error" : status == 401 ? "authentication_error" : "invalid_request_error";
-    json_t *utf8 = json_string(msg); /* NULL: not UTF-8 (cut, or from the URL), keep the ASCII */
-    if (!utf8)
-        for (char *p = msg; *p; p++)
-            if ((unsigned char)*p >= 0x80) *p = '?';
-    json_decref(utf8);
-    return send_json(c, s, q, status, rf_serve_error_body(msg, type, param, code));
-}
-#define send_error(c, s, q, status, ...) send_error_p(c, s, q, status, NULL, NULL, __VA_ARGS__)
-
-/* show_model: 0 when a key is set and the client did not send it (the
- * model's id is what /v1/models guards) */
-static enum MHD_Result send_health(struct MHD_Connection *c, request *q, rf_server *s, int show_model) {
-    pthread_mutex_lock(&s->mu);
-    int stopping = s->stopping;
-    json_t *o = json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I}", "status", stopping ? "stopping" : "ok",
-                          "active", s->n_active, "requests_done", (json_int_t)s->n_done,
-                          "tokens_generated", (json_int_t)s->tokens_done, "uptime_s",
-                          (json_int_t)(time(NULL) - s->started), "requests_cancelled", (json_int_t)s->n_cancelled,
-                          "calls_after_cancel", (json_int_t)s->calls_after_cancel);
-    size_t held = 0;
-    for (int i = 0; i < s->cfg.workers; i++) held += s->buffer_bytes[i];
-    json_object_set_new(o, "generations_timed_out", json_integer((json_int_t)s->n_gen_timeouts));
-    json_object_set_new(o, "buffer_allocs", json_integer((json_int_t)s->buffer_allocs));
-    json_object_set_new(o, "buffer_bytes", json_integer((json_int_t)held));
-    if (show_model) json_object_set_new(o, "model", json_string(s->model_name));
-    pthread_mutex_unlock(&s->mu);
-    return send_obj(c, s, q, stopping ? 503 : 200, o);
-}
-
-/* Prometheus text exposition format, version 0.0.4 */
-static enum MHD_Result send_metrics(struct MHD_Connection *c, request *q, rf_server *s) {
-    pthread_mutex_lock(&s->mu);
-    int queued = s->n_active - s->n_running;
-    char *txt = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&txt, &len);
-    if (!f) {
-        pthread_mutex_unlock(&s->mu);
-        return MHD_NO;
-    }
-#define M(name, type, help, fmt, ...) \
-    fputs("# HELP refusion_" name " " help "\n# TYPE refusion_" name " " type "\n", f), \
-        fprintf(f, "refusion_" name fmt "\n", __VA_ARGS__)
-    fprintf(f, "# HELP refusion_http_responses_total HTTP answers by status class.\n"
-               "# TYPE refusion_http_responses_total counter\n");
-    for (int k = 1; k < 6; k++) fprintf(f, "refusion_http_responses_total{code=\"%dxx\"} %lu\n", k, s->n_http[k]);
-    M("requests_total", "counter", "Generation requests finished (answered, failed or cancelled).", " %lu", s->n_done);
-    M("requests_failed_total", "counter", "Generations that failed on the server's side.", " %lu", s->n_failed);
-    M("requests_cancelled_total", "counter", "Generations whose client left before the answer.", " %lu", s->n_cancelled);
-    M("generation_timeouts_total", "counter", "Generations stopped at --generation-timeout.", " %lu",
-      s->n_gen_timeouts);
-    M("prompt_tokens_total", "counter", "Prompt tokens of the answered requests.", " %lld", s->prompt_tokens);
-    M("completion_tokens_total", "counter", "Answer tokens returned.", " %lld", s->tokens_done);
-    M("generation_seconds_total", "counter", "Decoder time of the answered requests.", " %.6f", s->gen_seconds);
-    M("tokens_per_second", "gauge", "Answer tokens per second of decoder time, over all answered requests.", " %.3f",
-      s->gen_seconds > 0 ? s->tokens_done / s->gen_seconds : 0.0);
-    M("request_latency_seconds_sum", "counter", "Queued-to-done time of the answered requests.", " %.6f", s->latency_sum);
-    M("request_latency_seconds_count", "counter", "Answered requests in the latency sum.", " %lu", s->n_latency);
-    M("queue_depth", "gauge", "Generation requests waiting for a worker.", " %d", queued);
-    M("requests_running", "gauge", "Generations running now.", " %d", s->n_running);
-    M("requests_running_peak", "gauge", "The most generations running at once since start.", " %d", s->peak_running);
-    M("workers", "gauge", "Worker threads (requests served in parallel).", " %d", s->n_workers);
-    M("batch_calls_total", "counter", "Batched model calls (continuous batching: every generation's calls).",
-      " %llu", s->batch_calls);
-    M("batch_rows_total", "counter",
-      "Rows in the batched model calls, summed over the calls (a generation's row; each forked row of a "
-      "plan-and-infill call).",
-      " %llu", s->batch_rows);
-    M("batch_rows_per_call", "gauge", "Batch occupancy: mean rows per batched model call.", " %.3f",
-      s->batch_calls ? (double)s->batch_rows / s->batch_calls : 0.0);
-    M("batch_rows_peak", "gauge", "The most rows in one batched model call.", " %d", s->batch_peak);
-    M("batch_rolling_rows_total", "counter", "Rows of rolling-slot generations in the batched model calls.", " %llu",
-      s->batch_rolling_rows);
-    M("batch_mixed_calls_total", "counter", "Batched model calls with a rolling-slot row beside other rows.", " %llu",
-      s->batch_mixed_calls);
-    M("batch_worker_calls_total", "counter",
-      "Model calls of plan-and-infill and MDM generations in the batched calls.",
-      " %llu", s->batch_worker_calls);
-    M("batch_worker_rows_total", "counter", "Rows of those calls in the batched model calls.", " %llu",
-      s->batch_worker_rows);
-    M("batch_worker_mixed_calls_total", "counter",
-      "Batched model calls with a plan-and-infill or MDM call beside another generation's.", " %llu",
-      s->batch_worker_mixed_calls);
-    M("prefix_cache_hits_total", "counter", "Batched requests that started from a cached prompt prefix.", " %llu",
-      s->prefix_hits);
-    M("prefix_cache_tokens_total", "counter", "Prompt tokens taken from the prefix cache instead of computed.",
-      " %llu", s->prefix_tokens);
-    M("prefix_cache_bytes", "gauge", "Bytes held by the prompt-prefix cache (--cache-mb).", " %zu",
-      s->prefix_cache_bytes);
-    M("connections_open", "gauge", "Open HTTP connections.", " %d", s->n_conns);
-    M("connections_refused_total", "counter", "Connections closed at once: over --max-connections.", " %lu",
-      s->n_refused);
-    M("request_timeouts_total", "counter", "Connections closed by --request-timeout.", " %lu", s->n_request_timeouts);
-#undef M
-    pthread_mutex_unlock(&s->mu);
-    fclose(f);
-    return send_text(c, s, q, 200, txt, "text/plain; version=0.0.4");
-}
-
-static json_t *model_json(rf_server *s) {
-    const rf_config *k = &s->m->cfg;
-    json_t *info = json_pack("{s:i, s:i, s:i, s:i, s:i, s:b}", "vocab_size", k->vocab_size, "context_length",
-                             k->max_pos, "hidden_size", k->hidden_size, "layers", k->n_layers, "heads", k->n_heads,
-                             "tokenizer", s->tok != NULL);
-    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", s->model_name, "object", "model", "created",
-                     (json_int_t)s->started, "owned_by", "refusion", "refusion", info);
-}
-
-static enum MHD_Result send_models(struct MHD_Connection *c, request *q, rf_server *s) {
-    if (q->route == R_MODEL) {
-        if (strcmp(q->model_id, s->model_name))
-            return send_error_p(c, s, q, 404, "model", "model_not_found", "the model '%.100s' does not exist (this "
-                                "server has '%s')", q->model_id, s->model_name);
-        return send_obj(c, s, q, 200, model_json(s));
-    }
-    return send_obj(c, s, q, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(s)));
-}
-
-/* CORS preflight: what browsers ask before a cross-origin POST */
-static enum MHD_Result send_preflight(struct MHD_Connection *c, request *q, rf_server *s) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-    if (!r) return MHD_NO;
-    add_common_headers(s, q, r);
-    if (s->cfg.cors_origin && *s->cfg.cors_origin) {
-        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
-        MHD_add_response_header(r, "Access-Control-Allow-Headers", h ? h : "Authorization, Content-Type");
-        MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, POST, OPTIONS");
-    enum MHD_Result rc = MHD_queue_response(c, 204, r);
-    MHD_destroy_response(r);
-    q->status = 204;
-    count_status(s, 204);
-    return rc;
-}
-
-/* "Authorization: Bearer <key>", compared in constant time */
-static int key_ok(struct MHD_Connection *c, const char *key) {
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
-    h += 7;
-    while (*h == ' ') h++;
-    size_t n = strlen(key), m = strlen(h);
-    unsigned char diff = n != m;
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < m ? h[i] : 0);
-    return diff == 0;
-}
-
-/* ---- a client that leaves -------------------------------------------------------- */
-/* Has the client closed its end of the connection? A zero-timeout poll and a
- * peek: end of file or an error means gone (a pipelined next request is data,
- * not a close). */
-static int client_gone(int fd) {
-    if (fd < 0) return 0;
-    struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
-    if (poll(&pf, 1, 0) <= 0) return 0;
-    if (pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return 1;
-    char b;
-    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
 static int connection_fd(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     return ci ? ci->connect_fd : -1;
-}
-
-/* ---- suspended connections and the watcher ------------------------------------- */
-static void unlink_waiter_locked(rf_server *s, waiter *w) {
-    if (!w->linked) return;
-    if (w->prev) w->prev->next = w->next;
-    else s->waiters = w->next;
-    if (w->next) w->next->prev = w->prev;
-    w->prev = w->next = NULL;
-    w->linked = w->armed = 0;
-}
-
-/* Park the connection until its wait is over (the watcher resumes it and
- * MHD calls the handler, or the content reader, again). Called from the
- * handler or the content reader, without s->mu: MHD's own locks are never
- * taken under ours. The waiter is only armed once suspended, so the watcher
- * never resumes a connection that is not. */
-static void park(rf_server *s, struct MHD_Connection *c, waiter *w, job *j, int fd, wait_kind kind,
-                 double deadline) {
-    pthread_mutex_lock(&s->mu);
-    w->c = c, w->j = j, w->fd = fd, w->kind = kind, w->deadline = deadline, w->armed = 0;
-    w->prev = NULL, w->next = s->waiters;
-    if (s->waiters) s->waiters->prev = w;
-    s->waiters = w;
-    w->linked = 1;
-    pthread_mutex_unlock(&s->mu);
-    /* the idle timeout (--timeout) is for clients that stall while sending
-     * or stop reading: a connection waiting for the model is neither, so
-     * it has none until there is something to send (unpark). MHD only
-     * changes the timeout of a connection that is not suspended. */
-    if (!w->untimed) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-    w->untimed = 1;
-    MHD_suspend_connection(c);
-    pthread_mutex_lock(&s->mu);
-    if (w->linked) w->armed = 1;
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* Resumed with something to send: the idle timeout again, its clock
- * restarted (MHD restarts it when the timeout was off). */
-static void unpark(rf_server *s, struct MHD_Connection *c, waiter *w) {
-    if (!w->untimed) return;
-    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->cfg.timeout_s);
-    w->untimed = 0;
-}
-
-/* Is the wait over? s->mu held. check_gone: look at the socket too. */
-static int wait_over_locked(rf_server *s, const waiter *w, int check_gone, double now) {
-    if (w->kind == W_PARSE) return w->ready; /* the parser holds the request until then */
-    const job *j = w->j;
-    if (s->stopping && j->state == JOB_DONE) return 1;
-    switch (w->kind) {
-    case W_START: if (j->state != JOB_QUEUED) return 1; break;
-    case W_DONE: if (j->state == JOB_DONE) return 1; break;
-    case W_STREAM: if (j->out_sent < j->out_len || j->state == JOB_DONE) return 1; break;
-    case W_PARSE: break;
-    }
-    if (w->deadline > 0 && now > w->deadline) return 1;
-    return check_gone && client_gone(w->fd);
-}
-
-/* The watcher: every 10 ms, resumes the parked connections whose wait is
- * over (the sockets are looked at every 100 ms, to notice clients that
- * left), and every 250 ms shuts the connections whose request is not
- * complete request_timeout_s after they became ready for it. */
-static void *watcher_main(void *arg) {
-    rf_server *s = arg;
-    struct MHD_Connection **wake = NULL;
-    size_t cap = 0;
-    for (unsigned long tick = 0;; tick++) {
-        size_t n = 0;
-        double now = rf_now();
-        pthread_mutex_lock(&s->mu);
-        if (s->watcher_stop && !s->waiters) {
-            pthread_mutex_unlock(&s->mu);
-            break;
-        }
-        for (waiter *w = s->waiters, *next; w; w = next) {
-            next = w->next;
-            if (tick % 10 == 0 && w->j) rf_serve_expire_locked(s, w->j, now); /* its job, while its client waits */
-            if (!w->armed || !wait_over_locked(s, w, tick % 10 == 0 || s->watcher_stop, now)) continue;
-            wake = rf_grow_to(wake, sizeof *wake, n + 1, &cap, 64);
-            wake[n++] = w->c;
-            unlink_waiter_locked(s, w);
-        }
-        if (tick % 25 == 0)
-            for (conn *k = s->conns; k; k = k->next)
-                if (!k->busy && !k->shut && now - k->ready_at > s->cfg.request_timeout_s) {
-                    /* MHD sees the end of the stream and closes it; the fd
-                     * stays valid until the CLOSED notification unlinks k */
-                    shutdown(k->fd, SHUT_RDWR);
-                    k->shut = 1;
-                    s->n_request_timeouts++;
-                }
-        pthread_mutex_unlock(&s->mu);
-        /* a parked connection is only closed by MHD_stop_daemon, which
-         * runs after this thread has ended: resuming outside the lock is safe */
-        for (size_t i = 0; i < n; i++) MHD_resume_connection(wake[i]);
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    free(wake);
-    return NULL;
-}
-
-/* ---- streaming: MHD pulls SSE bytes from the job ---------------------------- */
-typedef struct {
-    rf_server *s;
-    job *j;
-    struct MHD_Connection *c;
-    int fd; /* the client's socket, to notice it leaving between events */
-    double last_out; /* rf_now() when bytes were last handed to MHD */
-    waiter w;
-} stream_ref;
-
-static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    stream_ref *r = cls;
-    job *j = r->j;
-    (void)pos;
-    pthread_mutex_lock(&r->s->mu);
-    if (j->out_sent == j->out_len && j->state != JOB_DONE) {
-        int gone = client_gone(r->fd);
-        if (gone) rf_serve_cancel_locked(r->s, j);
-        pthread_mutex_unlock(&r->s->mu);
-        if (gone) return MHD_CONTENT_READER_END_WITH_ERROR;
-        /* the generation runs without new text: a comment line now and
-         * then (clients ignore it), else wait for text or that time */
-        static const char ka[] = ": keep-alive\n\n";
-        double now = rf_now();
-        if (now - r->last_out >= SSE_KEEPALIVE_S && max >= sizeof ka - 1) {
-            unpark(r->s, r->c, &r->w);
-            memcpy(buf, ka, sizeof ka - 1);
-            r->last_out = now;
-            return (ssize_t)(sizeof ka - 1);
-        }
-        /* nothing yet: MHD's prescribed pattern is to suspend and return 0 */
-        park(r->s, r->c, &r->w, j, r->fd, W_STREAM, r->last_out + SSE_KEEPALIVE_S);
-        return 0;
-    }
-    size_t n = j->out_len - j->out_sent;
-    if (n > max) n = max;
-    if (n) memcpy(buf, j->out + j->out_sent, n);
-    j->out_sent += n;
-    pthread_mutex_unlock(&r->s->mu);
-    unpark(r->s, r->c, &r->w);
-    r->last_out = rf_now();
-    return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
-}
-
-/* The response is gone (sent, or the client went away). */
-static void sse_free(void *cls) {
-    stream_ref *r = cls;
-    pthread_mutex_lock(&r->s->mu);
-    unlink_waiter_locked(r->s, &r->w);
-    rf_serve_cancel_locked(r->s, r->j); /* nothing when the job is done */
-    r->j->abandoned = 1;
-    rf_serve_job_unref_locked(r->j);
-    pthread_mutex_unlock(&r->s->mu);
-    free(r);
 }
 
 /* ---- generation requests ---------------------------------------------------- */
@@ -628,7 +124,7 @@ static void parse_request(rf_server *s, request *q) {
     q->answer_status = rf_llama_answer(s, q->llama, q->url, q->body ? q->body : "", q->len, &q->answer, &q->answer_type);
 }
 
-static void *parser_main(void *arg) {
+void *rf_http_parser_main(void *arg) {
     rf_server *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
@@ -651,15 +147,15 @@ static enum MHD_Result generate_continue(struct MHD_Connection *c, request *q, r
 
 /* The parser is done and made no job: its answer */
 static enum MHD_Result parsed_answer(struct MHD_Connection *c, request *q, rf_server *s) {
-    unpark(s, c, &q->w);
+    rf_http_unpark(s, c, &q->w);
     q->parsed = 0;
     if (q->answer_type) {
         char *out = q->answer;
         q->answer = NULL;
-        return send_text(c, s, q, q->answer_status, out, q->answer_type);
+        return rf_http_send_text(c, s, q, q->answer_status, out, q->answer_type);
     }
-    return send_error_p(c, s, q, q->answer_status, q->err_param[0] ? q->err_param : NULL, q->err_code, "%s",
-                        q->err_msg);
+    return rf_http_send_error(c, s, q, q->answer_status, q->err_param[0] ? q->err_param : NULL, q->err_code, "%s",
+                              q->err_msg);
 }
 
 /* The request to a parser thread, its connection parked until the parser
@@ -670,7 +166,7 @@ static enum MHD_Result parse_later(struct MHD_Connection *c, request *q, rf_serv
     pthread_mutex_lock(&s->mu);
     int queued = s->n_parsers > 0 && !s->parse_stop;
     if (queued) {
-        q->w.ready = 0; /* set by the parser, maybe before park below has run */
+        q->w.ready = 0; /* set by the parser, maybe before rf_http_park below has run */
         if (s->parse_tail) s->parse_tail->parse_next = q;
         else s->parse_head = q;
         s->parse_tail = q;
@@ -681,16 +177,16 @@ static enum MHD_Result parse_later(struct MHD_Connection *c, request *q, rf_serv
         parse_request(s, q);
         return q->job ? generate_continue(c, q, s) : parsed_answer(c, q, s);
     }
-    park(s, c, &q->w, NULL, q->fd, W_PARSE, 0);
+    rf_http_park(s, c, &q->w, NULL, q->fd, W_PARSE, 0);
     return MHD_YES;
 }
 
 /* Resumed (or spuriously called again): answer, or park again. */
 static enum MHD_Result generate_continue(struct MHD_Connection *c, request *q, rf_server *s) {
     job *j = q->job;
-    unpark(s, c, &q->w); /* parked again below while there is nothing to send */
+    rf_http_unpark(s, c, &q->w); /* parked again below while there is nothing to send */
     pthread_mutex_lock(&s->mu);
-    if (j->state != JOB_DONE && client_gone(q->fd)) {
+    if (j->state != JOB_DONE && rf_http_client_gone(q->fd)) {
         rf_serve_cancel_locked(s, j);
         rf_serve_job_unref_locked(j);
         q->job = NULL;
@@ -701,7 +197,7 @@ static enum MHD_Result generate_continue(struct MHD_Connection *c, request *q, r
     if (j->state == JOB_QUEUED) {
         if (rf_now() <= q->queue_deadline) {
             pthread_mutex_unlock(&s->mu);
-            park(s, c, &q->w, j, q->fd, W_START, q->queue_deadline);
+            rf_http_park(s, c, &q->w, j, q->fd, W_START, q->queue_deadline);
             return MHD_YES;
         }
         rf_serve_cancel_locked(s, j);
@@ -716,23 +212,24 @@ static enum MHD_Result generate_continue(struct MHD_Connection *c, request *q, r
         stream_ref *r = rf_calloc(1, sizeof *r);
         r->s = s, r->j = j, r->c = c, r->fd = q->fd, r->last_out = rf_now();
         q->job = NULL; /* its reference is the stream's now */
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, r, sse_free);
+        struct MHD_Response *resp =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, rf_http_sse_read, r, rf_http_sse_free);
         if (!resp) {
-            sse_free(r);
+            rf_http_sse_free(r);
             return MHD_NO;
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        add_common_headers(s, q, resp);
+        rf_http_common_headers(s, q, resp);
         enum MHD_Result rc = MHD_queue_response(c, 200, resp);
-        MHD_destroy_response(resp); /* sse_free runs when MHD is done with it */
+        MHD_destroy_response(resp); /* rf_http_sse_free runs when MHD is done with it */
         q->status = 200;
-        count_status(s, 200);
+        rf_http_count_status(s, 200);
         return rc;
     }
     if (j->state != JOB_DONE) {
         pthread_mutex_unlock(&s->mu);
-        park(s, c, &q->w, j, q->fd, W_DONE, 0);
+        rf_http_park(s, c, &q->w, j, q->fd, W_DONE, 0);
         return MHD_YES;
     }
     char *body = j->out;
@@ -742,12 +239,12 @@ static enum MHD_Result generate_continue(struct MHD_Connection *c, request *q, r
     rf_serve_job_unref_locked(j);
     q->job = NULL;
     pthread_mutex_unlock(&s->mu);
-    return send_json(c, s, q, status, body);
+    return rf_http_send_json(c, s, q, status, body);
 }
 
 /* "Content-Length": decimal digits only, as RFC 9110 has it (MHD 0.9.75
  * answers a negative or overflowing one with a broken reply of its own, so
- * such a header must not get that far: see on_request). 0, or -1. */
+ * such a header must not get that far: see rf_http_on_request). 0, or -1. */
 static int content_length(const char *v, unsigned long long *out) {
     unsigned long long x = 0;
     if (!v || !*v) return -1;
@@ -763,7 +260,7 @@ static int content_length(const char *v, unsigned long long *out) {
  * the request target as received. The request state is made here (and is
  * con_cls from then on), so that the handler can tell a target that held a
  * NUL byte (MHD's strings end there: "GET /health\0x" would be /health). */
-static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+void *rf_http_on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
     rf_server *s = cls;
     request *q = rf_calloc(1, sizeof *q);
     q->llama = -1;
@@ -794,11 +291,11 @@ static enum MHD_Result llama_request(struct MHD_Connection *c, request *q, rf_se
 /* MHD calls this first with the headers, then once per piece of body, then
  * once more with *up_size == 0 when the body is complete (and again each
  * time a parked generation is resumed). */
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *up, size_t *up_size, void **con_cls) {
+enum MHD_Result rf_http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                   const char *version, const char *up, size_t *up_size, void **con_cls) {
     rf_server *s = cls;
     request *q = *con_cls;
-    if (!q) *con_cls = q = on_uri(s, NULL, c);
+    if (!q) *con_cls = q = rf_http_on_uri(s, NULL, c);
     if (!q->started) {
         /* the headers: only what must not wait for the body is answered now
          * (the connection then closes). Everything else is answered once
@@ -811,9 +308,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         q->route = R_NONE;
         q->llama = -1;
         for (int i = 0; i < R_NONE; i++) {
-            size_t n = strlen(routes[i].path);
-            if (routes[i].prefix ? !strncmp(url, routes[i].path, n) && url[n] && !strchr(url + n, '/')
-                                 : !strcmp(url, routes[i].path))
+            size_t n = strlen(rf_http_routes[i].path);
+            if (rf_http_routes[i].prefix ? !strncmp(url, rf_http_routes[i].path, n) && url[n] && !strchr(url + n, '/')
+                                         : !strcmp(url, rf_http_routes[i].path))
                 q->route = (route_id)i, q->model_id = url + n;
         }
         if (q->route == R_NONE) q->llama = rf_llama_route(s, url);
@@ -863,27 +360,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     /* the request is complete */
-    if (!strcmp(method, "OPTIONS")) return send_preflight(c, q, s);
+    if (!strcmp(method, "OPTIONS")) return rf_http_send_preflight(c, q, s);
     if (q->route == R_NONE && q->llama < 0)
-        return send_error_p(c, s, q, 404, NULL, "not_found", "no such endpoint: %s %.100s", method, url);
+        return rf_http_send_error(c, s, q, 404, NULL, "not_found", "no such endpoint: %s %.100s", method, url);
     /* every route but /health (and the web page, which asks for the key) needs the key, when there is one */
-    int keyed = !s->cfg.api_key || key_ok(c, s->cfg.api_key);
+    int keyed = !s->cfg.api_key || rf_http_key_ok(c, s->cfg.api_key);
     if (q->llama >= 0) return llama_request(c, q, s, method, url, keyed);
     if (!keyed && q->route != R_HEALTH)
-        return send_error_p(c, s, q, 401, NULL, "invalid_api_key",
-                            "missing or wrong API key (send the header \"Authorization: Bearer <key>\")");
-    const char *want = routes[q->route].method;
+        return rf_http_send_error(c, s, q, 401, NULL, "invalid_api_key",
+                                  "missing or wrong API key (send the header \"Authorization: Bearer <key>\")");
+    const char *want = rf_http_routes[q->route].method;
     int is_get = !strcmp(want, "GET");
     if (strcmp(method, want) && !(is_get && !strcmp(method, "HEAD")))
-        return send_error(c, s, q, MHD_HTTP_METHOD_NOT_ALLOWED, "%s takes %s, not %.16s", routes[q->route].path,
+        return send_error(c, s, q, MHD_HTTP_METHOD_NOT_ALLOWED, "%s takes %s, not %.16s", rf_http_routes[q->route].path,
                           want, method);
     if (q->no_memory) return send_error(c, s, q, 503, "out of memory storing the request body");
     if (q->too_large)
         return send_error(c, s, q, MHD_HTTP_CONTENT_TOO_LARGE, "the request body is larger than %zu bytes",
                           s->cfg.max_body);
-    if (q->route == R_HEALTH) return send_health(c, q, s, keyed);
-    if (q->route == R_METRICS) return send_metrics(c, q, s);
-    if (q->route == R_MODELS || q->route == R_MODEL) return send_models(c, q, s);
+    if (q->route == R_HEALTH) return rf_http_send_health(c, q, s, keyed);
+    if (q->route == R_METRICS) return rf_http_send_metrics(c, q, s);
+    if (q->route == R_MODELS || q->route == R_MODEL) return rf_http_send_models(c, q, s);
     set_busy(s, q, 1); /* the request is complete: its deadline is over */
     return parse_later(c, q, s);
 }
@@ -893,8 +390,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static enum MHD_Result llama_request(struct MHD_Connection *c, request *q, rf_server *s, const char *method,
                                      const char *url, int keyed) {
     if (!keyed && q->llama != RL_PAGE)
-        return send_error_p(c, s, q, 401, NULL, "invalid_api_key",
-                            "missing or wrong API key (send the header \"Authorization: Bearer <key>\")");
+        return rf_http_send_error(c, s, q, 401, NULL, "invalid_api_key",
+                                  "missing or wrong API key (send the header \"Authorization: Bearer <key>\")");
     const char *want = rf_llama_route_method(q->llama);
     if (strcmp(method, want) && !(!strcmp(want, "GET") && !strcmp(method, "HEAD")))
         return send_error(c, s, q, MHD_HTTP_METHOD_NOT_ALLOWED, "%.64s takes %s, not %.16s", url, want, method);
@@ -911,11 +408,11 @@ static enum MHD_Result llama_request(struct MHD_Connection *c, request *q, rf_se
     char *out = NULL;
     const char *type = "application/json";
     int status = rf_llama_answer(s, q->llama, url, q->body ? q->body : "", q->len, &out, &type);
-    return send_text(c, s, q, status, out, type);
+    return rf_http_send_text(c, s, q, status, out, type);
 }
 
 static void request_free_locked(rf_server *s, request *q) {
-    unlink_waiter_locked(s, &q->w);
+    rf_http_unlink_waiter_locked(s, &q->w);
     if (q->job) { /* closed while its job was queued or running */
         rf_serve_cancel_locked(s, q->job);
         rf_serve_job_unref_locked(q->job);
@@ -926,7 +423,7 @@ static void request_free_locked(rf_server *s, request *q) {
     free(q);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
+void rf_http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
     rf_server *s = cls;
     request *q = *con_cls;
     (void)c;
@@ -943,8 +440,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 /* Connections in and out of s->conns (the count is what the accept policy
  * checks; the list is what the request deadline walks). */
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
-                          enum MHD_ConnectionNotificationCode what) {
+void rf_http_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                           enum MHD_ConnectionNotificationCode what) {
     rf_server *s = cls;
     if (what == MHD_CONNECTION_NOTIFY_STARTED) {
         conn *k = rf_calloc(1, sizeof *k);
@@ -971,226 +468,3 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     }
 }
 
-/* Accept policy: over the total, a new connection is closed at once (not
- * left waiting in the listen backlog). */
-static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t len) {
-    rf_server *s = cls;
-    (void)addr, (void)len;
-    pthread_mutex_lock(&s->mu);
-    int ok = s->n_conns < s->cfg.max_connections;
-    if (!ok) s->n_refused++;
-    pthread_mutex_unlock(&s->mu);
-    return ok ? MHD_YES : MHD_NO;
-}
-
-/* ---- start / stop ------------------------------------------------------------- */
-/* A listening socket on host:port, so that failures get a clear message
- * (MHD would only print its own) and port 0 tells us what it picked. */
-static int is_loopback(const struct sockaddr *sa) {
-    if (sa->sa_family == AF_INET) return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
-    if (sa->sa_family != AF_INET6) return 0;
-    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
-}
-
-static int listen_on(const char *host, int port, int *fd_out, int *port_out, int *v6, int *loopback) {
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
-    int e = getaddrinfo(host, ps, &hints, &ai);
-    if (e) {
-        rf_set_error("cannot resolve host '%s': %s", host, gai_strerror(e));
-        return -1;
-    }
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol), one = 1;
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-        bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, SOMAXCONN)) {
-        rf_set_error("cannot listen on %s:%d: %s", host, port, strerror(errno));
-        if (fd >= 0) close(fd);
-        freeaddrinfo(ai);
-        return -1;
-    }
-    *v6 = ai->ai_family == AF_INET6;
-    *loopback = is_loopback(ai->ai_addr);
-    freeaddrinfo(ai);
-    struct sockaddr_storage sa;
-    socklen_t n = sizeof sa;
-    getsockname(fd, (struct sockaddr *)&sa, &n);
-    *port_out = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
-                                               : ((struct sockaddr_in *)&sa)->sin_port);
-    *fd_out = fd;
-    return 0;
-}
-
-static char *basename_of(const char *dir) {
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') n--;
-    size_t b = n;
-    while (b > 0 && dir[b - 1] != '/') b--;
-    char *s = rf_malloc(n - b + 1);
-    memcpy(s, dir + b, n - b);
-    s[n - b] = 0;
-    return s;
-}
-
-/* no new jobs; the workers finish the running ones and fail the queued ones */
-static void stop_workers(rf_server *s) {
-    pthread_mutex_lock(&s->mu);
-    s->stopping = 1;
-    pthread_cond_broadcast(&s->queue_cv);
-    pthread_cond_broadcast(&s->batch_cv);
-    pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < s->n_workers; i++) pthread_join(s->workers[i].thread, NULL);
-    if (s->scheduler_started) pthread_join(s->scheduler, NULL);
-    s->scheduler_started = 0;
-}
-
-/* the watcher resumes every parked connection (their jobs are done once
- * the workers have stopped), then ends */
-static void stop_watcher(rf_server *s) {
-    if (!s->watcher_started) return;
-    pthread_mutex_lock(&s->mu);
-    s->watcher_stop = 1;
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->watcher, NULL);
-    s->watcher_started = 0;
-}
-
-/* the parser threads handle what is queued, then end; requests that come
- * later are parsed in MHD's threads (parse_later) */
-static void stop_parsers(rf_server *s) {
-    pthread_mutex_lock(&s->mu);
-    s->parse_stop = 1;
-    pthread_cond_broadcast(&s->parse_cv);
-    pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < s->n_parsers; i++) pthread_join(s->parsers[i], NULL);
-}
-
-static void free_workers(rf_server *s) {
-    rf_serve_slots_free(s);
-    for (int i = 0; i < s->cfg.workers; i++) rf_session_free(s->workers[i].sess);
-    free(s->workers);
-    free(s->buffer_bytes);
-}
-
-rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok, const rf_serve_config *c) {
-    rf_server *s = rf_calloc(1, sizeof *s);
-    s->model = m, s->tokenizer = tok, s->cfg = *c;
-    s->m = rf_api_model(m), s->tok = tok ? rf_api_tokenizer(tok) : NULL;
-    if (s->cfg.max_queue < 1) s->cfg.max_queue = 1;
-    if (s->cfg.max_connections < 1) s->cfg.max_connections = 1;
-    if (s->cfg.timeout_s < 1) s->cfg.timeout_s = 1;
-    if (s->cfg.request_timeout_s < 1) s->cfg.request_timeout_s = 1;
-    if (s->cfg.keepalive_requests < 1) s->cfg.keepalive_requests = 1;
-    if (s->cfg.http_threads < 1) s->cfg.http_threads = 1;
-    if (s->cfg.queue_wait_s < 1) s->cfg.queue_wait_s = 1;
-    if (s->cfg.generation_timeout_s < 1) s->cfg.generation_timeout_s = 1;
-    if (!s->cfg.max_request_bytes) s->cfg.max_request_bytes = rf_phys_mem() ? rf_phys_mem() / 2 : (size_t)1 << 31;
-    s->model_name = c->model_name ? rf_strdup(c->model_name) : basename_of(s->m->dir ? s->m->dir : "refusion");
-    /* the id goes into every answer's JSON: refuse one that cannot */
-    if (rf_serve_check_id(s->model_name, c->model_name ? "--name" : "the model directory's name (give --name)")) {
-        free(s->model_name);
-        free(s);
-        return NULL;
-    }
-    s->started = time(NULL);
-    int v6 = 0;
-    if (listen_on(c->host ? c->host : "127.0.0.1", c->port, &s->listen_fd, &s->port, &v6, &s->loopback)) {
-        free(s->model_name);
-        free(s);
-        return NULL;
-    }
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->queue_cv, NULL);
-    pthread_cond_init(&s->batch_cv, NULL);
-    pthread_cond_init(&s->parse_cv, NULL);
-    if (s->cfg.workers < 1) s->cfg.workers = 1;
-    s->workers = rf_calloc((size_t)s->cfg.workers, sizeof *s->workers);
-    rf_serve_slots_init(s);
-    s->buffer_bytes = rf_calloc((size_t)s->cfg.workers, sizeof *s->buffer_bytes);
-    for (int i = 0; i < s->cfg.workers; i++) {
-        s->workers[i].s = s;
-        if (!(s->workers[i].sess = rf_session_new(m))) goto fail;
-    }
-    for (; s->n_workers < s->cfg.workers; s->n_workers++)
-        if (pthread_create(&s->workers[s->n_workers].thread, NULL, rf_serve_worker_main, &s->workers[s->n_workers])) {
-            rf_set_error("cannot start worker thread %d", s->n_workers + 1);
-            stop_workers(s);
-            goto fail;
-        }
-    if (s->cfg.batch) {
-        if (pthread_create(&s->scheduler, NULL, rf_serve_scheduler_main, s)) {
-            rf_set_error("cannot start the scheduler thread");
-            stop_workers(s);
-            goto fail;
-        }
-        s->scheduler_started = 1;
-    }
-    if (pthread_create(&s->watcher, NULL, watcher_main, s)) {
-        rf_set_error("cannot start the connection watcher thread");
-        stop_workers(s);
-        goto fail;
-    }
-    s->watcher_started = 1;
-    /* as many parser threads as event loops; with none (they could not
-     * start) requests are parsed in the event loops */
-    s->parsers = rf_calloc((size_t)s->cfg.http_threads, sizeof *s->parsers);
-    while (s->n_parsers < s->cfg.http_threads && !pthread_create(&s->parsers[s->n_parsers], NULL, parser_main, s))
-        s->n_parsers++;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | (v6 ? MHD_USE_IPv6 : 0);
-    /* MHD's own total is a backstop above ours (on_accept refuses at once;
-     * at MHD's limit new clients would wait in the backlog instead) */
-    s->daemon = MHD_start_daemon(
-        flags, 0, on_accept, s, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)s->cfg.max_connections + 64, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)(s->cfg.max_per_client > 0 ? s->cfg.max_per_client : 0), MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)s->cfg.timeout_s, MHD_OPTION_END);
-    if (!s->daemon) {
-        rf_set_error("cannot start the HTTP server (libmicrohttpd) on %s:%d", c->host, s->port);
-        stop_workers(s);
-        stop_parsers(s);
-        stop_watcher(s);
-        goto fail;
-    }
-    return s;
-fail:
-    free_workers(s);
-    free(s->parsers);
-    close(s->listen_fd);
-    pthread_cond_destroy(&s->queue_cv);
-    pthread_cond_destroy(&s->batch_cv);
-    pthread_cond_destroy(&s->parse_cv);
-    pthread_mutex_destroy(&s->mu);
-    free(s->model_name);
-    free(s);
-    return NULL;
-}
-
-int rf_serve_port(const rf_server *s) { return s->port; }
-int rf_serve_loopback(const rf_server *s) { return s->loopback; }
-
-void rf_serve_stop(rf_server *s) {
-    if (!s) return;
-    /* 1. no new jobs; the workers finish the running ones and fail the
-     *    queued ones, so no connection thread is left waiting on a job */
-    stop_workers(s);
-    /* 2. the requests being parsed get their answers (a 503 for a
-     *    generation: no job is taken now) */
-    stop_parsers(s);
-    /* 3. answer the parked requests: MHD must not stop with a suspended
-     *    connection */
-    stop_watcher(s);
-    /* 4. close the connections and join MHD's threads (MHD closes the
-     *    listening socket it was given too) */
-    MHD_stop_daemon(s->daemon);
-    pthread_cond_destroy(&s->queue_cv);
-    pthread_cond_destroy(&s->batch_cv);
-    pthread_cond_destroy(&s->parse_cv);
-    free(s->parsers);
-    pthread_mutex_destroy(&s->mu);
-    free_workers(s);
-    free(s->model_name);
-    free(s);
-}

@@ -14,7 +14,7 @@
  * public API (include/refusion.h) on its own session (KV cache, run state,
  * kept from one request to the next) and OpenMP threads; the weights are
  * shared read-only. HTTP connections are served by a small pool of
- * libmicrohttpd event loops (http.c): a connection waiting for its job is
+ * libmicrohttpd event loops (http.c, waiters.c): a connection waiting for its job is
  * suspended, not a blocked thread. "stream":
  * true answers with Server-Sent Events as answer tokens become final (every
  * position before them is filled). "n" > 1 runs the job's choices one after
@@ -29,7 +29,10 @@
  * tools.c    tool calling: tools / tool_choice, a call's grammar, <tool_call> blocks into tool_calls
  * oai.c      OpenAI's response shapes and error bodies
  * prefix_cache.c the KV caches of finished generations, reused by later prompts
- * http.c     libmicrohttpd glue: routing, bodies, responses, start/stop
+ * http.c     libmicrohttpd's request callbacks: routing, bodies, generation requests to the parser threads
+ * reply.c    answers with the common headers; /health, /metrics, /v1/models
+ * waiters.c  parked (suspended) connections, the watcher thread, SSE streaming
+ * server.c   the listening socket, start and stop
  * routes_llama.c  llama-server's endpoints, answer shapes, slots, the page */
 #ifndef RF_SERVE_H
 #define RF_SERVE_H

@@ -100,7 +100,7 @@ struct rf_server {
      * jobs (flat once each worker has run its largest request), and the
      * bytes they hold between jobs */
     unsigned long long buffer_allocs;
-    /* http.c: open connections, the parked (suspended) requests, the
+    /* http.c, waiters.c: open connections, the parked (suspended) requests, the
      * watcher thread that resumes them and enforces request deadlines */
     struct rf_conn *conns;
     int n_conns;
