@@ -165,6 +165,12 @@ static char *read_api_key_file(const char *path) {
 
 /* The server's configuration from the parsed options (the API key from
  * --api-key-file when given). 0, or -1 with the error printed. */
+/* the server's log lines, as this program prints them */
+static void log_line(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "refusion serve: %s\n", line);
+}
+
 static int config_of_args(rf_serve_config *c, serve_args *a) {
     c->host = a->host, c->port = a->port, c->model_name = a->name, c->workers = a->parallel;
     if (a->api_key_file) {
@@ -187,6 +193,7 @@ static int config_of_args(rf_serve_config *c, serve_args *a) {
     c->cache_bytes = (size_t)a->cache_mb << 20;
     c->max_request_positions = a->max_request_positions;
     c->verbose = !a->quiet;
+    c->log = log_line;
     c->batch = !a->no_cont_batching;
     return 0;
 }

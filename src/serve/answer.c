@@ -194,12 +194,12 @@ static void log_choice(const rf_server *s, const job *j, const run_ctx *c, const
     if (!s->cfg.verbose) return;
     char which[32] = "";
     if (j->req.n_choices > 1) snprintf(which, sizeof which, " choice %d,", c->index);
-    fprintf(stderr,
-            "refusion serve: %s:%s %s, %d prompt + %d answer tokens%s, %d model calls, TPF %.2f, %.2f tokens/call, "
-            "%.1f tokens/s, %.2f s\n",
-            j->id, which, rf_method_name(j->req.p.method), j->req.n_prompt, c->n_ids,
-            c->stop_hit ? " (stop sequence)" : c->cut ? " (max_tokens)" : "", r->n_calls, r->tpf,
-            r->tokens_per_call, r->tokens_per_s, r->seconds);
+    rf_serve_log(s,
+                 "%s:%s %s, %d prompt + %d answer tokens%s, %d model calls, TPF %.2f, %.2f tokens/call, "
+                 "%.1f tokens/s, %.2f s",
+                 j->id, which, rf_method_name(j->req.p.method), j->req.n_prompt, c->n_ids,
+                 c->stop_hit ? " (stop sequence)" : c->cut ? " (max_tokens)" : "", r->n_calls, r->tpf,
+                 r->tokens_per_call, r->tokens_per_s, r->seconds);
 }
 
 void rf_answer_free(run_ctx *c) {
@@ -333,7 +333,7 @@ void rf_job_finish(rf_server *s, job *j, job_acc *a, int rc) {
         snprintf(msg, sizeof msg,
                  "the generation ran past its deadline of %d s and was stopped (--generation-timeout; fewer tokens "
                  "or steps finish sooner)", s->cfg.generation_timeout_s);
-        if (s->cfg.verbose) fprintf(stderr, "refusion serve: %s: %s\n", j->id, msg);
+        if (s->cfg.verbose) rf_serve_log(s, "%s: %s", j->id, msg);
         body = rf_serve_error_body(msg, "server_error", NULL, "generation_timeout");
         status = 503;
         if (j->req.stream) {
@@ -346,7 +346,7 @@ void rf_job_finish(rf_server *s, job *j, job_acc *a, int rc) {
         /* the request was checked before it was queued, so this is our fault */
         char msg[300];
         snprintf(msg, sizeof msg, "generation failed: %s", rf_last_error());
-        fprintf(stderr, "refusion serve: %s: %s\n", j->id, msg);
+        rf_serve_log(s, "%s: %s", j->id, msg);
         body = rf_serve_error_body(msg, "server_error", NULL, NULL);
         if (j->req.stream) {
             pthread_mutex_lock(&s->mu);
@@ -415,8 +415,8 @@ void rf_job_finish(rf_server *s, job *j, job_acc *a, int rc) {
         s->n_cancelled++;
         s->calls_after_cancel += j->calls_now - j->calls_at_cancel;
         if (s->cfg.verbose)
-            fprintf(stderr, "refusion serve: %s: the client left; %d model calls spent after that\n", j->id,
-                    j->calls_now - j->calls_at_cancel);
+            rf_serve_log(s, "%s: the client left; %d model calls spent after that", j->id,
+                         j->calls_now - j->calls_at_cancel);
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&s->mu);

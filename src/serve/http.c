@@ -44,7 +44,6 @@ static int connection_fd(struct MHD_Connection *c) {
 }
 
 /* ---- generation requests ---------------------------------------------------- */
-/* The body is complete: check the request and queue its job. */
 /* Keep an error answer for the request (a parser thread cannot answer:
  * the connection belongs to MHD's event loop); returns status. */
 static int keep_error(request *q, int status, const char *param, const char *code, const char *fmt, ...)
@@ -429,8 +428,8 @@ void rf_http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, e
     (void)c;
     if (!q) return;
     if (s->cfg.verbose && q->started)
-        fprintf(stderr, "refusion serve: %s %s -> %d%s (%.3f s)\n", q->method, q->url, q->status,
-                why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : ", connection closed early", rf_now() - q->t0);
+        rf_serve_log(s, "%s %s -> %d%s (%.3f s)", q->method, q->url, q->status,
+                     why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : ", connection closed early", rf_now() - q->t0);
     set_busy(s, q, 0); /* ready for the next request: its deadline starts */
     pthread_mutex_lock(&s->mu);
     request_free_locked(s, q);

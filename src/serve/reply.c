@@ -13,7 +13,8 @@
 #include "serve/http_impl.h"
 #include "serve/routes_llama.h"
 
-/* the server, for the headers every answer carries (set at start) */
+/* the headers every answer carries: Connection: close on a connection's
+ * last request, the CORS origin when one is set */
 void rf_http_common_headers(const rf_server *s, const request *q, struct MHD_Response *r) {
     if (q->last) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     if (s->cfg.cors_origin && *s->cfg.cors_origin) {

@@ -73,7 +73,11 @@ typedef struct {
                                 next model call and answered 503 */
     size_t max_request_bytes;/* a generation's working memory (rf_gen_mem_bytes); 0: half the RAM */
     long long max_request_positions; /* positions a generation may feed the model (rf_serve_work_positions) */
-    int verbose;             /* 1: one log line per request on stderr */
+    int verbose;             /* 1: one log line per request (through log) */
+    /* where the server's log lines go (each one line, no newline): the
+     * library writes nowhere itself; NULL: they are dropped */
+    void (*log)(void *user, const char *line);
+    void *log_user;
     int webui;               /* 1: GET / serves the web page (web_path's files, or the built-in one) */
     const char *web_path;    /* a folder served at / instead of the built-in page (NULL: built in) */
     int slots_endpoint;      /* 1: GET /slots answers */

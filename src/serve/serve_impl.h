@@ -149,4 +149,7 @@ json_t *rf_serve_error_json(const char *msg, const char *type, const char *param
 /* Drop a reference; frees the job at zero. Call with s->mu held. */
 void rf_serve_job_unref_locked(job *j);
 
+/* One log line through s->cfg.log (dropped without one). */
+void rf_serve_log(const rf_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif

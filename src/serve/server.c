@@ -16,6 +16,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,16 @@
 #include "serve/http_impl.h"
 #include "serve/routes_llama.h"
 #include "util/util.h"
+
+void rf_serve_log(const rf_server *s, const char *fmt, ...) {
+    if (!s->cfg.log) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    s->cfg.log(s->cfg.log_user, line);
+}
 
 void rf_serve_config_default(rf_serve_config *c) {
     memset(c, 0, sizeof *c);
