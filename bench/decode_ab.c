@@ -146,7 +146,7 @@ int main(int argc, char **argv) {
     S[0].m = &ma;
     S[1].m = dir_b ? &mb : &ma;
     for (int k = 0; k < 2; k++) { /* as a session does at its first adaptive generation */
-        rf_gen_params *g = &S[k].d.gen;
+        rf_params *g = &S[k].d.gen;
         if (!g->rolling || !g->draft_adaptive) continue;
         int need = 2 * (g->slot_size < 32 ? g->slot_size : 32);
         bench_kernels_apply(&S[k].kern);

@@ -157,7 +157,7 @@ static void usage(void) {
 int main(int argc, char **argv) {
     const char *model_dir = NULL, *data = NULL, *dir8b = getenv("RF8B");
     int n_ex = 30, k06 = 6, k8 = 3, do06 = 1, threads = 0;
-    rf_gen_params base;
+    rf_params base;
     rf_gen_params_default(&base);
     base.gen_length = 128, base.slot_size = 8, base.n_blocks = 2;
     int rolling_slot = 4; /* the rolling decoder's slot and draft threshold */
@@ -238,7 +238,7 @@ int main(int argc, char **argv) {
     decoder_run run[N_DEC];
     memset(run, 0, sizeof run);
     for (int d = 0; d < N_DEC; d++) {
-        rf_gen_params p = base;
+        rf_params p = base;
         p.ar_correct = d == D_VERIFIED_A || d == D_VERIFIED_AB || d == D_JACOBI || d == D_FAST;
         p.ar_check_first = d == D_VERIFIED_AB || d == D_JACOBI || d == D_FAST;
         p.jacobi = d == D_JACOBI || d == D_FAST;

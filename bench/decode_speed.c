@@ -25,7 +25,7 @@ static void report(const char *name, const rf_gen_result *r, double best_s) {
 
 int main(int argc, char **argv) {
     const char *dir = NULL, *preset = "small", *ids = "1,2,3,4,5,6,7,8";
-    rf_gen_params p;
+    rf_params p;
     rf_gen_params_default(&p);
     p.gen_length = 64, p.slot_size = 8, p.n_blocks = 2, p.slot_threshold = 0.6f, p.token_threshold = 0.3f;
     int reps = 3;

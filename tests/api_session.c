@@ -29,7 +29,7 @@ static long rss_kb(void) {
 
 /* the decoders called directly (no session attached) */
 static int direct(const rf_model *m, const int *prompt, int n, const rf_params *p, int *out) {
-    rf_gen_params g = *p; /* the same struct; ws NULL: the decoder's own buffers */
+    rf_params g = *p; /* the same struct; ws NULL: the decoder's own buffers */
     g.ws = NULL;
     rf_gen_result r;
     int rc;

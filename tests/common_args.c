@@ -64,7 +64,7 @@ static void test_table(void) {
     CHECK(!strcmp(rf_opt_find(t, n, "-n")->http, "max_tokens"), "-n is not max_tokens");
     /* one set of defaults: the decoder's */
     rf_decode_opts d;
-    rf_gen_params g;
+    rf_params g;
     rf_decode_opts_default(&d);
     rf_gen_params_default(&g);
     CHECK(!memcmp(&d.gen, &g, sizeof g), "rf_decode_opts_default's gen != rf_gen_params_default");

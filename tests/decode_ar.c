@@ -55,7 +55,7 @@ static void test_greedy(const rf_model *m) {
     for (int k = 0; k < 3; k++) {
         int ref[40];
         int n = reference_greedy(m, prompts[k], plen[k], 40, -1, ref);
-        rf_gen_params p;
+        rf_params p;
         rf_gen_params_default(&p);
         p.gen_length = 40, p.eos_id = -1;
         rf_gen_result r;
@@ -80,7 +80,7 @@ static void test_greedy(const rf_model *m) {
 
 static void test_sampling(const rf_model *m) {
     int prompt[4] = {1, 2, 3, 4};
-    rf_gen_params p;
+    rf_params p;
     rf_gen_params_default(&p);
     p.gen_length = 24, p.eos_id = -1, p.temperature = 1.0f, p.seed = 7;
     rf_gen_result a, b, g;

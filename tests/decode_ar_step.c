@@ -41,9 +41,9 @@ static void run(const rf_model *m, int budget, const char *what) {
     const int *prompts[NSEQ] = {p0, p1, p2, longp, p1, longp + 100};
     const int plen[NSEQ] = {1, 4, 9, 300, 4, 17};
     const int join[NSEQ] = {0, 0, 1, 5, 9, 12}; /* the step at which each joins */
-    rf_gen_params p[NSEQ];
+    rf_params p[NSEQ];
     /* a frequent token as EOS: greedy AR's 3rd token on prompt 2 */
-    rf_gen_params g;
+    rf_params g;
     rf_gen_params_default(&g);
     g.gen_length = 3, g.eos_id = -1;
     rf_gen_result a;
@@ -53,7 +53,7 @@ static void run(const rf_model *m, int budget, const char *what) {
     for (int i = 0; i < NSEQ; i++) {
         rf_gen_params_default(&p[i]);
         p[i].gen_length = (int[]){40, 7, 1, 25, 33, 40}[i];
-        p[i].eos_id = (int[]){-1, RF_ID_FROM_MODEL, freq, -1, freq, RF_ID_FROM_MODEL}[i];
+        p[i].eos_id = (int[]){-1, RF_TOKEN_FROM_MODEL, freq, -1, freq, RF_TOKEN_FROM_MODEL}[i];
     }
     p[1].temperature = 0.8f, p[1].seed = 3;
     p[3].temperature = 1.1f, p[3].seed = 99, p[3].top_k = 5;
@@ -79,7 +79,7 @@ static void run(const rf_model *m, int budget, const char *what) {
     for (int step = 0; step < 1000; step++) {
         for (int i = 0; i < NSEQ; i++)
             if (join[i] == step) {
-                rf_gen_params pi = p[i];
+                rf_params pi = p[i];
                 pi.on_tokens = on_tokens, pi.user = &st[i];
                 q[i] = rf_ar_seq_new(m, prompts[i], plen[i], &pi);
                 CHECK(q[i] != NULL, "%s: new %d: %s", what, i, rf_last_error());
@@ -174,7 +174,7 @@ static void drive(const rf_model *m, rf_ar_seq **q, int n) {
 static void test_reuse(const rf_model *m) {
     int p1[20];
     for (int i = 0; i < 20; i++) p1[i] = (i * 29 + 3) % 500;
-    rf_gen_params p;
+    rf_params p;
     rf_gen_params_default(&p);
     p.gen_length = 12, p.eos_id = -1;
     rf_ar_seq *a = rf_ar_seq_new(m, p1, 20, &p);
@@ -192,7 +192,7 @@ static void test_reuse(const rf_model *m) {
     for (int i = 0; i < 6; i++) p2[n + i] = 100 + i;
     int n2 = n + 6;
     for (int mode = 0; mode < 2; mode++) {
-        rf_gen_params q = p;
+        rf_params q = p;
         if (mode) q.temperature = 0.9f, q.seed = 12;
         rf_gen_result solo, r;
         CHECK(rf_generate_ar(m, p2, n2, &q, &solo) == 0, "reuse: solo: %s", rf_last_error());
@@ -217,7 +217,7 @@ static void test_reuse(const rf_model *m) {
 static void test_cancel(const rf_model *m) {
     const int pr[] = {3, 4};
     volatile int flag = 0;
-    rf_gen_params p;
+    rf_params p;
     rf_gen_params_default(&p);
     p.gen_length = 10, p.eos_id = -1, p.cancel = &flag;
     rf_ar_seq *q = rf_ar_seq_new(m, pr, 2, &p);

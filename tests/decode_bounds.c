@@ -32,7 +32,7 @@ static int has(const char *needle) { return strstr(rf_last_error(), needle) != N
 
 static void test_int_max(const rf_model *m) {
     int prompt[3] = {1, 2, 3};
-    rf_gen_params p;
+    rf_params p;
     const struct {
         int gen, slot, blocks, ar;
     } cases[] = {
@@ -60,7 +60,7 @@ static void test_int_max(const rf_model *m) {
 
 static void test_boundary(const rf_model *m) {
     int prompt[4] = {1, 2, 3, 4}, P = 4, room = m->cfg.max_pos - P; /* room: a multiple of 4 */
-    rf_gen_params p;
+    rf_params p;
     rf_gen_params_default(&p);
     p.eos_id = -1; /* fill the whole answer */
     p.slot_size = 4;
@@ -80,7 +80,7 @@ static void test_boundary(const rf_model *m) {
 
 static void test_memory(const rf_model *m) {
     const rf_config *c = &m->cfg;
-    rf_gen_params p;
+    rf_params p;
     rf_gen_params_default(&p);
     p.slot_size = 4, p.n_blocks = 1;
     int64_t prev = 0;

@@ -48,7 +48,7 @@ static long fed(const rf_call_log *log) {
 
 /* ---- 1. AR ---------------------------------------------------------------------- */
 static void check_ar(const rf_model *m, const int *prompt, int P, int G, int eos) {
-    rf_gen_params p;
+    rf_params p;
     rf_gen_params_default(&p);
     p.gen_length = G, p.eos_id = eos;
     rf_call_log log = {0};
@@ -101,11 +101,11 @@ static void want(rebuild *b, int R, int n, int ctx_rows, int forked) {
     b->want[b->n_want++] = s;
 }
 
-static void on_event(const rf_decode_event *ev, void *user) {
+static void on_event(const rf_event *ev, void *user) {
     rebuild *b = user;
     const int S = b->S;
     switch (ev->kind) {
-    case RF_EV_PLAN: {
+    case RF_EVENT_PLAN: {
         /* the plan call (already made) fed every masked slot of this step's
          * block; the block is the one holding the planned slots */
         int blk = 0, slot = ev->apos[0] / S;
@@ -117,7 +117,7 @@ static void on_event(const rf_decode_event *ev, void *user) {
         b->cur_step = ev->step, b->a = 0, b->R = ev->n / S;
         break;
     }
-    case RF_EV_INFILL_ITER: {
+    case RF_EVENT_INFILL_ITER: {
         /* this iteration: draft + verify over the rows it started with */
         want(b, b->R, S - b->a, b->R * b->a, 1);
         want(b, b->R, S - b->a, b->R * b->a, 1);
@@ -133,12 +133,12 @@ static void on_event(const rf_decode_event *ev, void *user) {
         b->R = R;
         break;
     }
-    case RF_EV_FAST_COMMIT:
-    case RF_EV_INFILL_COMMIT:
+    case RF_EVENT_FAST_COMMIT:
+    case RF_EVENT_INFILL_COMMIT:
         for (int i = 0; i < ev->n; i++) b->gone[ev->apos[i] / S] = 1;
         b->committed += ev->n;
         break;
-    case RF_EV_DROP:
+    case RF_EVENT_DROP:
         for (int i = 0; i < ev->n; i++) b->gone[ev->apos[i] / S] = 1;
         b->drops++;
         break;
@@ -150,7 +150,7 @@ typedef struct {
     int runs, infill_calls, multi_row, drops;
 } coverage;
 
-static void check_refusion(const rf_model *m, const int *prompt, int P, rf_gen_params *p, coverage *cov,
+static void check_refusion(const rf_model *m, const int *prompt, int P, rf_params *p, coverage *cov,
                            const char *what) {
     const int S = p->slot_size, G = (p->gen_length + S - 1) / S * S, n_slots = G / S;
     rebuild b;
@@ -198,7 +198,7 @@ static void check_refusion(const rf_model *m, const int *prompt, int P, rf_gen_p
 }
 
 /* ---- 3. AR-verified switches, MDM: counts -------------------------------------------- */
-static void check_counts(const rf_model *m, const int *prompt, int P, rf_gen_params *p, int mdm, const char *what) {
+static void check_counts(const rf_model *m, const int *prompt, int P, rf_params *p, int mdm, const char *what) {
     rf_call_log log = {0};
     rf_call_log_attach(&log);
     rf_gen_result r;
@@ -232,7 +232,7 @@ static void cancel_on_tokens(const int *ids, int n, void *user) {
     canceller *c = user;
     if (++c->seen == c->after) c->flag = 1, c->log_at = c->log->n;
 }
-static void check_cancel(const rf_model *m, const int *prompt, int P, rf_gen_params *p, int dec, int after,
+static void check_cancel(const rf_model *m, const int *prompt, int P, rf_params *p, int dec, int after,
                          const char *what) {
     rf_call_log log = {0};
     canceller c = {0, after, 0, -1, &log};
@@ -282,7 +282,7 @@ int main(void) {
     char what[96];
     for (int ci = 0; ci < 8; ci++)
         for (int e = 0; e < 2; e++) {
-            rf_gen_params p;
+            rf_params p;
             rf_gen_params_default(&p);
             p.gen_length = cfgs[ci].gen, p.slot_size = cfgs[ci].slot, p.n_blocks = cfgs[ci].blocks;
             p.slot_threshold = cfgs[ci].st, p.token_threshold = cfgs[ci].tt;
@@ -310,7 +310,7 @@ int main(void) {
           "the runs never infilled with several rows or never dropped slots after an EOS");
 
     /* 3. MDM */
-    rf_gen_params p;
+    rf_params p;
     rf_gen_params_default(&p);
     p.gen_length = 16, p.n_blocks = 2, p.eos_id = -1;
     check_counts(&m, prompt, 6, &p, 1, "mdm");

@@ -32,7 +32,7 @@ static void test_case(const rf_model *m, json_t *c, const char *golden_run) {
     int *prompt = golden_ints(json_object_get(c, "prompt"), &n_prompt);
     int *ref = golden_ints(json_object_get(g, "answer"), &n_ref);
     int *steps_ref = golden_ints(json_object_get(g, "step_calls"), &n_steps_ref);
-    rf_gen_params p;
+    rf_params p;
     rf_gen_params_default(&p);
     p.gen_length = (int)json_integer_value(json_object_get(c, "gen_length"));
     p.slot_size = (int)json_integer_value(json_object_get(c, "slot_size"));

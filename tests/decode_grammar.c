@@ -83,7 +83,7 @@ static void check_answer(const char *gbnf, const rf_gen_result *r, const char *w
 }
 
 /* rf_ar_seq driven one call at a time, as the server does */
-static int ar_by_steps(const rf_model *m, const int *prompt, int P, const rf_gen_params *p, rf_gen_result *out) {
+static int ar_by_steps(const rf_model *m, const int *prompt, int P, const rf_params *p, rf_gen_result *out) {
     rf_ar_seq *q = rf_ar_seq_new(m, prompt, P, p);
     if (!q) return -1;
     rf_runstate *rs = rf_runstate_new(&m->cfg, 256, P + p->gen_length);
@@ -112,7 +112,7 @@ static int ar_by_steps(const rf_model *m, const int *prompt, int P, const rf_gen
 
 static long n_runs, n_passed;
 
-static void same_answers(const rf_model *m, const int *prompt, int P, rf_gen_params p, const char *gbnf,
+static void same_answers(const rf_model *m, const int *prompt, int P, rf_params p, const char *gbnf,
                          const char *what) {
     rf_gen_result a, r, s;
     p.rolling = 0, p.method = RF_METHOD_AR;
@@ -145,7 +145,7 @@ static long n_other, n_other_eos;
 
 static void other_decoders(const rf_model *m, const int *prompt, int P, rf_constraint *con, const char *gbnf,
                            const char *what) {
-    rf_gen_params p;
+    rf_params p;
     rf_gen_params_default(&p);
     p.constraint = con, p.gen_length = 36, p.slot_size = 4, p.method = RF_METHOD_AR;
     rf_gen_result ar;
@@ -154,7 +154,7 @@ static void other_decoders(const rf_model *m, const int *prompt, int P, rf_const
         return;
     }
     for (int v = 0; v < 12; v++) {
-        rf_gen_params q = p;
+        rf_params q = p;
         q.method = v < 8 ? RF_METHOD_REFUSION : RF_METHOD_MDM, q.rolling = 0;
         const char *name = "?";
         int exact = 0;
@@ -226,7 +226,7 @@ static void test_random_models(void) {
             for (int pi = 0; pi < 2; pi++)
                 for (int mode = 0; mode < 6; mode++)
                     for (int si = 0; si < 3; si++) {
-                        rf_gen_params p;
+                        rf_params p;
                         rf_gen_params_default(&p);
                         p.constraint = con, p.gen_length = 30 + 7 * pi, p.slot_size = 2 + si;
                         p.slot_threshold = mode % 2 ? 0.0f : 0.3f, p.draft_adaptive = si == 2;
@@ -260,7 +260,7 @@ static void test_refusals(void) {
     rf_model_init_random(&m, &c, RF_F32, 0.5f, 3);
     rf_constraint *con = constraint_of("root ::= \"ab\"");
     int prompt[2] = {1, 2};
-    rf_gen_params p;
+    rf_params p;
     rf_gen_params_default(&p);
     p.constraint = con, p.gen_length = 8;
     rf_gen_result r;
@@ -273,7 +273,7 @@ static void test_refusals(void) {
         CHECK(rf_decode(&m, prompt, 2, &p, NULL, &r) == -1 && strstr(rf_last_error(), "end-of-sequence"),
               "%s, no eos: %s", dec[d].name, rf_last_error());
         /* and a grammar that forces its answer */
-        p.eos_id = RF_ID_FROM_MODEL;
+        p.eos_id = RF_TOKEN_FROM_MODEL;
         if (rf_decode(&m, prompt, 2, &p, NULL, &r)) {
             CHECK(0, "%s: %s", dec[d].name, rf_last_error());
             continue;

@@ -27,12 +27,12 @@ enum { EOS = 297, MASK = 299, BOT = 298 };
 
 static long n_tokens, n_top1;
 
-static int decode(const rf_model *m, const int *prompt, int P, const rf_gen_params *p, rf_gen_result *r) {
+static int decode(const rf_model *m, const int *prompt, int P, const rf_params *p, rf_gen_result *r) {
     return p->method == RF_METHOD_MDM ? rf_generate_mdm(m, prompt, P, p, NULL, r)
                                       : rf_generate_refusion(m, prompt, P, p, r);
 }
 
-static void check_run(const rf_model *m, const int *prompt, int P, rf_gen_params p, int greedy, const char *what) {
+static void check_run(const rf_model *m, const int *prompt, int P, rf_params p, int greedy, const char *what) {
     rf_gen_result plain, with;
     if (decode(m, prompt, P, &p, &plain)) {
         CHECK(0, "%s: %s", what, rf_last_error());
@@ -91,7 +91,7 @@ int main(void) {
         rf_model m;
         rf_model_init_random(&m, &c, RF_F32, mi ? 1.5f : 0.4f, 40 + mi);
         for (int v = 0; v < 10; v++) {
-            rf_gen_params p;
+            rf_params p;
             rf_gen_params_default(&p);
             p.gen_length = 32, p.slot_size = 4, p.n_blocks = 2, p.method = RF_METHOD_REFUSION, p.rolling = 0;
             const char *name = "?";

@@ -96,7 +96,7 @@ int main(void) {
     const int steps_list[] = {24, 15, 9, 6, 3}; /* 15, 9: uneven schedules */
     for (int si = 0; si < 5; si++) {
         int steps = steps_list[si];
-        rf_gen_params p;
+        rf_params p;
         rf_gen_params_default(&p);
         p.gen_length = G;
         p.n_blocks = NB;
@@ -130,7 +130,7 @@ int main(void) {
 
     /* uneven blocks and more steps than tokens: still every position once */
     {
-        rf_gen_params p;
+        rf_params p;
         rf_gen_params_default(&p);
         p.gen_length = 13;
         p.n_blocks = 4; /* 3 + 3 + 3 + 4 */
@@ -144,7 +144,7 @@ int main(void) {
 
     /* temperature: deterministic for a seed, no mask left */
     {
-        rf_gen_params p;
+        rf_params p;
         rf_gen_params_default(&p);
         p.gen_length = 16;
         p.n_blocks = 2;
@@ -172,7 +172,7 @@ int main(void) {
      * the token found at answer position e the EOS must cut the same answer
      * right after its first occurrence. */
     {
-        rf_gen_params p;
+        rf_params p;
         rf_gen_params_default(&p);
         p.gen_length = G;
         p.n_blocks = NB;
@@ -208,7 +208,7 @@ int main(void) {
         rf_model_init_random(&m2, &cfg, RF_F32, 0.5f, 11);
         float *row = (float *)m2.embed.data + (size_t)cfg.mask_id * cfg.hidden_size;
         for (int i = 0; i < cfg.hidden_size; i++) row[i] *= 50.0f;
-        rf_gen_params p;
+        rf_params p;
         rf_gen_params_default(&p);
         p.gen_length = G;
         p.n_blocks = NB;
@@ -228,7 +228,7 @@ int main(void) {
 
     /* 4: refusals */
     {
-        rf_gen_params p;
+        rf_params p;
         rf_gen_params_default(&p);
         p.gen_length = 16;
         p.n_blocks = 4;
@@ -241,7 +241,7 @@ int main(void) {
         CHECK(rf_generate_mdm(&m, bad, 2, &p, &mp, &r) == -1, "token outside the vocabulary");
         p.eos_id = cfg.mask_id;
         CHECK(rf_generate_mdm(&m, prompt, P, &p, &mp, &r) == -1, "mask id == eos id");
-        p.eos_id = RF_ID_FROM_MODEL;
+        p.eos_id = RF_TOKEN_FROM_MODEL;
         p.gen_length = 600;
         CHECK(rf_generate_mdm(&m, prompt, P, &p, &mp, &r) == -1 && strstr(rf_last_error(), "context"),
               "longer than the context: %s", rf_last_error());

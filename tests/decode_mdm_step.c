@@ -29,12 +29,12 @@
 typedef struct {
     const int *prompt;
     int n_prompt, join;
-    rf_gen_params p;
+    rf_params p;
     rf_mdm_params mp;
 } mdm_case;
 
-static rf_gen_params mdm(int gen, int blocks) {
-    rf_gen_params p;
+static rf_params mdm(int gen, int blocks) {
+    rf_params p;
     rf_gen_params_default(&p);
     p.method = RF_METHOD_MDM, p.gen_length = gen, p.n_blocks = blocks;
     return p;
@@ -48,7 +48,7 @@ static void run(const rf_model *m, const mdm_case *cs, int n, const char *what) 
     for (int i = 0; i < n; i++)
         CHECK(rf_generate_mdm(m, cs[i].prompt, cs[i].n_prompt, &cs[i].p, &cs[i].mp, &solo[i]) == 0, "%s: solo %d: %s",
               what, i, rf_last_error());
-    rf_gen_params pp;
+    rf_params pp;
     rf_gen_params_default(&pp);
     pp.gen_length = 24, pp.slot_size = 4, pp.n_blocks = 2, pp.eos_id = -1;
     rf_gen_result pi_solo;
@@ -125,7 +125,7 @@ static void run(const rf_model *m, const mdm_case *cs, int n, const char *what) 
 /* a finished machine stepped again, logits before any call, cancel, a bad budget */
 static void test_interface(const rf_model *m, const int *prompt, int n_prompt) {
     const int V = m->cfg.vocab_size;
-    rf_gen_params p = mdm(12, 2);
+    rf_params p = mdm(12, 2);
     rf_mdm_params mp = {6, 1};
     rf_gen_result solo, r;
     CHECK(rf_generate_mdm(m, prompt, n_prompt, &p, &mp, &solo) == 0, "interface: solo: %s", rf_last_error());
@@ -178,7 +178,7 @@ int main(void) {
     cs[3].p.temperature = 0.5f, cs[3].p.seed = 8;
     cs[4] = (mdm_case){p1, 4, 4, mdm(8, 1), {8, 0}};
     cs[5] = (mdm_case){p0, 1, 3, mdm(30, 2), {12, 1}};
-    for (int i = 0; i < NSEQ; i++) cs[i].p.eos_id = i % 2 ? -1 : RF_ID_FROM_MODEL;
+    for (int i = 0; i < NSEQ; i++) cs[i].p.eos_id = i % 2 ? -1 : RF_TOKEN_FROM_MODEL;
     run(&m, cs, NSEQ, "random f32");
     test_interface(&m, p2, 9);
     rf_model_free(&m);

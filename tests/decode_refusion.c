@@ -101,7 +101,7 @@ static void on_tokens(const int *ids, int n, void *user) {
     trace *t = user;
     for (int i = 0; i < n && t->n < 1024; i++) t->ids[t->n++] = ids[i];
 }
-static void on_event(const rf_decode_event *ev, void *user) {
+static void on_event(const rf_event *ev, void *user) {
     trace *t = user;
     /* streaming releases a token as soon as every position before it is
      * filled: by the next event, the filled prefix has been streamed (up to
@@ -110,14 +110,14 @@ static void on_event(const rf_decode_event *ev, void *user) {
     while (prefix < 1024 && t->fills[prefix] > 0) prefix++;
     if (t->n < prefix && !(t->n > 0 && t->ids[t->n - 1] == t->eos)) t->late++;
     switch (ev->kind) {
-    case RF_EV_PLAN: t->n_plan++; break;
-    case RF_EV_FAST_COMMIT: t->n_fast++, t->fast_tokens += ev->n; break;
-    case RF_EV_INFILL_COMMIT: t->n_infill_commit++, t->infill_tokens += ev->n; break;
-    case RF_EV_INFILL_ITER: t->n_iter++; break;
-    case RF_EV_DROP: t->n_drop++; break;
+    case RF_EVENT_PLAN: t->n_plan++; break;
+    case RF_EVENT_FAST_COMMIT: t->n_fast++, t->fast_tokens += ev->n; break;
+    case RF_EVENT_INFILL_COMMIT: t->n_infill_commit++, t->infill_tokens += ev->n; break;
+    case RF_EVENT_INFILL_ITER: t->n_iter++; break;
+    case RF_EVENT_DROP: t->n_drop++; break;
     default: break;
     }
-    if (ev->kind == RF_EV_FAST_COMMIT || ev->kind == RF_EV_INFILL_COMMIT)
+    if (ev->kind == RF_EVENT_FAST_COMMIT || ev->kind == RF_EVENT_INFILL_COMMIT)
         for (int i = 0; i < ev->n; i++) t->fills[ev->apos[i]]++;
 }
 
@@ -130,7 +130,7 @@ static int cov_skipped;       /* plan calls saved by lookahead, over all checked
 static int last_infill_iters; /* infilling iterations of the last compare() */
 static int cov_jacobi_iters;  /* ... summed over the jacobi runs */
 
-static void check_answer(const rf_gen_result *r, const rf_gen_params *p, int eos, const trace *t,
+static void check_answer(const rf_gen_result *r, const rf_params *p, int eos, const trace *t,
                          const char *what) {
     int G = (p->gen_length + p->slot_size - 1) / p->slot_size * p->slot_size;
     /* the mask head never drafts <|mask|> here; the AR head of a random model
@@ -144,7 +144,7 @@ static void check_answer(const rf_gen_result *r, const rf_gen_params *p, int eos
         CHECK(r->n_ids == G, "%s: %d answer tokens, expected all %d", what, r->n_ids, G);
     int tok = 0, calls = 0;
     for (int s = 0; s < r->n_steps; s++) {
-        const rf_step_stat *st = &r->steps[s];
+        const rf_step *st = &r->steps[s];
         tok += st->tokens, calls += st->calls;
         CHECK(st->slots_planned >= 1, "%s: step %d planned no slot", what, s);
         CHECK((st->slots_fast > 0) != (st->slots_infilled > 0), "%s: step %d fast %d infilled %d", what, s,
@@ -189,11 +189,11 @@ static void check_answer(const rf_gen_result *r, const rf_gen_params *p, int eos
 }
 
 /* ---- 2. fast vs naive ------------------------------------------------------------ */
-static void compare(const rf_model *m, const int *prompt, int P, rf_gen_params *p, coverage *cov,
+static void compare(const rf_model *m, const int *prompt, int P, rf_params *p, coverage *cov,
                     const char *what) {
     trace t;
     memset(&t, 0, sizeof t);
-    t.eos = p->eos_id == RF_ID_FROM_MODEL ? m->cfg.eos_id : p->eos_id;
+    t.eos = p->eos_id == RF_TOKEN_FROM_MODEL ? m->cfg.eos_id : p->eos_id;
     p->on_tokens = on_tokens, p->on_event = on_event, p->user = &t;
     rf_gen_result f, z;
     int rf = rf_generate_refusion(m, prompt, P, p, &f);
@@ -202,7 +202,7 @@ static void compare(const rf_model *m, const int *prompt, int P, rf_gen_params *
     int rz = rf_generate_refusion_naive(m, prompt, P, p, &z);
     CHECK(rz == 0, "%s: naive: %s", what, rf_last_error());
     if (rf || rz) return;
-    int eos = p->eos_id == RF_ID_FROM_MODEL ? m->cfg.eos_id : p->eos_id;
+    int eos = p->eos_id == RF_TOKEN_FROM_MODEL ? m->cfg.eos_id : p->eos_id;
     CHECK(t.late == 0, "%s: %d events came while final tokens were held back from on_tokens", what, t.late);
     check_answer(&f, p, eos, &t, what);
     check_answer(&z, p, eos, NULL, what);
@@ -211,7 +211,7 @@ static void compare(const rf_model *m, const int *prompt, int P, rf_gen_params *
     CHECK(f.n_calls == z.n_calls, "%s: calls fast %d naive %d", what, f.n_calls, z.n_calls);
     CHECK(f.n_steps == z.n_steps, "%s: steps fast %d naive %d", what, f.n_steps, z.n_steps);
     for (int s = 0; s < f.n_steps && s < z.n_steps; s++) {
-        rf_step_stat a = f.steps[s], b = z.steps[s];
+        rf_step a = f.steps[s], b = z.steps[s];
         CHECK(!memcmp(&a, &b, sizeof a), "%s: step %d stats differ", what, s);
     }
     CHECK(f.tpf == z.tpf, "%s: TPF fast %g naive %g", what, f.tpf, z.tpf);
@@ -240,7 +240,7 @@ static void compare(const rf_model *m, const int *prompt, int P, rf_gen_params *
 /* Lookahead only removes plan calls: the answer, the acceptance statistics
  * and every step's slots must be those of the same run without it. */
 static int la_saved, la_cross_block, la_partial;
-static void same_as_without_lookahead(const rf_model *m, const int *prompt, int P, rf_gen_params *p,
+static void same_as_without_lookahead(const rf_model *m, const int *prompt, int P, rf_params *p,
                                       const char *what) {
     rf_gen_result with, without;
     p->lookahead = 1;
@@ -258,7 +258,7 @@ static void same_as_without_lookahead(const rf_model *m, const int *prompt, int 
     for (int s = 0; s + 1 < with.n_steps; s++) /* a fast path that left chosen slots masked: no lookahead */
         la_partial += with.steps[s].slots_fast > 0 && with.steps[s].slots_fast < with.steps[s].slots_planned;
     for (int s = 0; s < with.n_steps && s < without.n_steps; s++) {
-        rf_step_stat a = with.steps[s], b = without.steps[s];
+        rf_step a = with.steps[s], b = without.steps[s];
         int d = b.calls - a.calls;
         CHECK(d == 0 || d == 1, "%s: step %d: %d calls with lookahead, %d without", what, s, a.calls, b.calls);
         skipped += d;
@@ -296,7 +296,7 @@ static void test_fast_vs_naive(void) {
         if (mi == 0) test_masked_forward(&m);
         for (int ci = 0; ci < 8; ci++) {
             int pi = (mi + ci) % 3;
-            rf_gen_params p;
+            rf_params p;
             rf_gen_params_default(&p);
             p.gen_length = cfgs[ci].gen, p.slot_size = cfgs[ci].slot, p.n_blocks = cfgs[ci].blocks;
             p.slot_threshold = cfgs[ci].st, p.token_threshold = cfgs[ci].tt;
@@ -341,7 +341,7 @@ static void test_fast_vs_naive(void) {
             }
             p.ar_correct = p.ar_check_first = 0;
             for (int ti = 0; ti < 4; ti++) { /* every slot chosen, low token thresholds: partial fast paths */
-                rf_gen_params q = p;
+                rf_params q = p;
                 q.slot_size = 2 + ci % 2, q.n_blocks = 2 + ci % 3, q.gen_length = 24, q.slot_threshold = 0.0f;
                 q.token_threshold = 0.02f + 0.04f * ti, q.lookahead = 1;
                 snprintf(what, sizeof what, "m%d cfg%d all slots thr %.2f lookahead", mi, ci, q.token_threshold);
@@ -349,7 +349,7 @@ static void test_fast_vs_naive(void) {
                 same_as_without_lookahead(&m, prompts[pi], plen[pi], &q, what);
             }
             if (ci % 3 == 0) { /* Gumbel sampling: same seed, same answer */
-                p.temperature = 0.8f, p.seed = 100 + ci, p.eos_id = RF_ID_FROM_MODEL;
+                p.temperature = 0.8f, p.seed = 100 + ci, p.eos_id = RF_TOKEN_FROM_MODEL;
                 snprintf(what, sizeof what, "m%d cfg%d T=0.8", mi, ci);
                 compare(&m, prompts[pi], plen[pi], &p, &cov, what);
                 p.ar_correct = p.ar_check_first = 1;
@@ -395,7 +395,7 @@ static void test_verified_is_ar(void) {
         int prompt[6] = {5 + mi, 11, 23, 42, 7, 90};
         for (int slot = 1; slot <= 8; slot *= 2)
             for (int ti = 0; ti < 2; ti++) {
-                rf_gen_params p;
+                rf_params p;
                 rf_gen_params_default(&p);
                 p.gen_length = 32, p.slot_size = slot, p.n_blocks = 32 / slot;
                 p.token_threshold = ti ? 0.9f : 0.5f, p.slot_threshold = 0.6f;
@@ -436,7 +436,7 @@ static void test_errors(void) {
     rf_model_init_random(&m, &c, RF_F32, 0.5f, 9);
     int prompt[80];
     for (int i = 0; i < 80; i++) prompt[i] = i;
-    rf_gen_params p;
+    rf_params p;
     rf_gen_result r;
     rf_gen_params_default(&p);
     p.gen_length = 16;

@@ -58,11 +58,11 @@ static void on_event(const rf_event *ev, void *user) {
 typedef struct {
     const int *prompt;
     int n_prompt, join;
-    rf_gen_params p;
+    rf_params p;
 } seq_case;
 
-static rf_gen_params pi(int gen, int slot, int blocks) {
-    rf_gen_params p;
+static rf_params pi(int gen, int slot, int blocks) {
+    rf_params p;
     rf_gen_params_default(&p);
     p.method = RF_METHOD_REFUSION, p.rolling = 0;
     p.gen_length = gen, p.slot_size = slot, p.n_blocks = blocks;
@@ -102,14 +102,14 @@ static void run(const rf_model *m, const seq_case *cs, int n, int budget, const 
     trace ts[NSEQ], tb[NSEQ];
     memset(ts, 0, sizeof ts), memset(tb, 0, sizeof tb);
     for (int i = 0; i < n; i++) {
-        rf_gen_params p = cs[i].p;
+        rf_params p = cs[i].p;
         p.on_tokens = on_tokens, p.on_event = on_event, p.user = &ts[i];
         CHECK(rf_generate_refusion(m, cs[i].prompt, cs[i].n_prompt, &p, &solo[i]) == 0, "%s: solo %d: %s", what, i,
               rf_last_error());
     }
     rf_pi_seq *q[NSEQ] = {0};
     int done[NSEQ] = {0}, row[NSEQ];
-    rf_gen_params ps[NSEQ];
+    rf_params ps[NSEQ];
     rf_runstate *rs = rf_runstate_new(&m->cfg, MAXT, m->cfg.max_pos);
     float *logits = malloc((size_t)MAXT * V * sizeof(float));
     rf_kvcache *kv[NSEQ];
@@ -188,7 +188,7 @@ static int drive(const rf_model *m, rf_pi_seq *q, float *logits, rf_runstate *rs
  * any call, cancel, bad settings. */
 static void test_interface(const rf_model *m, const int *prompt, int n_prompt) {
     const int V = m->cfg.vocab_size;
-    rf_gen_params p = pi(16, 4, 2);
+    rf_params p = pi(16, 4, 2);
     p.ar_check_first = 1;
     rf_gen_result solo, r;
     CHECK(rf_generate_refusion(m, prompt, n_prompt, &p, &solo) == 0, "interface: solo: %s", rf_last_error());
@@ -278,7 +278,7 @@ static void test_random(void) {
     cs[4] = (seq_case){p1, 4, 5, pi(25, 5, 2)};
     cs[4].p.slot_threshold = 0.0f, cs[4].p.token_threshold = 0.01f;
     cs[5] = (seq_case){p0, 1, 2, pi(16, 2, 1)};
-    for (int i = 0; i < 6; i++) cs[i].p.eos_id = i % 2 ? -1 : RF_ID_FROM_MODEL;
+    for (int i = 0; i < 6; i++) cs[i].p.eos_id = i % 2 ? -1 : RF_TOKEN_FROM_MODEL;
     run(&m, cs, 6, 64, "random f32");
     test_interface(&m, p2, 9);
     rf_model_free(&m);

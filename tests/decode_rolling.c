@@ -72,10 +72,10 @@ static int same_tops(const rf_token_logprob *x, const rf_token_logprob *y, doubl
  * slot's log-probabilities AR's (the AR head's rows at the same positions;
  * exactly, or within logprob_tolerance), with top lists sorted, each
  * token's own value among them where it is one of the likeliest. */
-static void same_logprobs(const rf_model *m, const int *prompt, int P, const rf_gen_params *p,
+static void same_logprobs(const rf_model *m, const int *prompt, int P, const rf_params *p,
                           const rf_gen_result *a, const char *what) {
     rf_gen_result la, lr;
-    rf_gen_params q = *p;
+    rf_params q = *p;
     q.logprobs = 1, q.top_logprobs = 1 + (int)(p->seed % 5) * 4; /* 1 .. 17 */
     q.rolling = 0, q.method = RF_METHOD_AR;
     if (rf_generate_ar(m, prompt, P, &q, &la)) {
@@ -118,7 +118,7 @@ static void same_logprobs(const rf_model *m, const int *prompt, int P, const rf_
 /* the sampling of a test mode: 0 greedy; 1..3 sampled at temperature 0.8
  * with seed (2 top-k, 3 top-p); 4 and 5 llama.cpp's penalties, which look
  * at the answer before each position, and min_p: greedy, then sampled */
-static void set_sampling(rf_gen_params *p, int mode, unsigned seed) {
+static void set_sampling(rf_params *p, int mode, unsigned seed) {
     if (mode >= 1) p->temperature = 0.8f, p->seed = seed;
     if (mode == 2) p->top_k = 5;
     if (mode == 3) p->top_p = 0.9f;
@@ -129,9 +129,9 @@ static void set_sampling(rf_gen_params *p, int mode, unsigned seed) {
 }
 
 /* rolling vs AR on one setting; returns tokens per call of the rolling run */
-static double same_as_ar(const rf_model *m, const int *prompt, int P, const rf_gen_params *p, const char *what) {
+static double same_as_ar(const rf_model *m, const int *prompt, int P, const rf_params *p, const char *what) {
     rf_gen_result a, r;
-    rf_gen_params q = *p;
+    rf_params q = *p;
     q.rolling = 0;
     if (rf_generate_ar(m, prompt, P, &q, &a)) {
         CHECK(0, "%s: ar: %s", what, rf_last_error());
@@ -177,19 +177,19 @@ static void test_random_models(void) {
         rf_model m;
         rf_model_init_random(&m, &c, RF_F32, mi ? 1.5f : 0.5f, 70 + mi);
         /* a frequent token of this model as EOS: the AR answer's 3rd token */
-        rf_gen_params g;
+        rf_params g;
         rf_gen_params_default(&g);
         g.gen_length = 3, g.eos_id = -1;
         rf_gen_result a;
         CHECK(rf_generate_ar(&m, prompts[0], plen[0], &g, &a) == 0, "ar: %s", rf_last_error());
-        const int eos_ids[3] = {-1, RF_ID_FROM_MODEL, a.n_ids == 3 ? a.ids[2] : 7};
+        const int eos_ids[3] = {-1, RF_TOKEN_FROM_MODEL, a.n_ids == 3 ? a.ids[2] : 7};
         rf_gen_result_free(&a);
         for (int pi = 0; pi < 3; pi++)
             for (int si = 0; si < 5; si++)
                 for (int ti = 0; ti < 3; ti++)
                     for (int ei = 0; ei < 3; ei++)
                         for (int mode = 0; mode < 6; mode++) {
-                            rf_gen_params p;
+                            rf_params p;
                             rf_gen_params_default(&p);
                             p.gen_length = (pi + si + ei) % 3 == 0 ? 40 : (pi + si) % 2 ? 7 : 1;
                             p.slot_size = slots[si], p.slot_threshold = thr[ti], p.eos_id = eos_ids[ei];
@@ -227,7 +227,7 @@ static void test_demo_model(void) {
             continue;
         }
         for (int w = 3; w <= 5; w++) {
-            rf_gen_params p;
+            rf_params p;
             rf_gen_params_default(&p);
             p.gen_length = 64, p.slot_size = w, p.slot_threshold = 0.5f;
             char what[96];
@@ -256,12 +256,12 @@ static void test_bad_settings(void) {
         int slot;
         float thr;
         int mask;
-    } bad[] = {{"slot 0", "slot_size", 0, 0.5f, RF_ID_FROM_MODEL},
-               {"threshold 2", "slot_threshold", 4, 2.0f, RF_ID_FROM_MODEL},
+    } bad[] = {{"slot 0", "slot_size", 0, 0.5f, RF_TOKEN_FROM_MODEL},
+               {"threshold 2", "slot_threshold", 4, 2.0f, RF_TOKEN_FROM_MODEL},
                {"mask = eos", "mask id", 4, 0.5f, 510},
                {"mask outside", "mask id", 4, 0.5f, V}};
     for (int i = 0; i < 4; i++) {
-        rf_gen_params p;
+        rf_params p;
         rf_gen_params_default(&p);
         p.rolling = 1, p.gen_length = 8, p.slot_size = bad[i].slot, p.slot_threshold = bad[i].thr;
         p.mask_id = bad[i].mask;
@@ -276,7 +276,7 @@ static void test_bad_settings(void) {
               {RF_METHOD_AR, 0, 0, 3, "top_logprobs needs logprobs"},
               {RF_METHOD_AR, 0, 2, 0, "logprobs must be 0 or 1"}};
     for (int i = 0; i < 3; i++) {
-        rf_gen_params p;
+        rf_params p;
         rf_gen_params_default(&p);
         p.method = lp[i].method, p.rolling = lp[i].rolling, p.logprobs = lp[i].logprobs, p.top_logprobs = lp[i].top;
         p.gen_length = 8;
@@ -290,7 +290,7 @@ static void test_bad_settings(void) {
 enum { COST_N = 64 };
 static float cost_flat[COST_N], cost_linear[COST_N], cost_memory[COST_N];
 
-static void set_cost(rf_gen_params *p, int which) {
+static void set_cost(rf_params *p, int which) {
     static const float *const tables[3] = {cost_flat, cost_linear, cost_memory};
     p->draft_adaptive = 1;
     p->call_cost = which < 3 ? tables[which] : NULL, p->n_call_cost = which < 3 ? COST_N : 0;
@@ -312,11 +312,11 @@ static void test_adaptive_width(void) {
                 for (int ci = 0; ci < 4; ci++)
                     for (int ti = 0; ti < 2; ti++)
                         for (int mode = 0; mode < 6; mode++) {
-                            rf_gen_params p;
+                            rf_params p;
                             rf_gen_params_default(&p);
                             p.gen_length = (pi + si + mode) % 3 == 0 ? 40 : (pi + ci) % 2 ? 17 : 3;
                             p.slot_size = slots[si], p.slot_threshold = ti ? 0.5f : 0.0f;
-                            p.eos_id = (pi + mode) % 3 == 0 ? -1 : RF_ID_FROM_MODEL;
+                            p.eos_id = (pi + mode) % 3 == 0 ? -1 : RF_TOKEN_FROM_MODEL;
                             set_cost(&p, ci);
                             set_sampling(&p, mode, 13u * mode + pi);
                             char what[160];
@@ -344,7 +344,7 @@ static double demo_adaptive_tpc(const rf_model *m, rf_tokenizer *tok, int which)
             continue;
         }
         for (int mode = 0; mode < 2; mode++) {
-            rf_gen_params p;
+            rf_params p;
             rf_gen_params_default(&p);
             p.gen_length = 64, p.slot_size = 8, p.slot_threshold = 0.5f;
             if (mode) p.temperature = 0.7f, p.seed = 5;

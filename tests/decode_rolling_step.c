@@ -44,7 +44,7 @@ static void on_tokens(const int *ids, int n, void *user) {
 typedef struct {
     const int *prompt;
     int n_prompt, join;
-    rf_gen_params p; /* p.rolling: a rolling sequence, else AR */
+    rf_params p; /* p.rolling: a rolling sequence, else AR */
 } seq_case;
 
 typedef struct {
@@ -82,7 +82,7 @@ static void run(const rf_model *m, const seq_case *cs, int n, int budget, const 
     for (int step = 0; step < 2000; step++) {
         for (int i = 0; i < n; i++)
             if (cs[i].join == step) {
-                rf_gen_params pi = cs[i].p;
+                rf_params pi = cs[i].p;
                 pi.on_tokens = on_tokens, pi.user = &st[i];
                 if (pi.rolling) q[i].r = rf_roll_seq_new(m, cs[i].prompt, cs[i].n_prompt, &pi);
                 else q[i].a = rf_ar_seq_new(m, cs[i].prompt, cs[i].n_prompt, &pi);
@@ -156,16 +156,16 @@ static void run(const rf_model *m, const seq_case *cs, int n, int budget, const 
     free(logits);
 }
 
-static rf_gen_params rolling(int gen, int slot, float thr) {
-    rf_gen_params p;
+static rf_params rolling(int gen, int slot, float thr) {
+    rf_params p;
     rf_gen_params_default(&p);
     p.method = RF_METHOD_REFUSION, p.rolling = 1;
     p.gen_length = gen, p.slot_size = slot, p.slot_threshold = thr;
     return p;
 }
 
-static rf_gen_params ar(int gen) {
-    rf_gen_params p;
+static rf_params ar(int gen) {
+    rf_params p;
     rf_gen_params_default(&p);
     p.method = RF_METHOD_AR, p.gen_length = gen;
     return p;
@@ -227,8 +227,8 @@ static void drive_ar(const rf_model *m, rf_ar_seq *q) {
 static void test_load(const rf_model *m, const int *prompt, int n_prompt) {
     static float cost[16];
     for (int n = 1; n <= 16; n++) cost[n - 1] = n <= 8 ? 1.0f : (float)(n - 7);
-    rf_gen_params p = rolling(48, 4, 0.3f);
-    p.draft_adaptive = 1, p.call_cost = cost, p.n_call_cost = 16, p.eos_id = RF_ID_FROM_MODEL;
+    rf_params p = rolling(48, 4, 0.3f);
+    p.draft_adaptive = 1, p.call_cost = cost, p.n_call_cost = 16, p.eos_id = RF_TOKEN_FROM_MODEL;
     static const struct { int peers, n; double T; } load[3] = {{0, 0, 0}, {0, 8, 8}, {7, 0, 0}};
     rf_gen_result r[3], a;
     for (int k = 0; k < 3; k++) {
@@ -238,8 +238,8 @@ static void test_load(const rf_model *m, const int *prompt, int n_prompt) {
         drive_loaded(m, q, load[k].peers, load[k].n, load[k].T);
         CHECK(rf_roll_seq_finish(q, &r[k]) == 0, "load: finish: %s", rf_last_error());
     }
-    rf_gen_params pa = ar(48);
-    pa.eos_id = RF_ID_FROM_MODEL;
+    rf_params pa = ar(48);
+    pa.eos_id = RF_TOKEN_FROM_MODEL;
     CHECK(rf_generate_ar(m, prompt, n_prompt, &pa, &a) == 0, "load: AR: %s", rf_last_error());
     for (int k = 0; k < 3; k++) {
         CHECK(r[k].n_ids == a.n_ids && !memcmp(r[k].ids, a.ids, (size_t)a.n_ids * sizeof *a.ids),
@@ -270,7 +270,7 @@ static void test_load(const rf_model *m, const int *prompt, int n_prompt) {
 
 /* drafts: the model's drafts pass (the demo; a random model's rarely do) */
 static void test_reuse(const rf_model *m, const int *p1, int n1, int drafts) {
-    rf_gen_params p = rolling(40, 4, 0.5f);
+    rf_params p = rolling(40, 4, 0.5f);
     p.eos_id = -1;
     rf_roll_seq *a = rf_roll_seq_new(m, p1, n1, &p);
     drive(m, a);
@@ -288,7 +288,7 @@ static void test_reuse(const rf_model *m, const int *p1, int n1, int drafts) {
     for (int i = 0; i < 6; i++) p2[n + i] = ids[i % n1];
     int n2 = n + 6;
     for (int mode = 0; mode < 4; mode++) {
-        rf_gen_params q = mode < 2 ? rolling(32, 4, 0.5f) : ar(32);
+        rf_params q = mode < 2 ? rolling(32, 4, 0.5f) : ar(32);
         q.eos_id = -1;
         if (mode % 2) q.temperature = 0.9f, q.seed = 12;
         rf_gen_result solo, r;
@@ -346,7 +346,7 @@ static void test_demo(void) {
     cs[6] = (seq_case){pr[0], np[0], 8, rolling(64, 5, 0.5f)};
     static const float flat[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     cs[6].p.draft_adaptive = 1, cs[6].p.call_cost = flat, cs[6].p.n_call_cost = 16;
-    for (int i = 0; i < NSEQ; i++) cs[i].p.eos_id = RF_ID_FROM_MODEL;
+    for (int i = 0; i < NSEQ; i++) cs[i].p.eos_id = RF_TOKEN_FROM_MODEL;
     run(&m, cs, NSEQ, 64, "demo, budget 64");
     run(&m, cs, NSEQ, 512, "demo, budget 512");
     if (pr[0]) test_reuse(&m, pr[0], np[0], 1);
@@ -374,7 +374,7 @@ static void test_random(void) {
         cs[4] = (seq_case){p1, 4, 5, rolling(25, 4, 0.1f)};
         cs[4].p.presence_penalty = 0.3f, cs[4].p.frequency_penalty = 0.2f, cs[4].p.penalty_last_n = -1;
         for (int i = 0; i < 5; i++) cs[i].p.eos_id = -1;
-        cs[4].p.eos_id = RF_ID_FROM_MODEL;
+        cs[4].p.eos_id = RF_TOKEN_FROM_MODEL;
         run(&m, cs, 5, 64, d ? "random q8_0" : "random f32");
         rf_model_free(&m);
     }
@@ -397,7 +397,7 @@ static void test_cancel(void) {
     rf_model_init_random(&m, &c, RF_F32, 1.0f, 7);
     const int pr[] = {3, 4};
     volatile int flag = 0;
-    rf_gen_params p = rolling(10, 4, 0.0f);
+    rf_params p = rolling(10, 4, 0.0f);
     p.eos_id = -1, p.cancel = &flag;
     rf_roll_seq *q = rf_roll_seq_new(&m, pr, 2, &p);
     const int *t, *ps;

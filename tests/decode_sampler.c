@@ -26,7 +26,7 @@
 #include "helpers/small_config.h"
 
 /* the penalised logits, from the definitions */
-static void reference(const float *l, int V, const rf_gen_params *p, const int *prompt, int P, const int *ans, int A,
+static void reference(const float *l, int V, const rf_params *p, const int *prompt, int P, const int *ans, int A,
                       double *out) {
     int n = P + A, w = p->penalty_last_n < 0 || p->penalty_last_n > n ? n : p->penalty_last_n;
     for (int t = 0; t < V; t++) {
@@ -57,7 +57,7 @@ static void test_greedy(void) {
         for (int i = 0; i < P; i++) prompt[i] = (int)(rf_rng_uniform(&r) * 8);
         for (int i = 0; i < A; i++) ans[i] = (int)(rf_rng_uniform(&r) * 8);
         for (int i = 0; i < 8; i++) l[i] += 1.5f;
-        rf_gen_params p;
+        rf_params p;
         rf_gen_params_default(&p);
         p.penalty_last_n = windows[c % 5];
         p.repeat_penalty = c % 3 == 0 ? 1.0f : 1.0f + (float)rf_rng_uniform(&r);
@@ -98,7 +98,7 @@ static void test_sampled(void) {
     rf_rng_seed(&r, 5);
 
     /* penalties, T = 0.9 */
-    rf_gen_params p;
+    rf_params p;
     rf_gen_params_default(&p);
     p.temperature = 0.9f, p.repeat_penalty = 1.4f, p.frequency_penalty = 0.3f, p.presence_penalty = 0.2f;
     p.penalty_last_n = 4; /* 3, 1, 2, 3: the first prompt token is outside */
@@ -158,7 +158,7 @@ static void test_refused(void) {
                {"refusion + penalty", "AR sampling settings", 0, 1.2f, 0.0f, 64},
                {"refusion + min_p", "AR sampling settings", 0, 1.0f, 0.1f, 64}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        rf_gen_params p;
+        rf_params p;
         rf_gen_params_default(&p);
         p.gen_length = 4, p.repeat_penalty = bad[i].repeat, p.min_p = bad[i].min_p, p.penalty_last_n = bad[i].last_n;
         p.rolling = bad[i].decoder == 2;

@@ -1,5 +1,5 @@
 /* serve_request.c - request parsing of `refusion serve` (rf_serve_parse),
- * without HTTP: every field lands in the right rf_gen_params slot, prompts
+ * without HTTP: every field lands in the right rf_params slot, prompts
  * equal what the tokenizer / chat template give on their own, each kind of
  * bad request is refused with one line naming the problem, the context limit
  * is enforced at the exact boundary, and mangled bodies never crash. */
@@ -16,7 +16,7 @@
 
 static const rf_model *M;
 static const rf_tokenizer *TOK;
-static rf_gen_params DEF;
+static rf_params DEF;
 static rf_decode_opts DOPTS, DOPTS_AR; /* DEF as the server holds it; and with the ar decoder */
 
 static int parse(const char *body, rf_req_kind kind, rf_serve_req *r) {

@@ -75,7 +75,7 @@ int cmd_distill(int argc, char **argv) {
         fprintf(stderr, "refusion: distill: %s\n", rf_last_error());
         return 1;
     }
-    rf_gen_params g;
+    rf_params g;
     rf_gen_params_default(&g);
     g.method = RF_METHOD_AR; /* greedy, no penalties */
     g.gen_length = d.gen.gen_length;

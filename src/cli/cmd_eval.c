@@ -79,7 +79,7 @@ static double short_real(float x) {
 
 /* the settings that apply to the decoder, for the report */
 static json_t *settings_json(const rf_eval_opts *o) {
-    const rf_gen_params *g = &o->gen;
+    const rf_params *g = &o->gen;
     if (o->answers) return json_object();
     json_t *s = json_pack("{s:i, s:f, s:I}", "gen_length", g->gen_length, "temperature",
                           short_real(g->temperature), "seed", (json_int_t)g->seed);

@@ -246,7 +246,7 @@ static json_t *logprobs_json(const refusion_tokenizer *tok, const rf_token_logpr
 
 static void print_json(const answer *r, const int32_t *prompt, int P, const char *text, const char *mode,
                        const rf_decode_opts *d, const refusion_tokenizer *tok) {
-    const rf_gen_params *p = &d->gen;
+    const rf_params *p = &d->gen;
     json_t *steps = json_array();
     for (int i = 0; i < r->st.n_steps; i++) {
         const rf_step *s = &r->st.steps[i];

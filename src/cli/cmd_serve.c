@@ -202,7 +202,7 @@ static int config_of_args(rf_serve_config *c, serve_args *a) {
  * request unless fixed, the EOS of the checkpoint's files, the values taken
  * from generation_config.json reported. */
 static void settle_defaults(rf_decode_opts *d, const refusion_tokenizer *tok) {
-    rf_gen_params *p = &d->gen;
+    rf_params *p = &d->gen;
     /* llama-server's default: a request without a seed gets a fresh one
      * (request.c draws it), unless --seed or the checkpoint's file fixes it */
     const rf_opt *seed_row = rf_opt_find(rf_decode_table, rf_decode_table_n, "seed");

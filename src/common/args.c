@@ -229,7 +229,7 @@ static const struct {
 } ar_sampling[] = {{"top-k", 1}, {"top-p", 1}, {"min-p", 0}, {"repeat-penalty", 0}, {"presence-penalty", 0},
                    {"frequency-penalty", 0}};
 
-static int at_neutral(const rf_gen_params *p, const char *row) {
+static int at_neutral(const rf_params *p, const char *row) {
     if (!strcmp(row, "top-k")) return p->top_k == 0;
     if (!strcmp(row, "top-p")) return p->top_p == 1.0f;
     if (!strcmp(row, "min-p")) return p->min_p == 0.0f;
@@ -239,7 +239,7 @@ static int at_neutral(const rf_gen_params *p, const char *row) {
 }
 
 int rf_decode_opts_unused(const rf_decode_opts *d) {
-    const rf_gen_params *p = &d->gen;
+    const rf_params *p = &d->gen;
     int infill = p->method == RF_METHOD_REFUSION && !p->rolling, mdm = p->method == RF_METHOD_MDM;
     if (!infill && !mdm) return -1;
     for (size_t k = 0; k < sizeof ar_sampling / sizeof *ar_sampling; k++) {

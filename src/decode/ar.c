@@ -22,7 +22,7 @@
 
 enum { PREFILL_CHUNK = 256 }; /* ar_step.c's chunk: the widest call */
 
-int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p,
                    rf_gen_result *out) {
     memset(out, 0, sizeof *out);
     rf_ar_seq *q = rf_ar_seq_new(m, prompt, n_prompt, p);

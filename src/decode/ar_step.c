@@ -21,13 +21,13 @@ enum { PREFILL_CHUNK = 256 }; /* the widest prompt chunk (ar.c sizes its run sta
 
 struct rf_ar_seq {
     const rf_model *m;
-    rf_gen_params p;
+    rf_params p;
     int *prompt, n_prompt;
     int V, G, eos;
     rf_kvcache kv;
     rf_rng rng;
     rf_answer ans;
-    rf_step_stat *st;
+    rf_step *st;
     int fed;        /* prompt tokens in the cache */
     int n_ans;      /* answer tokens drawn */
     int done;
@@ -38,11 +38,11 @@ struct rf_ar_seq {
     char *error;    /* why the answer stopped (the constraint failed), NULL if it did not */
 };
 
-rf_ar_seq *rf_ar_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p) {
+rf_ar_seq *rf_ar_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p) {
     return rf_ar_seq_new_reusing(m, prompt, n_prompt, p, NULL, 0);
 }
 
-rf_ar_seq *rf_ar_seq_new_reusing(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+rf_ar_seq *rf_ar_seq_new_reusing(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p,
                                  const rf_kvcache *src, int n_reuse) {
     if (rf_gen_check(m, prompt, n_prompt, p, 1)) return NULL;
     n_reuse = rf_kv_reusable(src, n_reuse, n_prompt);
@@ -130,7 +130,7 @@ static void draw(rf_ar_seq *q, const float *logits) {
     ans_logprob(&q->ans, i, raw, q->V, t);
     ans_fill(&q->ans, i, t);
     q->st->tpf_ref = 1.0;
-    ans_event(&q->ans, RF_EV_AR_TOKEN, i, 1, &i, &t, NULL);
+    ans_event(&q->ans, RF_EVENT_AR_TOKEN, i, 1, &i, &t, NULL);
     ans_flush(&q->ans);
     q->n_ans++;
     if (t == q->eos || q->n_ans == q->G) {

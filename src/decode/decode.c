@@ -13,7 +13,7 @@ const char *rf_method_name(rf_method method) {
                                                                                               : NULL;
 }
 
-int rf_decode(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p, const rf_mdm_params *mp,
+int rf_decode(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p, const rf_mdm_params *mp,
               rf_gen_result *out) {
     switch (p->method) {
     case RF_METHOD_AR: return rf_generate_ar(m, prompt, n_prompt, p, out);

@@ -25,25 +25,9 @@
 #include "refusion.h" /* rf_params, rf_event, rf_step, rf_method */
 #include "util/util.h"
 
-/* The decoders read the library's public settings and report through its
- * public events and step statistics (refusion.h); these are the names the
- * decoders' code uses for them. */
-#define RF_ID_FROM_MODEL RF_TOKEN_FROM_MODEL /* eos_id / mask_id: the model config's */
-typedef rf_params rf_gen_params;
-typedef rf_event rf_decode_event;
-typedef rf_event_type rf_event_kind;
-#define RF_EV_PLAN RF_EVENT_PLAN
-#define RF_EV_FAST_COMMIT RF_EVENT_FAST_COMMIT
-#define RF_EV_INFILL_ITER RF_EVENT_INFILL_ITER
-#define RF_EV_INFILL_COMMIT RF_EVENT_INFILL_COMMIT
-#define RF_EV_DROP RF_EVENT_DROP
-#define RF_EV_AR_TOKEN RF_EVENT_AR_TOKEN
-/* Newly final answer tokens: every answer position before them is filled, so
- * they can be printed. Called in position order, up to and including the
- * first EOS. */
-typedef rf_token_cb rf_tokens_cb;
-typedef rf_event_callback rf_event_cb;
-typedef rf_step rf_step_stat;
+/* The decoders read the library's public settings (rf_params) and report
+ * through its public events, token callbacks and step statistics
+ * (refusion.h). */
 
 /* How each committed answer token got in (every committed token is counted
  * in exactly one field; the sum is n_tokens). */
@@ -63,7 +47,7 @@ typedef struct {
     int hit_eos;             /* the answer ends with an EOS */
     int n_calls;             /* model calls (a prompt prefill in chunks counts once) */
     int n_tokens;            /* tokens committed (== n_ids) */
-    rf_step_stat *steps;
+    rf_step *steps;
     int n_steps;
     double tpf;              /* TPF as the reference defines it: mean over steps of tpf_ref */
     double tokens_per_call;  /* n_tokens / n_calls */
@@ -75,7 +59,7 @@ typedef struct {
 /* The reference example's settings: ReFusion, gen 512, slot 4, 32 blocks,
  * 0.6 / 0.3, greedy; AR: top_k 0, top_p 1; eos/mask from the model (the one
  * place of the defaults: rf_params_default returns these). */
-void rf_gen_params_default(rf_gen_params *p);
+void rf_gen_params_default(rf_params *p);
 
 /* MDM's step budget (decode/mdm.h). */
 typedef struct {
@@ -92,7 +76,7 @@ typedef struct {
  * twin with p->no_cache, the rolling slot with p->rolling). mp: MDM's
  * budget, NULL for rf_mdm_params_default's with p->mdm_steps when set.
  * 0, or -1 with rf_last_error(). */
-int rf_decode(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p, const rf_mdm_params *mp,
+int rf_decode(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p, const rf_mdm_params *mp,
               rf_gen_result *out);
 /* "refusion", "ar", "mdm" (the --decoder / HTTP "mode" names), or NULL for
  * a value outside rf_method. */
@@ -108,20 +92,20 @@ int rf_call_cost_measure(const rf_model *m, int max_n, float *cost);
 /* Check params against the model and prompt (ids in the vocabulary, slot_size
  * >= 1, thresholds in [0, 1], prompt + answer within the context, ...).
  * ar: 1 for AR decoding (slot settings ignored). 0 or -1 with rf_last_error(). */
-int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p, int ar);
+int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p, int ar);
 /* The checks of rf_gen_check that need neither the model nor the prompt (a
- * known method, eos_id >= RF_ID_FROM_MODEL); rf_gen_check makes them first. */
-int rf_gen_check_settings(const rf_gen_params *p);
+ * known method, eos_id >= RF_TOKEN_FROM_MODEL); rf_gen_check makes them first. */
+int rf_gen_check_settings(const rf_params *p);
 
 /* All return 0, or -1 with rf_last_error() set (the result is then empty). */
-int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p,
                          rf_gen_result *out);
 int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_prompt,
-                               const rf_gen_params *p, rf_gen_result *out);
-int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+                               const rf_params *p, rf_gen_result *out);
+int rf_generate_ar(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p,
                    rf_gen_result *out);
 /* p->rolling's decoder (rf_generate_refusion calls it when p->rolling is set) */
-int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p,
                         rf_gen_result *out);
 void rf_gen_result_free(rf_gen_result *r);
 
@@ -151,13 +135,13 @@ int rf_gumbel_argmax(const float *l, int vocab, double temperature, float max, r
 int rf_sample_ar(const float *l, int vocab, float temperature, int top_k, float top_p, rf_rng *rng);
 /* AR decoding's draw of the next token: p's penalties (over the window of
  * prompt ++ answer[0 .. n_answer)), then rf_sample_ar's steps and min_p. */
-int rf_sample_token(const float *l, int vocab, const rf_gen_params *p, const int *prompt, int n_prompt,
+int rf_sample_token(const float *l, int vocab, const rf_params *p, const int *prompt, int n_prompt,
                     const int *answer, int n_answer, rf_rng *rng);
 /* out: token tok's log-probability in the row l (log-softmax, in float64)
  * and the n_top most likely tokens (by logit, ties to the lower id), most
  * likely first. */
 void rf_logprobs_of(const float *l, int vocab, int tok, int n_top, rf_token_logprob *out);
 /* 1 when p has a repeat / presence / frequency penalty */
-int rf_gen_has_penalties(const rf_gen_params *p);
+int rf_gen_has_penalties(const rf_params *p);
 
 #endif

@@ -8,7 +8,7 @@
 
 #include "decode/decode_impl.h"
 
-int gen_cancelled(const rf_gen_params *p) {
+int gen_cancelled(const rf_params *p) {
     if (rf_faults.generation_step) rf_faults.generation_step();
     if (!p->cancel || !*p->cancel) return 0;
     rf_set_error("generation cancelled");
@@ -17,7 +17,7 @@ int gen_cancelled(const rf_gen_params *p) {
 
 int gen_prefill(const rf_model *m, rf_kvcache *kv, rf_runstate *rs, const int *prompt, int n_prompt, int chunk,
                 int *pos, float *logits, rf_answer *ans) {
-    rf_step_stat *st = ans_step(ans, 0);
+    rf_step *st = ans_step(ans, 0);
     int rc = 0;
     for (int s = 0; s < n_prompt && rc == 0; s += chunk) {
         int c = n_prompt - s < chunk ? n_prompt - s : chunk, last = c - 1;
@@ -31,7 +31,7 @@ int gen_prefill(const rf_model *m, rf_kvcache *kv, rf_runstate *rs, const int *p
 }
 
 /* ---- answer bookkeeping ----------------------------------------------------- */
-void ans_init(rf_answer *a, const rf_gen_params *p, int G, int eos) {
+void ans_init(rf_answer *a, const rf_params *p, int G, int eos) {
     memset(a, 0, sizeof *a);
     a->p = p;
     a->G = G;
@@ -80,22 +80,22 @@ void ans_reserve_steps(rf_answer *a, int n) {
     a->cap_steps = n;
 }
 
-rf_step_stat *ans_step(rf_answer *a, int block) {
+rf_step *ans_step(rf_answer *a, int block) {
     if (a->n_steps == a->cap_steps) {
         a->cap_steps = a->cap_steps ? 2 * a->cap_steps : 64;
         a->steps = rf_scoped_grow(a->steps, (size_t)a->n_steps * sizeof *a->steps,
                                   (size_t)a->cap_steps * sizeof *a->steps);
     }
-    rf_step_stat *s = &a->steps[a->n_steps++];
+    rf_step *s = &a->steps[a->n_steps++];
     memset(s, 0, sizeof *s);
     s->block = block;
     return s;
 }
 
-void ans_event(const rf_answer *a, rf_event_kind kind, int step, int n, const int *apos,
+void ans_event(const rf_answer *a, rf_event_type kind, int step, int n, const int *apos,
                const int *tok, const unsigned char *accepted) {
     if (!a->p->on_event || n <= 0) return;
-    rf_decode_event ev = {kind, step, n, apos, tok, accepted};
+    rf_event ev = {kind, step, n, apos, tok, accepted};
     a->p->on_event(&ev, a->p->user);
 }
 

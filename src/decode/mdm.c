@@ -42,7 +42,7 @@
 #include "decode/mdm.h"
 #include "model/forward.h"
 
-void rf_mdm_params_default(rf_mdm_params *mp, const rf_gen_params *p) {
+void rf_mdm_params_default(rf_mdm_params *mp, const rf_params *p) {
     mp->steps = p->gen_length;
     mp->early_stop = 1;
 }
@@ -53,7 +53,7 @@ void rf_mdm_schedule(int n, int s, int *out) {
 
 struct rf_mdm_seq {
     const rf_model *m;
-    rf_gen_params p;      /* the caller's, copied */
+    rf_params p;      /* the caller's, copied */
     rf_mdm_params mp;
     int G, P, T, V, mask;
     int *first, nb;       /* blocks of whole positions: block b = [first[b], first[b+1]) */
@@ -89,7 +89,7 @@ static void block_begin(rf_mdm_seq *q) {
     q->st = 0;
 }
 
-void rf_mdm_params_of(const rf_gen_params *p, const rf_mdm_params *mp, rf_mdm_params *out) {
+void rf_mdm_params_of(const rf_params *p, const rf_mdm_params *mp, rf_mdm_params *out) {
     if (mp) {
         *out = *mp;
         return;
@@ -98,11 +98,11 @@ void rf_mdm_params_of(const rf_gen_params *p, const rf_mdm_params *mp, rf_mdm_pa
     if (p->mdm_steps > 0) out->steps = p->mdm_steps;
 }
 
-rf_mdm_seq *rf_mdm_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+rf_mdm_seq *rf_mdm_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p,
                            const rf_mdm_params *mp) {
     /* the shared checks, with the slot settings that do not apply neutralised:
      * one-token "slots" make the padded length gen_length itself */
-    rf_gen_params c = *p;
+    rf_params c = *p;
     c.slot_size = 1;
     c.slot_threshold = c.token_threshold = 0.0f;
     if (rf_gen_check(m, prompt, n_prompt, &c, 0)) return NULL;
@@ -205,7 +205,7 @@ static void unmask(rf_mdm_seq *q, const float *logits) {
     int *draft = q->draft, *order = q->order;
     double *conf = q->conf;
     q->a.n_calls++;
-    rf_step_stat *ss = ans_step(&q->a, q->b);
+    rf_step *ss = ans_step(&q->a, q->b);
     ss->calls = 1;
     int k = q->st < q->sb && q->sched[q->st] < n ? q->sched[q->st] : n;
     if (q->cr) {
@@ -289,7 +289,7 @@ int rf_mdm_seq_finish(rf_mdm_seq *q, rf_gen_result *out) {
     return rc;
 }
 
-int rf_generate_mdm(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+int rf_generate_mdm(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p,
                     const rf_mdm_params *mp, rf_gen_result *out) {
     memset(out, 0, sizeof *out);
     rf_mdm_seq *q = rf_mdm_seq_new(m, prompt, n_prompt, p, mp);

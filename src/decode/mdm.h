@@ -11,7 +11,7 @@
  * k following LLaDA's schedule (the block's tokens spread evenly over its
  * steps, earlier steps taking the remainder). Unmasked tokens are final.
  *
- * Parameters come from rf_gen_params (gen_length, n_blocks, temperature,
+ * Parameters come from rf_params (gen_length, n_blocks, temperature,
  * seed, eos_id, mask_id, on_tokens) plus the step budget below. Results use
  * rf_gen_result like the other decoders: the answer up to and including the
  * first EOS, model calls (one per step), TPF (mean over steps of tokens
@@ -26,7 +26,7 @@
 
 /* steps = gen_length (one token per step, LLaDA's most accurate setting
  * when steps == gen_length is asked for), early_stop = 1. */
-void rf_mdm_params_default(rf_mdm_params *mp, const rf_gen_params *p);
+void rf_mdm_params_default(rf_mdm_params *mp, const rf_params *p);
 
 /* LLaDA's get_num_transfer_tokens for one block: n masked tokens over s
  * steps, base n / s each, the first n % s steps one more. out: [s]. */
@@ -34,12 +34,12 @@ void rf_mdm_schedule(int n, int s, int *out);
 
 /* 0, or -1 with rf_last_error() (bad params: see rf_gen_check; steps < 1).
  * mp NULL: as rf_mdm_params_of. Drives the step machine below to its end. */
-int rf_generate_mdm(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+int rf_generate_mdm(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p,
                     const rf_mdm_params *mp, rf_gen_result *out);
 
 /* mp, or, when NULL, rf_mdm_params_default's with p->mdm_steps when set
  * (what rf_decode uses). */
-void rf_mdm_params_of(const rf_gen_params *p, const rf_mdm_params *mp, rf_mdm_params *out);
+void rf_mdm_params_of(const rf_params *p, const rf_mdm_params *mp, rf_mdm_params *out);
 
 /* ---- the step machine (decode/step.h): one call per step ----
  * Each call is the whole sequence (prompt + answer region, width tokens),
@@ -51,7 +51,7 @@ typedef struct rf_mdm_seq rf_mdm_seq;
 /* p is copied (callbacks, user, cancel and ws kept as pointers), the prompt
  * too; mp as rf_mdm_params_of. NULL with rf_last_error() when the settings
  * are refused (as rf_generate_mdm refuses them). */
-rf_mdm_seq *rf_mdm_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+rf_mdm_seq *rf_mdm_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p,
                            const rf_mdm_params *mp);
 int rf_mdm_seq_width(const rf_mdm_seq *q);  /* tokens of each call (and the context) */
 int rf_mdm_seq_logits(const rf_mdm_seq *q); /* the most logits rows a call wants */

@@ -9,7 +9,7 @@
 #include "decode/decode_impl.h"
 #include "model/runstate.h"
 
-void rf_gen_params_default(rf_gen_params *p) {
+void rf_gen_params_default(rf_params *p) {
     memset(p, 0, sizeof *p);
     p->method = RF_METHOD_REFUSION;
     p->gen_length = 512;
@@ -21,20 +21,20 @@ void rf_gen_params_default(rf_gen_params *p) {
     p->top_k = 0;
     p->top_p = 1.0f;
     p->seed = 0;
-    p->eos_id = RF_ID_FROM_MODEL;
-    p->mask_id = RF_ID_FROM_MODEL;
+    p->eos_id = RF_TOKEN_FROM_MODEL;
+    p->mask_id = RF_TOKEN_FROM_MODEL;
     p->repeat_penalty = 1.0f;
     p->penalty_last_n = 64;
 }
 
-int gen_eos_id(const rf_model *m, const rf_gen_params *p) {
-    return p->eos_id == RF_ID_FROM_MODEL ? m->cfg.eos_id : p->eos_id;
+int gen_eos_id(const rf_model *m, const rf_params *p) {
+    return p->eos_id == RF_TOKEN_FROM_MODEL ? m->cfg.eos_id : p->eos_id;
 }
-int gen_mask_id(const rf_model *m, const rf_gen_params *p) {
-    return p->mask_id == RF_ID_FROM_MODEL ? m->cfg.mask_id : p->mask_id;
+int gen_mask_id(const rf_model *m, const rf_params *p) {
+    return p->mask_id == RF_TOKEN_FROM_MODEL ? m->cfg.mask_id : p->mask_id;
 }
 
-int rf_gen_check_settings(const rf_gen_params *p) {
+int rf_gen_check_settings(const rf_params *p) {
     if (!rf_method_name(p->method)) {
         rf_set_error("unknown method %d", (int)p->method);
         return -1;
@@ -51,7 +51,7 @@ int rf_gen_check_settings(const rf_gen_params *p) {
         rf_set_error("top_logprobs needs logprobs");
         return -1;
     }
-    if (p->eos_id < RF_ID_FROM_MODEL) {
+    if (p->eos_id < RF_TOKEN_FROM_MODEL) {
         rf_set_error("eos_id must be a token id, -1 (none) or RF_TOKEN_FROM_MODEL, got %d", p->eos_id);
         return -1;
     }
@@ -60,7 +60,7 @@ int rf_gen_check_settings(const rf_gen_params *p) {
 
 static int bad_unit(float x) { return !(x >= 0.0f && x <= 1.0f); } /* NaN too */
 
-int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p, int ar) {
+int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p, int ar) {
     const rf_config *c = &m->cfg;
     if (rf_gen_check_settings(p)) return -1;
     if (n_prompt < 1) {
@@ -177,7 +177,7 @@ int rf_gen_check(const rf_model *m, const int *prompt, int n_prompt, const rf_ge
  * ar.c, kvcache.c, runstate.c); an overestimate is fine, an
  * underestimate is not. All sizes are bounded by the config's limits
  * (dimensions <= 2^24, context <= 2^20, io/config.c), so 64 bits cannot wrap. */
-int64_t rf_gen_mem_bytes(const rf_model *m, int n_prompt, const rf_gen_params *p, int ar) {
+int64_t rf_gen_mem_bytes(const rf_model *m, int n_prompt, const rf_params *p, int ar) {
     if (p->rolling) ar = 1; /* rolling.c allocates as AR does, with calls of up to 2 slots */
     const rf_config *c = &m->cfg;
     int64_t L = c->n_layers, d = c->hidden_size, V = c->vocab_size, f = c->intermediate_size;

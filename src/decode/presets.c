@@ -13,7 +13,7 @@ const rf_decode_preset *rf_decode_preset_find(const char *name) {
     return NULL;
 }
 
-void rf_decode_preset_apply(const rf_decode_preset *p, rf_gen_params *g) {
+void rf_decode_preset_apply(const rf_decode_preset *p, rf_params *g) {
     g->gen_length = p->gen_length;
     g->slot_size = p->slot_size;
     g->n_blocks = p->n_blocks;

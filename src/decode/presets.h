@@ -37,6 +37,6 @@ extern const int rf_decode_presets_n;
 const rf_decode_preset *rf_decode_preset_find(const char *name);
 /* Set its values in g (and temperature 0: the paper decodes greedily);
  * everything else in g is left as it is. */
-void rf_decode_preset_apply(const rf_decode_preset *p, rf_gen_params *g);
+void rf_decode_preset_apply(const rf_decode_preset *p, rf_params *g);
 
 #endif

@@ -161,8 +161,8 @@ typedef enum { CALL_NONE, CALL_PLAN, CALL_VERIFY, CALL_DRAFT, CALL_INFILL_VERIFY
 
 struct rf_pi_seq {
     const rf_model *m;
-    rf_gen_params params; /* the caller's, copied */
-    const rf_gen_params *p; /* &params */
+    rf_params params; /* the caller's, copied */
+    const rf_params *p; /* &params */
     int n_vocab;
     int S, P;           /* slot size, prompt length (the notation above) */
     int gen_len;        /* answer length, padded to whole slots */
@@ -230,7 +230,7 @@ static void call(refusion_state *dec, call_kind kind, int R, int n, int n_logits
     dec->kind = kind, dec->call_R = R, dec->call_n = n, dec->call_nl = n_logits;
 }
 
-static rf_step_stat *step_stat(refusion_state *dec) { return &dec->ans.steps[dec->ans.n_steps - 1]; }
+static rf_step *step_stat(refusion_state *dec) { return &dec->ans.steps[dec->ans.n_steps - 1]; }
 
 static const float *logits_row(const refusion_state *dec, int i) { return dec->logits + (size_t)i * dec->n_vocab; }
 
@@ -321,7 +321,7 @@ static void lp_of(refusion_state *dec, int r, int j, const float *row, int token
 }
 
 /* Commit chosen rows' tokens to the answer and emit the event. */
-static void commit_tokens(refusion_state *dec, rf_event_kind kind, int step, int n, const int *slot_of, const int *toks,
+static void commit_tokens(refusion_state *dec, rf_event_type kind, int step, int n, const int *slot_of, const int *toks,
                           const unsigned char *how) {
     int *answer_pos = rf_scoped_malloc((size_t)n * sizeof(int) + 1);
     for (int i = 0; i < n; i++) {
@@ -335,13 +335,13 @@ static void commit_tokens(refusion_state *dec, rf_event_kind kind, int step, int
     if (dec->cr) grammar_commit(dec, toks, n); /* one slot: position order */
 }
 
-/* Emit RF_EV_DROP for the slots flagged in drop[] (not committed). */
+/* Emit RF_EVENT_DROP for the slots flagged in drop[] (not committed). */
 static void emit_drop(refusion_state *dec, int step, const int *masked, int n_masked, const unsigned char *drop) {
     int *answer_pos = rf_scoped_malloc((size_t)n_masked * dec->S * sizeof(int) + 1), n = 0;
     for (int i = 0; i < n_masked; i++)
         if (drop[i])
             for (int j = 0; j < dec->S; j++) answer_pos[n++] = masked[i] * dec->S + j;
-    ans_event(&dec->ans, RF_EV_DROP, step, n, answer_pos, NULL, NULL);
+    ans_event(&dec->ans, RF_EVENT_DROP, step, n, answer_pos, NULL, NULL);
     rf_scoped_free(answer_pos);
 }
 
@@ -509,7 +509,7 @@ static void infill_verify_after(refusion_state *dec) {
     if (dec->p->on_event) {
         int *answer_pos = rf_scoped_malloc((size_t)R * S * sizeof(int));
         for (int i = 0; i < R * S; i++) answer_pos[i] = masked[chosen[i / S]] * S + i % S;
-        ans_event(&dec->ans, RF_EV_INFILL_ITER, dec->step, R * S, answer_pos, dec->scratch.spec, tag);
+        ans_event(&dec->ans, RF_EVENT_INFILL_ITER, dec->step, R * S, answer_pos, dec->scratch.spec, tag);
         rf_scoped_free(answer_pos);
     }
     dec->iter++;
@@ -522,7 +522,7 @@ static void infill_verify_after(refusion_state *dec) {
 static int infill_commit(refusion_state *dec) {
     const int S = dec->S, R = dec->R, K = dec->K, *spec = dec->scratch.spec;
     const int *slot_of = dec->scratch.slot_of; /* row r infilled slot slot_of[r] */
-    rf_step_stat *st = step_stat(dec);
+    rf_step *st = step_stat(dec);
     int n_commit = 0;
     for (int r = 0; r < R; r++) {
         int n_keep = S, hit = 0;
@@ -536,7 +536,7 @@ static int infill_commit(refusion_state *dec) {
     if (dec->eos_row >= 0) dec->eos_slot = slot_of[dec->eos_row];
     st->slots_infilled = R;
     st->tpf_ref = (double)S * K / (2.0 * st->infill_iters + 2.0);
-    commit_tokens(dec, RF_EV_INFILL_COMMIT, dec->step, n_commit, slot_of, spec, dec->scratch.how);
+    commit_tokens(dec, RF_EVENT_INFILL_COMMIT, dec->step, n_commit, slot_of, spec, dec->scratch.how);
     for (int k = 0; k < K; k++) dec->scratch.done[dec->scratch.chosen[k]] = 1;
     return finish_step(dec);
 }
@@ -738,7 +738,7 @@ static void verify(refusion_state *dec) {
         dec->logit_idx[i] = dec->pos[i] - dec->P; /* answer positions, for the event */
         how[i] = i % S ? HOW_VERIFIED : HOW_FIRST_FREE;
     }
-    ans_event(&dec->ans, RF_EV_PLAN, dec->step, K * S, dec->logit_idx, spec, NULL);
+    ans_event(&dec->ans, RF_EVENT_PLAN, dec->step, K * S, dec->logit_idx, spec, NULL);
 
     if (dec->cr) grammar_first_token(dec, &spec[0]), dec->tok[0] = spec[0];
     if (dec->ar_logits) ar_check_first_tokens(dec, masked, n_masked, chosen, K, spec, how);
@@ -781,13 +781,13 @@ static int verify_after(refusion_state *dec) {
         return infill_begin(dec);
     }
     /* fast path: a prefix of this very pass is committed with its cache */
-    rf_step_stat *st = step_stat(dec);
+    rf_step *st = step_stat(dec);
     int n_commit = eos_at >= 0 ? eos_at + 1 : prefix / S * S;
     int n_slots_committed = (n_commit + S - 1) / S;
     rf_kv_crop(&dec->kv, base + n_commit);
     if (n_next > 0 && n_commit == K * S && eos_at < 0) /* every chosen slot: the lookahead holds */
         lookahead_keep_plan(dec, dec->n_logits, n_next);
-    commit_tokens(dec, RF_EV_FAST_COMMIT, dec->step, n_commit, slot_of, spec, dec->scratch.how);
+    commit_tokens(dec, RF_EVENT_FAST_COMMIT, dec->step, n_commit, slot_of, spec, dec->scratch.how);
     for (int k = 0; dec->ar_logits && k < n_commit / S; k++) /* (b) */
         keep_ar_logits(dec, slot_of[k], dec->logit_row[k * S + S - 1]);
     for (int k = 0; k < n_slots_committed; k++) done[chosen[k]] = 1;
@@ -854,7 +854,7 @@ static int finish_step(refusion_state *dec) {
 /* The buffers for the largest block: the call rows, the kept AR logits and
  * lookahead plan, the steps' scratch. */
 static void alloc_buffers(refusion_state *dec, int n_slots) {
-    const rf_gen_params *p = dec->p;
+    const rf_params *p = dec->p;
     const int mbs = dec->max_block_slots;
     const size_t max_block_tokens = (size_t)mbs * dec->S, mt = (size_t)dec->max_tokens;
     dec->tok = rf_scoped_malloc(mt * sizeof(int));
@@ -886,7 +886,7 @@ static void alloc_buffers(refusion_state *dec, int n_slots) {
     dec->masked = rf_scoped_malloc((size_t)n_slots * sizeof(int));
 }
 
-rf_pi_seq *rf_pi_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p) {
+rf_pi_seq *rf_pi_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p) {
     if (rf_gen_check(m, prompt, n_prompt, p, 0)) return NULL;
     refusion_state *dec = rf_scoped_calloc(1, sizeof *dec);
     dec->m = m;
@@ -1032,7 +1032,7 @@ int rf_pi_seq_finish(rf_pi_seq *q, rf_gen_result *out) {
 
 /* ---- the driver alone ------------------------------------------------------------- */
 
-int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+int rf_generate_refusion(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p,
                          rf_gen_result *out) {
     if (p->rolling) return rf_generate_rolling(m, prompt, n_prompt, p, out);
     memset(out, 0, sizeof *out);

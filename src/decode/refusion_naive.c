@@ -51,7 +51,7 @@ static void seq_free(seq *s) { rf_scoped_free(s->tok), rf_scoped_free(s->pos), r
 
 typedef struct {
     const rf_model *m;
-    const rf_gen_params *p;
+    const rf_params *p;
     int V, S, P, mask, eos;
     seq main;  /* the committed physical sequence: what the fast decoder caches */
     rf_rng rng;
@@ -92,7 +92,7 @@ static float *left_logits(const naive *z, int pos) {
 
 /* Infill slots sl[0..K) whose drafts are spec[k][S] with accepted tags
  * tag[k][S]; commit them; return the EOS slot or -1. */
-static int naive_infill(naive *z, rf_step_stat *st, const int *sl, int K, int *spec, unsigned char *tag,
+static int naive_infill(naive *z, rf_step *st, const int *sl, int K, int *spec, unsigned char *tag,
                         unsigned char *how) {
     const int S = z->S, ar_fix = z->p->ar_correct;
     int R = K, a = 0, eos_row = -1, iters = 0;
@@ -188,7 +188,7 @@ static int naive_infill(naive *z, rf_step_stat *st, const int *sl, int K, int *s
 }
 
 int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_prompt,
-                               const rf_gen_params *p, rf_gen_result *out) {
+                               const rf_params *p, rf_gen_result *out) {
     memset(out, 0, sizeof *out);
     if (rf_gen_check(m, prompt, n_prompt, p, 0)) return -1;
     naive z;
@@ -214,7 +214,7 @@ int rf_generate_refusion_naive(const rf_model *m, const int *prompt, int n_promp
             for (int s = first[b]; s < first[b + 1]; s++)
                 if (masked[s]) sl[nm++] = s;
             if (nm == 0) break;
-            rf_step_stat *st = ans_step(&z.ans, b);
+            rf_step *st = ans_step(&z.ans, b);
             /* plan */
             for (int i = 0; i < nm * S; i++) tk[i] = z.mask, ps[i] = pos_of(&z, sl[i / S], i % S);
             float *lg = run(&z, &z.main, nm * S, tk, ps);

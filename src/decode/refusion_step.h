@@ -32,7 +32,7 @@ typedef struct rf_pi_seq rf_pi_seq;
 /* p is copied (its callbacks, user, cancel and ws are kept as pointers), the
  * prompt too. NULL with rf_last_error() when rf_gen_check refuses the
  * settings. */
-rf_pi_seq *rf_pi_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p);
+rf_pi_seq *rf_pi_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p);
 /* The most tokens one of its calls holds (R x n; a prompt chunk holds at
  * most this many): the width of the run state it needs. */
 int rf_pi_seq_width(const rf_pi_seq *q);

@@ -106,7 +106,7 @@ typedef struct {
     int probe;                                 /* 2: a probe call is being sized, 1: the next call feeds its draft */
 } width_policy;
 
-static void policy_init(width_policy *w, const rf_gen_params *p) {
+static void policy_init(width_policy *w, const rf_params *p) {
     memset(w, 0, sizeof *w);
     w->cost = p->call_cost, w->n_cost = p->call_cost ? p->n_call_cost : 0;
 }
@@ -212,14 +212,14 @@ static int policy_drafts(width_policy *w, const float *conf, int k, int stale, i
 /* ---- the rolling slot one call at a time (rolling_step.h) ---- */
 struct rf_roll_seq {
     const rf_model *m;
-    rf_gen_params p;
+    rf_params p;
     const int *prompt;
     int n_prompt, V, G, eos, mask, W;
     int cap;               /* tokens one call may hold */
     rf_kvcache kv;
     rf_rng rng;
     rf_answer ans;
-    rf_step_stat *st;      /* the statistics of the call being made */
+    rf_step *st;      /* the statistics of the call being made */
     width_policy pol;
     int *tok, *pos;        /* [cap] the next slot call */
     /* drafts for answer positions n_ans, n_ans + 1, ...; fresh: made by
@@ -240,11 +240,11 @@ struct rf_roll_seq {
     double t0;             /* when they were */
 };
 
-rf_roll_seq *rf_roll_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p) {
+rf_roll_seq *rf_roll_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p) {
     return rf_roll_seq_new_reusing(m, prompt, n_prompt, p, NULL, 0);
 }
 
-rf_roll_seq *rf_roll_seq_new_reusing(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+rf_roll_seq *rf_roll_seq_new_reusing(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p,
                                      const rf_kvcache *src, int n_reuse) {
     if (rf_gen_check(m, prompt, n_prompt, p, 1)) return NULL;
     n_reuse = rf_kv_reusable(src, n_reuse, n_prompt);
@@ -357,7 +357,7 @@ int rf_roll_seq_next(rf_roll_seq *q, int budget, const int **tokens, const int *
 /* The call's logits are in: commit what the AR head decides, and prepare
  * the next call. */
 static void roll_commit(rf_roll_seq *q, const float *logits) {
-    const rf_gen_params *p = &q->p;
+    const rf_params *p = &q->p;
     const int V = q->V, G = q->G, eos = q->eos, k = q->k, w = q->w;
     rf_answer *ans = &q->ans;
     int *draft = q->draft, *ap = q->ap;
@@ -394,7 +394,7 @@ static void roll_commit(rf_roll_seq *q, const float *logits) {
         q->pol.gain_pred += q->pol.slot_T - 1, q->pol.gain_real += n_new - 1;
     if (p->on_event) {
         for (int i = 0; i < n_new; i++) ap[i] = a0 + i;
-        ans_event(ans, RF_EV_INFILL_COMMIT, q->step, n_new, ap, ans->tok + a0, NULL);
+        ans_event(ans, RF_EVENT_INFILL_COMMIT, q->step, n_new, ap, ans->tok + a0, NULL);
     }
     q->step++;
     ans_flush(ans);
@@ -446,7 +446,7 @@ static void roll_commit(rf_roll_seq *q, const float *logits) {
     for (int i = 0; i < n; i++) q->pos[i] = q->n_prompt + q->n_ans - 1 + i;
     if (p->on_event) {
         for (int i = 0; i < kn; i++) ap[i] = q->n_ans + i;
-        ans_event(ans, RF_EV_PLAN, q->step, kn, ap, draft, NULL);
+        ans_event(ans, RF_EVENT_PLAN, q->step, kn, ap, draft, NULL);
     }
 }
 
@@ -504,7 +504,7 @@ void rf_roll_seq_free(rf_roll_seq *q) {
 
 /* The rolling slot alone: its calls one after the other, on p->ws's run
  * state. */
-int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+int rf_generate_rolling(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p,
                         rf_gen_result *out) {
     memset(out, 0, sizeof *out);
     rf_roll_seq *q = rf_roll_seq_new(m, prompt, n_prompt, p);

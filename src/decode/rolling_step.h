@@ -29,14 +29,14 @@ typedef struct rf_roll_seq rf_roll_seq;
 
 /* p is copied (its callbacks, user, cancel and ws are kept as pointers).
  * NULL with rf_last_error() when rf_gen_check refuses the settings. */
-rf_roll_seq *rf_roll_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p);
+rf_roll_seq *rf_roll_seq_new(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p);
 /* The same, with the first n_reuse prompt tokens' cache entries copied from
  * src (entries 0..n_reuse-1 of its main sequence, which must hold exactly
  * those tokens at positions 0..n_reuse-1: a cache of a sequence that began
  * with the same tokens). At most n_prompt - 1 are reused (the last prompt
  * token is fed for its logits); the answer and the calls are the ones
  * without reuse. */
-rf_roll_seq *rf_roll_seq_new_reusing(const rf_model *m, const int *prompt, int n_prompt, const rf_gen_params *p,
+rf_roll_seq *rf_roll_seq_new_reusing(const rf_model *m, const int *prompt, int n_prompt, const rf_params *p,
                                      const rf_kvcache *src, int n_reuse);
 /* Move the sequence's cache out (before rf_roll_seq_finish / _free), cut to
  * the entries of the prompt and the committed tokens it holds, in order at

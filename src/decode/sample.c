@@ -134,7 +134,7 @@ int rf_sample_ar(const float *l, int V, float T, int top_k, float top_p, rf_rng 
     return sample_core(l, V, T, top_k, top_p, 0.0f, rng);
 }
 
-int rf_gen_has_penalties(const rf_gen_params *p) {
+int rf_gen_has_penalties(const rf_params *p) {
     return p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
 }
 
@@ -146,7 +146,7 @@ static int by_id(const void *a, const void *b) { return *(const int *)a - *(cons
  * l[t] -= c * frequency + presence. Then AR sampling as rf_sample_ar with
  * min_p. Deterministic in (logits, history, settings, RNG state), which is
  * what lets the rolling slot reproduce AR decoding token for token. */
-int rf_sample_token(const float *l, int V, const rf_gen_params *p, const int *prompt, int n_prompt,
+int rf_sample_token(const float *l, int V, const rf_params *p, const int *prompt, int n_prompt,
                     const int *answer, int n_answer, rf_rng *rng) {
     if (!rf_gen_has_penalties(p)) return sample_core(l, V, p->temperature, p->top_k, p->top_p, p->min_p, rng);
     int64_t n_all = (int64_t)n_prompt + n_answer;

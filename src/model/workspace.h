@@ -1,6 +1,6 @@
 /* workspace.h - buffers that outlive one generation: the KV cache (main and
  * forked rows) and the forward pass's run state, kept by a session and lent
- * to the decoder it runs (rf_gen_params.ws, passed down explicitly).
+ * to the decoder it runs (rf_params.ws, passed down explicitly).
  *
  * A decoder takes its cache with rf_workspace_kv_init and its scratch with
  * rf_workspace_runstate, and gives them back with rf_kv_free and

@@ -154,7 +154,7 @@ json_t *rf_oai_logprobs(const rf_server *s, const job *j, const int32_t *ids, co
 /* The decoder's statistics: how many tokens each model call produced (with
  * n > 1 choices: over all of them, see run_job). */
 json_t *rf_oai_stats(const job *j, const rf_stats *r) {
-    const rf_gen_params *p = &j->req.p;
+    const rf_params *p = &j->req.p;
     json_t *o = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:b}", "mode", rf_method_name(j->req.p.method),
                           "model_calls", r->n_calls, "steps", r->n_steps, "tpf", r->tpf, "tokens_per_call",
                           r->tokens_per_call, "tokens_per_s", r->tokens_per_s, "wall_s", r->seconds,

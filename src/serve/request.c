@@ -425,7 +425,7 @@ static int parse_messages(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
  * job started, or a stream already answered 200), and work the client never
  * gets back: checked here so that it is a 400 before anything is queued. */
 static int check_work(json_t *o, const rf_decode_opts *defaults, rf_serve_req *r) {
-    const rf_gen_params *p = &r->p;
+    const rf_params *p = &r->p;
     if (p->method == RF_METHOD_MDM) {
         /* mdm.c: the answer is cut into min(blocks, max_tokens) blocks, each
          * needs a step; more steps than answer tokens unmask nothing */
@@ -456,7 +456,7 @@ static int check_work(json_t *o, const rf_decode_opts *defaults, rf_serve_req *r
 }
 
 int64_t rf_serve_work_positions(const rf_serve_req *r) {
-    const rf_gen_params *p = &r->p;
+    const rf_params *p = &r->p;
     int64_t P = r->n_prompt, G = p->gen_length, S = p->slot_size > 0 ? p->slot_size : 1, one;
     if (p->method == RF_METHOD_MDM) {
         /* no cache: every step feeds prompt and answer */

@@ -75,14 +75,14 @@ static int own_call(const batch_row *r) { return r->pq || r->mq; }
 /* the decoder's callbacks, as the worker path's (the internal ids are ints):
  * one event per model call after the prompt's is counted */
 static void on_tokens_int(const int *ids, int n, void *user) { rf_answer_on_tokens((const int32_t *)ids, n, user); }
-static void on_event_int(const rf_decode_event *ev, void *user) { rf_answer_on_event(ev, user); }
+static void on_event_int(const rf_event *ev, void *user) { rf_answer_on_event(ev, user); }
 
 /* The scheduler's calls into the library, each behind a catch point: an
  * rf_die inside (a failed allocation, a broken invariant, a test's fault
  * point) fails the rows concerned, not the server. */
 /* r's sequence: AR or the rolling slot, with a reused prefix of src, or
  * plan-and-infill or MDM (which reuse none) */
-static int guarded_new(const rf_model *m, batch_row *r, const rf_gen_params *p, const rf_kvcache *src,
+static int guarded_new(const rf_model *m, batch_row *r, const rf_params *p, const rf_kvcache *src,
                        int n_reuse) {
     const job *j = r->j;
     rf_catch k;
@@ -176,7 +176,7 @@ static void row_release(rf_server *s, batch_row *r, int rc) {
 /* The cost model for p's adaptive rolling slot: 1 when st holds it (timed
  * now the first time: the rows wait a few seconds, once), 0 when it could
  * not be timed (the rows then fit their own). */
-static int cost_model(rf_server *s, sched_state *st, const rf_gen_params *p) {
+static int cost_model(rf_server *s, sched_state *st, const rf_params *p) {
     if (!st->cost_tried) {
         st->cost_tried = 1;
         int n = 2 * p->slot_size > COST_WIDTHS ? 2 * p->slot_size : COST_WIDTHS;
@@ -196,7 +196,7 @@ static int choice_begin(rf_server *s, batch_row *r, sched_state *st) {
     r->t0 = rf_now();
     int rc = rf_answer_begin(s, j, r->choice, &r->c, &r->calls0);
     if (rc) return rc;
-    rf_gen_params p = j->req.p;
+    rf_params p = j->req.p;
     p.seed += (uint64_t)r->choice;
     p.on_tokens = on_tokens_int, p.on_event = on_event_int, p.on_logprobs = rf_answer_on_logprobs;
     p.user = &r->c;

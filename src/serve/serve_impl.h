@@ -29,7 +29,7 @@ typedef struct job {
     int cancelled;          /* the client left before the answer was complete */
     int calls_now;          /* model calls so far (counted from the decoder's events) */
     int calls_at_cancel;    /* ... when it was cancelled */
-    volatile int cancel_flag; /* rf_gen_params.cancel: the client left, or the answer is complete
+    volatile int cancel_flag; /* rf_params.cancel: the client left, or the answer is complete
                                  (max_tokens / stop); read by the decoder without the lock */
     double queued_at;       /* rf_now() when queued */
     double deadline;        /* rf_now() by which a running job must end (--generation-timeout) */

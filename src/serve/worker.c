@@ -144,7 +144,7 @@ void *rf_serve_worker_main(void *arg) {
  * rolling_step.h, refusion_step.h, mdm.h); not plan-and-infill's no-cache
  * twin, a check that makes no model calls rather than a step machine. */
 static int batched(const rf_serve_req *r) {
-    const rf_gen_params *p = &r->p;
+    const rf_params *p = &r->p;
     return p->method == RF_METHOD_AR || p->method == RF_METHOD_MDM ||
            (p->method == RF_METHOD_REFUSION && !p->no_cache);
 }

@@ -28,7 +28,7 @@ typedef struct {
 typedef struct {
     int task;
     int answers;                    /* score answers, no model (else gen.method's decoder) */
-    rf_gen_params gen;
+    rf_params gen;
     rf_mdm_params mdm;
     int limit;                      /* the first limit items; 0 = all */
     const rf_sandbox_limits *box;   /* code tasks (NULL: rf_sandbox_default) */

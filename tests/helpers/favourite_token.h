@@ -10,7 +10,7 @@
 #include "decode/decode.h"
 
 static int favourite_token(const rf_model *m, const int *prompt, int P) {
-    rf_gen_params p;
+    rf_params p;
     rf_gen_params_default(&p);
     p.gen_length = 32, p.slot_size = 4, p.n_blocks = 2, p.eos_id = -1;
     rf_gen_result r;
