@@ -14,7 +14,7 @@
 # repetition) against one refusion session's prefill of 512 tokens into an
 # empty cache (the Python binding, the fastest of 3). Prints every round,
 # then per test the median of the per-round ratios refusion / llama.cpp
-# with their range.
+# with their range. TESTS="tg64" (or "pp512") runs one of the two.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${REFUSION_BIN:-$SRC/build/refusion}
@@ -56,7 +56,9 @@ summary() { # name, ratios...
     m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
     printf "%s: refusion / llama.cpp tokens/s, median of %d rounds %.2f (range %.2f to %.2f)\n", t, NR, m, v[1], v[NR] }'
 }
-for t in tg64 pp512; do
+TESTS=${TESTS:-tg64 pp512}
+for t in $TESTS; do
+  case $t in tg64 | pp512) ;; *) echo "bench_llamabench.sh: TESTS takes tg64 and pp512 (got '$t')" >&2; exit 2 ;; esac
   ratios=()
   for r in $(seq 1 "$ROUNDS"); do
     if [ $t = tg64 ]; then A=ours_tg B="lb -p 0 -n 64 -r 1"; else A=ours_pp B="lb -p 512 -n 0 -r 3"; fi
