@@ -1112,7 +1112,8 @@ static inline __attribute__((always_inline)) void k16p_kern(const rf_dtype dt, c
 
 /* one panel w of Q6_K, Q3_K or Q2_K, tokens [t0, t0 + m) of the call's n,
  * into acc[m][16 KP_PANELS] (the first 16 of each token's) */
-static void k16p_group(rf_dtype dt, const uint8_t *w, int nsb, const xq_block *X, int n, int t0, int m, float *acc) {
+static inline __attribute__((always_inline)) void k16p_group_of(const rf_dtype dt, const uint8_t *w, int nsb,
+                                                                const xq_block *X, int n, int t0, int m, float *acc) {
     const int ntt = (m + 7) / 8;
     const size_t sb = rf_kp_sb_bytes(dt), chunk = rf_k16p_chunk(dt);
     for (int s = 0; s < nsb; s++) {
@@ -1126,13 +1127,18 @@ static void k16p_group(rf_dtype dt, const uint8_t *w, int nsb, const xq_block *X
                 const int T = m / ntt + (i < m % ntt);
                 const xq_block *xb = X + (size_t)(8 * s + c) * n + t0 + u;
                 float *a = acc + (size_t)u * 16 * KP_PANELS;
-                if (dt == RF_Q6_K) K16_T(RF_Q6_K)
-                else if (dt == RF_Q3_K) K16_T(RF_Q3_K)
-                else K16_T(RF_Q2_K)
+                K16_T(dt)
                 u += T;
             }
         }
     }
+}
+/* one function per type, dt a constant in each: one type's kernels in a
+ * function (the three in one made Q6_K's 1-token calls a quarter slower) */
+static void k16p_group(rf_dtype dt, const uint8_t *w, int nsb, const xq_block *X, int n, int t0, int m, float *acc) {
+    if (dt == RF_Q6_K) k16p_group_of(RF_Q6_K, w, nsb, X, n, t0, m, acc);
+    else if (dt == RF_Q3_K) k16p_group_of(RF_Q3_K, w, nsb, X, n, t0, m, acc);
+    else k16p_group_of(RF_Q2_K, w, nsb, X, n, t0, m, acc);
 }
 
 /* Q4_K, Q5_K, Q6_K, Q3_K, Q2_K or IQ4_XS panels: up to KP_PANELS panels
