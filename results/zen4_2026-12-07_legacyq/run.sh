@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
 # The legacy-quant panels before and after, run from the repository root:
-# B = main's bench_kernels_matmul (its build tree as of 2026-12-06 22:11,
-# copied to /tmp before the runs; src/kernels, src/formats and
-# bench/kernels_matmul.c as at 48f9ec0: Q4_1, Q5_0, Q5_1, Q2_K, Q3_K
+# B = bench_kernels_matmul built at 48f9ec0 (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K
 # decoded per block), A = built at c3d90c8 (the same rows, then the
-# packed "p" rows). Per shape and thread count four runs, in the order
-# B A A B, each under the machine's benchmark lock.
+# packed "p" rows), each binary copied to /tmp. Per shape and thread count
+# four runs, in the order B A A B, none overlapping another timed run.
 set -u
 B=${B:-/tmp/rf_bench_before_48f9ec0}
 A=${A:-/tmp/rf_bench_after_c3d90c8}
