@@ -49,22 +49,20 @@ rf_bench_serve batched --parallel 8 ${THREADS:+--threads $THREADS}
 rf_bench_serve workers --parallel 8 ${THREADS:+--threads $THREADS} --no-cont-batching
 
 python3 - "$(cat "$T/batched.url")" "$(cat "$T/workers.url")" "$TOKENS" "$REPS" "$MODE" "$SLOT" "$CHAT" "$CLIENTS" "$DRAFT" <<'EOF'
-import json, statistics, sys, threading, time, urllib.request
+import json, os, statistics, sys, threading, time, urllib.request
+sys.path.insert(0, os.path.join(os.getcwd(), "scripts", "serve"))
+from chat_questions import question
 urls = {"batched": sys.argv[1], "workers": sys.argv[2]}
 tokens, reps, mode, slot, chat = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], int(sys.argv[6]), sys.argv[7] == "1"
 counts = [int(x) for x in sys.argv[8].split()]
 draft = sys.argv[9]
-QUESTIONS = ["Tom has {a} apples. He buys {b} more and gives {c} away. How many apples does he have?",
-             "Write a Python function f(x) that does this: start from x, add {a}, multiply by {b}, then return it.",
-             "Make a JSON record for a person named Ada, age {a}, city London.",
-             "A shop sells {a} boxes of {b} pens each and then {c} more pens. How many pens were sold?"]
 calls = {}
 
 def request(url, client, i):
     prompt = [(client * 131 + i * 17 + k * 7) % 800 + 10 for k in range(16)]
     body = {"prompt": prompt, "max_tokens": tokens, "mode": "ar", "ignore_eos": True, "temperature": 0}
     if chat:
-        q = QUESTIONS[(client + i) % len(QUESTIONS)].format(a=client * 7 + i + 3, b=client + 2 * i + 4, c=i + 2)
+        q = question(client, i)
         body = {"messages": [{"role": "user", "content": q}], "max_tokens": tokens, "mode": "ar", "temperature": 0}
     if mode == "rolling": body.update(mode="refusion", rolling=True, slot_size=slot, draft_policy=draft)
     if mode == "infill": body.update(mode="refusion", rolling=False, slot_size=slot)

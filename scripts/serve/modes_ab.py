@@ -13,19 +13,17 @@ under every setting (it must: the rolling slot's answer is AR's).
   ./build/refusion serve -m runs/grow/demo-0.6b-q8_0.gguf -q --threads 2 --parallel 8 --port 8080 &
   python3 scripts/serve/modes_ab.py http://127.0.0.1:8080 4 2 "ar,fixed:4,adaptive:4"
 """
-import json, statistics, sys, threading, time, urllib.request
+import json, os, statistics, sys, threading, time, urllib.request
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chat_questions import question
 if len(sys.argv) != 5 or not sys.argv[2].isdigit() or not sys.argv[3].isdigit():
     sys.exit("usage: modes_ab.py URL CLIENTS REPS MODES (e.g. http://127.0.0.1:8080 4 2 ar,fixed:4,adaptive:4)")
 url = sys.argv[1]; clients = int(sys.argv[2]); reps = int(sys.argv[3]); modes = sys.argv[4].split(',')
 for m in modes:
     if m != "ar" and not (m.count(":") == 1 and m.split(":")[0] in ("fixed", "adaptive") and m.split(":")[1].isdigit()):
         sys.exit(f"modes_ab.py: mode '{m}' is not ar, fixed:S or adaptive:S")
-QUESTIONS = ["Tom has {a} apples. He buys {b} more and gives {c} away. How many apples does he have?",
-             "Write a Python function f(x) that does this: start from x, add {a}, multiply by {b}, then return it.",
-             "Make a JSON record for a person named Ada, age {a}, city London.",
-             "A shop sells {a} boxes of {b} pens each and then {c} more pens. How many pens were sold?"]
 def request(mode, client, i):
-    q = QUESTIONS[(client + i) % len(QUESTIONS)].format(a=client * 7 + i + 3, b=client + 2 * i + 4, c=i + 2)
+    q = question(client, i)
     body = {"messages": [{"role": "user", "content": q}], "max_tokens": 32, "temperature": 0}
     if mode == "ar": body["mode"] = "ar"
     else:
