@@ -20,9 +20,13 @@ mkdir -p "$DIR"
 exec 9>"$DIR.lock"
 flock 9
 BIN=$DIR/build/bin
-# a build for another CPU (the cache copied between machines) is rebuilt
-STAMP="$(git -C "$DIR/src" rev-parse HEAD 2>/dev/null || true) $(grep -m1 'model name' /proc/cpuinfo) $(grep -m1 flags /proc/cpuinfo | md5sum | cut -c1-8)"
-if [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-quantize" ] && [ "$(cat "$DIR/stamp" 2>/dev/null)" = "$STAMP" ]; then
+# what a build is for: the source's commit and this CPU (a cache copied to
+# another CPU is rebuilt)
+stamp() {
+  echo "$(git -C "$DIR/src" rev-parse HEAD 2>/dev/null || true) $(grep -m1 'model name' /proc/cpuinfo)" \
+    "$(grep -m1 flags /proc/cpuinfo | md5sum | cut -c1-8)"
+}
+if [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-quantize" ] && [ "$(cat "$DIR/stamp" 2>/dev/null)" = "$(stamp)" ]; then
   echo "$BIN"
   exit 0
 fi
@@ -36,6 +40,5 @@ cmake -S "$DIR/src" -B "$DIR/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON 
   { echo "build_llamacpp_native.sh: cmake failed (see $DIR/cmake.log)" >&2; exit 1; }
 cmake --build "$DIR/build" -j "$(nproc)" --target llama-bench llama-quantize >"$DIR/build.log" 2>&1 ||
   { echo "build_llamacpp_native.sh: the build failed (see $DIR/build.log)" >&2; exit 1; }
-STAMP="$(git -C "$DIR/src" rev-parse HEAD) $(grep -m1 'model name' /proc/cpuinfo) $(grep -m1 flags /proc/cpuinfo | md5sum | cut -c1-8)"
-echo "$STAMP" >"$DIR/stamp"
+stamp >"$DIR/stamp"
 echo "$BIN"
