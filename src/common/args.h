@@ -89,7 +89,7 @@ extern const char *const rf_src_names[5]; /* "default", "generation_config.json"
 /* The shared decoding options. */
 #define RF_DECODE_ROWS_MAX 48 /* rows rf_decode_table may have (checked where it is defined) */
 typedef struct {
-    rf_params gen;    /* the decoder's settings: --decoder is gen.method, --steps gen.mdm_steps */
+    rf_params gen;        /* the decoder's settings: --decoder is gen.method, --steps gen.mdm_steps */
     int ar_verify;        /* off, correct, first, both (index: correct + 2 * first) */
     int threads;          /* OpenMP threads (0: OpenMP's default) */
     int ctx_size;         /* prompt + answer limit (0: the model's context) */

@@ -219,7 +219,7 @@ struct rf_roll_seq {
     rf_kvcache kv;
     rf_rng rng;
     rf_answer ans;
-    rf_step *st;      /* the statistics of the call being made */
+    rf_step *st;           /* the statistics of the call being made */
     width_policy pol;
     int *tok, *pos;        /* [cap] the next slot call */
     /* drafts for answer positions n_ans, n_ans + 1, ...; fresh: made by

@@ -131,7 +131,7 @@ typedef struct {
     int n_prompt;
     char *prompt_text;       /* chat: the rendered prompt (malloc'd), else NULL */
     rf_decode_opts d;        /* the request's settings (the table's rows, their sources) */
-    rf_params p;         /* = d.gen; callbacks left NULL */
+    rf_params p;             /* = d.gen; callbacks left NULL */
     int ar;                  /* p.method == RF_METHOD_AR */
     int max_tokens;          /* hard cap on the answer's tokens (the decoder pads to whole slots) */
     int stream;              /* "stream": true */

@@ -30,7 +30,7 @@ struct rf_eval_agg;
 
 typedef struct {
     int answers;           /* score the answers given to rf_eval_run; no model runs */
-    rf_params gen;     /* the decoder (gen.method) and its settings */
+    rf_params gen;         /* the decoder (gen.method) and its settings */
     rf_mdm_params mdm;     /* mdm only */
     int limit;             /* evaluate only the first limit examples; 0 = all */
     /* optional: called after each example with the sums so far (all),
