@@ -2,8 +2,8 @@
 # bench_batch.sh [MODEL] [TOKENS] [REPS] - aggregate decoding throughput of
 # `refusion serve` with 1, 4 and 8 concurrent clients: continuous batching
 # (the default: every running generation is a row of one shared model call)
-# against --no-cont-batching (a worker thread per generation, the cores
-# shared among them), interleaved A B B A per client count, REPS times.
+# against --no-cont-batching (static batches: a generation starts only when
+# none is running), interleaved A B B A per client count, REPS times.
 #
 # Each client sends one completion request at a time (a 16-token prompt of
 # its own, TOKENS answer tokens, greedy, EOS ignored; AR, or with
@@ -18,8 +18,7 @@
 # divided by its wall time (first request sent to last answer received).
 # Prints every run, then per client count the median over the runs and the
 # median of the per-run ratios to one client. Both servers use --parallel 8
-# and their default threads (batched: all cores; workers: cores / 8, at
-# least 1). OMP_NUM_THREADS is honoured by neither (--threads is); THREADS=N
+# and all cores. OMP_NUM_THREADS is honoured by neither (--threads is); THREADS=N
 # passes --threads N to both. CLIENTS="1 4" picks the client counts (default
 # "1 4 8"; the first is the base of the ratios).
 #
@@ -46,13 +45,13 @@ trap rf_bench_cleanup EXIT
 rf_bench_header
 echo "  model $M, $TOKENS answer tokens per request, mode $MODE$([ "$MODE" != ar ] && echo " (slot $SLOT)")$([ "$MODE" = rolling ] && echo " $DRAFT width"), $([ "$CHAT" = 1 ] && echo "chat questions, ")$REPS x ABBA per client count"
 rf_bench_serve batched --parallel 8 ${THREADS:+--threads $THREADS}
-rf_bench_serve workers --parallel 8 ${THREADS:+--threads $THREADS} --no-cont-batching
+rf_bench_serve static --parallel 8 ${THREADS:+--threads $THREADS} --no-cont-batching
 
-python3 - "$(cat "$T/batched.url")" "$(cat "$T/workers.url")" "$TOKENS" "$REPS" "$MODE" "$SLOT" "$CHAT" "$CLIENTS" "$DRAFT" <<'EOF'
+python3 - "$(cat "$T/batched.url")" "$(cat "$T/static.url")" "$TOKENS" "$REPS" "$MODE" "$SLOT" "$CHAT" "$CLIENTS" "$DRAFT" <<'EOF'
 import json, os, statistics, sys, threading, time, urllib.request
 sys.path.insert(0, os.path.join(os.getcwd(), "scripts", "serve"))
 from chat_questions import question
-urls = {"batched": sys.argv[1], "workers": sys.argv[2]}
+urls = {"batched": sys.argv[1], "static": sys.argv[2]}
 tokens, reps, mode, slot, chat = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], int(sys.argv[6]), sys.argv[7] == "1"
 counts = [int(x) for x in sys.argv[8].split()]
 draft = sys.argv[9]
@@ -91,12 +90,12 @@ for name in urls: request(urls[name], 99, 0)  # warm: weights paged in
 res = {}
 for clients in counts:
     for r in range(reps):
-        for name in ("batched", "workers", "workers", "batched"):
+        for name in ("batched", "static", "static", "batched"):
             tps = run(name, clients)
             res.setdefault((name, clients), []).append(tps)
             print(f"  run: {name:8s} {clients} clients {tps:8.2f} tokens/s", flush=True)
 print(f"  median aggregate tokens/s (ratio to {counts[0]} client(s), median of runs):")
-for name in ("batched", "workers"):
+for name in ("batched", "static"):
     one = statistics.median(res[(name, counts[0])])
     line = []
     for clients in counts:
@@ -107,7 +106,7 @@ for name in urls:
     c = calls.get(urls[name], [0, 0])
     print(f"  {name:8s} {c[0] / max(c[1], 1):.2f} answer tokens per model call of a generation")
 for clients in counts:
-    ratios = [b / w for b, w in zip(res[("batched", clients)], res[("workers", clients)])]
-    print(f"  batched / workers at {clients} clients: median {statistics.median(ratios):.2f}x over {len(ratios)} pairs "
+    ratios = [b / w for b, w in zip(res[("batched", clients)], res[("static", clients)])]
+    print(f"  batched / static at {clients} clients: median {statistics.median(ratios):.2f}x over {len(ratios)} pairs "
           f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
 EOF

@@ -7,15 +7,17 @@
 #  - the demo model with f32 weights (its kernels give a token the same
 #    numbers at every call width on every tier; bf16's do not everywhere,
 #    see tests/model_forward_calls.c);
-#  - each request alone on a server without continuous batching (the
-#    library's rf_generate in a worker, its own calls) and alone on the
-#    batching server: the same token ids and model calls;
+#  - each request alone on a server without continuous batching and alone
+#    on the batching server: the same token ids and model calls
+#    (serve_batch_solo.sh holds these to `refusion generate`);
 #  - all of them at once on the batching server (greedy and sampled, a
 #    streamed one): the same token ids and model calls as alone;
 #  - /metrics: the plan-and-infill and MDM calls joined batched calls (their
 #    rows counted: more rows than calls, plan-and-infill's forked rows;
-#    calls where one sat beside another generation's), none without
-#    batching.
+#    calls where one sat beside another generation's);
+#  - without continuous batching a request sent while another generation
+#    runs waits for its end (queued, never two running at once) and gets
+#    its solo answer.
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup serve_batch_all
@@ -27,6 +29,7 @@ rf_serve_start "$T/server.log" -m "$M" --parallel 8 --threads 1
 
 rf_py - "$URL" "$URL2" <<'EOF'
 import functools, sys
+import threading, time
 from serve_client import Q, Together, answer, bad, chat, failed, metric
 url, url_solo = sys.argv[1:3]
 
@@ -60,8 +63,8 @@ for k, r in reqs.items():
     if st["model_calls"] != solo_stats[k]["model_calls"]:
         bad(f"{k}: alone {st['model_calls']} model calls batched, {solo_stats[k]['model_calls']} without batching")
     if any(len(c) == 0 for c in solo[k]): bad(f"{k}: an empty answer")
-if metric(url, "batch_worker_calls_total") <= 0: bad("no worker generation's call joined a batched call")
-if metric(url, "batch_worker_mixed_calls_total") != 0: bad("a worker's call shared a call while each request ran alone")
+if metric(url, "batch_whole_calls_total") <= 0: bad("no plan-and-infill or MDM call joined a batched call")
+if metric(url, "batch_whole_mixed_calls_total") != 0: bad("a whole call shared a call while each request ran alone")
 
 # together: all at once (some streamed)
 tg = Together(url, every=True, timeout=300)
@@ -76,14 +79,31 @@ for k in reqs:
         bad(f"{k}: together {[len(c) for c in g]} ids, alone {[len(c) for c in s]}")
     elif stats.get(k, {}).get("model_calls") != solo_stats[k]["model_calls"]:
         bad(f"{k}: together {stats.get(k, {}).get('model_calls')} model calls, alone {solo_stats[k]['model_calls']}")
-wc, wr = metric(url, "batch_worker_calls_total"), metric(url, "batch_worker_rows_total")
-wm = metric(url, "batch_worker_mixed_calls_total")
+wc, wr = metric(url, "batch_whole_calls_total"), metric(url, "batch_whole_rows_total")
+wm = metric(url, "batch_whole_mixed_calls_total")
 if not (wm >= 10 and wr > wc and metric(url, "batch_rows_peak") >= 4):
-    bad(f"the workers' calls did not share batched calls: {wc:.0f} calls, {wr:.0f} rows, {wm:.0f} mixed calls, "
+    bad(f"the whole calls did not share batched calls: {wc:.0f} calls, {wr:.0f} rows, {wm:.0f} mixed calls, "
         f"peak {metric(url, 'batch_rows_peak'):.0f} rows")
-if metric(url_solo, "batch_calls_total") != 0 or metric(url_solo, "batch_worker_calls_total") != 0:
-    bad("--no-cont-batching, yet batched calls were made")
-print(f"serve_batch_all: {len(reqs)} requests compared; workers' calls {wc:.0f} ({wr:.0f} rows), {wm:.0f} of them "
+
+# without continuous batching: "mdm", sent while a long AR answer streams,
+# waits in the queue until it ends
+if metric(url_solo, "requests_running_peak") != 1: bad("without batching, two requests alone ran at once")
+tg = Together(url_solo, every=True, timeout=300)
+streaming = threading.Event()
+tg.start("long", {"prompt": "One two three", "max_tokens": 400, "ignore_eos": True, "mode": "ar"}, stream=True,
+         on_ids=lambda ids: streaming.set() if ids else None)
+if not streaming.wait(120): bad("the long answer never streamed")
+tg.start("mdm", reqs["mdm"])
+queued, t0 = False, time.time()
+while not queued and time.time() - t0 < 60 and metric(url_solo, "requests_running") > 0:
+    queued = metric(url_solo, "queue_depth") == 1
+tg.join()
+for e in tg.errors: bad(e)
+if not queued: bad("without batching, the request sent while another ran was never seen waiting in the queue")
+if metric(url_solo, "requests_running_peak") != 1: bad("without batching, two generations ran at once")
+if tg.got.get("mdm") != solo["mdm"]: bad("mdm: after waiting, not its solo answer")
+if len((tg.got.get("long") or [[]])[0]) != 400: bad("the long answer is not 400 tokens")
+print(f"serve_batch_all: {len(reqs)} requests compared; whole calls {wc:.0f} ({wr:.0f} rows), {wm:.0f} of them "
       f"beside other generations; {metric(url, 'batch_rows_per_call'):.2f} rows per call, peak "
       f"{metric(url, 'batch_rows_peak'):.0f}; {len(failed)} failures")
 sys.exit(1 if failed else 0)
@@ -96,6 +116,7 @@ rc=$?
 # rf_serve_stop's 30 s)
 rf_py - "$URL" "$URL2" "$SPID" <<'EOF' || rc=1
 import functools, os, signal, sys, time
+import threading, time
 from serve_client import Q, Together, answer, bad, chat, failed, metric
 url, url_solo, pid = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # (small enough to finish well within rf_serve_stop's 30 s in the sanitizer build)
@@ -121,7 +142,7 @@ for e in tg.errors: bad("shutdown: " + e)
 for k in reqs:
     if k in tg.got and tg.got[k] != solo[k]:
         bad(f"shutdown: {k}: after SIGTERM {[len(c) for c in tg.got[k]]} ids, alone {[len(c) for c in solo[k]]}")
-print(f"serve_batch_all: shutdown with {n_running:.0f} worker generations running: {len(failed)} failures")
+print(f"serve_batch_all: shutdown with {n_running:.0f} generations running: {len(failed)} failures")
 sys.exit(1 if failed else 0)
 EOF
 # (the signal was sent above: a second one would abort) it ends by itself, status 0

@@ -164,9 +164,9 @@ t0 = time.time()
 while metric(url, "requests_running") > 0 and time.time() - t0 < 30: time.sleep(0.1)
 if metric(url, "requests_running") != 0: bad("a generation still runs 30 s after every client left")
 if metric(url, "requests_cancelled_total") < 1: bad("the client that left was not counted cancelled")
-if not (metric(url, "batch_worker_mixed_calls_total") >= 5 and metric(url, "batch_mixed_calls_total") >= 5):
+if not (metric(url, "batch_whole_mixed_calls_total") >= 5 and metric(url, "batch_mixed_calls_total") >= 5):
     bad("the generations did not share calls: "
-        f"{metric(url, 'batch_worker_mixed_calls_total'):.0f} worker calls beside others, "
+        f"{metric(url, 'batch_whole_mixed_calls_total'):.0f} whole calls beside others, "
         f"{metric(url, 'batch_mixed_calls_total'):.0f} rolling rows beside others")
 print(f"serve_batch_solo: {len(want)} requests ({sum(len(w[0]) for w in want.values())} choices) against "
       f"`refusion generate`; {metric(url, 'batch_rows_per_call'):.2f} rows per call, peak "

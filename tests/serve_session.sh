@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# serve_session.sh - each server worker keeps one session (KV cache and run
-# state, include/refusion.h) and reuses it across requests: with one worker,
-# after one request of each decoder (ReFusion, AR, MDM) the next 30 requests
-# make no buffer allocation (/health "buffer_allocs" stays put), the worker
-# holds its buffers between requests ("buffer_bytes" > 0), and every repeated
+# serve_session.sh - the server's scheduler keeps its shared buffers (the
+# run state of its model calls, the packed tokens and logits) and reuses
+# them across requests: none before the first request; after one request of
+# each decoder (ReFusion, AR, MDM) the next 32 requests make no buffer
+# allocation (/health "buffer_allocs" stays put), the buffers stay held
+# between requests ("buffer_bytes" > 0, unchanged), and every repeated
 # request gets the answer of its first run (reused buffers hold the previous
-# request's data). Without continuous batching, where every generation runs
-# in the worker (with batching one choice of any decoder is a row of the
-# scheduler, with a cache of its own).
+# request's data). Each generation's KV cache is its own.
 set -u
 command -v curl >/dev/null || { echo "FAIL: curl is needed (scripts/install-deps.sh)" >&2; exit 1; }
 . "$(dirname "$0")/helpers/common.sh"
@@ -15,7 +14,7 @@ command -v curl >/dev/null || { echo "FAIL: curl is needed (scripts/install-deps
 rf_test_setup serve_session
 rf_small_model "$T" --max-pos 256 || bad "small model"
 
-rf_serve_start "$T/server.log" -m "$T/m" --parallel 1 --threads 1 -n 16 --quiet --no-cont-batching
+rf_serve_start "$T/server.log" -m "$T/m" --parallel 1 --threads 1 -n 16 --quiet
 json_int() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
 health() { curl -s -m 5 "$URL/health"; }
 ids() { # the answer's token ids of one completion request

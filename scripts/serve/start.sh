@@ -8,7 +8,7 @@
 #       `$BIN serve -m $M --port 0 -q OPTIONS` in the background, its stderr
 #       in $T/NAME.log; waits for the port it prints (60 s at most; exits 1
 #       when it does not start), writes its URL to $T/NAME.url and prints
-#       its settings ("  NAME: (...)": decoder, rows, workers, threads,
+#       its settings ("  NAME: (...)": decoder, rows, threads,
 #       kernel tier)
 #   rf_bench_cleanup         stops the servers, removes $T (trap it on EXIT)
 

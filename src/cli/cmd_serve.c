@@ -41,14 +41,14 @@ static const rf_opt serve_opts[] = {
     {.name = "name", .letter = 'a', .alias = "alias", .type = RF_OPT_STR, .offset = A(name), .metavar = "NAME",
      .help = "model id in responses (default: the directory's name)"},
     {.name = "parallel", .alias = "workers", .type = RF_OPT_INT, .lo = 1, .hi = 256, .offset = A(parallel),
-     .metavar = "N", .help = "requests decoded at the same time: AR and rolling-slot generations as rows of "
-                             "shared model calls (continuous batching), the other decoders in as many worker threads"},
+     .metavar = "N", .help = "requests decoded at the same time, every decoder's generations as rows of shared "
+                             "model calls"},
     {.name = "cont-batching", .type = RF_OPT_FLAG, .offset = A(cont_batching),
-     .help = "accepted for llama.cpp's habit: continuous batching is on by default (AR and rolling-slot "
-             "generations join and leave the shared model calls at every step)"},
+     .help = "accepted for llama.cpp's habit: continuous batching is on by default (a generation joins and "
+             "leaves the shared model calls at any step)"},
     {.name = "no-cont-batching", .type = RF_OPT_FLAG, .offset = A(no_cont_batching),
-     .help = "AR and rolling-slot generations each in a worker thread of its own, as the other decoders (no "
-             "shared calls)"},
+     .help = "a generation starts only when none is running (those queued by then start together and share "
+             "calls), as llama-server's: no prompt joins running generations"},
     {.name = "api-key", .type = RF_OPT_STR, .offset = A(api_key), .metavar = "KEY",
      .help = "require \"Authorization: Bearer KEY\" on every request but /health (default: the "
              "REFUSION_API_KEY environment variable; none when unset)"},
@@ -172,7 +172,7 @@ static void log_line(void *user, const char *line) {
 }
 
 static int config_of_args(rf_serve_config *c, serve_args *a) {
-    c->host = a->host, c->port = a->port, c->model_name = a->name, c->workers = a->parallel;
+    c->host = a->host, c->port = a->port, c->model_name = a->name, c->parallel = a->parallel;
     if (a->api_key_file) {
         char *file_key = read_api_key_file(a->api_key_file);
         if (!file_key) {
@@ -253,14 +253,11 @@ static int install_stop_signals(sigset_t *stop) {
 static void print_listening(const rf_server *s, const rf_serve_config *c, const char *model_dir, int have_tok) {
     const char *h = c->host;
     int bracket = strchr(h, ':') != NULL; /* IPv6 literal */
-    char batched[64] = "";
-    if (c->batch)
-        snprintf(batched, sizeof batched, "model calls batched: %d rows x %d threads, ", c->workers, c->batch_threads);
     fprintf(stderr,
-            "refusion serve: %s (%s%s, %s%d workers x %d threads, %s kernels%s) listening on http://%s%s%s:%d\n",
-            model_dir, rf_method_name(c->defaults.gen.method), have_tok ? "" : ", no tokenizer", batched, c->workers,
-            c->defaults.threads, rf_cpu_tier_name(), c->api_key ? ", API key" : "", bracket ? "[" : "", h,
-            bracket ? "]" : "", rf_serve_port(s));
+            "refusion serve: %s (%s%s, %d rows%s x %d threads, %s kernels%s) listening on http://%s%s%s:%d\n",
+            model_dir, rf_method_name(c->defaults.gen.method), have_tok ? "" : ", no tokenizer", c->parallel,
+            c->batch ? "" : " without continuous batching", c->batch_threads, rf_cpu_tier_name(),
+            c->api_key ? ", API key" : "", bracket ? "[" : "", h, bracket ? "]" : "", rf_serve_port(s));
     if (!c->api_key && !rf_serve_loopback(s))
         fprintf(stderr, "refusion serve: warning: listening on %s without an API key: anyone who can reach it can "
                 "use the model (--api-key or REFUSION_API_KEY)\n", h);
@@ -270,7 +267,7 @@ static void print_listening(const rf_server *s, const rf_serve_config *c, const 
 int cmd_serve(int argc, char **argv) {
     rf_serve_config c;
     rf_serve_config_default(&c);
-    serve_args a = {.host = c.host, .port = c.port, .parallel = c.workers, .cors = c.cors_origin,
+    serve_args a = {.host = c.host, .port = c.port, .parallel = c.parallel, .cors = c.cors_origin,
                     .max_body = (int64_t)c.max_body, .max_queue = c.max_queue, .max_connections = c.max_connections,
                     .max_per_client = c.max_per_client, .timeout = c.timeout_s, .queue_wait = c.queue_wait_s,
                     .generation_timeout = c.generation_timeout_s,
@@ -305,13 +302,8 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "refusion: serve: need -m MODEL_DIR (see --help)\n");
         return 2;
     }
-    /* OpenMP threads: the batched calls get every core, each worker its
-     * share of them, unless --threads says */
+    /* OpenMP threads: the model calls get every core unless --threads says */
     c.batch_threads = c.defaults.threads > 0 ? c.defaults.threads : omp_get_num_procs();
-    if (c.defaults.threads == 0) {
-        int cores = omp_get_num_procs() / c.workers;
-        c.defaults.threads = cores > 0 ? cores : 1;
-    }
 
     refusion_model *m = model_open_alone(model_dir);
     if (!m) return 1;

@@ -1,7 +1,7 @@
 /* answer.h - one choice's answer as the decoder reports it: token ids and
  * text cut at max_tokens and at the earliest stop sequence, streamed as SSE
  * chunks or kept for the plain body, and a job's choices summed into its
- * response (answer.c). Used by the worker threads and the scheduler alike. */
+ * response (answer.c). Used by the scheduler. */
 #ifndef RF_SERVE_ANSWER_H
 #define RF_SERVE_ANSWER_H
 

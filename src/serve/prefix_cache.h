@@ -15,8 +15,7 @@
  * turn's prompt and answer; a shared system prompt). Batched generations
  * (AR, the rolling slot: its cache cut to the committed tokens) leave caches
  * here and reuse them; a plan-and-infill answer's cache is in the order its
- * slots were committed, not a prefill's, and the workers' sessions keep
- * theirs.
+ * slots were committed, not a prefill's, and is dropped.
  * Owned by the scheduler thread (the counters in s are under s->mu). */
 typedef struct pc_entry {
     int *ids, n;             /* the tokens whose entries kv holds */

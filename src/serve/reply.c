@@ -96,11 +96,9 @@ enum MHD_Result rf_http_send_health(struct MHD_Connection *c, request *q, rf_ser
                           "tokens_generated", (json_int_t)s->tokens_done, "uptime_s",
                           (json_int_t)(time(NULL) - s->started), "requests_cancelled", (json_int_t)s->n_cancelled,
                           "calls_after_cancel", (json_int_t)s->calls_after_cancel);
-    size_t held = 0;
-    for (int i = 0; i < s->cfg.workers; i++) held += s->buffer_bytes[i];
     json_object_set_new(o, "generations_timed_out", json_integer((json_int_t)s->n_gen_timeouts));
     json_object_set_new(o, "buffer_allocs", json_integer((json_int_t)s->buffer_allocs));
-    json_object_set_new(o, "buffer_bytes", json_integer((json_int_t)held));
+    json_object_set_new(o, "buffer_bytes", json_integer((json_int_t)s->buffer_bytes));
     if (show_model) json_object_set_new(o, "model", json_string(s->model_name));
     pthread_mutex_unlock(&s->mu);
     return send_obj(c, s, q, stopping ? 503 : 200, o);
@@ -135,10 +133,10 @@ enum MHD_Result rf_http_send_metrics(struct MHD_Connection *c, request *q, rf_se
       s->gen_seconds > 0 ? s->tokens_done / s->gen_seconds : 0.0);
     M("request_latency_seconds_sum", "counter", "Queued-to-done time of the answered requests.", " %.6f", s->latency_sum);
     M("request_latency_seconds_count", "counter", "Answered requests in the latency sum.", " %lu", s->n_latency);
-    M("queue_depth", "gauge", "Generation requests waiting for a worker.", " %d", queued);
+    M("queue_depth", "gauge", "Generation requests waiting for a row of the scheduler.", " %d", queued);
     M("requests_running", "gauge", "Generations running now.", " %d", s->n_running);
     M("requests_running_peak", "gauge", "The most generations running at once since start.", " %d", s->peak_running);
-    M("workers", "gauge", "Worker threads (requests served in parallel).", " %d", s->n_workers);
+    M("parallel", "gauge", "Generations decoded at once at most (--parallel).", " %d", s->cfg.parallel);
     M("batch_calls_total", "counter", "Batched model calls (continuous batching: every generation's calls).",
       " %llu", s->batch_calls);
     M("batch_rows_total", "counter",
@@ -152,14 +150,14 @@ enum MHD_Result rf_http_send_metrics(struct MHD_Connection *c, request *q, rf_se
       s->batch_rolling_rows);
     M("batch_mixed_calls_total", "counter", "Batched model calls with a rolling-slot row beside other rows.", " %llu",
       s->batch_mixed_calls);
-    M("batch_worker_calls_total", "counter",
-      "Model calls of plan-and-infill and MDM generations in the batched calls.",
-      " %llu", s->batch_worker_calls);
-    M("batch_worker_rows_total", "counter", "Rows of those calls in the batched model calls.", " %llu",
-      s->batch_worker_rows);
-    M("batch_worker_mixed_calls_total", "counter",
+    M("batch_whole_calls_total", "counter",
+      "Model calls of plan-and-infill and MDM generations (each handed in whole) in the batched calls.",
+      " %llu", s->batch_whole_calls);
+    M("batch_whole_rows_total", "counter", "Rows of those calls in the batched model calls.", " %llu",
+      s->batch_whole_rows);
+    M("batch_whole_mixed_calls_total", "counter",
       "Batched model calls with a plan-and-infill or MDM call beside another generation's.", " %llu",
-      s->batch_worker_mixed_calls);
+      s->batch_whole_mixed_calls);
     M("prefix_cache_hits_total", "counter", "Batched requests that started from a cached prompt prefix.", " %llu",
       s->prefix_hits);
     M("prefix_cache_tokens_total", "counter", "Prompt tokens taken from the prefix cache instead of computed.",

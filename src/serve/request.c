@@ -313,7 +313,7 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
         set_param(r, "stop");
         return -1;
     }
-    /* "n": choices, each its own generation (worker.c: choice i samples
+    /* "n": choices, each its own generation (scheduler.c: choice i samples
      * with seed + i) */
     if ((v = field(o, "n"))) {
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > RF_SERVE_MAX_N) {

@@ -183,8 +183,7 @@ static int do_slots(rf_server *s, char **out) {
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->n_slots; i++) {
         const job *j = s->slots[i];
-        json_t *e = json_pack("{s:i, s:s, s:b, s:i}", "id", i, "kind", i < s->cfg.workers && s->cfg.batch ? "batched"
-                              : "worker", "is_processing", j != NULL, "n_ctx", s->m->cfg.max_pos);
+        json_t *e = json_pack("{s:i, s:b, s:i}", "id", i, "is_processing", j != NULL, "n_ctx", s->m->cfg.max_pos);
         if (j) {
             json_object_set_new(e, "id_task", json_string(j->id));
             json_object_set_new(e, "state", json_string("processing"));
@@ -205,7 +204,7 @@ static int do_slots(rf_server *s, char **out) {
 }
 
 void rf_serve_slots_init(rf_server *s) {
-    s->n_slots = s->cfg.workers * (s->cfg.batch ? 2 : 1);
+    s->n_slots = s->cfg.parallel;
     s->slots = rf_calloc((size_t)s->n_slots, sizeof *s->slots);
 }
 void rf_serve_slots_free(rf_server *s) {
@@ -214,13 +213,8 @@ void rf_serve_slots_free(rf_server *s) {
 }
 
 void rf_serve_slot_take_locked(rf_server *s, job *j) {
-    int lo = 0, hi = s->n_slots;
-    if (s->cfg.batch) {
-        if (rf_serve_batched(&j->req)) hi = s->cfg.workers;
-        else lo = s->cfg.workers;
-    }
     j->slot = -1;
-    for (int i = lo; i < hi && j->slot < 0; i++)
+    for (int i = 0; i < s->n_slots && j->slot < 0; i++)
         if (!s->slots[i]) s->slots[i] = j, j->slot = i;
 }
 void rf_serve_slot_give_locked(rf_server *s, job *j) {

@@ -14,7 +14,7 @@
  * http.c asks rf_llama_route which of these a request is; the generation
  * ones are translated into the body the OpenAI completions parser reads
  * (rf_llama_translate) and run as RF_REQ_NATIVE jobs, whose answers
- * worker.c builds with rf_llama_chunk / rf_llama_final; the others are
+ * answer.c builds with rf_llama_chunk / rf_llama_final; the others are
  * answered here (rf_llama_answer). */
 #ifndef RF_SERVE_ROUTES_LLAMA_H
 #define RF_SERVE_ROUTES_LLAMA_H
@@ -48,7 +48,7 @@ int rf_llama_answer(rf_server *s, int route, const char *url, const char *body, 
 char *rf_llama_translate(rf_server *s, int route, const char *body, size_t len, int *status, char *param,
                          size_t param_cap);
 
-/* ---- the answers of RF_REQ_NATIVE jobs (worker.c) ---- */
+/* ---- the answers of RF_REQ_NATIVE jobs (answer.c) ---- */
 /* a stream's chunk: {"index", "content", "tokens", "stop": false, "id_slot"}, and
  * "completion_probabilities" when probs (consumed) is not NULL */
 json_t *rf_llama_chunk(const job *j, const char *piece, const int32_t *ids, int n, json_t *probs);
@@ -74,8 +74,7 @@ json_t *rf_serve_timings_json(const rf_serve_timing *t);
 void rf_serve_decode_event_locked(rf_server *s, job *j, const rf_event *ev);
 
 /* ---- slots: each running job holds one (s->mu held) ---- */
-/* Slots 0 .. workers-1 are the batched calls' rows (AR, rolling slot), then
- * one per worker thread (with --no-cont-batching only those). */
+/* One slot per row of the scheduler's calls (--parallel). */
 void rf_serve_slots_init(rf_server *s);
 void rf_serve_slots_free(rf_server *s);
 void rf_serve_slot_take_locked(rf_server *s, job *j);

@@ -9,22 +9,21 @@
  *   OPTIONS *                    CORS preflight
  * and llama-server's own endpoints and the web page at / (routes_llama.h).
  *
- * Generation requests go into a FIFO queue served by a pool of worker
- * threads (--parallel): each runs one generation at a time through the
- * public API (include/refusion.h) on its own session (KV cache, run state,
- * kept from one request to the next) and OpenMP threads; the weights are
- * shared read-only. HTTP connections are served by a small pool of
+ * Generation requests go into a FIFO queue served by the scheduler thread:
+ * up to --parallel generations at once, each a row of one forward call per
+ * step (scheduler.c; every decoder a step machine, decode/step.h), with its
+ * own KV cache; the weights are shared read-only. HTTP connections are served by a small pool of
  * libmicrohttpd event loops (http.c, waiters.c): a connection waiting for its job is
  * suspended, not a blocked thread. "stream":
  * true answers with Server-Sent Events as answer tokens become final (every
  * position before them is filled). "n" > 1 runs the job's choices one after
- * the other in its worker, choice i sampled with seed + i. A client that
+ * the other on its row, choice i sampled with seed + i. A client that
  * leaves raises its job's cancel flag: the decoder stops before its next
  * model call.
  *
  * request.c  JSON body -> prompt ids + settings (all validation)
- * worker.c   the job queues and the worker threads (decoders that are not batched)
- * scheduler.c continuous batching: one model call per step for every batched generation
+ * queue.c    the job queue, cancelling and deadlines
+ * scheduler.c one model call per step for every running generation (continuous batching)
  * answer.c   a choice's answer: max_tokens / stop cuts, SSE chunks, the response
  * tools.c    tool calling: tools / tool_choice, a call's grammar, <tool_call> blocks into tool_calls
  * oai.c      OpenAI's response shapes and error bodies
@@ -52,11 +51,11 @@ typedef struct {
     const char *model_name;  /* "id" in responses (default: the model dir's basename) */
     size_t max_body;         /* larger request bodies get 413 */
     int max_queue;           /* waiting + running generations; more get 503 */
-    int workers;             /* generations run in parallel (--parallel): rows of the batched model calls,
-                                and worker threads for the decoders not batched */
-    int batch;               /* 1: every generation's model calls share batched calls (continuous batching) */
-    int batch_threads;       /* OpenMP threads of the batched calls (0: defaults.threads) */
-    size_t cache_bytes;      /* prompt-prefix cache of the batched generations (0: none; --cache-mb) */
+    int parallel;            /* generations decoded at once (--parallel): rows of the scheduler's model calls */
+    int batch;               /* 1: a generation joins the running ones at the next step (continuous batching);
+                                0: only when none is running (the ones queued by then start together) */
+    int batch_threads;       /* OpenMP threads of the model calls (0: defaults.threads) */
+    size_t cache_bytes;      /* prompt-prefix cache of the generations (0: none; --cache-mb) */
     const char *api_key;     /* non-NULL: every request but /health and OPTIONS needs "Bearer <key>" */
     const char *cors_origin; /* Access-Control-Allow-Origin on every answer (NULL: none, the default: a web
                                 page of another origin cannot read the answers) */
@@ -81,13 +80,13 @@ typedef struct {
     int webui;               /* 1: GET / serves the web page (web_path's files, or the built-in one) */
     const char *web_path;    /* a folder served at / instead of the built-in page (NULL: built in) */
     int slots_endpoint;      /* 1: GET /slots answers */
-    rf_decode_opts defaults; /* decoding settings when a request does not say (threads: per worker) */
+    rf_decode_opts defaults; /* decoding settings when a request does not say (threads: the model calls' when batch_threads is 0) */
 } rf_serve_config;
 
 /* Sensible defaults: 127.0.0.1:8080, 4 MiB bodies, queue of 64, 512
  * connections of which 16 per client, 10 s idle, 30 s to send a request,
  * 100 requests per connection, 2 HTTP threads, 300 s in the queue, half the
- * RAM and 2^23 fed positions per generation, 2 workers, no CORS headers, no
+ * RAM and 2^23 fed positions per generation, 2 generations at once, no CORS headers, no
  * API key, the shared decoding defaults (rf_decode_opts_default), verbose. */
 void rf_serve_config_default(rf_serve_config *c);
 

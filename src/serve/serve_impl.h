@@ -2,10 +2,9 @@
  *
  * Locking: one mutex (rf_server.mu) guards the queue, every job's output
  * fields, reference counts and the counters. The model and tokenizer are
- * only read: the workers run their decoders side by side (each on its own
- * session; with continuous batching their model calls go to the scheduler),
- * and connection threads only encode prompts (rf_tok_encode keeps
- * its scratch per call). */
+ * only read: the scheduler thread runs every generation's model calls, and
+ * connection threads only encode prompts (rf_tok_encode keeps its scratch
+ * per call). */
 #ifndef RF_SERVE_IMPL_H
 #define RF_SERVE_IMPL_H
 
@@ -13,7 +12,6 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "model/forward.h" /* rf_batch, rf_kvcache: the workers' forwarded calls */
 #include "serve/serve.h"
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
@@ -24,7 +22,7 @@ typedef struct job {
     time_t created;
     /* guarded by rf_server.mu */
     job_state state;
-    int refs;               /* the connection + the queue/worker */
+    int refs;               /* the connection + the queue/scheduler */
     int abandoned;          /* the connection is gone: skip it if still queued */
     int cancelled;          /* the client left before the answer was complete */
     int calls_now;          /* model calls so far (counted from the decoder's events) */
@@ -44,13 +42,6 @@ typedef struct job {
     struct job *next;       /* queue link */
 } job;
 
-/* A generation thread and the session it reuses for every job it runs. */
-typedef struct {
-    struct rf_server *s;
-    refusion_session *sess;
-    pthread_t thread;
-} rf_worker;
-
 struct rf_server {
     const refusion_model *model;    /* generation: the public API */
     const refusion_tokenizer *tokenizer;
@@ -60,33 +51,29 @@ struct rf_server {
     char *model_name;
     struct MHD_Daemon *daemon;
     int listen_fd, port;
-    rf_worker *workers;       /* [cfg.workers] */
-    int n_workers;
     time_t started;
     /* guarded by mu */
     pthread_mutex_t mu;
     pthread_cond_t queue_cv;  /* a job was queued, or stopping */
-    job *head, *tail;         /* waiting jobs of the workers, FIFO */
-    job *bhead, *btail;       /* waiting jobs of the scheduler (batched decoding), FIFO */
-    pthread_cond_t batch_cv;  /* a batched job was queued, or stopping */
+    job *head, *tail;         /* waiting jobs, FIFO */
     pthread_t scheduler;
     int scheduler_started;
     unsigned long long batch_calls, batch_rows; /* batched model calls, and their rows in all */
     int batch_peak;           /* the most rows in one call */
     unsigned long long batch_rolling_rows; /* rows of rolling-slot generations in them */
     unsigned long long batch_mixed_calls;  /* calls with a rolling-slot row beside other rows */
-    /* the batched calls of plan-and-infill and MDM rows (/metrics'
-     * batch_worker_*), their rows, and the batched calls with one beside
+    /* the calls plan-and-infill and MDM rows hand in whole (/metrics'
+     * batch_whole_*), their rows, and the batched calls with one beside
      * another generation's */
-    unsigned long long batch_worker_calls, batch_worker_rows;
-    unsigned long long batch_worker_mixed_calls;
+    unsigned long long batch_whole_calls, batch_whole_rows;
+    unsigned long long batch_whole_mixed_calls;
     unsigned long long prefix_hits, prefix_tokens; /* requests that reused a cached prefix, and its tokens */
     size_t prefix_cache_bytes; /* held by the prefix cache */
     int n_active;             /* queued + running */
     int stopping;
     unsigned long n_jobs;     /* jobs ever accepted (ids) */
     unsigned long n_done;
-    int n_running;            /* jobs a worker is running */
+    int n_running;            /* jobs the scheduler is running */
     int peak_running;         /* the most jobs running at once since start */
     long long tokens_done, prompt_tokens;
     double gen_seconds;       /* decoder time of the finished jobs */
@@ -96,10 +83,10 @@ struct rf_server {
     unsigned long n_cancelled;
     unsigned long n_gen_timeouts; /* generations stopped at their deadline */
     long long calls_after_cancel;
-    /* the workers' sessions (/health): buffer allocations made while running
-     * jobs (flat once each worker has run its largest request), and the
-     * bytes they hold between jobs */
+    /* the scheduler's shared buffers (/health): their allocations (flat once
+     * it has run its widest step) and the bytes they hold between steps */
     unsigned long long buffer_allocs;
+    size_t buffer_bytes;
     /* http.c, waiters.c: open connections, the parked (suspended) requests, the
      * watcher thread that resumes them and enforces request deadlines */
     struct rf_conn *conns;
@@ -115,23 +102,17 @@ struct rf_server {
     struct request *parse_head, *parse_tail;
     pthread_cond_t parse_cv;
     int loopback;             /* the bound address is a loopback one */
-    size_t *buffer_bytes;     /* [cfg.workers] */
     job **slots;              /* [n_slots] the running job of each slot (/slots; routes_llama.c), or NULL */
     int n_slots;
 };
 
-/* worker.c: 1 when the request's generation is a row of the batched calls
- * (AR, the rolling slot; one choice) under continuous batching */
-int rf_serve_batched(const rf_serve_req *r);
-/* worker.c: the job queues (s->mu held): the first job off a queue (NULL:
- * empty); a job leaving the queue to run (-1: its client left, dropped);
- * every queued job failed (shutdown) */
-job *rf_queue_pop_locked(job **head, job **tail);
+/* queue.c: the job queue (s->mu held): the first job off it (NULL:
+ * empty); a job leaving it to run (-1: its client left, dropped); every
+ * queued job failed (shutdown) */
+job *rf_queue_pop_locked(rf_server *s);
 int rf_job_start_locked(rf_server *s, job *j);
-void rf_queue_fail_locked(rf_server *s, job **head, job **tail);
-/* worker.c: the thread of an rf_worker */
-void *rf_serve_worker_main(void *worker);
-/* scheduler.c: the scheduler thread of the batched generations (arg: the server) */
+void rf_queue_fail_locked(rf_server *s);
+/* scheduler.c: the scheduler thread, which runs every generation (arg: the server) */
 void *rf_serve_scheduler_main(void *server);
 /* Queue a parsed request (taken over: r is cleared). NULL, with the reason
  * in rf_last_error(), when stopping or the queue is full (HTTP 503). The job

@@ -1,5 +1,5 @@
-/* server.c - start and stop: the listening socket, then the worker,
- * scheduler, watcher and parser threads and MHD's daemon, each started only
+/* server.c - start and stop: the listening socket, then the scheduler,
+ * watcher and parser threads and MHD's daemon, each started only
  * once what it needs runs; stopped in the order that leaves no connection
  * waiting on a job. Also the defaults of the configuration and the accept
  * policy.
@@ -59,7 +59,7 @@ void rf_serve_config_default(rf_serve_config *c) {
     c->verbose = 1;
     c->webui = 1;
     c->slots_endpoint = 1;
-    c->workers = 2;
+    c->parallel = 2;
     c->cors_origin = NULL;
     rf_decode_opts_default(&c->defaults);
 }
@@ -126,20 +126,18 @@ static char *basename_of(const char *dir) {
     return s;
 }
 
-/* no new jobs; the workers finish the running ones and fail the queued ones */
-static void stop_workers(rf_server *s) {
+/* no new jobs; the scheduler finishes the running ones and fails the queued ones */
+static void stop_scheduler(rf_server *s) {
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     pthread_cond_broadcast(&s->queue_cv);
-    pthread_cond_broadcast(&s->batch_cv);
     pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < s->n_workers; i++) pthread_join(s->workers[i].thread, NULL);
     if (s->scheduler_started) pthread_join(s->scheduler, NULL);
     s->scheduler_started = 0;
 }
 
 /* the watcher resumes every parked connection (their jobs are done once
- * the workers have stopped), then ends */
+ * the scheduler has stopped), then ends */
 static void stop_watcher(rf_server *s) {
     if (!s->watcher_started) return;
     pthread_mutex_lock(&s->mu);
@@ -159,12 +157,6 @@ static void stop_parsers(rf_server *s) {
     for (int i = 0; i < s->n_parsers; i++) pthread_join(s->parsers[i], NULL);
 }
 
-static void free_workers(rf_server *s) {
-    rf_serve_slots_free(s);
-    for (int i = 0; i < s->cfg.workers; i++) rf_session_free(s->workers[i].sess);
-    free(s->workers);
-    free(s->buffer_bytes);
-}
 
 rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok, const rf_serve_config *c) {
     rf_server *s = rf_calloc(1, sizeof *s);
@@ -195,33 +187,17 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->queue_cv, NULL);
-    pthread_cond_init(&s->batch_cv, NULL);
     pthread_cond_init(&s->parse_cv, NULL);
-    if (s->cfg.workers < 1) s->cfg.workers = 1;
-    s->workers = rf_calloc((size_t)s->cfg.workers, sizeof *s->workers);
+    if (s->cfg.parallel < 1) s->cfg.parallel = 1;
     rf_serve_slots_init(s);
-    s->buffer_bytes = rf_calloc((size_t)s->cfg.workers, sizeof *s->buffer_bytes);
-    for (int i = 0; i < s->cfg.workers; i++) {
-        s->workers[i].s = s;
-        if (!(s->workers[i].sess = rf_session_new(m))) goto fail;
+    if (pthread_create(&s->scheduler, NULL, rf_serve_scheduler_main, s)) {
+        rf_set_error("cannot start the scheduler thread");
+        goto fail;
     }
-    for (; s->n_workers < s->cfg.workers; s->n_workers++)
-        if (pthread_create(&s->workers[s->n_workers].thread, NULL, rf_serve_worker_main, &s->workers[s->n_workers])) {
-            rf_set_error("cannot start worker thread %d", s->n_workers + 1);
-            stop_workers(s);
-            goto fail;
-        }
-    if (s->cfg.batch) {
-        if (pthread_create(&s->scheduler, NULL, rf_serve_scheduler_main, s)) {
-            rf_set_error("cannot start the scheduler thread");
-            stop_workers(s);
-            goto fail;
-        }
-        s->scheduler_started = 1;
-    }
+    s->scheduler_started = 1;
     if (pthread_create(&s->watcher, NULL, rf_http_watcher_main, s)) {
         rf_set_error("cannot start the connection watcher thread");
-        stop_workers(s);
+        stop_scheduler(s);
         goto fail;
     }
     s->watcher_started = 1;
@@ -243,18 +219,17 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
         (unsigned)s->cfg.timeout_s, MHD_OPTION_END);
     if (!s->daemon) {
         rf_set_error("cannot start the HTTP server (libmicrohttpd) on %s:%d", c->host, s->port);
-        stop_workers(s);
+        stop_scheduler(s);
         stop_parsers(s);
         stop_watcher(s);
         goto fail;
     }
     return s;
 fail:
-    free_workers(s);
+    rf_serve_slots_free(s);
     free(s->parsers);
     close(s->listen_fd);
     pthread_cond_destroy(&s->queue_cv);
-    pthread_cond_destroy(&s->batch_cv);
     pthread_cond_destroy(&s->parse_cv);
     pthread_mutex_destroy(&s->mu);
     free(s->model_name);
@@ -267,9 +242,9 @@ int rf_serve_loopback(const rf_server *s) { return s->loopback; }
 
 void rf_serve_stop(rf_server *s) {
     if (!s) return;
-    /* 1. no new jobs; the workers finish the running ones and fail the
-     *    queued ones, so no connection thread is left waiting on a job */
-    stop_workers(s);
+    /* 1. no new jobs; the scheduler finishes the running ones and fails
+     *    the queued ones, so no connection thread is left waiting on a job */
+    stop_scheduler(s);
     /* 2. the requests being parsed get their answers (a 503 for a
      *    generation: no job is taken now) */
     stop_parsers(s);
@@ -280,11 +255,10 @@ void rf_serve_stop(rf_server *s) {
      *    listening socket it was given too) */
     MHD_stop_daemon(s->daemon);
     pthread_cond_destroy(&s->queue_cv);
-    pthread_cond_destroy(&s->batch_cv);
     pthread_cond_destroy(&s->parse_cv);
     free(s->parsers);
     pthread_mutex_destroy(&s->mu);
-    free_workers(s);
+    rf_serve_slots_free(s);
     free(s->model_name);
     free(s);
 }

@@ -199,6 +199,12 @@ void rf_catch_push(rf_catch *c) {
     t_catch = c;
 }
 
+void rf_catch_mark(rf_catch *c) {
+    pthread_mutex_lock(&g_scoped_mu);
+    c->mark = g_scoped_seq;
+    pthread_mutex_unlock(&g_scoped_mu);
+}
+
 void rf_catch_pop(rf_catch *c) {
     if (t_catch == c) t_catch = c->prev;
 }

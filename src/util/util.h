@@ -51,6 +51,10 @@ typedef struct rf_catch {
  * protected code returns normally. rf_die pops it itself when it takes it. */
 void rf_catch_push(rf_catch *c);
 void rf_catch_pop(rf_catch *c);
+/* The scoped blocks this thread allocated before now survive an unwind to
+ * c (they belong to work that completed): for a catch point that guards
+ * one piece of work after another. */
+void rf_catch_mark(rf_catch *c);
 
 /* ---- environment and test faults (env.c) ----------------------------------
  * The REFUSION_* variables the library reads (NULL when unset). */
