@@ -14,7 +14,8 @@
 #     counted as cancelled (/health "requests_cancelled") and stops within a
 #     model call (the decoder's cancel flag: "calls_after_cancel" <= 1 each);
 #   - a fatal error inside one generation fails that request (500; 503 for a
-#     failed allocation), not the server;
+#     failed allocation), not the server, nor the generations sharing its
+#     calls (they get their solo answers);
 #  6. bounded queue wait: a request that cannot start within --queue-wait
 #     gets 503 instead of waiting behind a long generation;
 #  7. a generation past --generation-timeout is stopped (503) while /health
@@ -117,6 +118,32 @@ post oom1 /v1/completions '{"prompt":"x","max_tokens":8}'
 expect oom1 503 "generation failed: out of memory allocating 1099511627776 bytes"
 post oom2 /v1/completions '{"prompt":"x","max_tokens":8}'
 expect oom2 200 '"completion_tokens":8'
+stop
+# a fault inside one of three generations sharing the scheduler's calls
+# (the 300th model call of about 600): that one fails with 500, the other
+# two finish with the answers they get alone
+REFUSION_TEST_DIE_ONCE=300 start --parallel 4
+pids=()
+for i in 1 2 3; do
+  post "f$i" /v1/completions "{\"prompt\":\"Question $i\",\"max_tokens\":200,\"mode\":\"ar\"}" &
+  pids+=($!)
+done
+wait "${pids[@]}"
+ids_of() { sed -n 's/.*"token_ids":\(\[[0-9,]*\]\).*/\1/p' "$T/$1.body"; }
+failed=0 good=0 same=0
+for i in 1 2 3; do
+  code=$(cat "$T/f$i.code")
+  if [ "$code" = 500 ] && grep -q "generation failed: REFUSION_TEST_DIE_ONCE" "$T/f$i.body"; then
+    failed=$((failed + 1))
+  elif [ "$code" = 200 ]; then
+    good=$((good + 1))
+    post "s$i" /v1/completions "{\"prompt\":\"Question $i\",\"max_tokens\":200,\"mode\":\"ar\"}"
+    [ -n "$(ids_of "f$i")" ] && [ "$(ids_of "f$i")" = "$(ids_of "s$i")" ] && same=$((same + 1))
+  fi
+done
+peak=$(curl -s -m 5 "$URL/metrics" | sed -n 's/^refusion_batch_rows_peak \([0-9]*\)$/\1/p')
+[ "$failed" = 1 ] && [ "$good" = 2 ] && [ "$same" = 2 ] && [ "${peak:-0}" -ge 2 ] && ok ||
+  bad "a fault in one of 3 batched generations: $failed failed, $good answered, $same of them as alone, peak $peak rows"
 stop
 
 # a generation that shows nothing for a while (each model call 2.3 s late):

@@ -55,15 +55,17 @@ static void log_to_stderr(rf_log_level level, const char *text, void *user) {
 }
 
 /* Failures the tests inject through the library's fault points (util.h):
- *   REFUSION_TEST_DIE_ONCE=1|oom  the first model call of a generation in
- *       this process fails (a broken invariant, or an allocation): a caller
- *       that turns rf_die into an error return (the server) must survive it
+ *   REFUSION_TEST_DIE_ONCE=N|oom|oom:N  the N-th model call (default the
+ *       first) of the generations in this process fails, once (a broken
+ *       invariant, or an allocation): a caller that turns rf_die into an
+ *       error return (the server) must survive it
  *   REFUSION_TEST_STEP_MS=N  every model call of a generation starts N ms
  *       late (a slow model: the server's keep-alive lines, its timeouts)
  *   REFUSION_TEST_KILL_AT=N  the process ends with _exit(86) right after the
  *       N-th step of checkpoint saving (a file staged, half of optimizer.bin
  *       written, the journal, a rename, ...), as a kill -9 at that moment would */
 static atomic_int g_die_once; /* 1: rf_die, 2: rf_oom; 0 once fired */
+static atomic_long g_die_at;  /* the model call it fires at (counted down) */
 static long g_kill_at, g_save_steps;
 
 static long g_step_ms; /* REFUSION_TEST_STEP_MS */
@@ -73,6 +75,7 @@ static void generation_fault(void) {
         struct timespec ts = {g_step_ms / 1000, g_step_ms % 1000 * 1000000L};
         nanosleep(&ts, NULL);
     }
+    if (atomic_load(&g_die_once) && atomic_fetch_sub(&g_die_at, 1) > 1) return;
     int kind = atomic_exchange(&g_die_once, 0);
     if (kind == 2) rf_oom((size_t)1 << 40);
     if (kind == 1) rf_die("REFUSION_TEST_DIE_ONCE: a fatal error inside the generation");
@@ -85,7 +88,10 @@ static void kill_at(void) {
 static void install_test_faults(void) {
     const char *e = getenv("REFUSION_TEST_DIE_ONCE");
     if (e) {
-        atomic_store(&g_die_once, !strcmp(e, "oom") ? 2 : 1);
+        int oom = !strncmp(e, "oom", 3);
+        const char *at = oom ? (e[3] == ':' ? e + 4 : "1") : e;
+        atomic_store(&g_die_once, oom ? 2 : 1);
+        atomic_store(&g_die_at, atol(at) > 1 ? atol(at) : 1);
         rf_faults.generation_step = generation_fault;
     }
     e = getenv("REFUSION_TEST_STEP_MS");
