@@ -18,7 +18,7 @@
 #include "common/args.h"
 #include "grammar/constraint.h"
 #include "grammar/json_schema.h"
-#include "api/tools.h"
+#include "serve/request_impl.h"
 #include "serve/serve.h"
 #include "serve/tools.h"
 #include "util/util.h"
@@ -49,16 +49,13 @@ int rf_serve_check_id(const char *id, const char *what) {
     return 0;
 }
 
-#define set_param(r, key) rf_serve_utf8_cut((r)->err_param, sizeof (r)->err_param, key)
-
-/* The field's value, or NULL when it is absent or null. */
-static json_t *field(json_t *o, const char *key) {
+json_t *rf_req_field(json_t *o, const char *key) {
     json_t *v = json_object_get(o, key);
     return json_is_null(v) ? NULL : v;
 }
 
-static int get_bool(json_t *o, const char *key, int *out) {
-    json_t *v = field(o, key);
+int rf_req_bool(json_t *o, const char *key, int *out) {
+    json_t *v = rf_req_field(o, key);
     if (!v) return 0;
     if (!json_is_boolean(v)) {
         rf_set_error("\"%s\" must be true or false", key);
@@ -80,23 +77,23 @@ static int check_unsupported(json_t *o, rf_serve_req *r) {
     /* the deprecated spellings of tools / tool_choice */
     static const char *const tool_keys[] = {"functions", "function_call"};
     for (size_t i = 0; i < sizeof tool_keys / sizeof *tool_keys; i++)
-        if ((v = field(o, tool_keys[i])) && !(json_is_array(v) && json_array_size(v) == 0) &&
+        if ((v = rf_req_field(o, tool_keys[i])) && !(json_is_array(v) && json_array_size(v) == 0) &&
             !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
             REFUSE(tool_keys[i], "\"%s\" is not supported: use \"tools\" and \"tool_choice\"", tool_keys[i]);
-    if ((v = field(o, "response_format"))) {
+    if ((v = rf_req_field(o, "response_format"))) {
         const char *t = json_is_object(v) ? json_string_value(json_object_get(v, "type")) : NULL;
         if (!t || (strcmp(t, "text") && strcmp(t, "json_object") && strcmp(t, "json_schema")))
             REFUSE("response_format", "\"response_format\" must be {\"type\": \"text\" | \"json_object\" | "
                                       "\"json_schema\", ...}");
     }
-    if ((v = field(o, "repetition_penalty")) && !(json_is_number(v) && json_number_value(v) == 1))
+    if ((v = rf_req_field(o, "repetition_penalty")) && !(json_is_number(v) && json_number_value(v) == 1))
         REFUSE("repetition_penalty", "\"repetition_penalty\" is spelled \"repeat_penalty\" here (llama.cpp's name)");
-    if ((v = field(o, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
+    if ((v = rf_req_field(o, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
         REFUSE("logit_bias", "\"logit_bias\" is not supported");
-    if ((v = field(o, "echo")) && !json_is_false(v)) REFUSE("echo", "\"echo\" is not supported (only false)");
-    if ((v = field(o, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
+    if ((v = rf_req_field(o, "echo")) && !json_is_false(v)) REFUSE("echo", "\"echo\" is not supported (only false)");
+    if ((v = rf_req_field(o, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
         REFUSE("best_of", "\"best_of\" is not supported (only 1)");
-    if ((v = field(o, "suffix")) && !(json_is_string(v) && !*json_string_value(v)))
+    if ((v = rf_req_field(o, "suffix")) && !(json_is_string(v) && !*json_string_value(v)))
         REFUSE("suffix", "\"suffix\" is not supported");
 #undef REFUSE
     return 0;
@@ -107,7 +104,7 @@ static int check_unsupported(json_t *o, rf_serve_req *r) {
  * alternatives per token; false or null: none) into p.logprobs and
  * p.top_logprobs (every decoder reports them). */
 static int parse_logprobs(json_t *o, rf_serve_req *r) {
-    json_t *v = field(o, "logprobs"), *top = field(o, "top_logprobs");
+    json_t *v = rf_req_field(o, "logprobs"), *top = rf_req_field(o, "top_logprobs");
     int on = 0, n_top = 0;
     set_param(r, "logprobs");
     if (r->kind == RF_REQ_CHAT) {
@@ -152,7 +149,7 @@ static int parse_logprobs(json_t *o, rf_serve_req *r) {
 
 /* "stop": "text" | ["text", ...] (at most 4, non-empty, as OpenAI) */
 static int parse_stop(json_t *o, rf_serve_req *r) {
-    json_t *v = field(o, "stop");
+    json_t *v = rf_req_field(o, "stop");
     if (!v) return 0;
     size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : 0;
     if ((!json_is_string(v) && !json_is_array(v)) || n > RF_SERVE_MAX_STOP) {
@@ -271,9 +268,9 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
         if (!row->http) continue;
         const char *k = row->http;
         /* the newer OpenAI name for chat; the authors' name for blocks */
-        if (!strcmp(k, "max_tokens") && field(o, "max_completion_tokens")) k = "max_completion_tokens";
-        if (!strcmp(k, "blocks") && !field(o, k) && field(o, "serial_num_blocks")) k = "serial_num_blocks";
-        if ((v = field(o, k)) && parse_row(v, k, row, m, &d)) {
+        if (!strcmp(k, "max_tokens") && rf_req_field(o, "max_completion_tokens")) k = "max_completion_tokens";
+        if (!strcmp(k, "blocks") && !rf_req_field(o, k) && rf_req_field(o, "serial_num_blocks")) k = "serial_num_blocks";
+        if ((v = rf_req_field(o, k)) && parse_row(v, k, row, m, &d)) {
             set_param(r, k);
             return -1;
         }
@@ -285,13 +282,13 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
     r->p.on_tokens = NULL, r->p.on_event = NULL, r->p.user = NULL, r->p.cancel = NULL;
     r->ar = d.gen.method == RF_METHOD_AR;
     r->max_tokens = d.gen.gen_length;
-    if (get_bool(o, "stream", &r->stream) < 0) {
+    if (rf_req_bool(o, "stream", &r->stream) < 0) {
         set_param(r, "stream");
         return -1;
     }
-    if ((v = field(o, "stream_options"))) {
+    if ((v = rf_req_field(o, "stream_options"))) {
         set_param(r, "stream_options");
-        if (!json_is_object(v) || get_bool(v, "include_usage", &r->include_usage) < 0) {
+        if (!json_is_object(v) || rf_req_bool(v, "include_usage", &r->include_usage) < 0) {
             rf_set_error("\"stream_options\" must be an object whose \"include_usage\" is true or false");
             return -1;
         }
@@ -301,7 +298,7 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
         }
         r->err_param[0] = 0;
     }
-    if (get_bool(o, "decode_events", &r->decode_events) < 0 || (r->decode_events && !r->stream)) {
+    if (rf_req_bool(o, "decode_events", &r->decode_events) < 0 || (r->decode_events && !r->stream)) {
         set_param(r, "decode_events");
         if (r->decode_events) rf_set_error("\"decode_events\" needs \"stream\": true (they are Server-Sent Events)");
         return -1;
@@ -315,7 +312,7 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
     }
     /* "n": choices, each its own generation (scheduler.c: choice i samples
      * with seed + i) */
-    if ((v = field(o, "n"))) {
+    if ((v = rf_req_field(o, "n"))) {
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > RF_SERVE_MAX_N) {
             set_param(r, "n");
             rf_set_error("\"n\" must be an integer in [1, %d] (the number of choices)", RF_SERVE_MAX_N);
@@ -326,101 +323,6 @@ static int parse_settings(json_t *o, const rf_model *m, rf_serve_req *r) {
     return 0;
 }
 
-/* spans: the client's text, where special-token text is plain text unless
- * the request says "parse_special": true (llama-server's name) or the
- * server runs with --special-in-content */
-static int encode(const rf_tokenizer *tok, const char *text, const rf_text_span *spans, size_t n_spans,
-                  rf_serve_req *r) {
-    if (rf_tok_encode_spans(tok, text, strlen(text), spans, n_spans, &r->prompt, &r->n_prompt)) {
-        char why[256]; /* rf_set_error must not read its own buffer */
-        snprintf(why, sizeof why, "%s", rf_last_error());
-        rf_set_error("prompt: %s", why);
-        return -1;
-    }
-    return 0;
-}
-
-/* "prompt": "text" | ["text"] | [id, id, ...] */
-static int parse_prompt(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
-    json_t *v = field(o, "prompt");
-    if (!v) {
-        rf_set_error("missing \"prompt\" (a string or an array of token ids)");
-        r->err_code = "missing_required_parameter";
-        return -1;
-    }
-    if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)))
-        v = json_array_get(v, 0);
-    if (json_is_string(v)) {
-        if (!tok) {
-            rf_set_error("this model has no tokenizer.json: give \"prompt\" as an array of token ids");
-            return -1;
-        }
-        int special = rf_tok_special_in_content(tok);
-        if (get_bool(o, "parse_special", &special) < 0) {
-            set_param(r, "parse_special");
-            return -1;
-        }
-        rf_text_span all = {0, strlen(json_string_value(v))};
-        return encode(tok, json_string_value(v), &all, special ? 0 : 1, r);
-    }
-    if (!json_is_array(v)) {
-        rf_set_error("\"prompt\" must be a string or an array of token ids");
-        return -1;
-    }
-    size_t n = json_array_size(v), i;
-    json_t *e;
-    r->prompt = rf_malloc((n ? n : 1) * sizeof(int));
-    json_array_foreach(v, i, e) {
-        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT_MAX) {
-            rf_set_error("\"prompt\"[%zu] is not a token id (one prompt per request; ids are integers >= 0)", i);
-            return -1;
-        }
-        r->prompt[i] = (int)json_integer_value(e);
-    }
-    r->n_prompt = (int)n;
-    return 0;
-}
-
-/* "messages": [{"role", "content"}, ...] rendered with the model's chat
- * template, ready for the assistant's turn. Roles: system, developer (the
- * newer OpenAI name: rendered as system), user, assistant (with its
- * tool_calls), tool (the template renders it: Qwen3's groups consecutive
- * tool answers into one user turn of <tool_response> blocks). */
-static int parse_messages(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
-    json_t *v = field(o, "messages");
-    if (!v) {
-        rf_set_error("missing \"messages\" (an array of {\"role\", \"content\"} objects)");
-        r->err_code = "missing_required_parameter";
-        return -1;
-    }
-    if (!json_is_array(v) || json_array_size(v) == 0) {
-        rf_set_error("\"messages\" must be a non-empty array of {\"role\", \"content\"} objects");
-        return -1;
-    }
-    if (!tok || rf_tok_id(tok, "<|im_start|>") < 0) {
-        rf_set_error("this model has no chat template (no tokenizer.json with <|im_start|>): use /v1/completions");
-        return -1;
-    }
-    int think = 1, special = rf_tok_special_in_content(tok);
-    if (get_bool(o, "enable_thinking", &think) < 0 || get_bool(o, "parse_special", &special) < 0) {
-        set_param(r, get_bool(o, "enable_thinking", &think) < 0 ? "enable_thinking" : "parse_special");
-        return -1;
-    }
-    json_t *kw = field(o, "chat_template_kwargs");
-    if (kw && (!json_is_object(kw) || get_bool(kw, "enable_thinking", &think) < 0)) {
-        set_param(r, "chat_template_kwargs");
-        rf_set_error("\"chat_template_kwargs\" must be an object whose \"enable_thinking\" is true or false");
-        return -1;
-    }
-    rf_text_span *spans;
-    size_t n_spans;
-    int rc = -1;
-    char *text = rf_chat_render_openai(tok, v, r->tools, think, &spans, &n_spans, r->err_param, sizeof r->err_param);
-    if (text) rc = encode(tok, text, spans, special ? 0 : n_spans, r);
-    free(spans);
-    r->prompt_text = text; /* /apply-template answers it */
-    return rc;
-}
 /* What the decoders would only find out while running (an error after the
  * job started, or a stream already answered 200), and work the client never
  * gets back: checked here so that it is a 400 before anything is queued. */
@@ -447,7 +349,7 @@ static int check_work(json_t *o, const rf_decode_opts *defaults, rf_serve_req *r
     int small = defaults->gen.slot_size > RF_SERVE_SMALL_SLOT ? defaults->gen.slot_size : RF_SERVE_SMALL_SLOT;
     int cap = p->gen_length > small ? p->gen_length : small;
     if (slots && p->slot_size > cap) {
-        set_param(r, field(o, "slot_size") ? "slot_size" : "max_tokens");
+        set_param(r, rf_req_field(o, "slot_size") ? "slot_size" : "max_tokens");
         rf_set_error("\"slot_size\" (%d) must not exceed %d (max_tokens, or %d for any length): the answer is "
                      "decoded in whole slots", p->slot_size, cap, small);
         return -1;
@@ -486,7 +388,7 @@ int64_t rf_serve_work_positions(const rf_serve_req *r) {
  * Refused, naming the field: two of them, a decoder that cannot honour a
  * grammar, a schema keyword that cannot be enforced, bad GBNF. */
 static int parse_constraint(json_t *o, const rf_tokenizer *tok, rf_serve_req *r) {
-    json_t *g = field(o, "grammar"), *js = field(o, "json_schema"), *rfmt = field(o, "response_format");
+    json_t *g = rf_req_field(o, "grammar"), *js = rf_req_field(o, "json_schema"), *rfmt = rf_req_field(o, "response_format");
     const char *type = rfmt ? json_string_value(json_object_get(rfmt, "type")) : NULL;
     int json_mode = type && strcmp(type, "text");
     int n = (g != NULL) + (js != NULL) + json_mode + (r->tool_gbnf != NULL);
@@ -567,7 +469,7 @@ int rf_serve_parse(const char *body, size_t len, rf_req_kind kind, const rf_mode
     if (rf_serve_parse_tools(o, out)) goto out;
     if (parse_constraint(o, tok, out)) goto out;
     if (parse_logprobs(o, out)) goto out;
-    if (kind == RF_REQ_CHAT ? parse_messages(o, tok, out) : parse_prompt(o, tok, out)) {
+    if (kind == RF_REQ_CHAT ? rf_req_messages(o, tok, out) : rf_req_prompt(o, tok, out)) {
         if (!out->err_param[0]) set_param(out, kind == RF_REQ_CHAT ? "messages" : "prompt");
         goto out;
     }

@@ -21,7 +21,7 @@
  * leaves raises its job's cancel flag: the decoder stops before its next
  * model call.
  *
- * request.c  JSON body -> prompt ids + settings (all validation)
+ * request.c  JSON body -> settings (all validation); prompt.c its prompt -> ids
  * queue.c    the job queue, cancelling and deadlines
  * scheduler.c one model call per step for every running generation (continuous batching)
  * answer.c   a choice's answer: max_tokens / stop cuts, SSE chunks, the response
