@@ -24,6 +24,7 @@
  * request.c  JSON body -> settings (all validation); prompt.c its prompt -> ids
  * queue.c    the job queue, cancelling and deadlines
  * scheduler.c one model call per step for every running generation (continuous batching)
+ * row.c      one running generation: its step machine, answer and choices
  * answer.c   a choice's answer: max_tokens / stop cuts, SSE chunks, the response
  * tools.c    tool calling: tools / tool_choice, a call's grammar, <tool_call> blocks into tool_calls
  * oai.c      OpenAI's response shapes and error bodies
