@@ -15,9 +15,9 @@
 #  - /metrics: the plan-and-infill and MDM calls joined batched calls (their
 #    rows counted: more rows than calls, plan-and-infill's forked rows;
 #    calls where one sat beside another generation's);
-#  - without continuous batching a request sent while another generation
-#    runs waits for its end (queued, never two running at once) and gets
-#    its solo answer.
+#  - without continuous batching requests sent while another generation
+#    runs wait for its end (queued), then start together (two running at
+#    once, never three) and get their solo answers.
 set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup serve_batch_all
@@ -85,8 +85,8 @@ if not (wm >= 10 and wr > wc and metric(url, "batch_rows_peak") >= 4):
     bad(f"the whole calls did not share batched calls: {wc:.0f} calls, {wr:.0f} rows, {wm:.0f} mixed calls, "
         f"peak {metric(url, 'batch_rows_peak'):.0f} rows")
 
-# without continuous batching: "mdm", sent while a long AR answer streams,
-# waits in the queue until it ends
+# without continuous batching: "mdm" and "ar", sent while a long AR answer
+# streams, wait in the queue until it ends, then start together
 if metric(url_solo, "requests_running_peak") != 1: bad("without batching, two requests alone ran at once")
 tg = Together(url_solo, every=True, timeout=300)
 streaming = threading.Event()
@@ -94,14 +94,18 @@ tg.start("long", {"prompt": "One two three", "max_tokens": 400, "ignore_eos": Tr
          on_ids=lambda ids: streaming.set() if ids else None)
 if not streaming.wait(120): bad("the long answer never streamed")
 tg.start("mdm", reqs["mdm"])
+tg.start("ar", reqs["ar"])
 queued, t0 = False, time.time()
 while not queued and time.time() - t0 < 60 and metric(url_solo, "requests_running") > 0:
-    queued = metric(url_solo, "queue_depth") == 1
+    queued = metric(url_solo, "queue_depth") == 2 and metric(url_solo, "requests_running") == 1
 tg.join()
 for e in tg.errors: bad(e)
-if not queued: bad("without batching, the request sent while another ran was never seen waiting in the queue")
-if metric(url_solo, "requests_running_peak") != 1: bad("without batching, two generations ran at once")
-if tg.got.get("mdm") != solo["mdm"]: bad("mdm: after waiting, not its solo answer")
+if not queued: bad("without batching, the requests sent while another ran were never seen both waiting")
+if metric(url_solo, "requests_running_peak") != 2:
+    bad(f"without batching, {metric(url_solo, 'requests_running_peak'):.0f} generations ran at once at most, not 2 "
+        "(the two that waited together)")
+for k in ("mdm", "ar"):
+    if tg.got.get(k) != solo[k]: bad(f"{k}: after waiting, not its solo answer")
 if len((tg.got.get("long") or [[]])[0]) != 400: bad("the long answer is not 400 tokens")
 print(f"serve_batch_all: {len(reqs)} requests compared; whole calls {wc:.0f} ({wr:.0f} rows), {wm:.0f} of them "
       f"beside other generations; {metric(url, 'batch_rows_per_call'):.2f} rows per call, peak "

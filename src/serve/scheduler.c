@@ -151,6 +151,7 @@ typedef struct {
     /* the step under way */
     enum { ADMIT, NEXT, CALL, AFTER, DONE } phase;
     int i;                 /* NEXT, AFTER: the row at work */
+    int fresh;             /* ADMIT: rows admitted in this step */
     job *admitting;        /* ADMIT: the job being given a row, */
     batch_row *starting;   /* and that row */
     batch_row *ending;     /* AFTER: the row whose choice is ending */
@@ -213,14 +214,15 @@ static void job_drop(rf_server *s, job *j) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* ADMIT: one queued job gets a row (without continuous batching only into
- * an empty batch); with none to admit the step's calls begin. */
+/* ADMIT: one queued job gets a row (without continuous batching only when
+ * every row is one admitted in this step: the jobs queued while the batch
+ * was empty start together); with none to admit the step's calls begin. */
 static void admit_one(sched *x) {
     rf_server *s = x->s;
     job *j = NULL;
     pthread_mutex_lock(&s->mu);
     if (s->stopping) rf_queue_fail_locked(s);
-    while ((s->cfg.batch || !x->n_rows) && x->n_rows < x->cap && (j = rf_queue_pop_locked(s)))
+    while ((s->cfg.batch || x->n_rows == x->fresh) && x->n_rows < x->cap && (j = rf_queue_pop_locked(s)))
         if (!rf_job_start_locked(s, j)) break;
         else j = NULL;
     pthread_mutex_unlock(&s->mu);
@@ -236,7 +238,7 @@ static void admit_one(sched *x) {
     int rc = rf_row_begin(s, r, &x->sh);
     x->starting = NULL;
     if (rc) release(x, r, rc);
-    else x->rows[x->n_rows++] = r;
+    else x->rows[x->n_rows++] = r, x->fresh++;
 }
 
 /* Row i leaves the rows (the last one moves to its place). */
@@ -385,7 +387,7 @@ static void fault(sched *x, int rc) {
  * are marked to survive a fault in it. */
 static void step(sched *x) {
     rf_catch k;
-    x->phase = ADMIT;
+    x->phase = ADMIT, x->fresh = 0;
     rf_catch_push(&k);
     if (setjmp(k.jb)) {
         int rc = k.oom ? RF_ERR_NOMEM : RF_ERR_INTERNAL;
