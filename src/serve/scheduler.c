@@ -154,7 +154,6 @@ typedef struct {
     int fresh;             /* ADMIT: rows admitted in this step */
     job *admitting;        /* ADMIT: the job being given a row, */
     batch_row *starting;   /* and that row */
-    batch_row *ending;     /* AFTER: the row whose choice is ending */
     job *releasing;        /* the job of a row being released (a fault there drops it bare) */
     int left, T, T_whole, nl, n_roll, ctx, kept; /* the step's budget left, tokens packed and whole, logits
                                                      rows, rolling rows, context, tokens kept by rows */
@@ -186,7 +185,7 @@ static void fit_runstate(sched *x, int T, int ctx) {
     int want = x->rs && 2 * x->rs->max_tokens > T ? 2 * x->rs->max_tokens : T;
     if (ctx > x->max_ctx) x->max_ctx = ctx;
     rf_runstate_release(x->rs);
-    x->rs = NULL;
+    x->rs = NULL; /* (until the new one is made: a fault in between leaves none) */
     x->rs = rf_runstate_alloc(&x->s->m->cfg, want, x->max_ctx, 0);
     note_buffers(x);
 }
@@ -286,9 +285,7 @@ static void row_next(sched *x) {
     int nli = 0, n = rf_row_next(r, x->left > 0 ? x->left : 1, &t, &ps, x->pos_buf, &nli);
     r->logit_row = -1, r->in_call = 0, r->n_tok = 0, r->n_logits = 0;
     if (n < 0) { /* its choice is over (a next choice starts, or the row leaves) */
-        x->ending = r;
         int more = rf_row_end(x->s, r, n, &x->sh);
-        x->ending = NULL;
         if (more != 1) release(x, row_remove(x, x->i), more);
         return; /* row x->i is now another row, or the next choice's, not yet asked */
     }
@@ -346,9 +343,7 @@ static void row_after(sched *x) {
         x->i++;
         return;
     }
-    x->ending = r;
     int more = rf_row_end(x->s, r, done < 0 ? done : 0, &x->sh);
-    x->ending = NULL;
     if (more == 1) x->i++;
     else release(x, row_remove(x, x->i), more);
 }
@@ -371,8 +366,7 @@ static void fault(sched *x, int rc) {
         x->releasing = j;
         rf_row_job_fail(x->s, j, rc);
         x->releasing = NULL;
-    } else if (x->phase == NEXT || x->phase == AFTER) {
-        x->ending = NULL;
+    } else if ((x->phase == NEXT || x->phase == AFTER) && x->i < x->n_rows) {
         batch_row *r = row_remove(x, x->i);
         r->in_call = 0;
         release(x, r, rc);
