@@ -157,6 +157,7 @@ typedef struct {
     job *releasing;        /* the job of a row being released (a fault there drops it bare) */
     int left, T, T_whole, nl, n_roll, ctx, kept; /* the step's budget left, tokens packed and whole, logits
                                                      rows, rolling rows, context, tokens kept by rows */
+    int roll_tokens;       /* the tokens of the rolling rows in the call */
     int call_rc;           /* the shared call failed: every row in it fails */
 } sched;
 
@@ -311,7 +312,11 @@ static void call_rows(sched *x) {
 static void run_call(sched *x) {
     x->sc.n = x->sc.rows = 0;
     int n_call = 0;
-    for (int i = 0; i < x->n_rows; i++) n_call += x->rows[i]->in_call;
+    x->roll_tokens = 0;
+    for (int i = 0; i < x->n_rows; i++) {
+        n_call += x->rows[i]->in_call;
+        if (x->rows[i]->rq) x->roll_tokens += x->rows[i]->n_tok;
+    }
     if (n_call) call_rows(x);
     x->phase = AFTER, x->i = 0; /* (last: a fault before it fails every row of the call) */
 }
@@ -327,12 +332,7 @@ static void row_after(sched *x) {
         return;
     }
     r->in_call = 0;
-    if (r->rq) {
-        int roll_tokens = 0;
-        for (int i = 0; i < x->n_rows; i++)
-            if (x->rows[i]->rq) roll_tokens += x->rows[i]->n_tok;
-        rf_roll_seq_set_load(r->rq, x->n_roll - 1, x->T + x->T_whole - roll_tokens, x->kept_last);
-    }
+    if (r->rq) rf_roll_seq_set_load(r->rq, x->n_roll - 1, x->T + x->T_whole - x->roll_tokens, x->kept_last);
     int n_ids = r->c.n_ids;
     int done = x->call_rc            ? x->call_rc
                : r->logit_row == -2 ? -1
