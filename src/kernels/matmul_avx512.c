@@ -1014,6 +1014,102 @@ static void qkp_group(rf_dtype dt, int P, const uint8_t *w, size_t panel, int ns
     }
 }
 
+/* P panels of Q4_K, Q5_K or IQ4_XS for T <= 8 tokens over all nsb
+ * super-blocks, the P x T sums in registers (qkp_kern's arithmetic, the
+ * same expressions), stored to y (token t at y + t ldy, panel p's rows 16
+ * p on, masks k0 and k1) */
+static inline __attribute__((always_inline)) void qkp_row(const rf_dtype dt, const int P, const int T,
+                                                          const uint8_t *w, size_t panel, int nsb, const xq_block *x,
+                                                          int n, float *y, size_t ldy, __mmask16 k0, __mmask16 k1) {
+    const int q5 = dt == RF_Q5_K, xs = dt == RF_IQ4_XS;
+    const size_t sb = q5 ? RF_Q5KP_SB : xs ? RF_IQ4XSP_SB : RF_Q4KP_SB, chunk = q5 ? 320 : 256;
+    __m512 acc[KP_PANELS][8];
+    for (int p = 0; p < P; p++)
+        for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
+    for (int s = 0; s < nsb; s++) {
+        const uint8_t *ws = w + (size_t)s * sb;
+        for (int p = 0; p < P; p++) /* as qkp_group's, into the next P panels near the end */
+            for (size_t l = 0; l < sb; l += 64) {
+                const size_t off = (size_t)s * sb + PF_AHEAD_FEW + l;
+                const uint8_t *a = off < panel ? w + p * panel + off : w + (P + p) * panel + (off - panel);
+                rf_prefetch_stream(a);
+            }
+        const float *d = (const float *)(ws + 8 * chunk + (xs ? 128 : 256));
+        for (int c = 0; c < 8; c++) {
+            const uint8_t *wc = ws + chunk * c, *sc = ws + 8 * chunk + 16 * c;
+            const xq_block *xc = x + (size_t)(8 * s + c) * n;
+            __m512i ia[KP_PANELS][8];
+            qblock_dot(dt, P, T, wc, panel, xc, ia);
+            for (int p = 0; p < P; p++) {
+                const float *dp = (const float *)((const uint8_t *)d + p * panel);
+                if (xs) {
+                    const __m512 scale = _mm512_mul_ps(
+                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + p * panel)))),
+                        _mm512_load_ps(dp));
+                    for (int t = 0; t < T; t++)
+                        acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]),
+                                                    _mm512_mul_ps(scale, _mm512_set1_ps(xc[t].dx)), acc[p][t]);
+                } else {
+                    const uint8_t *sp = sc + p * panel;
+                    const __m512 scale = _mm512_mul_ps(
+                                     _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sp))),
+                                     _mm512_load_ps(dp)),
+                                 min = _mm512_mul_ps(
+                                     _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sp + 128)))),
+                                     _mm512_load_ps(dp + 16));
+                    for (int t = 0; t < T; t++) {
+                        __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(scale, _mm512_set1_ps(xc[t].dx)),
+                                                   acc[p][t]);
+                        acc[p][t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(xc[t].dx * (float)xc[t].init), v);
+                    }
+                }
+            }
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        _mm512_mask_storeu_ps(y + (size_t)t * ldy, k0, acc[0][t]);
+        if (P > 1 && k1) _mm512_mask_storeu_ps(y + (size_t)t * ldy + 16, k1, acc[1][t]);
+    }
+}
+
+#define QKR_T(DT, P)                                                                   \
+    switch (T) {                                                                       \
+    case 1: qkp_row(DT, P, 1, w, panel, nsb, x, n, y, ldy, k0, k1); break;             \
+    case 2: qkp_row(DT, P, 2, w, panel, nsb, x, n, y, ldy, k0, k1); break;             \
+    case 3: qkp_row(DT, P, 3, w, panel, nsb, x, n, y, ldy, k0, k1); break;             \
+    case 4: qkp_row(DT, P, 4, w, panel, nsb, x, n, y, ldy, k0, k1); break;             \
+    case 5: qkp_row(DT, P, 5, w, panel, nsb, x, n, y, ldy, k0, k1); break;             \
+    case 6: qkp_row(DT, P, 6, w, panel, nsb, x, n, y, ldy, k0, k1); break;             \
+    case 7: qkp_row(DT, P, 7, w, panel, nsb, x, n, y, ldy, k0, k1); break;             \
+    default: qkp_row(DT, P, 8, w, panel, nsb, x, n, y, ldy, k0, k1); break;            \
+    }
+
+/* rows [a, b) of Q4_K, Q5_K or IQ4_XS for all n tokens: one panel at a
+ * time, near-equal tiles of up to 8 tokens inside (the later tiles read
+ * the panel from L1 / L2), each tile's sums in registers. Calls of
+ * KP4_MIN_N tokens or more: narrower ones stream the weights faster two
+ * panels at a time (qkp_group; at 151936x1024, 2 threads, this order
+ * took 1.06-1.12x their time at 2 and 3 tokens, 0.99-1.03x at 4,
+ * 0.88-0.95x at 6, 0.86-0.93x at 8) */
+#define KP4_MIN_N 5
+static void qkp_rows(rf_dtype dt, const uint8_t *pk, size_t panel, int nsb, const xq_block *X, int n, float *Y,
+                     size_t ldy, int a, int b) {
+    const int ntt = (n + 7) / 8;
+    for (int r = a; r < b; r += 16) {
+        const __mmask16 k0 = b - r >= 16 ? 0xFFFF : (__mmask16)((1u << (b - r)) - 1), k1 = 0;
+        const uint8_t *w = pk + (size_t)(r / 16) * panel;
+        for (int i = 0, t0 = 0; i < ntt; i++) {
+            const int T = n / ntt + (i < n % ntt);
+            const xq_block *x = X + t0;
+            float *y = Y + (size_t)t0 * ldy + r;
+            if (dt == RF_Q5_K) QKR_T(RF_Q5_K, 1)
+            else if (dt == RF_IQ4_XS) QKR_T(RF_IQ4_XS, 1)
+            else QKR_T(RF_Q4_K, 1)
+            t0 += T;
+        }
+    }
+}
+
 /* ---- Q6_K, Q3_K and Q2_K, packed panels ----------------------------------------
  *
  * The layouts (matmul_pack.c): per panel and 256-column super-block, 8
@@ -1187,6 +1283,10 @@ static void kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, i
     const uint8_t *pk = W->packed;
     if (dt == RF_Q6_K || dt == RF_Q3_K || dt == RF_Q2_K) {
         k16p_rows(dt, pk, nsb, X, n, Y, ldy, a, b);
+        return;
+    }
+    if (n >= KP4_MIN_N) {
+        qkp_rows(dt, pk, panel, nsb, X, n, Y, ldy, a, b);
         return;
     }
     _Alignas(64) float acc[KP_MAX_N * 16 * KP_PANELS];
