@@ -1014,6 +1014,102 @@ static void qkp_group(rf_dtype dt, int P, const uint8_t *w, size_t panel, int ns
     }
 }
 
+/* P panels of Q4_K, Q5_K or IQ4_XS for T <= 8 tokens over all nsb
+ * super-blocks, the P x T sums in registers (qkp_kern's arithmetic, the
+ * same expressions), stored to y (token t at y + t ldy, panel p's rows 16
+ * p on, masks k0 and k1) */
+static inline __attribute__((always_inline)) void qkp_row(const rf_dtype dt, const int P, const int T,
+                                                          const uint8_t *w, size_t panel, int nsb, const xq_block *x,
+                                                          int n, float *y, size_t ldy, __mmask16 k0, __mmask16 k1) {
+    const int q5 = dt == RF_Q5_K, xs = dt == RF_IQ4_XS;
+    const size_t sb = q5 ? RF_Q5KP_SB : xs ? RF_IQ4XSP_SB : RF_Q4KP_SB, chunk = q5 ? 320 : 256;
+    __m512 acc[KP_PANELS][8];
+    for (int p = 0; p < P; p++)
+        for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
+    for (int s = 0; s < nsb; s++) {
+        const uint8_t *ws = w + (size_t)s * sb;
+        for (int p = 0; p < P; p++) /* as qkp_group's, into the next P panels near the end */
+            for (size_t l = 0; l < sb; l += 64) {
+                const size_t off = (size_t)s * sb + PF_AHEAD_FEW + l;
+                const uint8_t *a = off < panel ? w + p * panel + off : w + (P + p) * panel + (off - panel);
+                rf_prefetch_stream(a);
+            }
+        const float *d = (const float *)(ws + 8 * chunk + (xs ? 128 : 256));
+        for (int c = 0; c < 8; c++) {
+            const uint8_t *wc = ws + chunk * c, *sc = ws + 8 * chunk + 16 * c;
+            const xq_block *xc = x + (size_t)(8 * s + c) * n;
+            __m512i ia[KP_PANELS][8];
+            qblock_dot(dt, P, T, wc, panel, xc, ia);
+            for (int p = 0; p < P; p++) {
+                const float *dp = (const float *)((const uint8_t *)d + p * panel);
+                if (xs) {
+                    const __m512 scale = _mm512_mul_ps(
+                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + p * panel)))),
+                        _mm512_load_ps(dp));
+                    for (int t = 0; t < T; t++)
+                        acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]),
+                                                    _mm512_mul_ps(scale, _mm512_set1_ps(xc[t].dx)), acc[p][t]);
+                } else {
+                    const uint8_t *sp = sc + p * panel;
+                    const __m512 scale = _mm512_mul_ps(
+                                     _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sp))),
+                                     _mm512_load_ps(dp)),
+                                 min = _mm512_mul_ps(
+                                     _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sp + 128)))),
+                                     _mm512_load_ps(dp + 16));
+                    for (int t = 0; t < T; t++) {
+                        __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(scale, _mm512_set1_ps(xc[t].dx)),
+                                                   acc[p][t]);
+                        acc[p][t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(xc[t].dx * (float)xc[t].init), v);
+                    }
+                }
+            }
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        _mm512_mask_storeu_ps(y + (size_t)t * ldy, k0, acc[0][t]);
+        if (P > 1 && k1) _mm512_mask_storeu_ps(y + (size_t)t * ldy + 16, k1, acc[1][t]);
+    }
+}
+
+#define QKR_T(DT, P)                                                                   \
+    switch (T) {                                                                       \
+    case 1: qkp_row(DT, P, 1, w, panel, nsb, x, n, y, ldy, k0, k1); break;             \
+    case 2: qkp_row(DT, P, 2, w, panel, nsb, x, n, y, ldy, k0, k1); break;             \
+    case 3: qkp_row(DT, P, 3, w, panel, nsb, x, n, y, ldy, k0, k1); break;             \
+    case 4: qkp_row(DT, P, 4, w, panel, nsb, x, n, y, ldy, k0, k1); break;             \
+    case 5: qkp_row(DT, P, 5, w, panel, nsb, x, n, y, ldy, k0, k1); break;             \
+    case 6: qkp_row(DT, P, 6, w, panel, nsb, x, n, y, ldy, k0, k1); break;             \
+    case 7: qkp_row(DT, P, 7, w, panel, nsb, x, n, y, ldy, k0, k1); break;             \
+    default: qkp_row(DT, P, 8, w, panel, nsb, x, n, y, ldy, k0, k1); break;            \
+    }
+
+/* rows [a, b) of Q4_K, Q5_K or IQ4_XS for all n tokens: one panel at a
+ * time, near-equal tiles of up to 8 tokens inside (the later tiles read
+ * the panel from L1 / L2), each tile's sums in registers. Calls of
+ * KP4_MIN_N tokens or more: narrower ones stream the weights faster two
+ * panels at a time (qkp_group; at 151936x1024, 2 threads, this order
+ * took 1.06-1.12x their time at 2 and 3 tokens, 0.99-1.03x at 4,
+ * 0.88-0.95x at 6, 0.86-0.93x at 8) */
+#define KP4_MIN_N 5
+static void qkp_rows(rf_dtype dt, const uint8_t *pk, size_t panel, int nsb, const xq_block *X, int n, float *Y,
+                     size_t ldy, int a, int b) {
+    const int ntt = (n + 7) / 8;
+    for (int r = a; r < b; r += 16) {
+        const __mmask16 k0 = b - r >= 16 ? 0xFFFF : (__mmask16)((1u << (b - r)) - 1), k1 = 0;
+        const uint8_t *w = pk + (size_t)(r / 16) * panel;
+        for (int i = 0, t0 = 0; i < ntt; i++) {
+            const int T = n / ntt + (i < n % ntt);
+            const xq_block *x = X + t0;
+            float *y = Y + (size_t)t0 * ldy + r;
+            if (dt == RF_Q5_K) QKR_T(RF_Q5_K, 1)
+            else if (dt == RF_IQ4_XS) QKR_T(RF_IQ4_XS, 1)
+            else QKR_T(RF_Q4_K, 1)
+            t0 += T;
+        }
+    }
+}
+
 /* ---- Q6_K, Q3_K and Q2_K, packed panels ----------------------------------------
  *
  * The layouts (matmul_pack.c): per panel and 256-column super-block, 8
@@ -1026,8 +1122,10 @@ static void qkp_group(rf_dtype dt, int P, const uint8_t *w, size_t panel, int ns
  * in through the token's half sums (rf_q8p_prep_avx512 keeps them in
  * init's two 16-bit halves); then two conversions, the scales, and one FMA
  * by the token's dx; Q2_K's mins by two more FMAs with the half sums. Two
- * accumulators per (panel, token): one panel at a time, tiles of up to 8
- * tokens, the super-blocks outside as for Q4_K. */
+ * integer accumulators per (panel, token): one panel at a time, tiles of
+ * up to 8 tokens, each tile's f32 sums in registers over the whole row
+ * (k16p_row; the sums of Q4_K's order in a buffer, loaded and stored per
+ * chunk and token, cost a wide call 7-10%). */
 
 /* the unsigned levels of chunk wc's column groups v (lo: of its first 16
  * columns) and 4 + v (hi: of its last 16) */
@@ -1051,14 +1149,13 @@ static inline __attribute__((always_inline)) void k16_levels(const rf_dtype dt, 
     }
 }
 
-/* chunk wc of one panel for T tokens (x: the chunk's first token; acc:
- * its sums, 16 KP_PANELS floats apart); sc: its scale bytes (the last 16
- * columns' 16 on); d: the rows' d (Q2_K: dmin 16 floats on) */
-static inline __attribute__((always_inline)) void k16p_kern(const rf_dtype dt, const int T, const uint8_t *wc,
-                                                            const uint8_t *sc, const float *d, const xq_block *x,
-                                                            float *acc) {
+/* the two integer dots of chunk wc for T tokens (x: the chunk's first
+ * token, the call's tokens 1 apart): ia[0][t] of its first 16 columns,
+ * ia[1][t] of its last 16, the weights' offset folded in through x's half
+ * sums */
+static inline __attribute__((always_inline)) void k16p_dots(const rf_dtype dt, const int T, const uint8_t *wc,
+                                                            const xq_block *x, __m512i ia[2][8]) {
     const int off = dt == RF_Q6_K ? 32 : dt == RF_Q3_K ? 4 : 0;
-    __m512i ia[2][8];
     for (int t = 0; t < T; t++) {
         ia[0][t] = _mm512_set1_epi32(-off * (int16_t)(x[t].init & 0xFFFF));
         ia[1][t] = _mm512_set1_epi32(-off * (x[t].init >> 16));
@@ -1074,92 +1171,134 @@ static inline __attribute__((always_inline)) void k16p_kern(const rf_dtype dt, c
             ia[1][t] = _mm512_dpbusd_epi32(ia[1][t], hi, _mm512_set1_epi32(qh));
         }
     }
+}
+
+/* the rows' scales of a chunk's two halves, d times its scale bytes sc
+ * (Q2_K: the low nibbles; m0 / m1 its mins, dmin times the high ones) */
+static inline __attribute__((always_inline)) void k16p_scales(const rf_dtype dt, const uint8_t *sc, const float *d,
+                                                              __m512 *s0, __m512 *s1, __m512 *m0, __m512 *m1) {
     const __m512 dv = _mm512_load_ps(d);
     const __m512i b0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc)),
                   b1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16)));
-    __m512 s0 = _mm512_mul_ps(_mm512_cvtepi32_ps(b0), dv), s1 = _mm512_mul_ps(_mm512_cvtepi32_ps(b1), dv), m0 = s0, m1 = s1;
+    *s0 = _mm512_mul_ps(_mm512_cvtepi32_ps(b0), dv), *s1 = _mm512_mul_ps(_mm512_cvtepi32_ps(b1), dv), *m0 = *s0, *m1 = *s1;
     if (dt == RF_Q2_K) { /* scale in the low nibble, min in the high one (the byte sign-extended: masks) */
         const __m512i m15 = _mm512_set1_epi32(15);
         const __m512 dm = _mm512_load_ps(d + 16);
-        s0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b0, m15)), dv);
-        s1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b1, m15)), dv);
-        m0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(b0, 4), m15)), dm);
-        m1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(b1, 4), m15)), dm);
-    }
-    for (int t = 0; t < T; t++) {
-        float *a = acc + (size_t)t * 16 * KP_PANELS;
-        const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[0][t]), s0, _mm512_mul_ps(_mm512_cvtepi32_ps(ia[1][t]), s1));
-        __m512 r = _mm512_fmadd_ps(f, _mm512_set1_ps(x[t].dx), _mm512_load_ps(a));
-        if (dt == RF_Q2_K) {
-            r = _mm512_fnmadd_ps(m0, _mm512_set1_ps(x[t].dx * (float)(int16_t)(x[t].init & 0xFFFF)), r);
-            r = _mm512_fnmadd_ps(m1, _mm512_set1_ps(x[t].dx * (float)(x[t].init >> 16)), r);
-        }
-        _mm512_store_ps(a, r);
+        *s0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b0, m15)), dv);
+        *s1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b1, m15)), dv);
+        *m0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(b0, 4), m15)), dm);
+        *m1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(b1, 4), m15)), dm);
     }
 }
 
-#define K16_T(DT)                                                  \
-    switch (T) {                                                   \
-    case 1: k16p_kern(DT, 1, wc, sc, d, xb, a); break;             \
-    case 2: k16p_kern(DT, 2, wc, sc, d, xb, a); break;             \
-    case 3: k16p_kern(DT, 3, wc, sc, d, xb, a); break;             \
-    case 4: k16p_kern(DT, 4, wc, sc, d, xb, a); break;             \
-    case 5: k16p_kern(DT, 5, wc, sc, d, xb, a); break;             \
-    case 6: k16p_kern(DT, 6, wc, sc, d, xb, a); break;             \
-    case 7: k16p_kern(DT, 7, wc, sc, d, xb, a); break;             \
-    default: k16p_kern(DT, 8, wc, sc, d, xb, a); break;            \
+/* one token's sum r plus a chunk's share: the two dots times their
+ * scales, times the token's dx (Q2_K: less its mins times dx and the half sums) */
+static inline __attribute__((always_inline)) __m512 k16p_fold(const rf_dtype dt, __m512 r, __m512i i0, __m512i i1,
+                                                              __m512 s0, __m512 s1, __m512 m0, __m512 m1,
+                                                              const xq_block *x) {
+    const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), s0, _mm512_mul_ps(_mm512_cvtepi32_ps(i1), s1));
+    r = _mm512_fmadd_ps(f, _mm512_set1_ps(x->dx), r);
+    if (dt == RF_Q2_K) {
+        r = _mm512_fnmadd_ps(m0, _mm512_set1_ps(x->dx * (float)(int16_t)(x->init & 0xFFFF)), r);
+        r = _mm512_fnmadd_ps(m1, _mm512_set1_ps(x->dx * (float)(x->init >> 16)), r);
     }
+    return r;
+}
 
-/* one panel w of Q6_K, Q3_K or Q2_K, tokens [t0, t0 + m) of the call's n,
- * into acc[m][16 KP_PANELS] (the first 16 of each token's) */
-static inline __attribute__((always_inline)) void k16p_group_of(const rf_dtype dt, const uint8_t *w, int nsb,
-                                                                const xq_block *X, int n, int t0, int m, float *acc) {
-    const int ntt = (m + 7) / 8;
+/* one panel w for T tokens over all nsb super-blocks, the T sums in
+ * registers (x: the tile's first token in block 0, a block's tokens n
+ * apart), stored to y (token t at y + t ldy, the rows of mask k): no sums
+ * loaded and stored per chunk, nor zeroed and copied per call */
+static inline __attribute__((always_inline)) void k16p_row(const rf_dtype dt, const int T, const uint8_t *w, int nsb,
+                                                           const xq_block *x, int n, float *y, size_t ldy,
+                                                           __mmask16 k) {
     const size_t sb = rf_kp_sb_bytes(dt), chunk = rf_k16p_chunk(dt);
+    __m512 acc[8];
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
     for (int s = 0; s < nsb; s++) {
         const uint8_t *ws = w + (size_t)s * sb;
         for (size_t l = 0; l < sb; l += 64) /* PF_AHEAD_FEW bytes ahead, into the next panel near the end */
             rf_prefetch_stream(ws + PF_AHEAD_FEW + l);
         const float *d = (const float *)(ws + 8 * chunk + 256);
         for (int c = 0; c < 8; c++) {
-            const uint8_t *wc = ws + chunk * c, *sc = ws + 8 * chunk + 32 * c;
-            for (int i = 0, u = 0; i < ntt; i++) {
-                const int T = m / ntt + (i < m % ntt);
-                const xq_block *xb = X + (size_t)(8 * s + c) * n + t0 + u;
-                float *a = acc + (size_t)u * 16 * KP_PANELS;
-                K16_T(dt)
-                u += T;
-            }
+            const xq_block *xc = x + (size_t)(8 * s + c) * n;
+            __m512i ia[2][8];
+            k16p_dots(dt, T, ws + chunk * c, xc, ia);
+            __m512 s0, s1, m0, m1;
+            k16p_scales(dt, ws + 8 * chunk + 32 * c, d, &s0, &s1, &m0, &m1);
+            for (int t = 0; t < T; t++) acc[t] = k16p_fold(dt, acc[t], ia[0][t], ia[1][t], s0, s1, m0, m1, xc + t);
+        }
+    }
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (size_t)t * ldy, k, acc[t]);
+}
+
+#define K16R_T(DT)                                                  \
+    switch (T) {                                                    \
+    case 1: k16p_row(DT, 1, w, nsb, x, n, y, ldy, k); break;        \
+    case 2: k16p_row(DT, 2, w, nsb, x, n, y, ldy, k); break;        \
+    case 3: k16p_row(DT, 3, w, nsb, x, n, y, ldy, k); break;        \
+    case 4: k16p_row(DT, 4, w, nsb, x, n, y, ldy, k); break;        \
+    case 5: k16p_row(DT, 5, w, nsb, x, n, y, ldy, k); break;        \
+    case 6: k16p_row(DT, 6, w, nsb, x, n, y, ldy, k); break;        \
+    case 7: k16p_row(DT, 7, w, nsb, x, n, y, ldy, k); break;        \
+    default: k16p_row(DT, 8, w, nsb, x, n, y, ldy, k); break;       \
+    }
+
+/* rows [a, b) of Q6_K, Q3_K or Q2_K for all n tokens: panels outside,
+ * near-equal tiles of up to 8 tokens inside, each tile's sums in
+ * registers over the whole row (the panel, 13 KiB for Q6_K at 1024
+ * columns, stays in L1 for the tiles after the first) */
+static inline __attribute__((always_inline)) void k16p_rows_of(const rf_dtype dt, const uint8_t *pk, int nsb,
+                                                               const xq_block *X, int n, float *Y, size_t ldy,
+                                                               int a, int b) {
+    const size_t panel = (size_t)nsb * rf_kp_sb_bytes(dt);
+    const int ntt = (n + 7) / 8;
+    for (int r = a; r < b; r += 16) {
+        const __mmask16 k = b - r >= 16 ? 0xFFFF : (__mmask16)((1u << (b - r)) - 1);
+        const uint8_t *w = pk + (size_t)(r / 16) * panel;
+        for (int i = 0, t0 = 0; i < ntt; i++) {
+            const int T = n / ntt + (i < n % ntt);
+            const xq_block *x = X + t0;
+            float *y = Y + (size_t)t0 * ldy + r;
+            K16R_T(dt)
+            t0 += T;
         }
     }
 }
 /* one function per type, dt a constant in each: one type's kernels in a
  * function (the three in one made Q6_K's 1-token calls a quarter slower) */
-static void k16p_group(rf_dtype dt, const uint8_t *w, int nsb, const xq_block *X, int n, int t0, int m, float *acc) {
-    if (dt == RF_Q6_K) k16p_group_of(RF_Q6_K, w, nsb, X, n, t0, m, acc);
-    else if (dt == RF_Q3_K) k16p_group_of(RF_Q3_K, w, nsb, X, n, t0, m, acc);
-    else k16p_group_of(RF_Q2_K, w, nsb, X, n, t0, m, acc);
+static void k16p_rows(rf_dtype dt, const uint8_t *pk, int nsb, const xq_block *X, int n, float *Y, size_t ldy, int a,
+                      int b) {
+    if (dt == RF_Q6_K) k16p_rows_of(RF_Q6_K, pk, nsb, X, n, Y, ldy, a, b);
+    else if (dt == RF_Q3_K) k16p_rows_of(RF_Q3_K, pk, nsb, X, n, Y, ldy, a, b);
+    else k16p_rows_of(RF_Q2_K, pk, nsb, X, n, Y, ldy, a, b);
 }
 
 /* Q4_K, Q5_K, Q6_K, Q3_K, Q2_K or IQ4_XS panels: up to KP_PANELS panels
- * (Q6_K, Q3_K, Q2_K: one, for their two accumulators per token) and
- * KP_MAX_N tokens at a time */
+ * and KP_MAX_N tokens at a time (Q6_K, Q3_K, Q2_K: k16p_rows) */
 static void kp_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, int n, int a, int b) {
     const rf_dtype dt = W->dtype;
-    const int nsb = W->cols / RF_QK_K, k16 = dt == RF_Q6_K || dt == RF_Q3_K || dt == RF_Q2_K, pmax = k16 ? 1 : KP_PANELS;
+    const int nsb = W->cols / RF_QK_K;
     const size_t panel = (size_t)nsb * rf_kp_sb_bytes(dt);
     const uint8_t *pk = W->packed;
+    if (dt == RF_Q6_K || dt == RF_Q3_K || dt == RF_Q2_K) {
+        k16p_rows(dt, pk, nsb, X, n, Y, ldy, a, b);
+        return;
+    }
+    if (n >= KP4_MIN_N) {
+        qkp_rows(dt, pk, panel, nsb, X, n, Y, ldy, a, b);
+        return;
+    }
     _Alignas(64) float acc[KP_MAX_N * 16 * KP_PANELS];
     for (int r = a, P; r < b; r += 16 * P) {
-        P = (b - r + 15) / 16 < pmax ? 1 : pmax;
+        P = (b - r + 15) / 16 < KP_PANELS ? 1 : KP_PANELS;
         const int rows = b - r < 16 * P ? b - r : 16 * P;
         const __mmask16 k0 = rows >= 16 ? 0xFFFF : (__mmask16)((1u << rows) - 1),
                         k1 = rows >= 32 ? 0xFFFF : rows <= 16 ? 0 : (__mmask16)((1u << (rows - 16)) - 1);
         for (int t0 = 0; t0 < n; t0 += KP_MAX_N) {
             const int m = n - t0 < KP_MAX_N ? n - t0 : KP_MAX_N;
             memset(acc, 0, sizeof(float) * (size_t)m * 16 * KP_PANELS);
-            if (k16) k16p_group(dt, pk + (size_t)(r / 16) * panel, nsb, X, n, t0, m, acc);
-            else qkp_group(W->dtype, P, pk + (size_t)(r / 16) * panel, panel, nsb, X, n, t0, m, acc);
+            qkp_group(W->dtype, P, pk + (size_t)(r / 16) * panel, panel, nsb, X, n, t0, m, acc);
             for (int t = 0; t < m; t++) {
                 const float *s = acc + (size_t)t * 16 * KP_PANELS;
                 float *y = Y + (size_t)(t0 + t) * ldy + r;
