@@ -80,7 +80,7 @@ const rf_opt rf_decode_table[] = {
     {"steps", 0, NULL, "steps", RF_OPT_INT, 0, 1000000, 0, RF_HI_CONTEXT, NULL, G(mdm_steps), "N",
      "mdm: diffusion steps over the answer (0 = the answer length)"},
     {"threads", 't', NULL, NULL, RF_OPT_INT, 0, 1024, 0, 0, NULL, D(threads), "N",
-     "OpenMP threads (0 = OpenMP's default; serve: per worker)"},
+     "OpenMP threads (0 = OpenMP's default; serve: of the scheduler's model calls, default all cores)"},
     {"ctx-size", 'c', NULL, NULL, RF_OPT_INT, 0, 100000000, 0, 0, NULL, D(ctx_size), "N",
      "prompt + answer limit in tokens (0 = the model's context)"},
     {"n-gpu-layers", 0, "gpu-layers", NULL, RF_OPT_STR, 0, 0, 0, 0, NULL, D(n_gpu_layers), "N",
