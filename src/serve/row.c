@@ -106,30 +106,38 @@ int rf_row_after(batch_row *r, const float *logits) {
                    : rf_ar_seq_after(r->q, logits);
 }
 
-void rf_row_job_fail(rf_server *s, job *j, int rc) {
-    job_acc a;
-    rf_acc_init(&a);
-    rf_job_finish(s, j, &a, rc);
+/* j finished with its choices a (or the failure rc), the scheduler's
+ * reference given back */
+static void job_end(rf_server *s, job *j, job_acc *a, int rc) {
+    rf_job_finish(s, j, a, rc);
     pthread_mutex_lock(&s->mu);
     s->n_active--;
     rf_serve_job_unref_locked(j);
     pthread_mutex_unlock(&s->mu);
 }
 
-void rf_row_release(rf_server *s, batch_row *r, int rc) {
-    job *j = r->j;
-    job_acc a = r->acc;
+void rf_row_job_fail(rf_server *s, job *j, int rc) {
+    job_acc a;
+    rf_acc_init(&a);
+    job_end(s, j, &a, rc);
+}
+
+/* r's sequence, whichever it is, freed (none: nothing) */
+static void seq_free(batch_row *r) {
     rf_ar_seq_free(r->q);
     rf_roll_seq_free(r->rq);
     rf_pi_seq_free(r->pq);
     rf_mdm_seq_free(r->mq);
+    r->q = NULL, r->rq = NULL, r->pq = NULL, r->mq = NULL;
+}
+
+void rf_row_release(rf_server *s, batch_row *r, int rc) {
+    job *j = r->j;
+    job_acc a = r->acc;
+    seq_free(r);
     rf_answer_free(&r->c);
     free(r);
-    rf_job_finish(s, j, &a, rc);
-    pthread_mutex_lock(&s->mu);
-    s->n_active--;
-    rf_serve_job_unref_locked(j);
-    pthread_mutex_unlock(&s->mu);
+    job_end(s, j, &a, rc);
 }
 
 /* The statistics of r's completed sequence into *stats (the sequence
@@ -167,11 +175,7 @@ int rf_row_end(rf_server *s, batch_row *r, int rc, row_shared *sh) {
         pthread_mutex_unlock(&s->mu);
     }
     if (!rc) rc = seq_finish(r, &stats);
-    rf_ar_seq_free(r->q);
-    rf_roll_seq_free(r->rq);
-    rf_pi_seq_free(r->pq);
-    rf_mdm_seq_free(r->mq);
-    r->q = NULL, r->rq = NULL, r->pq = NULL, r->mq = NULL;
+    seq_free(r); /* (a failed one's) */
     rc = rf_answer_end(s, j, &r->c, &stats, rc, rf_now() - r->t0, r->calls0);
     if (!rc) rf_acc_choice(s, j, &r->acc, &r->c, &stats, r->choice, r->n_choices);
     if (!rc && r->choice + 1 < r->n_choices) {
