@@ -24,8 +24,8 @@
  * (rf_forward_calls: each call on its own KV cache, the weights read once),
  * then hands each its logits. New jobs join at the next step (without
  * continuous batching, cfg.batch 0, only when no generation is running: the
- * ones queued by then start together), finished ones leave; a cancelled one (client gone, max_tokens, stop) leaves
- * before its next call. Prompt tokens are fed at most PREFILL_BUDGET per
+ * ones queued by then start together), finished ones leave; a cancelled one
+ * (client gone, max_tokens, stop) leaves before its next call. Prompt tokens are fed at most PREFILL_BUDGET per
  * step in all, so a long prompt joins over several steps while the others
  * keep decoding (a plan-and-infill or MDM call cannot be split: one that
  * does not fit a budget already drawn on waits a step). Every answer is the
@@ -157,7 +157,7 @@ typedef struct {
     job *releasing;        /* the job of a row being released (a fault there drops it bare) */
     int left, T, T_whole, nl, n_roll, ctx, kept; /* the step's budget left, tokens packed and whole, logits
                                                      rows, rolling rows, context, tokens kept by rows */
-    int roll_tokens;       /* the tokens of the rolling rows in the call */
+    int roll_tokens;       /* the step's tokens of rolling rows */
     int call_rc;           /* the shared call failed: every row in it fails */
 } sched;
 
@@ -228,7 +228,7 @@ static void admit_one(sched *x) {
     pthread_mutex_unlock(&s->mu);
     if (!j) {
         x->phase = NEXT, x->i = 0;
-        x->left = PREFILL_BUDGET, x->T = x->T_whole = x->nl = x->n_roll = x->kept = 0;
+        x->left = PREFILL_BUDGET, x->T = x->T_whole = x->nl = x->n_roll = x->roll_tokens = x->kept = 0;
         x->ctx = x->max_ctx, x->call_rc = 0;
         return;
     }
@@ -270,7 +270,7 @@ static void row_join(sched *x, batch_row *r, int n, int nli, const int *t, const
         memcpy(x->sb.pos + x->T, ps, (size_t)n * sizeof(int));
         r->at = x->T;
         x->T += n;
-        x->n_roll += r->rq != NULL;
+        if (r->rq) x->n_roll++, x->roll_tokens += n;
     }
     r->in_call = 1, r->n_tok = n, r->n_logits = nli;
     x->nl += nli;
@@ -312,11 +312,7 @@ static void call_rows(sched *x) {
 static void run_call(sched *x) {
     x->sc.n = x->sc.rows = 0;
     int n_call = 0;
-    x->roll_tokens = 0;
-    for (int i = 0; i < x->n_rows; i++) {
-        n_call += x->rows[i]->in_call;
-        if (x->rows[i]->rq) x->roll_tokens += x->rows[i]->n_tok;
-    }
+    for (int i = 0; i < x->n_rows; i++) n_call += x->rows[i]->in_call;
     if (n_call) call_rows(x);
     x->phase = AFTER, x->i = 0; /* (last: a fault before it fails every row of the call) */
 }
