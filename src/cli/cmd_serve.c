@@ -256,7 +256,7 @@ static void print_listening(const rf_server *s, const rf_serve_config *c, const 
     fprintf(stderr,
             "refusion serve: %s (%s%s, %d rows%s x %d threads, %s kernels%s) listening on http://%s%s%s:%d\n",
             model_dir, rf_method_name(c->defaults.gen.method), have_tok ? "" : ", no tokenizer", c->parallel,
-            c->batch ? "" : " without continuous batching", c->batch_threads, rf_cpu_tier_name(),
+            c->batch ? "" : " without continuous batching", c->defaults.threads, rf_cpu_tier_name(),
             c->api_key ? ", API key" : "", bracket ? "[" : "", h, bracket ? "]" : "", rf_serve_port(s));
     if (!c->api_key && !rf_serve_loopback(s))
         fprintf(stderr, "refusion serve: warning: listening on %s without an API key: anyone who can reach it can "
@@ -303,7 +303,7 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     /* OpenMP threads: the model calls get every core unless --threads says */
-    c.batch_threads = c.defaults.threads > 0 ? c.defaults.threads : omp_get_num_procs();
+    if (c.defaults.threads == 0) c.defaults.threads = omp_get_num_procs();
 
     refusion_model *m = model_open_alone(model_dir);
     if (!m) return 1;

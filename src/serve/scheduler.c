@@ -405,8 +405,7 @@ static void step(sched *x) {
 
 void *rf_serve_scheduler_main(void *arg) {
     rf_server *s = arg;
-    int threads = s->cfg.batch_threads > 0 ? s->cfg.batch_threads : s->cfg.defaults.threads;
-    if (threads > 0) omp_set_num_threads(threads);
+    if (s->cfg.defaults.threads > 0) omp_set_num_threads(s->cfg.defaults.threads);
     sched x = {.s = s, .cap = s->cfg.parallel, .V = s->m->cfg.vocab_size, .max_ctx = s->m->cfg.max_pos};
     x.rows = rf_calloc((size_t)x.cap, sizeof *x.rows);
     x.sc = (step_calls){0, rf_calloc((size_t)x.cap, sizeof(rf_kvcache *)), rf_calloc((size_t)x.cap, sizeof(rf_batch)), 0};

@@ -55,7 +55,6 @@ typedef struct {
     int parallel;            /* generations decoded at once (--parallel): rows of the scheduler's model calls */
     int batch;               /* 1: a generation joins the running ones at the next step (continuous batching);
                                 0: only when none is running (the ones queued by then start together) */
-    int batch_threads;       /* OpenMP threads of the model calls (0: defaults.threads) */
     size_t cache_bytes;      /* prompt-prefix cache of the generations (0: none; --cache-mb) */
     const char *api_key;     /* non-NULL: every request but /health and OPTIONS needs "Bearer <key>" */
     const char *cors_origin; /* Access-Control-Allow-Origin on every answer (NULL: none, the default: a web
@@ -81,7 +80,8 @@ typedef struct {
     int webui;               /* 1: GET / serves the web page (web_path's files, or the built-in one) */
     const char *web_path;    /* a folder served at / instead of the built-in page (NULL: built in) */
     int slots_endpoint;      /* 1: GET /slots answers */
-    rf_decode_opts defaults; /* decoding settings when a request does not say (threads: the model calls' when batch_threads is 0) */
+    rf_decode_opts defaults; /* decoding settings when a request does not say (threads: the scheduler's OpenMP
+                                threads for the model calls; 0: OpenMP's default) */
 } rf_serve_config;
 
 /* Sensible defaults: 127.0.0.1:8080, 4 MiB bodies, queue of 64, 512
