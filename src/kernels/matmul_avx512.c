@@ -217,6 +217,20 @@ void rf_bf16p_prep_avx512(void *xp, const float *X, int n, int cols, int single,
  * line prefetched 2 KiB ahead arrives late. */
 #define PF_AHEAD_FEW 4096
 
+/* The bytes [at, at + len) of P panel streams (panel bytes apart),
+ * prefetched PF_AHEAD_FEW ahead; near a panel's end into the same stream of
+ * the group `next` panels on rather than into the start of the neighbouring
+ * panel, which this group read at its first bytes: otherwise the next
+ * group's streams begin cold. */
+static inline __attribute__((always_inline)) void prefetch_panels(const uint8_t *w, size_t panel, int P, int next,
+                                                                  size_t at, size_t len) {
+    for (int p = 0; p < P; p++)
+        for (size_t l = 0; l < len; l += 64) {
+            const size_t off = at + PF_AHEAD_FEW + l;
+            rf_prefetch_stream(off < panel ? w + p * panel + off : w + (next + p) * panel + (off - panel));
+        }
+}
+
 /* the widest bf16 token tile */
 #define BP_MAX_T 16
 
@@ -854,17 +868,7 @@ static void qbgroup(rf_dtype dt, int P, const uint8_t *w, size_t panel, int nb, 
     const int ntt = (n + 7) / 8;
     for (int b = 0; b < nb; b++) {
         const uint8_t *wb = w + (size_t)b * block;
-        /* each stream PF_AHEAD_FEW bytes ahead; near its panel's end, into the
-         * same stream of the next group (BO_PANELS panels on) rather than
-         * into the start of the neighbouring panel, which this group read
-         * at its first blocks: otherwise the next group's streams begin
-         * cold */
-        for (int p = 0; p < P; p++)
-            for (size_t l = 0; l < block; l += 64) {
-                const size_t off = (size_t)b * block + PF_AHEAD_FEW + l;
-                const uint8_t *a = off < panel ? w + p * panel + off : w + (BO_PANELS + p) * panel + (off - panel);
-                rf_prefetch_stream(a);
-            }
+        prefetch_panels(w, panel, P, BO_PANELS, (size_t)b * block, block); /* the next group BO_PANELS on */
         for (int t0 = 0, i = 0; i < ntt; i++) {
             const int T = n / ntt + (i < n % ntt);
             const xq_block *xb = X + (size_t)b * n + t0;
@@ -986,14 +990,7 @@ static void qkp_group(rf_dtype dt, int P, const uint8_t *w, size_t panel, int ns
     const size_t sb = q5 ? RF_Q5KP_SB : xs ? RF_IQ4XSP_SB : RF_Q4KP_SB, chunk = q5 ? 320 : 256;
     for (int s = 0; s < nsb; s++) {
         const uint8_t *ws = w + (size_t)s * sb;
-        /* each panel's stream PF_AHEAD_FEW bytes ahead (into the next group's
-         * panels near the end, as qbgroup) */
-        for (int p = 0; p < P; p++)
-            for (size_t l = 0; l < sb; l += 64) {
-                const size_t off = (size_t)s * sb + PF_AHEAD_FEW + l;
-                const uint8_t *a = off < panel ? w + p * panel + off : w + (KP_PANELS + p) * panel + (off - panel);
-                rf_prefetch_stream(a);
-            }
+        prefetch_panels(w, panel, P, KP_PANELS, (size_t)s * sb, sb); /* the next group KP_PANELS on */
         const float *d = (const float *)(ws + 8 * chunk + (xs ? 128 : 256));
         for (int c = 0; c < 8; c++) {
             const uint8_t *wc = ws + chunk * c, *sc = ws + 8 * chunk + 16 * c;
@@ -1028,12 +1025,7 @@ static inline __attribute__((always_inline)) void qkp_row(const rf_dtype dt, con
         for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
     for (int s = 0; s < nsb; s++) {
         const uint8_t *ws = w + (size_t)s * sb;
-        for (int p = 0; p < P; p++) /* as qkp_group's, into the next P panels near the end */
-            for (size_t l = 0; l < sb; l += 64) {
-                const size_t off = (size_t)s * sb + PF_AHEAD_FEW + l;
-                const uint8_t *a = off < panel ? w + p * panel + off : w + (P + p) * panel + (off - panel);
-                rf_prefetch_stream(a);
-            }
+        prefetch_panels(w, panel, P, P, (size_t)s * sb, sb); /* the next group P panels on */
         const float *d = (const float *)(ws + 8 * chunk + (xs ? 128 : 256));
         for (int c = 0; c < 8; c++) {
             const uint8_t *wc = ws + chunk * c, *sc = ws + 8 * chunk + 16 * c;
