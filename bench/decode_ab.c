@@ -150,12 +150,13 @@ int main(int argc, char **argv) {
         if (!g->rolling || !g->draft_adaptive) continue;
         int need = 2 * (g->slot_size < 32 ? g->slot_size : 32);
         bench_kernels_apply(&S[k].kern);
-        if (rf_call_cost_measure(S[k].m, need, S[k].call_cost)) {
+        int cached;
+        if (rf_call_cost_get(S[k].m, need, S[k].call_cost, &cached)) {
             rf_print_error();
             return 1;
         }
         g->call_cost = S[k].call_cost, g->n_call_cost = need;
-        printf("# %c: call cost (n tokens / 1 token), n = 1..%d:", "AB"[k], need);
+        printf("# %c: call cost (n tokens / 1 token; %s), n = 1..%d:", "AB"[k], cached ? "the tune cache's" : "timed", need);
         for (int i = 0; i < need; i++) printf(" %.2f", S[k].call_cost[i]);
         printf("\n");
     }

@@ -33,7 +33,7 @@ prompts=(
   "Write a Python function f(x) that does this: start from x, add 4, then multiply by 2."
 )
 for p in "${prompts[@]}"; do
-  for mode in "--decoder ar" "--rolling --slot-size 4 --slot-threshold 0.5"; do
+  for mode in "--decoder ar" "--rolling --slot-size 4 --slot-threshold 0.5 --draft-policy fixed"; do
     # shellcheck disable=SC2086
     want=$(answer "$DEMO" "$p" $mode)
     for g in g32 g16; do

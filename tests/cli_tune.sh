@@ -54,9 +54,50 @@ implied_l2() {
          w[n] = $1; r[n] = $4 + 0; l[n] = lo + 0; h[n++] = hi + 0 }
        END { v = "off"; if (n > 0 && h[0] < 1) for (i = 0; i < n && r[i] <= 1 && l[i] <= 1; i++) v = w[i]; print v }' "$T/out"
 }
+# the adaptive rolling slot's call costs: tune prints c(1..32) (c(1) = 1,
+# non-decreasing) and keeps them in the cache under the model's key; the
+# demo's own settings (the adaptive width) then size their calls by the
+# cached table, not by timing: a flat table drafts, a steep one (wide calls
+# 50x a 1-token call) makes plain AR calls, both with AR's answer; with the
+# cache off the decoder times the calls itself (more calls than the flat
+# table's, whose wide calls are free); a malformed table: one
+# warning, the cache ignored. Run after the avx2 tune above (its key: avx2,
+# 1 thread).
+call_costs() {
+  local costs file q="Tom has 12 apples. He buys 7 more. How many apples does he have now?"
+  costs=$(grep -A1 'call cost c(n)' "$T/out" | tail -n 1)
+  check 'echo "$costs" | awk "NF != 32 || \$1 != \"1.00\" { exit 1 } { for (i = 2; i <= NF; i++) if (\$i < \$(i - 1)) exit 1 }"' \
+    "call costs: '$costs'"
+  file=$(ls "$XDG_CACHE_HOME"/refusion/tune-*.txt)
+  check '[ "$(grep -c "^call-cost: [0-9a-f]\{16\} 32 1.000 " "$file")" = 1 ]' "cache: $(cat "$file")"
+  set_table() { # c(n) = 1 + SLOPE (n - 1) for the cached table
+    awk -v s="$1" '/^call-cost: / { printf "call-cost: %s 32", $2; for (i = 0; i < 32; i++) printf " %.3f", 1 + s * i; print ""; next } 1' \
+      "$file" >"$file.new" && mv "$file.new" "$file"
+  }
+  calls() { # NAME [env...]: the demo's own settings at avx2, 1 thread
+    local name=$1
+    shift
+    env REFUSION_CPU=avx2 "$@" "$BIN" generate -m "$DEMO" -t 1 --json -p "$q" >"$T/$name.json" 2>"$T/$name.err" ||
+      bad "generate ($name): $(cat "$T/$name.err")"
+    field "$T/$name.json" 'o["model_calls"], o["tokens"], o["answer_ids"]'
+  }
+  local ar flat steep off
+  ar=$(REFUSION_CPU=avx2 "$BIN" generate -m "$DEMO" -t 1 --json -p "$q" --decoder ar | python3 -c 'import json, sys; print(json.load(sys.stdin)["answer_ids"])')
+  set_table 50; steep=$(calls steep)
+  set_table 0; flat=$(calls flat)
+  off=$(calls off REFUSION_TUNE=off) # timed: wide calls cost more than in the flat table, so fewer drafts
+  check 'python3 -c "import sys; f, s, o = (eval(a) for a in sys.argv[1:4]); a = eval(sys.argv[4])
+assert f[2] == s[2] == o[2] == a, \"answers differ from AR decoding\"
+assert s[0] >= s[1] - 2 and f[0] < s[0] and o[0] > f[0], (f[:2], s[:2], o[:2])" "$flat" "$steep" "$off" "$ar"' \
+    "cached tables (calls, tokens): flat $flat, steep $steep, off $off, AR $ar"
+  sed -i 's/^call-cost: \([0-9a-f]*\) 32 /call-cost: \1 33 /' "$file"
+  calls malformed >/dev/null
+  check '[ "$(grep -c "tune cache" "$T/malformed.err")" = 1 ] && grep -q "corrupt" "$T/malformed.err"' \
+    "a malformed table: $(cat "$T/malformed.err")"
+}
 REFUSION_CPU=avx2 "$BIN" tune -m "$DEMO" --rounds 3 -t 1 >"$T/out" 2>"$T/err"
 check '[ $? = 0 ] && grep -q "prefetch into L2 against L1 (tier avx2" "$T/out"' "avx2 prefetch: $(cat "$T/out" "$T/err")"
-last=$(tail -n 1 "$T/out")
+last=$(grep '^REFUSION_PREFETCH_L2=' "$T/out")
 check '[ "$last" = "REFUSION_PREFETCH_L2=$(implied_l2)" ]' "prefetch: the last line '$last' is not what the rows imply ($(implied_l2)): $(cat "$T/out")"
 check 'grep -q "max |L2 - L1| = 0 of" "$T/out"' "prefetch: the two levels' logits differ: $(cat "$T/out")"
 # the next load applies the cache (info says the level), the environment wins over it
@@ -68,9 +109,11 @@ info=$(REFUSION_PREFETCH_L2=3 "$BIN" info -m "$DEMO")
 check 'echo "$info" | grep -q "^prefetch   into L2 for calls of up to 3 tokens"' "environment over the cache: $info"
 info=$("$BIN" --no-tune info -m "$DEMO")
 check 'echo "$info" | grep -q "^tune cache off"' "--no-tune: $info"
+call_costs
 run convert -m "$DEMO" -o "$T/f32" --dtype f32
 REFUSION_CPU=avx2 "$BIN" tune -m "$T/f32" >"$T/out" 2>"$T/err"
-check '[ $? = 0 ] && grep -q "^tier avx2: nothing to tune" "$T/out"' "avx2 f32: $(cat "$T/out" "$T/err")"
+check '[ $? = 0 ] && grep -q "^tier avx2: no kernel setting to tune" "$T/out" && grep -q "call cost c(n)" "$T/out"' \
+  "avx2 f32: $(cat "$T/out" "$T/err")"
 
 expect_fail 2 "-m MODEL is required" tune
 expect_fail 2 "rounds" tune -m "$DEMO" --rounds 2

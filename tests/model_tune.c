@@ -23,6 +23,91 @@ static int crossover(const int *w, const double *ratio, int n) {
     return rf_tune_crossover(p, n);
 }
 
+static int write_choices(int bf16p_kernel, int prefetch_l2) {
+    rf_tune_choices set = rf_tune_choices_none();
+    set.bf16p_kernel = bf16p_kernel, set.prefetch_l2 = prefetch_l2;
+    return rf_tune_cache_write(&set);
+}
+
+static int write_table(uint64_t key, int n, const float *cost) {
+    rf_tune_choices set = rf_tune_choices_none();
+    set.cost_key = key, set.n_cost = n;
+    memcpy(set.cost, cost, (size_t)(n < RF_TUNE_MAX_COST ? n : RF_TUNE_MAX_COST) * sizeof *cost);
+    return rf_tune_cache_write(&set);
+}
+
+/* the AMX crossovers: written beside the other choices, applied at load
+ * (at any tier: they take effect at amx), the environment over them */
+static void amx_choices(const char *path) {
+    char warn[4400];
+    rf_tune_choices set = rf_tune_choices_none(), c = {.cost_key = 0};
+    set.amx_int8 = 9;
+    CHECK(rf_tune_cache_write(&set) == 0, "write: %s", rf_last_error());
+    set = rf_tune_choices_none(), set.amx_bf16 = 0;
+    CHECK(rf_tune_cache_write(&set) == 0, "write: %s", rf_last_error());
+    CHECK(rf_tune_cache_read(path, &c, warn, sizeof warn) == 1 && c.amx_int8 == 9 && c.amx_bf16 == 0 &&
+              c.bf16p_kernel == RF_BF16P_DP && c.prefetch_l2 == 12,
+          "read back: amx %d/%d, %d %d", c.amx_bf16, c.amx_int8, c.bf16p_kernel, c.prefetch_l2);
+    unsetenv("REFUSION_AMX_INT8"), unsetenv("REFUSION_AMX_BF16");
+    rf_matmul_set_amx_int8(-1), rf_matmul_set_amx_bf16(-1);
+    CHECK(rf_tune_cache_apply() == 1 && rf_matmul_amx_int8() == 9 && rf_matmul_amx_bf16() == 0, "applied: %d %d",
+          rf_matmul_amx_int8(), rf_matmul_amx_bf16());
+    setenv("REFUSION_AMX_INT8", "5", 1);
+    rf_matmul_set_amx_int8(-1);
+    CHECK(rf_tune_cache_apply() == 1 && rf_matmul_amx_int8() != 9, "environment over cache: %d", rf_matmul_amx_int8());
+    unsetenv("REFUSION_AMX_INT8");
+    rf_matmul_set_amx_int8(-1), rf_matmul_set_amx_bf16(-1);
+}
+
+/* the call-cost tables: one per key, each written beside the choices and
+ * the other keys' tables without disturbing them, read back only whole */
+static void call_cost_tables(const char *path) {
+    const float a[4] = {1.0f, 1.05f, 1.2f, 1.5f}, a2[4] = {1.0f, 1.5f, 2.0f, 2.5f}, b[3] = {1.0f, 2.0f, 3.0f};
+    const uint64_t ka = 0x1234567890abcdefull, kb = 0x77ull;
+    float got[8];
+    char warn[4400];
+    CHECK(write_table(ka, 4, a) == 0 && write_table(kb, 3, b) == 0, "write: %s", rf_last_error());
+    CHECK(rf_tune_cache_call_cost(ka, 4, got) == 1 && !memcmp(got, a, sizeof a), "key a: %g %g %g %g", got[0], got[1],
+          got[2], got[3]);
+    CHECK(rf_tune_cache_call_cost(ka, 2, got) == 1 && got[1] == a[1], "key a, 2 widths");
+    CHECK(rf_tune_cache_call_cost(ka, 5, got) == 0, "key a holds 4 widths, not 5");
+    CHECK(rf_tune_cache_call_cost(kb, 3, got) == 1 && got[2] == 3.0f, "key b");
+    CHECK(rf_tune_cache_call_cost(0x99ull, 1, got) == 0, "an unknown key");
+    /* rewriting a key replaces its table; the choices and the other table stay */
+    CHECK(write_table(ka, 4, a2) == 0, "rewrite: %s", rf_last_error());
+    CHECK(rf_tune_cache_call_cost(ka, 4, got) == 1 && got[3] == 2.5f, "key a rewritten: %g", got[3]);
+    CHECK(rf_tune_cache_call_cost(kb, 3, got) == 1, "key b kept");
+    rf_tune_choices c = {.cost_key = ka};
+    CHECK(rf_tune_cache_read(path, &c, warn, sizeof warn) == 1 && c.bf16p_kernel == RF_BF16P_DP && c.prefetch_l2 == 12 &&
+          c.n_cost == 4, "choices kept: %d %d %d", c.bf16p_kernel, c.prefetch_l2, c.n_cost);
+    FILE *f = fopen(path, "r");
+    int lines = 0;
+    for (char line[1024]; f && fgets(line, sizeof line, f);) lines += !strncmp(line, "call-cost: ", 11);
+    if (f) fclose(f);
+    CHECK(lines == 2, "%d call-cost lines, want 2 (one per key)", lines);
+    const float bad[2] = {1.0f, NAN};
+    CHECK(write_table(ka, RF_TUNE_MAX_COST + 1, a) == -1 && write_table(ka, 2, bad) == -1 && write_table(0, 2, a) == -1,
+          "a table of too many widths, a NaN cost, no key: refused");
+    setenv("REFUSION_TUNE", "off", 1);
+    CHECK(rf_tune_cache_call_cost(ka, 4, got) == 0, "REFUSION_TUNE=off: no table");
+    unsetenv("REFUSION_TUNE");
+    /* malformed tables make the file corrupt */
+    static const char *const malformed[] = {"zz 2 1 1", "0123 3 1.0 1.1", "0123 2 1.0 nan", "0123 0", "0123 2 1.0 1.1 x"};
+    for (int i = 0; i < (int)(sizeof malformed / sizeof *malformed); i++) {
+        f = fopen(path, "w");
+        fprintf(f, "refusion tune cache 1\ncpu: %s\nbuild: %s\ncall-cost: %s\n", rf_tune_cpu_model(),
+                rf_tune_build_id(), malformed[i]);
+        fclose(f);
+        CHECK(rf_tune_cache_read(path, &c, warn, sizeof warn) == -1 && strstr(warn, "corrupt") && c.n_cost == 0,
+              "'%s': %s", malformed[i], warn);
+        CHECK(rf_tune_cache_call_cost(0x123ull, 1, got) == 0, "'%s' gave a table", malformed[i]);
+    }
+    /* a file of call costs alone is valid; the choices are written beside it */
+    remove(path);
+    CHECK(write_table(kb, 3, b) == 0 && rf_tune_cache_call_cost(kb, 3, got) == 1, "costs alone");
+    CHECK(write_choices(RF_BF16P_DP, 12) == 0 && rf_tune_cache_call_cost(kb, 3, got) == 1, "choices beside");
+}
+
 int main(void) {
     const int w[] = {4, 5, 6, 8, 9, 10, 12, 16};
     const double all_win[] = {0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9};
@@ -114,13 +199,17 @@ int main(void) {
     setenv("XDG_CACHE_HOME", dir, 1);
     unsetenv("REFUSION_BF16P"), unsetenv("REFUSION_TUNE");
     CHECK(rf_tune_cache_path(path, sizeof path) == 0 && strstr(path, dir) == path, "cache path %s", path);
-    int k = -1, pf = -1;
-    CHECK(rf_tune_cache_read(path, &k, &pf, warn, sizeof warn) == 0, "no file: nothing");
-    CHECK(rf_tune_cache_write(RF_BF16P_DP, -1) == 0, "write: %s", rf_last_error());
-    CHECK(rf_tune_cache_read(path, &k, &pf, warn, sizeof warn) == 1 && k == RF_BF16P_DP && pf == -1, "read back: %d %d", k, pf);
+    rf_tune_choices c = {.cost_key = 0};
+    CHECK(rf_tune_cache_read(path, &c, warn, sizeof warn) == 0, "no file: nothing");
+    CHECK(write_choices(RF_BF16P_DP, -1) == 0, "write: %s", rf_last_error());
+    CHECK(rf_tune_cache_read(path, &c, warn, sizeof warn) == 1 && c.bf16p_kernel == RF_BF16P_DP && c.prefetch_l2 == -1,
+          "read back: %d %d", c.bf16p_kernel, c.prefetch_l2);
     /* the other choice written later keeps the first */
-    CHECK(rf_tune_cache_write(-1, 12) == 0, "write: %s", rf_last_error());
-    CHECK(rf_tune_cache_read(path, &k, &pf, warn, sizeof warn) == 1 && k == RF_BF16P_DP && pf == 12, "read back: %d %d", k, pf);
+    CHECK(write_choices(-1, 12) == 0, "write: %s", rf_last_error());
+    CHECK(rf_tune_cache_read(path, &c, warn, sizeof warn) == 1 && c.bf16p_kernel == RF_BF16P_DP && c.prefetch_l2 == 12,
+          "read back: %d %d", c.bf16p_kernel, c.prefetch_l2);
+    call_cost_tables(path);
+    amx_choices(path);
     unsetenv("REFUSION_PREFETCH_L2");
     rf_matmul_set_prefetch_l2(0);
     CHECK(rf_tune_cache_apply() == 1 && rf_matmul_prefetch_l2() == 12, "prefetch applied: %d", rf_matmul_prefetch_l2());
@@ -152,15 +241,15 @@ int main(void) {
     FILE *f = fopen(path, "w");
     fputs("refusion tune cache 1\ncpu: x\nbf16p: maybe\n", f);
     fclose(f);
-    CHECK(rf_tune_cache_read(path, &k, &pf, warn, sizeof warn) == -1 && strstr(warn, "corrupt"), "corrupt: %s", warn);
+    CHECK(rf_tune_cache_read(path, &c, warn, sizeof warn) == -1 && strstr(warn, "corrupt"), "corrupt: %s", warn);
     f = fopen(path, "w");
     fprintf(f, "refusion tune cache 1\ncpu: %s\nbuild: %s\nprefetch-l2: -3\n", rf_tune_cpu_model(), rf_tune_build_id());
     fclose(f);
-    CHECK(rf_tune_cache_read(path, &k, &pf, warn, sizeof warn) == -1 && strstr(warn, "corrupt"), "corrupt prefetch: %s", warn);
+    CHECK(rf_tune_cache_read(path, &c, warn, sizeof warn) == -1 && strstr(warn, "corrupt"), "corrupt prefetch: %s", warn);
     f = fopen(path, "w");
     fprintf(f, "refusion tune cache 1\ncpu: %s\nbuild: an older one\nbf16p: dp\n", rf_tune_cpu_model());
     fclose(f);
-    CHECK(rf_tune_cache_read(path, &k, &pf, warn, sizeof warn) == -1 && strstr(warn, "stale"), "stale: %s", warn);
+    CHECK(rf_tune_cache_read(path, &c, warn, sizeof warn) == -1 && strstr(warn, "stale"), "stale: %s", warn);
     rf_matmul_set_bf16p_kernel(RF_BF16P_FMA);
     CHECK(rf_tune_cache_apply() == -1 && rf_matmul_bf16p_kernel() == RF_BF16P_FMA, "stale applied: %s", rf_tune_cache_state());
     setenv("REFUSION_TUNE", "off", 1);

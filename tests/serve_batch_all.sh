@@ -22,10 +22,10 @@ set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup serve_batch_all
 rf_demo_f32
-rf_serve_start "$T/solo.log" -m "$M" --parallel 2 --threads 1 --no-cont-batching
+rf_serve_start "$T/solo.log" -m "$M" --parallel 2 --threads 1 --no-cont-batching --draft-policy fixed
 URL2=$URL SPID2=$SPID
 trap 'kill -KILL "$SPID2" 2>/dev/null; rf_test_cleanup' EXIT
-rf_serve_start "$T/server.log" -m "$M" --parallel 8 --threads 1
+rf_serve_start "$T/server.log" -m "$M" --parallel 8 --threads 1 --draft-policy fixed # exact call counts (the demo's adaptive width follows timing)
 
 rf_py - "$URL" "$URL2" <<'EOF'
 import functools, sys

@@ -5,7 +5,8 @@
 # generations' rows, and every answer is still exactly the one the same
 # request gets alone.
 #  - eleven requests at once on the demo model (its default decoder is the
-#    rolling slot): greedy and sampled rolling ones (temperature + seed,
+#    rolling slot; the servers' --draft-policy fixed keeps the call counts
+#    exact, where the demo's adaptive width follows timing): greedy and sampled rolling ones (temperature + seed,
 #    top-k, top-p + min-p, slots of 2 to 8, thresholds 0 to 0.9, the
 #    adaptive width), a streamed one, one cut by max_tokens and one by a stop
 #    sequence, a 600-token prompt fed in chunks, beside AR requests (greedy,
@@ -24,13 +25,13 @@ set -u
 . "$(dirname "$0")/helpers/common.sh"
 rf_test_setup serve_batch_rolling
 M=$SRC/models/refusion-demo
-rf_serve_start "$T/solo.log" -m "$M" --parallel 2 --threads 1 --no-cont-batching
+rf_serve_start "$T/solo.log" -m "$M" --parallel 2 --threads 1 --no-cont-batching --draft-policy fixed
 URL2=$URL SPID2=$SPID
 trap 'kill -KILL "$SPID2" 2>/dev/null; rf_test_cleanup' EXIT
-rf_serve_start "$T/cache.log" -m "$M" --parallel 6 --threads 1
+rf_serve_start "$T/cache.log" -m "$M" --parallel 6 --threads 1 --draft-policy fixed
 URL3=$URL SPID3=$SPID
 trap 'kill -KILL "$SPID2" "$SPID3" 2>/dev/null; rf_test_cleanup' EXIT
-rf_serve_start "$T/server.log" -m "$M" --parallel 6 --threads 1 --cache-mb 0
+rf_serve_start "$T/server.log" -m "$M" --parallel 6 --threads 1 --cache-mb 0 --draft-policy fixed
 TURN1=$("$BIN" tokenize -m "$M" --chat --json --user "Make a JSON record for a person named Ada, age 36, city London.")
 
 rf_py - "$URL" "$URL2" "$URL3" "$TURN1" <<'EOF'

@@ -35,7 +35,7 @@ struct refusion_session {
     int steps_cap;
     rf_token_logprob *logprobs; /* the last generation's (rf_stats.logprobs), grown, never shrunk */
     int logprobs_cap;
-    float *call_cost; /* the adaptive rolling slot's cost model (rf_call_cost_measure), or NULL */
+    float *call_cost; /* the adaptive rolling slot's cost model (rf_call_cost_get), or NULL */
     int n_call_cost;
 };
 
@@ -401,7 +401,7 @@ RF_API int rf_generate(refusion_session *s, const int32_t *prompt, int n_prompt,
             float *c = realloc(s->call_cost, (size_t)need * sizeof(float));
             if (!c) rf_die("out of memory");
             s->call_cost = c;
-            rc = rf_call_cost_measure(m, need, c);
+            rc = rf_call_cost_get(m, need, c, NULL);
             s->n_call_cost = rc ? 0 : need;
         }
         g.call_cost = s->call_cost, g.n_call_cost = s->n_call_cost;

@@ -1,15 +1,20 @@
 /* cmd_tune.c - `refusion tune`: on this machine and a model's weights
  * (model/tune.h): from how many tokens the AMX tiles beat the avx512
- * kernels, printed as the environment setting that applies it; and which
- * packed bf16 kernel is faster at avx512 and up, printed and saved to the
- * tune cache that model loads apply. */
+ * kernels; which packed bf16 kernel is faster at avx512 and up; the
+ * panels' prefetch level: each printed as the environment setting that
+ * applies it and saved to the tune cache that model loads apply; then
+ * the adaptive rolling slot's call costs under those choices, saved to
+ * the same cache per model shape, tier and thread count. */
 #include <omp.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cli/commands.h"
 #include "common/args.h"
 #include "kernels/cpu.h"
+#include "decode/decode.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "model/tune.h"
 #include "util/util.h"
@@ -18,6 +23,10 @@ typedef struct {
     const char *model;
     int rounds, threads, no_save;
 } tune_args;
+
+/* the call-cost widths timed: the adaptive rolling slot's calls of slots of
+ * up to 16 (feeding up to twice the slot) */
+enum { TUNE_COST_WIDTHS = 32 };
 
 #define A(f) offsetof(tune_args, f)
 static const rf_opt tune_opts[] = {
@@ -51,16 +60,16 @@ static void print_sides(const tune_args *a, double seconds, const char *what, co
     printf("# logits: max |%s - %s| = %.2g of max |logit|\n", sa, sb, max_logit_diff);
 }
 
-/* writes a choice (the other one -1: kept) to the tune cache unless
- * no_save; 0, or 1 after printing the error */
-static int save_choice(const tune_args *a, int bf16p_kernel, int prefetch_l2) {
+/* writes set's choices or table to the tune cache unless no_save; 0, or
+ * 1 after printing the error */
+static int save(const tune_args *a, const rf_tune_choices *set, const char *what) {
     if (a->no_save) return 0;
     char path[4096];
-    if (rf_tune_cache_write(bf16p_kernel, prefetch_l2) || rf_tune_cache_path(path, sizeof path)) {
+    if (rf_tune_cache_write(set) || rf_tune_cache_path(path, sizeof path)) {
         rf_print_error();
         return 1;
     }
-    printf("# saved to %s (applied at model load; REFUSION_TUNE=off or --no-tune ignores it)\n", path);
+    printf("# saved to %s%s (REFUSION_TUNE=off or --no-tune ignores it)\n", path, what);
     return 0;
 }
 
@@ -74,7 +83,10 @@ static int tune_bf16p(const rf_model *m, const tune_args *a) {
     }
     print_sides(a, rf_now() - t0, "packed bf16: vdpbf16ps against fma", "dp", "fma", r.points, r.n_points,
                 r.max_logit_diff);
-    if (save_choice(a, r.kernel, -1)) return 1;
+    rf_tune_choices set = rf_tune_choices_none();
+    set.bf16p_kernel = r.kernel;
+    if (save(a, &set, " (applied at model load)")) return 1;
+    if (!rf_env_bf16p()) rf_matmul_set_bf16p_kernel(r.kernel); /* as the next load runs (the call costs) */
     printf("REFUSION_BF16P=%s\n", r.kernel == RF_BF16P_DP ? "dp" : "fma");
     return 0;
 }
@@ -89,10 +101,36 @@ static int tune_prefetch(const rf_model *m, const tune_args *a) {
         return 1;
     }
     print_sides(a, rf_now() - t0, "prefetch into L2 against L1", "L2", "L1", r.points, r.n_points, r.max_logit_diff);
-    if (save_choice(a, -1, r.max_tokens)) return 1;
+    rf_tune_choices set = rf_tune_choices_none();
+    set.prefetch_l2 = r.max_tokens;
+    if (save(a, &set, " (applied at model load)")) return 1;
+    if (!rf_env_prefetch_l2()) rf_matmul_set_prefetch_l2(r.max_tokens);
     if (r.max_tokens) printf("REFUSION_PREFETCH_L2=%d\n", r.max_tokens);
     else printf("REFUSION_PREFETCH_L2=off\n");
     return 0;
+}
+
+/* the adaptive rolling slot's call costs under the settings chosen above
+ * (model/tune.h): printed, saved unless no_save; every tier and weight type */
+static int tune_call_cost(const rf_model *m, const tune_args *a) {
+    float cost[TUNE_COST_WIDTHS];
+    _Static_assert((int)TUNE_COST_WIDTHS <= (int)RF_TUNE_MAX_COST, "the cache holds the widths timed");
+    int n = m->cfg.max_pos / 2 < TUNE_COST_WIDTHS ? m->cfg.max_pos / 2 : TUNE_COST_WIDTHS;
+    double t0 = rf_now();
+    if (n < 1 || rf_call_cost_measure_rounds(m, n, a->rounds, cost)) {
+        if (n < 1) rf_set_error("tune: the model's context (%d) is too short to time calls", m->cfg.max_pos);
+        rf_print_error();
+        return 1;
+    }
+    printf("# %s, %d threads, %d rounds (%.0f s); call cost c(n) = n-token call / 1-token call (tier %s), "
+           "the adaptive rolling slot's cost model, n = 1..%d:\n", a->model, omp_get_max_threads(), a->rounds,
+           rf_now() - t0, rf_cpu_tier_name(), n);
+    for (int i = 0; i < n; i++) printf("%s%.2f", i ? " " : "", cost[i]);
+    printf("\n");
+    rf_tune_choices set = rf_tune_choices_none();
+    set.cost_key = rf_call_cost_key(m, omp_get_max_threads()), set.n_cost = n;
+    memcpy(set.cost, cost, (size_t)n * sizeof *cost);
+    return save(a, &set, " for this model's shapes and types, tier and thread count");
 }
 
 int cmd_tune(int argc, char **argv) {
@@ -105,9 +143,12 @@ int cmd_tune(int argc, char **argv) {
                             "avx512 and up with bf16 weights, which packed bf16 kernel is faster (vdpbf16ps\n"
                             "or widened FMAs), printed as REFUSION_BF16P; with packed weights (bf16,\n"
                             "Q8_0, Q4_0, K-quants) up to how many tokens a call streams faster with its\n"
-                            "prefetches into L2 than into L1, printed as REFUSION_PREFETCH_L2. Both are saved\n"
-                            "to the tune cache ($XDG_CACHE_HOME/refusion, per CPU model and build) that model\n"
-                            "loads apply.",
+                            "prefetches into L2 than into L1, printed as REFUSION_PREFETCH_L2; and, under\n"
+                            "those choices, what a call of n tokens costs against one of 1 token (n = 1..32):\n"
+                            "the adaptive rolling slot's cost model (--draft-policy adaptive), kept per model\n"
+                            "shape, weight types, tier and thread count. All are saved to the tune cache\n"
+                            "($XDG_CACHE_HOME/refusion, per CPU model and build) that model loads and the\n"
+                            "adaptive rolling slot apply.",
                             groups, 1, argc, argv, NULL);
     if (prc) return prc > 0 ? 0 : 2;
     if (!a.model) {
@@ -128,8 +169,10 @@ int cmd_tune(int argc, char **argv) {
         if (bf16p) rc = tune_bf16p(&m, &a);
         if (!rc && q->packed) rc = tune_prefetch(&m, &a);
         else if (!rc)
-            printf("tier %s: nothing to tune (the tile settings apply at the amx tier, the packed bf16 kernels "
-                   "to bf16 weights at avx512 and up, the prefetch level to packed weights)\n", rf_cpu_tier_name());
+            printf("tier %s: no kernel setting to tune (the tile settings apply at the amx tier, the packed bf16 "
+                   "kernels to bf16 weights at avx512 and up, the prefetch level to packed weights)\n",
+                   rf_cpu_tier_name());
+        if (!rc) rc = tune_call_cost(&m, &a);
         rf_model_free(&m);
         return rc;
     }
@@ -150,10 +193,19 @@ int cmd_tune(int argc, char **argv) {
         printf("%7d %10.2f %10.2f %10.3f [%.3f, %.3f]%s\n", p->width, p->ms_tiles, p->ms_other, p->ratio, p->lo, p->hi,
                p->hi < 1 ? "  tiles" : "");
     }
+    rf_tune_choices set = rf_tune_choices_none();
+    *(r.int8 ? &set.amx_int8 : &set.amx_bf16) = r.min_tokens;
+    if (save(&a, &set, " (applied at model load)")) {
+        rf_model_free(&m);
+        return 1;
+    }
+    if (!(r.int8 ? rf_env_amx_int8() : rf_env_amx_bf16())) /* as the next load runs (the call costs) */
+        (r.int8 ? rf_matmul_set_amx_int8 : rf_matmul_set_amx_bf16)(r.min_tokens);
     if (r.min_tokens) printf("%s=%d\n", var, r.min_tokens);
     else printf("%s=off\n", var);
     rc = bf16p ? tune_bf16p(&m, &a) : 0;
     if (!rc && q->packed) rc = tune_prefetch(&m, &a);
+    if (!rc) rc = tune_call_cost(&m, &a);
     rf_model_free(&m);
     return rc;
 }

@@ -88,6 +88,14 @@ const char *rf_method_name(rf_method method);
  * seconds at the Qwen3-0.6B shape for max_n = 16. Returns 0, or -1 with
  * rf_last_error() set. */
 int rf_call_cost_measure(const rf_model *m, int max_n, float *cost);
+/* the same with `rounds` timed rounds (`refusion tune`: more, for a table
+ * that is kept) */
+int rf_call_cost_measure_rounds(const rf_model *m, int max_n, int rounds, float *cost);
+/* The table the decoders use: the tune cache's for this model, tier and
+ * thread count (model/tune.h rf_tune_cache_call_cost) when it holds max_n
+ * widths, *cached = 1; else rf_call_cost_measure's, *cached = 0. cached
+ * may be NULL. 0, or -1 with rf_last_error(). */
+int rf_call_cost_get(const rf_model *m, int max_n, float *cost, int *cached);
 
 /* Check params against the model and prompt (ids in the vocabulary, slot_size
  * >= 1, thresholds in [0, 1], prompt + answer within the context, ...).

@@ -3,6 +3,7 @@
 #include "model/tune.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -237,4 +238,32 @@ int rf_tune_prefetch(const rf_model *m, int rounds, rf_tune_prefetch_result *out
         out->max_tokens = rf_tune_prefetch_choice(out->points, BF16P_NW);
     }
     return rc;
+}
+
+static uint64_t fnv1a_add(uint64_t h, const char *s) {
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* FNV-1a over a text naming what c(n) depends on: the shapes, every
+ * matrix's type and layout (llama.cpp's mixes vary them by layer), the
+ * tier, the threads */
+uint64_t rf_call_cost_key(const rf_model *m, int threads) {
+    const rf_config *c = &m->cfg;
+    char s[256];
+    snprintf(s, sizeof s, "d %d ffn %d layers %d heads %d/%d hd %d vocab %d tier %s threads %d;", c->hidden_size,
+             c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size,
+             rf_cpu_tier_name(), threads);
+    uint64_t h = fnv1a_add(1469598103934665603ull, s);
+    for (int i = 0; i <= c->n_layers; i++) {
+        const rf_layer *l = &m->layers[i < c->n_layers ? i : 0];
+        const rf_mat *w[7] = {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down};
+        int n = 7;
+        if (i == c->n_layers) w[0] = &m->lm_head, w[1] = &m->embed, n = 2;
+        for (int j = 0; j < n; j++) {
+            snprintf(s, sizeof s, " %d%c", (int)w[j]->dtype, w[j]->packed ? 'p' : 'r');
+            h = fnv1a_add(h, s);
+        }
+    }
+    return h | 1;
 }

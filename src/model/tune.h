@@ -14,6 +14,8 @@
 #ifndef RF_MODEL_TUNE_H
 #define RF_MODEL_TUNE_H
 
+#include <stdint.h>
+
 #include "model/model.h"
 
 enum { RF_TUNE_MAX_WIDTHS = 16 };
@@ -100,18 +102,49 @@ const char *rf_tune_build_id(void);
 /* the cache file of this CPU into buf; -1 (with rf_last_error) when no
  * cache folder is known or the path does not fit */
 int rf_tune_cache_path(char *buf, size_t cap);
-/* Parses a cache file: 1 with *bf16p_kernel and *prefetch_l2 set (-1 for a
- * choice the file does not hold; it holds at least one); 0 when there is
- * no file; -1 when it is corrupt or stale, with the reason in warn. */
-int rf_tune_cache_read(const char *path, int *bf16p_kernel, int *prefetch_l2, char *warn, size_t cap);
-/* Writes the choices to this CPU's cache file (the folder created;
- * written to a temporary name, then renamed); a negative choice keeps the
- * existing valid file's one, if any. 0, or -1 with rf_last_error. */
-int rf_tune_cache_write(int bf16p_kernel, int prefetch_l2);
+enum { RF_TUNE_MAX_COST = 64 };
+/* what a cache file holds; -1 for a choice it does not hold */
+typedef struct {
+    int bf16p_kernel;              /* RF_BF16P_* (REFUSION_BF16P) */
+    int prefetch_l2;               /* REFUSION_PREFETCH_L2's N, 0 off */
+    int amx_bf16, amx_int8;        /* the tiles' crossovers (REFUSION_AMX_BF16 / _INT8), 0 off */
+    uint64_t cost_key;             /* the call-cost table (rf_call_cost_key; 0: none) */
+    int n_cost;                    /* its widths (0: none) */
+    float cost[RF_TUNE_MAX_COST];  /* c(1) .. c(n_cost) */
+} rf_tune_choices;
+/* Parses a cache file into c, with key c->cost_key's table (set it first;
+ * 0 for none): 1 when valid (it holds at least one choice or table); 0
+ * when there is no file; -1 when it is corrupt or stale, with the reason
+ * in warn. */
+int rf_tune_cache_read(const char *path, rf_tune_choices *c, char *warn, size_t cap);
+/* Writes set's choices (those >= 0; the valid existing file's others are
+ * kept) and set's table (n_cost > 0: replacing cost_key's, keeping the
+ * other keys') to this CPU's cache file: the folder created, written to a
+ * temporary name, then renamed. 0, or -1 with rf_last_error (a table of
+ * more than RF_TUNE_MAX_COST widths or a cost outside [0.5, 1e4]). */
+int rf_tune_cache_write(const rf_tune_choices *set);
+/* set's fields all -1, no table: what a writer starts from */
+rf_tune_choices rf_tune_choices_none(void);
+
+/* ---- the adaptive rolling slot's cost model in the cache: c(n), the time
+ * of an n-token forward call over a 1-token call (decode.h
+ * rf_call_cost_measure), depends on the model's shapes and weight types,
+ * the kernels' tier and the thread count, so a table is kept per key of
+ * those; `refusion tune` measures it, a decoder that needs it reads it
+ * (decode.h rf_call_cost_get) and times the calls itself when it is not
+ * there. ---- */
+/* the key of m's table at the active tier with `threads` OpenMP threads
+ * (never 0) */
+uint64_t rf_call_cost_key(const rf_model *m, int threads);
+/* 1 with cost[0 .. max_n) filled when the cache is on (see
+ * rf_tune_cache_apply) and holds key's table of max_n widths or more;
+ * else 0 (a corrupt or stale file was reported when the model loaded). */
+int rf_tune_cache_call_cost(uint64_t key, int max_n, float *cost);
+
 /* Applies this CPU's cache (rf_model_load calls it: a small file read per
  * load) unless rf_tune_cache_disable was called or REFUSION_TUNE=off;
- * REFUSION_BF16P and REFUSION_PREFETCH_L2, where set, win over its
- * choices. A corrupt or stale file's
+ * REFUSION_BF16P, REFUSION_PREFETCH_L2 and REFUSION_AMX_BF16 / _INT8,
+ * where set, win over its choices. A corrupt or stale file's
  * warning goes to the program's log callback (rf_log_set, as RF_LOG_WARN;
  * the library prints nothing). 1 applied, 0 nothing to apply, -1 ignored. */
 int rf_tune_cache_apply(void);

@@ -27,16 +27,16 @@ batch_row *rf_row_new(job *j) {
     return r;
 }
 
-/* The cost model for p's adaptive rolling slot: 1 when sh holds it (timed
- * now the first time: the rows wait a few seconds, once), 0 when it could
- * not be timed (the rows then fit their own). */
+/* The cost model for p's adaptive rolling slot: 1 when sh holds it (the
+ * tune cache's, or timed now the first time: the rows wait a few seconds,
+ * once), 0 when it could not be timed (the rows then fit their own). */
 static int cost_model(rf_server *s, row_shared *sh, const rf_params *p) {
     if (!sh->cost_tried) {
         sh->cost_tried = 1;
         int n = 2 * p->slot_size > COST_WIDTHS ? 2 * p->slot_size : COST_WIDTHS;
         if (n > s->m->cfg.max_pos / 2) n = s->m->cfg.max_pos / 2;
         float *c = n >= 2 ? rf_malloc((size_t)n * sizeof *c) : NULL;
-        if (c && !rf_call_cost_measure(s->m, n, c)) sh->call_cost = c, sh->n_call_cost = n;
+        if (c && !rf_call_cost_get(s->m, n, c, NULL)) sh->call_cost = c, sh->n_call_cost = n;
         else free(c);
     }
     return sh->call_cost != NULL;
