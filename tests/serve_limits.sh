@@ -119,6 +119,20 @@ expect oom1 503 "generation failed: out of memory allocating 1099511627776 bytes
 post oom2 /v1/completions '{"prompt":"x","max_tokens":8}'
 expect oom2 200 '"completion_tokens":8'
 stop
+# an allocation that fails while a streamed reply grows (the 5th append, in
+# the scheduler thread under the server's lock): the stream gets no broken
+# event, ends with the error event and [DONE], and the server, whose lock
+# the fault unwound out of, serves on
+REFUSION_TEST_DIE_ONCE=append:5 start
+curl -s -N -m 15 -o "$T/ap.body" -w '%{http_code}' --data-binary '{"prompt":"x","max_tokens":16,"mode":"ar","stream":true}' \
+  "$URL/v1/completions" >"$T/ap.code" 2>/dev/null
+[ "$(cat "$T/ap.code")" = 200 ] && grep -q '^data: {"error":{"message":"generation failed: out of memory' "$T/ap.body" &&
+  grep -q '^data: \[DONE\]$' "$T/ap.body" && ! grep -v '^data: {.*}$' "$T/ap.body" | grep -qv '^data: \[DONE\]$\|^$' &&
+  ok || bad "a failed append to a stream: $(cat "$T/ap.code") $(head -c 600 "$T/ap.body")"
+alive && ok || bad "the server stopped answering after a fault under its lock"
+post ap2 /v1/completions '{"prompt":"x","max_tokens":8}'
+expect ap2 200 '"completion_tokens":8'
+stop
 # a fault inside one of three generations sharing the scheduler's calls
 # (the 300th model call of about 600): that one fails with 500, the other
 # two finish with the answers they get alone

@@ -59,6 +59,9 @@ static void log_to_stderr(rf_log_level level, const char *text, void *user) {
  *       first) of the generations in this process fails, once (a broken
  *       invariant, or an allocation): a caller that turns rf_die into an
  *       error return (the server) must survive it
+ *   REFUSION_TEST_DIE_ONCE=append:N  the N-th append to a server reply's
+ *       output fails as an allocation, once (it runs under the server's
+ *       lock: the server must give the lock back)
  *   REFUSION_TEST_STEP_MS=N  every model call of a generation starts N ms
  *       late (a slow model: the server's keep-alive lines, its timeouts)
  *   REFUSION_TEST_KILL_AT=N  the process ends with _exit(86) right after the
@@ -81,13 +84,25 @@ static void generation_fault(void) {
     if (kind == 1) rf_die("REFUSION_TEST_DIE_ONCE: a fatal error inside the generation");
 }
 
+static atomic_int g_append_die; /* 1 until the append fault fired */
+static atomic_long g_append_at;
+
+static int append_fault(void) {
+    if (atomic_fetch_sub(&g_append_at, 1) > 1) return 0;
+    return atomic_exchange(&g_append_die, 0);
+}
+
 static void kill_at(void) {
     if (++g_save_steps == g_kill_at) _exit(86);
 }
 
 static void install_test_faults(void) {
     const char *e = getenv("REFUSION_TEST_DIE_ONCE");
-    if (e) {
+    if (e && !strncmp(e, "append:", 7)) {
+        atomic_store(&g_append_die, 1);
+        atomic_store(&g_append_at, atol(e + 7) > 1 ? atol(e + 7) : 1);
+        rf_faults.reply_append = append_fault;
+    } else if (e) {
         int oom = !strncmp(e, "oom", 3);
         const char *at = oom ? (e[3] == ':' ? e + 4 : "1") : e;
         atomic_store(&g_die_once, oom ? 2 : 1);

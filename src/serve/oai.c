@@ -9,11 +9,28 @@
 #include "util/util.h"
 
 /* ---- output buffer (s->mu held) ---- */
-void rf_job_out_append(job *j, const char *p, size_t n) {
-    j->out = rf_grow_to(j->out, 1, j->out_len + n + 1, &j->out_cap, 1024);
+/* the room for n more bytes (and the terminating 0): 0, or -1 with
+ * nothing changed when the allocation failed */
+static int out_reserve(job *j, size_t n) {
+    if (rf_faults.reply_append && rf_faults.reply_append()) return -1;
+    size_t need = j->out_len + n + 1, cap = j->out_cap;
+    if (need <= cap) return 0;
+    cap = cap * 2 > need ? cap * 2 : need < 1024 ? 1024 : need;
+    char *p = rf_try_realloc(j->out, cap);
+    if (!p) return -1;
+    j->out = p, j->out_cap = cap;
+    return 0;
+}
+
+static void out_put(job *j, const char *p, size_t n) {
     memcpy(j->out + j->out_len, p, n);
     j->out_len += n;
     j->out[j->out_len] = 0;
+}
+
+void rf_job_out_append(job *j, const char *p, size_t n) {
+    if (out_reserve(j, n)) rf_oom(n);
+    out_put(j, p, n);
 }
 
 /* One SSE event "data: <compact json>\n\n" (o is consumed); floats with 6
@@ -28,9 +45,14 @@ void rf_job_sse_append_locked(job *j, json_t *o) {
 
 /* One SSE event "data: <txt>\n\n" of text already built (txt is consumed). */
 void rf_job_sse_text_locked(job *j, char *txt) {
-    rf_job_out_append(j, "data: ", 6);
-    rf_job_out_append(j, txt, strlen(txt));
-    rf_job_out_append(j, "\n\n", 2);
+    size_t n = strlen(txt);
+    if (out_reserve(j, n + 8)) { /* the whole event or none of it */
+        free(txt);
+        rf_oom(n + 8);
+    }
+    out_put(j, "data: ", 6);
+    out_put(j, txt, n);
+    out_put(j, "\n\n", 2);
     free(txt);
 }
 void rf_job_sse_event(rf_server *s, job *j, json_t *o) {

@@ -348,6 +348,10 @@ static void row_after(sched *x) {
  * the job being started; CALL: every row in the call) and the step goes
  * on; a fault while a row was being released drops its job bare. */
 static void fault(sched *x, int rc) {
+    /* a fault inside a locked section (an append to a reply under the lock)
+     * left the lock held by this thread: given back (the mutex checks its
+     * owner, server.c: when this thread did not hold it, nothing happens) */
+    pthread_mutex_unlock(&x->s->mu);
     if (x->releasing) {
         job *j = x->releasing;
         x->releasing = NULL;

@@ -185,7 +185,15 @@ rf_server *rf_serve_start(const refusion_model *m, const refusion_tokenizer *tok
         free(s);
         return NULL;
     }
-    pthread_mutex_init(&s->mu, NULL);
+    /* error-checking: a fault that unwinds the scheduler out of a locked
+     * section leaves the lock held, and its catch point gives it back
+     * (scheduler.c fault()), which only the owner can; a relock by the
+     * owner fails instead of hanging */
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ERRORCHECK);
+    pthread_mutex_init(&s->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
     pthread_cond_init(&s->queue_cv, NULL);
     pthread_cond_init(&s->parse_cv, NULL);
     if (s->cfg.parallel < 1) s->cfg.parallel = 1;

@@ -73,6 +73,8 @@ const char *rf_env_home(void);      /* HOME (the tune cache without XDG_CACHE_HO
 typedef struct {
     void (*generation_step)(void); /* before each model call of a generation (may rf_die) */
     void (*checkpoint_step)(void); /* after each step of a checkpoint save (may end the process) */
+    int (*reply_append)(void);     /* before each append to a server reply's output, under the server's lock:
+                                    * nonzero fails it as an allocation would */
 } rf_fault_points;
 extern rf_fault_points rf_faults;
 
