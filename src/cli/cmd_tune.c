@@ -69,7 +69,7 @@ static int save(const tune_args *a, const rf_tune_choices *set, const char *what
         rf_print_error();
         return 1;
     }
-    printf("# saved to %s%s (REFUSION_TUNE=off or --no-tune ignores it)\n", path, what);
+    printf("# saved to %s, %s (REFUSION_TUNE=off or --no-tune ignores it)\n", path, what);
     return 0;
 }
 
@@ -85,7 +85,7 @@ static int tune_bf16p(const rf_model *m, const tune_args *a) {
                 r.max_logit_diff);
     rf_tune_choices set = rf_tune_choices_none();
     set.bf16p_kernel = r.kernel;
-    if (save(a, &set, " (applied at model load)")) return 1;
+    if (save(a, &set, "applied at model load")) return 1;
     if (!rf_env_bf16p()) rf_matmul_set_bf16p_kernel(r.kernel); /* as the next load runs (the call costs) */
     printf("REFUSION_BF16P=%s\n", r.kernel == RF_BF16P_DP ? "dp" : "fma");
     return 0;
@@ -103,7 +103,7 @@ static int tune_prefetch(const rf_model *m, const tune_args *a) {
     print_sides(a, rf_now() - t0, "prefetch into L2 against L1", "L2", "L1", r.points, r.n_points, r.max_logit_diff);
     rf_tune_choices set = rf_tune_choices_none();
     set.prefetch_l2 = r.max_tokens;
-    if (save(a, &set, " (applied at model load)")) return 1;
+    if (save(a, &set, "applied at model load")) return 1;
     if (!rf_env_prefetch_l2()) rf_matmul_set_prefetch_l2(r.max_tokens);
     if (r.max_tokens) printf("REFUSION_PREFETCH_L2=%d\n", r.max_tokens);
     else printf("REFUSION_PREFETCH_L2=off\n");
@@ -130,7 +130,7 @@ static int tune_call_cost(const rf_model *m, const tune_args *a) {
     rf_tune_choices set = rf_tune_choices_none();
     set.cost_key = rf_call_cost_key(m, omp_get_max_threads()), set.n_cost = n;
     memcpy(set.cost, cost, (size_t)n * sizeof *cost);
-    return save(a, &set, " for this model's shapes and types, tier and thread count");
+    return save(a, &set, "for this model's shapes and weight types, this tier and thread count");
 }
 
 int cmd_tune(int argc, char **argv) {
@@ -195,7 +195,7 @@ int cmd_tune(int argc, char **argv) {
     }
     rf_tune_choices set = rf_tune_choices_none();
     *(r.int8 ? &set.amx_int8 : &set.amx_bf16) = r.min_tokens;
-    if (save(&a, &set, " (applied at model load)")) {
+    if (save(&a, &set, "applied at model load")) {
         rf_model_free(&m);
         return 1;
     }
