@@ -27,7 +27,7 @@ check 'js "$T/slow.json" "process.exit(d.examples === 12 && d.same === 12 && d.a
 check 'grep -q "answers identical: 12 of 12" "$T/out" && grep -q "median per example .* \[95% CI" "$T/out"' "report lines: $(cat "$T/out")"
 
 "$AB" -m "$DEMO" --model-b "$DEMO" --data "$T/data/test.json" --a "--decoder ar -n 32" \
-  --b "--rolling --slot-size 4 --slot-threshold 0.5 -n 32" --limit 4 --threads 1 --json "$T/roll.json" >"$T/out" 2>"$T/err"
+  --b "--rolling --slot-size 4 --slot-threshold 0.5 --draft-policy fixed -n 32" --limit 4 --threads 1 --json "$T/roll.json" >"$T/out" 2>"$T/err"
 rc=$?
 check '[ $rc = 0 ]' "rolling run failed: $(cat "$T/err")"
 check 'js "$T/roll.json" "process.exit(d.examples === 4 && d.same === 4 && d.b_tokens / d.b_calls > 1.5 && d.a_calls === d.a_tokens ? 0 : 1)"' \

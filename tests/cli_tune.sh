@@ -70,6 +70,11 @@ call_costs() {
     "call costs: '$costs'"
   file=$(ls "$XDG_CACHE_HOME"/refusion/tune-*.txt)
   check '[ "$(grep -c "^call-cost: [0-9a-f]\{16\} 32 1.000 " "$file")" = 1 ]' "cache: $(cat "$file")"
+  # info says whether the model's table is cached for its thread count
+  check 'REFUSION_CPU=avx2 OMP_NUM_THREADS=1 "$BIN" info -m "$DEMO" | grep -q "^call costs the tune cache'"'"'s for 1 threads: c(8) "' \
+    "info at 1 thread: $(REFUSION_CPU=avx2 OMP_NUM_THREADS=1 "$BIN" info -m "$DEMO")"
+  check 'REFUSION_CPU=avx2 OMP_NUM_THREADS=2 "$BIN" info -m "$DEMO" | grep -q "^call costs none cached for 2 threads"' \
+    "info at 2 threads: $(REFUSION_CPU=avx2 OMP_NUM_THREADS=2 "$BIN" info -m "$DEMO")"
   set_table() { # c(n) = 1 + SLOPE (n - 1) for the cached table
     awk -v s="$1" '/^call-cost: / { printf "call-cost: %s 32", $2; for (i = 0; i < 32; i++) printf " %.3f", 1 + s * i; print ""; next } 1' \
       "$file" >"$file.new" && mv "$file.new" "$file"

@@ -4,6 +4,7 @@
  * as one JSON object. */
 #include <jansson.h>
 #include <math.h>
+#include <omp.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,6 +241,20 @@ int cmd_info(int argc, char **argv) {
     if (l2) printf("prefetch   into L2 for calls of up to %d tokens, into L1 above\n", l2);
     else printf("prefetch   into L1 at every width\n");
     printf("tune cache %s\n", rf_tune_cache_state());
+    /* the adaptive rolling slot's call costs (model/tune.h): cached for
+     * this model, tier and the default thread count, or timed at its start */
+    float cost[RF_TUNE_MAX_COST];
+    const int threads = omp_get_max_threads();
+    const int n_cost = rf_tune_cache_call_cost(rf_call_cost_key(&m, threads), cost);
+    if (n_cost >= 16)
+        printf("call costs the tune cache's for %d threads: c(8) %.2f, c(16) %.2f of a 1-token call\n", threads,
+               cost[7], cost[15]);
+    else if (n_cost)
+        printf("call costs the tune cache's for %d threads: c(%d) %.2f of a 1-token call\n", threads, n_cost,
+               cost[n_cost - 1]);
+    else
+        printf("call costs none cached for %d threads (timed when an adaptive rolling slot starts; `refusion tune`)\n",
+               threads);
     if (do_verify) {
         double t1 = rf_now();
         if (verify(&m)) {

@@ -4,6 +4,7 @@
  * tune` measured it (model/tune.h). */
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "decode/decode.h"
 #include "model/forward.h"
@@ -67,8 +68,10 @@ int rf_call_cost_measure_rounds(const rf_model *m, int max_n, int rounds, float 
 }
 
 int rf_call_cost_get(const rf_model *m, int max_n, float *cost, int *cached) {
+    float c[RF_TUNE_MAX_COST];
     if (cached) *cached = 0;
-    if (max_n >= 1 && rf_tune_cache_call_cost(rf_call_cost_key(m, omp_get_max_threads()), max_n, cost)) {
+    if (max_n >= 1 && rf_tune_cache_call_cost(rf_call_cost_key(m, omp_get_max_threads()), c) >= max_n) {
+        memcpy(cost, c, (size_t)max_n * sizeof *cost);
         if (cached) *cached = 1;
         return 0;
     }

@@ -136,10 +136,11 @@ rf_tune_choices rf_tune_choices_none(void);
 /* the key of m's table at the active tier with `threads` OpenMP threads
  * (never 0) */
 uint64_t rf_call_cost_key(const rf_model *m, int threads);
-/* 1 with cost[0 .. max_n) filled when the cache is on (see
- * rf_tune_cache_apply) and holds key's table of max_n widths or more;
- * else 0 (a corrupt or stale file was reported when the model loaded). */
-int rf_tune_cache_call_cost(uint64_t key, int max_n, float *cost);
+/* The widths of key's table in this CPU's cache, with cost[0 .. n) filled
+ * (room for RF_TUNE_MAX_COST), when the cache is on (see
+ * rf_tune_cache_apply); else 0 (a corrupt or stale file was reported when
+ * the model loaded). */
+int rf_tune_cache_call_cost(uint64_t key, float *cost);
 
 /* Applies this CPU's cache (rf_model_load calls it: a small file read per
  * load) unless rf_tune_cache_disable was called or REFUSION_TUNE=off;

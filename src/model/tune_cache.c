@@ -274,14 +274,13 @@ static int cache_on(void) {
     return !g_disabled && !(e && !strcmp(e, "off"));
 }
 
-int rf_tune_cache_call_cost(uint64_t key, int max_n, float *cost) {
+int rf_tune_cache_call_cost(uint64_t key, float *cost) {
     char path[4096], warn[4400];
     rf_tune_choices c = {.cost_key = key};
-    if (!cache_on() || max_n < 1 || rf_tune_cache_path(path, sizeof path) ||
-        rf_tune_cache_read(path, &c, warn, sizeof warn) != 1 || c.n_cost < max_n)
+    if (!cache_on() || rf_tune_cache_path(path, sizeof path) || rf_tune_cache_read(path, &c, warn, sizeof warn) != 1)
         return 0; /* a corrupt or stale file was reported when the model loaded */
-    memcpy(cost, c.cost, (size_t)max_n * sizeof *cost);
-    return 1;
+    memcpy(cost, c.cost, (size_t)c.n_cost * sizeof *cost);
+    return c.n_cost;
 }
 
 rf_tune_choices rf_tune_choices_none(void) {

@@ -113,8 +113,8 @@ static void stream_pending(run_ctx *c, int final, const char *finish, json_t *st
         if (stats) json_object_update(o, stats); /* the statistics and timings of the last chunk */
         json_decref(stats);
     }
+    free(piece); /* o holds a copy; the append may fail (a fault ends the generation there) */
     rf_job_sse_event(c->s, c->j, o);
-    free(piece);
     c->text_sent = upto, c->ids_sent = c->n_ids;
 }
 
