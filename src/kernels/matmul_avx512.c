@@ -823,8 +823,9 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
  * L1; the group's f32 sums live in a small buffer (a load, FMA and store
  * per block, panel and token, against 8 vpdpbusd). 2 panels: 3 are no
  * better at 8 tokens and worse at 16 on the Xeons, and on a Zen 4 run at
- * about 0.6 of two panels' speed at 8 and 16 (docs/benchmarks.md). Up to 128 tokens (a short prompt's
- * prefill, a wide draft, a prefill that carries the rolling slot's masks)
+ * about 0.6 of two panels' speed at 8 and 16 (docs/benchmarks.md). Up to
+ * 128 tokens (a short prompt's prefill, a wide draft, a prefill that
+ * carries the rolling slot's masks)
  * this order is as fast as the panel-group order or faster, and a call
  * just past 64 tokens costs no more than one of 64 (figures:
  * docs/benchmarks.md). */

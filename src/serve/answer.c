@@ -320,11 +320,14 @@ void rf_acc_choice(rf_server *s, job *j, job_acc *a, run_ctx *c, const rf_stats 
 }
 
 /* The job is over (rc: 0, or the failure of a choice): its output, the
- * server's counters, and JOB_DONE. */
+ * server's counters, and JOB_DONE. A stream's last event is appended after
+ * a's answer is freed: the append may fail (a fault drops the job there). */
 void rf_job_finish(rf_server *s, job *j, job_acc *a, int rc) {
     sum_finish(&a->sum, a->tokens, a->tpf_sum);
     int tokens = a->tokens;
     char *body = NULL;
+    json_t *last = NULL;     /* a stream's last event, */
+    char *last_text = NULL; /* or its error event */
     int status = 200;
     if (rc && j->cancelled) {
         /* the client left: nobody reads the answer */
@@ -336,12 +339,7 @@ void rf_job_finish(rf_server *s, job *j, job_acc *a, int rc) {
         if (s->cfg.verbose) rf_serve_log(s, "%s: %s", j->id, msg);
         body = rf_serve_error_body(msg, "server_error", NULL, "generation_timeout");
         status = 503;
-        if (j->req.stream) {
-            pthread_mutex_lock(&s->mu);
-            rf_job_sse_text_locked(j, body);
-            pthread_mutex_unlock(&s->mu);
-            body = NULL;
-        }
+        if (j->req.stream) last_text = body, body = NULL;
     } else if (rc) {
         /* the request was checked before it was queued, so this is our fault */
         char msg[300];
@@ -349,10 +347,7 @@ void rf_job_finish(rf_server *s, job *j, job_acc *a, int rc) {
         rf_serve_log(s, "%s: %s", j->id, msg);
         body = rf_serve_error_body(msg, "server_error", NULL, NULL);
         if (j->req.stream) {
-            pthread_mutex_lock(&s->mu);
-            rf_job_sse_text_locked(j, body);
-            pthread_mutex_unlock(&s->mu);
-            body = NULL;
+            last_text = body, body = NULL;
         } else {
             status = rc == RF_ERR_NOMEM ? 503 : 500;
         }
@@ -366,7 +361,7 @@ void rf_job_finish(rf_server *s, job *j, job_acc *a, int rc) {
             a->native = NULL;
             json_object_set_new(o, "timings", job_timings(j, a));
             json_object_set_new(o, "refusion", rf_oai_stats(j, &a->sum));
-            if (j->req.stream) rf_job_sse_event(s, j, o);
+            if (j->req.stream) last = o;
             else body = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)), json_decref(o);
         } else if (j->req.stream) {
             /* usage in a chunk of its own (choices: []) when stream_options asks */
@@ -375,7 +370,7 @@ void rf_job_finish(rf_server *s, job *j, job_acc *a, int rc) {
                 json_object_set_new(o, "refusion", rf_oai_stats(j, &a->sum));
                 json_object_set_new(o, "usage", json_incref(usage));
                 json_object_set_new(o, "timings", job_timings(j, a));
-                rf_job_sse_event(s, j, o);
+                last = o;
             } else {
                 json_decref(o);
             }
@@ -392,7 +387,9 @@ void rf_job_finish(rf_server *s, job *j, job_acc *a, int rc) {
     json_decref(a->choices);
     json_decref(a->native);
     a->choices = a->native = NULL;
+    if (last) rf_job_sse_event(s, j, last);
     pthread_mutex_lock(&s->mu);
+    if (last_text) rf_job_sse_text_locked(j, last_text);
     /* llama-server's own stream ends with its last chunk ("stop": true) */
     if (j->req.stream && j->req.kind != RF_REQ_NATIVE) rf_job_out_append(j, "data: [DONE]\n\n", 14);
     else if (body) j->out = body, j->out_len = strlen(body), j->status = status;
