@@ -656,44 +656,53 @@ static inline __attribute__((always_inline)) __m512 qp_fold(const rf_dtype dt, _
     return acc;
 }
 
+/* Vector v of a panel's 32-block wb as vpdpbusd's unsigned bytes: Q8_0's
+ * column group v (lo); the 4-bit types' groups v (lo) and 4 + v (hi).
+ * Q4_1 / Q5_0 / Q5_1: the nibbles as Q4_0's, Q5's fifth bits ORed in as
+ * bit 4 (as Q5_K's). IQ4_NL / IQ4_XS: the nibbles are indexes; a byte
+ * shuffle (vpshufb, the 16-entry table in each 128-bit lane) maps them to
+ * level + 128, unsigned as Q8_0's weights (x's init = -128 sum(x) takes
+ * the 128 off again: still an exact integer dot, |u x| <= 241 x 127 per
+ * product, no saturation in vpdpbusd). */
+static inline __attribute__((always_inline)) void qgroups(const rf_dtype dt, const uint8_t *wb, int v, __m512i *lo,
+                                                          __m512i *hi) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+    static const uint8_t iq4[16] = {RF_IQ4NL_U8};
+    const __m512i q = _mm512_load_si512(wb + v * 64);
+    if (dt == RF_Q8_0) {
+        *lo = q;
+        return;
+    }
+    *lo = _mm512_and_si512(q, m4);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    if (dt == RF_IQ4_NL || dt == RF_IQ4_XS) { /* nibbles index the table */
+        const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)iq4));
+        *lo = _mm512_shuffle_epi8(tbl, *lo), *hi = _mm512_shuffle_epi8(tbl, *hi);
+    }
+    if (dt == RF_Q5_K || dt == RF_Q5_0 || dt == RF_Q5_1) {
+        /* the fifth bits: vector v's at bits v and 4 + v of the block's (chunk's) bit vector */
+        const __m512i h = _mm512_load_si512(wb + 256);
+        *lo = _mm512_or_si512(*lo, _mm512_and_si512(_mm512_slli_epi16(h, 4 - v), m10));
+        *hi = _mm512_or_si512(*hi, _mm512_and_si512(_mm512_srli_epi16(h, v), m10));
+    }
+}
+
 /* One 32-block of P panels for T tokens: ia[p][t] = the integer dot of
  * panel p's block with token t's (x[t]), the weights' offset folded
- * in through x's init: 8 vpdpbusd of the 8 column groups (Q4_0: 4
- * vectors, each unpacked into groups v and 4 + v once for all tokens).
- * Q4_1 / Q5_0 / Q5_1: the nibbles as Q4_0's, Q5's fifth bits ORed in as
- * bit 4 (as Q5_K's); Q5_0's offset 16 through init = -16 sum(x), the mins
- * of Q4_1 / Q5_1 in f32 (qp_fold).
- * IQ4_NL / IQ4_XS: the nibbles are indexes; a byte shuffle (vpshufb, the
- * 16-entry table in each 128-bit lane) maps them to level + 128, unsigned
- * as Q8_0's weights, and init = -128 sum(x) takes the 128 off again: still
- * an exact integer dot (|u x| <= 241 x 127 per product, no saturation in
- * vpdpbusd). Both loop orders below (panel groups outside, blocks outside)
- * run it. */
+ * in through x's init (Q5_0's 16: init = -16 sum(x); the mins of Q4_1 /
+ * Q5_1 in f32, qp_fold): 8 vpdpbusd of the 8 column groups, each vector
+ * unpacked once for all tokens. Both loop orders below (panel groups
+ * outside, blocks outside) run it. */
 static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, const int P, const int T,
                                                              const uint8_t *wb, size_t panel, const xq_block *x,
                                                              __m512i ia[][8]) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
-    static const uint8_t iq4[16] = {RF_IQ4NL_U8};
-    const int nl = dt == RF_IQ4_NL || dt == RF_IQ4_XS; /* nibbles index the table */
-    const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)iq4));
     for (int t = 0; t < T; t++) { /* the types with mins: applied in f32 (qkp_kern, qp_fold) */
         __m512i init = qp_has_min(dt) ? _mm512_setzero_si512() : _mm512_set1_epi32(x[t].init);
         for (int p = 0; p < P; p++) ia[p][t] = init;
     }
     for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
         __m512i lo[8], hi[8];
-        for (int p = 0; p < P; p++) {
-            __m512i q = _mm512_load_si512(wb + p * panel + v * 64);
-            lo[p] = dt == RF_Q8_0 ? q : _mm512_and_si512(q, m4);
-            if (dt != RF_Q8_0) hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            if (nl) lo[p] = _mm512_shuffle_epi8(tbl, lo[p]), hi[p] = _mm512_shuffle_epi8(tbl, hi[p]);
-            if (dt == RF_Q5_K || dt == RF_Q5_0 || dt == RF_Q5_1) {
-                /* the fifth bits: vector v's at bits v and 4 + v of the block's (chunk's) bit vector */
-                const __m512i h = _mm512_load_si512(wb + p * panel + 256);
-                lo[p] = _mm512_or_si512(lo[p], _mm512_and_si512(_mm512_slli_epi16(h, 4 - v), m10));
-                hi[p] = _mm512_or_si512(hi[p], _mm512_and_si512(_mm512_srli_epi16(h, v), m10));
-            }
-        }
+        for (int p = 0; p < P; p++) qgroups(dt, wb + p * panel, v, &lo[p], &hi[p]);
         for (int t = 0; t < T; t++) {
             int32_t ql, qh;
             memcpy(&ql, x[t].q + 4 * v, 4);
@@ -811,9 +820,108 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
     }
 }
 
+/* ---- up to 16 tokens: the weights stationary, the sums in registers --------------
+ *
+ * Calls of more tokens than one panel-group tile holds and at most
+ * QS_MAX_N (Q8_0 5..16, the other 32-block types 7..16): one token tile,
+ * so each weight streams from memory once, PF_AHEAD_FEW ahead. Per block,
+ * P panels' 8 vectors are loaded (unpacked) once; per token, each panel's
+ * integer dot runs in one register and is folded at once into the token's
+ * f32 sums, which stay in registers for the whole row (2 panels up to 8
+ * tokens, 1 panel up to 16: 16 sums and 8 to 16 weight vectors). The
+ * blocks-outside order below keeps its sums in a buffer, a load and a store
+ * per block, panel and token; at 5..16 tokens this order is 2-8% faster on
+ * the grown 0.6B model and 3-12% on an L3-resident matrix (Zen 4,
+ * docs/benchmarks.md). Past 16 tokens the tiles would re-read the panels
+ * and the weights' stream would stall between them: the blocks-outside
+ * order is faster there. */
+#define QS_MAX_N 16
+#define QS_PANELS(T) ((T) <= 8 ? 2 : 1)
+
+/* P panels x T tokens (P <= QS_PANELS(T)); x: the tile's first token in
+ * block 0, a block's n tokens apart */
+static inline __attribute__((always_inline)) void qskern(const rf_dtype dt, const int P, const int T,
+                                                         const uint8_t *w, size_t panel, int nb, const xq_block *x,
+                                                         int n, float *y, size_t ldy, int rows_left) {
+    const size_t block = rf_qp_block_bytes(dt);
+    __m512 acc[2][QS_MAX_N];
+    for (int p = 0; p < P; p++)
+        for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *wb = w + (size_t)b * block;
+        prefetch_panels(w, panel, P, P, (size_t)b * block, block);
+        __m512i wv[2][8];
+        __m512 dw[2], mw[2];
+        for (int p = 0; p < P; p++) {
+            for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) qgroups(dt, wb + p * panel, v, &wv[p][v], &wv[p][4 + v]);
+            dw[p] = qp_d(dt, wb + p * panel);
+            mw[p] = qp_has_min(dt) ? qp_m(dt, wb + p * panel) : dw[p];
+        }
+        const xq_block *xb = x + (size_t)b * n;
+        /* unrolled, or the compiler keeps the sums in memory */
+#pragma GCC unroll 16
+        for (int t = 0; t < T; t++) {
+            __m512i ia[2];
+            for (int p = 0; p < P; p++) ia[p] = qp_has_min(dt) ? _mm512_setzero_si512() : _mm512_set1_epi32(xb[t].init);
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++) { /* group v: Q8_0's vector v; the 4-bit types' lo (v < 4) or hi nibbles */
+                int32_t q;
+                memcpy(&q, xb[t].q + 4 * v, 4);
+                const __m512i xv = _mm512_set1_epi32(q);
+                for (int p = 0; p < P; p++) ia[p] = _mm512_dpbusd_epi32(ia[p], wv[p][v], xv);
+            }
+            for (int p = 0; p < P; p++) acc[p][t] = qp_fold(dt, acc[p][t], ia[p], dw[p], mw[p], xb + t);
+        }
+    }
+    for (int p = 0; p < P; p++) {
+        const int m = rows_left - 16 * p;
+        const __mmask16 k = m >= 16 ? 0xFFFF : (__mmask16)((1u << m) - 1);
+        for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy + 16 * p, k, acc[p][t]);
+    }
+}
+
+#define QS_P(DT, T)                                                                           \
+    do {                                                                                      \
+        if (P == 2 && QS_PANELS(T) == 2) qskern(DT, 2, T, w, panel, nb, X, n, y, ldy, b - r); \
+        else qskern(DT, 1, T, w, panel, nb, X, n, y, ldy, b - r);                             \
+    } while (0)
+#define QS_T(DT)                                                                                               \
+    switch (n) {                                                                                               \
+    case 5: QS_P(DT, 5); break;   case 6: QS_P(DT, 6); break;   case 7: QS_P(DT, 7); break;                    \
+    case 8: QS_P(DT, 8); break;   case 9: QS_P(DT, 9); break;   case 10: QS_P(DT, 10); break;                  \
+    case 11: QS_P(DT, 11); break; case 12: QS_P(DT, 12); break; case 13: QS_P(DT, 13); break;                  \
+    case 14: QS_P(DT, 14); break; case 15: QS_P(DT, 15); break; default: QS_P(DT, 16); break;                  \
+    }
+
+/* rows [a, b) for 5 <= n <= QS_MAX_N tokens (one tile); the last panel
+ * alone when P panels would pass b */
+static void qs_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, int n, int a, int b) {
+    const int nb = W->cols / RF_QK;
+    const size_t panel = (size_t)nb * rf_qp_block_bytes(W->dtype);
+    const rf_dtype dt = W->dtype;
+    for (int r = a, P; r < b; r += 16 * P) {
+        P = (b - r + 15) / 16 < QS_PANELS(n) ? 1 : QS_PANELS(n);
+        const uint8_t *w = (const uint8_t *)W->packed + (size_t)(r / 16) * panel;
+        float *y = Y + r;
+        if (dt == RF_Q8_0) {
+            QS_T(RF_Q8_0)
+        } else if (dt == RF_IQ4_NL) {
+            QS_T(RF_IQ4_NL)
+        } else if (dt == RF_Q4_1) {
+            QS_T(RF_Q4_1)
+        } else if (dt == RF_Q5_0) {
+            QS_T(RF_Q5_0)
+        } else if (dt == RF_Q5_1) {
+            QS_T(RF_Q5_1)
+        } else {
+            QS_T(RF_Q4_0)
+        }
+    }
+}
+
 /* ---- a few tokens: the weight blocks outside, the token tiles inside ------------
  *
- * Calls of more tokens than one tile holds (Q8_0 5..128, Q4_0 7..128).
+ * Calls of QS_MAX_N + 1..BO_MAX_N tokens (17..128).
  * The panel-group order below (rf_qp_range_avx512's own) reads a group's
  * weights from memory in its first token tile and brings the next group in
  * with software prefetches spread over the other tiles, and a few-token
@@ -1324,7 +1432,11 @@ void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, i
      * closest to the vpdpbusd peak on an L2-resident matrix, ahead of tiles
      * of 8 (and, for Q4_0, of 4) */
     const int tcap = W->dtype == RF_Q8_0 ? 4 : 6;
-    if (n > tcap && n <= BO_MAX_N) { /* more than one tile */
+    if (n > tcap && n <= QS_MAX_N) { /* more than one tile: below */
+        qs_range(Y, ldy, X, W, n, a, b);
+        return;
+    }
+    if (n > tcap && n <= BO_MAX_N) {
         qp_range_blocks(Y, ldy, X, W, n, a, b);
         return;
     }

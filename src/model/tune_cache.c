@@ -51,8 +51,8 @@ const char *rf_tune_cpu_model(void) {
     return brand;
 }
 
-/* the version, the compiler and the moment this file was compiled (a
- * rebuild of the library recompiles it with the kernels) */
+/* the version, the compiler and the moment this file was compiled (the
+ * build recompiles it whenever a kernel source changes: CMakeLists.txt) */
 const char *rf_tune_build_id(void) { return RF_VERSION_STRING " " __VERSION__ " " __DATE__ " " __TIME__; }
 
 static uint64_t fnv1a(const char *s) {
