@@ -830,11 +830,12 @@ static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, in
  * f32 sums, which stay in registers for the whole row (2 panels up to 8
  * tokens, 1 panel up to 16: 16 sums and 8 to 16 weight vectors). The
  * blocks-outside order below keeps its sums in a buffer, a load and a store
- * per block, panel and token; at 5..16 tokens this order is 2-8% faster on
- * the grown 0.6B model and 3-12% on an L3-resident matrix (Zen 4,
- * docs/benchmarks.md). Past 16 tokens the tiles would re-read the panels
- * and the weights' stream would stall between them: the blocks-outside
- * order is faster there. */
+ * per block, panel and token. On a Zen 4 this order is 3-12% faster on an
+ * L3-resident Q8_0 matrix at every width, and whole forward calls of the
+ * grown 0.6B model at 12 and 16 tokens 2-16% faster, at 5..8 within the
+ * runs' spread (docs/benchmarks.md). Past 16 tokens the tiles would
+ * re-read the panels and the weights' stream would stall between them: the
+ * blocks-outside order is faster there. */
 #define QS_MAX_N 16
 #define QS_PANELS(T) ((T) <= 8 ? 2 : 1)
 
