@@ -28,11 +28,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "helpers/demo_model.h"
 #include "decode/decode.h"
 #include "kernels/cpu.h"
+#include "model/tune.h"
 #include "helpers/small_config.h"
 #include "tokenizer/tokenizer.h"
 
@@ -377,6 +379,36 @@ static void test_demo_adaptive(void) {
         printf("demo model, adaptive width (slot 8): %.2f tokens per call with a flat cost, %.2f with cost = n, "
                "%.2f with the cost fitted online; measured c(8) %.2f, c(16) %.2f\n",
                flat, linear, online, measured[7], measured[15]);
+        /* rf_call_cost_get: the tune cache's table when it holds every
+         * width asked for, else the calls timed (a table of impossible
+         * costs tells which) */
+        char cache[] = "/tmp/decode_rolling_XXXXXX";
+        const char *was = getenv("XDG_CACHE_HOME");
+        char *saved = was ? strdup(was) : NULL;
+        const int made = mkdtemp(cache) != NULL;
+        CHECK(made, "mkdtemp %s", cache);
+        if (made) {
+            setenv("XDG_CACHE_HOME", cache, 1);
+            rf_tune_choices set = rf_tune_choices_none();
+            const float table[4] = {1.0f, 5.0f, 6.0f, 7.0f};
+            set.cost_key = rf_call_cost_key(&m, omp_get_max_threads()), set.n_cost = 4;
+            memcpy(set.cost, table, sizeof table);
+            CHECK(rf_tune_cache_write(&set) == 0, "tune cache write: %s", rf_last_error());
+            float got[8];
+            int cached = -1;
+            CHECK(rf_call_cost_get(&m, 4, got, &cached) == 0 && cached == 1 && !memcmp(got, table, sizeof table),
+                  "4 widths of a 4-width table: cached %d, c(2) %g", cached, got[1]);
+            CHECK(rf_call_cost_get(&m, 8, got, &cached) == 0 && cached == 0 && got[0] == 1.0f && got[1] < 5.0f,
+                  "8 widths of a 4-width table: cached %d (want 0: timed), c(2) %g", cached, got[1]);
+            char path[4096];
+            if (rf_tune_cache_path(path, sizeof path) == 0) remove(path);
+            char sub[4200];
+            snprintf(sub, sizeof sub, "%s/refusion", cache);
+            rmdir(sub), rmdir(cache);
+            if (saved) setenv("XDG_CACHE_HOME", saved, 1);
+            else unsetenv("XDG_CACHE_HOME");
+        }
+        free(saved);
         CHECK(flat > 1.8, "flat cost: %.2f tokens per call: the width does not widen", flat);
         CHECK(linear < 1.3, "cost = n: %.2f tokens per call: drafts fed where a plain AR call is cheaper", linear);
         rf_tok_free(tok);
