@@ -854,7 +854,8 @@ static inline __attribute__((always_inline)) void qskern(const rf_dtype dt, cons
         __m512i wv[2][8];
         __m512 dw[2], mw[2];
         for (int p = 0; p < P; p++) {
-            for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) qgroups(dt, wb + p * panel, v, &wv[p][v], &wv[p][4 + v]);
+            for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) /* Q8_0 has no hi */
+                qgroups(dt, wb + p * panel, v, &wv[p][v], &wv[p][dt == RF_Q8_0 ? v : 4 + v]);
             dw[p] = qp_d(dt, wb + p * panel);
             mw[p] = qp_has_min(dt) ? qp_m(dt, wb + p * panel) : dw[p];
         }
