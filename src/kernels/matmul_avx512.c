@@ -637,6 +637,19 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
  * sum(x_q); Q4_1 / Q5_1: dxsum) */
 static inline int qp_has_min(rf_dtype dt) { return dt == RF_Q4_K || dt == RF_Q5_K || dt == RF_Q4_1 || dt == RF_Q5_1; }
 
+/* the start of a token's integer dot with a block: x's init (the weights'
+ * offset folded in), or 0 for the types whose min comes in in f32 */
+static inline __attribute__((always_inline)) __m512i qdot_init(const rf_dtype dt, const xq_block *x) {
+    return qp_has_min(dt) ? _mm512_setzero_si512() : _mm512_set1_epi32(x->init);
+}
+
+/* The 32-block panel types, each expanded by M(DT) with DT a constant, so
+ * that every kernel is compiled once per type (IQ4_XS, read in chunks of
+ * 32 columns by the panel-group order only, is dispatched there) */
+#define QP_DISPATCH(dt, M)                                                                                   \
+    if ((dt) == RF_Q8_0) M(RF_Q8_0) else if ((dt) == RF_IQ4_NL) M(RF_IQ4_NL) else if ((dt) == RF_Q4_1)     \
+        M(RF_Q4_1) else if ((dt) == RF_Q5_0) M(RF_Q5_0) else if ((dt) == RF_Q5_1) M(RF_Q5_1) else M(RF_Q4_0)
+
 /* the 16 rows' d of a 32-block panel's block wb (matmul_impl.h
  * rf_qp_scales_at), and the f16 m that follow them */
 static inline __attribute__((always_inline)) __m512 qp_d(const rf_dtype dt, const uint8_t *wb) {
@@ -696,8 +709,8 @@ static inline __attribute__((always_inline)) void qgroups(const rf_dtype dt, con
 static inline __attribute__((always_inline)) void qblock_dot(const rf_dtype dt, const int P, const int T,
                                                              const uint8_t *wb, size_t panel, const xq_block *x,
                                                              __m512i ia[][8]) {
-    for (int t = 0; t < T; t++) { /* the types with mins: applied in f32 (qkp_kern, qp_fold) */
-        __m512i init = qp_has_min(dt) ? _mm512_setzero_si512() : _mm512_set1_epi32(x[t].init);
+    for (int t = 0; t < T; t++) {
+        const __m512i init = qdot_init(dt, x + t);
         for (int p = 0; p < P; p++) ia[p][t] = init;
     }
     for (int v = 0; v < (dt == RF_Q8_0 ? 8 : 4); v++) {
@@ -801,23 +814,11 @@ static inline __attribute__((always_inline)) void qpkern(const rf_dtype dt, cons
     default: QPK_P(DT, 8); break;  \
     }
 /* P is QP_PANELS(dt, T), or 4, 2, 1 for a range's last panels */
+#define QPK_TYPE(DT) { QPK_T(DT) }
 static void qptile(rf_dtype dt, int P, int T, const uint8_t *w, size_t panel, int nb, const xq_block *x, size_t bs,
                    float *y, size_t ldy, int rows_left, const uint8_t *pf, int pmod, int prem) {
-    if (dt == RF_Q8_0) {
-        QPK_T(RF_Q8_0);
-    } else if (dt == RF_IQ4_NL) {
-        QPK_T(RF_IQ4_NL);
-    } else if (dt == RF_IQ4_XS) {
-        QPK_T(RF_IQ4_XS);
-    } else if (dt == RF_Q4_1) {
-        QPK_T(RF_Q4_1);
-    } else if (dt == RF_Q5_0) {
-        QPK_T(RF_Q5_0);
-    } else if (dt == RF_Q5_1) {
-        QPK_T(RF_Q5_1);
-    } else {
-        QPK_T(RF_Q4_0);
-    }
+    if (dt == RF_IQ4_XS) QPK_TYPE(RF_IQ4_XS)
+    else QP_DISPATCH(dt, QPK_TYPE)
 }
 
 /* ---- up to 16 tokens: the weights stationary, the sums in registers --------------
@@ -864,7 +865,7 @@ static inline __attribute__((always_inline)) void qskern(const rf_dtype dt, cons
 #pragma GCC unroll 16
         for (int t = 0; t < T; t++) {
             __m512i ia[2];
-            for (int p = 0; p < P; p++) ia[p] = qp_has_min(dt) ? _mm512_setzero_si512() : _mm512_set1_epi32(xb[t].init);
+            for (int p = 0; p < P; p++) ia[p] = qdot_init(dt, xb + t);
 #pragma GCC unroll 8
             for (int v = 0; v < 8; v++) { /* group v: Q8_0's vector v; the 4-bit types' lo (v < 4) or hi nibbles */
                 int32_t q;
@@ -895,6 +896,8 @@ static inline __attribute__((always_inline)) void qskern(const rf_dtype dt, cons
     case 14: QS_P(DT, 14); break; case 15: QS_P(DT, 15); break; default: QS_P(DT, 16); break;                  \
     }
 
+#define QS_TYPE(DT) { QS_T(DT) }
+
 /* rows [a, b) for 5 <= n <= QS_MAX_N tokens (one tile); the last panel
  * alone when P panels would pass b */
 static void qs_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, int n, int a, int b) {
@@ -905,19 +908,7 @@ static void qs_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, i
         P = (b - r + 15) / 16 < QS_PANELS(n) ? 1 : QS_PANELS(n);
         const uint8_t *w = (const uint8_t *)W->packed + (size_t)(r / 16) * panel;
         float *y = Y + r;
-        if (dt == RF_Q8_0) {
-            QS_T(RF_Q8_0)
-        } else if (dt == RF_IQ4_NL) {
-            QS_T(RF_IQ4_NL)
-        } else if (dt == RF_Q4_1) {
-            QS_T(RF_Q4_1)
-        } else if (dt == RF_Q5_0) {
-            QS_T(RF_Q5_0)
-        } else if (dt == RF_Q5_1) {
-            QS_T(RF_Q5_1)
-        } else {
-            QS_T(RF_Q4_0)
-        }
+        QP_DISPATCH(dt, QS_TYPE)
     }
 }
 
@@ -931,9 +922,10 @@ static void qs_range(float *Y, size_t ldy, const xq_block *X, const rf_mat *W, i
  * stream once, block after block, in address order, each stream prefetched
  * PF_AHEAD_FEW bytes ahead, and every token tile meets a block while it is in
  * L1; the group's f32 sums live in a small buffer (a load, FMA and store
- * per block, panel and token, against 8 vpdpbusd). 2 panels: 3 are no
- * better at 8 tokens and worse at 16 on the Xeons, and on a Zen 4 run at
- * about 0.6 of two panels' speed at 8 and 16 (docs/benchmarks.md). Up to
+ * per block, panel and token, against 8 vpdpbusd). 2 panels: 3 were no
+ * better at 8 tokens and worse at 16 on the Xeons, and about 0.6 of two
+ * panels' speed at 8 and 16 on a Zen 4 (docs/benchmarks.md), measured when
+ * this order served those widths; not measured at 17..128. Up to
  * 128 tokens (a short prompt's prefill, a wide draft, a prefill that
  * carries the rolling slot's masks)
  * this order is as fast as the panel-group order or faster, and a call
@@ -971,6 +963,8 @@ static inline __attribute__((always_inline)) void qbkern(const rf_dtype dt, cons
     default: qbkern(DT, P, 8, wb, panel, xb, a); break;                                            \
     }
 
+#define QB_TYPE(DT) { if (P == BO_PANELS) QB_T(DT, BO_PANELS) else QB_T(DT, 1) }
+
 /* P (BO_PANELS or fewer at the range's end) panels from w, all n tokens,
  * into acc[n][16 BO_PANELS]: blocks outside, near-equal tiles of <= 8
  * tokens inside */
@@ -985,19 +979,7 @@ static void qbgroup(rf_dtype dt, int P, const uint8_t *w, size_t panel, int nb, 
             const int T = n / ntt + (i < n % ntt);
             const xq_block *xb = X + (size_t)b * n + t0;
             float *a = acc + (size_t)t0 * 16 * BO_PANELS;
-            if (dt == RF_Q8_0) {
-                if (P == BO_PANELS) QB_T(RF_Q8_0, BO_PANELS) else QB_T(RF_Q8_0, 1)
-            } else if (dt == RF_IQ4_NL) {
-                if (P == BO_PANELS) QB_T(RF_IQ4_NL, BO_PANELS) else QB_T(RF_IQ4_NL, 1)
-            } else if (dt == RF_Q4_1) {
-                if (P == BO_PANELS) QB_T(RF_Q4_1, BO_PANELS) else QB_T(RF_Q4_1, 1)
-            } else if (dt == RF_Q5_0) {
-                if (P == BO_PANELS) QB_T(RF_Q5_0, BO_PANELS) else QB_T(RF_Q5_0, 1)
-            } else if (dt == RF_Q5_1) {
-                if (P == BO_PANELS) QB_T(RF_Q5_1, BO_PANELS) else QB_T(RF_Q5_1, 1)
-            } else {
-                if (P == BO_PANELS) QB_T(RF_Q4_0, BO_PANELS) else QB_T(RF_Q4_0, 1)
-            }
+            QP_DISPATCH(dt, QB_TYPE)
             t0 += T;
         }
     }
