@@ -571,7 +571,10 @@ void rf_q_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, in
 /* one 32-block of one token: the int8 activations, their scale, and
  * -off * sum(q) (the weights' offset, 128 for Q8_0 and 8 for Q4_0, folded
  * into the integer dot; for Q4_1 / Q5_1 dx sum(q) in f32, the factor of
- * the block's min, one broadcast per use). A call's blocks lie block-major: block b of token
+ * the block's min, one broadcast per use). The 16-column types (Q6_K,
+ * Q3_K, Q2_K) take the two halves' sums apart: init and init_hi (Q2_K:
+ * dxsum and dxsum_hi), each ready to broadcast from memory (a value built
+ * in a general register costs a transfer per token and chunk). A call's blocks lie block-major: block b of token
  * t at [b * n + t], so that a tile's tokens sit at constant offsets from
  * one pointer (token-major, the kernels below ran out of registers for a
  * pointer per token and spilled them into vector registers: 4 extra vmovq
@@ -583,6 +586,10 @@ typedef struct {
         int32_t init;
         float dxsum;
     };
+    union {
+        int32_t init_hi;
+        float dxsum_hi;
+    };
 } xq_block;
 
 size_t rf_q8p_prep_avx512_bytes(int n, int cols) { return (size_t)n * (cols / RF_QK) * sizeof(xq_block); }
@@ -591,12 +598,14 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
     /* the weights' offset (see the pack; IQ4_NL / IQ4_XS: their levels
      * shuffled to level + 128; Q5_0: its levels 0..31 are w + 16); Q4_K,
      * Q5_K, Q4_1, Q5_1: -1, init = sum(q), which the kernel scales by the
-     * block's or chunk's min; Q6_K, Q3_K, Q2_K: the sums of the two
-     * 16-column halves (|sum| <= 2032) as init's low and high 16 bits */
+     * block's or chunk's min; Q6_K, Q3_K: -off times the sums of the two
+     * 16-column halves, Q2_K: dx times them */
     const int nb = cols / RF_QK,
               off = wdt == RF_Q8_0 || wdt == RF_IQ4_NL || wdt == RF_IQ4_XS ? 128
                     : wdt == RF_Q4_0                                       ? 8
                     : wdt == RF_Q5_0                                       ? 16
+                    : wdt == RF_Q6_K                                       ? 32
+                    : wdt == RF_Q3_K                                       ? 4
                                                                            : -1;
     int b0, b1;
     rf_share(nb, part, parts, &b0, &b1);
@@ -615,12 +624,15 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
             _mm_storeu_si128((__m128i *)(o->q + 16), _mm512_cvtepi32_epi8(qc));
             o->dx = d;
             const int32_t sa = _mm512_reduce_add_epi32(qa), sc = _mm512_reduce_add_epi32(qc);
+            o->init_hi = 0;
             if (wdt == RF_Q4_1 || wdt == RF_Q5_1)
                 o->dxsum = d * (float)(sa + sc);
+            else if (wdt == RF_Q2_K)
+                o->dxsum = d * (float)sa, o->dxsum_hi = d * (float)sc;
+            else if (wdt == RF_Q6_K || wdt == RF_Q3_K)
+                o->init = -off * sa, o->init_hi = -off * sc;
             else
-                o->init = wdt == RF_Q6_K || wdt == RF_Q3_K || wdt == RF_Q2_K
-                              ? (int32_t)((uint32_t)(uint16_t)sa | (uint32_t)sc << 16)
-                              : -off * (sa + sc);
+                o->init = -off * (sa + sc);
         }
 }
 
@@ -1221,8 +1233,9 @@ static inline __attribute__((always_inline)) void k16_levels(const rf_dtype dt, 
         const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
         const __m512i q = _mm512_load_si512(wc + 64 * v), h = _mm512_load_si512(wc + 256 + 64 * (v / 2));
         const __m512i hl = v & 1 ? h : _mm512_slli_epi16(h, 4), hh = v & 1 ? _mm512_srli_epi16(h, 2) : _mm512_slli_epi16(h, 2);
-        *lo = _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(hl, m30));
-        *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), _mm512_and_si512(hh, m30));
+        /* m4 ? nibble : high pair (0xCA: a ? b : c), one instruction for an AND and an OR */
+        *lo = _mm512_ternarylogic_epi32(m4, q, _mm512_and_si512(hl, m30), 0xCA);
+        *hi = _mm512_ternarylogic_epi32(m4, _mm512_srli_epi16(q, 4), _mm512_and_si512(hh, m30), 0xCA);
         return;
     }
     const __m512i m3 = _mm512_set1_epi8(3);
@@ -1241,10 +1254,9 @@ static inline __attribute__((always_inline)) void k16_levels(const rf_dtype dt, 
  * sums */
 static inline __attribute__((always_inline)) void k16p_dots(const rf_dtype dt, const int T, const uint8_t *wc,
                                                             const xq_block *x, __m512i ia[2][8]) {
-    const int off = dt == RF_Q6_K ? 32 : dt == RF_Q3_K ? 4 : 0;
-    for (int t = 0; t < T; t++) {
-        ia[0][t] = _mm512_set1_epi32(-off * (int16_t)(x[t].init & 0xFFFF));
-        ia[1][t] = _mm512_set1_epi32(-off * (x[t].init >> 16));
+    for (int t = 0; t < T; t++) { /* Q2_K: its mins in f32 (k16p_fold) */
+        ia[0][t] = dt == RF_Q2_K ? _mm512_setzero_si512() : _mm512_set1_epi32(x[t].init);
+        ia[1][t] = dt == RF_Q2_K ? _mm512_setzero_si512() : _mm512_set1_epi32(x[t].init_hi);
     }
     for (int v = 0; v < 4; v++) {
         __m512i lo, hi;
@@ -1285,8 +1297,8 @@ static inline __attribute__((always_inline)) __m512 k16p_fold(const rf_dtype dt,
     const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), s0, _mm512_mul_ps(_mm512_cvtepi32_ps(i1), s1));
     r = _mm512_fmadd_ps(f, _mm512_set1_ps(x->dx), r);
     if (dt == RF_Q2_K) {
-        r = _mm512_fnmadd_ps(m0, _mm512_set1_ps(x->dx * (float)(int16_t)(x->init & 0xFFFF)), r);
-        r = _mm512_fnmadd_ps(m1, _mm512_set1_ps(x->dx * (float)(x->init >> 16)), r);
+        r = _mm512_fnmadd_ps(m0, _mm512_set1_ps(x->dxsum), r);
+        r = _mm512_fnmadd_ps(m1, _mm512_set1_ps(x->dxsum_hi), r);
     }
     return r;
 }
