@@ -570,11 +570,12 @@ void rf_q_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, in
 
 /* one 32-block of one token: the int8 activations, their scale, and
  * -off * sum(q) (the weights' offset, 128 for Q8_0 and 8 for Q4_0, folded
- * into the integer dot; for Q4_1 / Q5_1 dx sum(q) in f32, the factor of
- * the block's min, one broadcast per use). The 16-column types (Q6_K,
- * Q3_K, Q2_K) take the two halves' sums apart: init and init_hi (Q2_K:
- * dxsum and dxsum_hi), each ready to broadcast from memory (a value built
- * in a general register costs a transfer per token and chunk). A call's blocks lie block-major: block b of token
+ * into the integer dot; for the types with mins (Q4_1, Q5_1, Q4_K, Q5_K)
+ * dx sum(q) in f32, the factor of the block's or chunk's min). The
+ * 16-column types (Q6_K, Q3_K, Q2_K) take the two halves' sums apart:
+ * init and init_hi (Q2_K: dxsum and dxsum_hi). Each is ready to broadcast
+ * from memory: a value built in a general register costs a transfer per
+ * token and block. A call's blocks lie block-major: block b of token
  * t at [b * n + t], so that a tile's tokens sit at constant offsets from
  * one pointer (token-major, the kernels below ran out of registers for a
  * pointer per token and spilled them into vector registers: 4 extra vmovq
@@ -597,7 +598,7 @@ size_t rf_q8p_prep_avx512_bytes(int n, int cols) { return (size_t)n * (cols / RF
 void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt, int part, int parts) {
     /* the weights' offset (see the pack; IQ4_NL / IQ4_XS: their levels
      * shuffled to level + 128; Q5_0: its levels 0..31 are w + 16); Q4_K,
-     * Q5_K, Q4_1, Q5_1: -1, init = sum(q), which the kernel scales by the
+     * Q5_K, Q4_1, Q5_1: dxsum = dx sum(q), which the kernel scales by the
      * block's or chunk's min; Q6_K, Q3_K: -off times the sums of the two
      * 16-column halves, Q2_K: dx times them */
     const int nb = cols / RF_QK,
@@ -625,7 +626,7 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
             o->dx = d;
             const int32_t sa = _mm512_reduce_add_epi32(qa), sc = _mm512_reduce_add_epi32(qc);
             o->init_hi = 0;
-            if (wdt == RF_Q4_1 || wdt == RF_Q5_1)
+            if (wdt == RF_Q4_1 || wdt == RF_Q5_1 || wdt == RF_Q4_K || wdt == RF_Q5_K)
                 o->dxsum = d * (float)(sa + sc);
             else if (wdt == RF_Q2_K)
                 o->dxsum = d * (float)sa, o->dxsum_hi = d * (float)sc;
@@ -1068,7 +1069,7 @@ static inline __attribute__((always_inline)) void qkp_kern(const rf_dtype dt, co
             float *a = acc + (size_t)t * 16 * KP_PANELS + 16 * p;
             __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(scale, _mm512_set1_ps(x[t].dx)),
                                        _mm512_load_ps(a));
-            _mm512_store_ps(a, _mm512_fnmadd_ps(min, _mm512_set1_ps(x[t].dx * (float)x[t].init), v));
+            _mm512_store_ps(a, _mm512_fnmadd_ps(min, _mm512_set1_ps(x[t].dxsum), v));
         }
     }
 }
@@ -1158,7 +1159,7 @@ static inline __attribute__((always_inline)) void qkp_row(const rf_dtype dt, con
                     for (int t = 0; t < T; t++) {
                         __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(scale, _mm512_set1_ps(xc[t].dx)),
                                                    acc[p][t]);
-                        acc[p][t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(xc[t].dx * (float)xc[t].init), v);
+                        acc[p][t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(xc[t].dxsum), v);
                     }
                 }
             }
@@ -1217,8 +1218,8 @@ static void qkp_rows(rf_dtype dt, const uint8_t *pk, size_t panel, int nsb, cons
  * as bytes and the rows' d (Q2_K: and dmin). Per chunk and (panel, token)
  * two integer dots, the chunk's first 16 columns (the low nibbles' groups)
  * and its last 16, each with the weights' offset (Q6_K 32, Q3_K 4) folded
- * in through the token's half sums (rf_q8p_prep_avx512 keeps them in
- * init's two 16-bit halves); then two conversions, the scales, and one FMA
+ * in through the token's half sums (rf_q8p_prep_avx512's init and
+ * init_hi); then two conversions, the scales, and one FMA
  * by the token's dx; Q2_K's mins by two more FMAs with the half sums. Two
  * integer accumulators per (panel, token): one panel at a time, tiles of
  * up to 8 tokens, each tile's f32 sums in registers over the whole row
