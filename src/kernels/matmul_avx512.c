@@ -574,8 +574,9 @@ void rf_q_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, in
  * dx sum(q) in f32, the factor of the block's or chunk's min). The
  * 16-column types (Q6_K, Q3_K, Q2_K) take the sums of the two halves apart,
  * as init's low and high 16 bits: the block stays at 40 bytes, which
- * every type's wide calls read (44, with the halves apart, measured a few
- * percent slower at 16 tokens for Q8_0 and Q4_0). A call's blocks lie block-major: block b of token
+ * every type's wide calls read (44, with the halves apart, gave Q6_K no
+ * clear gain, and 16-token calls of Q8_0 and Q4_0 models ran up to a few
+ * percent slower in noisy runs). A call's blocks lie block-major: block b of token
  * t at [b * n + t], so that a tile's tokens sit at constant offsets from
  * one pointer (token-major, the kernels below ran out of registers for a
  * pointer per token and spilled them into vector registers: 4 extra vmovq
@@ -1225,9 +1226,9 @@ static inline __attribute__((always_inline)) void k16_levels(const rf_dtype dt, 
         const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
         const __m512i q = _mm512_load_si512(wc + 64 * v), h = _mm512_load_si512(wc + 256 + 64 * (v / 2));
         const __m512i hl = v & 1 ? h : _mm512_slli_epi16(h, 4), hh = v & 1 ? _mm512_srli_epi16(h, 2) : _mm512_slli_epi16(h, 2);
-        /* m4 ? nibble : high pair (0xCA: a ? b : c), one instruction for an AND and an OR */
-        *lo = _mm512_ternarylogic_epi32(m4, q, _mm512_and_si512(hl, m30), 0xCA);
-        *hi = _mm512_ternarylogic_epi32(m4, _mm512_srli_epi16(q, 4), _mm512_and_si512(hh, m30), 0xCA);
+        /* AND-OR pairs: one vpternlogd for each measured 1% slower at 8 and 16 tokens on a Zen 4 */
+        *lo = _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(hl, m30));
+        *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), _mm512_and_si512(hh, m30));
         return;
     }
     const __m512i m3 = _mm512_set1_epi8(3);
