@@ -134,15 +134,19 @@ post ap2 /v1/completions '{"prompt":"x","max_tokens":8}'
 expect ap2 200 '"completion_tokens":8'
 stop
 # the same fault at a stream's last event (the usage chunk, the 5th append
-# of 3 tokens): the job is dropped with the events it had, and the answer it
-# was finishing is freed first (in the ASan build the clean exit at stop
-# says nothing leaked)
+# of 3 tokens): the job is dropped with the events it had, closed by an
+# error event and [DONE] (written into room every append keeps), and the
+# answer it was finishing is freed first (in the ASan build the clean exit
+# at stop says nothing leaked)
 REFUSION_TEST_DIE_ONCE=append:5 start
 curl -s -N -m 15 -o "$T/last.body" -w '%{http_code}' --data-binary \
   '{"prompt":"x","max_tokens":3,"mode":"ar","stream":true,"stream_options":{"include_usage":true}}' \
   "$URL/v1/completions" >"$T/last.code" 2>/dev/null
 [ "$(cat "$T/last.code")" = 200 ] && grep -q '"finish_reason":"length"' "$T/last.body" && ! grep -q '"usage"' "$T/last.body" &&
   ! grep -v '^data: {.*}$' "$T/last.body" | grep -qv '^data: \[DONE\]$\|^$' &&
+  [ "$(grep -v '^$' "$T/last.body" | tail -n 2 | head -n 1 | cut -c1-92)" = \
+    'data: {"error":{"message":"generation failed: out of memory while the answer was being sent"' ] &&
+  [ "$(grep -v '^$' "$T/last.body" | tail -n 1)" = 'data: [DONE]' ] &&
   ok || bad "a failed append of a stream's last event: $(cat "$T/last.code") $(head -c 600 "$T/last.body")"
 alive && ok || bad "the server stopped answering after a fault at a stream's last event"
 stop

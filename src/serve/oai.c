@@ -9,11 +9,21 @@
 #include "util/util.h"
 
 /* ---- output buffer (s->mu held) ---- */
-/* the room for n more bytes (and the terminating 0): 0, or -1 with
- * nothing changed when the allocation failed */
+/* The close of a stream that a fault cut short: an error event, then
+ * [DONE] (llama-server's native stream: the event alone). Every append
+ * keeps room for it, so that closing allocates nothing and cannot fail. */
+#define CUT_EVENT(what)                                                                                   \
+    "data: {\"error\":{\"message\":\"generation failed: " what " while the answer was being sent\","     \
+    "\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n"
+static const char cut_oom[] = CUT_EVENT("out of memory"), cut_internal[] = CUT_EVENT("an internal error"),
+                  done_line[] = "data: [DONE]\n\n";
+#define CLOSE_ROOM (sizeof cut_internal + sizeof done_line) /* the longer event, and the 0s spare */
+
+/* the room for n more bytes (and the terminating 0), and the close's
+ * beyond them: 0, or -1 with nothing changed when the allocation failed */
 static int out_reserve(job *j, size_t n) {
     if (rf_faults.reply_append && rf_faults.reply_append()) return -1;
-    size_t need = j->out_len + n + 1, cap = j->out_cap;
+    size_t need = j->out_len + n + 1 + CLOSE_ROOM, cap = j->out_cap;
     if (need <= cap) return 0;
     cap = cap * 2 > need ? cap * 2 : need < 1024 ? 1024 : need;
     char *p = rf_try_realloc(j->out, cap);
@@ -33,6 +43,18 @@ void rf_job_out_append(job *j, const char *p, size_t n) {
     out_put(j, p, n);
 }
 
+void rf_job_stream_cut_locked(job *j, int oom) {
+    const char *ev = oom ? cut_oom : cut_internal;
+    const size_t n = strlen(ev) + (j->req.kind == RF_REQ_NATIVE ? 0 : sizeof done_line - 1);
+    if (j->out_len + n + 1 > j->out_cap) { /* nothing appended yet: a small block, or the stream ends bare */
+        char *p = rf_try_realloc(j->out, j->out_len + n + 1);
+        if (!p) return;
+        j->out = p, j->out_cap = j->out_len + n + 1;
+    }
+    out_put(j, ev, strlen(ev));
+    if (j->req.kind != RF_REQ_NATIVE) out_put(j, done_line, sizeof done_line - 1);
+}
+
 /* One SSE event "data: <compact json>\n\n" (o is consumed); floats with 6
  * significant digits, as in a plain answer (0.6, not 0.59999999999999998). */
 void rf_job_sse_append_locked(job *j, json_t *o) {
@@ -43,18 +65,27 @@ void rf_job_sse_append_locked(job *j, json_t *o) {
     pthread_cond_broadcast(&j->cv);
 }
 
-/* One SSE event "data: <txt>\n\n" of text already built (txt is consumed). */
-void rf_job_sse_text_locked(job *j, char *txt) {
-    size_t n = strlen(txt);
-    if (out_reserve(j, n + 8)) { /* the whole event or none of it */
+/* One SSE event "[event: <name>\n]data: <txt>\n\n" of text already built
+ * (txt is consumed): the whole event or none of it. */
+static void sse_put(job *j, const char *name, char *txt) {
+    const size_t n = strlen(txt), h = name ? strlen(name) + 8 : 0;
+    if (out_reserve(j, h + n + 8)) {
         free(txt);
-        rf_oom(n + 8);
+        rf_oom(h + n + 8);
+    }
+    if (name) {
+        out_put(j, "event: ", 7);
+        out_put(j, name, h - 8);
+        out_put(j, "\n", 1);
     }
     out_put(j, "data: ", 6);
     out_put(j, txt, n);
     out_put(j, "\n\n", 2);
     free(txt);
 }
+
+void rf_job_sse_text_locked(job *j, char *txt) { sse_put(j, NULL, txt); }
+void rf_job_sse_named_locked(job *j, const char *name, char *txt) { sse_put(j, name, txt); }
 void rf_job_sse_event(rf_server *s, job *j, json_t *o) {
     pthread_mutex_lock(&s->mu);
     rf_job_sse_append_locked(j, o);

@@ -11,6 +11,12 @@ void rf_job_out_append(job *j, const char *p, size_t n);
 /* one SSE event "data: <json>" (o consumed; s->mu held / taken) */
 void rf_job_sse_append_locked(job *j, json_t *o);
 void rf_job_sse_text_locked(job *j, char *txt);
+/* one SSE event "event: <name>" with "data: <txt>" (txt consumed; s->mu held) */
+void rf_job_sse_named_locked(job *j, const char *name, char *txt);
+/* a stream that a fault cut short closed with an error event (oom: out of
+ * memory, else an internal error) and [DONE], with nothing allocated where
+ * anything was appended before (s->mu held) */
+void rf_job_stream_cut_locked(job *j, int oom);
 void rf_job_sse_event(rf_server *s, job *j, json_t *o);
 /* {"id", "object", "created", "model"} of a response (chunk: a stream's) */
 json_t *rf_oai_envelope(const rf_server *s, const job *j, int chunk);

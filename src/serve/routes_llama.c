@@ -8,6 +8,7 @@
 
 #include "api/api_internal.h"
 #include "refusion_version.h"
+#include "serve/oai.h"
 #include "serve/routes_llama.h"
 #include "serve/web_assets.h"
 #include "util/util.h"
@@ -476,10 +477,6 @@ void rf_serve_decode_event_locked(rf_server *s, job *j, const rf_event *ev) {
     char *txt = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (!txt) return;
-    size_t n = strlen(txt);
-    /* out_append's growth rule, kept here: the event rides in the job's SSE buffer */
-    j->out = rf_grow_to(j->out, 1, j->out_len + n + 32, &j->out_cap, 1024);
-    j->out_len += (size_t)sprintf(j->out + j->out_len, "event: decode\ndata: %s\n\n", txt);
-    free(txt);
+    rf_job_sse_named_locked(j, "decode", txt); /* the event rides in the job's SSE buffer */
     pthread_cond_broadcast(&j->cv);
 }

@@ -8,6 +8,7 @@
 
 #include "model/forward.h"
 #include "model/runstate.h" /* its max_tokens, to grow it */
+#include "serve/oai.h"
 #include "serve/routes_llama.h" /* the slots */
 #include "serve/row.h"
 #include "util/util.h"
@@ -154,7 +155,7 @@ typedef struct {
     int fresh;             /* ADMIT: rows admitted in this step */
     job *admitting;        /* ADMIT: the job being given a row, */
     batch_row *starting;   /* and that row */
-    job *releasing;        /* the job of a row being released (a fault there drops it bare) */
+    job *releasing;        /* the job of a row being released (a fault there drops it: job_drop) */
     int left, T, T_whole, nl, n_roll, ctx, kept; /* the step's budget left, tokens packed and whole, logits
                                                      rows, rolling rows, context, tokens kept by rows */
     int roll_tokens;       /* the step's tokens of rolling rows */
@@ -191,7 +192,7 @@ static void fit_runstate(sched *x, int T, int ctx) {
     note_buffers(x);
 }
 
-/* Release r (its job finished with rc); a fault inside drops the job bare. */
+/* Release r (its job finished with rc); a fault inside drops the job (job_drop). */
 static void release(sched *x, batch_row *r, int rc) {
     x->releasing = r->j;
     rf_row_release(x->s, r, rc);
@@ -200,10 +201,12 @@ static void release(sched *x, batch_row *r, int rc) {
 
 /* A job's last resort: a fault while its row was being released. Its
  * answer ends as it stands (a plain request: 500, "the reply could not be
- * built"); nothing is allocated. */
-static void job_drop(rf_server *s, job *j) {
+ * built"; a stream: the events it had, then an error event and [DONE],
+ * written without allocating). */
+static void job_drop(rf_server *s, job *j, int rc) {
     pthread_mutex_lock(&s->mu);
     if (j->state != JOB_DONE) {
+        if (j->req.stream) rf_job_stream_cut_locked(j, rc == RF_ERR_NOMEM);
         j->state = JOB_DONE;
         rf_serve_slot_give_locked(s, j);
         s->n_done++, s->n_running--, s->n_failed++;
@@ -346,7 +349,7 @@ static void row_after(sched *x) {
 
 /* A fault (an rf_die) in the work the step was at: that row fails (ADMIT:
  * the job being started; CALL: every row in the call) and the step goes
- * on; a fault while a row was being released drops its job bare. */
+ * on; a fault while a row was being released drops its job (job_drop). */
 static void fault(sched *x, int rc) {
     /* a fault inside a locked section (an append to a reply under the lock)
      * left the lock held by this thread: given back (the mutex checks its
@@ -355,7 +358,7 @@ static void fault(sched *x, int rc) {
     if (x->releasing) {
         job *j = x->releasing;
         x->releasing = NULL;
-        job_drop(x->s, j);
+        job_drop(x->s, j, rc);
     } else if (x->phase == ADMIT && x->starting) {
         batch_row *r = x->starting;
         x->starting = NULL;
