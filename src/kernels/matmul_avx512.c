@@ -602,7 +602,7 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
               off = wdt == RF_Q8_0 || wdt == RF_IQ4_NL || wdt == RF_IQ4_XS ? 128
                     : wdt == RF_Q4_0                                       ? 8
                     : wdt == RF_Q5_0                                       ? 16
-                                                                           : -1;
+                                                                           : 0; /* the others: unused */
     int b0, b1;
     rf_share(nb, part, parts, &b0, &b1);
     for (int t = 0; t < n; t++)
@@ -638,8 +638,7 @@ void rf_q8p_prep_avx512(void *xp, const float *X, int n, int cols, rf_dtype wdt,
 
 /* 1 for the types whose weights carry a min (Q4_1 / Q5_1: d q + m; Q4_K
  * / Q5_K: d sc q - dmin m): their integer dots start at 0 and the min
- * comes in in f32, times the token's dx sum(x_q) (Q4_K / Q5_K: init =
- * sum(x_q); Q4_1 / Q5_1: dxsum) */
+ * comes in in f32, times the token's dx sum(x_q) (dxsum) */
 static inline int qp_has_min(rf_dtype dt) { return dt == RF_Q4_K || dt == RF_Q5_K || dt == RF_Q4_1 || dt == RF_Q5_1; }
 
 /* the start of a token's integer dot with a block: x's init (the weights'

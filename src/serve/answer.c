@@ -391,7 +391,7 @@ void rf_job_finish(rf_server *s, job *j, job_acc *a, int rc) {
     pthread_mutex_lock(&s->mu);
     if (last_text) rf_job_sse_text_locked(j, last_text);
     /* llama-server's own stream ends with its last chunk ("stop": true) */
-    if (j->req.stream && j->req.kind != RF_REQ_NATIVE) rf_job_out_append(j, "data: [DONE]\n\n", 14);
+    if (j->req.stream && j->req.kind != RF_REQ_NATIVE) rf_job_sse_done_locked(j);
     else if (body) j->out = body, j->out_len = strlen(body), j->status = status;
     j->state = JOB_DONE;
     rf_serve_slot_give_locked(s, j);

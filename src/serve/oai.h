@@ -6,11 +6,11 @@
 
 #include "serve/serve_impl.h"
 
-/* append n bytes to j's output (s->mu held) */
-void rf_job_out_append(job *j, const char *p, size_t n);
 /* one SSE event "data: <json>" (o consumed; s->mu held / taken) */
 void rf_job_sse_append_locked(job *j, json_t *o);
 void rf_job_sse_text_locked(job *j, char *txt);
+/* the line "data: [DONE]" that ends an OpenAI stream (s->mu held) */
+void rf_job_sse_done_locked(job *j);
 /* one SSE event "event: <name>" with "data: <txt>" (txt consumed; s->mu held) */
 void rf_job_sse_named_locked(job *j, const char *name, char *txt);
 /* a stream that a fault cut short closed with an error event (oom: out of

@@ -15,7 +15,7 @@ static void fail_job_locked(job *j, const char *msg) {
     char *txt = rf_serve_error_body(msg, "server_error", NULL, "server_shutting_down");
     if (j->req.stream) {
         rf_job_sse_text_locked(j, txt);
-        rf_job_out_append(j, "data: [DONE]\n\n", 14);
+        rf_job_sse_done_locked(j);
     } else {
         free(j->out);
         j->out = txt, j->out_len = strlen(txt), j->status = 503;
