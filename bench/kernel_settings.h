@@ -5,7 +5,8 @@
  * rf_matmul_set_amx_int8), amx-bf16=N (bf16 calls of >= N tokens on AMX
  * tiles, 0 none, -1 the default; rf_matmul_set_amx_bf16), bf16-act=single|split (kernels.h
  * rf_matmul_set_bf16_act), prefetch-l2=N (L2 prefetch up to N tokens, 0 none,
- * rf_matmul_set_prefetch_l2); empty: the defaults. They are process-wide, so
+ * rf_matmul_set_prefetch_l2), stream-panels=0|1|2|4 (the panel-group tiles'
+ * panel cap, rf_matmul_set_stream_panels); empty: the defaults. They are process-wide, so
  * a benchmark applies a side's settings before each of its calls or
  * generations, while no matmul runs. (A header of static functions: each
  * benchmark is one file.) */
@@ -19,7 +20,7 @@
 #include "kernels/kernels.h"
 #include "util/util.h"
 
-#define BENCH_KERNELS_HELP "tier=avx2|avx512|amx,amx-int8=N,amx-bf16=N,bf16-act=single|split,prefetch-l2=N"
+#define BENCH_KERNELS_HELP "tier=avx2|avx512|amx,amx-int8=N,amx-bf16=N,bf16-act=single|split,prefetch-l2=N,stream-panels=N"
 
 typedef struct {
     int tier;     /* -1: the detected one */
@@ -28,11 +29,12 @@ typedef struct {
     int bf16_act; /* -1: the default; 1 single, 0 split */
     int bf16_default;
     int prefetch; /* -1: the default */
+    int panels;   /* -1: the default */
 } bench_kernels;
 
 /* 0, or -1 when text is not a settings string or names a tier the CPU lacks */
 static int bench_kernels_parse(bench_kernels *s, const char *text) {
-    *s = (bench_kernels){-1, -1, -1, -1, rf_matmul_bf16_act(), -1};
+    *s = (bench_kernels){-1, -1, -1, -1, rf_matmul_bf16_act(), -1, -1};
     char buf[256];
     if (strlen(text) >= sizeof buf) return -1;
     strcpy(buf, text);
@@ -52,6 +54,9 @@ static int bench_kernels_parse(bench_kernels *s, const char *text) {
             long n = strtol(v, &e, 10);
             if (!*v || *e || n < -1 || n > (dst == &s->prefetch ? 1 << 20 : 512)) return -1;
             *dst = (int)n;
+        } else if (!strcmp(tok, "stream-panels")) {
+            if (strcmp(v, "0") && strcmp(v, "1") && strcmp(v, "2") && strcmp(v, "4")) return -1;
+            s->panels = atoi(v);
         } else if (!strcmp(tok, "bf16-act")) {
             s->bf16_act = !strcmp(v, "single") ? 1 : !strcmp(v, "split") ? 0 : -2;
             if (s->bf16_act == -2) return -1;
@@ -68,6 +73,7 @@ static void bench_kernels_apply(const bench_kernels *s) {
     rf_matmul_set_amx_bf16(s->amx_bf16);
     rf_matmul_set_bf16_act(s->bf16_act < 0 ? s->bf16_default : s->bf16_act);
     rf_matmul_set_prefetch_l2(s->prefetch);
+    rf_matmul_set_stream_panels(s->panels);
 }
 
 #endif

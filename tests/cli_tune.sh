@@ -6,8 +6,10 @@
 # REFUSION_AMX_* accepts;
 # at every tier, with packed weights, it measures the prefetch level (L2
 # against L1 per width; the last line REFUSION_PREFETCH_L2= the widest width
-# up to which L2 was not slower, when it won at 1 token) and keeps it in the
-# tune cache, which the next load applies; f32 weights have nothing to
+# up to which L2 was not slower, when it won at 1 token) and the stream
+# panels (REFUSION_STREAM_PANELS=1 when one panel per tile won at 1 token
+# and lost clearly nowhere, else 0) and keeps them in the tune cache,
+# which the next load applies; f32 weights have nothing to
 # tune; bad input: one error line. (Which path wins is the machine's
 # business: not asserted.)
 set -u
@@ -112,6 +114,25 @@ if [ "$want" = off ]; then wl="into L1 at every width"; else wl="into L2 for cal
 check 'echo "$info" | grep -q "^prefetch   $wl" && echo "$info" | grep -q "^tune cache applied: "' "cache not applied ($want): $info"
 info=$(REFUSION_PREFETCH_L2=3 "$BIN" info -m "$DEMO")
 check 'echo "$info" | grep -q "^prefetch   into L2 for calls of up to 3 tokens"' "environment over the cache: $info"
+# the stream panels: one panel per tile when it won at 1 token (its
+# interval below 1) and lost clearly (interval above 1) at no width, else
+# the kernels' own counts (0); the same bits either way; applied at load,
+# the environment over it
+implied_sp() {
+  awk 'BEGIN { n = 0 } /one stream panel per tile against/ { on = 1; next } on && /^REFUSION_/ { exit }
+       on && $1 ~ /^[0-9]+$/ && NF >= 6 { lo = $5; sub(/\[/, "", lo); sub(/,/, "", lo); hi = $6; sub(/\]/, "", hi)
+         l[n] = lo + 0; h[n++] = hi + 0 }
+       END { v = (n > 0 && h[0] < 1); for (i = 1; i < n; i++) if (l[i] > 1) v = 0; print v }' "$T/out"
+}
+check 'grep -q "one stream panel per tile against the kernels'"'"' own counts (tier avx2" "$T/out"' "stream panels: $(cat "$T/out")"
+last=$(grep '^REFUSION_STREAM_PANELS=' "$T/out")
+check '[ "$last" = "REFUSION_STREAM_PANELS=$(implied_sp)" ]' "stream panels: the last line '$last' is not what the rows imply ($(implied_sp)): $(cat "$T/out")"
+check 'grep -q "max |one - own| = 0 of" "$T/out"' "stream panels: the logits differ: $(cat "$T/out")"
+if [ "$(implied_sp)" = 1 ]; then wl="at most 1 weight panel per tile"; else wl="the kernels' own panels per tile"; fi
+info=$("$BIN" info -m "$DEMO")
+check 'echo "$info" | grep -q "^streams    $wl"' "stream panels not applied ($(implied_sp)): $info"
+info=$(REFUSION_STREAM_PANELS=4 "$BIN" info -m "$DEMO")
+check 'echo "$info" | grep -q "^streams    at most 4 weight panels per tile"' "environment over the cache: $info"
 info=$("$BIN" --no-tune info -m "$DEMO")
 check 'echo "$info" | grep -q "^tune cache off"' "--no-tune: $info"
 call_costs

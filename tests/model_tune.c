@@ -36,6 +36,55 @@ static int write_table(uint64_t key, int n, const float *cost) {
     return rf_tune_cache_write(&set);
 }
 
+/* the stream panels: every cap runs (the capped calls counted) and gives
+ * the bits of the kernels' own counts, packed Q8_0, Q4_0 and bf16 (both
+ * packed bf16 kernels at avx512), 1..9 tokens, at every tier the CPU has;
+ * 200 rows, so that a thread's range holds more panels than any tile */
+static void stream_panels_same_bits(void) {
+    enum { R = 200, C = 64, NMAX = 9 };
+    static float wf[R * C], X[NMAX * C], Y[4][NMAX * R];
+    static uint16_t wb[R * C];
+    /* values whose sums round (products of small dyadic numbers would add exactly in any order) */
+    for (int i = 0; i < R * C; i++) wf[i] = sinf(0.37f * (float)i), wb[i] = rf_f32_to_bf16(wf[i]);
+    for (int i = 0; i < NMAX * C; i++) X[i] = cosf(0.61f * (float)i) * 1.7f;
+    void *w8 = malloc(rf_dtype_row_bytes(RF_Q8_0, C) * R), *w4 = malloc(rf_dtype_row_bytes(RF_Q4_0, C) * R);
+    rf_quantize_row_q8_0(wf, w8, (int64_t)R * C);
+    rf_quantize_row_q4_0(wf, w4, (int64_t)R * C);
+    rf_mat mats[3] = {{RF_Q8_0, w8, R, C, NULL}, {RF_Q4_0, w4, R, C, NULL}, {RF_BF16, wb, R, C, NULL}};
+    void *pk[3];
+    for (int mi = 0; mi < 3; mi++) {
+        pk[mi] = aligned_alloc(64, (rf_mat_pack_bytes(&mats[mi]) + 63) / 64 * 64);
+        rf_mat_pack(&mats[mi], pk[mi]);
+    }
+    const int caps[4] = {0, 1, 2, 4};
+    for (int tier = RF_CPU_AVX2; tier <= RF_CPU_AVX512; tier++) {
+        if (tier > (int)rf_cpu_tier_detected()) {
+            printf("SKIPPED: %s (cpu lacks it): the stream panels' bits\n", rf_cpu_tier_str((rf_cpu_tier)tier));
+            continue;
+        }
+        rf_cpu_set_tier((rf_cpu_tier)tier);
+        for (int mi = 0; mi < 3; mi++)
+            for (int kk = 0; kk < (mi == 2 && tier >= RF_CPU_AVX512 ? 2 : 1); kk++) {
+                rf_matmul_set_bf16p_kernel(kk);
+                for (int n = 1; n <= NMAX; n++)
+                    for (int ci = 0; ci < 4; ci++) {
+                        rf_matmul_set_stream_panels(caps[ci]);
+                        unsigned long before = rf_matmul_stream_panels_calls();
+                        rf_matmul(Y[ci], X, &mats[mi], n);
+                        CHECK(rf_matmul_stream_panels_calls() == before + (caps[ci] != 0), "cap %d took (%s, n %d)",
+                              caps[ci], rf_dtype_name(mats[mi].dtype), n);
+                        CHECK(!memcmp(Y[ci], Y[0], sizeof(float) * (size_t)n * R),
+                              "%s %s kernel %d n %d: cap %d differs from the kernels' own counts",
+                              rf_cpu_tier_str((rf_cpu_tier)tier), rf_dtype_name(mats[mi].dtype), kk, n, caps[ci]);
+                    }
+            }
+    }
+    rf_cpu_set_tier(rf_cpu_tier_detected());
+    rf_matmul_set_stream_panels(-1), rf_matmul_set_bf16p_kernel(-1);
+    for (int mi = 0; mi < 3; mi++) free(pk[mi]);
+    free(w8), free(w4);
+}
+
 /* the AMX crossovers: written beside the other choices, applied at load
  * (at any tier: they take effect at amx), the environment over them */
 static void amx_choices(const char *path) {
@@ -193,6 +242,18 @@ int main(void) {
         rf_matmul_set_prefetch_l2(-1);
     }
 
+    /* the stream panels: one panel when it won at the narrowest width and lost clearly at none */
+    const double sp_wins[] = {0.7, 0.9, 1.01, 1.0, 0.99}, sp_ties_1[] = {0.99, 0.8, 0.8, 0.8, 0.8},
+                 sp_loses_16[] = {0.7, 0.9, 1.0, 1.0, 1.05};
+    const double *scases[3] = {sp_wins, sp_ties_1, sp_loses_16};
+    const int swant[3] = {1, 0, 0};
+    for (int c = 0; c < 3; c++) {
+        for (int i = 0; i < 5; i++) bp[i] = (rf_tune_point){bw[i], scases[c][i], scases[c][i] - 0.02, scases[c][i] + 0.02, 0, 0};
+        CHECK(rf_tune_stream_panels_choice(bp, 5) == swant[c], "stream panels choice case %d: %d, want %d", c,
+              rf_tune_stream_panels_choice(bp, 5), swant[c]);
+    }
+    stream_panels_same_bits();
+
     /* the cache: a good file applies (and the forced kernel is the one that runs), a corrupt or stale one is ignored */
     char dir[] = "/tmp/model_tune_XXXXXX", path[4096], warn[4400];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -217,6 +278,23 @@ int main(void) {
     rf_matmul_set_prefetch_l2(-1);
     CHECK(rf_tune_cache_apply() == 1 && rf_matmul_prefetch_l2() == 0, "environment over cache: %d", rf_matmul_prefetch_l2());
     unsetenv("REFUSION_PREFETCH_L2");
+    {   /* the stream panels beside the others, applied, the environment over them */
+        rf_tune_choices set = rf_tune_choices_none();
+        set.stream_panels = 2;
+        CHECK(rf_tune_cache_write(&set) == 0, "write: %s", rf_last_error());
+        CHECK(rf_tune_cache_read(path, &c, warn, sizeof warn) == 1 && c.stream_panels == 2 && c.prefetch_l2 == 12,
+              "read back: %d %d", c.stream_panels, c.prefetch_l2);
+        unsetenv("REFUSION_STREAM_PANELS");
+        rf_matmul_set_stream_panels(0);
+        CHECK(rf_tune_cache_apply() == 1 && rf_matmul_stream_panels() == 2, "stream panels applied: %d",
+              rf_matmul_stream_panels());
+        setenv("REFUSION_STREAM_PANELS", "4", 1);
+        rf_matmul_set_stream_panels(-1);
+        CHECK(rf_tune_cache_apply() == 1 && rf_matmul_stream_panels() == 4, "environment over cache: %d",
+              rf_matmul_stream_panels());
+        unsetenv("REFUSION_STREAM_PANELS");
+        rf_matmul_set_stream_panels(-1);
+    }
     rf_matmul_set_bf16p_kernel(RF_BF16P_FMA);
     CHECK(rf_tune_cache_apply() == 1 && rf_matmul_bf16p_kernel() == RF_BF16P_DP, "applied: %s", rf_tune_cache_state());
     if (rf_cpu_tier_active() >= RF_CPU_AVX512) {
@@ -246,6 +324,10 @@ int main(void) {
     fprintf(f, "refusion tune cache 1\ncpu: %s\nbuild: %s\nprefetch-l2: -3\n", rf_tune_cpu_model(), rf_tune_build_id());
     fclose(f);
     CHECK(rf_tune_cache_read(path, &c, warn, sizeof warn) == -1 && strstr(warn, "corrupt"), "corrupt prefetch: %s", warn);
+    f = fopen(path, "w");
+    fprintf(f, "refusion tune cache 1\ncpu: %s\nbuild: %s\nstream-panels: 3\n", rf_tune_cpu_model(), rf_tune_build_id());
+    fclose(f);
+    CHECK(rf_tune_cache_read(path, &c, warn, sizeof warn) == -1 && strstr(warn, "corrupt"), "corrupt stream panels: %s", warn);
     f = fopen(path, "w");
     fprintf(f, "refusion tune cache 1\ncpu: %s\nbuild: an older one\nbf16p: dp\n", rf_tune_cpu_model());
     fclose(f);

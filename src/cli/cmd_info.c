@@ -240,6 +240,9 @@ int cmd_info(int argc, char **argv) {
     const int l2 = rf_matmul_prefetch_l2();
     if (l2) printf("prefetch   into L2 for calls of up to %d tokens, into L1 above\n", l2);
     else printf("prefetch   into L1 at every width\n");
+    const int sp = rf_matmul_stream_panels();
+    if (sp) printf("streams    at most %d weight panel%s per tile\n", sp, sp > 1 ? "s" : "");
+    else printf("streams    the kernels' own panels per tile\n");
     printf("tune cache %s\n", rf_tune_cache_state());
     /* the adaptive rolling slot's call costs (model/tune.h): cached for
      * this model, tier and the default thread count, or timed at its start */

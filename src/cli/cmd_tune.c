@@ -1,7 +1,8 @@
 /* cmd_tune.c - `refusion tune`: on this machine and a model's weights
  * (model/tune.h): from how many tokens the AMX tiles beat the avx512
  * kernels; which packed bf16 kernel is faster at avx512 and up; the
- * panels' prefetch level: each printed as the environment setting that
+ * panels' prefetch level; how many panels a tile streams at once: each
+ * printed as the environment setting that
  * applies it and saved to the tune cache that model loads apply; then
  * the adaptive rolling slot's call costs under those choices, saved to
  * the same cache per model shape, tier and thread count. */
@@ -110,6 +111,25 @@ static int tune_prefetch(const rf_model *m, const tune_args *a) {
     return 0;
 }
 
+/* the panel kernels' stream count (packed weights, every tier): printed,
+ * saved unless no_save; the logits are the same bits either way */
+static int tune_stream_panels(const rf_model *m, const tune_args *a) {
+    rf_tune_panels_result r;
+    double t0 = rf_now();
+    if (rf_tune_stream_panels(m, a->rounds, &r)) {
+        rf_print_error();
+        return 1;
+    }
+    print_sides(a, rf_now() - t0, "one stream panel per tile against the kernels' own counts", "one", "own", r.points,
+                r.n_points, r.max_logit_diff);
+    rf_tune_choices set = rf_tune_choices_none();
+    set.stream_panels = r.panels;
+    if (save(a, &set, "applied at model load")) return 1;
+    if (!rf_env_stream_panels()) rf_matmul_set_stream_panels(r.panels);
+    printf("REFUSION_STREAM_PANELS=%d\n", r.panels);
+    return 0;
+}
+
 /* the adaptive rolling slot's call costs under the settings chosen above
  * (model/tune.h): printed, saved unless no_save; every tier and weight type */
 static int tune_call_cost(const rf_model *m, const tune_args *a) {
@@ -143,7 +163,9 @@ int cmd_tune(int argc, char **argv) {
                             "avx512 and up with bf16 weights, which packed bf16 kernel is faster (vdpbf16ps\n"
                             "or widened FMAs), printed as REFUSION_BF16P; with packed weights (bf16,\n"
                             "Q8_0, Q4_0, K-quants) up to how many tokens a call streams faster with its\n"
-                            "prefetches into L2 than into L1, printed as REFUSION_PREFETCH_L2; and, under\n"
+                            "prefetches into L2 than into L1, printed as REFUSION_PREFETCH_L2, and whether\n"
+                            "its few-token tiles stream faster one weight panel at a time, printed as\n"
+                            "REFUSION_STREAM_PANELS; and, under\n"
                             "those choices, what a call of n tokens costs against one of 1 token (n = 1..32):\n"
                             "the adaptive rolling slot's cost model (--draft-policy adaptive), kept per model\n"
                             "shape, weight types, tier and thread count. All are saved to the tune cache\n"
@@ -170,8 +192,10 @@ int cmd_tune(int argc, char **argv) {
         if (!rc && q->packed) rc = tune_prefetch(&m, &a);
         else if (!rc)
             printf("tier %s: no kernel setting to tune (the tile settings apply at the amx tier, the packed bf16 "
-                   "kernels to bf16 weights at avx512 and up, the prefetch level to packed weights)\n",
+                   "kernels to bf16 weights at avx512 and up, the prefetch level and stream panels to packed "
+                   "weights)\n",
                    rf_cpu_tier_name());
+        if (!rc && q->packed) rc = tune_stream_panels(&m, &a);
         if (!rc) rc = tune_call_cost(&m, &a);
         rf_model_free(&m);
         return rc;
@@ -205,6 +229,7 @@ int cmd_tune(int argc, char **argv) {
     else printf("%s=off\n", var);
     rc = bf16p ? tune_bf16p(&m, &a) : 0;
     if (!rc && q->packed) rc = tune_prefetch(&m, &a);
+    if (!rc && q->packed) rc = tune_stream_panels(&m, &a);
     if (!rc) rc = tune_call_cost(&m, &a);
     rf_model_free(&m);
     return rc;

@@ -157,6 +157,27 @@ int rf_matmul_prefetch_l2(void);
  * process started (all threads): whether the setting took. */
 unsigned long rf_matmul_prefetch_l2_calls(void);
 
+/* The most weight panels (16 rows each) a tile of the panel kernels'
+ * panel-group order streams at once: packed bf16 at avx512 (both kernels),
+ * the packed 32-block types at avx512 and avx2; that order serves calls of
+ * a few tokens, AR's 1-token calls above all. 0: the kernels' own counts
+ * (up to 8 panels for Q8_0 at one token, 6 for Q4_0 and bf16), else 1, 2
+ * or 4. The arithmetic per output is the same (bit-identical results),
+ * the speed is not: on an AMD Zen 5, one panel at a time made 1-token calls
+ * of the 0.6B shape 1.2-1.6x faster (Q8_0 the most) and wider ones no
+ * slower (docs/benchmarks.md); the Intel Xeons were tuned with the
+ * kernels' own counts. Another value restores the default:
+ * REFUSION_STREAM_PANELS=0|1|2|4 (util/env.c) when set, else
+ * RF_STREAM_PANELS_AMD on AMD CPUs (one; measured on a Zen 5, not on a
+ * Zen 4 or 3) and 0 on the others; `refusion tune` measures it per
+ * machine (model/tune.h). Not thread-safe: set it before the matmuls run. */
+enum { RF_STREAM_PANELS_AMD = 1 };
+void rf_matmul_set_stream_panels(int panels);
+int rf_matmul_stream_panels(void);
+/* How many rf_matmul / rf_matmul_team calls ran with a panel cap since the
+ * process started (all threads): whether the setting took. */
+unsigned long rf_matmul_stream_panels_calls(void);
+
 /* Frees the matmul's per-thread scratch buffers of the calling thread and
  * of the OpenMP thread pool (a thread's are also freed when it exits). Call
  * it at the end of a program (before a leak check); later rf_matmul calls

@@ -460,6 +460,28 @@ int rf_matmul_prefetch_l2(void) {
 
 void rf_matmul_set_prefetch_l2(int max_tokens) { g_prefetch_l2 = max_tokens < 0 ? -2 : max_tokens; }
 
+/* the tiles' panel cap (kernels.h); -2 = not read from
+ * REFUSION_STREAM_PANELS yet. rf_mm_stream_panels: the current call's, set
+ * by plan as rf_mm_prefetch_l2 is */
+static int g_stream_panels = -2;
+int rf_mm_stream_panels;
+static _Atomic unsigned long g_stream_panels_calls;
+
+unsigned long rf_matmul_stream_panels_calls(void) { return atomic_load(&g_stream_panels_calls); }
+
+int rf_matmul_stream_panels(void) {
+    if (g_stream_panels == -2) {
+        const char *e = rf_env_stream_panels();
+        g_stream_panels = e && (!strcmp(e, "0") || !strcmp(e, "1") || !strcmp(e, "2") || !strcmp(e, "4")) ? atoi(e)
+                          : rf_cpu_is_amd() ? RF_STREAM_PANELS_AMD : 0;
+    }
+    return g_stream_panels;
+}
+
+void rf_matmul_set_stream_panels(int panels) {
+    g_stream_panels = panels == 0 || panels == 1 || panels == 2 || panels == 4 ? panels : -2;
+}
+
 /* One matmul's plan: the kernel path, the activations in its layout, and
  * the row chunks threads take. */
 typedef struct {
@@ -477,6 +499,8 @@ typedef struct {
 static mm_prep plan(const float *X, const rf_mat *W, int n) {
     mm_prep p = {choose_path(W->dtype, W->cols, n), X, 0};
     rf_mm_prefetch_l2 = n <= rf_matmul_prefetch_l2();
+    rf_mm_stream_panels = rf_matmul_stream_panels();
+    if (rf_mm_stream_panels) atomic_fetch_add_explicit(&g_stream_panels_calls, 1, memory_order_relaxed);
     if (rf_mm_prefetch_l2) atomic_fetch_add_explicit(&g_prefetch_l2_calls, 1, memory_order_relaxed);
     /* packed K-quants and IQ4: the panel kernels of the tier (amx: avx512's) */
     if (p.path == PATH_AVX2_KQ && W->packed) p.path = rf_cpu_tier_active() >= RF_CPU_AVX512 ? PATH_AVX512_Q : PATH_AVX2_Q;

@@ -79,6 +79,13 @@ static inline int groups_for(int T, int left) {
     if (T > 1) return 2;
     return left > 48 ? 8 : left > 16 ? 4 : 2;
 }
+/* the packed int8 types' groups: at most two per panel of the stream panel
+ * cap (rf_stream_panels; not bf16's, whose 1-token kernel sums even and odd
+ * columns apart with fewer groups: other bits) */
+static inline int q_groups_for(int T, int left) {
+    const int g = groups_for(T, left), cap = 2 * rf_stream_panels(4);
+    return g < cap ? g : cap;
+}
 
 /* Rows of a panel group when a call has more than one token tile: the
  * group's panels (4 x 16 rows; 128 KB of bf16 at cols 1024) are streamed
@@ -621,7 +628,7 @@ void rf_qp_range_avx2(float *Y, size_t ldy, const void *xp, const rf_mat *W, int
         const int ge = b - g < group ? b : g + group;
         FOR_TOKEN_TILES(n, QP_TMAX, T, t0) {
             for (int r = g; r < ge;) {
-                int G = groups_for(T, ge - r);
+                int G = q_groups_for(T, ge - r);
                 qtile(W->dtype, G, T, pk + (size_t)(r / 16) * panel, panel, nb, X + (size_t)t0 * nb, nb,
                       Y + (size_t)t0 * ldy + r, ldy, b - r);
                 r += 8 * G;

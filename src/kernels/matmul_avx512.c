@@ -326,7 +326,7 @@ void rf_bf16p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W
         for (int t0 = 0, i = 0; i < ntt; i++) {
             int T = n / ntt + (i < n % ntt);
             for (int r = g; r < ge;) {
-                int left = (ge - r + 15) / 16, P = BP_PANELS(T);
+                int left = (ge - r + 15) / 16, P = rf_stream_panels(BP_PANELS(T));
                 if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 ? 2 : 1;
                 ptile(P, T, pk + (size_t)(r / 16) * panel, panel, k2, X + (size_t)t0 * 2, ps,
                       Y + (size_t)t0 * ldy + r, ldy, b - r);
@@ -1211,11 +1211,12 @@ static void qkp_rows(rf_dtype dt, const uint8_t *pk, size_t panel, int nsb, cons
  * and its last 16, each with the weights' offset (Q6_K 32, Q3_K 4) folded
  * in through the token's half sums (rf_q8p_prep_avx512 keeps them in
  * init's two 16-bit halves); then two conversions, the scales, and one FMA
- * by the token's dx; Q2_K's mins by two more FMAs with the half sums. Two
- * integer accumulators per (panel, token): one panel at a time, tiles of
- * up to 8 tokens, each tile's f32 sums in registers over the whole row
- * (k16p_row; the sums of Q4_K's order in a buffer, loaded and stored per
- * chunk and token, cost a wide call 7-10%). */
+ * by the token's dx; Q2_K's mins by two more FMAs with the half sums. One
+ * panel at a time, each tile's f32 sums in registers over the whole row
+ * (the sums of Q4_K's order in a buffer, loaded and stored per chunk and
+ * token, cost a wide call 7-10%): tiles of up to 8 tokens with two integer
+ * accumulators per token (k16p_row), or one tile of 9..16 tokens with the
+ * chunk's levels in registers (k16p_row_wide). */
 
 /* the unsigned levels of chunk wc's column groups v (lo: of its first 16
  * columns) and 4 + v (hi: of its last 16) */
@@ -1323,6 +1324,65 @@ static inline __attribute__((always_inline)) void k16p_row(const rf_dtype dt, co
     for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (size_t)t * ldy, k, acc[t]);
 }
 
+/* T (K16W_MIN..K16_MAX_T) tokens of one panel, the tokens outside: per
+ * chunk the 8 level vectors unpacked once into registers and the scales
+ * made once, then per token its two integer dots (4 vpdpbusd each) folded
+ * at once into its sum (8 levels, 16 sums, 2 dots and the scales fill the
+ * 32 registers). One tile for a call of 9..16 tokens instead of two tiles
+ * of up to 8, which unpacked each chunk twice: on a Zen 5, Q6_K calls of
+ * 12 and 16 tokens took 0.81-0.89x the time (docs/benchmarks.md); at 5..8
+ * tokens this order was 5% faster on an L3-resident matrix and 2% slower
+ * at the lm head's shape, so those keep k16p_row. */
+#define K16_MAX_T 16
+#define K16W_MIN 9
+static inline __attribute__((always_inline)) void k16p_row_wide(const rf_dtype dt, const int T, const uint8_t *w,
+                                                                int nsb, const xq_block *x, int n, float *y,
+                                                                size_t ldy, __mmask16 k) {
+    const size_t sb = rf_kp_sb_bytes(dt), chunk = rf_k16p_chunk(dt);
+    const int off = dt == RF_Q6_K ? 32 : dt == RF_Q3_K ? 4 : 0;
+    __m512 acc[K16_MAX_T];
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int s = 0; s < nsb; s++) {
+        const uint8_t *ws = w + (size_t)s * sb;
+        for (size_t l = 0; l < sb; l += 64) rf_prefetch_stream(ws + PF_AHEAD_FEW + l);
+        const float *d = (const float *)(ws + 8 * chunk + 256);
+        for (int c = 0; c < 8; c++) {
+            const xq_block *xc = x + (size_t)(8 * s + c) * n;
+            __m512i lo[4], hi[4];
+            for (int v = 0; v < 4; v++) k16_levels(dt, ws + chunk * c, v, &lo[v], &hi[v]);
+            __m512 s0, s1, m0, m1;
+            k16p_scales(dt, ws + 8 * chunk + 32 * c, d, &s0, &s1, &m0, &m1);
+#pragma GCC unroll 16
+            for (int t = 0; t < T; t++) {
+                __m512i i0 = _mm512_set1_epi32(-off * (int16_t)(xc[t].init & 0xFFFF)),
+                        i1 = _mm512_set1_epi32(-off * (xc[t].init >> 16));
+#pragma GCC unroll 4
+                for (int v = 0; v < 4; v++) {
+                    int32_t ql, qh;
+                    memcpy(&ql, xc[t].q + 4 * v, 4);
+                    memcpy(&qh, xc[t].q + 16 + 4 * v, 4);
+                    i0 = _mm512_dpbusd_epi32(i0, lo[v], _mm512_set1_epi32(ql));
+                    i1 = _mm512_dpbusd_epi32(i1, hi[v], _mm512_set1_epi32(qh));
+                }
+                acc[t] = k16p_fold(dt, acc[t], i0, i1, s0, s1, m0, m1, xc + t);
+            }
+        }
+    }
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (size_t)t * ldy, k, acc[t]);
+}
+
+#define K16W_T(DT)                                                         \
+    switch (T) {                                                           \
+    case 9: k16p_row_wide(DT, 9, w, nsb, x, n, y, ldy, k); break;          \
+    case 10: k16p_row_wide(DT, 10, w, nsb, x, n, y, ldy, k); break;        \
+    case 11: k16p_row_wide(DT, 11, w, nsb, x, n, y, ldy, k); break;        \
+    case 12: k16p_row_wide(DT, 12, w, nsb, x, n, y, ldy, k); break;        \
+    case 13: k16p_row_wide(DT, 13, w, nsb, x, n, y, ldy, k); break;        \
+    case 14: k16p_row_wide(DT, 14, w, nsb, x, n, y, ldy, k); break;        \
+    case 15: k16p_row_wide(DT, 15, w, nsb, x, n, y, ldy, k); break;        \
+    default: k16p_row_wide(DT, 16, w, nsb, x, n, y, ldy, k); break;        \
+    }
+
 #define K16R_T(DT)                                                  \
     switch (T) {                                                    \
     case 1: k16p_row(DT, 1, w, nsb, x, n, y, ldy, k); break;        \
@@ -1336,14 +1396,14 @@ static inline __attribute__((always_inline)) void k16p_row(const rf_dtype dt, co
     }
 
 /* rows [a, b) of Q6_K, Q3_K or Q2_K for all n tokens: panels outside,
- * near-equal tiles of up to 8 tokens inside, each tile's sums in
- * registers over the whole row (the panel, 13 KiB for Q6_K at 1024
- * columns, stays in L1 for the tiles after the first) */
+ * one tile of 9..16 tokens or near-equal tiles of up to 8 inside, each
+ * tile's sums in registers over the whole row (the panel, 13 KiB for Q6_K
+ * at 1024 columns, stays in L1 for the tiles after the first) */
 static inline __attribute__((always_inline)) void k16p_rows_of(const rf_dtype dt, const uint8_t *pk, int nsb,
                                                                const xq_block *X, int n, float *Y, size_t ldy,
                                                                int a, int b) {
     const size_t panel = (size_t)nsb * rf_kp_sb_bytes(dt);
-    const int ntt = (n + 7) / 8;
+    const int ntt = n >= K16W_MIN && n <= K16_MAX_T ? 1 : (n + 7) / 8;
     for (int r = a; r < b; r += 16) {
         const __mmask16 k = b - r >= 16 ? 0xFFFF : (__mmask16)((1u << (b - r)) - 1);
         const uint8_t *w = pk + (size_t)(r / 16) * panel;
@@ -1351,7 +1411,8 @@ static inline __attribute__((always_inline)) void k16p_rows_of(const rf_dtype dt
             const int T = n / ntt + (i < n % ntt);
             const xq_block *x = X + t0;
             float *y = Y + (size_t)t0 * ldy + r;
-            K16R_T(dt)
+            if (T >= K16W_MIN) K16W_T(dt)
+            else K16R_T(dt)
             t0 += T;
         }
     }
@@ -1436,7 +1497,7 @@ void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, i
         for (int t0 = 0, i = 0; i < ntt; i++) {
             int T = n / ntt + (i < n % ntt);
             for (int r = g; r < ge;) {
-                int left = (ge - r + 15) / 16, P = QP_PANELS(W->dtype, T);
+                int left = (ge - r + 15) / 16, P = rf_stream_panels(QP_PANELS(W->dtype, T));
                 if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 && P > 2 ? 2 : 1;
                 /* the same panels of the next group, a 1/ntt share of their
                  * blocks per token tile: without it the first tile of each

@@ -24,6 +24,13 @@ static inline __attribute__((always_inline)) void rf_prefetch_stream(const void 
         _mm_prefetch((const char *)p, _MM_HINT_T0);
 }
 
+/* the most panels a tile of the panel-group order streams at once this
+ * call (kernels.h rf_matmul_set_stream_panels; set by matmul.c's plan
+ * before any range runs): 0 the kernels' own counts, else 1, 2 or 4; a
+ * kernel's count P capped by it */
+extern int rf_mm_stream_panels;
+static inline int rf_stream_panels(int P) { return rf_mm_stream_panels && P > rf_mm_stream_panels ? rf_mm_stream_panels : P; }
+
 /* amx: bf16 calls of RF_AMX_BF16_MIN_N tokens or more run on TDPBF16PS tiles
  * (matmul.c AMX_MIN_TOKENS), packed Q8_0 / Q4_0 calls of these widths on the
  * int8 tiles by default (matmul.c amx_q_wanted, where the measurements are;

@@ -240,6 +240,39 @@ int rf_tune_prefetch(const rf_model *m, int rounds, rf_tune_prefetch_result *out
     return rc;
 }
 
+/* ---- the stream panels ------------------------------------------------------- */
+
+int rf_tune_stream_panels_choice(const rf_tune_point *p, int n) {
+    if (n < 1 || !(p[0].hi < 1)) return 0;
+    for (int i = 1; i < n; i++)
+        if (p[i].lo > 1) return 0;
+    return 1;
+}
+
+/* side 0: one panel at a time, side 1: the kernels' own counts */
+static void set_panels(int side, void *arg) {
+    (void)arg;
+    rf_matmul_set_stream_panels(side ? 0 : 1);
+}
+
+int rf_tune_stream_panels(const rf_model *m, int rounds, rf_tune_panels_result *out) {
+    const rf_mat *q = &m->layers[0].q;
+    if (check_rounds(rounds)) return -1;
+    if (!q->packed) {
+        rf_set_error("tune: the layer weights are %s without a packed copy; the stream panels are the panel kernels'",
+                     rf_dtype_name(q->dtype));
+        return -1;
+    }
+    const int before = rf_matmul_stream_panels();
+    int rc = time_sides(m, rounds, set_panels, out->points, &out->max_logit_diff);
+    rf_matmul_set_stream_panels(before);
+    if (!rc) {
+        out->n_points = BF16P_NW;
+        out->panels = rf_tune_stream_panels_choice(out->points, BF16P_NW);
+    }
+    return rc;
+}
+
 static uint64_t fnv1a_add(uint64_t h, const char *s) {
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;

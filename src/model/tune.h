@@ -89,6 +89,25 @@ int rf_tune_prefetch(const rf_model *m, int rounds, rf_tune_prefetch_result *out
  * every width). */
 int rf_tune_prefetch_choice(const rf_tune_point *p, int n);
 
+/* ---- the panel kernels' stream count (kernels.h rf_matmul_set_stream_panels):
+ * every tile streaming one panel at a time against the kernels' own counts,
+ * on whole forward calls of the model's own shapes, interleaved as above ---- */
+typedef struct {
+    int n_points;
+    rf_tune_point points[RF_TUNE_MAX_WIDTHS]; /* ratio: one panel / own; ms_tiles: one, ms_other: own */
+    int panels;                               /* the choice (rf_tune_stream_panels_choice): 1 or 0 */
+    double max_logit_diff;                    /* max |one - own| over the calls' logits / max |own|: 0 */
+} rf_tune_panels_result;
+
+/* m's layer weights must be packed (any packed type, at any tier); rounds
+ * >= 3. The setting in force before is restored. 0, or -1 with
+ * rf_last_error(). */
+int rf_tune_stream_panels(const rf_model *m, int rounds, rf_tune_panels_result *out);
+/* 1 (one panel at a time) when it was faster (the whole interval below 1)
+ * at the narrowest width measured (AR's 1-token calls) and clearly slower
+ * (interval above 1) at none; else 0 (the kernels' own counts). */
+int rf_tune_stream_panels_choice(const rf_tune_point *p, int n);
+
 /* ---- the tune cache (tune_cache.c): the choices `refusion tune` measured,
  * one file per CPU model, $XDG_CACHE_HOME/refusion/tune-<cpu hash>.txt
  * ($HOME/.cache when XDG_CACHE_HOME is unset), holding the CPU model
@@ -107,6 +126,7 @@ enum { RF_TUNE_MAX_COST = 64 };
 typedef struct {
     int bf16p_kernel;              /* RF_BF16P_* (REFUSION_BF16P) */
     int prefetch_l2;               /* REFUSION_PREFETCH_L2's N, 0 off */
+    int stream_panels;             /* REFUSION_STREAM_PANELS's N, 0 the kernels' own */
     int amx_bf16, amx_int8;        /* the tiles' crossovers (REFUSION_AMX_BF16 / _INT8), 0 off */
     uint64_t cost_key;             /* the call-cost table (rf_call_cost_key; 0: none) */
     int n_cost;                    /* its widths (0: none) */
@@ -144,7 +164,7 @@ int rf_tune_cache_call_cost(uint64_t key, float *cost);
 
 /* Applies this CPU's cache (rf_model_load calls it: a small file read per
  * load) unless rf_tune_cache_disable was called or REFUSION_TUNE=off;
- * REFUSION_BF16P, REFUSION_PREFETCH_L2 and REFUSION_AMX_BF16 / _INT8,
+ * REFUSION_BF16P, REFUSION_PREFETCH_L2, REFUSION_STREAM_PANELS and REFUSION_AMX_BF16 / _INT8,
  * where set, win over its choices. A corrupt or stale file's
  * warning goes to the program's log callback (rf_log_set, as RF_LOG_WARN;
  * the library prints nothing). 1 applied, 0 nothing to apply, -1 ignored. */

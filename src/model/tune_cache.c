@@ -114,7 +114,7 @@ static int parse_cost(const char *v, unsigned long long *key, int *n, float *cos
 }
 
 int rf_tune_cache_read(const char *path, rf_tune_choices *c, char *warn, size_t cap) {
-    c->bf16p_kernel = c->prefetch_l2 = c->amx_bf16 = c->amx_int8 = -1;
+    c->bf16p_kernel = c->prefetch_l2 = c->stream_panels = c->amx_bf16 = c->amx_int8 = -1;
     c->n_cost = 0;
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -124,7 +124,7 @@ int rf_tune_cache_read(const char *path, rf_tune_choices *c, char *warn, size_t 
     }
     char line[1024];
     float cost[RF_TUNE_MAX_COST];
-    int ok_header = 0, ok_cpu = 0, ok_build = 0, kernel = -1, pf = -1, amx[2] = {-1, -1}, n_costs = 0, bad = 0,
+    int ok_header = 0, ok_cpu = 0, ok_build = 0, kernel = -1, pf = -1, sp = -1, amx[2] = {-1, -1}, n_costs = 0, bad = 0,
         stale = 0;
     for (int i = 0; fgets(line, sizeof line, f); i++) {
         const char *v;
@@ -136,6 +136,7 @@ int rf_tune_cache_read(const char *path, rf_tune_choices *c, char *warn, size_t 
         else if ((v = value_of(line, "build"))) ok_build = !strcmp(v, rf_tune_build_id()), stale |= !ok_build;
         else if ((v = value_of(line, "bf16p"))) kernel = !strcmp(v, "dp") ? RF_BF16P_DP : !strcmp(v, "fma") ? RF_BF16P_FMA : -2;
         else if ((v = value_of(line, "prefetch-l2"))) pf = token_count(v), bad |= pf < 0;
+        else if ((v = value_of(line, "stream-panels"))) sp = token_count(v), bad |= sp != 0 && sp != 1 && sp != 2 && sp != 4;
         else if ((v = value_of(line, "amx-bf16"))) amx[0] = token_count(v), bad |= amx[0] < 0;
         else if ((v = value_of(line, "amx-int8"))) amx[1] = token_count(v), bad |= amx[1] < 0;
         else if ((v = value_of(line, "call-cost")) && parse_cost(v, &key, &n, cost)) {
@@ -144,7 +145,7 @@ int rf_tune_cache_read(const char *path, rf_tune_choices *c, char *warn, size_t 
         } else bad = 1;
     }
     fclose(f);
-    if (!ok_header || bad || kernel == -2 || (kernel == -1 && pf < 0 && amx[0] < 0 && amx[1] < 0 && !n_costs)) {
+    if (!ok_header || bad || kernel == -2 || (kernel == -1 && pf < 0 && sp < 0 && amx[0] < 0 && amx[1] < 0 && !n_costs)) {
         snprintf(warn, cap, "%s: not a tune cache this build reads (corrupt); ignored: run `refusion tune` again", path);
         c->n_cost = 0;
         return -1;
@@ -155,7 +156,7 @@ int rf_tune_cache_read(const char *path, rf_tune_choices *c, char *warn, size_t 
         c->n_cost = 0;
         return -1;
     }
-    c->bf16p_kernel = kernel, c->prefetch_l2 = pf, c->amx_bf16 = amx[0], c->amx_int8 = amx[1];
+    c->bf16p_kernel = kernel, c->prefetch_l2 = pf, c->stream_panels = sp, c->amx_bf16 = amx[0], c->amx_int8 = amx[1];
     return 1;
 }
 
@@ -190,9 +191,10 @@ int rf_tune_cache_write(const rf_tune_choices *set) {
     if (rf_tune_cache_path(path, sizeof path) || make_parents(path)) return -1;
     rf_tune_choices c = {.cost_key = 0};
     int valid = rf_tune_cache_read(path, &c, warn, sizeof warn) == 1;
-    if (!valid) c.bf16p_kernel = c.prefetch_l2 = c.amx_bf16 = c.amx_int8 = -1;
+    if (!valid) c.bf16p_kernel = c.prefetch_l2 = c.stream_panels = c.amx_bf16 = c.amx_int8 = -1;
     if (set->bf16p_kernel >= 0) c.bf16p_kernel = set->bf16p_kernel;
     if (set->prefetch_l2 >= 0) c.prefetch_l2 = set->prefetch_l2;
+    if (set->stream_panels >= 0) c.stream_panels = set->stream_panels;
     if (set->amx_bf16 >= 0) c.amx_bf16 = set->amx_bf16;
     if (set->amx_int8 >= 0) c.amx_int8 = set->amx_int8;
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
@@ -204,6 +206,7 @@ int rf_tune_cache_write(const rf_tune_choices *set) {
     fprintf(f, CACHE_HEADER "\ncpu: %s\nbuild: %s\n", rf_tune_cpu_model(), rf_tune_build_id());
     if (c.bf16p_kernel >= 0) fprintf(f, "bf16p: %s\n", c.bf16p_kernel == RF_BF16P_DP ? "dp" : "fma");
     if (c.prefetch_l2 >= 0) fprintf(f, "prefetch-l2: %d\n", c.prefetch_l2);
+    if (c.stream_panels >= 0) fprintf(f, "stream-panels: %d\n", c.stream_panels);
     if (c.amx_bf16 >= 0) fprintf(f, "amx-bf16: %d\n", c.amx_bf16);
     if (c.amx_int8 >= 0) fprintf(f, "amx-int8: %d\n", c.amx_int8);
     /* the other keys' tables (a valid file's lines are whole and well formed) */
@@ -263,6 +266,7 @@ int rf_tune_cache_apply(void) {
     /* the environment's settings win over the cache's */
     if (c.bf16p_kernel >= 0 && !rf_env_bf16p()) rf_matmul_set_bf16p_kernel(c.bf16p_kernel);
     if (c.prefetch_l2 >= 0 && !rf_env_prefetch_l2()) rf_matmul_set_prefetch_l2(c.prefetch_l2);
+    if (c.stream_panels >= 0 && !rf_env_stream_panels()) rf_matmul_set_stream_panels(c.stream_panels);
     if (c.amx_bf16 >= 0 && !rf_env_amx_bf16()) rf_matmul_set_amx_bf16(c.amx_bf16);
     if (c.amx_int8 >= 0 && !rf_env_amx_int8()) rf_matmul_set_amx_int8(c.amx_int8);
     snprintf(g_state, sizeof g_state, "applied: %s", path);
@@ -286,6 +290,6 @@ int rf_tune_cache_call_cost(uint64_t key, float *cost) {
 rf_tune_choices rf_tune_choices_none(void) {
     rf_tune_choices c;
     memset(&c, 0, sizeof c);
-    c.bf16p_kernel = c.prefetch_l2 = c.amx_bf16 = c.amx_int8 = -1;
+    c.bf16p_kernel = c.prefetch_l2 = c.stream_panels = c.amx_bf16 = c.amx_int8 = -1;
     return c;
 }

@@ -26,6 +26,7 @@ const char *rf_env_amx_int8(void) { return getenv("REFUSION_AMX_INT8"); }
 const char *rf_env_amx_bf16(void) { return getenv("REFUSION_AMX_BF16"); }
 const char *rf_env_bf16p(void) { return getenv("REFUSION_BF16P"); }
 const char *rf_env_prefetch_l2(void) { return getenv("REFUSION_PREFETCH_L2"); }
+const char *rf_env_stream_panels(void) { return getenv("REFUSION_STREAM_PANELS"); }
 const char *rf_env_tune(void) { return getenv("REFUSION_TUNE"); }
 const char *rf_env_cache_home(void) { return getenv("XDG_CACHE_HOME"); }
 const char *rf_env_home(void) { return getenv("HOME"); }

@@ -64,6 +64,7 @@ const char *rf_env_amx_int8(void);  /* REFUSION_AMX_INT8 */
 const char *rf_env_amx_bf16(void);  /* REFUSION_AMX_BF16 */
 const char *rf_env_bf16p(void);     /* REFUSION_BF16P */
 const char *rf_env_prefetch_l2(void); /* REFUSION_PREFETCH_L2 */
+const char *rf_env_stream_panels(void); /* REFUSION_STREAM_PANELS */
 const char *rf_env_tune(void);      /* REFUSION_TUNE */
 const char *rf_env_cache_home(void); /* XDG_CACHE_HOME (the tune cache) */
 const char *rf_env_home(void);      /* HOME (the tune cache without XDG_CACHE_HOME) */
