@@ -157,15 +157,15 @@ int rf_matmul_prefetch_l2(void);
  * process started (all threads): whether the setting took. */
 unsigned long rf_matmul_prefetch_l2_calls(void);
 
-/* The most weight panels (16 rows each) a tile of the panel kernels'
+/* The most weight panels (16 rows each) a token tile of up to 4 tokens
+ * (matmul_impl.h RF_STREAM_PANELS_MAX_T) in the panel kernels'
  * panel-group order streams at once: packed bf16 at avx512 (both kernels),
- * the packed 32-block types at avx512 and avx2; that order serves calls of
- * a few tokens, AR's 1-token calls above all. 0: the kernels' own counts
- * (up to 8 panels for Q8_0 at one token, 6 for Q4_0 and bf16), else 1, 2
- * or 4. The arithmetic per output is the same (bit-identical results),
- * the speed is not: on an AMD Zen 5, one panel at a time made 1-token calls
- * of the 0.6B shape 1.2-1.6x faster (Q8_0 the most) and wider ones no
- * slower (docs/benchmarks.md); the Intel Xeons were tuned with the
+ * the packed 32-block types at avx512 and avx2; AR's 1-token calls above
+ * all. 0: the kernels' own counts (up to 8 panels for Q8_0 at one token, 6
+ * for Q4_0 and bf16), else 1, 2 or 4. The arithmetic per output is the
+ * same (bit-identical results), the speed is not: on an AMD Zen 5, one
+ * panel at a time made 1-token calls of the 0.6B shape 1.2-1.6x faster
+ * (Q8_0 the most) and calls of 2-4 tokens up to 1.3x (docs/benchmarks.md); the Intel Xeons were tuned with the
  * kernels' own counts. Another value restores the default:
  * REFUSION_STREAM_PANELS=0|1|2|4 (util/env.c) when set, else
  * RF_STREAM_PANELS_AMD on AMD CPUs (one; measured on a Zen 5, not on a

@@ -83,7 +83,7 @@ static inline int groups_for(int T, int left) {
  * cap (rf_stream_panels; not bf16's, whose 1-token kernel sums even and odd
  * columns apart with fewer groups: other bits) */
 static inline int q_groups_for(int T, int left) {
-    const int g = groups_for(T, left), cap = 2 * rf_stream_panels(4);
+    const int g = groups_for(T, left), cap = 2 * rf_stream_panels(4, T);
     return g < cap ? g : cap;
 }
 

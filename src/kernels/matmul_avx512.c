@@ -326,7 +326,7 @@ void rf_bf16p_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W
         for (int t0 = 0, i = 0; i < ntt; i++) {
             int T = n / ntt + (i < n % ntt);
             for (int r = g; r < ge;) {
-                int left = (ge - r + 15) / 16, P = rf_stream_panels(BP_PANELS(T));
+                int left = (ge - r + 15) / 16, P = rf_stream_panels(BP_PANELS(T), T);
                 if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 ? 2 : 1;
                 ptile(P, T, pk + (size_t)(r / 16) * panel, panel, k2, X + (size_t)t0 * 2, ps,
                       Y + (size_t)t0 * ldy + r, ldy, b - r);
@@ -1497,7 +1497,7 @@ void rf_qp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *W, i
         for (int t0 = 0, i = 0; i < ntt; i++) {
             int T = n / ntt + (i < n % ntt);
             for (int r = g; r < ge;) {
-                int left = (ge - r + 15) / 16, P = rf_stream_panels(QP_PANELS(W->dtype, T));
+                int left = (ge - r + 15) / 16, P = rf_stream_panels(QP_PANELS(W->dtype, T), T);
                 if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 && P > 2 ? 2 : 1;
                 /* the same panels of the next group, a 1/ntt share of their
                  * blocks per token tile: without it the first tile of each

@@ -164,7 +164,7 @@ void rf_bf16dp_range_avx512(float *Y, size_t ldy, const void *xp, const rf_mat *
         for (int t0 = 0, i = 0; i < ntt; i++) {
             int T = n / ntt + (i < n % ntt);
             for (int r = g; r < ge;) {
-                int left = (ge - r + 15) / 16, P = rf_stream_panels(DP_PANELS(T));
+                int left = (ge - r + 15) / 16, P = rf_stream_panels(DP_PANELS(T), T);
                 if (left < P) P = left >= 4 && P > 4 ? 4 : left >= 2 ? 2 : 1;
                 const uint16_t *w = pk + (size_t)(r / 16) * panel;
                 const uint32_t *x = X + (size_t)t0 * S;

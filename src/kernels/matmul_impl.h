@@ -24,12 +24,17 @@ static inline __attribute__((always_inline)) void rf_prefetch_stream(const void 
         _mm_prefetch((const char *)p, _MM_HINT_T0);
 }
 
-/* the most panels a tile of the panel-group order streams at once this
- * call (kernels.h rf_matmul_set_stream_panels; set by matmul.c's plan
- * before any range runs): 0 the kernels' own counts, else 1, 2 or 4; a
- * kernel's count P capped by it */
+/* the most panels a tile of up to RF_STREAM_PANELS_MAX_T tokens in the
+ * panel-group order streams at once this call (kernels.h
+ * rf_matmul_set_stream_panels; set by matmul.c's plan before any range
+ * runs): 0 the kernels' own counts, else 1, 2 or 4; a kernel's count P
+ * for T tokens capped by it (wider tiles keep theirs: on a Zen 5 one
+ * panel made Q4_0's 5- and 6-token calls 2-4% slower) */
 extern int rf_mm_stream_panels;
-static inline int rf_stream_panels(int P) { return rf_mm_stream_panels && P > rf_mm_stream_panels ? rf_mm_stream_panels : P; }
+enum { RF_STREAM_PANELS_MAX_T = 4 };
+static inline int rf_stream_panels(int P, int T) {
+    return T <= RF_STREAM_PANELS_MAX_T && rf_mm_stream_panels && P > rf_mm_stream_panels ? rf_mm_stream_panels : P;
+}
 
 /* amx: bf16 calls of RF_AMX_BF16_MIN_N tokens or more run on TDPBF16PS tiles
  * (matmul.c AMX_MIN_TOKENS), packed Q8_0 / Q4_0 calls of these widths on the
