@@ -1,0 +1,24 @@
+set -u
+cd /work/main
+R=results/zen5_2026-12-07
+AB=build/bench_decode_ab
+D=runs/grow/data/test.json
+run() { flock /tmp/rf-cpu.lock nice "$@"; }
+echo "# $(date -u +%F' '%H:%M) UTC start; build $(git rev-parse --short HEAD)"
+# the demo with its own setting (adaptive up to 4), 48 examples, 1 and 2 threads
+for t in 1 2; do
+  run $AB -m models/refusion-demo --data $D --limit 48 --threads $t --a "--decoder ar -n 128" --b "--rolling --slot-size 4 --slot-threshold 0.5 --draft-policy adaptive -n 128" --json $R/demo-adaptive4-t$t.json | tail -3
+done
+# Q8_0 again (a second pair), and the avx2 tier
+for pol in fixed adaptive; do
+  run $AB -m runs/grow/demo-0.6b-q8_0.gguf --data $D --limit 24 --threads 2 --a "--decoder ar -n 128" --b "--rolling --slot-size 8 --slot-threshold 0.5 --draft-policy $pol -n 128" --json $R/q8_0-s8-$pol-r2.json | tail -3
+done
+for s in 4 8; do
+  run env REFUSION_CPU=avx2 $AB -m runs/grow/demo-0.6b-q8_0.gguf --data $D --limit 24 --threads 2 --a "--decoder ar -n 128" --b "--rolling --slot-size $s --slot-threshold 0.5 --draft-policy fixed -n 128" --json $R/avx2-q8_0-s$s-fixed.json | tail -3
+done
+run env REFUSION_CPU=avx2 $AB -m runs/grow/demo-0.6b-q8_0.gguf --data $D --limit 24 --threads 2 --a "--decoder ar -n 128" --b "--rolling --slot-size 8 --slot-threshold 0.5 --draft-policy adaptive -n 128" --json $R/avx2-q8_0-s8-adaptive.json | tail -3
+# c(n): interleaved rounds
+for m in demo-0.6b-q8_0.gguf demo-0.6b-q4_0.gguf demo-0.6b-bf16; do
+  run build/bench_model_forward_ab -m runs/grow/$m --n 8,16 --rounds 10 --threads 2 | tail -4
+done
+echo "# $(date -u +%F' '%H:%M) UTC end"
