@@ -133,6 +133,8 @@ info=$("$BIN" info -m "$DEMO")
 check 'echo "$info" | grep -q "^streams    $wl"' "stream panels not applied ($(implied_sp)): $info"
 info=$(REFUSION_STREAM_PANELS=4 "$BIN" info -m "$DEMO")
 check 'echo "$info" | grep -q "^streams    at most 4 weight panels per tile"' "environment over the cache: $info"
+info=$(REFUSION_STREAM_PANELS=3 "$BIN" info -m "$DEMO")
+check 'echo "$info" | grep -q "^streams    .*(REFUSION_STREAM_PANELS not 0, 1, 2 or 4: ignored)$"' "a malformed setting: $info"
 info=$("$BIN" --no-tune info -m "$DEMO")
 check 'echo "$info" | grep -q "^tune cache off"' "--no-tune: $info"
 call_costs

@@ -241,8 +241,11 @@ int cmd_info(int argc, char **argv) {
     if (l2) printf("prefetch   into L2 for calls of up to %d tokens, into L1 above\n", l2);
     else printf("prefetch   into L1 at every width\n");
     const int sp = rf_matmul_stream_panels();
-    if (sp) printf("streams    at most %d weight panel%s per tile\n", sp, sp > 1 ? "s" : "");
-    else printf("streams    the kernels' own panels per tile\n");
+    const char *spe = rf_env_stream_panels();
+    const int sp_bad = spe && strcmp(spe, "0") && strcmp(spe, "1") && strcmp(spe, "2") && strcmp(spe, "4");
+    if (sp) printf("streams    at most %d weight panel%s per tile", sp, sp > 1 ? "s" : "");
+    else printf("streams    the kernels' own panels per tile");
+    printf("%s\n", sp_bad ? " (REFUSION_STREAM_PANELS not 0, 1, 2 or 4: ignored)" : "");
     printf("tune cache %s\n", rf_tune_cache_state());
     /* the adaptive rolling slot's call costs (model/tune.h): cached for
      * this model, tier and the default thread count, or timed at its start */
