@@ -55,8 +55,7 @@ static int bench_kernels_parse(bench_kernels *s, const char *text) {
             if (!*v || *e || n < -1 || n > (dst == &s->prefetch ? 1 << 20 : 512)) return -1;
             *dst = (int)n;
         } else if (!strcmp(tok, "stream-panels")) {
-            if (strcmp(v, "0") && strcmp(v, "1") && strcmp(v, "2") && strcmp(v, "4")) return -1;
-            s->panels = atoi(v);
+            if ((s->panels = rf_stream_panels_parse(v)) < 0) return -1;
         } else if (!strcmp(tok, "bf16-act")) {
             s->bf16_act = !strcmp(v, "single") ? 1 : !strcmp(v, "split") ? 0 : -2;
             if (s->bf16_act == -2) return -1;

@@ -242,7 +242,7 @@ int cmd_info(int argc, char **argv) {
     else printf("prefetch   into L1 at every width\n");
     const int sp = rf_matmul_stream_panels();
     const char *spe = rf_env_stream_panels();
-    const int sp_bad = spe && strcmp(spe, "0") && strcmp(spe, "1") && strcmp(spe, "2") && strcmp(spe, "4");
+    const int sp_bad = spe && rf_stream_panels_parse(spe) < 0;
     if (sp) printf("streams    at most %d weight panel%s per tile", sp, sp > 1 ? "s" : "");
     else printf("streams    the kernels' own panels per tile");
     printf("%s\n", sp_bad ? " (REFUSION_STREAM_PANELS not 0, 1, 2 or 4: ignored)" : "");

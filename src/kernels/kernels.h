@@ -174,6 +174,9 @@ unsigned long rf_matmul_prefetch_l2_calls(void);
 enum { RF_STREAM_PANELS_AMD = 1 };
 void rf_matmul_set_stream_panels(int panels);
 int rf_matmul_stream_panels(void);
+/* The cap a text names ("0", "1", "2" or "4": REFUSION_STREAM_PANELS, the
+ * tune cache, the benchmarks' settings), or -1 for any other text or NULL */
+int rf_stream_panels_parse(const char *text);
 /* How many rf_matmul / rf_matmul_team calls ran with a panel cap since the
  * process started (all threads): whether the setting took. */
 unsigned long rf_matmul_stream_panels_calls(void);

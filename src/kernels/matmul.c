@@ -469,18 +469,22 @@ static _Atomic unsigned long g_stream_panels_calls;
 
 unsigned long rf_matmul_stream_panels_calls(void) { return atomic_load(&g_stream_panels_calls); }
 
+/* the caps the kernels' dispatch has (0: none) */
+static int stream_panels_ok(int panels) { return panels == 0 || panels == 1 || panels == 2 || panels == 4; }
+
+int rf_stream_panels_parse(const char *text) {
+    return text && text[0] >= '0' && text[0] <= '9' && !text[1] && stream_panels_ok(text[0] - '0') ? text[0] - '0' : -1;
+}
+
 int rf_matmul_stream_panels(void) {
     if (g_stream_panels == -2) {
-        const char *e = rf_env_stream_panels();
-        g_stream_panels = e && (!strcmp(e, "0") || !strcmp(e, "1") || !strcmp(e, "2") || !strcmp(e, "4")) ? atoi(e)
-                          : rf_cpu_is_amd() ? RF_STREAM_PANELS_AMD : 0;
+        const int v = rf_stream_panels_parse(rf_env_stream_panels());
+        g_stream_panels = v >= 0 ? v : rf_cpu_is_amd() ? RF_STREAM_PANELS_AMD : 0;
     }
     return g_stream_panels;
 }
 
-void rf_matmul_set_stream_panels(int panels) {
-    g_stream_panels = panels == 0 || panels == 1 || panels == 2 || panels == 4 ? panels : -2;
-}
+void rf_matmul_set_stream_panels(int panels) { g_stream_panels = stream_panels_ok(panels) ? panels : -2; }
 
 /* One matmul's plan: the kernel path, the activations in its layout, and
  * the row chunks threads take. */

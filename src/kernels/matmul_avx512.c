@@ -1371,19 +1371,9 @@ static inline __attribute__((always_inline)) void k16p_row_wide(const rf_dtype d
     for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (size_t)t * ldy, k, acc[t]);
 }
 
-#define K16W_T(DT)                                                         \
-    switch (T) {                                                           \
-    case 9: k16p_row_wide(DT, 9, w, nsb, x, n, y, ldy, k); break;          \
-    case 10: k16p_row_wide(DT, 10, w, nsb, x, n, y, ldy, k); break;        \
-    case 11: k16p_row_wide(DT, 11, w, nsb, x, n, y, ldy, k); break;        \
-    case 12: k16p_row_wide(DT, 12, w, nsb, x, n, y, ldy, k); break;        \
-    case 13: k16p_row_wide(DT, 13, w, nsb, x, n, y, ldy, k); break;        \
-    case 14: k16p_row_wide(DT, 14, w, nsb, x, n, y, ldy, k); break;        \
-    case 15: k16p_row_wide(DT, 15, w, nsb, x, n, y, ldy, k); break;        \
-    default: k16p_row_wide(DT, 16, w, nsb, x, n, y, ldy, k); break;        \
-    }
-
-#define K16R_T(DT)                                                  \
+/* a tile of T tokens: up to 8 with two integer accumulators per token,
+ * K16W_MIN and more with the chunk's levels in registers */
+#define K16_T(DT)                                                   \
     switch (T) {                                                    \
     case 1: k16p_row(DT, 1, w, nsb, x, n, y, ldy, k); break;        \
     case 2: k16p_row(DT, 2, w, nsb, x, n, y, ldy, k); break;        \
@@ -1392,8 +1382,17 @@ static inline __attribute__((always_inline)) void k16p_row_wide(const rf_dtype d
     case 5: k16p_row(DT, 5, w, nsb, x, n, y, ldy, k); break;        \
     case 6: k16p_row(DT, 6, w, nsb, x, n, y, ldy, k); break;        \
     case 7: k16p_row(DT, 7, w, nsb, x, n, y, ldy, k); break;        \
-    default: k16p_row(DT, 8, w, nsb, x, n, y, ldy, k); break;       \
+    case 8: k16p_row(DT, 8, w, nsb, x, n, y, ldy, k); break;        \
+    case 9: k16p_row_wide(DT, 9, w, nsb, x, n, y, ldy, k); break;   \
+    case 10: k16p_row_wide(DT, 10, w, nsb, x, n, y, ldy, k); break; \
+    case 11: k16p_row_wide(DT, 11, w, nsb, x, n, y, ldy, k); break; \
+    case 12: k16p_row_wide(DT, 12, w, nsb, x, n, y, ldy, k); break; \
+    case 13: k16p_row_wide(DT, 13, w, nsb, x, n, y, ldy, k); break; \
+    case 14: k16p_row_wide(DT, 14, w, nsb, x, n, y, ldy, k); break; \
+    case 15: k16p_row_wide(DT, 15, w, nsb, x, n, y, ldy, k); break; \
+    default: k16p_row_wide(DT, 16, w, nsb, x, n, y, ldy, k); break; \
     }
+_Static_assert(K16W_MIN == 9 && K16_MAX_T == 16, "K16_T's cases");
 
 /* rows [a, b) of Q6_K, Q3_K or Q2_K for all n tokens: panels outside,
  * one tile of 9..16 tokens or near-equal tiles of up to 8 inside, each
@@ -1411,8 +1410,7 @@ static inline __attribute__((always_inline)) void k16p_rows_of(const rf_dtype dt
             const int T = n / ntt + (i < n % ntt);
             const xq_block *x = X + t0;
             float *y = Y + (size_t)t0 * ldy + r;
-            if (T >= K16W_MIN) K16W_T(dt)
-            else K16R_T(dt)
+            K16_T(dt)
             t0 += T;
         }
     }

@@ -222,17 +222,27 @@ static void set_prefetch(int side, void *arg) {
     rf_matmul_set_prefetch_l2(side ? 0 : 1 << 20);
 }
 
-int rf_tune_prefetch(const rf_model *m, int rounds, rf_tune_prefetch_result *out) {
+/* time_sides for a setting of the panel kernels, which need packed layer
+ * weights (what: the setting, for the error); the value in force before
+ * (get) is put back after. 0 or -1. */
+static int time_panel_setting(const rf_model *m, int rounds, const char *what, int (*get)(void), void (*put)(int),
+                              void (*set)(int, void *), rf_tune_point *points, double *max_diff) {
     const rf_mat *q = &m->layers[0].q;
     if (check_rounds(rounds)) return -1;
     if (!q->packed) {
-        rf_set_error("tune: the layer weights are %s without a packed copy; the prefetch level is the panel kernels'",
-                     rf_dtype_name(q->dtype));
+        rf_set_error("tune: the layer weights are %s without a packed copy; %s is the panel kernels'",
+                     rf_dtype_name(q->dtype), what);
         return -1;
     }
-    const int before = rf_matmul_prefetch_l2();
-    int rc = time_sides(m, rounds, set_prefetch, out->points, &out->max_logit_diff);
-    rf_matmul_set_prefetch_l2(before);
+    const int before = get();
+    int rc = time_sides(m, rounds, set, points, max_diff);
+    put(before);
+    return rc;
+}
+
+int rf_tune_prefetch(const rf_model *m, int rounds, rf_tune_prefetch_result *out) {
+    int rc = time_panel_setting(m, rounds, "the prefetch level", rf_matmul_prefetch_l2, rf_matmul_set_prefetch_l2,
+                                set_prefetch, out->points, &out->max_logit_diff);
     if (!rc) {
         out->n_points = BF16P_NW;
         out->max_tokens = rf_tune_prefetch_choice(out->points, BF16P_NW);
@@ -256,16 +266,8 @@ static void set_panels(int side, void *arg) {
 }
 
 int rf_tune_stream_panels(const rf_model *m, int rounds, rf_tune_panels_result *out) {
-    const rf_mat *q = &m->layers[0].q;
-    if (check_rounds(rounds)) return -1;
-    if (!q->packed) {
-        rf_set_error("tune: the layer weights are %s without a packed copy; the stream panels are the panel kernels'",
-                     rf_dtype_name(q->dtype));
-        return -1;
-    }
-    const int before = rf_matmul_stream_panels();
-    int rc = time_sides(m, rounds, set_panels, out->points, &out->max_logit_diff);
-    rf_matmul_set_stream_panels(before);
+    int rc = time_panel_setting(m, rounds, "the stream panel count", rf_matmul_stream_panels,
+                                rf_matmul_set_stream_panels, set_panels, out->points, &out->max_logit_diff);
     if (!rc) {
         out->n_points = BF16P_NW;
         out->panels = rf_tune_stream_panels_choice(out->points, BF16P_NW);

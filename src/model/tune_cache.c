@@ -136,7 +136,7 @@ int rf_tune_cache_read(const char *path, rf_tune_choices *c, char *warn, size_t 
         else if ((v = value_of(line, "build"))) ok_build = !strcmp(v, rf_tune_build_id()), stale |= !ok_build;
         else if ((v = value_of(line, "bf16p"))) kernel = !strcmp(v, "dp") ? RF_BF16P_DP : !strcmp(v, "fma") ? RF_BF16P_FMA : -2;
         else if ((v = value_of(line, "prefetch-l2"))) pf = token_count(v), bad |= pf < 0;
-        else if ((v = value_of(line, "stream-panels"))) sp = token_count(v), bad |= sp != 0 && sp != 1 && sp != 2 && sp != 4;
+        else if ((v = value_of(line, "stream-panels"))) sp = rf_stream_panels_parse(v), bad |= sp < 0;
         else if ((v = value_of(line, "amx-bf16"))) amx[0] = token_count(v), bad |= amx[0] < 0;
         else if ((v = value_of(line, "amx-int8"))) amx[1] = token_count(v), bad |= amx[1] < 0;
         else if ((v = value_of(line, "call-cost")) && parse_cost(v, &key, &n, cost)) {
